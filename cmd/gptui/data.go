@@ -1,0 +1,37 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/gptui/gptui/engine/data"
+)
+
+func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "prepare" {
+		return usagef("usage: gptui data prepare --input FILE|DIR ... --output DIR")
+	}
+	fs := newFlagSet("data prepare", stderr)
+	var inputs listFlag
+	fs.Var(&inputs, "input", "a .txt or .jsonl file, or a directory of them (repeatable)")
+	out := fs.String("output", "", "directory for the token shards")
+	shard := fs.Int("shard-tokens", 100_000_000, "tokens per shard")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	if len(inputs) == 0 || *out == "" {
+		return usagef("data prepare needs --input and --output")
+	}
+	opts := data.PrepareOptions{ShardTokens: *shard}
+	if !*quiet {
+		opts.Progress = stderr
+	}
+	st, err := data.Prepare(ctx, inputs, *out, opts)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "prepared %d documents from %d files: %d tokens in %d shards under %s\n", st.Documents, st.Files, st.Tokens, st.Shards, *out)
+	return nil
+}

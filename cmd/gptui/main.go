@@ -1,0 +1,117 @@
+// Command gptui trains GPT language models: one binary for the engine, the
+// data preparation, the configs and (later) the cluster runner and its UI.
+//
+// Usage:
+//
+//	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
+//	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
+//	gptui presets                             list the built-in presets
+//	gptui data prepare --input FILE|DIR... --output DIR
+//
+// Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
+// any other failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+// usageError is a mistake on the command line or in the user's files.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// exitCode prints err in one line and maps it to the exit status.
+func exitCode(err error, stderr io.Writer) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(stderr, "gptui: interrupted")
+		return 130
+	}
+	fmt.Fprintln(stderr, "gptui: "+strings.ReplaceAll(err.Error(), "\n", " "))
+	var ue usageError
+	if errors.As(err, &ue) || isUserError(err) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `gptui trains GPT language models.
+
+Commands:
+  train    -c CONFIG|PRESET [-o Section.key=value ...]   train a model
+  config   -c CONFIG|PRESET [-o ...]                     print the resolved config
+  presets                                                list the built-in presets
+  data prepare --input FILE|DIR ... --output DIR         tokenize text into shards
+
+Run 'gptui COMMAND -h' for a command's flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usagef("no command given")
+	}
+	switch args[0] {
+	case "train":
+		return cmdTrain(ctx, args[1:], stdout, stderr)
+	case "config":
+		return cmdConfig(args[1:], stdout, stderr)
+	case "presets":
+		return cmdPresets(stdout)
+	case "data":
+		return cmdData(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	return usagef("unknown command %q; run 'gptui help'", args[0])
+}
+
+// listFlag collects a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gptui "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parse parses flags, turning flag errors into usage errors.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/gptui/gptui"
+	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+func isUserError(err error) bool { return engine.IsUserError(err) }
+
+// configFlags registers -c and -o on fs.
+func configFlags(fs *flag.FlagSet) (*string, *listFlag) {
+	c := new(string)
+	o := new(listFlag)
+	fs.StringVar(c, "c", "", "config file or preset name (see 'gptui presets')")
+	fs.Var(o, "o", "override Section.key=value (repeatable)")
+	return c, o
+}
+
+func loadConfig(c string, o []string) (*presets.Config, error) {
+	if c == "" {
+		return nil, usagef("-c CONFIG|PRESET is required (presets: %v)", presets.Names())
+	}
+	return presets.Load(c, o)
+}
+
+func cmdConfig(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("config", stderr)
+	c, o := configFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*c, *o)
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(cfg.YAML())
+	return err
+}
+
+func cmdPresets(stdout io.Writer) error {
+	for _, n := range presets.Names() {
+		fmt.Fprintf(stdout, "%-18s %s\n", n, presets.Describe(n))
+	}
+	return nil
+}
+
+func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("train", stderr)
+	c, o := configFlags(fs)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(*c, *o)
+	if err != nil {
+		return err
+	}
+	if cfg.Global.Device == "gpu" {
+		return usagef("Global.device=gpu: this build has no CUDA backend yet; use Global.device=cpu")
+	}
+	if d := cfg.Distributed; d.DPDegree*d.MPDegree*d.PPDegree*d.Sharding.ShardingDegree != 1 {
+		return usagef("Distributed degrees dp=%d mp=%d pp=%d sharding=%d need several processes, which 'gptui train' does not start yet; set them to 1",
+			d.DPDegree, d.MPDegree, d.PPDegree, d.Sharding.ShardingDegree)
+	}
+	be := cpu.New()
+	if r := be.FallbackReason(); r != "" {
+		fmt.Fprintln(stderr, "gptui: "+r)
+	}
+	tr, err := engine.NewTrainer(cfg, be, engine.Options{
+		Stdout:  stdout,
+		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
+	})
+	if err != nil {
+		return err
+	}
+	res, err := tr.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if n := len(res.Losses); n > 0 {
+		fmt.Fprintf(stdout, "[done] steps: %d first loss: %.6f final loss: %.6f median ips: %.0f tokens/s\n", n, res.Losses[0], res.Losses[n-1], res.TokensPerS)
+	}
+	return nil
+}

@@ -1,0 +1,341 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/presets"
+)
+
+// Options are the inputs of a run that do not come from the config.
+type Options struct {
+	// Stdout receives the log lines (they also go to <log_dir>/workerlog.<rank>).
+	Stdout io.Writer
+	// Builtin returns the built-in corpus, used when input_dir is empty.
+	Builtin func() ([]uint16, error)
+	// Rank names the log and metrics files.
+	Rank int
+}
+
+// Metrics is one logged training step, as written to metrics.<rank>.jsonl.
+type Metrics struct {
+	Step       int     `json:"step"`
+	Epoch      int     `json:"epoch"`
+	Loss       float64 `json:"loss"`
+	LR         float64 `json:"lr"`
+	GradNorm   float64 `json:"grad_norm"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	StepTimeS  float64 `json:"step_time_s"`
+	ReaderS    float64 `json:"reader_cost_s"`
+	MFU        float64 `json:"mfu"`
+	MemBytes   int64   `json:"mem_bytes"`
+	EvalLoss   float64 `json:"eval_loss,omitempty"`
+}
+
+// Result summarises a finished run.
+type Result struct {
+	Losses     []float32 // training loss of every step
+	EvalLosses []float64 // every evaluation, in order
+	TokensPerS float64   // median over the run's steps, after the first
+}
+
+// Trainer owns the model, optimizer and data of one training process.
+type Trainer struct {
+	Cfg    *presets.Config
+	Model  *Model
+	Opt    *AdamW
+	Sched  Schedule
+	Memory Memory
+
+	be          kernels.Backend
+	opts        Options
+	train, eval *data.Loader
+	B, T, Accum int
+	flopsPerTok float64
+	out         io.Writer // stdout and the worker log
+	metrics     io.Writer
+	closers     []io.Closer
+}
+
+// Memory is the engine's own account of the bytes one process holds.
+type Memory struct {
+	Params, Grads, Optimizer, Activations int64
+}
+
+// Total is the sum of the parts.
+func (m Memory) Total() int64 { return m.Params + m.Grads + m.Optimizer + m.Activations }
+
+// ConfigError is an input problem found while setting up a run (data or
+// model files that do not fit the config); the CLI reports it with exit 2.
+type ConfigError struct{ Msg string }
+
+func (e *ConfigError) Error() string { return e.Msg }
+
+// NewTrainer builds the model (fresh or from Model.init_from), the optimizer,
+// the schedule and the data loaders of cfg.
+func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer, error) {
+	if opts.Stdout == nil {
+		opts.Stdout = io.Discard
+	}
+	mc := cfg.Model
+	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
+	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
+	var m *Model
+	var err error
+	if mc.InitFrom != "" {
+		m, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed))
+		if err != nil {
+			return nil, err
+		}
+		if T > m.Cfg.MaxT {
+			return nil, &ConfigError{fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, m.Cfg.MaxT, mc.InitFrom)}
+		}
+	} else {
+		shape := ModelConfig{
+			MaxT: mc.MaxPositionEmbeddings, V: mc.VocabSize, Vp: cfg.PaddedVocab(), L: mc.NumLayers,
+			NH: mc.NumAttentionHeads, C: mc.HiddenSize, F: mc.FFNHiddenSize,
+			HiddenDropout: drop.HiddenDropout, AttnDropout: drop.AttnDropout,
+		}
+		m, err = NewModel(be, shape, mc.InitializerRange, uint64(cfg.Global.Seed))
+		if err != nil {
+			return nil, &ConfigError{err.Error()}
+		}
+	}
+	if cfg.Engine.UseRecompute {
+		switch cfg.Engine.RecomputeGranularity {
+		case "only_attn":
+			m.SetRecompute(RecomputeOnlyAttn)
+		default:
+			m.SetRecompute(RecomputeFull)
+		}
+	}
+	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, B: B, T: T, Accum: cfg.AccumulateSteps()}
+	o := cfg.Optimizer
+	tr.Opt = NewAdamW(AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, m.NumParams())
+	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
+	if err := tr.openData(); err != nil {
+		return nil, err
+	}
+	n := int64(4 * m.NumParams())
+	tr.Memory = Memory{Params: n, Grads: n, Optimizer: 2 * n, Activations: int64(m.ActivationBytes(B, T))}
+	// FLOPs per token: 6·N for the matrix multiplies of forward and backward
+	// (N: every parameter but the position embedding and the padded
+	// vocabulary rows) plus 6·L·C·T for attention's scores and weighted sums
+	// (causal, so half of 12·L·C·T).
+	c := m.Cfg
+	N := m.NumParams() - c.MaxT*c.C - (c.Vp-c.V)*c.C
+	tr.flopsPerTok = 6*float64(N) + 6*float64(c.L*c.C*T)
+	return tr, nil
+}
+
+// openData reads the token shards (or the built-in corpus) and carves the
+// train and validation ranges.
+func (tr *Trainer) openData() error {
+	load := func(ds presets.Dataset) ([]uint16, error) {
+		if ds.InputDir == "" {
+			if tr.opts.Builtin == nil {
+				return nil, &ConfigError{"Data.Train.dataset.input_dir is empty and no built-in corpus is available; set it to a directory made by `gptui data prepare`"}
+			}
+			return tr.opts.Builtin()
+		}
+		return data.Load(ds.InputDir)
+	}
+	td := tr.Cfg.Data.Train.Dataset
+	toks, err := load(td)
+	if err != nil {
+		return err
+	}
+	V := tr.Model.Cfg.V
+	for i, t := range toks {
+		if int(t) >= V {
+			return &ConfigError{fmt.Sprintf("token %d at position %d of the training data is outside the model's vocabulary of %d; check Model.vocab_size or the data", t, i, V)}
+		}
+	}
+	r := data.SplitRanges(len(toks), td.Split)
+	seed := uint64(tr.Cfg.Global.Seed)
+	tr.train, err = data.NewLoader(toks[r[0][0]:r[0][1]], tr.B, tr.T, td.Shuffle, seed)
+	if err != nil {
+		return &ConfigError{fmt.Sprintf("training split of %s: %v", orBuiltin(td.InputDir), err)}
+	}
+	if tr.Cfg.Engine.EvalFreq > 0 {
+		ed := tr.Cfg.Data.Eval.Dataset
+		etoks := toks
+		if ed.InputDir != td.InputDir {
+			if etoks, err = load(ed); err != nil {
+				return err
+			}
+		}
+		r := data.SplitRanges(len(etoks), ed.Split)
+		tr.eval, err = data.NewLoader(etoks[r[1][0]:r[1][1]], tr.B, tr.T, false, seed)
+		if err != nil {
+			return &ConfigError{fmt.Sprintf("validation split of %s is too small for one batch (%v); lower Engine.eval_freq to 0 or give more data", orBuiltin(ed.InputDir), err)}
+		}
+	}
+	return nil
+}
+
+func orBuiltin(dir string) string {
+	if dir == "" {
+		return "the built-in corpus"
+	}
+	return dir
+}
+
+// logf writes one line to stdout and the worker log.
+func (tr *Trainer) logf(format string, args ...any) {
+	fmt.Fprintf(tr.out, format+"\n", args...)
+}
+
+func (tr *Trainer) openLogs() error {
+	dir := tr.Cfg.Engine.LogDir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("log_dir: %w", err)
+	}
+	wl, err := os.Create(filepath.Join(dir, fmt.Sprintf("workerlog.%d", tr.opts.Rank)))
+	if err != nil {
+		return fmt.Errorf("log_dir: %w", err)
+	}
+	mf, err := os.Create(filepath.Join(dir, fmt.Sprintf("metrics.%d.jsonl", tr.opts.Rank)))
+	if err != nil {
+		wl.Close()
+		return fmt.Errorf("log_dir: %w", err)
+	}
+	tr.closers = append(tr.closers, wl, mf)
+	tr.out = io.MultiWriter(tr.opts.Stdout, wl)
+	tr.metrics = mf
+	return nil
+}
+
+// Run trains for Engine.max_steps steps, logging every logging_freq steps and
+// evaluating every eval_freq steps. It stops early, with ctx's error, when
+// ctx is cancelled.
+func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
+	if err := tr.openLogs(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, c := range tr.closers {
+			if cerr := c.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}()
+	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
+	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
+	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
+	tr.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
+		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
+	tr.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+
+	res = &Result{}
+	inputs := make([]int32, tr.B*tr.T)
+	targets := make([]int32, tr.B*tr.T)
+	var window struct {
+		n             int
+		reader, batch float64
+	}
+	var tps []float64
+	for step := 0; step < e.MaxSteps; step++ {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		t0 := time.Now()
+		var reader time.Duration
+		tr.Model.ZeroGrad()
+		var loss float64
+		dscale := 1 / float32(tr.B*tr.T*tr.Accum)
+		for micro := 0; micro < tr.Accum; micro++ {
+			r0 := time.Now()
+			tr.train.Next(inputs, targets)
+			reader += time.Since(r0)
+			ps := Pass{Step: step, Sample: micro * tr.B}
+			loss += float64(tr.Model.Forward(inputs, targets, tr.B, tr.T, ps, true, dscale))
+			tr.Model.Backward(ps)
+		}
+		loss /= float64(tr.Accum)
+		lr := tr.Sched.LR(step)
+		norm := tr.Opt.Update(tr.be, tr.Model, float32(lr))
+		dt := time.Since(t0).Seconds()
+		res.Losses = append(res.Losses, float32(loss))
+		tokens := float64(tr.B * tr.T * tr.Accum)
+		if step > 0 {
+			tps = append(tps, tokens/dt)
+		}
+		window.n++
+		window.reader += reader.Seconds()
+		window.batch += dt
+
+		last := step == e.MaxSteps-1
+		if e.LoggingFreq > 0 && (step%e.LoggingFreq == 0 || last) {
+			avgBatch := window.batch / float64(window.n)
+			ips := tokens / avgBatch
+			mfu := tr.flopsPerTok * ips / tr.be.PeakFLOPS()
+			tr.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
+				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
+			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
+				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total()})
+			window.n, window.reader, window.batch = 0, 0, 0
+		}
+		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
+			el := tr.Evaluate()
+			res.EvalLosses = append(res.EvalLosses, el)
+			tr.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
+			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
+		}
+	}
+	res.TokensPerS = median(tps)
+	return res, nil
+}
+
+// Evaluate returns the mean loss over eval_iters batches read from the start
+// of the validation range, without dropout.
+func (tr *Trainer) Evaluate() float64 {
+	tr.eval.Reset()
+	inputs := make([]int32, tr.B*tr.T)
+	targets := make([]int32, tr.B*tr.T)
+	n := max(1, tr.Cfg.Engine.EvalIters)
+	var sum float64
+	for i := 0; i < n; i++ {
+		tr.eval.Next(inputs, targets)
+		sum += float64(tr.Model.Forward(inputs, targets, tr.B, tr.T, Pass{}, false, 0))
+	}
+	return sum / float64(n)
+}
+
+func (tr *Trainer) writeMetrics(m Metrics) {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return
+	}
+	tr.metrics.Write(append(b, '\n'))
+}
+
+func (tr *Trainer) recomputeName() string {
+	switch tr.Model.recompute {
+	case RecomputeFull:
+		return "full"
+	case RecomputeOnlyAttn:
+		return "only_attn"
+	}
+	return "off"
+}
+
+func gb(n int64) string { return fmt.Sprintf("%.3f GB", float64(n)/1e9) }
+
+// IsUserError reports whether err is a problem with the user's input
+// (config, data, model file) rather than a failure of gptui.
+func IsUserError(err error) bool {
+	var ce *ConfigError
+	var fe *FormatError
+	var de *data.FormatError
+	var pe *presets.Error
+	return errors.As(err, &ce) || errors.As(err, &fe) || errors.As(err, &de) || errors.As(err, &pe) || errors.Is(err, os.ErrNotExist)
+}

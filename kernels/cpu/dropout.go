@@ -1,0 +1,68 @@
+package cpu
+
+// Dropout describes one dropout site of one forward pass. The mask is not
+// stored: element i is kept when a counter-based hash of (Key, i) is at least
+// P, so the backward pass (and a recompute) regenerates the very same mask,
+// and a rank holding a slice of a tensor can draw exactly the elements a
+// single process would have drawn by passing their global indices.
+type Dropout struct {
+	P   float32 // probability of zeroing an element; 0 disables the site
+	Key uint64  // identifies the site: seed, step, micro-batch, layer, kind
+}
+
+// On reports whether the site drops anything.
+func (d Dropout) On() bool { return d.P > 0 }
+
+// Scale is the factor 1/(1-P) applied to kept elements.
+func (d Dropout) Scale() float32 { return 1 / (1 - d.P) }
+
+// Keep reports whether element i survives.
+func (d Dropout) Keep(i uint64) bool {
+	u := float32(mix64(d.Key^mix64(i+0x9e3779b97f4a7c15))>>40) * (1.0 / (1 << 24))
+	return u >= d.P
+}
+
+// SiteKey derives a site key from its parts (seed, step, micro-batch, layer,
+// kind); it is a pure function so every rank derives the same key.
+func SiteKey(parts ...uint64) uint64 {
+	h := uint64(0x243f6a8885a308d3)
+	for _, p := range parts {
+		h = mix64(h ^ mix64(p+0x9e3779b97f4a7c15))
+	}
+	return h
+}
+
+// mix64 is the splitmix64 finaliser: a bijective 64-bit mixer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// DropoutForward: out[i] = inp[i]·mask[i]/(1-P), for i in [0, n), element
+// indices offset by off. With P = 0 it copies. out may alias inp.
+func (b *Backend) DropoutForward(out, inp []float32, d Dropout, off uint64) {
+	n := len(inp)
+	if !d.On() {
+		copy(out[:n], inp)
+		return
+	}
+	s := d.Scale()
+	b.ParallelFor(n, 4096, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			if d.Keep(off + uint64(i)) {
+				out[i] = inp[i] * s
+			} else {
+				out[i] = 0
+			}
+		}
+	})
+}
+
+// DropoutBackward: dinp[i] = dout[i]·mask[i]/(1-P). dinp may alias dout.
+func (b *Backend) DropoutBackward(dinp, dout []float32, d Dropout, off uint64) {
+	b.DropoutForward(dinp, dout, d, off)
+}

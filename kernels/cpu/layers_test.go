@@ -1,0 +1,237 @@
+package cpu
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/ref"
+)
+
+// Each layer's backward is checked against a float64 numerical gradient of
+// the float64 reference forward (kernels/ref), through the scalar
+// Φ = Σ G ⊙ forward(x) for a random upstream gradient G. The forward is
+// checked against the same reference.
+
+const (
+	fwdTol  = 1e-5 // float32 forward vs float64 reference
+	gradTol = 1e-4 // float32 analytic gradient vs float64 numerical gradient
+)
+
+func randn(r *rand.Rand, n int, scale float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(r.NormFloat64() * scale)
+	}
+	return x
+}
+
+func checkErr(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if e := ref.RelErr(got, want); !(e < tol) {
+		t.Errorf("%s: relative error %.3g, want < %g", what, e, tol)
+	}
+}
+
+func newTestBackends(t *testing.T) map[string]*Backend {
+	t.Helper()
+	t.Setenv("GPTUI_BLAS", "")
+	bs := map[string]*Backend{"default": New()}
+	t.Setenv("GPTUI_BLAS", "go")
+	bs["pure-go"] = New()
+	return bs
+}
+
+func TestEncoderGrad(t *testing.T) {
+	for name, be := range newTestBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			B, T, C, V := 2, 3, 5, 7
+			inp := []int32{0, 6, 3, 3, 1, 6}
+			wte, wpe := randn(r, V*C, 1), randn(r, T*C, 1)
+			G := ref.To64(randn(r, B*T*C, 1))
+			out := make([]float32, B*T*C)
+			be.EncoderForward(out, inp, wte, wpe, B, T, C)
+			wte64, wpe64 := ref.To64(wte), ref.To64(wpe)
+			checkErr(t, "forward", out, ref.Encoder(inp, wte64, wpe64, B, T, C), fwdTol)
+			dwte, dwpe := make([]float32, V*C), make([]float32, T*C)
+			be.EncoderBackward(dwte, dwpe, toF32(G), inp, B, T, C)
+			phi := func() float64 { return ref.Dot(G, ref.Encoder(inp, wte64, wpe64, B, T, C)) }
+			checkErr(t, "dwte", dwte, ref.NumGrad(phi, wte64, 1e-5), gradTol)
+			checkErr(t, "dwpe", dwpe, ref.NumGrad(phi, wpe64, 1e-5), gradTol)
+		})
+	}
+}
+
+func toF32(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
+func TestLayerNormGrad(t *testing.T) {
+	for name, be := range newTestBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(3, 4))
+			N, C := 70, 9 // more rows than one reduction chunk
+			inp, w, b := randn(r, N*C, 2), randn(r, C, 1), randn(r, C, 1)
+			for i := range inp {
+				inp[i] += 0.5
+			}
+			G := ref.To64(randn(r, N*C, 1))
+			out, mean, rstd := make([]float32, N*C), make([]float32, N), make([]float32, N)
+			be.LayerNormForward(out, mean, rstd, inp, w, b, N, C)
+			x64, w64, b64 := ref.To64(inp), ref.To64(w), ref.To64(b)
+			checkErr(t, "forward", out, ref.LayerNorm(x64, w64, b64, N, C), fwdTol)
+			dinp, dw, db := make([]float32, N*C), make([]float32, C), make([]float32, C)
+			be.LayerNormBackward(dinp, dw, db, toF32(G), inp, w, mean, rstd, N, C)
+			phi := func() float64 { return ref.Dot(G, ref.LayerNorm(x64, w64, b64, N, C)) }
+			checkErr(t, "dinp", dinp, ref.NumGrad(phi, x64, 1e-5), gradTol)
+			checkErr(t, "dw", dw, ref.NumGrad(phi, w64, 1e-5), gradTol)
+			checkErr(t, "dbias", db, ref.NumGrad(phi, b64, 1e-5), gradTol)
+		})
+	}
+}
+
+func TestMatmulGrad(t *testing.T) {
+	for name, be := range newTestBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, 6))
+			N, IC, OC := 13, 11, 7
+			inp, w, bias := randn(r, N*IC, 1), randn(r, OC*IC, 1), randn(r, OC, 1)
+			G := ref.To64(randn(r, N*OC, 1))
+			out := make([]float32, N*OC)
+			be.MatmulForward(out, inp, w, bias, N, IC, OC)
+			x64, w64, b64 := ref.To64(inp), ref.To64(w), ref.To64(bias)
+			checkErr(t, "forward", out, ref.Matmul(x64, w64, b64, N, IC, OC), fwdTol)
+			dinp, dw, db := make([]float32, N*IC), make([]float32, OC*IC), make([]float32, OC)
+			for i := range dinp {
+				dinp[i] = 123 // overwritten, not accumulated
+			}
+			be.MatmulBackward(dinp, dw, db, toF32(G), inp, w, N, IC, OC)
+			phi := func() float64 { return ref.Dot(G, ref.Matmul(x64, w64, b64, N, IC, OC)) }
+			checkErr(t, "dinp", dinp, ref.NumGrad(phi, x64, 1e-5), gradTol)
+			checkErr(t, "dw", dw, ref.NumGrad(phi, w64, 1e-5), gradTol)
+			checkErr(t, "dbias", db, ref.NumGrad(phi, b64, 1e-5), gradTol)
+		})
+	}
+}
+
+func TestAttentionGrad(t *testing.T) {
+	for _, p := range []float32{0, 0.3} {
+		be := New()
+		r := rand.New(rand.NewPCG(7, 8))
+		B, T, C, NH := 2, 5, 8, 2
+		qkv := randn(r, B*T*3*C, 1)
+		G := ref.To64(randn(r, B*T*C, 1))
+		d := Dropout{P: p, Key: 99}
+		const off = 1000
+		var keep func(int) bool
+		if p > 0 {
+			keep = func(i int) bool { return d.Keep(off + uint64(i)) }
+		}
+		out, att := make([]float32, B*T*C), make([]float32, B*NH*T*T)
+		be.AttentionForward(out, att, qkv, B, T, C, NH, d, off)
+		q64 := ref.To64(qkv)
+		checkErr(t, "forward", out, ref.Attention(q64, B, T, C, NH, float64(p), keep), fwdTol)
+		dqkv := make([]float32, len(qkv))
+		for i := range dqkv {
+			dqkv[i] = 7 // overwritten, not accumulated
+		}
+		be.AttentionBackward(dqkv, toF32(G), qkv, att, B, T, C, NH, d, off)
+		phi := func() float64 { return ref.Dot(G, ref.Attention(q64, B, T, C, NH, float64(p), keep)) }
+		checkErr(t, "dqkv", dqkv, ref.NumGrad(phi, q64, 1e-5), gradTol)
+	}
+}
+
+func TestGeluGrad(t *testing.T) {
+	be := New()
+	r := rand.New(rand.NewPCG(9, 10))
+	x := randn(r, 5000, 3)
+	x[0], x[1] = 12, -12 // tails of tanh
+	G := ref.To64(randn(r, len(x), 1))
+	out := make([]float32, len(x))
+	be.GeluForward(out, x)
+	x64 := ref.To64(x)
+	checkErr(t, "forward", out, ref.Gelu(x64), fwdTol)
+	dx := make([]float32, len(x))
+	be.GeluBackward(dx, x, toF32(G))
+	phi := func() float64 { return ref.Dot(G, ref.Gelu(x64)) }
+	checkErr(t, "dinp", dx, ref.NumGrad(phi, x64, 1e-5), gradTol)
+}
+
+func TestCrossEntropyGrad(t *testing.T) {
+	be := New()
+	r := rand.New(rand.NewPCG(11, 12))
+	N, V := 6, 33
+	logits := randn(r, N*V, 3)
+	targets := []int32{0, 32, 5, 5, 17, 1}
+	l64 := ref.To64(logits)
+	losses := make([]float32, N)
+	const dscale = 0.25
+	be.CrossEntropy(losses, logits, targets, N, V, dscale, true)
+	checkErr(t, "losses", losses, ref.CrossEntropy(l64, targets, N, V), fwdTol)
+	phi := func() float64 {
+		var s float64
+		for _, l := range ref.CrossEntropy(l64, targets, N, V) {
+			s += dscale * l
+		}
+		return s
+	}
+	checkErr(t, "dlogits", logits, ref.NumGrad(phi, l64, 1e-5), gradTol)
+}
+
+func TestDropout(t *testing.T) {
+	be := New()
+	const n = 200000
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = 1
+	}
+	d := Dropout{P: 0.25, Key: SiteKey(1, 2, 3)}
+	out := make([]float32, n)
+	be.DropoutForward(out, x, d, 0)
+	var kept int
+	for i, v := range out {
+		switch v {
+		case 0:
+		case d.Scale():
+			kept++
+		default:
+			t.Fatalf("out[%d] = %v, want 0 or %v", i, v, d.Scale())
+		}
+		if (v != 0) != d.Keep(uint64(i)) {
+			t.Fatalf("element %d: output disagrees with Keep", i)
+		}
+	}
+	if frac := float64(kept) / n; frac < 0.74 || frac > 0.76 {
+		t.Errorf("kept fraction %.4f, want 0.75 ± 0.01", frac)
+	}
+	// Offsets address one global stream: a slice starting at 1000 draws the
+	// same mask as elements 1000… of the whole.
+	part := make([]float32, 500)
+	be.DropoutForward(part, x[:500], d, 1000)
+	for i := range part {
+		if part[i] != out[1000+i] {
+			t.Fatalf("offset stream differs at %d", i)
+		}
+	}
+	if SiteKey(1, 2, 3) == SiteKey(1, 2, 4) || SiteKey(1, 2) == SiteKey(2, 1) {
+		t.Error("SiteKey collides on different parts")
+	}
+}
+
+func TestAdamWMatchesFormula(t *testing.T) {
+	be := New()
+	p := []float32{1, -2, 0.5}
+	g := []float32{0.1, -0.3, 0}
+	m, v := make([]float32, 3), make([]float32, 3)
+	be.AdamW(p, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.1, 1)
+	// step 1: m̂ = g, v̂ = g², so p -= lr·(g/(|g|+ε) + wd·p)
+	want := []float64{1 - 0.01*(0.1/(0.1+1e-8)+0.1*1), -2 - 0.01*(-0.3/(0.3+1e-8)+0.1*-2), 0.5 - 0.01*(0+0.1*0.5)}
+	checkErr(t, "params", p, want, 1e-6)
+	if s := be.SumSquares([]float32{3, 4}); s != 25 {
+		t.Errorf("SumSquares = %v, want 25", s)
+	}
+}

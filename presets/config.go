@@ -1,0 +1,188 @@
+// Package presets defines gptui's training configuration: its schema, which
+// follows the YAML shape of PaddleFleetX's GPT configs (sections Global,
+// Engine, Model, Data, Optimizer and Distributed with snake_case keys), how
+// configurations are loaded, inherited (_base_), overridden ("-o
+// Section.key=value"), completed with defaults and validated, and the
+// presets embedded in the binary.
+//
+// A configuration is resolved in four steps:
+//
+//  1. The YAML document is read into a tree, key by key, checking every key
+//     against the schema. A top-level _base_ key names another file
+//     (relative to the including file) or an embedded preset; the base is
+//     resolved recursively and the including document is deep-merged over
+//     it, so the child wins.
+//  2. Overrides are applied to the merged tree.
+//  3. The tree is decoded into a [Config] and every key that was not set is
+//     given its default. Because set-ness is tracked per key, an explicit 0
+//     (for example hidden_dropout_prob: 0) is kept, while an empty value
+//     (global_batch_size: with nothing after it, as in the PaddleFleetX
+//     configs) means "unset, derive it".
+//  4. The result is validated.
+//
+// Every error caused by user input is, or wraps, an [*Error] carrying the file,
+// line and dotted key it concerns.
+package presets
+
+// Config is a complete gptui training configuration. Its YAML keys are the
+// snake_case names of PaddleFleetX (see the yaml struct tags and the package
+// documentation); configurations returned by [Load] and [Parse] have all
+// defaults filled in and have passed [Config.Validate].
+type Config struct {
+	Global      Global      `yaml:"Global"`
+	Engine      Engine      `yaml:"Engine"`
+	Model       Model       `yaml:"Model"`
+	Data        Data        `yaml:"Data"`
+	Optimizer   Optimizer   `yaml:"Optimizer"`
+	Distributed Distributed `yaml:"Distributed"`
+}
+
+// Global holds the run-wide settings: random seed, batch sizes and device.
+//
+// GlobalBatchSize is the number of sequences per optimizer step across all
+// data-parallel ranks, LocalBatchSize the number per rank and step, and
+// MicroBatchSize the number per forward/backward pass; gradients are
+// accumulated over LocalBatchSize/MicroBatchSize micro-batches.
+type Global struct {
+	Seed            int64  `yaml:"seed"`
+	GlobalBatchSize int    `yaml:"global_batch_size"`
+	LocalBatchSize  int    `yaml:"local_batch_size"`
+	MicroBatchSize  int    `yaml:"micro_batch_size"`
+	Device          string `yaml:"device"` // "cpu" or "gpu"
+}
+
+// Engine holds the training-loop settings.
+type Engine struct {
+	MaxSteps    int    `yaml:"max_steps"`
+	LoggingFreq int    `yaml:"logging_freq"` // log every LoggingFreq steps
+	EvalFreq    int    `yaml:"eval_freq"`    // evaluate every EvalFreq steps; 0 disables evaluation
+	EvalIters   int    `yaml:"eval_iters"`   // batches per evaluation
+	LogDir      string `yaml:"log_dir"`
+	// UseRecompute enables activation recomputation in the backward pass.
+	UseRecompute bool `yaml:"use_recompute"`
+	// RecomputeGranularity is "full" (recompute whole transformer blocks)
+	// or "only_attn" (recompute self-attention only).
+	RecomputeGranularity string       `yaml:"recompute_granularity"`
+	MixPrecision         MixPrecision `yaml:"mix_precision"`
+	SaveLoad             SaveLoad     `yaml:"save_load"`
+}
+
+// MixPrecision selects the training precision.
+type MixPrecision struct {
+	// Dtype is "fp32", "bf16" or "fp16". On input the PaddleFleetX
+	// spellings "float32", "bfloat16" and "float16" are accepted too.
+	Dtype string `yaml:"dtype"`
+	// ScaleLoss is the static loss-scaling factor used with fp16.
+	ScaleLoss float64 `yaml:"scale_loss"`
+	// UsePureFP16 is the seeds' spelling of Dtype == "fp16"; after
+	// loading it always agrees with Dtype.
+	UsePureFP16 bool `yaml:"use_pure_fp16"`
+}
+
+// SaveLoad controls checkpoints.
+type SaveLoad struct {
+	SaveSteps int    `yaml:"save_steps"` // save every SaveSteps steps; 0 never saves
+	OutputDir string `yaml:"output_dir"` // where checkpoints are written
+	CkptDir   string `yaml:"ckpt_dir"`   // checkpoint to resume from; empty starts afresh
+	KeepLast  int    `yaml:"keep_last"`  // checkpoints kept; 0 keeps all
+}
+
+// Model describes the GPT-2 network.
+type Model struct {
+	VocabSize                 int     `yaml:"vocab_size"`
+	HiddenSize                int     `yaml:"hidden_size"`
+	NumLayers                 int     `yaml:"num_layers"`
+	NumAttentionHeads         int     `yaml:"num_attention_heads"`
+	FFNHiddenSize             int     `yaml:"ffn_hidden_size"`
+	HiddenDropoutProb         float64 `yaml:"hidden_dropout_prob"`
+	AttentionProbsDropoutProb float64 `yaml:"attention_probs_dropout_prob"`
+	MaxPositionEmbeddings     int     `yaml:"max_position_embeddings"`
+	InitializerRange          float64 `yaml:"initializer_range"`
+	// InitFrom names a checkpoint or weights file to initialise from;
+	// empty means random initialisation.
+	InitFrom string `yaml:"init_from"`
+}
+
+// Data holds the training and evaluation data sets.
+type Data struct {
+	Train DataSection `yaml:"Train"`
+	Eval  DataSection `yaml:"Eval"`
+}
+
+// DataSection is one of Data.Train and Data.Eval.
+type DataSection struct {
+	Dataset Dataset `yaml:"dataset"`
+}
+
+// Dataset describes where tokens come from and how they are cut.
+type Dataset struct {
+	// InputDir is a file or directory of training text; empty means the
+	// built-in corpus.
+	InputDir string `yaml:"input_dir"`
+	// Split holds the train/validation/test proportions, like PaddleFleetX's
+	// '949,50,1'. On input a comma-separated string or a list is accepted.
+	Split     [3]float64 `yaml:"split"`
+	MaxSeqLen int        `yaml:"max_seq_len"`
+	Shuffle   bool       `yaml:"shuffle"`
+}
+
+// Optimizer holds the AdamW settings.
+type Optimizer struct {
+	WeightDecay float64  `yaml:"weight_decay"`
+	Beta1       float64  `yaml:"beta1"`   // also read as adam_beta1
+	Beta2       float64  `yaml:"beta2"`   // also read as adam_beta2
+	Epsilon     float64  `yaml:"epsilon"` // also read as adam_epsilon
+	GradClip    GradClip `yaml:"grad_clip"`
+	LR          LR       `yaml:"lr"`
+}
+
+// GradClip configures global-norm gradient clipping. On input,
+// "grad_clip: 1.0" is accepted as short for "grad_clip: {clip_norm: 1.0}".
+type GradClip struct {
+	ClipNorm float64 `yaml:"clip_norm"` // 0 disables clipping
+}
+
+// LR is a cosine learning-rate schedule with linear warmup: the rate rises
+// from 0 to MaxLR over WarmupRate×DecaySteps steps, then decays to MinLR at
+// DecaySteps and stays there.
+type LR struct {
+	DecaySteps int     `yaml:"decay_steps"`
+	WarmupRate float64 `yaml:"warmup_rate"`
+	MaxLR      float64 `yaml:"max_lr"`
+	MinLR      float64 `yaml:"min_lr"`
+}
+
+// Distributed holds the parallelism degrees.
+type Distributed struct {
+	DPDegree int      `yaml:"dp_degree"` // data parallel
+	MPDegree int      `yaml:"mp_degree"` // tensor (model) parallel
+	PPDegree int      `yaml:"pp_degree"` // pipeline parallel
+	Sharding Sharding `yaml:"sharding"`
+}
+
+// Sharding configures ZeRO-style sharded data parallelism.
+type Sharding struct {
+	ShardingDegree int `yaml:"sharding_degree"`
+	ShardingStage  int `yaml:"sharding_stage"` // 1, 2 or 3
+}
+
+// AccumulateSteps returns the number of micro-batches whose gradients are
+// accumulated per optimizer step, LocalBatchSize/MicroBatchSize. It returns
+// 0 when MicroBatchSize is not positive, which a validated Config excludes.
+func (c *Config) AccumulateSteps() int {
+	if c.Global.MicroBatchSize <= 0 {
+		return 0
+	}
+	return c.Global.LocalBatchSize / c.Global.MicroBatchSize
+}
+
+// PaddedVocab returns Model.VocabSize rounded up to a multiple of 128, the
+// row count of the embedding table (50257 pads to 50304).
+func (c *Config) PaddedVocab() int {
+	const align = 128
+	v := c.Model.VocabSize
+	if v <= 0 {
+		return 0
+	}
+	return (v + align - 1) / align * align
+}

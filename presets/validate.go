@@ -1,0 +1,253 @@
+package presets
+
+import (
+	"fmt"
+	"math"
+)
+
+// maxSize bounds every size, count and degree, so that products of a few of
+// them cannot overflow.
+const maxSize = 1<<31 - 1
+
+// Validate checks that c is a usable configuration. It returns nil or an
+// *Error naming the first offending key (its full dotted path) and saying
+// what to do; the File and Line of the error are empty, as c carries no
+// positions. [Load] and [Parse] validate for you and fill them in.
+//
+// Validate checks: positive sizes, steps and degrees; hidden_size divisible
+// by num_attention_heads (and heads by mp_degree, layers by pp_degree);
+// max_seq_len ≤ max_position_embeddings; global_batch_size =
+// local_batch_size × dp_degree × sharding_degree; local_batch_size divisible
+// by micro_batch_size; probabilities and rates in [0, 1); learning rates ≥ 0
+// with min_lr ≤ max_lr; betas in [0, 1); epsilon > 0; the enumerations
+// device, dtype, recompute_granularity and sharding_stage; and data splits of
+// three non-negative numbers with a positive sum.
+func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// check is one validation rule; it returns the offending key and a message,
+// or "" when the rule holds.
+type check func(c *Config) (key, msg string)
+
+// validate returns the first failed rule as an *Error.
+func (c *Config) validate() *Error {
+	for _, chk := range checks() {
+		if key, msg := chk(c); key != "" {
+			return &Error{Key: key, Msg: msg}
+		}
+	}
+	return nil
+}
+
+// positive returns a check that the int at key is in [1, maxSize].
+func positive(key string, get func(c *Config) int) check {
+	return func(c *Config) (string, string) {
+		switch v := get(c); {
+		case v < 1:
+			return key, fmt.Sprintf("got %d; set it to a positive integer", v)
+		case v > maxSize:
+			return key, fmt.Sprintf("got %d; set it to at most %d", v, maxSize)
+		}
+		return "", ""
+	}
+}
+
+// nonNegative returns a check that the int at key is in [0, maxSize].
+func nonNegative(key, zero string, get func(c *Config) int) check {
+	return func(c *Config) (string, string) {
+		if v := get(c); v < 0 || v > maxSize {
+			return key, fmt.Sprintf("got %d; set it to 0 (%s) or a positive integer (at most %d)", v, zero, maxSize)
+		}
+		return "", ""
+	}
+}
+
+// unitInterval returns a check that the float at key is in [0, 1).
+func unitInterval(key string, get func(c *Config) float64) check {
+	return func(c *Config) (string, string) {
+		if v := get(c); !(v >= 0 && v < 1) {
+			return key, fmt.Sprintf("got %v; set it to a number in [0, 1)", v)
+		}
+		return "", ""
+	}
+}
+
+// oneOf returns a check that the string at key is one of values.
+func oneOf(key string, get func(c *Config) string, values ...string) check {
+	return func(c *Config) (string, string) {
+		v := get(c)
+		for _, w := range values {
+			if v == w {
+				return "", ""
+			}
+		}
+		return key, fmt.Sprintf("got %q; set it to one of %q", v, values)
+	}
+}
+
+// finiteAtLeast returns a check that the float at key is finite and ≥ lo
+// (> lo when strict).
+func finiteAtLeast(key string, lo float64, strict bool, get func(c *Config) float64) check {
+	return func(c *Config) (string, string) {
+		v := get(c)
+		ok := !math.IsInf(v, 0) && !math.IsNaN(v) && v >= lo && (!strict || v > lo)
+		if ok {
+			return "", ""
+		}
+		rel := "≥"
+		if strict {
+			rel = ">"
+		}
+		return key, fmt.Sprintf("got %v; set it to a finite number %s %v", v, rel, lo)
+	}
+}
+
+// divisible returns a check that the int at key is a multiple of the int at
+// by (which earlier checks have made positive).
+func divisible(key string, get func(c *Config) int, by string, getBy func(c *Config) int) check {
+	return func(c *Config) (string, string) {
+		v, d := get(c), getBy(c)
+		if d > 0 && v%d != 0 {
+			return key, fmt.Sprintf("%d is not a multiple of %s (%d); change one of them", v, by, d)
+		}
+		return "", ""
+	}
+}
+
+// splitCheck checks a data split.
+func splitCheck(key string, get func(c *Config) [3]float64) check {
+	return func(c *Config) (string, string) {
+		s := get(c)
+		sum := 0.0
+		for _, v := range s {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return key, fmt.Sprintf("got %v; set it to three non-negative numbers such as [949, 50, 1]", s)
+			}
+			sum += v
+		}
+		if !(sum > 0) || math.IsInf(sum, 0) {
+			return key, fmt.Sprintf("got %v; the three proportions must have a positive, finite sum", s)
+		}
+		return "", ""
+	}
+}
+
+// checks returns the validation rules in the order they are tried.
+func checks() []check {
+	return []check{
+		oneOf("Global.device", func(c *Config) string { return c.Global.Device }, "cpu", "gpu"),
+		positive("Global.global_batch_size", func(c *Config) int { return c.Global.GlobalBatchSize }),
+		positive("Global.local_batch_size", func(c *Config) int { return c.Global.LocalBatchSize }),
+		positive("Global.micro_batch_size", func(c *Config) int { return c.Global.MicroBatchSize }),
+
+		positive("Distributed.dp_degree", func(c *Config) int { return c.Distributed.DPDegree }),
+		positive("Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
+		positive("Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
+		positive("Distributed.sharding.sharding_degree", func(c *Config) int { return c.Distributed.Sharding.ShardingDegree }),
+		func(c *Config) (string, string) {
+			if s := c.Distributed.Sharding.ShardingStage; s < 1 || s > 3 {
+				return "Distributed.sharding.sharding_stage", fmt.Sprintf("got %d; set it to 1, 2 or 3", s)
+			}
+			return "", ""
+		},
+
+		func(c *Config) (string, string) {
+			g, d := c.Global, c.Distributed
+			want := mulPositive(mulPositive(g.LocalBatchSize, d.DPDegree), d.Sharding.ShardingDegree)
+			if g.GlobalBatchSize != want {
+				return "Global.global_batch_size", fmt.Sprintf(
+					"%d is not local_batch_size (%d) × dp_degree (%d) × sharding_degree (%d); set it to %d or leave it unset to derive it",
+					g.GlobalBatchSize, g.LocalBatchSize, d.DPDegree, d.Sharding.ShardingDegree, want)
+			}
+			return "", ""
+		},
+		divisible("Global.local_batch_size", func(c *Config) int { return c.Global.LocalBatchSize },
+			"micro_batch_size", func(c *Config) int { return c.Global.MicroBatchSize }),
+
+		positive("Engine.max_steps", func(c *Config) int { return c.Engine.MaxSteps }),
+		positive("Engine.logging_freq", func(c *Config) int { return c.Engine.LoggingFreq }),
+		nonNegative("Engine.eval_freq", "no evaluation", func(c *Config) int { return c.Engine.EvalFreq }),
+		func(c *Config) (string, string) {
+			e := c.Engine
+			if e.EvalFreq > 0 && (e.EvalIters < 1 || e.EvalIters > maxSize) {
+				return "Engine.eval_iters", fmt.Sprintf("got %d; set it to a positive integer, or set eval_freq to 0 to disable evaluation", e.EvalIters)
+			}
+			if e.EvalIters < 0 || e.EvalIters > maxSize {
+				return "Engine.eval_iters", fmt.Sprintf("got %d; set it to a positive integer", e.EvalIters)
+			}
+			return "", ""
+		},
+		oneOf("Engine.recompute_granularity", func(c *Config) string { return c.Engine.RecomputeGranularity }, "full", "only_attn"),
+		oneOf("Engine.mix_precision.dtype", func(c *Config) string { return c.Engine.MixPrecision.Dtype }, "fp32", "bf16", "fp16"),
+		func(c *Config) (string, string) {
+			mp := c.Engine.MixPrecision
+			if mp.UsePureFP16 != (mp.Dtype == "fp16") {
+				return "Engine.mix_precision.use_pure_fp16", fmt.Sprintf(
+					"%v contradicts dtype %q; use_pure_fp16 means dtype fp16, so set only one of them", mp.UsePureFP16, mp.Dtype)
+			}
+			return "", ""
+		},
+		finiteAtLeast("Engine.mix_precision.scale_loss", 0, true, func(c *Config) float64 { return c.Engine.MixPrecision.ScaleLoss }),
+		nonNegative("Engine.save_load.save_steps", "never save", func(c *Config) int { return c.Engine.SaveLoad.SaveSteps }),
+		func(c *Config) (string, string) {
+			if c.Engine.SaveLoad.OutputDir == "" {
+				return "Engine.save_load.output_dir", "is empty; set it to the directory checkpoints go to"
+			}
+			return "", ""
+		},
+		nonNegative("Engine.save_load.keep_last", "keep every checkpoint", func(c *Config) int { return c.Engine.SaveLoad.KeepLast }),
+
+		positive("Model.vocab_size", func(c *Config) int { return c.Model.VocabSize }),
+		positive("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize }),
+		positive("Model.num_layers", func(c *Config) int { return c.Model.NumLayers }),
+		positive("Model.num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads }),
+		positive("Model.ffn_hidden_size", func(c *Config) int { return c.Model.FFNHiddenSize }),
+		positive("Model.max_position_embeddings", func(c *Config) int { return c.Model.MaxPositionEmbeddings }),
+		divisible("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize },
+			"num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads }),
+		divisible("Model.num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads },
+			"Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
+		divisible("Model.num_layers", func(c *Config) int { return c.Model.NumLayers },
+			"Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
+		unitInterval("Model.hidden_dropout_prob", func(c *Config) float64 { return c.Model.HiddenDropoutProb }),
+		unitInterval("Model.attention_probs_dropout_prob", func(c *Config) float64 { return c.Model.AttentionProbsDropoutProb }),
+		finiteAtLeast("Model.initializer_range", 0, true, func(c *Config) float64 { return c.Model.InitializerRange }),
+
+		positive("Data.Train.dataset.max_seq_len", func(c *Config) int { return c.Data.Train.Dataset.MaxSeqLen }),
+		seqLenCheck("Data.Train.dataset.max_seq_len", func(c *Config) int { return c.Data.Train.Dataset.MaxSeqLen }),
+		splitCheck("Data.Train.dataset.split", func(c *Config) [3]float64 { return c.Data.Train.Dataset.Split }),
+		positive("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),
+		seqLenCheck("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),
+		splitCheck("Data.Eval.dataset.split", func(c *Config) [3]float64 { return c.Data.Eval.Dataset.Split }),
+
+		unitInterval("Optimizer.weight_decay", func(c *Config) float64 { return c.Optimizer.WeightDecay }),
+		unitInterval("Optimizer.beta1", func(c *Config) float64 { return c.Optimizer.Beta1 }),
+		unitInterval("Optimizer.beta2", func(c *Config) float64 { return c.Optimizer.Beta2 }),
+		finiteAtLeast("Optimizer.epsilon", 0, true, func(c *Config) float64 { return c.Optimizer.Epsilon }),
+		finiteAtLeast("Optimizer.grad_clip.clip_norm", 0, false, func(c *Config) float64 { return c.Optimizer.GradClip.ClipNorm }),
+		positive("Optimizer.lr.decay_steps", func(c *Config) int { return c.Optimizer.LR.DecaySteps }),
+		unitInterval("Optimizer.lr.warmup_rate", func(c *Config) float64 { return c.Optimizer.LR.WarmupRate }),
+		finiteAtLeast("Optimizer.lr.max_lr", 0, false, func(c *Config) float64 { return c.Optimizer.LR.MaxLR }),
+		finiteAtLeast("Optimizer.lr.min_lr", 0, false, func(c *Config) float64 { return c.Optimizer.LR.MinLR }),
+		func(c *Config) (string, string) {
+			if lr := c.Optimizer.LR; lr.MinLR > lr.MaxLR {
+				return "Optimizer.lr.min_lr", fmt.Sprintf("%v exceeds max_lr %v; set min_lr ≤ max_lr", lr.MinLR, lr.MaxLR)
+			}
+			return "", ""
+		},
+	}
+}
+
+// seqLenCheck checks that a sequence length fits the position embeddings.
+func seqLenCheck(key string, get func(c *Config) int) check {
+	return func(c *Config) (string, string) {
+		if v, p := get(c), c.Model.MaxPositionEmbeddings; v > p {
+			return key, fmt.Sprintf("%d exceeds Model.max_position_embeddings (%d); lower it or raise max_position_embeddings", v, p)
+		}
+		return "", ""
+	}
+}
