@@ -146,7 +146,11 @@ func (tr *Trainer) openData() error {
 			}
 			return tr.opts.Builtin()
 		}
-		return data.Load(ds.InputDir)
+		toks, err := data.Load(ds.InputDir)
+		if err != nil {
+			return nil, fmt.Errorf("Data.*.dataset.input_dir %s (make it with `gptui data prepare`): %w", ds.InputDir, err)
+		}
+		return toks, nil
 	}
 	td := tr.Cfg.Data.Train.Dataset
 	toks, err := load(td)

@@ -26,6 +26,7 @@ type Backend interface {
 	MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int)
 	AttentionForward(out, att, qkv []float32, B, T, C, NH int, d cpu.Dropout, off uint64)
 	AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int, d cpu.Dropout, off uint64)
+	AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int)
 	GeluForward(out, inp []float32)
 	GeluBackward(dinp, inp, dout []float32)
 	ResidualForward(out, a, c []float32)

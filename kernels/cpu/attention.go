@@ -1,127 +1,180 @@
 package cpu
 
-import "math"
+import (
+	"math"
+)
 
 // AttentionForward is causal multi-head self-attention on packed q, k, v.
 //
 //	qkv (B,T,3C): per row q (C), k (C), v (C); head h owns channels h·hs…(h+1)·hs, hs = C/NH
 //	att (B,NH,T,T): softmax(q·kᵀ/√hs) with the causal mask, before dropout; kept for backward
-//	out (B,T,C):    (dropout(att) · v), heads side by side
+//	out (B,T,C):    dropout(att) · v, heads side by side
 //	off: index of att[0,0,0,0] in the dropout stream (global sample offset · NH·T·T)
 //
-// Scores are materialised one row at a time, per (b, h) task, as llm.c's CPU
-// reference does; a flash-style kernel that never stores att belongs to the
-// GPU backend.
+// For each batch row b the work runs in three phases: the score products
+// S = q·kᵀ of every head through sgemm (q, k and v are read in place, with a
+// row stride of 3C), the causal softmax of all NH·T rows in parallel, and the
+// products out = P·v through sgemm. The full T×T products are computed and
+// the upper triangle discarded: at CPU sizes the GEMM library's speed is
+// worth more than the skipped half. A flash-style kernel that never stores
+// att belongs to the GPU backend.
 func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d Dropout, off uint64) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
-	ds := d.Scale()
-	b.ParallelFor(B*NH, 1, func(lo, hi int) {
-		for bh := lo; bh < hi; bh++ {
-			bb, h := bh/NH, bh%NH
-			for t := 0; t < T; t++ {
-				q := qkv[(bb*T+t)*3*C+h*hs : (bb*T+t)*3*C+h*hs+hs]
-				row := att[(bh*T+t)*T : (bh*T+t+1)*T]
-				maxv := float32(math.Inf(-1))
-				for t2 := 0; t2 <= t; t2++ {
-					k := qkv[(bb*T+t2)*3*C+C+h*hs : (bb*T+t2)*3*C+C+h*hs+hs]
-					var s float32
-					for i, qv := range q {
-						s += qv * k[i]
-					}
-					s *= scale
-					row[t2] = s
-					maxv = max(maxv, s)
-				}
-				var sum float32
-				for t2 := 0; t2 <= t; t2++ {
-					e := exp32(row[t2] - maxv)
-					row[t2] = e
-					sum += e
-				}
-				inv := 1 / sum
-				for t2 := 0; t2 <= t; t2++ {
-					row[t2] *= inv
+	var pd []float32 // dropout(att) of one batch row, when dropout is on
+	if d.On() {
+		pd = make([]float32, NH*T*T)
+	}
+	for bb := 0; bb < B; bb++ {
+		base := bb * T * 3 * C
+		for h := 0; h < NH; h++ {
+			s := att[(bb*NH+h)*T*T : (bb*NH+h+1)*T*T]
+			b.Sgemm(false, true, T, T, hs, scale, qkv[base+h*hs:], 3*C, qkv[base+C+h*hs:], 3*C, 0, s, T)
+		}
+		b.ParallelFor(NH*T, 16, func(lo, hi int) {
+			for r := lo; r < hi; r++ { // r = h·T + t
+				t := r % T
+				row := att[(bb*NH*T+r)*T : (bb*NH*T+r+1)*T]
+				causal := row[:t+1]
+				sum := expShift(causal, maxOf(causal))
+				inv := float32(1 / sum)
+				for i := range causal {
+					causal[i] *= inv
 				}
 				clear(row[t+1:])
-				o := out[(bb*T+t)*C+h*hs : (bb*T+t)*C+h*hs+hs]
-				clear(o)
-				for t2 := 0; t2 <= t; t2++ {
-					p := row[t2]
-					if d.On() {
-						if !d.Keep(off + uint64((bh*T+t)*T+t2)) {
-							continue
+				if pd != nil {
+					p := pd[r*T : (r+1)*T]
+					ds := d.Scale()
+					first := off + uint64((bb*NH*T+r)*T)
+					for i, v := range row {
+						if d.Keep(first + uint64(i)) {
+							p[i] = v * ds
+						} else {
+							p[i] = 0
 						}
-						p *= ds
-					}
-					v := qkv[(bb*T+t2)*3*C+2*C+h*hs : (bb*T+t2)*3*C+2*C+h*hs+hs]
-					for i := range o {
-						o[i] += p * v[i]
 					}
 				}
 			}
+		})
+		for h := 0; h < NH; h++ {
+			p := att[(bb*NH+h)*T*T : (bb*NH+h+1)*T*T]
+			if pd != nil {
+				p = pd[h*T*T : (h+1)*T*T]
+			}
+			b.Sgemm(false, false, T, hs, T, 1, p, T, qkv[base+2*C+h*hs:], 3*C, 0, out[bb*T*C+h*hs:], C)
 		}
-	})
+	}
 }
 
 // AttentionBackward computes dqkv (overwritten) from dout, the packed qkv and
 // the stored (or recomputed) probabilities att.
 //
-//	dp  = dout · vᵀ, then the dropout mask;  dv += dropout(att)ᵀ · dout
-//	ds  = att ⊙ (dp − Σ att⊙dp)             (softmax backward)
-//	dq  = ds · k / √hs;  dk = dsᵀ · q / √hs
+//	P' = dropout(att);  dP' = dout · vᵀ;  dv = P'ᵀ · dout;  dP = dropout(dP')
+//	dS = att ⊙ (dP − rowsum(att ⊙ dP)) / √hs      (softmax backward, causal rows)
+//	dq = dS · k;  dk = dSᵀ · q
+//
+// In the same three phases per batch row as the forward pass.
 func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int, d Dropout, off uint64) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
-	ds := d.Scale()
-	b.ParallelFor(B*NH, 1, func(lo, hi int) {
-		dp := make([]float32, T)
-		for bh := lo; bh < hi; bh++ {
-			bb, h := bh/NH, bh%NH
-			for t := 0; t < T; t++ {
-				r := (bb*T + t) * 3 * C
-				clear(dqkv[r+h*hs : r+h*hs+hs])
-				clear(dqkv[r+C+h*hs : r+C+h*hs+hs])
-				clear(dqkv[r+2*C+h*hs : r+2*C+h*hs+hs])
-			}
-			for t := 0; t < T; t++ {
-				row := att[(bh*T+t)*T : (bh*T+t+1)*T]
-				g := dout[(bb*T+t)*C+h*hs : (bb*T+t)*C+h*hs+hs]
-				var dot float32
-				for t2 := 0; t2 <= t; t2++ {
-					p := row[t2]
-					m := float32(1)
-					if d.On() {
-						if d.Keep(off + uint64((bh*T+t)*T+t2)) {
-							m = ds
+	dp := make([]float32, NH*T*T)
+	var pd []float32
+	if d.On() {
+		pd = make([]float32, NH*T*T)
+	}
+	for bb := 0; bb < B; bb++ {
+		base := bb * T * 3 * C
+		if pd != nil {
+			b.ParallelFor(NH*T, 16, func(lo, hi int) {
+				ds := d.Scale()
+				for r := lo; r < hi; r++ {
+					row := att[(bb*NH*T+r)*T : (bb*NH*T+r+1)*T]
+					p := pd[r*T : (r+1)*T]
+					first := off + uint64((bb*NH*T+r)*T)
+					for i, v := range row {
+						if d.Keep(first + uint64(i)) {
+							p[i] = v * ds
 						} else {
-							m = 0
+							p[i] = 0
 						}
 					}
-					vo := (bb*T+t2)*3*C + 2*C + h*hs
-					v := qkv[vo : vo+hs]
-					dv := dqkv[vo : vo+hs]
-					var s float32
-					pm := p * m
-					for i, gv := range g {
-						s += gv * v[i]
-						dv[i] += pm * gv
-					}
-					dp[t2] = s * m
-					dot += p * dp[t2]
 				}
-				qo := (bb*T+t)*3*C + h*hs
-				q := qkv[qo : qo+hs]
-				dq := dqkv[qo : qo+hs]
-				for t2 := 0; t2 <= t; t2++ {
-					dsc := row[t2] * (dp[t2] - dot) * scale
-					ko := (bb*T+t2)*3*C + C + h*hs
-					k := qkv[ko : ko+hs]
-					dk := dqkv[ko : ko+hs]
-					for i := range q {
-						dq[i] += dsc * k[i]
-						dk[i] += dsc * q[i]
+			})
+		}
+		for h := 0; h < NH; h++ {
+			p := att[(bb*NH+h)*T*T : (bb*NH+h+1)*T*T]
+			if pd != nil {
+				p = pd[h*T*T : (h+1)*T*T]
+			}
+			g := dout[bb*T*C+h*hs:]
+			b.Sgemm(false, true, T, T, hs, 1, g, C, qkv[base+2*C+h*hs:], 3*C, 0, dp[h*T*T:(h+1)*T*T], T)
+			b.Sgemm(true, false, T, hs, T, 1, p, T, g, C, 0, dqkv[base+2*C+h*hs:], 3*C)
+		}
+		b.ParallelFor(NH*T, 16, func(lo, hi int) {
+			ds := d.Scale()
+			for r := lo; r < hi; r++ {
+				t := r % T
+				row := att[(bb*NH*T+r)*T : (bb*NH*T+r)*T+t+1]
+				g := dp[r*T : (r+1)*T]
+				if d.On() {
+					first := off + uint64((bb*NH*T+r)*T)
+					for i := range row {
+						if d.Keep(first + uint64(i)) {
+							g[i] *= ds
+						} else {
+							g[i] = 0
+						}
 					}
+				}
+				var dot float32
+				for i, p := range row {
+					dot += p * g[i]
+				}
+				for i, p := range row {
+					g[i] = p * (g[i] - dot) * scale
+				}
+				clear(g[t+1:])
+			}
+		})
+		for h := 0; h < NH; h++ {
+			s := dp[h*T*T : (h+1)*T*T]
+			b.Sgemm(false, false, T, hs, T, 1, s, T, qkv[base+C+h*hs:], 3*C, 0, dqkv[base+h*hs:], 3*C)
+			b.Sgemm(true, false, T, hs, T, 1, s, T, qkv[base+h*hs:], 3*C, 0, dqkv[base+C+h*hs:], 3*C)
+		}
+	}
+}
+
+// AttentionDecode is attention for one new token per sequence against a
+// key/value cache: the incremental form of AttentionForward used to generate
+// text, whose cost per token grows with the context, not with re-running it.
+//
+//	q      (B,C):        the new tokens' queries, at position pos
+//	kc, vc (B,maxT,C):   cached keys and values; rows 0…pos are filled
+//	out    (B,C):        softmax(q·kᵀ/√hs over rows 0…pos) · v, heads side by side
+func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
+	hs := C / NH
+	scale := float32(1 / math.Sqrt(float64(hs)))
+	b.ParallelFor(B*NH, 1, func(lo, hi int) {
+		s := make([]float32, pos+1)
+		for bh := lo; bh < hi; bh++ {
+			bb, h := bh/NH, bh%NH
+			qh := q[bb*C+h*hs : bb*C+h*hs+hs]
+			for t := 0; t <= pos; t++ {
+				k := kc[(bb*maxT+t)*C+h*hs : (bb*maxT+t)*C+h*hs+hs]
+				var dot float32
+				for i, v := range qh {
+					dot += v * k[i]
+				}
+				s[t] = dot * scale
+			}
+			inv := float32(1 / expShift(s, maxOf(s)))
+			o := out[bb*C+h*hs : bb*C+h*hs+hs]
+			clear(o)
+			for t := 0; t <= pos; t++ {
+				p := s[t] * inv
+				v := vc[(bb*maxT+t)*C+h*hs : (bb*maxT+t)*C+h*hs+hs]
+				for i := range o {
+					o[i] += p * v[i]
 				}
 			}
 		}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/engine/data"
+)
+
+// runCLI runs the command line in-process and returns its exit code, stdout
+// and stderr.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err := run(context.Background(), args, &out, &errb)
+	code := exitCode(err, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	// A shard cut short: its header promises more tokens than it holds.
+	shards := filepath.Join(dir, "shards")
+	if err := os.MkdirAll(shards, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	good := make([]uint16, 1000)
+	if err := data.WriteShard(filepath.Join(shards, "data_000000.bin"), good); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(shards, "data_000000.bin"))
+	os.WriteFile(filepath.Join(shards, "data_000000.bin"), b[:len(b)-100], 0o644)
+	notModel := filepath.Join(dir, "notmodel.bin")
+	os.WriteFile(notModel, make([]byte, 2048), 0o644)
+	badYAML := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(badYAML, []byte("_base_: tiny\nModel:\n  hidden_size: abc\n"), 0o644)
+
+	logs := "Engine.log_dir=" + filepath.Join(dir, "log")
+	tests := []struct {
+		name string
+		args []string
+		want []string // substrings of the one-line error
+	}{
+		{"no command", nil, []string{"no command"}},
+		{"unknown command", []string{"trian"}, []string{"unknown command", "trian"}},
+		{"unknown key", []string{"train", "-c", "tiny", "-o", "Model.hiden_size=3"}, []string{"Model.hiden_size", "Model.hidden_size"}},
+		{"bad override syntax", []string{"train", "-c", "tiny", "-o", "Model.hidden_size"}, []string{"Model.hidden_size"}},
+		{"missing config", []string{"train", "-c", filepath.Join(dir, "nope.yaml")}, []string{"nope.yaml"}},
+		{"bad value type", []string{"train", "-c", badYAML}, []string{"bad.yaml:3", "hidden_size"}},
+		{"heads do not divide", []string{"train", "-c", "tiny", "-o", "Model.hidden_size=66"}, []string{"hidden_size"}},
+		{"missing data dir", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.input_dir=" + filepath.Join(dir, "nodata")}, []string{"nodata"}},
+		{"truncated shard", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.input_dir=" + shards}, []string{"data_000000.bin"}},
+		{"missing model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + filepath.Join(dir, "nomodel.bin")}, []string{"nomodel.bin"}},
+		{"not a model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + notModel}, []string{"notmodel.bin", "magic"}},
+		{"gpu without CUDA", []string{"train", "-c", "tiny", "-o", "Global.device=gpu"}, []string{"Global.device=gpu"}},
+		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr)
+			}
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "gptui: ") {
+				t.Errorf("stderr %q does not end in a 'gptui: ' error line", stderr)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("error line %q does not mention %q", last, w)
+				}
+			}
+			if strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, "panic") {
+				t.Errorf("stderr holds a stack trace: %q", stderr)
+			}
+		})
+	}
+}
+
+// TestPrepareThenTrain: prepare a text file into shards and train on them.
+func TestPrepareThenTrain(t *testing.T) {
+	dir := t.TempDir()
+	txt := filepath.Join(dir, "a.txt")
+	os.WriteFile(txt, []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 400)), 0o644)
+	code, out, stderr := runCLI(t, "data", "prepare", "--quiet", "--input", txt, "--output", filepath.Join(dir, "shards"))
+	if code != 0 || !strings.Contains(out, "1 documents") {
+		t.Fatalf("prepare: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0",
+		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Data.Train.dataset.input_dir="+filepath.Join(dir, "shards"))
+	if code != 0 || !strings.Contains(out, "[done] steps: 2") {
+		t.Fatalf("train: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+func TestConfigAndPresets(t *testing.T) {
+	code, out, _ := runCLI(t, "config", "-c", "13b-4node", "-o", "Model.hidden_size=2560")
+	if code != 0 || !strings.Contains(out, "hidden_size: 2560") || !strings.Contains(out, "num_layers: 40") {
+		t.Errorf("config: exit %d, output %q", code, out)
+	}
+	code, out, _ = runCLI(t, "presets")
+	for _, p := range []string{"tiny", "gpt2-124m", "345m-1card", "1.3b-dp8", "6.7b-sharding16", "13b-4node"} {
+		if code != 0 || !strings.Contains(out, p) {
+			t.Errorf("presets: exit %d, output lacks %s", code, p)
+		}
+	}
+}

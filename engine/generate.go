@@ -1,0 +1,200 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+)
+
+// SampleOptions control how the next token is drawn from the logits.
+type SampleOptions struct {
+	MaxNewTokens int     // tokens to generate after each prompt
+	Temperature  float64 // 0: greedy (argmax)
+	TopK         int     // keep the K most likely tokens; 0: all
+	TopP         float64 // keep the smallest set whose probability reaches P; 0 or 1: all
+	Seed         uint64  // sampling RNG seed
+}
+
+// kvCache holds, per layer, the keys and values of every position seen.
+type kvCache struct {
+	B, maxT int
+	k, v    [][]float32 // L × (B,maxT,C)
+}
+
+// decodeActs are the (B,·) buffers of one decoding step.
+type decodeActs struct {
+	x, ln, mean, rstd, qkv, q, atty, proj, res2, fch, fchG []float32
+	logits                                                 []float32 // (B,V)
+}
+
+// Generate continues each prompt by MaxNewTokens tokens with a key/value
+// cache: every step runs the model on one new token per sequence, so the
+// cost per token does not grow with re-running the prompt. Sequences advance
+// in lockstep, one position per step; a sequence feeds its own prompt until it
+// is used up and then its samples. emit, when not nil, receives each
+// generated token as it is drawn. It returns the generated tokens.
+func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions, emit func(seq, tok int) error) ([][]int, error) {
+	c := m.Cfg
+	B := len(prompts)
+	longest := 0
+	for i, p := range prompts {
+		if len(p) == 0 {
+			return nil, fmt.Errorf("prompt %d is empty", i)
+		}
+		for _, t := range p {
+			if t < 0 || t >= c.V {
+				return nil, fmt.Errorf("prompt %d: token %d outside the vocabulary of %d", i, t, c.V)
+			}
+		}
+		longest = max(longest, len(p))
+	}
+	total := longest - 1 + opt.MaxNewTokens
+	for _, p := range prompts {
+		total = max(total, len(p)+opt.MaxNewTokens)
+	}
+	if total > c.MaxT {
+		return nil, errors.New(fmt.Sprint("prompt plus ", opt.MaxNewTokens, " new tokens needs ", total, " positions; the model has ", c.MaxT))
+	}
+	cache := &kvCache{B: B, maxT: c.MaxT, k: make([][]float32, c.L), v: make([][]float32, c.L)}
+	for l := range cache.k {
+		cache.k[l] = make([]float32, B*c.MaxT*c.C)
+		cache.v[l] = make([]float32, B*c.MaxT*c.C)
+	}
+	a := &decodeActs{
+		x: make([]float32, B*c.C), ln: make([]float32, B*c.C), mean: make([]float32, B), rstd: make([]float32, B),
+		qkv: make([]float32, B*3*c.C), q: make([]float32, B*c.C), atty: make([]float32, B*c.C), proj: make([]float32, B*c.C),
+		res2: make([]float32, B*c.C), fch: make([]float32, B*c.F), fchG: make([]float32, B*c.F), logits: make([]float32, B*c.V),
+	}
+	rng := rand.New(rand.NewPCG(opt.Seed, 0x73616d706c65)) // "sample"
+	out := make([][]int, B)
+	next := make([]int32, B)
+	probs := make([]float64, c.V)
+	for pos := 0; ; pos++ {
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+		done := true
+		for b, p := range prompts {
+			switch {
+			case pos < len(p):
+				next[b] = int32(p[pos])
+			case len(out[b]) > 0:
+				next[b] = int32(out[b][len(out[b])-1])
+			}
+			if len(out[b]) < opt.MaxNewTokens {
+				done = false
+			}
+		}
+		if done {
+			return out, nil
+		}
+		m.decodeStep(cache, a, next, pos)
+		for b, p := range prompts {
+			if pos < len(p)-1 || len(out[b]) >= opt.MaxNewTokens {
+				continue
+			}
+			tok := sample(a.logits[b*c.V:(b+1)*c.V], opt, rng, probs)
+			out[b] = append(out[b], tok)
+			if emit != nil {
+				if err := emit(b, tok); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+}
+
+// decodeStep runs the model on token tok[b] at position pos of every
+// sequence, appending its keys and values to the cache, and leaves the
+// next-token logits (B,V) in a.logits.
+func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
+	be, c, p := m.be, m.Cfg, m.p
+	B, C, F, V := kv.B, c.C, c.F, c.V
+	for b := 0; b < B; b++ {
+		we := p.wte[int(tok[b])*C : int(tok[b])*C+C]
+		pe := p.wpe[pos*C : pos*C+C]
+		for i := range C {
+			a.x[b*C+i] = we[i] + pe[i]
+		}
+	}
+	for l := 0; l < c.L; l++ {
+		be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, layer(p.ln1w, l, C), layer(p.ln1b, l, C), B, C)
+		be.MatmulForward(a.qkv, a.ln, layer(p.qkvw, l, 3*C*C), layer(p.qkvb, l, 3*C), B, C, 3*C)
+		for b := 0; b < B; b++ {
+			row := a.qkv[b*3*C : (b+1)*3*C]
+			copy(a.q[b*C:(b+1)*C], row[:C])
+			copy(kv.k[l][(b*kv.maxT+pos)*C:], row[C:2*C])
+			copy(kv.v[l][(b*kv.maxT+pos)*C:], row[2*C:])
+		}
+		be.AttentionDecode(a.atty, a.q, kv.k[l], kv.v[l], B, pos, kv.maxT, C, c.NH)
+		be.MatmulForward(a.proj, a.atty, layer(p.attprojw, l, C*C), layer(p.attprojb, l, C), B, C, C)
+		be.ResidualForward(a.res2, a.x, a.proj)
+		be.LayerNormForward(a.ln, a.mean, a.rstd, a.res2, layer(p.ln2w, l, C), layer(p.ln2b, l, C), B, C)
+		be.MatmulForward(a.fch, a.ln, layer(p.fcw, l, F*C), layer(p.fcb, l, F), B, C, F)
+		be.GeluForward(a.fchG, a.fch)
+		be.MatmulForward(a.proj, a.fchG, layer(p.fcprojw, l, C*F), layer(p.fcprojb, l, C), B, F, C)
+		be.ResidualForward(a.x, a.res2, a.proj)
+	}
+	be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.lnfw, p.lnfb, B, C)
+	be.MatmulForward(a.logits, a.ln, p.wte[:V*C], nil, B, C, V)
+}
+
+// sample draws a token from logits: argmax at temperature 0, else from the
+// softmax of logits/temperature restricted by top-k and top-p.
+func sample(logits []float32, opt SampleOptions, rng *rand.Rand, probs []float64) int {
+	if opt.Temperature <= 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return best
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return logits[idx[i]] > logits[idx[j]] })
+	if opt.TopK > 0 && opt.TopK < len(idx) {
+		idx = idx[:opt.TopK]
+	}
+	mx := float64(logits[idx[0]])
+	var z float64
+	for _, i := range idx {
+		probs[i] = math.Exp((float64(logits[i]) - mx) / opt.Temperature)
+		z += probs[i]
+	}
+	if opt.TopP > 0 && opt.TopP < 1 {
+		var cum float64
+		for k, i := range idx {
+			cum += probs[i] / z
+			if cum >= opt.TopP {
+				idx = idx[:k+1]
+				break
+			}
+		}
+		z = 0
+		for _, i := range idx {
+			z += probs[i]
+		}
+	}
+	u := rng.Float64() * z
+	for _, i := range idx {
+		u -= probs[i]
+		if u <= 0 {
+			return i
+		}
+	}
+	return idx[len(idx)-1]
+}
+
+// Logits runs the model on inputs (B,T) without dropout and returns the
+// logits (B,T,V) of every position (a view valid until the next call).
+func (m *Model) Logits(inputs []int32, B, T int) []float32 {
+	m.Forward(inputs, make([]int32, B*T), B, T, Pass{}, false, 0)
+	return m.acts.logits
+}

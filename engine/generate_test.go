@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/cpu"
+)
+
+// TestGenerateKVCacheMatchesRecompute: greedy decoding with the key/value
+// cache gives, token for token, what re-running the whole sequence gives.
+func TestGenerateKVCacheMatchesRecompute(t *testing.T) {
+	shape := ModelConfig{MaxT: 80, V: 97, Vp: 128, L: 2, NH: 4, C: 32, F: 128}
+	m, err := NewModel(cpu.New(), shape, 0.02, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomize(m, rand.New(rand.NewPCG(4, 4)))
+	prompts := [][]int{{5, 17, 3}, {42}, {1, 2, 3, 4, 5, 6, 7, 8}}
+	const n = 64
+	got, err := m.Generate(context.Background(), prompts, SampleOptions{MaxNewTokens: n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for b, p := range prompts {
+		seq := append([]int(nil), p...)
+		for i := 0; i < n; i++ {
+			in := make([]int32, len(seq))
+			for j, v := range seq {
+				in[j] = int32(v)
+			}
+			logits := m.Logits(in, 1, len(seq))
+			last := logits[(len(seq)-1)*shape.V : len(seq)*shape.V]
+			want := sample(last, SampleOptions{}, nil, nil)
+			if got[b][i] != want {
+				t.Fatalf("prompt %d token %d: cache gives %d, recompute %d", b, i, got[b][i], want)
+			}
+			seq = append(seq, want)
+		}
+	}
+}
+
+func TestSampleOptions(t *testing.T) {
+	logits := []float32{0, 5, 1, 4.9, -3}
+	r := rand.New(rand.NewPCG(1, 2))
+	probs := make([]float64, len(logits))
+	if got := sample(logits, SampleOptions{}, r, probs); got != 1 {
+		t.Errorf("greedy = %d, want 1", got)
+	}
+	seen := map[int]int{}
+	for i := 0; i < 2000; i++ {
+		seen[sample(logits, SampleOptions{Temperature: 1, TopK: 2}, r, probs)]++
+	}
+	if len(seen) != 2 || seen[1] == 0 || seen[3] == 0 {
+		t.Errorf("top-k 2 drew %v, want only tokens 1 and 3", seen)
+	}
+	clear(seen)
+	for i := 0; i < 2000; i++ {
+		seen[sample(logits, SampleOptions{Temperature: 1, TopP: 0.3}, r, probs)]++
+	}
+	if len(seen) != 1 || seen[1] != 2000 {
+		t.Errorf("top-p 0.3 drew %v, want only token 1", seen)
+	}
+}

@@ -1,0 +1,333 @@
+// Package hf converts GPT-2 parameters between gptui's single parameter
+// buffer (llm.c's layout, see [engine.Layout]) and a Hugging Face
+// transformers checkpoint directory for GPT2LMHeadModel: model.safetensors
+// and config.json.
+//
+// # Tensor mapping
+//
+// transformers' GPT-2 stores its linear layers as Conv1D modules whose
+// weight is [in, out], the transpose of llm.c's (out, in):
+//
+//	transformer.wte.weight               [V, C]     wte rows 0..V-1 (padded rows are not written)
+//	transformer.wpe.weight               [maxT, C]  wpe
+//	transformer.h.i.ln_1.weight/.bias    [C]        ln1w[i], ln1b[i]
+//	transformer.h.i.attn.c_attn.weight   [C, 3C]    qkvw[i]ᵀ
+//	transformer.h.i.attn.c_attn.bias     [3C]       qkvb[i]
+//	transformer.h.i.attn.c_proj.weight   [C, C]     attprojw[i]ᵀ
+//	transformer.h.i.attn.c_proj.bias     [C]        attprojb[i]
+//	transformer.h.i.ln_2.weight/.bias    [C]        ln2w[i], ln2b[i]
+//	transformer.h.i.mlp.c_fc.weight      [C, F]     fcw[i]ᵀ
+//	transformer.h.i.mlp.c_fc.bias        [F]        fcb[i]
+//	transformer.h.i.mlp.c_proj.weight    [F, C]     fcprojw[i]ᵀ
+//	transformer.h.i.mlp.c_proj.bias      [C]        fcprojb[i]
+//	transformer.ln_f.weight/.bias        [C]        lnfw, lnfb
+//
+// The output projection lm_head.weight is tied to wte: Export leaves it out
+// and sets tie_word_embeddings, as transformers' save_pretrained does.
+//
+// # Checking an export with transformers
+//
+// A directory written by Export loads with
+//
+//	from transformers import GPT2LMHeadModel
+//	model = GPT2LMHeadModel.from_pretrained(dir)
+//
+// testdata/gpt2_reference.py evaluates an exported model with PyTorch alone
+// (and with transformers too, where it is installed).
+package hf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/gptui/gptui/engine"
+)
+
+// File names inside a checkpoint directory.
+const (
+	ModelFile  = "model.safetensors"
+	ConfigFile = "config.json"
+)
+
+// prefix is the GPT2Model submodule's name inside GPT2LMHeadModel.
+const prefix = "transformer."
+
+// lmHead is the output projection's name, tied to wte.
+const lmHead = "lm_head.weight"
+
+// mapping places one Hugging Face tensor in the llm.c parameter buffer.
+type mapping struct {
+	name      string // Hugging Face name without the "transformer." prefix
+	shape     []int  // Hugging Face shape
+	off       int    // first element in the llm.c buffer
+	transpose bool   // Conv1D weight: shape is [in, out], the buffer holds (out, in)
+}
+
+// size is the element count of the tensor.
+func (m mapping) size() int {
+	n := 1
+	for _, d := range m.shape {
+		n *= d
+	}
+	return n
+}
+
+// mappings lists the Hugging Face tensors of cfg in state_dict order and the
+// size of the llm.c buffer they map into.
+func mappings(cfg engine.ModelConfig) ([]mapping, int) {
+	ts, total := engine.Layout(cfg)
+	off := make(map[string]int, len(ts))
+	per := make(map[string]int, len(ts)) // per-layer size of layered tensors
+	for _, t := range ts {
+		off[t.Name] = t.Offset
+		per[t.Name] = t.Size / cfg.L
+	}
+	L, C, F := cfg.L, cfg.C, cfg.F
+	ms := []mapping{
+		{name: "wte.weight", shape: []int{cfg.V, C}, off: off["wte"]},
+		{name: "wpe.weight", shape: []int{cfg.MaxT, C}, off: off["wpe"]},
+	}
+	for l := range L {
+		at := func(name string) int { return off[name] + l*per[name] }
+		h := fmt.Sprintf("h.%d.", l)
+		ms = append(ms,
+			mapping{name: h + "ln_1.weight", shape: []int{C}, off: at("ln1w")},
+			mapping{name: h + "ln_1.bias", shape: []int{C}, off: at("ln1b")},
+			mapping{name: h + "attn.c_attn.weight", shape: []int{C, 3 * C}, off: at("qkvw"), transpose: true},
+			mapping{name: h + "attn.c_attn.bias", shape: []int{3 * C}, off: at("qkvb")},
+			mapping{name: h + "attn.c_proj.weight", shape: []int{C, C}, off: at("attprojw"), transpose: true},
+			mapping{name: h + "attn.c_proj.bias", shape: []int{C}, off: at("attprojb")},
+			mapping{name: h + "ln_2.weight", shape: []int{C}, off: at("ln2w")},
+			mapping{name: h + "ln_2.bias", shape: []int{C}, off: at("ln2b")},
+			mapping{name: h + "mlp.c_fc.weight", shape: []int{C, F}, off: at("fcw"), transpose: true},
+			mapping{name: h + "mlp.c_fc.bias", shape: []int{F}, off: at("fcb")},
+			mapping{name: h + "mlp.c_proj.weight", shape: []int{F, C}, off: at("fcprojw"), transpose: true},
+			mapping{name: h + "mlp.c_proj.bias", shape: []int{C}, off: at("fcprojb")},
+		)
+	}
+	ms = append(ms,
+		mapping{name: "ln_f.weight", shape: []int{C}, off: off["lnfw"]},
+		mapping{name: "ln_f.bias", shape: []int{C}, off: off["lnfb"]},
+	)
+	return ms, total
+}
+
+// transpose writes the transpose of the rows×cols matrix src into dst.
+func transpose(dst, src []float32, rows, cols int) {
+	for i := range rows {
+		row := src[i*cols : (i+1)*cols]
+		for j, v := range row {
+			dst[j*rows+i] = v
+		}
+	}
+}
+
+// Export writes dir/model.safetensors (float32) and dir/config.json for
+// transformers' GPT2LMHeadModel, creating dir if needed. params is laid out
+// by engine.Layout(cfg); the padded vocabulary rows of wte are not written.
+// The output is deterministic, and each file is replaced atomically.
+func Export(dir string, cfg engine.ModelConfig, params []float32) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
+	ms, total := mappings(cfg)
+	if len(params) != total {
+		return fmt.Errorf("hf export: %d parameters, the shape %+v has %d", len(params), cfg, total)
+	}
+	conf, err := encodeConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("hf export: %s: %w", ConfigFile, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
+
+	hdrs := make([]stHeader, len(ms))
+	largest := 0
+	for i, m := range ms {
+		hdrs[i] = stHeader{Name: prefix + m.name, Dtype: "F32", Shape: m.shape}
+		largest = max(largest, m.size())
+	}
+	scratch := make([]float32, largest)
+	raw := make([]byte, 4*largest)
+	err = writeSafetensors(filepath.Join(dir, ModelFile), hdrs, func(i int, w io.Writer) error {
+		m := ms[i]
+		n := m.size()
+		src := params[m.off : m.off+n]
+		if m.transpose {
+			// The buffer holds (out, in) = (shape[1], shape[0]).
+			transpose(scratch[:n], src, m.shape[1], m.shape[0])
+			src = scratch[:n]
+		}
+		b := raw[:4*n]
+		for k, v := range src {
+			binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(v))
+		}
+		_, err := w.Write(b)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
+	err = writeFileAtomic(filepath.Join(dir, ConfigFile), func(w io.Writer) error {
+		_, err := w.Write(conf)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
+	return nil
+}
+
+// Import reads a Hugging Face GPT-2 checkpoint directory (model.safetensors
+// and config.json) into engine.Layout's buffer. The padded vocabulary rows
+// of wte are zero. Dropout rates come from resid_pdrop and attn_pdrop
+// (transformers' default 0.1 where absent); embd_pdrop is not read.
+//
+// Tensor names may carry the "transformer." prefix (GPT2LMHeadModel) or not
+// (GPT2Model). F32 tensors are read as they are; F16 and BF16 tensors are
+// widened to float32, which is exact. The attention mask buffers attn.bias
+// and attn.masked_bias of older checkpoints are ignored, and so is an
+// lm_head.weight equal to wte; an lm_head.weight that differs from it is an
+// error, since gptui ties the output projection to wte. Any other tensor,
+// a missing one, a shape that does not match config.json or another dtype
+// is an error naming the file and tensor; format errors are
+// *engine.FormatError.
+func Import(dir string) (engine.ModelConfig, []float32, error) {
+	confPath := filepath.Join(dir, ConfigFile)
+	cfg, untied, err := readConfig(confPath)
+	if err != nil {
+		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
+	path := filepath.Join(dir, ModelFile)
+	st, err := openSafetensors(path)
+	if err != nil {
+		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
+	defer st.Close()
+	params, err := load(st, cfg, untied)
+	if err != nil {
+		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
+	return cfg, params, nil
+}
+
+// load checks st's tensors against cfg and reads them into a new buffer.
+func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
+	bad := func(format string, args ...any) error {
+		return &engine.FormatError{File: st.path, Msg: fmt.Sprintf(format, args...)}
+	}
+	ms, total := mappings(cfg)
+	want := make(map[string]int, len(ms)) // name → index in ms
+	for i, m := range ms {
+		want[m.name] = i
+	}
+	ignored := make(map[string]bool, 2*cfg.L)
+	for l := range cfg.L {
+		ignored[fmt.Sprintf("h.%d.attn.bias", l)] = true
+		ignored[fmt.Sprintf("h.%d.attn.masked_bias", l)] = true
+	}
+
+	found := make([]*stEntry, len(ms))
+	var head *stEntry
+	var unknown []string
+	for i := range st.entries { // sorted by name: errors are deterministic
+		e := &st.entries[i]
+		if e.Name == lmHead {
+			head = e
+			continue
+		}
+		name := strings.TrimPrefix(e.Name, prefix)
+		if ignored[name] {
+			continue
+		}
+		k, ok := want[name]
+		if !ok {
+			unknown = append(unknown, e.Name)
+			continue
+		}
+		if found[k] != nil {
+			return nil, bad("tensor %s appears twice, as %s and %s", name, found[k].Name, e.Name)
+		}
+		if !slices.Equal(e.Shape, ms[k].shape) {
+			return nil, bad("tensor %s: shape %v, want %v for %s", e.Name, e.Shape, ms[k].shape, ConfigFile)
+		}
+		if !floatDtype(e.Dtype) {
+			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", e.Name, e.Dtype)
+		}
+		found[k] = e
+	}
+	if len(unknown) > 0 {
+		return nil, bad("unknown tensor %s%s: not part of a GPT-2 with %d layers", unknown[0], more(len(unknown)-1), cfg.L)
+	}
+	var missing []string
+	for k, e := range found {
+		if e == nil {
+			missing = append(missing, prefix+ms[k].name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, bad("missing tensor %s%s", missing[0], more(len(missing)-1))
+	}
+	if head != nil {
+		if !slices.Equal(head.Shape, ms[0].shape) {
+			return nil, bad("tensor %s: shape %v, want %v (tied to wte)", head.Name, head.Shape, ms[0].shape)
+		}
+		if !floatDtype(head.Dtype) {
+			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", head.Name, head.Dtype)
+		}
+	} else if untied {
+		return nil, bad("config declares tie_word_embeddings false but there is no %s", lmHead)
+	}
+
+	params := make([]float32, total)
+	var scratch []float32
+	for k, m := range ms {
+		n := m.size()
+		dst := params[m.off : m.off+n]
+		if !m.transpose {
+			if err := st.readFloat32(*found[k], dst); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if cap(scratch) < n {
+			scratch = make([]float32, n)
+		}
+		if err := st.readFloat32(*found[k], scratch[:n]); err != nil {
+			return nil, err
+		}
+		// The file holds [in, out] = shape; the buffer (out, in).
+		transpose(dst, scratch[:n], m.shape[0], m.shape[1])
+	}
+	if head != nil {
+		n := ms[0].size()
+		lm := make([]float32, n)
+		if err := st.readFloat32(*head, lm); err != nil {
+			return nil, err
+		}
+		wte := params[ms[0].off : ms[0].off+n]
+		for i := range lm {
+			if math.Float32bits(lm[i]) != math.Float32bits(wte[i]) {
+				return nil, bad("tensor %s differs from wte (element %d: %g vs %g): untied output embeddings are not supported", head.Name, i, lm[i], wte[i])
+			}
+		}
+	}
+	return params, nil
+}
+
+func floatDtype(d string) bool { return d == "F32" || d == "F16" || d == "BF16" }
+
+// more describes n further items of a list cut to its first.
+func more(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (and %d more)", n)
+}

@@ -1,0 +1,108 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui"
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+func builtin() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }
+
+// TestTrainTinyLossFalls trains the tiny preset on the built-in corpus and
+// checks that the loss falls, the log lines and the metrics file.
+func TestTrainTinyLossFalls(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=40", "Engine.eval_freq=20", "Engine.eval_iters=2", "Engine.log_dir=" + dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Stdout: &out, Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
+	if !(last < first-2) {
+		t.Errorf("loss went from %.3f to %.3f; want a fall of more than 2", first, last)
+	}
+	if len(res.EvalLosses) != 2 || !(res.EvalLosses[1] < res.EvalLosses[0]) {
+		t.Errorf("eval losses %v: want two, falling", res.EvalLosses)
+	}
+	log := out.String()
+	for _, want := range []string{"[train] epoch: 0 step: 0 lr: ", " avg_reader_cost: ", " ips: ", " tokens/s mfu: ", "[eval] epoch: ", " ppl: ", "[memory] rank 0: params "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	wl, err := os.ReadFile(filepath.Join(dir, "workerlog.0"))
+	if err != nil || !bytes.Equal(wl, out.Bytes()) {
+		t.Errorf("workerlog.0 differs from stdout (err %v)", err)
+	}
+	f, err := os.Open(filepath.Join(dir, "metrics.0.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var train, eval int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("metrics line %q: %v", sc.Text(), err)
+		}
+		if _, ok := m["eval_loss"]; ok {
+			eval++
+			continue
+		}
+		train++
+		for _, k := range []string{"step", "epoch", "loss", "lr", "tokens_per_s", "step_time_s", "mfu", "mem_bytes"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("metrics line lacks %q: %s", k, sc.Text())
+			}
+		}
+	}
+	if train != 5 || eval != 2 { // steps 0, 10, 20, 30, 39; evals after 20 and 40
+		t.Errorf("metrics: %d train and %d eval lines, want 5 and 2", train, eval)
+	}
+}
+
+// TestAccumulationMatchesOneBatch: local batch 8 as one micro-batch of 8 or
+// four of 2 gives the same losses (to float32 reassociation).
+func TestAccumulationMatchesOneBatch(t *testing.T) {
+	run := func(micro string) []float32 {
+		cfg, err := presets.Load("tiny", []string{"Engine.max_steps=3", "Engine.eval_freq=0", "Engine.log_dir=" + t.TempDir(),
+			"Global.micro_batch_size=" + micro, "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Losses
+	}
+	a, b := run("8"), run("2")
+	for i := range a {
+		if d := a[i] - b[i]; d > 1e-4 || d < -1e-4 {
+			t.Errorf("step %d: loss %.6f with micro 8, %.6f with 4×2", i, a[i], b[i])
+		}
+	}
+}
