@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/presets"
@@ -45,6 +46,7 @@ type Result struct {
 	Losses     []float32 // training loss of every step
 	EvalLosses []float64 // every evaluation, in order
 	TokensPerS float64   // median over the run's steps, after the first
+	Checkpoint string    // the last checkpoint written, if any
 }
 
 // Trainer owns the model, optimizer and data of one training process.
@@ -59,6 +61,8 @@ type Trainer struct {
 	opts        Options
 	train, eval *data.Loader
 	B, T, Accum int
+	start       int      // first step to run: 0, or the step a checkpoint ends at
+	warnings    []string // logged when the run starts
 	flopsPerTok float64
 	out         io.Writer // stdout and the worker log
 	metrics     io.Writer
@@ -123,6 +127,17 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
 		return nil, err
+	}
+	ck, warn, err := openCheckpoint(cfg)
+	tr.warnings = warn
+	if err != nil {
+		return nil, err
+	}
+	if ck != nil {
+		if err := tr.restore(ck); err != nil {
+			return nil, err
+		}
+		tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
 	}
 	n := int64(4 * m.NumParams())
 	tr.Memory = Memory{Params: n, Grads: n, Optimizer: 2 * n, Activations: int64(m.ActivationBytes(B, T))}
@@ -232,14 +247,27 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			}
 		}
 	}()
+	res = &Result{}
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
 	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
 	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
 	tr.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
 		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
 	tr.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+	for _, w := range tr.warnings {
+		tr.logf("[checkpoint] %s", w)
+	}
+	saveSteps := tr.Cfg.Engine.SaveLoad.SaveSteps
+	save := func(step int) error {
+		dir, err := tr.Save(step)
+		if err != nil {
+			return fmt.Errorf("saving checkpoint: %w", err)
+		}
+		res.Checkpoint = dir
+		tr.logf("[checkpoint] saved step %d to %s", step+1, dir)
+		return nil
+	}
 
-	res = &Result{}
 	inputs := make([]int32, tr.B*tr.T)
 	targets := make([]int32, tr.B*tr.T)
 	var window struct {
@@ -247,8 +275,14 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		reader, batch float64
 	}
 	var tps []float64
-	for step := 0; step < e.MaxSteps; step++ {
+	for step := tr.start; step < e.MaxSteps; step++ {
 		if err := ctx.Err(); err != nil {
+			// Interrupted between steps: keep the work done so far.
+			if saveSteps > 0 && step > tr.start {
+				if serr := save(step - 1); serr != nil {
+					return res, errors.Join(err, serr)
+				}
+			}
 			return res, err
 		}
 		t0 := time.Now()
@@ -293,6 +327,11 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			res.EvalLosses = append(res.EvalLosses, el)
 			tr.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
 			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
+		}
+		if saveSteps > 0 && ((step+1)%saveSteps == 0 || last) {
+			if err := save(step); err != nil {
+				return res, err
+			}
 		}
 	}
 	res.TokensPerS = median(tps)
@@ -341,5 +380,7 @@ func IsUserError(err error) bool {
 	var fe *FormatError
 	var de *data.FormatError
 	var pe *presets.Error
-	return errors.As(err, &ce) || errors.As(err, &fe) || errors.As(err, &de) || errors.As(err, &pe) || errors.Is(err, os.ErrNotExist)
+	var ke *checkpoint.FormatError
+	return errors.As(err, &ce) || errors.As(err, &fe) || errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &ke) ||
+		errors.Is(err, os.ErrNotExist) || errors.Is(err, checkpoint.ErrNoCheckpoint)
 }

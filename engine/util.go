@@ -7,6 +7,8 @@ import (
 
 func exp(x float64) float64 { return math.Exp(x) }
 
+func sortStrings(s []string) { slices.Sort(s) }
+
 // median of xs (0 for none); xs is not modified.
 func median(xs []float64) float64 {
 	if len(xs) == 0 {

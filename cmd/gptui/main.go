@@ -7,6 +7,9 @@
 //	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
 //	gptui presets                             list the built-in presets
 //	gptui data prepare --input FILE|DIR... --output DIR
+//	gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin
+//	gptui import --from hf DIR | --from llmc FILE.bin --out DIR
+//	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
 // any other failure.
@@ -65,6 +68,9 @@ Commands:
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
   data prepare --input FILE|DIR ... --output DIR         tokenize text into shards
+  export   --ckpt DIR --to hf OUT_DIR | --to llmc FILE    write a checkpoint's model for Hugging Face or llm.c
+  import   --from hf DIR | --from llmc FILE --out DIR      make a checkpoint from either
+  generate --ckpt DIR --prompt TEXT [--max-new-tokens N]  sample text (KV cache; --temperature 0 is greedy)
 
 Run 'gptui COMMAND -h' for a command's flags.
 `
@@ -83,6 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdPresets(stdout)
 	case "data":
 		return cmdData(ctx, args[1:], stdout, stderr)
+	case "export":
+		return cmdExport(args[1:], stdout, stderr)
+	case "import":
+		return cmdImport(args[1:], stdout, stderr)
+	case "generate":
+		return cmdGenerate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

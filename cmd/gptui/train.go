@@ -55,8 +55,12 @@ func cmdPresets(stdout io.Writer) error {
 func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("train", stderr)
 	c, o := configFlags(fs)
+	resume := fs.Bool("resume", false, "resume from the newest checkpoint in Engine.save_load.output_dir (same as -o Engine.save_load.ckpt_dir=auto)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *resume {
+		*o = append(*o, "Engine.save_load.ckpt_dir=auto")
 	}
 	cfg, err := loadConfig(*c, *o)
 	if err != nil {
@@ -86,6 +90,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if n := len(res.Losses); n > 0 {
 		fmt.Fprintf(stdout, "[done] steps: %d first loss: %.6f final loss: %.6f median ips: %.0f tokens/s\n", n, res.Losses[0], res.Losses[n-1], res.TokensPerS)
+	}
+	if res.Checkpoint != "" {
+		fmt.Fprintf(stdout, "[done] checkpoint: %s\n", res.Checkpoint)
 	}
 	return nil
 }

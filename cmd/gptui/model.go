@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/engine/hf"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+func cmdExport(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("export", stderr)
+	ckpt := fs.String("ckpt", "", "checkpoint directory (step_N, or an output_dir with `latest`)")
+	to := fs.String("to", "", "format: hf or llmc")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *ckpt == "" || fs.NArg() != 1 || (*to != "hf" && *to != "llmc") {
+		return usagef("usage: gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin")
+	}
+	out := fs.Arg(0)
+	m, _, err := engine.LoadModel(cpu.New(), *ckpt)
+	if err != nil {
+		return err
+	}
+	if *to == "hf" {
+		err = hf.Export(out, m.Cfg, m.Params)
+	} else {
+		err = m.SaveLLMC(out)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "exported %s to %s (%s)\n", *ckpt, out, *to)
+	return nil
+}
+
+func cmdImport(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("import", stderr)
+	from := fs.String("from", "", "format: hf or llmc")
+	out := fs.String("out", "", "output directory for the checkpoint")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err}
+	}
+	if *out == "" || fs.NArg() != 1 || (*from != "hf" && *from != "llmc") {
+		return usagef("usage: gptui import --from hf DIR | --from llmc FILE.bin --out DIR")
+	}
+	src := fs.Arg(0)
+	be := cpu.New()
+	var m *engine.Model
+	if *from == "hf" {
+		cfg, params, err := hf.Import(src)
+		if err != nil {
+			return err
+		}
+		if m, err = engine.NewModel(be, cfg, 0, 0); err != nil {
+			return err
+		}
+		copy(m.Params, params)
+	} else {
+		var err error
+		if m, err = engine.LoadLLMC(be, src, engine.ModelConfig{}, 0); err != nil {
+			return err
+		}
+	}
+	cfg, err := configFor(m.Cfg)
+	if err != nil {
+		return err
+	}
+	dir, err := engine.SaveModel(m, cfg, *out)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "imported %s as %s\n", src, dir)
+	return nil
+}
+
+// configFor is the gpt2-124m preset reshaped to a model's shape: the config
+// an imported checkpoint carries.
+func configFor(c engine.ModelConfig) (*presets.Config, error) {
+	o := []string{
+		fmt.Sprintf("Model.vocab_size=%d", c.V), fmt.Sprintf("Model.hidden_size=%d", c.C),
+		fmt.Sprintf("Model.num_layers=%d", c.L), fmt.Sprintf("Model.num_attention_heads=%d", c.NH),
+		fmt.Sprintf("Model.ffn_hidden_size=%d", c.F), fmt.Sprintf("Model.max_position_embeddings=%d", c.MaxT),
+		fmt.Sprintf("Model.hidden_dropout_prob=%g", c.HiddenDropout), fmt.Sprintf("Model.attention_probs_dropout_prob=%g", c.AttnDropout),
+		fmt.Sprintf("Data.Train.dataset.max_seq_len=%d", min(c.MaxT, 1024)),
+	}
+	cfg, err := presets.Load("gpt2-124m", o)
+	if err != nil {
+		return nil, fmt.Errorf("making a config for the imported shape: %w", err)
+	}
+	if cfg.PaddedVocab() != c.Vp {
+		return nil, usagef("the model pads its vocabulary of %d to %d rows; gptui pads to multiples of 128 (%d)", c.V, c.Vp, cfg.PaddedVocab())
+	}
+	return cfg, nil
+}
+
+func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("generate", stderr)
+	ckpt := fs.String("ckpt", "", "checkpoint directory (step_N, or an output_dir with `latest`)")
+	prompt := fs.String("prompt", "", "text to continue")
+	promptFile := fs.String("prompt-file", "", "file with one prompt per line, generated as one batch")
+	n := fs.Int("max-new-tokens", 64, "tokens to generate per prompt")
+	temp := fs.Float64("temperature", 1, "sampling temperature; 0 is greedy")
+	topK := fs.Int("top-k", 0, "sample from the K most likely tokens (0: all)")
+	topP := fs.Float64("top-p", 1, "sample from the smallest set with this total probability (1: all)")
+	seed := fs.Uint64("seed", 1234, "sampling seed")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if *ckpt == "" || (*prompt == "") == (*promptFile == "") {
+		return usagef("usage: gptui generate --ckpt DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]")
+	}
+	if *n < 1 || *temp < 0 || *topK < 0 || *topP <= 0 || *topP > 1 {
+		return usagef("generate: need --max-new-tokens ≥ 1, --temperature ≥ 0, --top-k ≥ 0, 0 < --top-p ≤ 1")
+	}
+	texts := []string{*prompt}
+	if *promptFile != "" {
+		var err error
+		if texts, err = readPrompts(*promptFile); err != nil {
+			return err
+		}
+	}
+	tok, err := data.NewTokenizer()
+	if err != nil {
+		return err
+	}
+	m, _, err := engine.LoadModel(cpu.New(), *ckpt)
+	if err != nil {
+		return err
+	}
+	prompts := make([][]int, len(texts))
+	for i, t := range texts {
+		prompts[i] = tok.Encode(t)
+	}
+	opt := engine.SampleOptions{MaxNewTokens: *n, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
+	// One prompt streams its tokens as they come; a batch prints each
+	// completion when all are done.
+	var emit func(int, int) error
+	var st streamer
+	if len(prompts) == 1 {
+		fmt.Fprint(stdout, texts[0])
+		emit = func(_, t int) error { return st.add(stdout, tok, t) }
+	}
+	out, err := m.Generate(ctx, prompts, opt, emit)
+	if err != nil {
+		return err
+	}
+	if len(prompts) == 1 {
+		st.flush(stdout, tok)
+		fmt.Fprintln(stdout)
+		return nil
+	}
+	for i, o := range out {
+		fmt.Fprintf(stdout, "=== %d ===\n%s%s\n", i, texts[i], tok.Decode(o))
+	}
+	return nil
+}
+
+func readPrompts(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("prompt file: %w", err)
+	}
+	defer f.Close()
+	var ps []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			ps = append(ps, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("prompt file %s: %w", path, err)
+	}
+	if len(ps) == 0 {
+		return nil, usagef("prompt file %s holds no prompt", path)
+	}
+	return ps, nil
+}
+
+// streamer prints generated text as tokens arrive, holding back bytes that
+// do not yet form whole UTF-8 characters (a BPE token can end mid-rune).
+type streamer struct {
+	toks    []int
+	printed int // bytes of the decoded text already written
+}
+
+func (s *streamer) add(w io.Writer, tok *data.Tokenizer, t int) error {
+	s.toks = append(s.toks, t)
+	text := tok.Decode(s.toks)
+	end := len(text)
+	for end > s.printed && !utf8.ValidString(text[s.printed:end]) {
+		end--
+	}
+	_, err := io.WriteString(w, text[s.printed:end])
+	s.printed = end
+	return err
+}
+
+func (s *streamer) flush(w io.Writer, tok *data.Tokenizer) {
+	text := tok.Decode(s.toks)
+	io.WriteString(w, text[s.printed:])
+}

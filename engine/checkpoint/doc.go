@@ -1,0 +1,61 @@
+// Package checkpoint reads and writes gptui's training checkpoints in a
+// format that does not depend on how the run that wrote them was
+// parallelised.
+//
+// # Layout
+//
+// Checkpoints live in an output directory:
+//
+//	<output_dir>/
+//	    latest                      "step_00000200\n": the newest complete checkpoint
+//	    step_00000100/
+//	        manifest.json
+//	        rank_00000.safetensors
+//	    step_00000200/
+//	        manifest.json
+//	        rank_00000.safetensors
+//	        rank_00001.safetensors  (one file per writing rank)
+//
+// A checkpoint directory is named step_ followed by the step, zero-padded to
+// eight digits (see [DirName]). Readers order checkpoints by the number, not
+// by the name, so steps past 99,999,999 and unpadded names sort correctly.
+// Names that begin with ".tmp-" are work in progress or debris of an
+// interrupted save; readers ignore them and [Save] removes stale ones.
+//
+// manifest.json ([Manifest]) records the step, the resolved configuration,
+// the data loader and RNG states, the SHA-256 of every data file, and for
+// every tensor its global shape and the blocks ([Slice]) of it that each file
+// holds, in global coordinates. The data files are safetensors files
+// ([WriteSafetensors]): an 8-byte little-endian header length, a JSON header
+// and the raw little-endian values. A loader running under any parallel
+// layout asks [Checkpoint.Read] for exactly the block it needs and gets it
+// assembled from whichever files hold its pieces.
+//
+// # Atomicity
+//
+// [Save] writes a checkpoint into a fresh .tmp-step_<N>-<random> directory,
+// fsyncs every file and the directory, renames it to step_<N>, fsyncs the
+// output directory, and then replaces latest atomically (temporary file,
+// fsync, rename, fsync). Only then are checkpoints beyond keep_last removed,
+// each first renamed to a .tmp- name so that a half-deleted directory is never
+// mistaken for a checkpoint. A crash at any point leaves latest naming a
+// complete checkpoint, and [Latest] verifies what it returns and falls back
+// to the next newest checkpoint that loads if latest or its target is
+// missing or damaged.
+//
+// # Several writers
+//
+// Only the single-writer path is implemented: one process holds every
+// tensor and writes rank_00000.safetensors. The save is split the way a
+// parallel save needs it: each writer's file is written by an independent
+// shard writer that reports the blocks it wrote and the file's checksum, and
+// a commit step merges those reports into the manifest and publishes the
+// directory. A parallel save makes rank 0 create the temporary directory,
+// every rank write its shard into it, and rank 0 commit once it has gathered
+// the reports.
+//
+// # Versions
+//
+// The manifest carries [FormatVersion]. A reader refuses a checkpoint with a
+// newer version and names both versions in the error.
+package checkpoint

@@ -1,0 +1,238 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// ErrNoCheckpoint is returned, wrapped, by [Latest] when the output
+// directory holds no checkpoint at all (as opposed to only damaged ones).
+var ErrNoCheckpoint = errors.New("no checkpoint")
+
+// A Checkpoint is a loaded, verified checkpoint directory.
+type Checkpoint struct {
+	Dir      string
+	Manifest Manifest
+
+	files   map[string]*Safetensors // by file name
+	tensors map[string]int          // index into Manifest.Tensors
+}
+
+// Load opens the checkpoint in dir. It parses the manifest (refusing a
+// newer format version), verifies the SHA-256 of every data file (a
+// mismatch is reported as the file being truncated or altered), parses the
+// files' headers and checks that every slice the manifest lists is stored
+// with the right shape. Tensor data is read later, by [Checkpoint.Read].
+// Errors about the content are *[FormatError]s naming the file.
+func Load(dir string) (*Checkpoint, error) {
+	mpath := filepath.Join(dir, ManifestFile)
+	b, err := os.ReadFile(mpath)
+	if err != nil {
+		return nil, &FormatError{File: mpath, Msg: "cannot read the manifest", Err: err}
+	}
+	m, err := ParseManifest(mpath, b)
+	if err != nil {
+		return nil, err
+	}
+	c := &Checkpoint{Dir: dir, Manifest: *m, files: make(map[string]*Safetensors), tensors: make(map[string]int)}
+	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
+		st, err := verifyFile(filepath.Join(dir, name), m.Files[name])
+		if err != nil {
+			return nil, err
+		}
+		c.files[name] = st
+	}
+	for i, t := range m.Tensors {
+		c.tensors[t.Name] = i
+		for _, s := range t.Slices {
+			st := c.files[s.File]
+			h, ok := st.Tensor(s.entry(t.Name))
+			switch {
+			case !ok:
+				return nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("no entry %q for tensor %q", s.entry(t.Name), t.Name)}
+			case h.Dtype != t.Dtype || !slices.Equal(h.Shape, s.Shape):
+				return nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("entry %q is %s %v; the manifest says %s %v",
+					h.Name, h.Dtype, h.Shape, t.Dtype, s.Shape)}
+			}
+		}
+	}
+	return c, nil
+}
+
+// verifyFile checks the SHA-256 of the file at path against the hex digest
+// want and parses its safetensors header.
+func verifyFile(path, want string) (*Safetensors, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &FormatError{File: path, Msg: "missing or unreadable", Err: err}
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return nil, &FormatError{File: path, Msg: "unreadable", Err: err}
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+		return nil, &FormatError{File: path, Msg: fmt.Sprintf(
+			"SHA-256 %s does not match the manifest's %s: the file was truncated or altered", got, want)}
+	}
+	return parseSafetensors(path, f, size)
+}
+
+// Tensor returns the manifest's description of the named tensor.
+func (c *Checkpoint) Tensor(name string) (TensorInfo, bool) {
+	i, ok := c.tensors[name]
+	if !ok {
+		return TensorInfo{}, false
+	}
+	return c.Manifest.Tensors[i], true
+}
+
+// Read fills dst with the block of the named global tensor that starts at
+// start and has shape shape, row-major, assembling it from the slices that
+// hold its parts. len(dst) must be the block's element count.
+func (c *Checkpoint) Read(name string, start, shape []int, dst []float32) error {
+	t, ok := c.Tensor(name)
+	if !ok {
+		return fmt.Errorf("checkpoint: %s: no tensor %q", c.Dir, name)
+	}
+	if len(start) != len(t.Shape) || len(shape) != len(t.Shape) {
+		return fmt.Errorf("checkpoint: tensor %q has %d dimensions; block start %v shape %v", name, len(t.Shape), start, shape)
+	}
+	want, msg := elements(shape, 0)
+	if msg != "" {
+		return fmt.Errorf("checkpoint: tensor %q: block shape %v: %s", name, shape, msg)
+	}
+	for d, g := range t.Shape {
+		if start[d] < 0 || start[d] > g-shape[d] {
+			return fmt.Errorf("checkpoint: tensor %q: block start %v shape %v reaches outside its shape %v", name, start, shape, t.Shape)
+		}
+	}
+	if int64(len(dst)) != want {
+		return fmt.Errorf("checkpoint: tensor %q: block of shape %v needs %d values, dst has %d", name, shape, want, len(dst))
+	}
+
+	open := make(map[string]*os.File)
+	defer func() {
+		for _, f := range open {
+			f.Close()
+		}
+	}()
+	n := len(shape)
+	lo, ext, srcLo, dstLo := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+	var got int64
+next:
+	for _, s := range t.Slices {
+		vol := int64(1)
+		for d := range n {
+			lo[d] = max(start[d], s.Start[d])
+			hi := min(start[d]+shape[d], s.Start[d]+s.Shape[d])
+			if hi <= lo[d] {
+				continue next
+			}
+			ext[d] = hi - lo[d]
+			srcLo[d] = lo[d] - s.Start[d]
+			dstLo[d] = lo[d] - start[d]
+			vol *= int64(ext[d])
+		}
+		st := c.files[s.File]
+		f := open[s.File]
+		if f == nil {
+			var err error
+			if f, err = os.Open(st.Path); err != nil {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+			open[s.File] = f
+		}
+		h, _ := st.Tensor(s.entry(name)) // checked by Load
+		if err := st.readBlock(f, h, srcLo, ext, dst, shape, dstLo); err != nil {
+			return err
+		}
+		got += vol
+	}
+	if got != want {
+		return fmt.Errorf("checkpoint: tensor %q: slices hold %d of the %d values of block start %v shape %v", name, got, want, start, shape)
+	}
+	return nil
+}
+
+// ReadAll reads the whole of the named tensor and returns it with its
+// global shape.
+func (c *Checkpoint) ReadAll(name string) ([]float32, []int, error) {
+	t, ok := c.Tensor(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("checkpoint: %s: no tensor %q", c.Dir, name)
+	}
+	n, _ := elements(t.Shape, 1) // validated by ParseManifest
+	dst := make([]float32, n)
+	if err := c.Read(name, make([]int, len(t.Shape)), t.Shape, dst); err != nil {
+		return nil, nil, err
+	}
+	return dst, slices.Clone(t.Shape), nil
+}
+
+// Latest loads the newest loadable checkpoint of outputDir: the one the
+// latest file names or, if that file or the checkpoint it names is missing
+// or does not load, the highest step_* directory that loads. Every
+// checkpoint passed over, and a missing or damaged latest file, is
+// reported in warnings. Temporary .tmp-* entries are ignored. If outputDir
+// holds no checkpoint at all, the error wraps [ErrNoCheckpoint]; if it holds
+// only damaged ones, the error says so and does not.
+func Latest(outputDir string) (*Checkpoint, []string, error) {
+	var warnings []string
+	tried, haveLatest := "", false
+	b, err := os.ReadFile(filepath.Join(outputDir, LatestFile))
+	switch {
+	case err == nil:
+		haveLatest = true
+		name := strings.TrimSpace(string(b))
+		if _, ok := stepOf(name); !ok {
+			warnings = append(warnings, fmt.Sprintf("%s: %q does not name a checkpoint directory", filepath.Join(outputDir, LatestFile), name))
+			break
+		}
+		tried = name
+		c, err := Load(filepath.Join(outputDir, name))
+		if err == nil {
+			return c, warnings, nil
+		}
+		warnings = append(warnings, fmt.Sprintf("skipping %s, named by %s: %v", name, LatestFile, err))
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		warnings = append(warnings, fmt.Sprintf("ignoring %s: %v", LatestFile, err))
+	}
+	steps, err := listSteps(outputDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, warnings, fmt.Errorf("checkpoint: %s: %w", outputDir, ErrNoCheckpoint)
+		}
+		return nil, warnings, fmt.Errorf("checkpoint: %w", err)
+	}
+	if len(steps) > 0 && !haveLatest {
+		warnings = append(warnings, fmt.Sprintf("%s has no readable %s file; using the newest checkpoint that loads", outputDir, LatestFile))
+	}
+	skipped := 0
+	for _, s := range steps {
+		if s == tried {
+			continue
+		}
+		c, err := Load(filepath.Join(outputDir, s))
+		if err == nil {
+			return c, warnings, nil
+		}
+		skipped++
+		warnings = append(warnings, fmt.Sprintf("skipping %s: %v", s, err))
+	}
+	if tried == "" && skipped == 0 {
+		return nil, warnings, fmt.Errorf("checkpoint: %s: %w", outputDir, ErrNoCheckpoint)
+	}
+	return nil, warnings, fmt.Errorf("checkpoint: %s: none of its checkpoints loads (see the warnings)", outputDir)
+}

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+func trainTiny(t *testing.T, overrides ...string) (*Trainer, *Result) {
+	t.Helper()
+	base := []string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(),
+		"Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1",
+		"Data.Train.dataset.shuffle=true", "Optimizer.lr.decay_steps=20", "Global.micro_batch_size=4"}
+	cfg, err := presets.Load("tiny", append(base, overrides...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, res
+}
+
+// TestExactResume: 20 steps straight and 10 + resume + 10 give the same
+// losses and the same weights and moments, bit for bit, with dropout on,
+// shuffled data and gradient accumulation.
+func TestExactResume(t *testing.T) {
+	straight, rs := trainTiny(t, "Engine.max_steps=20")
+	out := t.TempDir()
+	_, r1 := trainTiny(t, "Engine.max_steps=10", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out)
+	if want := filepath.Join(out, "step_00000010"); r1.Checkpoint != want {
+		t.Fatalf("first half saved %q, want %q", r1.Checkpoint, want)
+	}
+	resumed, r2 := trainTiny(t, "Engine.max_steps=20", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir="+out)
+	got := append(slices.Clone(r1.Losses), r2.Losses...)
+	if !slices.Equal(got, rs.Losses) {
+		t.Errorf("losses differ:\nstraight %v\nresumed  %v", rs.Losses, got)
+	}
+	if !slices.Equal(resumed.Model.Params, straight.Model.Params) {
+		t.Error("final weights differ")
+	}
+	if !slices.Equal(resumed.Opt.M, straight.Opt.M) || !slices.Equal(resumed.Opt.V, straight.Opt.V) {
+		t.Error("final AdamW moments differ")
+	}
+	// The log names the checkpoint it resumed from.
+	log, _ := os.ReadFile(filepath.Join(resumed.Cfg.Engine.LogDir, "workerlog.0"))
+	if !strings.Contains(string(log), "resumed from "+r1.Checkpoint+" at step 10") {
+		t.Errorf("log does not name the checkpoint resumed from:\n%s", log)
+	}
+}
+
+// TestResumeShapeMismatch names the keys where config and checkpoint differ.
+func TestResumeShapeMismatch(t *testing.T) {
+	out := t.TempDir()
+	trainTiny(t, "Engine.max_steps=1", "Engine.save_load.save_steps=1", "Engine.save_load.output_dir="+out)
+	cfg, err := presets.Load("tiny", []string{"Model.hidden_size=32", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err == nil || !strings.Contains(err.Error(), "Model.hidden_size=32 (checkpoint 64)") || !IsUserError(err) {
+		t.Fatalf("err = %v, want a user error naming Model.hidden_size", err)
+	}
+}
+
+// TestResumeSkipsDamaged: with the newest checkpoint damaged, auto resume
+// falls back to the one before and says so.
+func TestResumeSkipsDamaged(t *testing.T) {
+	out := t.TempDir()
+	trainTiny(t, "Engine.max_steps=4", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out)
+	f := filepath.Join(out, "step_00000004", "rank_00000.safetensors")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 1
+	os.WriteFile(f, b, 0o644)
+	cfg, _ := presets.Load("tiny", []string{"Engine.max_steps=4", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir(), "Global.micro_batch_size=4", "Optimizer.lr.decay_steps=20"})
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.start != 2 {
+		t.Errorf("resumed at step %d, want 2", tr.start)
+	}
+	if w := strings.Join(tr.warnings, "\n"); !strings.Contains(w, "step_00000004") {
+		t.Errorf("warnings %q do not name the damaged checkpoint", w)
+	}
+}
