@@ -87,8 +87,9 @@ func newBackend(cfg config) *Backend {
 
 // BLAS describes the GEMM in use: the library kind ("openblas", or "cblas"
 // for another library exporting cblas_sgemm) followed by its file, for
-// example "openblas /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
-// or "pure-go".
+// example "openblas /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so"
+// (a library found by soname is reported by the file the loader mapped), or
+// "pure-go".
 func (b *Backend) BLAS() string {
 	if b.blas == nil {
 		return "pure-go"
