@@ -279,7 +279,7 @@ func (m *Model) blockBackward(l int, ps Pass, hd, ad float32) {
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
 	be.DropoutBackward(a.proj, a.dresid, m.dropout(hd, ps, l, siteMLPOut), off)
 	be.MatmulBackward(a.dfchG, layer(g.fcprojw, l, C*F), layer(g.fcprojb, l, C), a.proj, la.fchGelu, layer(p.fcprojw, l, C*F), N, F, C)
-	be.GeluBackward(a.dfch, la.fch, a.dfchG)
+	be.GeluBackward(a.dfch, la.fch, la.fchGelu, a.dfchG)
 	be.MatmulBackward(a.dln, layer(g.fcw, l, F*C), layer(g.fcb, l, F), a.dfch, la.ln2, layer(p.fcw, l, F*C), N, C, F)
 	be.LayerNormBackward(a.dresid, layer(g.ln2w, l, C), layer(g.ln2b, l, C), a.dln, la.res2, layer(p.ln2w, l, C), la.ln2Mean, la.ln2Rstd, N, C)
 

@@ -25,12 +25,14 @@ func NewAdamW(cfg AdamWConfig, n int) *AdamW {
 	return &AdamW{Cfg: cfg, M: make([]float32, n), V: make([]float32, n)}
 }
 
-// Update clips the gradients to the global norm and applies one AdamW step
+// Update clips the gradients to the global norm (inside the update, without
+// rewriting them) and applies one AdamW step
 // with learning rate lr. It returns the gradient norm before clipping.
 func (o *AdamW) Update(be kernels.Backend, m *Model, lr float32) float64 {
 	norm := math.Sqrt(be.SumSquares(m.Grads))
+	gscale := float32(1)
 	if c := o.Cfg.ClipNorm; c > 0 && norm > c {
-		be.Scale(m.Grads, float32(c/norm))
+		gscale = float32(c / norm)
 	}
 	o.Step++
 	for _, t := range m.Tensors {
@@ -40,7 +42,7 @@ func (o *AdamW) Update(be kernels.Backend, m *Model, lr float32) float64 {
 		}
 		s := t.Offset
 		e := s + t.Size
-		be.AdamW(m.Params[s:e], m.Grads[s:e], o.M[s:e], o.V[s:e], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, o.Step)
+		be.AdamW(m.Params[s:e], m.Grads[s:e], o.M[s:e], o.V[s:e], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, gscale, o.Step)
 	}
 	return norm
 }

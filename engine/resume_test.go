@@ -98,3 +98,21 @@ func TestResumeSkipsDamaged(t *testing.T) {
 		t.Errorf("warnings %q do not name the damaged checkpoint", w)
 	}
 }
+
+// TestInitFromCheckpoint: Model.init_from a checkpoint directory loads its
+// weights and nothing else (step 0, fresh moments).
+func TestInitFromCheckpoint(t *testing.T) {
+	out := t.TempDir()
+	first, _ := trainTiny(t, "Engine.max_steps=2", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out)
+	cfg, err := presets.Load("tiny", []string{"Model.init_from=" + filepath.Join(out, "step_00000002"), "Engine.log_dir=" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(tr.Model.Params, first.Model.Params) || tr.start != 0 || tr.Opt.Step != 0 {
+		t.Errorf("init_from: weights equal %v, start %d, adam step %d; want true, 0, 0", slices.Equal(tr.Model.Params, first.Model.Params), tr.start, tr.Opt.Step)
+	}
+}

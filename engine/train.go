@@ -46,6 +46,8 @@ type Result struct {
 	Losses     []float32 // training loss of every step
 	EvalLosses []float64 // every evaluation, in order
 	TokensPerS float64   // median over the run's steps, after the first
+	StepTimeS  float64   // median step time, after the first step
+	MFU        float64   // at the median step time
 	Checkpoint string    // the last checkpoint written, if any
 }
 
@@ -94,7 +96,18 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
 	var m *Model
 	var err error
-	if mc.InitFrom != "" {
+	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
+		// Weights only, from a gptui checkpoint of the same shape.
+		var saved *presets.Config
+		if m, saved, err = LoadModel(be, mc.InitFrom); err != nil {
+			return nil, err
+		}
+		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
+			return nil, err
+		}
+		m.Cfg.HiddenDropout, m.Cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
+		m.SetDropoutSeed(uint64(cfg.Global.Seed))
+	} else if mc.InitFrom != "" {
 		m, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed))
 		if err != nil {
 			return nil, err
@@ -274,7 +287,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		n             int
 		reader, batch float64
 	}
-	var tps []float64
+	var tps, times []float64
 	for step := tr.start; step < e.MaxSteps; step++ {
 		if err := ctx.Err(); err != nil {
 			// Interrupted between steps: keep the work done so far.
@@ -304,8 +317,9 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		dt := time.Since(t0).Seconds()
 		res.Losses = append(res.Losses, float32(loss))
 		tokens := float64(tr.B * tr.T * tr.Accum)
-		if step > 0 {
+		if step > tr.start {
 			tps = append(tps, tokens/dt)
+			times = append(times, dt)
 		}
 		window.n++
 		window.reader += reader.Seconds()
@@ -335,6 +349,10 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		}
 	}
 	res.TokensPerS = median(tps)
+	res.StepTimeS = median(times)
+	if res.StepTimeS > 0 {
+		res.MFU = tr.flopsPerTok * float64(tr.B*tr.T*tr.Accum) / res.StepTimeS / tr.be.PeakFLOPS()
+	}
 	return res, nil
 }
 

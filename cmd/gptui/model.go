@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/gptui/gptui/engine"
@@ -150,10 +151,19 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fmt.Fprint(stdout, texts[0])
 		emit = func(_, t int) error { return st.add(stdout, tok, t) }
 	}
+	t0 := time.Now()
 	out, err := m.Generate(ctx, prompts, opt, emit)
 	if err != nil {
 		return err
 	}
+	dt := time.Since(t0).Seconds()
+	defer func() {
+		n := 0
+		for _, o := range out {
+			n += len(o)
+		}
+		fmt.Fprintf(stderr, "[generate] %d sequences, %d new tokens in %.2f s: %.1f tokens/s\n", len(out), n, dt, float64(n)/dt)
+	}()
 	if len(prompts) == 1 {
 		st.flush(stdout, tok)
 		fmt.Fprintln(stdout)

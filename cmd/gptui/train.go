@@ -89,7 +89,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if n := len(res.Losses); n > 0 {
-		fmt.Fprintf(stdout, "[done] steps: %d first loss: %.6f final loss: %.6f median ips: %.0f tokens/s\n", n, res.Losses[0], res.Losses[n-1], res.TokensPerS)
+		fmt.Fprintf(stdout, "[done] steps: %d first loss: %.6f final loss: %.6f median step: %.3f s ips: %.0f tokens/s mfu: %.1f%%\n",
+			n, res.Losses[0], res.Losses[n-1], res.StepTimeS, res.TokensPerS, 100*res.MFU)
 	}
 	if res.Checkpoint != "" {
 		fmt.Fprintf(stdout, "[done] checkpoint: %s\n", res.Checkpoint)

@@ -4,11 +4,14 @@ import "math"
 
 // AdamW updates params in place from grads with decoupled weight decay, as
 // llm.c and torch.optim.AdamW do. m and v are the first and second moments;
-// step is 1-based (for the bias corrections).
+// step is 1-based (for the bias corrections); every gradient is first
+// multiplied by gscale (the global-norm clipping factor, 1 for none), which
+// saves a separate pass over the gradients.
 //
+//	g = gscale·grad
 //	m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //	p -= lr · (m̂ / (√v̂ + ε) + wd · p),  m̂ = m/(1−β1^step), v̂ = v/(1−β2^step)
-func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd float32, step int) {
+func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int) {
 	rc1 := float32(1 / (1 - math.Pow(float64(beta1), float64(step)))) // 1/(1−β1^step)
 	rc2 := float32(1 / (1 - math.Pow(float64(beta2), float64(step)))) // 1/(1−β2^step)
 	b.ParallelFor(len(params), 1<<14, func(lo, hi int) {
@@ -16,7 +19,7 @@ func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd
 		g, mm, vv := grads[lo:hi:hi], m[lo:hi:hi], v[lo:hi:hi]
 		g, mm, vv = g[:len(p)], mm[:len(p)], vv[:len(p)] // one bounds check, not four per element
 		for i := range p {
-			gi := g[i]
+			gi := g[i] * gscale
 			mi := beta1*mm[i] + (1-beta1)*gi
 			vi := beta2*vv[i] + (1-beta2)*gi*gi
 			mm[i], vv[i] = mi, vi

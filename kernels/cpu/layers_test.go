@@ -149,14 +149,15 @@ func TestGeluGrad(t *testing.T) {
 	be := New()
 	r := rand.New(rand.NewPCG(9, 10))
 	x := randn(r, 5000, 3)
-	x[0], x[1] = 12, -12 // tails of tanh
+	x[0], x[1] = 12, -12                          // tails of tanh
+	x[2], x[3], x[4], x[5] = 0, 1e-7, -3e-7, 2e-6 // where tanh u comes from u, not from out/x
 	G := ref.To64(randn(r, len(x), 1))
 	out := make([]float32, len(x))
 	be.GeluForward(out, x)
 	x64 := ref.To64(x)
 	checkErr(t, "forward", out, ref.Gelu(x64), fwdTol)
 	dx := make([]float32, len(x))
-	be.GeluBackward(dx, x, toF32(G))
+	be.GeluBackward(dx, x, out, toF32(G))
 	phi := func() float64 { return ref.Dot(G, ref.Gelu(x64)) }
 	checkErr(t, "dinp", dx, ref.NumGrad(phi, x64, 1e-5), gradTol)
 }
@@ -227,7 +228,7 @@ func TestAdamWMatchesFormula(t *testing.T) {
 	p := []float32{1, -2, 0.5}
 	g := []float32{0.1, -0.3, 0}
 	m, v := make([]float32, 3), make([]float32, 3)
-	be.AdamW(p, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.1, 1)
+	be.AdamW(p, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.1, 1, 1)
 	// step 1: m̂ = g, v̂ = g², so p -= lr·(g/(|g|+ε) + wd·p)
 	want := []float64{1 - 0.01*(0.1/(0.1+1e-8)+0.1*1), -2 - 0.01*(-0.3/(0.3+1e-8)+0.1*-2), 0.5 - 0.01*(0+0.1*0.5)}
 	checkErr(t, "params", p, want, 1e-6)
