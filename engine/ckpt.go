@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,8 +30,17 @@ type trainState struct {
 }
 
 // Save writes a checkpoint of the state after step (0-based, completed)
-// into Engine.save_load.output_dir and returns its directory.
-func (tr *Trainer) Save(step int) (string, error) {
+// into Engine.save_load.output_dir and returns its directory. In a parallel
+// job every rank calls it (sharded optimizer state is gathered first) and
+// rank 0 writes; the others return "".
+func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
+	mo, vo, err := tr.fullMoments(ctx)
+	if err != nil {
+		return "", err
+	}
+	if tr.topo.Rank != 0 {
+		return "", nil
+	}
 	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State()})
 	if err != nil {
 		return "", err
@@ -48,7 +58,7 @@ func (tr *Trainer) Save(step int) (string, error) {
 		for _, b := range []struct {
 			prefix string
 			buf    []float32
-		}{{ckptParams, tr.Model.Params}, {ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
+		}{{ckptParams, tr.Model.Params}, {ckptAdamM, mo}, {ckptAdamV, vo}} {
 			parts = append(parts, checkpoint.Part{
 				Name: b.prefix + t.Name, GlobalShape: t.Shape, Start: make([]int, len(t.Shape)), Shape: t.Shape,
 				Data: b.buf[t.Offset : t.Offset+t.Size],
@@ -161,11 +171,17 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 	if !hasTensor(c, ckptAdamM+"wte") {
 		return nil
 	}
-	if err := readParams(c, tr.Model.Tensors, ckptAdamM, tr.Opt.M); err != nil {
-		return err
-	}
-	if err := readParams(c, tr.Model.Tensors, ckptAdamV, tr.Opt.V); err != nil {
-		return err
+	// The moments are read whole and this rank keeps its shard of them, so
+	// a checkpoint resumes under any sharding degree.
+	full := make([]float32, tr.Model.NumParams())
+	for _, mv := range []struct {
+		prefix string
+		dst    []float32
+	}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
+		if err := readParams(c, tr.Model.Tensors, mv.prefix, full); err != nil {
+			return err
+		}
+		copy(mv.dst, full[tr.Opt.Lo:tr.Opt.Hi])
 	}
 	var st trainState
 	if err := json.Unmarshal(c.Manifest.Data, &st); err != nil {

@@ -34,6 +34,11 @@ type Model struct {
 	seed      uint64    // dropout stream seed
 	recompute Recompute // activation policy
 	acts      *activations
+
+	// gradHook, when set, is called by Backward as soon as block l's
+	// parameter gradients are complete for this pass (data parallel starts
+	// their all-reduce while the blocks below are still computing).
+	gradHook func(l int)
 }
 
 // NewModel allocates a model and initialises it from seed with N(0, std).
@@ -258,6 +263,9 @@ func (m *Model) Backward(ps Pass) {
 			m.blockForward(l, ps, hd, ad)
 		}
 		m.blockBackward(l, ps, hd, ad)
+		if m.gradHook != nil {
+			m.gradHook(l)
+		}
 	}
 	off := uint64(ps.Sample) * uint64(T*C)
 	be.DropoutBackward(a.dresid, a.dresid, m.dropout(hd, ps, 0, siteEmbed), off)
@@ -292,6 +300,48 @@ func (m *Model) blockBackward(l int, ps Pass, hd, ad float32) {
 	be.AttentionBackward(a.dqkv, a.datty, la.qkv, att, B, T, C, NH, dropAttn, attOff)
 	be.MatmulBackward(a.dln, layer(g.qkvw, l, 3*C*C), layer(g.qkvb, l, 3*C), a.dqkv, la.ln1, layer(p.qkvw, l, 3*C*C), N, C, 3*C)
 	be.LayerNormBackward(a.dresid, layer(g.ln1w, l, C), layer(g.ln1b, l, C), a.dln, a.resid[l], layer(p.ln1w, l, C), la.ln1Mean, la.ln1Rstd, N, C)
+}
+
+// padBuffers gives Params and Grads room for a multiple of k elements (zero
+// beyond NumParams), so a flat buffer splits into k equal shards.
+func (m *Model) padBuffers(k int) {
+	n := len(m.Params)
+	want := (n + k - 1) / k * k
+	if cap(m.Params) >= want && cap(m.Grads) >= want {
+		return
+	}
+	p, g := make([]float32, n, want), make([]float32, n, want)
+	copy(p, m.Params)
+	copy(g, m.Grads)
+	m.Params, m.Grads = p, g
+	m.p, m.g = viewWeights(p, m.Tensors), viewWeights(g, m.Tensors)
+}
+
+// layerRanges returns the [start, end) ranges of the flat buffer that hold
+// block l's parameters (one per layered tensor).
+func (m *Model) layerRanges(l int) [][2]int {
+	var rs [][2]int
+	for _, t := range m.Tensors {
+		if len(t.Shape) < 2 || t.Shape[0] != m.Cfg.L || t.Name == "wte" || t.Name == "wpe" {
+			continue
+		}
+		n := t.Size / m.Cfg.L
+		rs = append(rs, [2]int{t.Offset + l*n, t.Offset + (l+1)*n})
+	}
+	return rs
+}
+
+// globalRanges returns the ranges of the parameters outside the blocks:
+// wte, wpe, lnfw, lnfb.
+func (m *Model) globalRanges() [][2]int {
+	var rs [][2]int
+	for _, t := range m.Tensors {
+		switch t.Name {
+		case "wte", "wpe", "lnfw", "lnfb":
+			rs = append(rs, [2]int{t.Offset, t.Offset + t.Size})
+		}
+	}
+	return rs
 }
 
 // ZeroGrad clears the gradient buffer.

@@ -12,39 +12,58 @@ type AdamWConfig struct {
 	ClipNorm                       float64 // global-norm clipping threshold; 0 disables
 }
 
-// AdamW keeps the moments of every parameter in two buffers laid out like the
-// parameters, and applies weight decay only to matrices and embeddings.
+// AdamW keeps the moments of the parameters it updates — all of them, or
+// one rank's shard of the flat parameter buffer under sharding — and applies
+// weight decay only to matrices and embeddings.
 type AdamW struct {
-	Cfg  AdamWConfig
-	M, V []float32 // first and second moments
-	Step int       // updates applied so far
+	Cfg    AdamWConfig
+	Lo, Hi int       // the slice Params[Lo:Hi] this optimizer updates
+	M, V   []float32 // first and second moments of Params[Lo:Hi]
+	Step   int       // updates applied so far
 }
 
 // NewAdamW allocates zero moments for n parameters.
-func NewAdamW(cfg AdamWConfig, n int) *AdamW {
-	return &AdamW{Cfg: cfg, M: make([]float32, n), V: make([]float32, n)}
+func NewAdamW(cfg AdamWConfig, n int) *AdamW { return NewShardAdamW(cfg, 0, n) }
+
+// NewShardAdamW allocates zero moments for Params[lo:hi].
+func NewShardAdamW(cfg AdamWConfig, lo, hi int) *AdamW {
+	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
+}
+
+// ClipScale is the factor global-norm clipping applies to gradients whose
+// norm is norm: clip_norm/norm above the threshold, else 1.
+func (o *AdamW) ClipScale(norm float64) float32 {
+	if c := o.Cfg.ClipNorm; c > 0 && norm > c {
+		return float32(c / norm)
+	}
+	return 1
 }
 
 // Update clips the gradients to the global norm (inside the update, without
-// rewriting them) and applies one AdamW step
-// with learning rate lr. It returns the gradient norm before clipping.
+// rewriting them) and applies one AdamW step to every parameter. It returns
+// the gradient norm before clipping.
 func (o *AdamW) Update(be kernels.Backend, m *Model, lr float32) float64 {
 	norm := math.Sqrt(be.SumSquares(m.Grads))
-	gscale := float32(1)
-	if c := o.Cfg.ClipNorm; c > 0 && norm > c {
-		gscale = float32(c / norm)
-	}
+	o.Apply(be, m, m.Grads[o.Lo:o.Hi], o.ClipScale(norm), lr)
+	return norm
+}
+
+// Apply runs one AdamW step on m.Params[Lo:Hi] with gradients grads
+// (grads[i] belongs to Params[Lo+i]) multiplied by gscale, tensor by
+// tensor so that each gets its weight decay.
+func (o *AdamW) Apply(be kernels.Backend, m *Model, grads []float32, gscale, lr float32) {
 	o.Step++
 	for _, t := range m.Tensors {
+		s, e := max(t.Offset, o.Lo), min(t.Offset+t.Size, o.Hi)
+		if s >= e {
+			continue
+		}
 		wd := float32(0)
 		if t.Decay {
 			wd = o.Cfg.WeightDecay
 		}
-		s := t.Offset
-		e := s + t.Size
-		be.AdamW(m.Params[s:e], m.Grads[s:e], o.M[s:e], o.V[s:e], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, gscale, o.Step)
+		be.AdamW(m.Params[s:e], grads[s-o.Lo:e-o.Lo], o.M[s-o.Lo:e-o.Lo], o.V[s-o.Lo:e-o.Lo], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, gscale, o.Step)
 	}
-	return norm
 }
 
 // Schedule is linear warmup then cosine decay from MaxLR to MinLR.

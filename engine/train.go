@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels"
@@ -22,8 +23,11 @@ type Options struct {
 	Stdout io.Writer
 	// Builtin returns the built-in corpus, used when input_dir is empty.
 	Builtin func() ([]uint16, error)
-	// Rank names the log and metrics files.
+	// Rank names the log and metrics files of a single process; with World
+	// set, the world rank does.
 	Rank int
+	// World connects the ranks of a parallel job; nil for one process.
+	World *comm.World
 }
 
 // Metrics is one logged training step, as written to metrics.<rank>.jsonl.
@@ -36,9 +40,11 @@ type Metrics struct {
 	TokensPerS float64 `json:"tokens_per_s"`
 	StepTimeS  float64 `json:"step_time_s"`
 	ReaderS    float64 `json:"reader_cost_s"`
-	MFU        float64 `json:"mfu"`
-	MemBytes   int64   `json:"mem_bytes"`
-	EvalLoss   float64 `json:"eval_loss,omitempty"`
+	// CommBytes counts the bytes this rank sent in the step, per group.
+	CommBytes map[string]int64 `json:"comm_bytes,omitempty"`
+	MFU       float64          `json:"mfu"`
+	MemBytes  int64            `json:"mem_bytes"`
+	EvalLoss  float64          `json:"eval_loss,omitempty"`
 }
 
 // Result summarises a finished run.
@@ -61,6 +67,9 @@ type Trainer struct {
 
 	be          kernels.Backend
 	opts        Options
+	topo        Topology
+	dp          *dataParallel // nil for one replica
+	lastTraffic map[string]int64
 	train, eval *data.Loader
 	B, T, Accum int
 	start       int      // first step to run: 0, or the step a checkpoint ends at
@@ -135,8 +144,24 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		}
 	}
 	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, B: B, T: T, Accum: cfg.AccumulateSteps()}
+	rank, world := opts.Rank, 1
+	if opts.World != nil {
+		rank, world = opts.World.Rank(), opts.World.Size()
+	}
+	if tr.topo, err = NewTopology(cfg.Distributed, rank, world); err != nil {
+		return nil, err
+	}
+	tr.opts.Rank = rank
 	o := cfg.Optimizer
-	tr.Opt = NewAdamW(AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, m.NumParams())
+	ocfg := AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}
+	tr.Opt = NewAdamW(ocfg, m.NumParams())
+	if world > 1 {
+		if tr.dp, err = newDataParallel(opts.World, tr.topo, m); err != nil {
+			return nil, err
+		}
+		lo, hi := tr.dp.shardOf(m.NumParams())
+		tr.Opt = NewShardAdamW(ocfg, lo, hi)
+	}
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
 		return nil, err
@@ -153,7 +178,10 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
 	}
 	n := int64(4 * m.NumParams())
-	tr.Memory = Memory{Params: n, Grads: n, Optimizer: 2 * n, Activations: int64(m.ActivationBytes(B, T))}
+	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V))), Activations: int64(m.ActivationBytes(B, T))}
+	if tr.topo.Stage >= 2 {
+		tr.Memory.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
+	}
 	// FLOPs per token: 6·N for the matrix multiplies of forward and backward
 	// (N: every parameter but the position embedding and the padded
 	// vocabulary rows) plus 6·L·C·T for attention's scores and weighted sums
@@ -272,12 +300,14 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	}
 	saveSteps := tr.Cfg.Engine.SaveLoad.SaveSteps
 	save := func(step int) error {
-		dir, err := tr.Save(step)
+		dir, err := tr.Save(context.WithoutCancel(ctx), step)
 		if err != nil {
 			return fmt.Errorf("saving checkpoint: %w", err)
 		}
-		res.Checkpoint = dir
-		tr.logf("[checkpoint] saved step %d to %s", step+1, dir)
+		if dir != "" {
+			res.Checkpoint = dir
+			tr.logf("[checkpoint] saved step %d to %s", step+1, dir)
+		}
 		return nil
 	}
 
@@ -290,8 +320,10 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	var tps, times []float64
 	for step := tr.start; step < e.MaxSteps; step++ {
 		if err := ctx.Err(); err != nil {
-			// Interrupted between steps: keep the work done so far.
-			if saveSteps > 0 && step > tr.start {
+			// Interrupted between steps: keep the work done so far. (A
+			// parallel job's ranks may see the signal at different steps,
+			// so only a single process saves here.)
+			if saveSteps > 0 && step > tr.start && tr.dp == nil {
 				if serr := save(step - 1); serr != nil {
 					return res, errors.Join(err, serr)
 				}
@@ -299,24 +331,14 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			return res, err
 		}
 		t0 := time.Now()
-		var reader time.Duration
-		tr.Model.ZeroGrad()
-		var loss float64
-		dscale := 1 / float32(tr.B*tr.T*tr.Accum)
-		for micro := 0; micro < tr.Accum; micro++ {
-			r0 := time.Now()
-			tr.train.Next(inputs, targets)
-			reader += time.Since(r0)
-			ps := Pass{Step: step, Sample: micro * tr.B}
-			loss += float64(tr.Model.Forward(inputs, targets, tr.B, tr.T, ps, true, dscale))
-			tr.Model.Backward(ps)
-		}
-		loss /= float64(tr.Accum)
 		lr := tr.Sched.LR(step)
-		norm := tr.Opt.Update(tr.be, tr.Model, float32(lr))
+		loss, norm, reader, err := tr.trainStep(ctx, step, lr, inputs, targets)
+		if err != nil {
+			return res, err
+		}
 		dt := time.Since(t0).Seconds()
 		res.Losses = append(res.Losses, float32(loss))
-		tokens := float64(tr.B * tr.T * tr.Accum)
+		tokens := float64(tr.B * tr.T * tr.Accum * tr.topo.Replicas())
 		if step > tr.start {
 			tps = append(tps, tokens/dt)
 			times = append(times, dt)
@@ -333,7 +355,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			tr.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
 				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
 			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
-				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total()})
+				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n)})
 			window.n, window.reader, window.batch = 0, 0, 0
 		}
 		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
@@ -354,6 +376,69 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		res.MFU = tr.flopsPerTok * float64(tr.B*tr.T*tr.Accum) / res.StepTimeS / tr.be.PeakFLOPS()
 	}
 	return res, nil
+}
+
+// trainStep runs one optimizer step: the forward and backward passes of
+// this rank's micro-batches, the gradient reduction across replicas, and the
+// update. It returns the mean loss of the global batch, the gradient norm
+// before clipping and the time spent reading data.
+//
+// Every rank reads all the global batch's micro-batches in order and keeps
+// those of its data index (rank d keeps d·accum … (d+1)·accum−1), so the
+// samples, their order and their dropout masks (Pass.Sample is the global
+// sample index) are those of one process training on the whole batch.
+func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, targets []int32) (loss, norm float64, reader time.Duration, err error) {
+	m, D, d := tr.Model, tr.topo.Replicas(), tr.topo.Rank
+	m.ZeroGrad()
+	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
+	for gm := 0; gm < D*tr.Accum; gm++ {
+		r0 := time.Now()
+		tr.train.Next(inputs, targets)
+		reader += time.Since(r0)
+		if gm/tr.Accum != d {
+			continue
+		}
+		ps := Pass{Step: step, Sample: gm * tr.B}
+		m.gradHook = nil
+		if tr.dp != nil && gm == (d+1)*tr.Accum-1 {
+			m.gradHook = tr.dp.hook(m)
+		}
+		loss += float64(m.Forward(inputs, targets, tr.B, tr.T, ps, true, dscale))
+		m.Backward(ps)
+	}
+	m.gradHook = nil
+	if tr.dp == nil {
+		norm = tr.Opt.Update(tr.be, m, float32(lr))
+		return loss / float64(tr.Accum), norm, reader, nil
+	}
+	if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
+		return 0, 0, reader, err
+	}
+	loss /= float64(tr.Accum * D)
+	if err = tr.dp.finish(ctx, m); err != nil {
+		return 0, 0, reader, err
+	}
+	if tr.topo.Sharding > 1 {
+		norm, err = tr.shardedUpdate(ctx, float32(lr))
+		return loss, norm, reader, err
+	}
+	norm = tr.Opt.Update(tr.be, m, float32(lr))
+	return loss, norm, reader, nil
+}
+
+// stepTraffic returns the bytes sent per group and step, averaged over the
+// steps since the last call.
+func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
+	if tr.dp == nil {
+		return nil
+	}
+	now := tr.dp.traffic()
+	out := map[string]int64{}
+	for k, v := range now {
+		out[k] = (v - tr.lastTraffic[k]) / int64(max(steps, 1))
+	}
+	tr.lastTraffic = now
+	return out
 }
 
 // Evaluate returns the mean loss over eval_iters batches read from the start

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
+//	gptui run --no-tui --nproc N -c CONFIG|PRESET [-o ...]   N local workers
 //	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
 //	gptui presets                             list the built-in presets
 //	gptui data prepare --input FILE|DIR... --output DIR
@@ -65,6 +66,7 @@ const usage = `gptui trains GPT language models.
 
 Commands:
   train    -c CONFIG|PRESET [-o Section.key=value ...]   train a model
+  run      --no-tui --nproc N -c ... [-o ...]            train with N local worker processes
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
   data prepare --input FILE|DIR ... --output DIR         tokenize text into shards
@@ -83,6 +85,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "train":
 		return cmdTrain(ctx, args[1:], stdout, stderr)
+	case "run":
+		return cmdRun(ctx, args[1:], stdout, stderr)
 	case "config":
 		return cmdConfig(args[1:], stdout, stderr)
 	case "presets":

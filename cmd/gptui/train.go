@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/gptui/gptui"
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -69,9 +71,20 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if cfg.Global.Device == "gpu" {
 		return usagef("Global.device=gpu: this build has no CUDA backend yet; use Global.device=cpu")
 	}
-	if d := cfg.Distributed; d.DPDegree*d.MPDegree*d.PPDegree*d.Sharding.ShardingDegree != 1 {
-		return usagef("Distributed degrees dp=%d mp=%d pp=%d sharding=%d need several processes, which 'gptui train' does not start yet; set them to 1",
-			d.DPDegree, d.MPDegree, d.PPDegree, d.Sharding.ShardingDegree)
+	// A worker of a parallel job (started by 'gptui run') finds its peers
+	// through torchrun's variables.
+	var world *comm.World
+	if os.Getenv("WORLD_SIZE") != "" {
+		cc, err := comm.ConfigFromEnv()
+		if err != nil {
+			return usageError{err}
+		}
+		if cc.WorldSize > 1 {
+			if world, err = comm.Connect(ctx, cc); err != nil {
+				return fmt.Errorf("rank %d: joining the job: %w", cc.Rank, err)
+			}
+			defer world.Close()
+		}
 	}
 	be := cpu.New()
 	if r := be.FallbackReason(); r != "" {
@@ -80,6 +93,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
 		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
+		World:   world,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRunHelper is the gptui binary for the workers that runJob starts in
+// these tests: with GPTUI_RUN_HELPER=1 it runs the command line after "--"
+// the way main does, and exits.
+func TestRunHelper(t *testing.T) {
+	if os.Getenv("GPTUI_RUN_HELPER") != "1" {
+		return
+	}
+	i := slices.Index(os.Args, "--")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[i+1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
+}
+
+// runHelper runs 'gptui run ARGS...' in-process with the test binary as the
+// workers' gptui, and returns the exit code, stdout and stderr.
+func runHelper(t *testing.T, ctx context.Context, stdout *syncBuffer, args ...string) (int, string) {
+	t.Helper()
+	t.Setenv("GPTUI_RUN_HELPER", "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	err = runJob(ctx, []string{exe, "-test.run=^TestRunHelper$", "--"}, args, stdout, &stderr)
+	code := exitCode(err, &stderr)
+	return code, stderr.String()
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use that can report when
+// its contents first hold a string.
+type syncBuffer struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	watch string
+	seen  chan struct{} // closed once buf holds watch
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	if b.seen != nil && strings.Contains(b.buf.String(), b.watch) {
+		close(b.seen)
+		b.seen = nil
+	}
+	return n, err
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// await returns a channel closed once the buffer holds s.
+func (b *syncBuffer) await(s string) <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watch, b.seen = s, make(chan struct{})
+	return b.seen
+}
+
+func TestRunArgs(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want []string // substrings of the error line
+	}{
+		{"no --no-tui", []string{"--nproc", "2", "-c", "tiny"}, []string{"interactive UI", "--no-tui"}},
+		{"nproc 0", []string{"--no-tui", "--nproc", "0", "-c", "tiny"}, []string{"--nproc 0"}},
+		{"nproc negative", []string{"--no-tui", "--nproc", "-3", "-c", "tiny"}, []string{"--nproc -3"}},
+		{"nproc not a number", []string{"--no-tui", "--nproc", "two", "-c", "tiny"}, []string{"nproc"}},
+		{"rank out of range", []string{"--no-tui", "--nproc", "2", "--show-ranks", "0,2", "-c", "tiny"}, []string{"--show-ranks", "0,2"}},
+		{"rank not a number", []string{"--no-tui", "--show-ranks", "first", "-c", "tiny"}, []string{"--show-ranks", "first"}},
+		{"empty ranks", []string{"--no-tui", "--show-ranks", "", "-c", "tiny"}, []string{"--show-ranks"}},
+		{"port too large", []string{"--no-tui", "--master-port", "70000", "-c", "tiny"}, []string{"--master-port 70000"}},
+		{"no config", []string{"--no-tui", "--nproc", "2"}, []string{"-c CONFIG"}},
+		{"bad override", []string{"--no-tui", "-c", "tiny", "-o", "Model.hiden_size=3"}, []string{"Model.hiden_size"}},
+		{"stray argument", []string{"--no-tui", "-c", "tiny", "extra"}, []string{"extra"}},
+		{"unknown flag", []string{"--no-tui", "--nprocs", "2", "-c", "tiny"}, []string{"nprocs"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := exitCode(cmdRun(context.Background(), tc.args, &out, &errb), &errb)
+			if code != 2 {
+				t.Errorf("exit code %d, want 2 (stderr %q)", code, errb.String())
+			}
+			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			last := lines[len(lines)-1]
+			for _, w := range tc.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("error line %q does not mention %q", last, w)
+				}
+			}
+			if out.Len() != 0 {
+				t.Errorf("stdout %q: no worker should have started", out.String())
+			}
+		})
+	}
+}
+
+func TestParseRanks(t *testing.T) {
+	tests := []struct {
+		in    string
+		nproc int
+		shown []int // nil with all: every rank
+		all   bool
+		bad   bool
+	}{
+		{in: "all", nproc: 4, all: true},
+		{in: "0", nproc: 1, shown: []int{0}},
+		{in: "0,3", nproc: 4, shown: []int{0, 3}},
+		{in: " 2 , 1", nproc: 4, shown: []int{1, 2}},
+		{in: "3,3", nproc: 4, shown: []int{3}},
+		{in: "4", nproc: 4, bad: true},
+		{in: "-1", nproc: 4, bad: true},
+		{in: "0,,1", nproc: 4, bad: true},
+		{in: "ALL", nproc: 4, bad: true},
+		{in: "", nproc: 4, bad: true},
+	}
+	for _, tc := range tests {
+		show, err := parseRanks(tc.in, tc.nproc)
+		if (err != nil) != tc.bad {
+			t.Errorf("parseRanks(%q, %d): error %v, want error %v", tc.in, tc.nproc, err, tc.bad)
+			continue
+		}
+		if tc.bad {
+			continue
+		}
+		if tc.all != (show == nil) {
+			t.Errorf("parseRanks(%q): nil filter is %v, want %v", tc.in, show == nil, tc.all)
+			continue
+		}
+		if show == nil {
+			continue
+		}
+		var shown []int
+		for r := -1; r <= tc.nproc; r++ {
+			if show(r) {
+				shown = append(shown, r)
+			}
+		}
+		if !slices.Equal(shown, tc.shown) {
+			t.Errorf("parseRanks(%q, %d) shows %v, want %v", tc.in, tc.nproc, shown, tc.shown)
+		}
+	}
+}
+
+// TestRunTrains starts one real 'gptui train' worker.
+func TestRunTrains(t *testing.T) {
+	dir := t.TempDir()
+	var stdout syncBuffer
+	code, stderr := runHelper(t, context.Background(), &stdout, "--no-tui", "--nproc", "1", "-c", "tiny",
+		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))
+	if code != 0 || !strings.Contains(stdout.String(), "[0] [done] steps: 2") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if !strings.HasPrefix(line, "[0] ") {
+			t.Errorf("line %q lacks the rank prefix", line)
+		}
+	}
+}
+
+// TestRunWorkerFails: a worker that exits 2 for bad input makes the job exit
+// 2, with a summary and the worker's last lines. (One worker: how several
+// split the work is up to 'gptui train'; the launch package's tests cover
+// stopping the others.)
+func TestRunWorkerFails(t *testing.T) {
+	dir := t.TempDir()
+	var stdout syncBuffer
+	code, stderr := runHelper(t, context.Background(), &stdout, "--no-tui", "--nproc", "1", "-c", "tiny",
+		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Data.Train.dataset.input_dir="+filepath.Join(dir, "nodata"))
+	if code != 2 {
+		t.Errorf("exit code %d, want 2", code)
+	}
+	i := strings.Index(stderr, "gptui run: rank 0 exited with code 2; its last lines:\n[0] ")
+	if i < 0 || !strings.Contains(stderr[i:], "nodata") {
+		t.Errorf("stderr %q lacks the summary and the failing rank's lines", stderr)
+	}
+}
+
+// TestRunCancel: cancelling gptui run stops its workers, and it exits 130.
+func TestRunCancel(t *testing.T) {
+	dir := t.TempDir()
+	var stdout syncBuffer
+	training := stdout.await("[train]")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-training
+		cancel()
+	}()
+	start := time.Now()
+	code, stderr := runHelper(t, ctx, &stdout, "--no-tui", "--nproc", "1", "-c", "tiny",
+		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))
+	if code != 130 || !strings.Contains(stderr, "interrupted") {
+		t.Errorf("exit code %d, stderr %q; want 130 and 'interrupted'", code, stderr)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("took %v", d)
+	}
+}

@@ -1,0 +1,184 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestConfigFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    Config
+		wantErr string // a substring of the error; "" for none
+	}{
+		{"torchrun", map[string]string{"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "LOCAL_RANK": "1"},
+			Config{Rank: 3, WorldSize: 8, MasterAddr: "node0", MasterPort: 29500}, ""},
+		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", "GPTUI_COMM_TIMEOUT": "90s"},
+			Config{Rank: 0, WorldSize: 2, MasterAddr: "h", MasterPort: 1, Timeout: 90 * time.Second}, ""},
+		{"nothing set", map[string]string{}, Config{WorldSize: 1}, ""},
+		{"world of one", map[string]string{"WORLD_SIZE": "1"}, Config{WorldSize: 1}, ""},
+		{"no rank", map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "RANK is not set"},
+		{"bad rank", map[string]string{"RANK": "x", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, `RANK="x"`},
+		{"rank too big", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "RANK=2"},
+		{"bad world", map[string]string{"WORLD_SIZE": "0"}, Config{}, "WORLD_SIZE=0"},
+		{"world not a number", map[string]string{"WORLD_SIZE": "two"}, Config{}, `WORLD_SIZE="two"`},
+		{"no address", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, Config{}, "MASTER_ADDR"},
+		{"no port", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, Config{}, "MASTER_PORT is not set"},
+		{"bad port", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, Config{}, "MASTER_PORT=70000"},
+		{"bad timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "30"}, Config{}, "GPTUI_COMM_TIMEOUT"},
+		{"negative timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "-1s"}, Config{}, "GPTUI_COMM_TIMEOUT"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := configFrom(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+	// ConfigFromEnv itself reads the process environment.
+	t.Setenv("RANK", "1")
+	t.Setenv("WORLD_SIZE", "4")
+	t.Setenv("MASTER_ADDR", "10.0.0.1")
+	t.Setenv("MASTER_PORT", "1234")
+	t.Setenv("GPTUI_COMM_TIMEOUT", "2m")
+	got, err := ConfigFromEnv()
+	if want := (Config{Rank: 1, WorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234, Timeout: 2 * time.Minute}); err != nil || got != want {
+		t.Errorf("ConfigFromEnv: %+v, %v; want %+v", got, err, want)
+	}
+}
+
+func TestConnectInvalidConfig(t *testing.T) {
+	for _, cfg := range []Config{
+		{Rank: 0, WorldSize: 0},
+		{Rank: 2, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1},
+		{Rank: 0, WorldSize: 2, MasterPort: 1},
+		{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1"},
+		{Rank: 0, WorldSize: 1, Timeout: -time.Second},
+	} {
+		if w, err := Connect(context.Background(), cfg); err == nil {
+			w.Close()
+			t.Errorf("Connect(%+v): no error", cfg)
+		}
+	}
+}
+
+// TestConnectTimeout checks that Connect gives up after the timeout when
+// the master never appears, or the other ranks never register, and says so.
+func TestConnectTimeout(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		rank int
+		want string
+	}{
+		{"no master", 1, "reaching the master"},
+		{"missing ranks", 0, "ranks [1 2] did not register"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := freePort(t)
+			start := time.Now()
+			w, err := Connect(context.Background(), Config{Rank: tc.rank, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: timeout})
+			d := time.Since(start)
+			if err == nil {
+				w.Close()
+				t.Fatal("Connect succeeded")
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want one wrapping context.DeadlineExceeded and containing %q", err, tc.want)
+			}
+			if d < timeout || d > timeout+time.Second {
+				t.Errorf("gave up after %v, want about %v", d, timeout)
+			}
+		})
+	}
+}
+
+// TestConnectCanceled checks that Connect returns when its context ends.
+func TestConnectCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := Connect(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: freePort(t)})
+	if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Errorf("got %v after %v, want context.Canceled at once", err, time.Since(start))
+	}
+}
+
+// TestConnectLateMaster starts the other ranks well before rank 0: they
+// keep retrying until it listens.
+func TestConnectLateMaster(t *testing.T) {
+	port := freePort(t)
+	worlds := make([]*World, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Go(func() {
+			if r == 0 {
+				time.Sleep(300 * time.Millisecond)
+			}
+			worlds[r], errs[r] = Connect(context.Background(), Config{Rank: r, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second})
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() { closeWorlds(worlds) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	gs := groups(t, worlds, allRanks(3))
+	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+}
+
+// TestConnectRefusals checks that the master refuses a rank registered
+// twice and a rank with another world size, and that strangers knocking on
+// the master's port are ignored; the job then forms as if nothing happened.
+func TestConnectRefusals(t *testing.T) {
+	port := freePort(t)
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cfg := func(rank, size int) Config {
+		return Config{Rank: rank, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second}
+	}
+	worlds := make([]*World, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	join := func(r int) { wg.Go(func() { worlds[r], errs[r] = Connect(context.Background(), cfg(r, 3)) }) }
+	join(0)
+	var stranger net.Conn
+	for i := 0; stranger == nil && i < 100; i++ {
+		stranger, _ = net.Dial("tcp", master)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if stranger == nil {
+		t.Fatal("the master does not listen")
+	}
+	stranger.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	stranger.Close()
+	if _, err := Connect(context.Background(), cfg(1, 4)); err == nil || !strings.Contains(err.Error(), "world size is 4") {
+		t.Errorf("a rank with another world size: %v", err)
+	}
+	join(1)
+	time.Sleep(200 * time.Millisecond) // rank 1 has registered
+	if _, err := Connect(context.Background(), cfg(1, 3)); err == nil || !strings.Contains(err.Error(), "rank 1 registered twice") {
+		t.Errorf("a second rank 1: %v", err)
+	}
+	join(2)
+	wg.Wait()
+	t.Cleanup(func() { closeWorlds(worlds) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	gs := groups(t, worlds, allRanks(3))
+	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+}

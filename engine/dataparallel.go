@@ -1,0 +1,124 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gptui/gptui/comm"
+)
+
+// dataParallel keeps the replicas' gradients in step: data parallelism,
+// and the gradient side of sharding.
+//
+// Plain data parallel and sharding stage 1 all-reduce the gradients over
+// every replica. The all-reduce of a block's gradients starts as soon as the
+// last micro-batch's backward pass has finished that block (Model.gradHook),
+// so communication runs while the blocks below are still computing; each
+// tensor of the block is one bucket, and the embeddings and final LayerNorm,
+// complete only at the end of the backward pass, go last.
+//
+// Sharding stage 2 instead reduce-scatters the whole gradient buffer inside
+// the sharding group, so that each rank receives the summed gradients of its
+// own shard only, and then all-reduces that shard across the dp group.
+type dataParallel struct {
+	topo    Topology
+	all     *comm.Group // every replica
+	shard   *comm.Group // the sharding group (ranks with this dp index)
+	dp      *comm.Group // ranks holding the same shard
+	pending []*comm.Request
+	lo, hi  int       // this rank's shard of the flat buffers (sharding)
+	grads   []float32 // stage 2: the reduced gradients of Params[lo:hi]
+	scratch []float32 // stage 1/2: a shard-sized buffer for the parameter all-gather
+}
+
+func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, error) {
+	d := &dataParallel{topo: topo}
+	var err error
+	if d.all, err = w.Group(topo.allRanks()); err != nil {
+		return nil, err
+	}
+	if d.shard, err = w.Group(topo.shardGroup()); err != nil {
+		return nil, err
+	}
+	if d.dp, err = w.Group(topo.dpGroup()); err != nil {
+		return nil, err
+	}
+	d.lo, d.hi = 0, len(m.Params)
+	if topo.Sharding > 1 {
+		m.padBuffers(topo.Sharding)
+		chunk := cap(m.Params) / topo.Sharding
+		d.lo, d.hi = topo.ShardIndex*chunk, (topo.ShardIndex+1)*chunk
+		d.scratch = make([]float32, chunk)
+		if topo.Stage >= 2 {
+			d.grads = make([]float32, chunk)
+		}
+	}
+	return d, nil
+}
+
+// shardOf clips this rank's shard [lo, hi) of the padded buffer to the
+// parameters that exist.
+func (d *dataParallel) shardOf(n int) (int, int) { return min(d.lo, n), min(d.hi, n) }
+
+// hook returns the Model.gradHook that starts block l's all-reduce, or nil
+// when the gradients are reduced in one piece at the end (stage 2).
+func (d *dataParallel) hook(m *Model) func(int) {
+	if d.topo.Stage >= 2 {
+		return nil
+	}
+	return func(l int) {
+		for _, r := range m.layerRanges(l) {
+			d.pending = append(d.pending, d.all.AllReduceAsync(m.Grads[r[0]:r[1]]))
+		}
+	}
+}
+
+// finish completes the gradient reduction after the last backward pass.
+func (d *dataParallel) finish(ctx context.Context, m *Model) error {
+	if d.topo.Stage >= 2 {
+		full := m.Grads[:cap(m.Grads)]
+		if err := d.shard.ReduceScatter(ctx, full, d.grads); err != nil {
+			return fmt.Errorf("sharding: reduce-scatter of gradients: %w", err)
+		}
+		if d.topo.DP > 1 {
+			if err := d.dp.AllReduce(ctx, d.grads); err != nil {
+				return fmt.Errorf("data parallel: all-reduce of gradient shard: %w", err)
+			}
+		}
+		return nil
+	}
+	for _, r := range m.globalRanges() {
+		d.pending = append(d.pending, d.all.AllReduceAsync(m.Grads[r[0]:r[1]]))
+	}
+	var errs []error
+	for _, p := range d.pending {
+		if err := p.Wait(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.pending = d.pending[:0]
+	if len(errs) > 0 {
+		return fmt.Errorf("data parallel: gradient all-reduce: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// sumLoss adds up the replicas' loss sums.
+func (d *dataParallel) sumLoss(ctx context.Context, loss float64) (float64, error) {
+	b := []float64{loss}
+	if err := d.all.AllReduce64(ctx, b); err != nil {
+		return 0, fmt.Errorf("data parallel: loss all-reduce: %w", err)
+	}
+	return b[0], nil
+}
+
+// traffic sums the bytes this rank sent through its groups.
+func (d *dataParallel) traffic() map[string]int64 {
+	t := map[string]int64{"dp": d.all.Traffic().SentBytes}
+	if d.topo.Sharding > 1 {
+		t["dp"] = d.all.Traffic().SentBytes + d.dp.Traffic().SentBytes
+		t["sharding"] = d.shard.Traffic().SentBytes
+	}
+	return t
+}
