@@ -221,7 +221,11 @@ func (tr *Trainer) openData() error {
 	}
 	r := data.SplitRanges(len(toks), td.Split)
 	seed := uint64(tr.Cfg.Global.Seed)
-	tr.train, err = data.NewLoader(toks[r[0][0]:r[0][1]], tr.B, tr.T, td.Shuffle, seed)
+	// The training loader serves whole global batches, so the stream of
+	// samples (epoch boundaries included) is the same however a batch is
+	// split into ranks and micro-batches, and a checkpoint resumes under
+	// any layout with the same global batch size.
+	tr.train, err = data.NewLoader(toks[r[0][0]:r[0][1]], tr.Cfg.Global.GlobalBatchSize, tr.T, td.Shuffle, seed)
 	if err != nil {
 		return &ConfigError{fmt.Sprintf("training split of %s: %v", orBuiltin(td.InputDir), err)}
 	}
@@ -311,8 +315,9 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		return nil
 	}
 
-	inputs := make([]int32, tr.B*tr.T)
-	targets := make([]int32, tr.B*tr.T)
+	G := tr.Cfg.Global.GlobalBatchSize
+	inputs := make([]int32, G*tr.T)
+	targets := make([]int32, G*tr.T)
 	var window struct {
 		n             int
 		reader, batch float64
@@ -351,7 +356,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		if e.LoggingFreq > 0 && (step%e.LoggingFreq == 0 || last) {
 			avgBatch := window.batch / float64(window.n)
 			ips := tokens / avgBatch
-			mfu := tr.flopsPerTok * ips / tr.be.PeakFLOPS()
+			mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
 			tr.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
 				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
 			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
@@ -373,37 +378,36 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	res.TokensPerS = median(tps)
 	res.StepTimeS = median(times)
 	if res.StepTimeS > 0 {
-		res.MFU = tr.flopsPerTok * float64(tr.B*tr.T*tr.Accum) / res.StepTimeS / tr.be.PeakFLOPS()
+		res.MFU = tr.flopsPerTok * float64(tr.B*tr.T*tr.Accum*tr.topo.Replicas()) / res.StepTimeS / (tr.be.PeakFLOPS() * float64(tr.topo.World))
 	}
 	return res, nil
 }
 
 // trainStep runs one optimizer step: the forward and backward passes of
 // this rank's micro-batches, the gradient reduction across replicas, and the
-// update. It returns the mean loss of the global batch, the gradient norm
-// before clipping and the time spent reading data.
+// update. inputs and targets hold the global batch. It returns the mean loss
+// of the global batch, the gradient norm before clipping and the time spent
+// reading data.
 //
-// Every rank reads all the global batch's micro-batches in order and keeps
-// those of its data index (rank d keeps d·accum … (d+1)·accum−1), so the
+// Every rank reads the whole global batch and keeps the micro-batches of its
+// data index (rank d takes micro-batches d·accum … (d+1)·accum−1), so the
 // samples, their order and their dropout masks (Pass.Sample is the global
 // sample index) are those of one process training on the whole batch.
 func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, targets []int32) (loss, norm float64, reader time.Duration, err error) {
 	m, D, d := tr.Model, tr.topo.Replicas(), tr.topo.Rank
+	r0 := time.Now()
+	tr.train.Next(inputs, targets)
+	reader = time.Since(r0)
 	m.ZeroGrad()
 	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
-	for gm := 0; gm < D*tr.Accum; gm++ {
-		r0 := time.Now()
-		tr.train.Next(inputs, targets)
-		reader += time.Since(r0)
-		if gm/tr.Accum != d {
-			continue
-		}
+	bt := tr.B * tr.T
+	for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
 		ps := Pass{Step: step, Sample: gm * tr.B}
 		m.gradHook = nil
 		if tr.dp != nil && gm == (d+1)*tr.Accum-1 {
 			m.gradHook = tr.dp.hook(m)
 		}
-		loss += float64(m.Forward(inputs, targets, tr.B, tr.T, ps, true, dscale))
+		loss += float64(m.Forward(inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T, ps, true, dscale))
 		m.Backward(ps)
 	}
 	m.gradHook = nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -65,13 +66,19 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	for _, kv := range *o {
 		train = append(train, "-o", kv)
 	}
+	// The workers share this machine's cores: each gets its share for its
+	// GEMM and kernels, unless the user chose (GPTUI_THREADS).
+	var threads []string
+	if os.Getenv("GPTUI_THREADS") == "" {
+		threads = []string{fmt.Sprintf("GPTUI_THREADS=%d", max(1, runtime.NumCPU() / *nproc))}
+	}
 	workers := make([]launch.Worker, *nproc)
 	for r := range workers {
 		workers[r] = launch.Worker{
 			Rank:      r,
 			LocalRank: r,
 			Args:      append(append([]string(nil), self[1:]...), train...),
-			Env:       launch.Env(r, r, *nproc, masterAddr, *port),
+			Env:       append(launch.Env(r, r, *nproc, masterAddr, *port), threads...),
 		}
 	}
 	_, err = launch.Run(ctx, launch.Options{
