@@ -219,3 +219,40 @@ func TestRunCancel(t *testing.T) {
 		t.Errorf("took %v", d)
 	}
 }
+
+// finalLoss extracts the final loss from a [done] line.
+func finalLoss(t *testing.T, out string) string {
+	t.Helper()
+	i := strings.Index(out, "final loss: ")
+	if i < 0 {
+		t.Fatalf("no [done] line in %q", out)
+	}
+	return strings.Fields(out[i+len("final loss: "):])[0]
+}
+
+// TestRunDataParallelMatchesOneProcess: two worker processes under dp2 end
+// with the loss of one process training on the same global batches.
+func TestRunDataParallelMatchesOneProcess(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"-c", "tiny", "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
+		"-o", "Model.hidden_dropout_prob=0.1", "-o", "Model.attention_probs_dropout_prob=0.1"}
+	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
+	if code != 0 {
+		t.Fatalf("single process: %s", e)
+	}
+	want := finalLoss(t, out)
+	var stdout syncBuffer
+	code, stderr := runHelper(t, context.Background(), &stdout, append([]string{"--no-tui", "--nproc", "2",
+		"-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, common...)...)
+	if code != 0 {
+		t.Fatalf("dp2: exit %d, stderr %q", code, stderr)
+	}
+	if got := finalLoss(t, stdout.String()); got != want {
+		t.Errorf("dp2 final loss %s, one process %s", got, want)
+	}
+	for _, f := range []string{"workerlog.0", "workerlog.1", "metrics.0.jsonl", "metrics.1.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, "dp2", f)); err != nil {
+			t.Errorf("missing %s: %v", f, err)
+		}
+	}
+}
