@@ -626,3 +626,34 @@ func TestSuggest(t *testing.T) {
 		}
 	}
 }
+
+// TestParallelAliases: the seeds' other spellings of the degrees.
+func TestParallelAliases(t *testing.T) {
+	tests := []struct {
+		override string
+		get      func(*Config) int
+	}{
+		{"Distributed.tensor_parallel_degree=2", func(c *Config) int { return c.Distributed.MPDegree }},
+		{"Distributed.model_parallel=2", func(c *Config) int { return c.Distributed.MPDegree }},
+		{"Distributed.pipeline_parallel_degree=2", func(c *Config) int { return c.Distributed.PPDegree }},
+		{"Distributed.pipeline_stage=2", func(c *Config) int { return c.Distributed.PPDegree }},
+		{"Distributed.data_parallel=2", func(c *Config) int { return c.Distributed.DPDegree }},
+		{"Distributed.sharding_parallel_degree=2", func(c *Config) int { return c.Distributed.Sharding.ShardingDegree }},
+	}
+	for _, tc := range tests {
+		o := []string{tc.override, "Global.local_batch_size=4", "Global.micro_batch_size=4", "Global.global_batch_size="}
+		if strings.Contains(tc.override, "data_parallel") || strings.Contains(tc.override, "sharding") {
+			o[3] = "Global.global_batch_size=8"
+		} else {
+			o[3] = "Global.global_batch_size=4"
+		}
+		c, err := Load("tiny", o)
+		if err != nil {
+			t.Errorf("%s: %v", tc.override, err)
+			continue
+		}
+		if got := tc.get(c); got != 2 {
+			t.Errorf("%s: degree %d, want 2", tc.override, got)
+		}
+	}
+}

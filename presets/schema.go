@@ -91,6 +91,15 @@ func canonical(path string) string {
 		return "Optimizer.beta2"
 	case "Optimizer.adam_epsilon":
 		return "Optimizer.epsilon"
+	// PaddleNLP's and MindFormers' names for the parallel degrees.
+	case "Distributed.tensor_parallel_degree", "Distributed.model_parallel":
+		return "Distributed.mp_degree"
+	case "Distributed.pipeline_parallel_degree", "Distributed.pipeline_stage":
+		return "Distributed.pp_degree"
+	case "Distributed.data_parallel":
+		return "Distributed.dp_degree"
+	case "Distributed.sharding_parallel_degree":
+		return "Distributed.sharding.sharding_degree"
 	}
 	return path
 }
