@@ -203,3 +203,37 @@ func TestCrossStrategyResume(t *testing.T) {
 		"Global.local_batch_size=4", "Global.micro_batch_size=2")...))
 	check("sharding2 stage1", res.Losses)
 }
+
+// TestTrafficMatchesAnalytic: the bytes a rank sends per step equal the ring
+// algorithms' volume within 1%: data parallel all-reduces the gradients,
+// 2(n−1)/n · 4·params bytes; sharding stage 2 reduce-scatters them and
+// all-gathers the parameters, (n−1)/n · 4·params each.
+func TestTrafficMatchesAnalytic(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    []string
+	}{
+		{"dp2", []string{"Distributed.dp_degree=2"}},
+		{"sharding2 stage2", []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2"}},
+		{"sharding2 stage1", []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := append(parityOverrides(t), "Engine.max_steps=3", "Global.local_batch_size=4", "Global.micro_batch_size=2")
+			tr, _ := runRanks(t, 2, append(o, tc.o...))
+			// Per-step traffic of the last logged step (logging_freq 1).
+			sent := tr.lastTraffic["dp"] + tr.lastTraffic["sharding"]
+			steps := int64(3)
+			perStep := float64(sent) / float64(steps)
+			n := float64(4 * tr.Model.NumParams())
+			want := 2 * (2 - 1) / 2.0 * n // all-reduce, or reduce-scatter + all-gather
+			if tc.name == "sharding2 stage1" {
+				want = 2*(2-1)/2.0*n + (2-1)/2.0*n // all-reduce of gradients, all-gather of parameters
+			}
+			if d := math.Abs(perStep-want) / want; d > 0.01 {
+				t.Errorf("%.0f bytes sent per step, analytic %.0f (off by %.2f%%)", perStep, want, 100*d)
+			} else {
+				t.Logf("%s: %.0f bytes per step, analytic %.0f (%.3f%%)", tc.name, perStep, want, 100*d)
+			}
+		})
+	}
+}
