@@ -43,16 +43,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d D
 				}
 				clear(row[t+1:])
 				if pd != nil {
-					p := pd[r*T : (r+1)*T]
-					ds := d.Scale()
-					first := off + uint64((bb*NH*T+r)*T)
-					for i, v := range row {
-						if d.Keep(first + uint64(i)) {
-							p[i] = v * ds
-						} else {
-							p[i] = 0
-						}
-					}
+					d.apply(pd[r*T:(r+1)*T], row, off+uint64((bb*NH*T+r)*T))
 				}
 			}
 		})
@@ -86,18 +77,8 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 		base := bb * T * 3 * C
 		if pd != nil {
 			b.ParallelFor(NH*T, 16, func(lo, hi int) {
-				ds := d.Scale()
 				for r := lo; r < hi; r++ {
-					row := att[(bb*NH*T+r)*T : (bb*NH*T+r+1)*T]
-					p := pd[r*T : (r+1)*T]
-					first := off + uint64((bb*NH*T+r)*T)
-					for i, v := range row {
-						if d.Keep(first + uint64(i)) {
-							p[i] = v * ds
-						} else {
-							p[i] = 0
-						}
-					}
+					d.apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], off+uint64((bb*NH*T+r)*T))
 				}
 			})
 		}
@@ -111,20 +92,12 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 			b.Sgemm(true, false, T, hs, T, 1, p, T, g, C, 0, dqkv[base+2*C+h*hs:], 3*C)
 		}
 		b.ParallelFor(NH*T, 16, func(lo, hi int) {
-			ds := d.Scale()
 			for r := lo; r < hi; r++ {
 				t := r % T
 				row := att[(bb*NH*T+r)*T : (bb*NH*T+r)*T+t+1]
 				g := dp[r*T : (r+1)*T]
 				if d.On() {
-					first := off + uint64((bb*NH*T+r)*T)
-					for i := range row {
-						if d.Keep(first + uint64(i)) {
-							g[i] *= ds
-						} else {
-							g[i] = 0
-						}
-					}
+					d.apply(g[:t+1], g[:t+1], off+uint64((bb*NH*T+r)*T))
 				}
 				var dot float32
 				for i, p := range row {

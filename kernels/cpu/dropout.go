@@ -22,6 +22,20 @@ func (d Dropout) Keep(i uint64) bool {
 	return u >= d.P
 }
 
+// apply writes in[i]·mask/(1−P) to out[i], where element i has index
+// first+i in the site's stream. out may alias in.
+func (d Dropout) apply(out, in []float32, first uint64) {
+	s := d.Scale()
+	out = out[:len(in)]
+	for i, v := range in {
+		if d.Keep(first + uint64(i)) {
+			out[i] = v * s
+		} else {
+			out[i] = 0
+		}
+	}
+}
+
 // SiteKey derives a site key from its parts (seed, step, micro-batch, layer,
 // kind); it is a pure function so every rank derives the same key.
 func SiteKey(parts ...uint64) uint64 {
@@ -50,16 +64,7 @@ func (b *Backend) DropoutForward(out, inp []float32, d Dropout, off uint64) {
 		copy(out[:n], inp)
 		return
 	}
-	s := d.Scale()
-	b.ParallelFor(n, 4096, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			if d.Keep(off + uint64(i)) {
-				out[i] = inp[i] * s
-			} else {
-				out[i] = 0
-			}
-		}
-	})
+	b.ParallelFor(n, 4096, func(lo, hi int) { d.apply(out[lo:hi], inp[lo:hi], off+uint64(lo)) })
 }
 
 // DropoutBackward: dinp[i] = dout[i]·mask[i]/(1-P). dinp may alias dout.
