@@ -1,6 +1,6 @@
 module github.com/gptui/gptui
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/ebitengine/purego v0.11.3
@@ -12,4 +12,8 @@ require (
 require (
 	github.com/dlclark/regexp2 v1.10.0 // indirect
 	github.com/google/uuid v1.3.0 // indirect
+	github.com/kr/fs v0.1.0 // indirect
+	github.com/pkg/sftp v1.13.12 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -743,5 +744,28 @@ func TestAddF32(t *testing.T) {
 		if i := firstDiff(dst, want); i >= 0 {
 			t.Fatalf("n=%d: element %d: %v, want %v", n, i, dst[i], want[i])
 		}
+	}
+}
+
+// TestCloseLeavesNothing checks that closing the worlds stops every
+// goroutine they started (connections, groups, the master).
+func TestCloseLeavesNothing(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ws := connectWorlds(t, 3, nil)
+	gs := groups(t, ws, allRanks(3))
+	mustAll(t, 3, func(r int) error { return gs[r].AllReduce(context.Background(), exactInput(r, 1000)) })
+	pending := gs[0].AllReduceAsync(make([]float32, 10)) // never joined by the others
+	closeWorlds(ws)
+	// Which comes first, its own Close or a peer's goodbye, is a race.
+	if err := pending.Wait(context.Background()); !errors.Is(err, ErrClosed) && !errors.Is(err, ErrPeerClosed) {
+		t.Errorf("pending operation: %v, want ErrClosed or ErrPeerClosed", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Errorf("%d goroutines before, %d after closing:\n%s", before, n, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -46,10 +46,11 @@ type rankTable struct {
 // local address it reaches the master from, on a port the system picks),
 // registers with rank 0, receives the table of all ranks' addresses, and
 // the ranks then connect into a full mesh: rank i dials every rank below
-// it. Connecting to the master is retried, so the ranks may start in any
-// order; Connect fails when ctx ends or cfg.Timeout has passed first (the
-// error then wraps context.DeadlineExceeded). A World of size 1 needs no
-// network.
+// it. The mesh connections have Nagle's algorithm off and 4 MiB socket
+// buffers. Connecting to the master is retried, so the ranks may start in
+// any order; Connect fails when ctx ends or cfg.Timeout has passed first,
+// with an error that wraps ctx's error or context.DeadlineExceeded. A World
+// of size 1 needs no network.
 func Connect(ctx context.Context, cfg Config) (*World, error) {
 	cfg, err := cfg.check()
 	if err != nil {
