@@ -6,6 +6,7 @@
 //	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
 //	gptui run --no-tui --nproc N -c CONFIG|PRESET [-o ...]   N local workers
 //	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
+//	gptui ranktable --hosts FILE [-o OUT] | merge A B ... -o OUT | check FILE
 //	gptui presets                             list the built-in presets
 //	gptui data prepare --input FILE|DIR... --output DIR
 //	gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin
@@ -69,6 +70,7 @@ Commands:
   run      --no-tui --nproc N -c ... [-o ...]            train with N local worker processes
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
+  ranktable --hosts FILE [-o OUT] | merge A B... -o OUT | check FILE   the HCCL/MindFormers rank table
   data prepare --input FILE|DIR ... --output DIR         tokenize text into shards
   export   --ckpt DIR --to hf OUT_DIR | --to llmc FILE    write a checkpoint's model for Hugging Face or llm.c
   import   --from hf DIR | --from llmc FILE --out DIR      make a checkpoint from either
@@ -87,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdTrain(ctx, args[1:], stdout, stderr)
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
+	case "ranktable":
+		return cmdRanktable(ctx, args[1:], stdout, stderr)
 	case "config":
 		return cmdConfig(args[1:], stdout, stderr)
 	case "presets":

@@ -1,0 +1,41 @@
+// Package sshexec reads the host inventory, talks to nodes over SSH, pushes
+// files and runs remote commands.
+//
+// # Inventory
+//
+// The inventory (gptui's --hosts FILE) lists the nodes of a cluster, one
+// per line:
+//
+//	# 4 machines with 8 accelerators each
+//	gpu0 devices=0-7                 # an alias from ~/.ssh/config
+//	alice@10.0.0.12:2222 devices=0-7 nic=192.168.100.12
+//	10.0.0.13 devices=0-3,6 workdir=/scratch/gptui identity=~/.ssh/cluster
+//	localhost devices=cpu:4
+//
+// A line is [user@]host[:port] followed by key=value words; an IPv6
+// address with a port is written [addr]:port. '#' starts a comment at the
+// start of a line or of a word; blank lines are skipped. Values cannot hold
+// spaces. The keys are:
+//
+//	devices   the accelerators to use: 0-7, 0,2,4 or 0-3,6; or cpu:N for N
+//	          CPU workers. Without it the devices are not known (to be
+//	          probed).
+//	workdir   the node's directory for gptui (default ~/.gptui)
+//	identity  the private key file for SSH
+//	nic       the interface name or address of the node's fast network, used
+//	          as the device_ip of its devices in a rank table
+//	user      the remote user, as user@ does
+//	port      the SSH port, as :port does
+//	ssh       false to run on this machine without SSH; true to use SSH even
+//	          for localhost
+//
+// A node written as localhost, 127.0.0.1 (or another loopback address) or
+// ::1, without a user, a port and an ssh key, is this machine: [Node.Local]
+// is true and gptui runs its commands without SSH.
+//
+// Other names are looked up in ~/.ssh/config as ssh does (see
+// [SSHConfig]): HostName, User, Port, IdentityFile and ProxyJump apply
+// where the inventory line does not say otherwise. Two lines that reach the
+// same address and port are an error, as are unknown keys and malformed
+// values; errors are *[InventoryError] with the file and line.
+package sshexec
