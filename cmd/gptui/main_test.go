@@ -57,6 +57,8 @@ func TestBadInput(t *testing.T) {
 		{"missing model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + filepath.Join(dir, "nomodel.bin")}, []string{"nomodel.bin"}},
 		{"not a model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + notModel}, []string{"notmodel.bin", "magic"}},
 		{"gpu without CUDA", []string{"train", "-c", "tiny", "-o", "Global.device=gpu"}, []string{"Global.device=gpu"}},
+		{"dp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"}, []string{"dp_degree 2", "gptui run --no-tui --nproc 2"}},
+		{"tensor parallel not built", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=2", "-o", "Global.global_batch_size=8"}, []string{"mp_degree=2", "not built yet"}},
 		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
 	}
 	for _, tc := range tests {
