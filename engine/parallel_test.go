@@ -118,21 +118,7 @@ func TestParallelParity(t *testing.T) {
 		{"sharding2 stage2", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
 	}
-	single, sres := func() (*Trainer, *Result) {
-		cfg, err := presets.Load("tiny", append(parityOverrides(t), "Global.local_batch_size=8", "Global.micro_batch_size=2"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr, res
-	}()
+	single, sres := trainPreset(t, "tiny", append(parityOverrides(t), "Global.local_batch_size=8", "Global.micro_batch_size=2")...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, res := runRanks(t, tc.world, append(parityOverrides(t), tc.o...))
@@ -167,18 +153,7 @@ func TestCrossStrategyResume(t *testing.T) {
 		return append(o, extra...)
 	}
 	single := func(extra ...string) *Result {
-		cfg, err := presets.Load("tiny", base(append([]string{"Global.local_batch_size=8", "Global.micro_batch_size=2"}, extra...)...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, res := trainPreset(t, "tiny", base(append([]string{"Global.local_batch_size=8", "Global.micro_batch_size=2"}, extra...)...)...)
 		return res
 	}
 	straight := single()

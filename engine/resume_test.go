@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,19 +16,7 @@ func trainTiny(t *testing.T, overrides ...string) (*Trainer, *Result) {
 	base := []string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(),
 		"Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1",
 		"Data.Train.dataset.shuffle=true", "Optimizer.lr.decay_steps=20", "Global.micro_batch_size=4"}
-	cfg, err := presets.Load("tiny", append(base, overrides...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr, res
+	return trainPreset(t, "tiny", append(base, overrides...)...)
 }
 
 // TestExactResume: 20 steps straight and 10 + resume + 10 give the same

@@ -18,6 +18,25 @@ import (
 
 func builtin() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }
 
+// trainPreset trains preset with the overrides in one process, on the
+// built-in corpus, and returns the trainer and its result.
+func trainPreset(t *testing.T, preset string, overrides ...string) (*Trainer, *Result) {
+	t.Helper()
+	cfg, err := presets.Load(preset, overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, res
+}
+
 // TestTrainTinyLossFalls trains the tiny preset on the built-in corpus and
 // checks that the loss falls, the log lines and the metrics file.
 func TestTrainTinyLossFalls(t *testing.T) {
@@ -84,19 +103,8 @@ func TestTrainTinyLossFalls(t *testing.T) {
 // four of 2 gives the same losses (to float32 reassociation).
 func TestAccumulationMatchesOneBatch(t *testing.T) {
 	run := func(micro string) []float32 {
-		cfg, err := presets.Load("tiny", []string{"Engine.max_steps=3", "Engine.eval_freq=0", "Engine.log_dir=" + t.TempDir(),
-			"Global.micro_batch_size=" + micro, "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Run(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, res := trainPreset(t, "tiny", "Engine.max_steps=3", "Engine.eval_freq=0", "Engine.log_dir="+t.TempDir(),
+			"Global.micro_batch_size="+micro, "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1")
 		return res.Losses
 	}
 	a, b := run("8"), run("2")

@@ -64,23 +64,31 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, tc.args...)
-			if code != 2 {
-				t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr)
-			}
-			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			last := lines[len(lines)-1]
-			if !strings.HasPrefix(last, "gptui: ") {
-				t.Errorf("stderr %q does not end in a 'gptui: ' error line", stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(last, w) {
-					t.Errorf("error line %q does not mention %q", last, w)
-				}
-			}
-			if strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, "panic") {
-				t.Errorf("stderr holds a stack trace: %q", stderr)
-			}
+			checkUserError(t, code, stderr, tc.want)
 		})
+	}
+}
+
+// checkUserError asserts the bad-input contract: exit code 2 and stderr
+// ending in one 'gptui: ' line that mentions every string of want, with no
+// stack trace.
+func checkUserError(t *testing.T, code int, stderr string, want []string) {
+	t.Helper()
+	if code != 2 {
+		t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "gptui: ") {
+		t.Errorf("stderr %q does not end in a 'gptui: ' error line", stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(last, w) {
+			t.Errorf("error line %q does not mention %q", last, w)
+		}
+	}
+	if strings.Contains(stderr, "goroutine ") || strings.Contains(stderr, "panic") {
+		t.Errorf("stderr holds a stack trace: %q", stderr)
 	}
 }
 

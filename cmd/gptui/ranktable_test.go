@@ -223,19 +223,7 @@ func TestRanktableErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, tc.args...)
-			if code != 2 {
-				t.Errorf("exit code %d, want 2 (stderr %q)", code, stderr)
-			}
-			lines := strings.Split(strings.TrimSpace(stderr), "\n")
-			last := lines[len(lines)-1]
-			if !strings.HasPrefix(last, "gptui: ") {
-				t.Errorf("stderr %q does not end in a 'gptui: ' error line", stderr)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(last, w) {
-					t.Errorf("error line %q does not mention %q", last, w)
-				}
-			}
+			checkUserError(t, code, stderr, tc.want)
 			if stdout != tc.stdout {
 				t.Errorf("stdout\n%s\nwant\n%s", stdout, tc.stdout)
 			}
