@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -62,8 +63,10 @@ func Connect(ctx context.Context, cfg Config) (*World, error) {
 	if cfg.WorldSize == 1 {
 		return newWorld(cfg, []string{""}, nil), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancelTimeout()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	master := net.JoinHostPort(cfg.MasterAddr, strconv.Itoa(cfg.MasterPort))
 	var served chan error
 	if cfg.Rank == 0 {
@@ -78,7 +81,14 @@ func Connect(ctx context.Context, cfg Config) (*World, error) {
 	addrs, ncs, err := join(ctx, cfg, master)
 	if served != nil {
 		if err != nil {
-			cancel() // stop the master
+			// Stop the master. The connection deadlines are the context's,
+			// so join may see its timeout a moment before ctx does: pass
+			// the cause on rather than "canceled".
+			cause := err
+			if errors.Is(err, context.DeadlineExceeded) {
+				cause = context.DeadlineExceeded
+			}
+			cancel(cause)
 		}
 		if serr := <-served; serr != nil {
 			err = serr // it says which ranks are missing
@@ -391,6 +401,12 @@ func tune(c *net.TCPConn) {
 func ctxErr(ctx context.Context, err error) error {
 	if cerr := context.Cause(ctx); cerr != nil {
 		return fmt.Errorf("%w (%v)", cerr, err)
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// A connection deadline set from ctx's deadline fired first.
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl.Add(-time.Millisecond)) {
+			return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+		}
 	}
 	return err
 }
