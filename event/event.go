@@ -1,0 +1,210 @@
+// Package event is the stream of facts about a job that the node agents send
+// to the launcher and that the launcher's front ends render: the headless
+// printer of `gptui run --no-tui` and the terminal UI.
+//
+// On the wire (an agent's standard output, over its SSH session) each event
+// is one JSON object on one line, its "v" field set to Version. A reader
+// skips lines that are not JSON objects (a shell's banner, say) and refuses
+// an object of another version with an error that names both versions,
+// since a launcher and an agent of different gptui builds must not be mixed;
+// the launcher pushes its own binary to every node, so this means a bad
+// push. Fields that do not apply to an event's kind are left out.
+//
+// Kinds and the fields each one uses:
+//
+//	probe    Node, Probe                     what a node has (its devices or CPU)
+//	node     Node, State, Message            connecting, pushing, ready, failed, lost
+//	worker   Node, Rank, State, Code, Signal starting, running, exited, failed
+//	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
+//	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
+//	log      Node, Rank, Line                one line of a worker's output
+//	job      State, Message, Rank, Node, Tail started, done, failed, stopped
+//
+// Ranks are global; Node is the inventory name of the node. Times are the
+// sender's clock.
+package event
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// Version is the wire format's version. Change it whenever the meaning of
+// a field changes.
+const Version = 1
+
+// Kinds of event.
+const (
+	KindProbe   = "probe"
+	KindNode    = "node"
+	KindWorker  = "worker"
+	KindMetrics = "metrics"
+	KindMemory  = "memory"
+	KindLog     = "log"
+	KindJob     = "job"
+)
+
+// States of nodes, workers and jobs.
+const (
+	// node
+	NodeConnecting = "connecting"
+	NodeProbed     = "probed"
+	NodePushing    = "pushing"
+	NodeReady      = "ready"
+	NodeFailed     = "failed" // Message says why (a host-key problem names the fingerprints)
+	NodeLost       = "lost"   // its connection dropped during the job
+
+	// worker
+	WorkerStarting = "starting"
+	WorkerRunning  = "running"
+	WorkerExited   = "exited" // exit code 0
+	WorkerFailed   = "failed" // non-zero code, or a signal
+
+	// job
+	JobStarted = "started"
+	JobDone    = "done"
+	JobFailed  = "failed" // Rank, Node and Tail name the first failure
+	JobStopped = "stopped"
+)
+
+// Event is one fact about the job.
+type Event struct {
+	V    int       `json:"v"`
+	Kind string    `json:"kind"`
+	Time time.Time `json:"time"`
+
+	Node  string `json:"node,omitempty"`
+	Rank  int    `json:"rank"` // -1 where no rank applies
+	State string `json:"state,omitempty"`
+
+	Message string   `json:"message,omitempty"`
+	Code    int      `json:"code,omitempty"`   // exit status of a worker
+	Signal  string   `json:"signal,omitempty"` // signal that killed a worker, such as "SIGKILL"
+	Tail    []string `json:"tail,omitempty"`   // last lines of a failed worker's log
+	Line    string   `json:"line,omitempty"`
+
+	Probe   *Probe   `json:"probe,omitempty"`
+	Metrics *Metrics `json:"metrics,omitempty"`
+
+	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
+	Used   int64 `json:"used,omitempty"`   // bytes
+	Total  int64 `json:"total,omitempty"`  // bytes
+}
+
+// Probe is what `gptui agent --probe` finds on a node.
+type Probe struct {
+	Hostname string   `json:"hostname"`
+	OS       string   `json:"os"` // runtime.GOOS/GOARCH
+	Cores    int      `json:"cores"`
+	MemBytes int64    `json:"mem_bytes"` // total memory of the node
+	Devices  []Device `json:"devices,omitempty"`
+	// NoGPU says why no GPU is listed (no NVML, no devices), if none is.
+	NoGPU string `json:"no_gpu,omitempty"`
+}
+
+// Device is one accelerator of a node.
+type Device struct {
+	Index    int    `json:"index"`
+	Name     string `json:"name"`
+	MemTotal int64  `json:"mem_total"`
+	MemFree  int64  `json:"mem_free"`
+	UUID     string `json:"uuid,omitempty"`
+	PCIBusID string `json:"pci_bus_id,omitempty"`
+}
+
+// Metrics is one line of a worker's metrics.<rank>.jsonl (see
+// engine.Metrics), the fields a front end shows.
+type Metrics struct {
+	Step       int     `json:"step"`
+	Epoch      int     `json:"epoch"`
+	Loss       float64 `json:"loss"`
+	EvalLoss   float64 `json:"eval_loss,omitempty"`
+	LR         float64 `json:"lr"`
+	GradNorm   float64 `json:"grad_norm"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	StepTimeS  float64 `json:"step_time_s"`
+	MFU        float64 `json:"mfu"`
+	MemBytes   int64   `json:"mem_bytes"`
+}
+
+// New returns an event of the given kind, stamped now, with no rank.
+func New(kind string) Event {
+	return Event{V: Version, Kind: kind, Time: time.Now(), Rank: -1}
+}
+
+// Writer writes events as JSON lines. It is safe for concurrent use.
+type Writer struct {
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+}
+
+// NewWriter returns a Writer that writes to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write writes e as one line, setting its version. After the first error
+// every Write returns it.
+func (w *Writer) Write(e Event) error {
+	e.V = Version
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("event: %w", err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	if _, err := w.w.Write(append(b, '\n')); err != nil {
+		w.err = fmt.Errorf("event: %w", err)
+	}
+	return w.err
+}
+
+// Reader reads events written by a Writer.
+type Reader struct {
+	s *bufio.Scanner
+}
+
+// NewReader returns a Reader that reads from r.
+func NewReader(r io.Reader) *Reader {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 4<<20)
+	return &Reader{s: s}
+}
+
+// VersionError is returned for an event of another wire format version.
+type VersionError struct{ Got int }
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("event: the agent speaks event format v%d, this gptui speaks v%d: push the same gptui binary to every node", e.Got, Version)
+}
+
+// Next returns the next event. It skips lines that are not JSON objects,
+// returns a *VersionError for an event of another version, and io.EOF at
+// the end of the stream.
+func (r *Reader) Next() (Event, error) {
+	for r.s.Scan() {
+		line := bytes.TrimSpace(r.s.Bytes())
+		if len(line) == 0 || line[0] != '{' {
+			continue
+		}
+		var e Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			continue
+		}
+		if e.V != Version {
+			return Event{}, &VersionError{Got: e.V}
+		}
+		return e, nil
+	}
+	if err := r.s.Err(); err != nil {
+		return Event{}, fmt.Errorf("event: %w", err)
+	}
+	return Event{}, io.EOF
+}
