@@ -20,6 +20,8 @@ type Backend interface {
 
 	EncoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int)
 	EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int)
+	EncoderShardForward(out []float32, inp []int32, wte []float32, vlo int, wpe []float32, B, T, C int)
+	EncoderShardBackward(dwte []float32, vlo int, dwpe, dout []float32, inp []int32, B, T, C int)
 	LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int)
 	LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int)
 	MatmulForward(out, inp, w, bias []float32, N, IC, OC int)
@@ -33,6 +35,9 @@ type Backend interface {
 	DropoutForward(out, inp []float32, d cpu.Dropout, off uint64)
 	DropoutBackward(dinp, dout []float32, d cpu.Dropout, off uint64)
 	CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool)
+	ClassifierMax(maxes, logits []float32, N, V int)
+	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int)
+	ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool)
 	AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int)
 	SumSquares(x []float32) float64
 	Zero(x []float32)

@@ -9,7 +9,8 @@ import (
 //	qkv (B,T,3C): per row q (C), k (C), v (C); head h owns channels h·hs…(h+1)·hs, hs = C/NH
 //	att (B,NH,T,T): softmax(q·kᵀ/√hs) with the causal mask, before dropout; kept for backward
 //	out (B,T,C):    dropout(att) · v, heads side by side
-//	off: index of att[0,0,0,0] in the dropout stream (global sample offset · NH·T·T)
+//	off: index of att[0,0,0,0] in the dropout stream (global sample offset · NH·T·T);
+//	     under tensor parallelism d.Heads and d.Head0 place this rank's heads
 //
 // For each batch row b the work runs in three phases: the score products
 // S = q·kᵀ of every head through sgemm (q, k and v are read in place, with a
@@ -43,7 +44,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d D
 				}
 				clear(row[t+1:])
 				if pd != nil {
-					d.apply(pd[r*T:(r+1)*T], row, off+uint64((bb*NH*T+r)*T))
+					d.apply(pd[r*T:(r+1)*T], row, d.attIndex(off, bb, NH, r, T))
 				}
 			}
 		})
@@ -78,7 +79,7 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 		if pd != nil {
 			b.ParallelFor(NH*T, 16, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
-					d.apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], off+uint64((bb*NH*T+r)*T))
+					d.apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], d.attIndex(off, bb, NH, r, T))
 				}
 			})
 		}
@@ -97,7 +98,7 @@ func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH 
 				row := att[(bb*NH*T+r)*T : (bb*NH*T+r)*T+t+1]
 				g := dp[r*T : (r+1)*T]
 				if d.On() {
-					d.apply(g[:t+1], g[:t+1], off+uint64((bb*NH*T+r)*T))
+					d.apply(g[:t+1], g[:t+1], d.attIndex(off, bb, NH, r, T))
 				}
 				var dot float32
 				for i, p := range row {

@@ -8,6 +8,22 @@ package cpu
 type Dropout struct {
 	P   float32 // probability of zeroing an element; 0 disables the site
 	Key uint64  // identifies the site: seed, step, micro-batch, layer, kind
+
+	// Heads and Head0 place a tensor-parallel rank's attention heads in
+	// the single process's (B,NH,T,T) probability tensor: the rank holds
+	// heads Head0 … Head0+nh−1 of Heads. Zero Heads means all of them.
+	Heads, Head0 int
+}
+
+// attIndex is the stream index of row r = h·T + t of batch row bb's local
+// (nh,T,T) attention probabilities, given off, the index of element
+// [0,0,0,0] of the whole (B,Heads,T,T) tensor.
+func (d Dropout) attIndex(off uint64, bb, nh, r, T int) uint64 {
+	hg, h0 := d.Heads, d.Head0
+	if hg == 0 {
+		hg, h0 = nh, 0
+	}
+	return off + uint64(((bb*hg+h0)*T+r)*T)
 }
 
 // On reports whether the site drops anything.
