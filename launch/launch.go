@@ -71,6 +71,23 @@ type Options struct {
 	// Grace is how long a worker has between SIGTERM and SIGKILL when the
 	// job is stopped; zero means 5 seconds.
 	Grace time.Duration
+
+	// OnStart, if set, is called once a worker's process has started, with
+	// its pid (which is also its process group id).
+	OnStart func(w Worker, pid int)
+	// OnLine, if set, is called with each line of every worker's standard
+	// output (stderr false) and error (stderr true), shown or not, without
+	// its newline. line is only valid during the call.
+	OnLine func(rank int, stderr bool, line []byte)
+	// OnExit, if set, is called when a worker has exited and its output
+	// has been read, with the Result that Run will return for it; a
+	// worker that could not be started gets no call.
+	//
+	// The callbacks are called from Run's goroutines, possibly at the same
+	// time for different workers, and all calls have returned when Run
+	// returns. A callback that blocks holds up that worker's output (and
+	// so, eventually, the worker) or Run's return.
+	OnExit func(r Result)
 }
 
 // Result is how one worker ended.
@@ -187,13 +204,16 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 			continue
 		}
 		show := opt.Show == nil || opt.Show(w.Rank)
-		if err := p.start(opt.Exe, out, show); err != nil {
+		if err := p.start(opt.Exe, out, show, opt.OnLine); err != nil {
 			startErr = fmt.Errorf("launch: starting rank %d: %w", w.Rank, err)
 			p.res.Err = err
 			continue
 		}
 		running++
-		go p.wait(exited)
+		if opt.OnStart != nil {
+			opt.OnStart(w, p.cmd.Process.Pid)
+		}
+		go p.wait(exited, opt.OnExit)
 	}
 
 	stop := func() {
@@ -291,7 +311,7 @@ type proc struct {
 }
 
 // start starts the worker and the goroutines that relay its output.
-func (p *proc) start(exe string, out *output, show bool) (err error) {
+func (p *proc) start(exe string, out *output, show bool, onLine func(int, bool, []byte)) (err error) {
 	if p.w.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(p.w.LogPath), 0o755); err != nil {
 			return err
@@ -337,6 +357,9 @@ func (p *proc) start(exe string, out *output, show bool) (err error) {
 			defer p.readers.Done()
 			scanLines(r, func(line []byte) {
 				p.record(line)
+				if onLine != nil {
+					onLine(p.w.Rank, i == 1, line)
+				}
 				if show {
 					out.line(dest[i], p.w.Rank, line)
 				}
@@ -365,8 +388,8 @@ func (p *proc) record(line []byte) {
 }
 
 // wait waits for the worker, kills what is left of its process group,
-// collects its output and sends p on exited.
-func (p *proc) wait(exited chan<- *proc) {
+// collects its output, calls onExit (if not nil) and sends p on exited.
+func (p *proc) wait(exited chan<- *proc, onExit func(Result)) {
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	// Kill what is left of the worker's process group. The group's id is
@@ -412,6 +435,9 @@ func (p *proc) wait(exited chan<- *proc) {
 		p.res.Err = err
 	default:
 		p.res.ExitCode = 0
+	}
+	if onExit != nil {
+		onExit(p.res)
 	}
 	exited <- p
 }

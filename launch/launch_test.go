@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/iotest"
@@ -539,5 +540,61 @@ func TestJobErrorMessage(t *testing.T) {
 	}
 	if got := signalName(syscall.Signal(63)); got != "signal 63" {
 		t.Errorf("signalName(63) = %q", got)
+	}
+}
+
+// TestCallbacks: OnStart, OnLine and OnExit see every worker's pid, lines
+// (stdout and stderr told apart, hidden ranks included) and Result.
+func TestCallbacks(t *testing.T) {
+	var mu sync.Mutex
+	pids := map[int]int{}
+	lines := map[int][]string{}
+	exits := map[int]Result{}
+	_, err := Run(context.Background(), Options{
+		Workers: job([]string{"lines", "2", "stderr", "oops"}, []string{"lines", "1", "exit", "3"}),
+		Show:    func(int) bool { return false },
+		OnStart: func(w Worker, pid int) {
+			mu.Lock()
+			defer mu.Unlock()
+			pids[w.Rank] = pid
+		},
+		OnLine: func(rank int, stderr bool, line []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			l := string(line)
+			if stderr {
+				l = "E:" + l
+			}
+			lines[rank] = append(lines[rank], l)
+		},
+		OnExit: func(r Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			exits[r.Rank] = r
+		},
+	})
+	var je *JobError
+	if !errors.As(err, &je) || je.Rank != 1 {
+		t.Fatalf("err %v, want rank 1's failure", err)
+	}
+	for r := range 2 {
+		if pids[r] <= 0 {
+			t.Errorf("rank %d: no pid from OnStart", r)
+		}
+	}
+	// The two streams are read apart: only the order within one counts.
+	out0 := slices.DeleteFunc(slices.Clone(lines[0]), func(l string) bool { return strings.HasPrefix(l, "E:") })
+	err0 := slices.DeleteFunc(slices.Clone(lines[0]), func(l string) bool { return !strings.HasPrefix(l, "E:") })
+	if !slices.Equal(out0, []string{lineOf(0, 0), lineOf(0, 1)}) || !slices.Equal(err0, []string{"E:oops"}) {
+		t.Errorf("rank 0 lines %q", lines[0])
+	}
+	if !slices.Equal(lines[1], []string{lineOf(1, 0)}) {
+		t.Errorf("rank 1 lines %q", lines[1])
+	}
+	if exits[1].ExitCode != 3 || len(exits[1].Tail) != 1 {
+		t.Errorf("rank 1 exit %+v, want code 3 and a tail of 1 line", exits[1])
+	}
+	if _, ok := exits[0]; !ok {
+		t.Error("no OnExit for rank 0")
 	}
 }
