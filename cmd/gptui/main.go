@@ -5,6 +5,8 @@
 //
 //	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
 //	gptui run --no-tui --nproc N -c CONFIG|PRESET [-o ...]   N local workers
+//	gptui run --no-tui --hosts FILE -c CONFIG|PRESET [-o ...]  a job on the inventory's nodes over SSH
+//	gptui agent [--probe]                     the node side of a cluster job (started by run)
 //	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
 //	gptui ranktable --hosts FILE [-o OUT] | merge A B ... -o OUT | check FILE
 //	gptui presets                             list the built-in presets
@@ -68,6 +70,8 @@ const usage = `gptui trains GPT language models.
 Commands:
   train    -c CONFIG|PRESET [-o Section.key=value ...]   train a model
   run      --no-tui --nproc N -c ... [-o ...]            train with N local worker processes
+  run      --no-tui --hosts FILE -c ... [-o ...]         train on the inventory's nodes over SSH (--dry-run: show the plan)
+  agent    [--probe]                                     the node side of a cluster job, started by run over SSH
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
   ranktable --hosts FILE [-o OUT] | merge A B... -o OUT | check FILE   the HCCL/MindFormers rank table
@@ -89,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdTrain(ctx, args[1:], stdout, stderr)
 	case "run":
 		return cmdRun(ctx, args[1:], stdout, stderr)
+	case "agent":
+		return cmdAgent(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "ranktable":
 		return cmdRanktable(ctx, args[1:], stdout, stderr)
 	case "config":

@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/launch"
+	"github.com/gptui/gptui/nvml"
+)
+
+// MemoryEvery is how often Run reports each worker's memory.
+const MemoryEvery = time.Second
+
+// ErrLauncherGone is the cause of a job that Run stopped because its
+// standard input reached end of file or its events could not be written:
+// the launcher closed the connection, or lost it.
+var ErrLauncherGone = errors.New("the launcher closed the connection")
+
+// Run starts the spec's workers and reports on them as events written to
+// out until they have all exited, then writes a final job event (done,
+// failed or stopped) and returns: nil when every worker exited with status
+// 0, the *launch.JobError otherwise.
+//
+// When stdin (which may be nil) reaches end of file, when writing to out
+// fails, or when ctx ends, Run stops the workers: SIGTERM to each process
+// group, SIGKILL after the spec's grace period.
+func Run(ctx context.Context, spec *Spec, stdin io.Reader, out *event.Writer) error {
+	if err := spec.Check(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(io.Discard, stdin)
+			cancel(ErrLauncherGone)
+		}()
+	}
+	a := &agent{spec: spec, out: out, cancel: cancel, pids: map[int]int{}, tails: map[int]chan struct{}{}}
+	return a.run(ctx)
+}
+
+// agent is one Run.
+type agent struct {
+	spec   *Spec
+	out    *event.Writer
+	cancel context.CancelCauseFunc
+
+	mu     sync.Mutex
+	pids   map[int]int           // rank -> pid (process group) of a running worker
+	tails  map[int]chan struct{} // rank -> closed to stop tailing its metrics
+	tailWG sync.WaitGroup
+}
+
+// emit writes e with the node's name; a failed write means the launcher is
+// gone, which stops the job.
+func (a *agent) emit(e event.Event) {
+	e.Node = a.spec.Node
+	if err := a.out.Write(e); err != nil {
+		a.cancel(fmt.Errorf("%w (%v)", ErrLauncherGone, err))
+	}
+}
+
+func (a *agent) workerEvent(rank int, state string) event.Event {
+	e := event.New(event.KindWorker)
+	e.Rank, e.State = rank, state
+	return e
+}
+
+func (a *agent) run(ctx context.Context) error {
+	spec := a.spec
+	workers := make([]launch.Worker, len(spec.Workers))
+	devices := map[int]int{} // rank -> device, for GPU workers
+	for i, w := range spec.Workers {
+		env := append([]string{}, w.Env...)
+		if w.Device >= 0 {
+			devices[w.Rank] = w.Device
+			env = append(env, "GPTUI_DEVICE="+strconv.Itoa(w.Device))
+		}
+		workers[i] = launch.Worker{Rank: w.Rank, LocalRank: w.LocalRank, Args: w.Args, Env: env}
+		// A metrics file of an earlier run must not be taken for this one's.
+		_ = os.Remove(a.metricsPath(w.Rank))
+	}
+	for _, w := range spec.Workers {
+		a.emit(a.workerEvent(w.Rank, event.WorkerStarting))
+	}
+	started := event.New(event.KindJob)
+	started.State, started.Message = event.JobStarted, fmt.Sprintf("job %s: %d workers", spec.Job, len(workers))
+	a.emit(started)
+
+	memDone := make(chan struct{})
+	memStopped := make(chan struct{})
+	go func() {
+		defer close(memStopped)
+		a.sampleMemory(memDone, devices)
+	}()
+
+	_, err := launch.Run(ctx, launch.Options{
+		Exe:     spec.Exe,
+		Workers: workers,
+		Grace:   spec.grace(),
+		OnStart: a.started,
+		OnLine: func(rank int, _ bool, line []byte) {
+			e := event.New(event.KindLog)
+			e.Rank, e.Line = rank, string(line)
+			a.emit(e)
+		},
+		OnExit: a.exited,
+	})
+	close(memDone)
+	<-memStopped
+	a.tailWG.Wait()
+
+	end := event.New(event.KindJob)
+	var je *launch.JobError
+	switch {
+	case err == nil:
+		end.State = event.JobDone
+	case errors.As(err, &je) && je.Cancelled:
+		end.State, end.Message = event.JobStopped, stopReason(ctx)
+	case errors.As(err, &je):
+		end.State, end.Rank, end.Code, end.Signal, end.Tail = event.JobFailed, je.Rank, je.Code, je.Signal, je.Tail
+		end.Message = err.Error()
+	default:
+		end.State, end.Message = event.JobFailed, err.Error()
+	}
+	a.emit(end)
+	return err
+}
+
+// stopReason says why ctx ended.
+func stopReason(ctx context.Context) string {
+	if c := context.Cause(ctx); c != nil {
+		return c.Error()
+	}
+	return "stopped"
+}
+
+func (a *agent) metricsPath(rank int) string {
+	return filepath.Join(a.spec.LogDir, fmt.Sprintf("metrics.%d.jsonl", rank))
+}
+
+// started is launch's OnStart: it reports the worker running and starts
+// tailing its metrics.
+func (a *agent) started(w launch.Worker, pid int) {
+	e := a.workerEvent(w.Rank, event.WorkerRunning)
+	e.Message = "pid " + strconv.Itoa(pid)
+	a.emit(e)
+	done := make(chan struct{})
+	a.mu.Lock()
+	a.pids[w.Rank] = pid
+	a.tails[w.Rank] = done
+	a.mu.Unlock()
+	a.tailWG.Add(1)
+	go func() {
+		defer a.tailWG.Done()
+		tailMetrics(a.metricsPath(w.Rank), done, func(m event.Metrics) {
+			e := event.New(event.KindMetrics)
+			e.Rank, e.Metrics = w.Rank, &m
+			a.emit(e)
+		})
+	}()
+}
+
+// exited is launch's OnExit.
+func (a *agent) exited(r launch.Result) {
+	a.mu.Lock()
+	delete(a.pids, r.Rank)
+	if done, ok := a.tails[r.Rank]; ok {
+		close(done)
+		delete(a.tails, r.Rank)
+	}
+	a.mu.Unlock()
+	e := a.workerEvent(r.Rank, event.WorkerExited)
+	if r.ExitCode != 0 || r.Err != nil {
+		e.State = event.WorkerFailed
+	}
+	e.Code, e.Signal = r.ExitCode, r.Signal
+	if r.Err != nil {
+		e.Message = r.Err.Error()
+	}
+	a.emit(e)
+}
+
+// sampleMemory reports every MemoryEvery the memory of each running
+// worker until done is closed: the used memory of its GPU (devices maps
+// rank to device) from NVML, or else the resident memory of its process
+// group, with the machine's memory as the total.
+func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
+	var lib *nvml.Lib
+	if len(devices) > 0 {
+		if l, err := nvml.Open(); err == nil {
+			lib = l
+			defer lib.Close()
+		}
+	}
+	total := memTotal()
+	t := time.NewTicker(MemoryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		ranks := make(map[int]int, len(a.pids))
+		for r, pid := range a.pids {
+			ranks[r] = pid
+		}
+		a.mu.Unlock()
+		var groups []int
+		for r, pid := range ranks {
+			if _, gpu := devices[r]; !gpu || lib == nil {
+				groups = append(groups, pid)
+			}
+		}
+		rss := groupRSS(groups)
+		for r, pid := range ranks {
+			e := event.New(event.KindMemory)
+			e.Rank, e.Device = r, -1
+			if d, gpu := devices[r]; gpu && lib != nil {
+				used, tot, err := lib.Memory(d)
+				if err != nil {
+					continue
+				}
+				e.Device, e.Used, e.Total = d, used, tot
+			} else {
+				e.Used, e.Total = rss[pid], total
+			}
+			a.emit(e)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/launch"
+)
+
+// The test binary doubles as the worker: with AGENT_TEST_WORKER=1 it runs
+// the script in its arguments.
+func TestMain(m *testing.M) {
+	if os.Getenv("AGENT_TEST_WORKER") == "1" {
+		os.Exit(worker(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// worker runs a script: "print TEXT", "metrics DIR N" (N lines of
+// metrics.<RANK>.jsonl in DIR), "sleep D", "exit N".
+func worker(args []string) int {
+	rank, _ := strconv.Atoi(os.Getenv("RANK"))
+	for len(args) >= 2 {
+		cmd, arg := args[0], args[1]
+		args = args[2:]
+		switch cmd {
+		case "print":
+			fmt.Println(arg)
+		case "metrics":
+			n, _ := strconv.Atoi(args[0])
+			args = args[1:]
+			f, err := os.Create(filepath.Join(arg, fmt.Sprintf("metrics.%d.jsonl", rank)))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 100
+			}
+			for i := range n {
+				fmt.Fprintf(f, `{"step":%d,"loss":%g,"tokens_per_s":100,"comm_bytes":{"dp":1}}`+"\n", i, 10-float64(i))
+			}
+			f.Close()
+		case "sleep":
+			d, _ := time.ParseDuration(arg)
+			time.Sleep(d)
+		case "exit":
+			n, _ := strconv.Atoi(arg)
+			return n
+		}
+	}
+	return 0
+}
+
+// recorder collects the events an agent writes.
+type recorder struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.Write(p)
+}
+
+func (r *recorder) events(t *testing.T) []event.Event {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var es []event.Event
+	rd := event.NewReader(bytes.NewReader(r.buf.Bytes()))
+	for {
+		e, err := rd.Next()
+		if err == io.EOF {
+			return es
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Node != "n1" {
+			t.Errorf("event %+v lacks the node's name", e)
+		}
+		es = append(es, e)
+	}
+}
+
+func spec(t *testing.T, scripts ...[]string) *Spec {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Spec{Job: "j1", Node: "n1", Exe: exe, LogDir: t.TempDir(), GraceS: 0.5}
+	for r, sc := range scripts {
+		s.Workers = append(s.Workers, WorkerSpec{Rank: r + 10, LocalRank: r, Device: -1, Args: sc,
+			Env: append(launch.Env(r+10, r, len(scripts), "127.0.0.1", 1), "AGENT_TEST_WORKER=1")})
+	}
+	return s
+}
+
+func find(es []event.Event, kind, state string, rank int) *event.Event {
+	for i, e := range es {
+		if e.Kind == kind && (state == "" || e.State == state) && (rank == -2 || e.Rank == rank) {
+			return &es[i]
+		}
+	}
+	return nil
+}
+
+func TestRunReportsEvents(t *testing.T) {
+	s := spec(t, []string{"print", "hello", "metrics", "", "3", "sleep", "1500ms"}, []string{"print", "world"})
+	s.Workers[0].Args[3] = s.LogDir
+	// A stale metrics file from an earlier run is not reported.
+	os.WriteFile(filepath.Join(s.LogDir, "metrics.11.jsonl"), []byte(`{"step":99}`+"\n"), 0o644)
+	var out recorder
+	if err := Run(context.Background(), s, nil, event.NewWriter(&out)); err != nil {
+		t.Fatal(err)
+	}
+	es := out.events(t)
+	for _, r := range []int{10, 11} {
+		for _, st := range []string{event.WorkerStarting, event.WorkerRunning, event.WorkerExited} {
+			if find(es, event.KindWorker, st, r) == nil {
+				t.Errorf("no worker %s event for rank %d", st, r)
+			}
+		}
+		if e := find(es, event.KindWorker, event.WorkerRunning, r); e != nil && !strings.HasPrefix(e.Message, "pid ") {
+			t.Errorf("running event %+v does not give the pid", e)
+		}
+	}
+	if e := find(es, event.KindLog, "", 10); e == nil || e.Line != "hello" {
+		t.Errorf("rank 10's log line: %+v", e)
+	}
+	var steps []int
+	for _, e := range es {
+		if e.Kind == event.KindMetrics {
+			if e.Rank != 10 {
+				t.Errorf("metrics of rank %d", e.Rank)
+			}
+			steps = append(steps, e.Metrics.Step)
+		}
+	}
+	if fmt.Sprint(steps) != "[0 1 2]" {
+		t.Errorf("metrics steps %v, want [0 1 2]", steps)
+	}
+	if e := find(es, event.KindMemory, "", 10); e == nil || e.Used <= 0 || e.Total < e.Used || e.Device != -1 {
+		t.Errorf("memory event of rank 10: %+v", e)
+	}
+	if last := es[len(es)-1]; last.Kind != event.KindJob || last.State != event.JobDone {
+		t.Errorf("last event %+v, want job done", last)
+	}
+}
+
+func TestWorkerFailureStopsTheNode(t *testing.T) {
+	s := spec(t, []string{"sleep", "60s"}, []string{"print", "dying", "exit", "3"})
+	var out recorder
+	start := time.Now()
+	err := Run(context.Background(), s, nil, event.NewWriter(&out))
+	var je *launch.JobError
+	if !errors.As(err, &je) || je.Rank != 11 || je.Code != 3 {
+		t.Fatalf("err %v, want rank 11's exit 3", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %v", d)
+	}
+	es := out.events(t)
+	if e := find(es, event.KindWorker, event.WorkerFailed, 11); e == nil || e.Code != 3 {
+		t.Errorf("failed event of rank 11: %+v", e)
+	}
+	last := es[len(es)-1]
+	if last.State != event.JobFailed || last.Rank != 11 || last.Code != 3 || len(last.Tail) != 1 || last.Tail[0] != "dying" {
+		t.Errorf("last event %+v, want job failed naming rank 11 with its tail", last)
+	}
+}
+
+// TestStdinEOFStopsWorkers: the launcher's end of standard input going
+// away (a dropped SSH connection) stops every worker.
+func TestStdinEOFStopsWorkers(t *testing.T) {
+	s := spec(t, []string{"sleep", "60s"}, []string{"sleep", "60s"})
+	pr, pw := io.Pipe()
+	var out recorder
+	done := make(chan error, 1)
+	go func() { done <- Run(context.Background(), s, pr, event.NewWriter(&out)) }()
+	var pids []int
+	for deadline := time.Now().Add(10 * time.Second); len(pids) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("workers did not start")
+		}
+		pids = pids[:0]
+		for _, e := range out.events(t) {
+			if e.Kind == event.KindWorker && e.State == event.WorkerRunning {
+				pid, _ := strconv.Atoi(strings.TrimPrefix(e.Message, "pid "))
+				pids = append(pids, pid)
+			}
+		}
+	}
+	start := time.Now()
+	pw.Close()
+	select {
+	case err := <-done:
+		var je *launch.JobError
+		if !errors.As(err, &je) || !je.Cancelled {
+			t.Errorf("err %v, want a cancelled job", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return within 5 s of EOF")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("worker %d still runs", pid)
+		}
+	}
+	es := out.events(t)
+	if last := es[len(es)-1]; last.State != event.JobStopped || !strings.Contains(last.Message, "launcher") {
+		t.Errorf("last event %+v, want job stopped by the launcher", last)
+	}
+}
+
+func TestReadSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in, err string
+	}{
+		{`{"job":"j","workers":[{"rank":0,"device":-1,"args":["train"]}]}` + "\nrest", ""},
+		{`{"job":"j","workers":[{"rank":0,"device":-1}]}`, ""},
+		{"", "no job spec"},
+		{"{not json\n", "job spec"},
+		{`{"job":"j","workers":[]}` + "\n", "no workers"},
+		{`{"workers":[{"rank":1},{"rank":1}]}` + "\n", "repeated"},
+		{`{"workers":[{"rank":0,"device":-2}]}` + "\n", "device -2"},
+	} {
+		r := strings.NewReader(tc.in)
+		s, err := ReadSpec(r)
+		if tc.err == "" {
+			if err != nil || s.Job != "j" {
+				t.Errorf("ReadSpec(%q) = %+v, %v", tc.in, s, err)
+			}
+			if rest, _ := io.ReadAll(r); strings.Contains(tc.in, "\n") && string(rest) != "rest" {
+				t.Errorf("ReadSpec(%q) read past the line: %q left", tc.in, rest)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("ReadSpec(%q): %v, want an error with %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+func TestProcParsing(t *testing.T) {
+	if g, ok := statPgrp([]byte("123 (a b) c) S 1 456 456 0 -1")); !ok || g != 456 {
+		t.Errorf("statPgrp = %d, %v; want 456", g, ok)
+	}
+	if _, ok := statPgrp([]byte("garbage")); ok {
+		t.Error("statPgrp of garbage succeeded")
+	}
+	status := []byte("Name:\tx\nVmRSS:\t   2048 kB\nVmSwap:\t0 kB\n")
+	if n := meminfoField(status, "VmRSS:"); n != 2048*1024 {
+		t.Errorf("VmRSS %d", n)
+	}
+	if n := meminfoField(status, "MemTotal:"); n != 0 {
+		t.Errorf("missing field %d", n)
+	}
+	if p := Probe(); p.Cores < 1 || p.MemBytes <= 0 || p.Hostname == "" || (len(p.Devices) == 0 && p.NoGPU == "") {
+		t.Errorf("Probe() = %+v", p)
+	}
+	if rss := groupRSS([]int{syscall.Getpgrp()}); rss[syscall.Getpgrp()] <= 0 {
+		t.Errorf("groupRSS of the test's own group: %v", rss)
+	}
+}

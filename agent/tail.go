@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"time"
+
+	"github.com/gptui/gptui/event"
+)
+
+// tailEvery is how often a metrics file is read for new lines.
+const tailEvery = 200 * time.Millisecond
+
+// tailMetrics reads the JSON lines that a worker appends to the file at
+// path and calls emit with each one, until done is closed; it then reads
+// what is left and returns. A file that does not exist yet is waited for;
+// one that shrinks (rewritten by a new run) is read again from the start.
+// Lines that are not metrics objects are skipped.
+func tailMetrics(path string, done <-chan struct{}, emit func(event.Metrics)) {
+	var (
+		f    *os.File
+		off  int64
+		part []byte // an unfinished last line
+		buf  = make([]byte, 64<<10)
+	)
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	read := func() {
+		if f == nil {
+			var err error
+			if f, err = os.Open(path); err != nil {
+				f = nil
+				return
+			}
+		}
+		if fi, err := f.Stat(); err == nil && fi.Size() < off {
+			off, part = 0, nil
+		}
+		for {
+			n, err := f.ReadAt(buf, off)
+			off += int64(n)
+			part = append(part, buf[:n]...)
+			for {
+				i := bytes.IndexByte(part, '\n')
+				if i < 0 {
+					break
+				}
+				var m event.Metrics
+				if json.Unmarshal(part[:i], &m) == nil {
+					emit(m)
+				}
+				part = part[i+1:]
+			}
+			if err == io.EOF || n == 0 || err != nil {
+				return
+			}
+		}
+	}
+	t := time.NewTicker(tailEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			read()
+			return
+		case <-t.C:
+			read()
+		}
+	}
+}
