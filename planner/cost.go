@@ -1,0 +1,414 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+)
+
+// Memory is the bytes one device holds, by component.
+type Memory struct {
+	Params      int64 `json:"params"`
+	Grads       int64 `json:"grads"`
+	Optimizer   int64 `json:"optimizer"`
+	Activations int64 `json:"activations"`
+	// Other is what is neither model state nor kept activations: the
+	// runtime's reserve and the workspace of a recomputed block.
+	Other int64 `json:"other"`
+	Total int64 `json:"total"`
+}
+
+func (m *Memory) sum() { m.Total = m.Params + m.Grads + m.Optimizer + m.Activations + m.Other }
+
+// Time is the predicted step time by part, in seconds.
+type Time struct {
+	Compute   float64 // forward, backward and recomputation, bubble included
+	Bubble    float64 // of which the pipeline bubble
+	Comm      float64 // communication not hidden behind computation
+	Optimizer float64 // the AdamW update, gradient norm and zeroing
+}
+
+// Plan is a strategy with its predicted cost. A plan that cannot run
+// (too little memory, not supported, a schedule that does not fit) has
+// Feasible false and the reason.
+type Plan struct {
+	Strategy
+	Feasible bool   `json:"feasible"`
+	Reason   string `json:"reason"`
+	// Mem is the largest device's memory (pipeline stages differ).
+	Mem        Memory  `json:"mem_bytes"`
+	StepTime   float64 `json:"step_time_s"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	MFU        float64 `json:"mfu"`
+
+	Time Time `json:"-"`
+	// BubbleFraction is (pp−1)/(vpp·m), the idle share of the pipeline
+	// relative to its useful work.
+	BubbleFraction float64 `json:"-"`
+	// CommBytes is the bytes one device sends per step.
+	CommBytes float64 `json:"-"`
+	// Capacity is the memory of one device.
+	Capacity int64 `json:"-"`
+}
+
+// MicroBatches is the number of micro-batches per step and replica.
+func (p Plan) microBatches(m Model) int {
+	return m.GlobalBatch / p.Replicas() / p.MicroBatch
+}
+
+// Usable is the fraction of a device's memory a plan may fill; the rest is
+// left to allocator fragmentation and to buffers no model counts.
+const Usable = 0.95
+
+// Estimate predicts the memory and step time of strategy s for model m on
+// cluster c. Invalid combinations (degrees that do not divide the model or
+// the batch) come back infeasible with the reason, as do plans that do not
+// fit in memory.
+func Estimate(m Model, c Cluster, s Strategy) Plan {
+	s = s.normalize()
+	p := Plan{Strategy: s, Capacity: c.memPerDevice()}
+	if r := invalid(m, c, s); r != "" {
+		p.Reason = r
+		return p
+	}
+	p.Mem = memory(m, c, s)
+	p.Time, p.CommBytes = stepTime(m, c, s)
+	p.StepTime = p.Time.Compute + p.Time.Comm + p.Time.Optimizer
+	p.TokensPerS = float64(m.GlobalBatch*m.SeqLen) / p.StepTime
+	p.MFU = m.FLOPsPerToken() * p.TokensPerS / (c.Device.PeakFLOPS * c.share() * float64(c.Size()))
+	if s.PP > 1 {
+		p.BubbleFraction = float64(s.PP-1) / float64(s.VPP*p.microBatches(m))
+	}
+	p.Feasible = true
+	switch mb := p.microBatches(m); {
+	case float64(p.Mem.Total) > Usable*float64(p.Capacity):
+		p.Feasible = false
+		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", gbs(p.Mem.Total), 100*Usable, gbs(p.Capacity))
+	case s.PP > 1 && mb < s.PP:
+		p.Feasible = false
+		p.Reason = fmt.Sprintf("%d micro-batch(es) per step for %d pipeline stages: the pipeline never fills", mb, s.PP)
+	case s.VPP > 1 && mb%s.PP != 0:
+		p.Feasible = false
+		p.Reason = fmt.Sprintf("interleaved schedule needs the micro-batches per step (%d) to be a multiple of pp (%d)", mb, s.PP)
+	}
+	return p
+}
+
+// invalid returns why s cannot be laid out for m on c, or "".
+func invalid(m Model, c Cluster, s Strategy) string {
+	switch {
+	case s.Devices() != c.Size():
+		return fmt.Sprintf("dp %d × sharding %d × mp %d × pp %d = %d devices, the cluster has %d", s.DP, s.ShardingDegree, s.MP, s.PP, s.Devices(), c.Size())
+	case s.ShardingStage < 1 || s.ShardingStage > 3:
+		return fmt.Sprintf("sharding stage %d: want 1, 2 or 3", s.ShardingStage)
+	case m.GlobalBatch%s.Replicas() != 0:
+		return fmt.Sprintf("global batch %d does not divide into %d replicas (dp × sharding)", m.GlobalBatch, s.Replicas())
+	case (m.GlobalBatch/s.Replicas())%s.MicroBatch != 0:
+		return fmt.Sprintf("local batch %d is not a multiple of micro-batch %d", m.GlobalBatch/s.Replicas(), s.MicroBatch)
+	case m.Heads%s.MP != 0 || m.FFN%s.MP != 0 || m.PaddedVocab%s.MP != 0:
+		return fmt.Sprintf("mp %d does not divide the heads (%d), ffn (%d) and padded vocabulary (%d)", s.MP, m.Heads, m.FFN, m.PaddedVocab)
+	case s.MP > c.DevicesPerNode:
+		return fmt.Sprintf("mp %d exceeds the %d devices of a node", s.MP, c.DevicesPerNode)
+	case m.Layers%s.PP != 0:
+		return fmt.Sprintf("pp %d does not divide the %d layers", s.PP, m.Layers)
+	case s.VPP > 1 && (s.PP <= 2 || m.Layers%(s.PP*s.VPP) != 0):
+		return fmt.Sprintf("vpp %d needs pp > 2 and layers (%d) divisible by pp × vpp", s.VPP, m.Layers)
+	case s.Recompute != RecomputeNone && s.Recompute != RecomputeFull && s.Recompute != RecomputeOnlyAttn:
+		return fmt.Sprintf("recompute %q: want none, full or only_attn", s.Recompute)
+	}
+	return ""
+}
+
+// stageParams is the parameter count one device of pipeline stage st
+// holds (before sharding): its blocks split over mp, the embedding table
+// on the first and (tied) last stage, the position embedding on the first,
+// the final LayerNorm on the last.
+func stageParams(m Model, s Strategy, st int) int64 {
+	C := int64(m.Hidden)
+	n := int64(m.Layers/s.PP) * m.layerParamsTP(s.MP)
+	wte := int64(m.PaddedVocab) * C / int64(s.MP)
+	if st == 0 {
+		n += wte + int64(m.Positions)*C
+	}
+	if st == s.PP-1 {
+		n += 2 * C
+		if s.PP > 1 {
+			n += wte
+		}
+	}
+	return n
+}
+
+// memory is the larger of the first and the last pipeline stage's memory.
+func memory(m Model, c Cluster, s Strategy) Memory {
+	best := Memory{Total: -1}
+	for _, st := range []int{0, s.PP - 1} {
+		var mm Memory
+		if c.Device.Accounting == AccountingEngine {
+			mm = engineMemory(m, s, st)
+		} else {
+			mm = mixedMemory(m, c, s, st)
+		}
+		if mm.Total > best.Total {
+			best = mm
+		}
+	}
+	return best
+}
+
+// inflight is how many micro-batches' activations pipeline stage st keeps
+// at once: one without a pipeline; with 1F1B, pp − st (at most the
+// micro-batches of a step); interleaved, 1 + (pp−1)/(pp·vpp) times that.
+func inflight(m Model, s Strategy, st int) float64 {
+	if s.PP <= 1 {
+		return 1
+	}
+	mb := m.GlobalBatch / s.Replicas() / s.MicroBatch
+	n := float64(min(s.PP-st, mb))
+	if s.VPP > 1 {
+		n *= 1 + float64(s.PP-1)/float64(s.PP*s.VPP)
+	}
+	return n
+}
+
+// engineMemory is the engine's own account (engine.Trainer.Memory) of the
+// rank with the largest share: 4 bytes per parameter and gradient, the
+// AdamW moments (8 bytes) of its shard, a stage-2 rank's reduced gradient
+// shard beside the full buffer, and the fp32 activations its forward pass
+// keeps for one micro-batch.
+//
+// The engine runs dp and sharding stages 1 and 2 today; its accounting of
+// tensor and pipeline parallelism and stage 3 is modelled here as the same
+// buffers divided the way they will be (TODO(lead): check against the
+// engine when they land).
+func engineMemory(m Model, s Strategy, st int) Memory {
+	P := stageParams(m, s, st)
+	S := int64(s.ShardingDegree)
+	chunk := (P + S - 1) / S // the engine pads the flat buffer to a multiple of S
+	var mm Memory
+	mm.Params, mm.Grads, mm.Optimizer = 4*P, 4*P, 8*P
+	if S > 1 {
+		mm.Optimizer = 8 * chunk
+		switch s.ShardingStage {
+		case 2:
+			mm.Grads += 4 * chunk
+		case 3:
+			mm.Params, mm.Grads = 4*chunk, 4*chunk
+		}
+	}
+	mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st)))
+	mm.sum()
+	return mm
+}
+
+// engineActivations is the bytes of the activations the engine keeps
+// between the forward and backward pass of one micro-batch on stage st
+// (engine/gpt2.go newActivations: the residual stream, each block's
+// LayerNorm outputs and statistics, qkv, attention output, the MLP's two
+// F-wide tensors, the attention probabilities, the final LayerNorm, the
+// logits over the real vocabulary and the losses).
+func engineActivations(m Model, s Strategy, st int) int64 {
+	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.Hidden), int64(m.FFN)
+	NH, V, t := int64(m.Heads), int64(m.Vocab), int64(s.MP)
+	L := int64(m.Layers / s.PP)
+	N := B * T
+	n := (L + 1) * N * C // resid: block inputs and the stage's output
+	if s.Recompute != RecomputeFull {
+		n += L * (3*N*C + 4*N + (3*N*C+N*C+2*N*F)/t) // ln1, res2, ln2 (C); qkv, atty, fch, fchGelu (split)
+	}
+	if s.Recompute == RecomputeNone {
+		n += L * B * (NH / t) * T * T
+	}
+	if st == s.PP-1 {
+		n += N*C + 2*N + N*V/t + N // final LayerNorm, logits, losses
+	}
+	return 4 * n
+}
+
+// mixedMemory is mixed-precision training's memory on an accelerator:
+// 16-bit parameters and gradients and fp32 master weights and moments (12
+// bytes), divided by sharding by stage; Korthikanti et al.'s activations;
+// the runtime reserve and, with full recompute, one block's activations
+// rebuilt at a time.
+func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
+	P := float64(stageParams(m, s, st))
+	pb, ob := 2.0, 12.0
+	if m.Dtype == "fp32" {
+		pb, ob = 4, 8
+	}
+	S := float64(s.ShardingDegree)
+	params, grads, opt := pb*P, pb*P, ob*P
+	if s.ShardingDegree > 1 {
+		opt /= S
+		if s.ShardingStage >= 2 {
+			grads /= S
+		}
+		if s.ShardingStage >= 3 {
+			params /= S
+		}
+	}
+	layer := mixedLayerActivations(m, s, s.Recompute)
+	acts := inflight(m, s, st) * float64(m.Layers/s.PP) * layer
+	sbh := float64(s.MicroBatch) * float64(m.SeqLen) * float64(m.Hidden)
+	k := pb / 2
+	if st == 0 {
+		acts += 3 * sbh * k // embedding output and its dropout mask
+	}
+	if st == s.PP-1 {
+		// final LayerNorm input and output; logits in the training dtype
+		// and the fp32 softmax of the loss, over the vocabulary shard.
+		acts += 4*sbh*k + float64(s.MicroBatch)*float64(m.SeqLen)*float64(m.PaddedVocab)/float64(s.MP)*(pb+4)
+	}
+	other := float64(c.Device.ReservedBytes)
+	if s.Recompute == RecomputeFull {
+		other += mixedLayerActivations(m, s, RecomputeNone)
+	}
+	mm := Memory{Params: int64(params), Grads: int64(grads), Optimizer: int64(opt), Activations: int64(acts), Other: int64(other)}
+	mm.sum()
+	return mm
+}
+
+// mixedLayerActivations is one block's activations for one micro-batch
+// in 16-bit training (twice for fp32), after Korthikanti et al. without
+// sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes, with the
+// 24 = 8 + 4·F/h written for any F; only_attn drops the 5·a·s/h
+// attention-score term, full keeps only the block input (2·s·b·h).
+func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
+	sb := float64(s.MicroBatch) * float64(m.SeqLen)
+	h, F, a, t := float64(m.Hidden), float64(m.FFN), float64(m.Heads), float64(s.MP)
+	k := 1.0
+	if m.Dtype == "fp32" {
+		k = 2
+	}
+	switch rc {
+	case RecomputeFull:
+		return k * 2 * sb * h
+	case RecomputeOnlyAttn:
+		return k * (10*sb*h + (8*sb*h+4*sb*F)/t)
+	}
+	return k * (10*sb*h + (8*sb*h+4*sb*F)/t + 5*a*sb*float64(m.SeqLen)/t)
+}
+
+// gemmTime is the time of a product of rows × (2·flops/rows) on one
+// device: flops at the device's rate, slowed for few rows.
+func gemmTime(c Cluster, flops, rows float64) float64 {
+	d := c.Device
+	eff := rows / (rows + d.GEMMHalfRows)
+	return flops / (d.GEMMFLOPS * c.share() * eff)
+}
+
+// stepTime predicts one optimizer step and the bytes a device sends.
+func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
+	var t Time
+	B, T, C, F := float64(s.MicroBatch), float64(m.SeqLen), float64(m.Hidden), float64(m.FFN)
+	V, tp := float64(m.Vocab), float64(s.MP)
+	L := float64(m.Layers / s.PP)
+	rows := B * T
+	mb := float64(m.GlobalBatch / s.Replicas() / s.MicroBatch)
+
+	// One micro-batch on the last stage (the slowest: it adds the logits).
+	layerFwd := gemmTime(c, 2*rows*(4*C*C+2*C*F)/tp, rows)
+	attnFwd := gemmTime(c, 4*B*T*T*C/tp, T)
+	logitsFwd := gemmTime(c, 2*rows*C*V/tp, rows)
+	fwd := L*(layerFwd+attnFwd) + logitsFwd
+	perMB := 3 * fwd
+	switch s.Recompute {
+	case RecomputeFull:
+		perMB += L * (layerFwd + attnFwd)
+	case RecomputeOnlyAttn:
+		perMB += L * attnFwd
+	}
+
+	// Tensor parallel: 2 all-reduces of b·s·h forward and 2 backward per
+	// block (2 more when the block is recomputed), inside the node.
+	pb := 2.0
+	if m.Dtype == "fp32" || c.Device.Accounting == AccountingEngine {
+		pb = 4
+	}
+	act := rows * C * pb
+	var sent float64
+	if s.MP > 1 {
+		n := 4.0
+		if s.Recompute == RecomputeFull {
+			n = 6
+		}
+		v := n * L * 2 * (tp - 1) / tp * act
+		perMB += v / c.bandwidth(s.MP)
+		sent += mb * v
+	}
+	t.Compute = perMB * mb
+	if s.PP > 1 {
+		bubble := perMB * float64(s.PP-1) / float64(s.VPP)
+		t.Bubble = bubble
+		t.Compute += bubble
+		// Point-to-point: the activation forward and its gradient back,
+		// per micro-batch and boundary crossing (vpp per rank).
+		v := 2 * float64(s.VPP) * act
+		t.Comm += mb * v / c.bandwidth(s.MP*s.PP)
+		sent += mb * v
+	}
+
+	// Gradient reduction over the replicas, and sharding's gathers.
+	stage := s.PP - 1
+	P := float64(stageParams(m, s, stage))
+	gb := pb * P // gradient bytes (16-bit on accelerators, fp32 in the engine)
+	blocks := L * float64(m.layerParamsTP(s.MP)) * pb
+	R, S, D := float64(s.Replicas()), float64(s.ShardingDegree), float64(s.DP)
+	world := c.Size()
+	shardSpan := s.ShardingDegree * s.MP * s.PP
+	bwdLast := 2 * fwd // the last micro-batch's backward, which the block all-reduces overlap
+	hide := func(comm, bytes float64) float64 {
+		// The blocks' share of comm overlaps the backward pass of the
+		// last micro-batch (all but the first block's); the embeddings
+		// and final LayerNorm go after it.
+		blk := comm * blocks / bytes
+		hidden := math.Min(blk*(L-1)/L, c.Device.Overlap*bwdLast*(L-1)/L)
+		return comm - hidden
+	}
+	var opt float64 // parameters this device updates
+	normN, zeroN := P, P
+	switch {
+	case s.Replicas() == 1:
+		opt = P
+	case s.ShardingDegree == 1 || s.ShardingStage == 1:
+		v := 2 * (R - 1) / R * gb
+		t.Comm += hide(v/c.bandwidth(world), gb)
+		sent += v
+		opt = P
+		if s.ShardingDegree > 1 {
+			g := (S - 1) / S * pb * P
+			t.Comm += g / c.bandwidth(shardSpan)
+			sent += g
+			opt = math.Ceil(P / S)
+		}
+	case s.ShardingStage == 2:
+		rs := (S - 1) / S * gb
+		ar := 2 * (D - 1) / D * gb / S
+		ag := (S - 1) / S * pb * P
+		t.Comm += rs/c.bandwidth(shardSpan) + ar/c.bandwidth(world) + ag/c.bandwidth(shardSpan)
+		sent += rs + ar + ag
+		opt = math.Ceil(P / S)
+		normN = opt
+	default: // stage 3: parameters gathered for forward and backward, gradients reduce-scattered
+		v := 3 * (S - 1) / S * gb
+		ar := 2 * (D - 1) / D * gb / S
+		comm := v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
+		t.Comm += math.Max(comm-c.Device.Overlap*t.Compute*(L-1)/L, comm/L)
+		sent += v + ar
+		opt = math.Ceil(P / S)
+		normN = opt
+	}
+	if s.PP > 1 {
+		// the tied embedding's gradients between the first and last stage
+		v := float64(m.PaddedVocab) * C / tp * pb
+		t.Comm += v / c.bandwidth(s.MP*s.PP)
+		sent += v
+	}
+	rate := c.Device.OptimizerParamsPerS * c.share()
+	// AdamW over the shard, then a read (norm) and a write (zeroing) of
+	// the gradients at about 1/7 of AdamW's 28 bytes per parameter each.
+	t.Optimizer = opt/rate + (normN+zeroN)/(7*rate)
+	return t, sent
+}
+
+// gbs formats bytes as gigabytes.
+func gbs(n int64) string { return fmt.Sprintf("%.2f GB", float64(n)/1e9) }

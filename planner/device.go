@@ -1,0 +1,179 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Accounting names how a device's memory is counted.
+const (
+	// AccountingEngine is gptui's CPU engine: fp32 everywhere, 4 bytes
+	// per parameter, 4 per gradient, 8 of AdamW moments, and the
+	// activations as the engine allocates them (engine.Memory).
+	AccountingEngine = "engine"
+	// AccountingMixed is mixed-precision training on an accelerator: 2
+	// bytes per parameter, 2 per gradient and 12 of fp32 master weights
+	// and moments, Korthikanti et al.'s activations, and a reserve for the
+	// runtime (context, library workspaces).
+	AccountingMixed = "mixed"
+)
+
+// Device is the profile of one kind of device: what it holds and how fast
+// it computes and communicates. Rates are what training achieves, not data
+// sheet peaks (except PeakFLOPS, the MFU denominator).
+type Device struct {
+	Name       string `json:"name"`
+	Accounting string `json:"accounting"` // AccountingEngine or AccountingMixed
+	// MemBytes is the memory of one device; with SharedNode, of the whole
+	// node, divided among its workers.
+	MemBytes int64 `json:"mem_bytes"`
+	// ReservedBytes is memory a device cannot give to training (runtime
+	// context, communication buffers, allocator slack).
+	ReservedBytes int64 `json:"reserved_bytes"`
+	// PeakFLOPS is the data-sheet dense rate for the training dtype
+	// (16-bit on accelerators), the denominator of MFU; on a CPU it is
+	// the node's measured sgemm rate, as the engine's MFU uses.
+	PeakFLOPS float64 `json:"peak_flops"`
+	// GEMMFLOPS is the rate large matrix multiplies achieve in training
+	// (per device; per node with SharedNode).
+	GEMMFLOPS float64 `json:"gemm_flops"`
+	// GEMMHalfRows is the row count M at which a multiply of M rows runs
+	// at half of GEMMFLOPS: a product of M rows runs at
+	// GEMMFLOPS·M/(M+GEMMHalfRows).
+	GEMMHalfRows float64 `json:"gemm_half_rows"`
+	// OptimizerParamsPerS is how many parameters AdamW updates per second
+	// (a memory-bound pass; per node with SharedNode).
+	OptimizerParamsPerS float64 `json:"optimizer_params_per_s"`
+	// IntraBW and InterBW are the all-reduce bus bandwidths in bytes/s
+	// inside a node and between nodes.
+	IntraBW float64 `json:"intra_bw"`
+	InterBW float64 `json:"inter_bw"`
+	// Overlap is the fraction of the data-parallel all-reduce that can
+	// hide behind the backward pass (1 on accelerators with their own
+	// copy engines; less on CPUs, where communication takes the cores
+	// that compute).
+	Overlap float64 `json:"overlap"`
+	// SharedNode says that the workers of a node share its memory, cores
+	// and links: MemBytes, GEMMFLOPS, OptimizerParamsPerS and the
+	// bandwidths are the node's, divided among its workers (CPU workers).
+	SharedNode bool `json:"shared_node"`
+	// Cores is the number of cores of a SharedNode node.
+	Cores int `json:"cores,omitempty"`
+	// Measured describes where a measured profile came from; empty for a
+	// built-in one.
+	Measured string `json:"measured,omitempty"`
+}
+
+const gib = 1 << 30
+
+// Devices returns the built-in profiles. The accelerator figures are
+// data-sheet memory and 16-bit tensor peaks; the achieved GEMM fraction,
+// the bandwidths and the reserve are typical training values (Megatron-LM
+// and NCCL reports), with the V100's GEMM rate set so that the 345M model
+// of the seeds predicts their logged 0.50 s step. The CPU profile is the
+// 2-core CI machine of BENCHMARKS.md; 'gptui plan --profile' measures
+// this machine's instead.
+func Devices() []Device {
+	acc := func(name string, mem int64, peak, frac, memBW, intra, inter float64) Device {
+		return Device{Name: name, Accounting: AccountingMixed, MemBytes: mem, ReservedBytes: gib / 2,
+			PeakFLOPS: peak, GEMMFLOPS: frac * peak, GEMMHalfRows: 256, OptimizerParamsPerS: memBW / 32,
+			IntraBW: intra, InterBW: inter, Overlap: 1}
+	}
+	return []Device{
+		acc("V100-32G", 32*gib, 125e12, 0.35, 900e9, 100e9, 10e9),
+		acc("A100-40G", 40*gib, 312e12, 0.50, 1555e9, 200e9, 20e9),
+		acc("A100-80G", 80*gib, 312e12, 0.50, 2039e9, 200e9, 20e9),
+		acc("H100-80G", 80*gib, 989e12, 0.45, 3350e9, 350e9, 40e9),
+		acc("H200-141G", 141e9, 989e12, 0.50, 4800e9, 350e9, 40e9),
+		{Name: "CPU", Accounting: AccountingEngine, MemBytes: 24 * gib, PeakFLOPS: 200e9, GEMMFLOPS: 200e9,
+			GEMMHalfRows: 48, OptimizerParamsPerS: 15.5e9 / 28, IntraBW: 1.5e9, InterBW: 0.1e9, Overlap: 0,
+			SharedNode: true, Cores: 2},
+	}
+}
+
+// LookupDevice returns the built-in profile called name, or the only one
+// whose name starts with it, ignoring case: "v100" names V100-32G, "cpu"
+// the CPU, while "a100" is ambiguous.
+func LookupDevice(name string) (Device, error) {
+	want := strings.ToLower(strings.TrimSpace(name))
+	var names []string
+	var found []Device
+	for _, d := range Devices() {
+		n := strings.ToLower(d.Name)
+		if n == want {
+			return d, nil
+		}
+		if want != "" && strings.HasPrefix(n, want) {
+			found = append(found, d)
+		}
+		names = append(names, d.Name)
+	}
+	if len(found) == 1 {
+		return found[0], nil
+	}
+	return Device{}, fmt.Errorf("unknown device %q; use one of %s", name, strings.Join(names, ", "))
+}
+
+// Cluster is the hardware a plan runs on: Nodes nodes of DevicesPerNode
+// devices of one kind.
+type Cluster struct {
+	Nodes          int
+	DevicesPerNode int
+	Device         Device
+}
+
+// Size is the number of devices.
+func (c Cluster) Size() int { return c.Nodes * c.DevicesPerNode }
+
+// String describes the cluster, "2 × 8 V100-32G".
+func (c Cluster) String() string {
+	return fmt.Sprintf("%d node(s) × %d %s", c.Nodes, c.DevicesPerNode, c.Device.Name)
+}
+
+// Validate reports an impossible cluster or profile.
+func (c Cluster) Validate() error {
+	d := c.Device
+	switch {
+	case c.Nodes < 1 || c.DevicesPerNode < 1:
+		return fmt.Errorf("cluster of %d node(s) × %d device(s): need at least one of each", c.Nodes, c.DevicesPerNode)
+	case !slices.Contains([]string{AccountingEngine, AccountingMixed}, d.Accounting):
+		return fmt.Errorf("device %s: accounting %q, want %q or %q", d.Name, d.Accounting, AccountingEngine, AccountingMixed)
+	case d.MemBytes <= 0 || d.GEMMFLOPS <= 0 || d.PeakFLOPS <= 0 || d.OptimizerParamsPerS <= 0 || d.IntraBW <= 0 || d.InterBW <= 0:
+		return fmt.Errorf("device %s: memory, rates and bandwidths must be positive", d.Name)
+	case d.GEMMHalfRows < 0 || d.Overlap < 0 || d.Overlap > 1:
+		return fmt.Errorf("device %s: gemm_half_rows must be ≥ 0 and overlap in [0, 1]", d.Name)
+	}
+	return nil
+}
+
+// share is the fraction of a node's resources one worker gets: 1 for a
+// device of its own, 1/DevicesPerNode on a SharedNode.
+func (c Cluster) share() float64 {
+	if c.Device.SharedNode {
+		return 1 / float64(c.DevicesPerNode)
+	}
+	return 1
+}
+
+// memPerDevice is the memory of one device (its share of a SharedNode).
+func (c Cluster) memPerDevice() int64 {
+	return int64(float64(c.Device.MemBytes) * c.share())
+}
+
+// bandwidth is the bus bandwidth of a group whose members span span
+// consecutive ranks: inside a node when they fit in one.
+func (c Cluster) bandwidth(span int) float64 {
+	bw := c.Device.IntraBW
+	if span > c.DevicesPerNode {
+		bw = c.Device.InterBW
+	}
+	if c.Device.SharedNode {
+		// The workers' links share the node's cores: with more workers
+		// than cores each link gets a share.
+		if c.Device.Cores > 0 && c.DevicesPerNode > c.Device.Cores {
+			bw *= float64(c.Device.Cores) / float64(c.DevicesPerNode)
+		}
+	}
+	return bw
+}

@@ -1,0 +1,190 @@
+package planner
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// Fixed holds the parts of a strategy the user chose (semi-auto); zero
+// values and an empty Recompute are left to the search.
+type Fixed struct {
+	DP, ShardingDegree, ShardingStage, MP, PP, VPP, MicroBatch int
+	Recompute                                                  string
+}
+
+// All reports whether every degree is fixed, so that the search has one
+// layout to evaluate (micro-batch and recompute may still vary).
+func (f Fixed) All() bool {
+	return f.DP > 0 && f.ShardingDegree > 0 && f.MP > 0 && f.PP > 0
+}
+
+// Capabilities is what the engine that will run a plan can do; the search
+// marks plans beyond it infeasible.
+type Capabilities struct {
+	Name             string // says whose capabilities these are, in reasons
+	MaxMP            int    // largest tensor-parallel degree
+	MaxPP            int    // largest pipeline degree
+	MaxVPP           int    // largest virtual pipeline degree
+	MaxShardingStage int    // highest sharding stage
+}
+
+// Unlimited allows every strategy: for planning accelerator clusters.
+func Unlimited() Capabilities {
+	return Capabilities{Name: "unlimited", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 3}
+}
+
+// EngineCapabilities is what gptui's engine runs today: data parallelism
+// and sharding stages 1 and 2 (engine.NewTopology refuses the rest with
+// "not built yet").
+//
+// TODO(lead): raise these as tensor parallelism, pipeline parallelism
+// (1F1B, interleaved) and sharding stage 3 land in engine/, or replace
+// this with a function the engine exports.
+func EngineCapabilities() Capabilities {
+	return Capabilities{Name: "the engine", MaxMP: 1, MaxPP: 1, MaxVPP: 1, MaxShardingStage: 2}
+}
+
+// unsupported returns why caps cannot run s, or "".
+func (caps Capabilities) unsupported(s Strategy) string {
+	switch {
+	case s.MP > caps.MaxMP:
+		return fmt.Sprintf("%s does not run mp %d yet (at most %d)", caps.Name, s.MP, caps.MaxMP)
+	case s.PP > caps.MaxPP:
+		return fmt.Sprintf("%s does not run pp %d yet (at most %d)", caps.Name, s.PP, caps.MaxPP)
+	case s.VPP > caps.MaxVPP:
+		return fmt.Sprintf("%s does not run vpp %d yet (at most %d)", caps.Name, s.VPP, caps.MaxVPP)
+	case s.ShardingDegree > 1 && s.ShardingStage > caps.MaxShardingStage:
+		return fmt.Sprintf("%s does not run sharding stage %d yet (at most %d)", caps.Name, s.ShardingStage, caps.MaxShardingStage)
+	}
+	return ""
+}
+
+// Options configure [Search].
+type Options struct {
+	Fixed Fixed
+	// Caps limits the strategies; the zero value means [Unlimited].
+	Caps Capabilities
+}
+
+// Search evaluates every valid strategy for m on c that agrees with
+// o.Fixed: each split of the devices into dp × sharding × mp × pp (mp
+// dividing the heads, the ffn size and the padded vocabulary and at most
+// the devices of a node; pp dividing the layers), each sharding stage, each
+// virtual pipeline degree (with pp > 2 and the layers divisible by pp·vpp),
+// each micro-batch size dividing the local batch and each recompute
+// granularity. It returns them ranked: the feasible ones fastest first,
+// then the infeasible ones with their reasons. It fails only when no
+// layout is valid at all.
+func Search(m Model, c Cluster, o Options) ([]Plan, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	caps := o.Caps
+	if caps.Name == "" {
+		caps = Unlimited()
+	}
+	f := o.Fixed
+	n := c.Size()
+	recomputes := []string{RecomputeNone, RecomputeOnlyAttn, RecomputeFull}
+	if f.Recompute != "" {
+		recomputes = []string{f.Recompute}
+	}
+	var plans []Plan
+	for _, mp := range divisors(n) {
+		if !fits(f.MP, mp) || mp > c.DevicesPerNode || m.Heads%mp != 0 || m.FFN%mp != 0 || m.PaddedVocab%mp != 0 {
+			continue
+		}
+		for _, pp := range divisors(n / mp) {
+			if !fits(f.PP, pp) || m.Layers%pp != 0 {
+				continue
+			}
+			vpps := []int{1}
+			if pp > 2 {
+				for v := 2; v <= m.Layers/pp; v++ {
+					if m.Layers%(pp*v) == 0 {
+						vpps = append(vpps, v)
+					}
+				}
+			}
+			R := n / (mp * pp)
+			if m.GlobalBatch%R != 0 {
+				continue
+			}
+			local := m.GlobalBatch / R
+			for _, sh := range divisors(R) {
+				if !fits(f.ShardingDegree, sh) || !fits(f.DP, R/sh) {
+					continue
+				}
+				stages := []int{1}
+				if sh > 1 {
+					stages = []int{1, 2, 3}
+				}
+				for _, stage := range stages {
+					if sh > 1 && !fits(f.ShardingStage, stage) {
+						continue
+					}
+					for _, vpp := range vpps {
+						if !fits(f.VPP, vpp) {
+							continue
+						}
+						for _, mb := range divisors(local) {
+							if !fits(f.MicroBatch, mb) {
+								continue
+							}
+							for _, rc := range recomputes {
+								s := Strategy{DP: R / sh, ShardingDegree: sh, ShardingStage: stage, MP: mp, PP: pp, VPP: vpp, MicroBatch: mb, Recompute: rc}
+								p := Estimate(m, c, s)
+								if r := caps.unsupported(s); r != "" && p.Reason == "" {
+									p.Feasible, p.Reason = false, r
+								}
+								plans = append(plans, p)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if len(plans) == 0 {
+		return nil, fmt.Errorf("no valid layout of %s for %d devices with global batch %d (and the fixed degrees %+v)", m, n, m.GlobalBatch, f)
+	}
+	Rank(plans)
+	return plans, nil
+}
+
+// Rank sorts plans: feasible before infeasible, then by predicted step
+// time, then by memory, then by name, so the order is deterministic.
+func Rank(plans []Plan) {
+	slices.SortStableFunc(plans, func(a, b Plan) int {
+		if a.Feasible != b.Feasible {
+			if a.Feasible {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(cmp.Compare(a.StepTime, b.StepTime), cmp.Compare(a.Mem.Total, b.Mem.Total), cmp.Compare(a.String(), b.String()))
+	})
+}
+
+// Best returns the first feasible plan of ranked plans.
+func Best(plans []Plan) (Plan, bool) {
+	if len(plans) > 0 && plans[0].Feasible {
+		return plans[0], true
+	}
+	return Plan{}, false
+}
+
+// fits reports whether v agrees with the fixed value want (0: free).
+func fits(want, v int) bool { return want == 0 || want == v }
+
+// divisors returns the divisors of n in increasing order.
+func divisors(n int) []int {
+	var d []int
+	for i := 1; i <= n; i++ {
+		if n%i == 0 {
+			d = append(d, i)
+		}
+	}
+	return d
+}

@@ -1,0 +1,109 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gptui/gptui/presets"
+)
+
+func mustLoad(t testing.TB, name string, o ...string) *presets.Config {
+	t.Helper()
+	cfg, err := presets.Load(name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func device(t testing.TB, name string) Device {
+	t.Helper()
+	d, err := LookupDevice(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestSeedMemoryFigures: the single-card figures of the seeds (PaddleFleetX
+// GPT on one 32 GB V100) within 10%.
+func TestSeedMemoryFigures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		preset string
+		o      []string
+		rc     string
+		wantGB float64
+	}{
+		{"345M fp16", "345m-1card", nil, RecomputeNone, 30.9},
+		{"1.3B fp16 recompute", "1.3b-dp8", []string{"Distributed.dp_degree=1"}, RecomputeFull, 26.0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := ModelOf(mustLoad(t, tc.preset, tc.o...))
+			c := Cluster{Nodes: 1, DevicesPerNode: 1, Device: device(t, "V100-32G")}
+			p := Estimate(m, c, Strategy{MicroBatch: 8, Recompute: tc.rc})
+			got := float64(p.Mem.Total) / 1e9
+			d := (got - tc.wantGB) / tc.wantGB
+			t.Logf("%s: predicted %.2f GB (params %.2f grads %.2f optimizer %.2f activations %.2f other %.2f), seeds %.1f GB: %+.1f%%; feasible %v %s",
+				tc.name, got, gbf(p.Mem.Params), gbf(p.Mem.Grads), gbf(p.Mem.Optimizer), gbf(p.Mem.Activations), gbf(p.Mem.Other), tc.wantGB, 100*d, p.Feasible, p.Reason)
+			if math.Abs(d) > 0.10 {
+				t.Errorf("predicted %.2f GB, the seeds measured %.1f GB: off by %+.1f%%, want within 10%%", got, tc.wantGB, 100*d)
+			}
+			if !p.Feasible {
+				t.Errorf("the seeds ran it on a 32 GB V100; predicted infeasible: %s", p.Reason)
+			}
+		})
+	}
+}
+
+func gbf(n int64) float64 { return float64(n) / 1e9 }
+
+// seedPresets are the hand-picked strategies of the seeds and their
+// clusters.
+var seedPresets = []struct {
+	preset     string
+	nodes, per int
+	device     string
+}{
+	{"345m-1card", 1, 1, "V100-32G"},
+	{"1.3b-dp8", 1, 8, "V100-32G"},
+	{"6.7b-sharding16", 2, 8, "V100-32G"},
+	{"13b-4node", 4, 8, "V100-32G"},
+}
+
+// TestSeedPresetsChosenPlan: for each seed preset the chosen plan fits and
+// is predicted at least as fast as the preset's own strategy.
+func TestSeedPresetsChosenPlan(t *testing.T) {
+	for _, sp := range seedPresets {
+		t.Run(sp.preset, func(t *testing.T) {
+			cfg := mustLoad(t, sp.preset)
+			m := ModelOf(cfg)
+			c := Cluster{Nodes: sp.nodes, DevicesPerNode: sp.per, Device: device(t, sp.device)}
+			plans, err := Search(m, c, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			best, ok := Best(plans)
+			if !ok {
+				t.Fatalf("no feasible plan; first: %s: %s", plans[0].Strategy, plans[0].Reason)
+			}
+			ref := Estimate(m, c, StrategyOf(cfg))
+			t.Logf("%s on %s: chosen %s: %.3f s/step, %s/device; seed's %s: %.3f s/step, %s/device (%s); chosen %.2f× as fast",
+				sp.preset, c, best.Strategy, best.StepTime, gbs(best.Mem.Total), ref.Strategy, ref.StepTime, gbs(ref.Mem.Total), feasibleWord(ref), ref.StepTime/best.StepTime)
+			if float64(best.Mem.Total) > Usable*float64(best.Capacity) {
+				t.Errorf("chosen plan needs %s of %s", gbs(best.Mem.Total), gbs(best.Capacity))
+			}
+			if ref.Feasible && best.StepTime > ref.StepTime {
+				t.Errorf("chosen %.3f s slower than the seed's %.3f s", best.StepTime, ref.StepTime)
+			}
+		})
+	}
+}
+
+func feasibleWord(p Plan) string {
+	if p.Feasible {
+		return "fits"
+	}
+	return fmt.Sprintf("infeasible: %s", p.Reason)
+}

@@ -1,0 +1,128 @@
+package planner
+
+import (
+	"fmt"
+	"github.com/gptui/gptui/presets"
+	"strings"
+)
+
+// Recompute granularities, as Engine.recompute_granularity spells them.
+const (
+	RecomputeNone     = "none"
+	RecomputeFull     = "full"
+	RecomputeOnlyAttn = "only_attn"
+)
+
+// Strategy is one way to lay a training step out over the devices.
+//
+// The four degrees multiply to the number of devices; the replicas that
+// train on different samples are DP·ShardingDegree, each with
+// GlobalBatch/(DP·ShardingDegree) sequences per step in micro-batches of
+// MicroBatch.
+type Strategy struct {
+	DP             int    `json:"dp"`
+	ShardingDegree int    `json:"sharding_degree"`
+	ShardingStage  int    `json:"sharding_stage"` // 1, 2 or 3; 1 when ShardingDegree is 1
+	MP             int    `json:"mp"`
+	PP             int    `json:"pp"`
+	VPP            int    `json:"vpp"` // virtual stages per pipeline rank; > 1 is interleaved 1F1B
+	MicroBatch     int    `json:"micro_batch_size"`
+	Recompute      string `json:"recompute"` // RecomputeNone, RecomputeFull or RecomputeOnlyAttn
+}
+
+// Devices is the number of devices the strategy uses.
+func (s Strategy) Devices() int { return s.DP * s.ShardingDegree * s.MP * s.PP }
+
+// Replicas is the number of ranks that train on different samples.
+func (s Strategy) Replicas() int { return s.DP * s.ShardingDegree }
+
+// Schedule names the pipeline schedule: "" without a pipeline, "1F1B" or
+// "interleaved".
+func (s Strategy) Schedule() string {
+	switch {
+	case s.PP <= 1:
+		return ""
+	case s.VPP > 1:
+		return "interleaved"
+	}
+	return "1F1B"
+}
+
+// String is a compact description such as "dp2 sharding4/s2 mp2 pp4v2 mb1 full".
+func (s Strategy) String() string {
+	var parts []string
+	if s.DP > 1 {
+		parts = append(parts, fmt.Sprintf("dp%d", s.DP))
+	}
+	if s.ShardingDegree > 1 {
+		parts = append(parts, fmt.Sprintf("sharding%d/s%d", s.ShardingDegree, s.ShardingStage))
+	}
+	if s.MP > 1 {
+		parts = append(parts, fmt.Sprintf("mp%d", s.MP))
+	}
+	if s.PP > 1 {
+		p := fmt.Sprintf("pp%d", s.PP)
+		if s.VPP > 1 {
+			p += fmt.Sprintf("v%d", s.VPP)
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "single")
+	}
+	parts = append(parts, fmt.Sprintf("mb%d", s.MicroBatch))
+	if s.Recompute != RecomputeNone && s.Recompute != "" {
+		parts = append(parts, s.Recompute)
+	}
+	return strings.Join(parts, " ")
+}
+
+// normalize fills zero fields with their neutral values.
+func (s Strategy) normalize() Strategy {
+	for _, p := range []*int{&s.DP, &s.ShardingDegree, &s.ShardingStage, &s.MP, &s.PP, &s.VPP, &s.MicroBatch} {
+		if *p < 1 {
+			*p = 1
+		}
+	}
+	if s.ShardingDegree == 1 {
+		s.ShardingStage = 1
+	}
+	if s.Recompute == "" {
+		s.Recompute = RecomputeNone
+	}
+	return s
+}
+
+// StrategyOf returns the strategy cfg describes.
+func StrategyOf(cfg *presets.Config) Strategy {
+	d, e := cfg.Distributed, cfg.Engine
+	rc := RecomputeNone
+	if e.UseRecompute {
+		rc = e.RecomputeGranularity
+	}
+	return Strategy{DP: d.DPDegree, ShardingDegree: d.Sharding.ShardingDegree, ShardingStage: d.Sharding.ShardingStage,
+		MP: d.MPDegree, PP: d.PPDegree, VPP: 1, MicroBatch: cfg.Global.MicroBatchSize, Recompute: rc}.normalize()
+}
+
+// Overrides returns the "-o" overrides that make a config of global batch
+// globalBatch run s: the degrees, the local and micro-batch sizes and the
+// recompute setting.
+func Overrides(s Strategy, globalBatch int) []string {
+	s = s.normalize()
+	o := []string{
+		fmt.Sprintf("Distributed.dp_degree=%d", s.DP),
+		fmt.Sprintf("Distributed.mp_degree=%d", s.MP),
+		fmt.Sprintf("Distributed.pp_degree=%d", s.PP),
+		fmt.Sprintf("Distributed.sharding.sharding_degree=%d", s.ShardingDegree),
+		fmt.Sprintf("Distributed.sharding.sharding_stage=%d", s.ShardingStage),
+		fmt.Sprintf("Global.global_batch_size=%d", globalBatch),
+		fmt.Sprintf("Global.local_batch_size=%d", globalBatch/s.Replicas()),
+		fmt.Sprintf("Global.micro_batch_size=%d", s.MicroBatch),
+		fmt.Sprintf("Engine.use_recompute=%v", s.Recompute != RecomputeNone),
+	}
+	if s.Recompute != RecomputeNone {
+		o = append(o, "Engine.recompute_granularity="+s.Recompute)
+	}
+	// TODO(lead): Distributed.vpp_degree (s.VPP) once the schema has it.
+	return o
+}
