@@ -19,45 +19,72 @@ const (
 	RecomputeFull
 )
 
-// Model is a GPT-2 with its parameters and gradients in two contiguous
-// buffers, and the activations of one micro-batch shape.
+// Model is a GPT-2, or the part of one held by a rank of a tensor- or
+// pipeline-parallel job, with its parameters and gradients in two
+// contiguous buffers, and the activations of one micro-batch shape.
 type Model struct {
-	Cfg     ModelConfig
-	Tensors []Tensor  // parameter views, llm.c order
-	Params  []float32 // all parameters, laid out by Tensors
-	Grads   []float32 // gradients, same layout
+	Cfg     ModelConfig // the whole model's shape
+	Part    Part        // what this rank holds
+	Tensors []Tensor    // parameter views, llm.c order
+	Params  []float32   // all parameters held, laid out by Tensors
+	Grads   []float32   // gradients, same layout
 
 	be kernels.Backend
 	p  weights // views of Params
 	g  weights // views of Grads
+	d  dims    // local sizes
 
 	seed      uint64    // dropout stream seed
 	recompute Recompute // activation policy
 	acts      *activations
+	sc        *scratch
+	tp        *tensorParallel // nil without tensor parallelism
 
-	// gradHook, when set, is called by Backward as soon as block l's
-	// parameter gradients are complete for this pass (data parallel starts
-	// their all-reduce while the blocks below are still computing).
-	gradHook func(l int)
+	// gradHook, when set, is called by Backward as soon as the parameter
+	// gradients of local block li are complete for this pass (data parallel
+	// starts their all-reduce while the blocks below are still computing).
+	gradHook func(li int)
+}
+
+// dims are the sizes of the slices of a block a tensor-parallel rank holds.
+type dims struct {
+	Cl, NHl, Fl int // attention channels, heads and MLP units (C/MP, NH/MP, F/MP)
+	Vpl         int // rows of wte held (Vp/MP)
+	Vl          int // real vocabulary ids among them (the columns of the logits)
+	vlo         int // vocabulary id of the first row held
 }
 
 // NewModel allocates a model and initialises it from seed with N(0, std).
 func NewModel(be kernels.Backend, cfg ModelConfig, std float64, seed uint64) (*Model, error) {
-	m, err := newModel(be, cfg)
+	return NewModelPart(be, cfg, WholePart(cfg), std, seed)
+}
+
+// NewModelPart allocates the part of a model one rank holds and initialises
+// it as NewModel initialises the whole model: each element gets the value
+// it has there.
+func NewModelPart(be kernels.Backend, cfg ModelConfig, part Part, std float64, seed uint64) (*Model, error) {
+	m, err := newModel(be, cfg, part)
 	if err != nil {
 		return nil, err
 	}
-	initParams(m.Params, m.Tensors, cfg, std, seed)
+	initPart(m.Params, m.Tensors, cfg, std, seed)
 	m.seed = seed
 	return m, nil
 }
 
-func newModel(be kernels.Backend, cfg ModelConfig) (*Model, error) {
+func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ts, n := Layout(cfg)
-	m := &Model{Cfg: cfg, Tensors: ts, Params: make([]float32, n), Grads: make([]float32, n), be: be}
+	if err := part.check(cfg); err != nil {
+		return nil, err
+	}
+	ts, n := LayoutPart(cfg, part)
+	M := part.MP
+	vpl := cfg.Vp / M
+	vlo := part.MPRank * vpl
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: make([]float32, n), Grads: make([]float32, n), be: be,
+		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
 	m.p = viewWeights(m.Params, ts)
 	m.g = viewWeights(m.Grads, ts)
 	return m, nil
@@ -71,84 +98,126 @@ func (m *Model) SetDropoutSeed(s uint64) { m.seed = s }
 func (m *Model) SetRecompute(r Recompute) {
 	if r != m.recompute {
 		m.recompute = r
-		m.acts = nil
+		m.acts, m.sc = nil, nil
 	}
 }
 
-// NumParams counts the parameters, padded vocabulary rows included.
+// NumParams counts the parameters held, padded vocabulary rows included.
 func (m *Model) NumParams() int { return len(m.Params) }
+
+// numLayers is the number of blocks held.
+func (m *Model) numLayers() int { return len(m.Part.Layers) }
 
 // layerActs are the activations of one block that backward reads.
 type layerActs struct {
 	ln1, ln1Mean, ln1Rstd []float32 // (B,T,C), (B,T), (B,T)
-	qkv                   []float32 // (B,T,3C)
-	atty                  []float32 // (B,T,C) attention output, heads side by side
+	qkv                   []float32 // (B,T,3Cl)
+	atty                  []float32 // (B,T,Cl) attention output, heads side by side
 	res2                  []float32 // (B,T,C) residual after attention
 	ln2, ln2Mean, ln2Rstd []float32 // (B,T,C), (B,T), (B,T)
-	fch                   []float32 // (B,T,F) MLP pre-activation
-	fchGelu               []float32 // (B,T,F) MLP activation
+	fch                   []float32 // (B,T,Fl) MLP pre-activation
+	fchGelu               []float32 // (B,T,Fl) MLP activation
 }
 
-// activations of one micro-batch, plus the gradient scratch of backward.
+// activations of one micro-batch: what the forward pass keeps for the
+// backward pass. Under pipeline parallelism several micro-batches are in
+// flight, each with its own.
 type activations struct {
 	B, T    int
-	resid   [][]float32 // L+1 × (B,T,C): resid[0] embeddings, resid[l+1] output of block l
-	layers  []layerActs // L, or 1 shared when recomputing whole blocks
-	att     [][]float32 // L × (B,NH,T,T), or 1 shared when recomputing attention
-	lnf     []float32   // (B,T,C)
+	resid   [][]float32 // Ll+1 × (B,T,C): resid[0] the stage's input, resid[i+1] output of local block i
+	layers  []layerActs // Ll, or the shared scratch one when recomputing whole blocks
+	att     [][]float32 // Ll × (B,NHl,T,T), or the shared scratch one when recomputing attention
+	lnf     []float32   // (B,T,C)         head only
 	lnfMean []float32   // (B,T)
 	lnfRstd []float32   // (B,T)
-	logits  []float32   // (B,T,V): real vocabulary only; gradient in place
+	logits  []float32   // (B,T,Vl): real vocabulary only; gradient in place
 	losses  []float32   // (B,T)
 	inputs  []int32     // (B,T) copy of the batch, read by backward
 	targets []int32     // (B,T)
 
-	proj   []float32 // (B,T,C) scratch: a branch output before dropout
-	dresid []float32 // (B,T,C) gradient of the residual stream
-	dln    []float32 // (B,T,C)
-	dqkv   []float32 // (B,T,3C)
-	datty  []float32 // (B,T,C)
-	dfch   []float32 // (B,T,F)
-	dfchG  []float32 // (B,T,F)
-
 	stored int // bytes of activations kept between forward and backward
 }
 
-func newActivations(cfg ModelConfig, B, T int, rc Recompute) *activations {
-	C, F, L, NH, V := cfg.C, cfg.F, cfg.L, cfg.NH, cfg.V
+// scratch is what the passes of every micro-batch share: the buffers of
+// backward, and what is recomputed rather than kept.
+type scratch struct {
+	proj   []float32 // (B,T,C) a branch output before dropout
+	dresid []float32 // (B,T,C) gradient of the residual stream
+	dln    []float32 // (B,T,C)
+	dqkv   []float32 // (B,T,3Cl)
+	datty  []float32 // (B,T,Cl)
+	dfch   []float32 // (B,T,Fl)
+	dfchG  []float32 // (B,T,Fl)
+	layer  layerActs // full recompute: the block being rebuilt
+	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
+
+	maxes []float32 // (B,T) vocabulary-parallel loss: row maxima
+	gmax  []float32 // (MP,B,T) every rank's row maxima
+	stats []float64 // (B,T,2) Σ e^(x−max) and the target's logit
+}
+
+func newLayerActs(n func(int) []float32, N, C, Cl, Fl int) layerActs {
+	return layerActs{
+		ln1: n(N * C), ln1Mean: n(N), ln1Rstd: n(N), qkv: n(N * 3 * Cl), atty: n(N * Cl),
+		res2: n(N * C), ln2: n(N * C), ln2Mean: n(N), ln2Rstd: n(N), fch: n(N * Fl), fchGelu: n(N * Fl),
+	}
+}
+
+func (m *Model) newScratch(B, T int) *scratch {
+	c, d := m.Cfg, m.d
+	N, C := B*T, c.C
+	f := func(n int) []float32 { return make([]float32, n) }
+	sc := &scratch{
+		proj: f(N * C), dresid: f(N * C), dln: f(N * C), dqkv: f(N * 3 * d.Cl), datty: f(N * d.Cl),
+		dfch: f(N * d.Fl), dfchG: f(N * d.Fl),
+	}
+	if m.recompute == RecomputeFull {
+		sc.layer = newLayerActs(f, N, C, d.Cl, d.Fl)
+	}
+	if m.recompute != RecomputeNone {
+		sc.att = f(B * d.NHl * T * T)
+	}
+	if m.Part.MP > 1 && m.Part.Head {
+		sc.maxes, sc.gmax, sc.stats = f(N), f(N*m.Part.MP), make([]float64, 2*N)
+	}
+	return sc
+}
+
+// newActivations allocates the activations of one (B,T) micro-batch.
+func (m *Model) newActivations(B, T int) *activations {
+	if m.sc == nil || len(m.sc.proj) != B*T*m.Cfg.C {
+		m.sc = m.newScratch(B, T)
+	}
+	c, d, sc := m.Cfg, m.d, m.sc
+	C, Ll := c.C, m.numLayers()
 	N := B * T
 	a := &activations{B: B, T: T}
 	f := func(n int) []float32 { a.stored += 4 * n; return make([]float32, n) }
-	scratch := func(n int) []float32 { return make([]float32, n) }
-	a.resid = make([][]float32, L+1)
+	a.resid = make([][]float32, Ll+1)
 	for l := range a.resid {
 		a.resid[l] = f(N * C)
 	}
-	nl, keep := L, f
-	if rc == RecomputeFull {
-		nl, keep = 1, scratch
-	}
-	a.layers = make([]layerActs, nl)
+	a.layers = make([]layerActs, Ll)
 	for l := range a.layers {
-		a.layers[l] = layerActs{
-			ln1: keep(N * C), ln1Mean: keep(N), ln1Rstd: keep(N), qkv: keep(N * 3 * C), atty: keep(N * C),
-			res2: keep(N * C), ln2: keep(N * C), ln2Mean: keep(N), ln2Rstd: keep(N), fch: keep(N * F), fchGelu: keep(N * F),
+		if m.recompute == RecomputeFull {
+			a.layers[l] = sc.layer
+		} else {
+			a.layers[l] = newLayerActs(f, N, C, d.Cl, d.Fl)
 		}
 	}
-	na, keepAtt := L, f
-	if rc != RecomputeNone {
-		na, keepAtt = 1, scratch
-	}
-	a.att = make([][]float32, na)
+	a.att = make([][]float32, Ll)
 	for l := range a.att {
-		a.att[l] = keepAtt(B * NH * T * T)
+		if m.recompute != RecomputeNone {
+			a.att[l] = sc.att
+		} else {
+			a.att[l] = f(B * d.NHl * T * T)
+		}
 	}
-	a.lnf, a.lnfMean, a.lnfRstd = f(N*C), f(N), f(N)
-	a.logits, a.losses = f(N*V), f(N)
+	if m.Part.Head {
+		a.lnf, a.lnfMean, a.lnfRstd = f(N*C), f(N), f(N)
+		a.logits, a.losses = f(N*d.Vl), f(N)
+	}
 	a.inputs, a.targets = make([]int32, N), make([]int32, N)
-	a.proj = scratch(N * C)
-	a.dresid, a.dln, a.dqkv, a.datty = scratch(N*C), scratch(N*C), scratch(N*3*C), scratch(N*C)
-	a.dfch, a.dfchG = scratch(N*F), scratch(N*F)
 	return a
 }
 
@@ -161,7 +230,7 @@ func (m *Model) ActivationBytes(B, T int) int {
 
 func (m *Model) ensureActs(B, T int) {
 	if m.acts == nil || m.acts.B != B || m.acts.T != T {
-		m.acts = newActivations(m.Cfg, B, T, m.recompute)
+		m.acts = m.newActivations(B, T)
 	}
 }
 
@@ -189,117 +258,226 @@ func (m *Model) dropout(p float32, ps Pass, l, site int) cpu.Dropout {
 // against targets (B,T). With train set, dropout is on and the gradient of
 // dscale·Σ losses with respect to the logits is left in place for Backward
 // (dscale = 1/(B·T·accumulation) makes the accumulated gradient that of the
-// mean loss).
+// mean loss). The model must hold the embeddings and the head (no pipeline
+// parallelism); under tensor parallelism every rank of the group calls it.
 func (m *Model) Forward(inputs, targets []int32, B, T int, ps Pass, train bool, dscale float32) float32 {
-	be, c, p := m.be, m.Cfg, m.p
 	m.ensureActs(B, T)
 	a := m.acts
-	N, C, V := B*T, c.C, c.V
 	copy(a.inputs, inputs)
 	copy(a.targets, targets)
-	hd, ad := float32(0), float32(0)
-	if train {
-		hd, ad = c.HiddenDropout, c.AttnDropout
-	}
-	off := uint64(ps.Sample) * uint64(T*C)
-
-	be.EncoderForward(a.resid[0], a.inputs, p.wte, p.wpe, B, T, C)
-	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps, 0, siteEmbed), off)
-	for l := 0; l < c.L; l++ {
-		m.blockForward(l, ps, hd, ad)
-	}
-	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[c.L], p.lnfw, p.lnfb, N, C)
-	// logits (N,V) = lnf · wte[:V]ᵀ: padded rows of wte never score.
-	be.MatmulForward(a.logits, a.lnf, p.wte[:V*C], nil, N, C, V)
-	be.CrossEntropy(a.losses, a.logits, a.targets, N, V, dscale, train)
-	var sum float64
-	for _, l := range a.losses {
-		sum += float64(l)
-	}
-	return float32(sum / float64(N))
-}
-
-// blockForward runs transformer block l: resid[l] → resid[l+1].
-//
-//	res2 = x + drop(attproj(attention(ln1(x))))
-//	out  = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
-func (m *Model) blockForward(l int, ps Pass, hd, ad float32) {
-	be, c, p, a := m.be, m.Cfg, m.p, m.acts
-	B, T, C, F, NH := a.B, a.T, c.C, c.F, c.NH
-	N := B * T
-	la := &a.layers[min(l, len(a.layers)-1)]
-	att := a.att[min(l, len(a.att)-1)]
-	off := uint64(ps.Sample) * uint64(T*C)
-
-	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[l], layer(p.ln1w, l, C), layer(p.ln1b, l, C), N, C)
-	be.MatmulForward(la.qkv, la.ln1, layer(p.qkvw, l, 3*C*C), layer(p.qkvb, l, 3*C), N, C, 3*C)
-	be.AttentionForward(la.atty, att, la.qkv, B, T, C, NH, m.dropout(ad, ps, l, siteAttnProbs), uint64(ps.Sample)*uint64(NH*T*T))
-	be.MatmulForward(a.proj, la.atty, layer(p.attprojw, l, C*C), layer(p.attprojb, l, C), N, C, C)
-	be.DropoutForward(a.proj, a.proj, m.dropout(hd, ps, l, siteAttnOut), off)
-	be.ResidualForward(la.res2, a.resid[l], a.proj)
-
-	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, layer(p.ln2w, l, C), layer(p.ln2b, l, C), N, C)
-	be.MatmulForward(la.fch, la.ln2, layer(p.fcw, l, F*C), layer(p.fcb, l, F), N, C, F)
-	be.GeluForward(la.fchGelu, la.fch)
-	be.MatmulForward(a.proj, la.fchGelu, layer(p.fcprojw, l, C*F), layer(p.fcprojb, l, C), N, F, C)
-	be.DropoutForward(a.proj, a.proj, m.dropout(hd, ps, l, siteMLPOut), off)
-	be.ResidualForward(a.resid[l+1], la.res2, a.proj)
+	m.embedForward(a, ps, train)
+	m.blocksForward(a, 0, m.numLayers(), ps, train)
+	return float32(m.headForward(a, dscale, train) / float64(B*T))
 }
 
 // Backward accumulates into Grads the gradient of the loss of the last
 // training Forward (its logits already hold dloss/dlogits).
 func (m *Model) Backward(ps Pass) {
-	be, c, p, g, a := m.be, m.Cfg, m.p, m.g, m.acts
-	B, T, C, V := a.B, a.T, c.C, c.V
-	N := B * T
-	hd, ad := c.HiddenDropout, c.AttnDropout
-
-	// logits = lnf · wte[:V]ᵀ
-	be.MatmulBackward(a.dln, g.wte[:V*C], nil, a.logits, a.lnf, p.wte[:V*C], N, C, V)
-	be.Zero(a.dresid)
-	be.LayerNormBackward(a.dresid, g.lnfw, g.lnfb, a.dln, a.resid[c.L], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
-	for l := c.L - 1; l >= 0; l-- {
-		if m.recompute == RecomputeFull {
-			m.blockForward(l, ps, hd, ad)
-		}
-		m.blockBackward(l, ps, hd, ad)
-		if m.gradHook != nil {
-			m.gradHook(l)
-		}
-	}
-	off := uint64(ps.Sample) * uint64(T*C)
-	be.DropoutBackward(a.dresid, a.dresid, m.dropout(hd, ps, 0, siteEmbed), off)
-	be.EncoderBackward(g.wte, g.wpe, a.dresid, a.inputs, B, T, C)
+	a := m.acts
+	m.headBackward(a)
+	m.blocksBackward(a, 0, m.numLayers(), ps)
+	m.embedBackward(a, ps)
 }
 
-// blockBackward takes dresid = dL/d resid[l+1] to dL/d resid[l], in place,
-// accumulating block l's parameter gradients.
-func (m *Model) blockBackward(l int, ps Pass, hd, ad float32) {
-	be, c, p, g, a := m.be, m.Cfg, m.p, m.g, m.acts
-	B, T, C, F, NH := a.B, a.T, c.C, c.F, c.NH
-	N := B * T
-	la := &a.layers[min(l, len(a.layers)-1)]
-	att := a.att[min(l, len(a.att)-1)]
+// embedForward writes the embeddings of a.inputs to a.resid[0].
+//
+//	resid[0] = drop(wte[inputs] + wpe[t])
+//
+// Vocabulary-parallel: each rank looks up the tokens of its rows (zeros
+// for the others), the first adds the positions, and the group sums.
+func (m *Model) embedForward(a *activations, ps Pass, train bool) {
+	be, c, p, d := m.be, m.Cfg, m.p, m.d
+	B, T, C := a.B, a.T, c.C
+	hd := float32(0)
+	if train {
+		hd = c.HiddenDropout
+	}
+	if m.Part.MP == 1 {
+		be.EncoderForward(a.resid[0], a.inputs, p.wte, p.wpe, B, T, C)
+	} else {
+		wpe := p.wpe
+		if m.Part.MPRank != 0 {
+			wpe = nil
+		}
+		be.EncoderShardForward(a.resid[0], a.inputs, p.wte, d.vlo, wpe, B, T, C)
+		m.tp.allReduce(a.resid[0])
+	}
+	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+}
+
+// embedBackward accumulates the embedding gradients from sc.dresid.
+func (m *Model) embedBackward(a *activations, ps Pass) {
+	be, c, g, d, sc := m.be, m.Cfg, m.g, m.d, m.sc
+	B, T, C := a.B, a.T, c.C
+	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	if m.Part.MP == 1 {
+		be.EncoderBackward(g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
+		return
+	}
+	be.EncoderShardBackward(g.wte, d.vlo, g.wpe, sc.dresid, a.inputs, B, T, C)
+}
+
+// blocksForward runs local blocks lo … hi−1: resid[lo] → resid[hi].
+func (m *Model) blocksForward(a *activations, lo, hi int, ps Pass, train bool) {
+	hd, ad := float32(0), float32(0)
+	if train {
+		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
+	}
+	for li := lo; li < hi; li++ {
+		m.blockForward(a, li, ps, hd, ad)
+	}
+}
+
+// blocksBackward takes sc.dresid = dL/d resid[hi] back to dL/d resid[lo],
+// accumulating the blocks' parameter gradients.
+func (m *Model) blocksBackward(a *activations, lo, hi int, ps Pass) {
+	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
+	for li := hi - 1; li >= lo; li-- {
+		if m.recompute == RecomputeFull {
+			m.blockForward(a, li, ps, hd, ad)
+		}
+		m.blockBackward(a, li, ps, hd, ad)
+		if m.gradHook != nil {
+			m.gradHook(li)
+		}
+	}
+}
+
+// headForward runs the final LayerNorm, the tied head and the loss on
+// resid[Ll], and returns the sum of the losses of the B·T positions.
+//
+//	logits (N,Vl) = lnf(x) · wte[:Vl]ᵀ     (this rank's vocabulary columns)
+//
+// Vocabulary-parallel, the softmax's row maxima and sums cross the group,
+// never the logits.
+func (m *Model) headForward(a *activations, dscale float32, train bool) float64 {
+	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
+	N, C := a.B*a.T, c.C
+	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
+	if d.Vl > 0 {
+		// Padded rows of wte never score.
+		be.MatmulForward(a.logits, a.lnf, p.wte[:d.Vl*C], nil, N, C, d.Vl)
+	}
+	if m.Part.MP == 1 {
+		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, dscale, train)
+	} else {
+		be.ClassifierMax(sc.maxes, a.logits, N, d.Vl)
+		m.tp.allGather(sc.maxes, sc.gmax)
+		for r := range sc.maxes {
+			for k := 0; k < m.Part.MP; k++ {
+				sc.maxes[r] = max(sc.maxes[r], sc.gmax[k*N+r])
+			}
+		}
+		be.ClassifierExp(sc.stats, a.logits, a.targets, sc.maxes, N, d.Vl, d.vlo)
+		m.tp.allReduce64(sc.stats)
+		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, dscale, train)
+	}
+	var sum float64
+	for _, l := range a.losses {
+		sum += float64(l)
+	}
+	return sum
+}
+
+// headBackward starts the backward pass: from the logits' gradient to
+// sc.dresid = dL/d resid[Ll].
+func (m *Model) headBackward(a *activations) {
+	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
+	N, C := a.B*a.T, c.C
+	if d.Vl > 0 {
+		be.MatmulBackward(sc.dln, g.wte[:d.Vl*C], nil, a.logits, a.lnf, p.wte[:d.Vl*C], N, C, d.Vl)
+	} else {
+		be.Zero(sc.dln)
+	}
+	if m.Part.MP > 1 {
+		m.tp.allReduce(sc.dln)
+	}
+	be.Zero(sc.dresid)
+	be.LayerNormBackward(sc.dresid, g.lnfw, g.lnfb, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
+}
+
+// attnDropout is the dropout of the attention probabilities of block l,
+// placing this rank's heads among all of them.
+func (m *Model) attnDropout(p float32, ps Pass, l int) cpu.Dropout {
+	d := m.dropout(p, ps, l, siteAttnProbs)
+	if m.Part.MP > 1 {
+		d.Heads, d.Head0 = m.Cfg.NH, m.Part.MPRank*m.d.NHl
+	}
+	return d
+}
+
+// rowBias is the bias of a row-parallel projection as this rank adds it:
+// only the first rank of the group, so the all-reduced sum has it once.
+func (m *Model) rowBias(b []float32) []float32 {
+	if m.Part.MPRank != 0 {
+		return nil
+	}
+	return b
+}
+
+// blockForward runs local block li (global block l): resid[li] → resid[li+1].
+//
+//	res2 = x + drop(attproj(attention(ln1(x))))
+//	out  = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
+//
+// Tensor-parallel: qkv and fc are column-parallel (this rank's heads and
+// hidden units), attproj and fcproj row-parallel (partial sums, all-reduced
+// before the bias-free dropout and the residual add).
+func (m *Model) blockForward(a *activations, li int, ps Pass, hd, ad float32) {
+	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
+	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
+	N, l := B*T, m.Part.Layers[li]
+	la, att := &a.layers[li], a.att[li]
 	off := uint64(ps.Sample) * uint64(T*C)
-	attOff := uint64(ps.Sample) * uint64(NH*T*T)
-	dropAttn := m.dropout(ad, ps, l, siteAttnProbs)
+
+	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], layer(p.ln1w, li, C), layer(p.ln1b, li, C), N, C)
+	be.MatmulForward(la.qkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), layer(p.qkvb, li, 3*Cl), N, C, 3*Cl)
+	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps, l), uint64(ps.Sample)*uint64(c.NH*T*T))
+	be.MatmulForward(sc.proj, la.atty, layer(p.attprojw, li, C*Cl), m.rowBias(layer(p.attprojb, li, C)), N, Cl, C)
+	m.tp.allReduce(sc.proj)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps, l, siteAttnOut), off)
+	be.ResidualForward(la.res2, a.resid[li], sc.proj)
+
+	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, layer(p.ln2w, li, C), layer(p.ln2b, li, C), N, C)
+	be.MatmulForward(la.fch, la.ln2, layer(p.fcw, li, Fl*C), layer(p.fcb, li, Fl), N, C, Fl)
+	be.GeluForward(la.fchGelu, la.fch)
+	be.MatmulForward(sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), m.rowBias(layer(p.fcprojb, li, C)), N, Fl, C)
+	m.tp.allReduce(sc.proj)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps, l, siteMLPOut), off)
+	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
+}
+
+// blockBackward takes sc.dresid = dL/d resid[li+1] to dL/d resid[li], in
+// place, accumulating local block li's parameter gradients.
+// Tensor-parallel: the input gradients of the column-parallel qkv and fc
+// are partial sums, all-reduced before their LayerNorm's backward.
+func (m *Model) blockBackward(a *activations, li int, ps Pass, hd, ad float32) {
+	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
+	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
+	N, l := B*T, m.Part.Layers[li]
+	la, att := &a.layers[li], a.att[li]
+	off := uint64(ps.Sample) * uint64(T*C)
+	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
+	dropAttn := m.attnDropout(ad, ps, l)
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(a.proj, a.dresid, m.dropout(hd, ps, l, siteMLPOut), off)
-	be.MatmulBackward(a.dfchG, layer(g.fcprojw, l, C*F), layer(g.fcprojb, l, C), a.proj, la.fchGelu, layer(p.fcprojw, l, C*F), N, F, C)
-	be.GeluBackward(a.dfch, la.fch, la.fchGelu, a.dfchG)
-	be.MatmulBackward(a.dln, layer(g.fcw, l, F*C), layer(g.fcb, l, F), a.dfch, la.ln2, layer(p.fcw, l, F*C), N, C, F)
-	be.LayerNormBackward(a.dresid, layer(g.ln2w, l, C), layer(g.ln2b, l, C), a.dln, la.res2, layer(p.ln2w, l, C), la.ln2Mean, la.ln2Rstd, N, C)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps, l, siteMLPOut), off)
+	be.MatmulBackward(sc.dfchG, layer(g.fcprojw, li, C*Fl), layer(g.fcprojb, li, C), sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), N, Fl, C)
+	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
+	be.MatmulBackward(sc.dln, layer(g.fcw, li, Fl*C), layer(g.fcb, li, Fl), sc.dfch, la.ln2, layer(p.fcw, li, Fl*C), N, C, Fl)
+	m.tp.allReduce(sc.dln)
+	be.LayerNormBackward(sc.dresid, layer(g.ln2w, li, C), layer(g.ln2b, li, C), sc.dln, la.res2, layer(p.ln2w, li, C), la.ln2Mean, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(a.proj, a.dresid, m.dropout(hd, ps, l, siteAttnOut), off)
-	be.MatmulBackward(a.datty, layer(g.attprojw, l, C*C), layer(g.attprojb, l, C), a.proj, la.atty, layer(p.attprojw, l, C*C), N, C, C)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps, l, siteAttnOut), off)
+	be.MatmulBackward(sc.datty, layer(g.attprojw, li, C*Cl), layer(g.attprojb, li, C), sc.proj, la.atty, layer(p.attprojw, li, C*Cl), N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
-		be.AttentionForward(la.atty, att, la.qkv, B, T, C, NH, dropAttn, attOff)
+		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
-	be.AttentionBackward(a.dqkv, a.datty, la.qkv, att, B, T, C, NH, dropAttn, attOff)
-	be.MatmulBackward(a.dln, layer(g.qkvw, l, 3*C*C), layer(g.qkvb, l, 3*C), a.dqkv, la.ln1, layer(p.qkvw, l, 3*C*C), N, C, 3*C)
-	be.LayerNormBackward(a.dresid, layer(g.ln1w, l, C), layer(g.ln1b, l, C), a.dln, a.resid[l], layer(p.ln1w, l, C), la.ln1Mean, la.ln1Rstd, N, C)
+	be.AttentionBackward(sc.dqkv, sc.datty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
+	be.MatmulBackward(sc.dln, layer(g.qkvw, li, 3*Cl*C), layer(g.qkvb, li, 3*Cl), sc.dqkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), N, C, 3*Cl)
+	m.tp.allReduce(sc.dln)
+	be.LayerNormBackward(sc.dresid, layer(g.ln1w, li, C), layer(g.ln1b, li, C), sc.dln, a.resid[li], layer(p.ln1w, li, C), la.ln1Mean, la.ln1Rstd, N, C)
 }
 
 // padBuffers gives Params and Grads room for a multiple of k elements (zero
@@ -318,15 +496,16 @@ func (m *Model) padBuffers(k int) {
 }
 
 // layerRanges returns the [start, end) ranges of the flat buffer that hold
-// block l's parameters (one per layered tensor).
-func (m *Model) layerRanges(l int) [][2]int {
+// local block li's parameters (one per layered tensor).
+func (m *Model) layerRanges(li int) [][2]int {
 	var rs [][2]int
 	for _, t := range m.Tensors {
-		if len(t.Shape) < 2 || t.Shape[0] != m.Cfg.L || t.Name == "wte" || t.Name == "wpe" {
+		switch t.Name {
+		case "wte", "wpe", "lnfw", "lnfb":
 			continue
 		}
-		n := t.Size / m.Cfg.L
-		rs = append(rs, [2]int{t.Offset + l*n, t.Offset + (l+1)*n})
+		n := t.Size / m.numLayers()
+		rs = append(rs, [2]int{t.Offset + li*n, t.Offset + (li+1)*n})
 	}
 	return rs
 }

@@ -70,7 +70,7 @@ func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*
 		return nil, err
 	}
 	cfg.HiddenDropout, cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
-	m, err := newModel(be, cfg)
+	m, err := newModel(be, cfg, WholePart(cfg))
 	if err != nil {
 		return nil, err
 	}

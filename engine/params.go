@@ -36,69 +36,240 @@ func (c ModelConfig) Validate() error {
 }
 
 // Tensor is one named parameter: a view into the model's single buffer.
-// Layered tensors (qkvw, …) hold all L layers, layer-major, as llm.c does.
+// Layered tensors (qkvw, …) hold all the rank's layers, layer-major, as
+// llm.c does.
 type Tensor struct {
-	Name   string // llm.c's name: wte, wpe, ln1w, …
-	Shape  []int  // full shape, layer dimension first for layered tensors
-	Offset int    // first element in the parameter buffer
-	Size   int    // element count
-	Decay  bool   // weight decay applies (matrices and embeddings, as Megatron)
+	Name   string  // llm.c's name: wte, wpe, ln1w, …
+	Shape  []int   // shape held by this rank, layer dimension first for layered tensors
+	Global []int   // shape in the whole model (equal to Shape without parallelism)
+	Pieces []Piece // where the blocks of this rank's tensor lie in the global one
+	Offset int     // first element in the parameter buffer
+	Size   int     // element count
+	Decay  bool    // weight decay applies (matrices and embeddings, as Megatron)
+	Split  bool    // split across the tensor-parallel group (else each rank holds it whole)
 }
 
-// Layout lists the parameter tensors of cfg in llm.c's file order: wte, wpe,
-// ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw,
-// fcprojb, lnfw, lnfb. It returns the tensors and the total element count.
-func Layout(cfg ModelConfig) ([]Tensor, int) {
-	L, C, F := cfg.L, cfg.C, cfg.F
-	specs := []struct {
-		name  string
-		shape []int
-		decay bool
-	}{
-		{"wte", []int{cfg.Vp, C}, true},
-		{"wpe", []int{cfg.MaxT, C}, true},
-		{"ln1w", []int{L, C}, false},
-		{"ln1b", []int{L, C}, false},
-		{"qkvw", []int{L, 3 * C, C}, true},
-		{"qkvb", []int{L, 3 * C}, false},
-		{"attprojw", []int{L, C, C}, true},
-		{"attprojb", []int{L, C}, false},
-		{"ln2w", []int{L, C}, false},
-		{"ln2b", []int{L, C}, false},
-		{"fcw", []int{L, F, C}, true},
-		{"fcb", []int{L, F}, false},
-		{"fcprojw", []int{L, C, F}, true},
-		{"fcprojb", []int{L, C}, false},
-		{"lnfw", []int{C}, false},
-		{"lnfb", []int{C}, false},
+// Piece is a block of a rank's tensor and its place in the global tensor:
+// the elements Local … Local+Shape of the rank's tensor are the elements
+// Global … Global+Shape of the whole model's.
+type Piece struct {
+	Local, Global, Shape []int
+}
+
+// Part is the piece of the model one rank holds.
+//
+// Tensor parallelism (Megatron) splits each block over the MP ranks of a
+// group: the QKV projection and the MLP's first layer by output columns
+// (each rank holds NH/MP heads and F/MP hidden units), the attention output
+// projection and the MLP's second layer by input rows (their outputs are
+// partial sums, all-reduced), and the token embedding by vocabulary rows
+// (Vp/MP each), which also makes the tied head vocabulary-parallel.
+// Pipeline parallelism gives each stage a subset of the blocks, the
+// embeddings to the first stage and the final LayerNorm and head (with its
+// own copy of the tied wte) to the last.
+type Part struct {
+	MP, MPRank int   // tensor-parallel degree and this rank's index in the group
+	Layers     []int // global indices of the blocks held, ascending
+	Embed      bool  // holds wte and wpe and runs the embedding (first stage)
+	Head       bool  // holds lnf and wte and runs the head and loss (last stage)
+}
+
+// WholePart is the part of one process holding the whole model.
+func WholePart(cfg ModelConfig) Part {
+	layers := make([]int, cfg.L)
+	for i := range layers {
+		layers[i] = i
 	}
-	ts := make([]Tensor, len(specs))
+	return Part{MP: 1, Layers: layers, Embed: true, Head: true}
+}
+
+// check reports a part that cannot be cut from cfg.
+func (p Part) check(cfg ModelConfig) error {
+	switch {
+	case p.MP < 1 || p.MPRank < 0 || p.MPRank >= p.MP:
+		return fmt.Errorf("tensor-parallel rank %d of %d", p.MPRank, p.MP)
+	case cfg.NH%p.MP != 0:
+		return fmt.Errorf("mp_degree %d does not divide num_attention_heads %d", p.MP, cfg.NH)
+	case cfg.F%p.MP != 0:
+		return fmt.Errorf("mp_degree %d does not divide ffn_hidden_size %d", p.MP, cfg.F)
+	case cfg.Vp%p.MP != 0:
+		return fmt.Errorf("mp_degree %d does not divide the padded vocabulary %d", p.MP, cfg.Vp)
+	}
+	for i, l := range p.Layers {
+		if l < 0 || l >= cfg.L || i > 0 && l <= p.Layers[i-1] {
+			return fmt.Errorf("layers %v: not ascending block indices below %d", p.Layers, cfg.L)
+		}
+	}
+	return nil
+}
+
+// Layout lists the parameter tensors of the whole model cfg in llm.c's file
+// order: wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
+// fcw, fcb, fcprojw, fcprojb, lnfw, lnfb. It returns the tensors and the
+// total element count.
+func Layout(cfg ModelConfig) ([]Tensor, int) { return LayoutPart(cfg, WholePart(cfg)) }
+
+// LayoutPart lists the tensors part holds, in Layout's order (the ones it
+// does not hold left out), with their local shapes and their pieces of the
+// global tensors. part must be valid for cfg.
+func LayoutPart(cfg ModelConfig, part Part) ([]Tensor, int) {
+	C, F, M, r := cfg.C, cfg.F, max(part.MP, 1), part.MPRank
+	Cl, Fl, Vpl := C/M, F/M, cfg.Vp/M
+	Ll := len(part.Layers)
+	// runs of consecutive layers: local start, global start, count
+	var runs [][3]int
+	for i, l := range part.Layers {
+		if i > 0 && l == part.Layers[i-1]+1 {
+			runs[len(runs)-1][2]++
+			continue
+		}
+		runs = append(runs, [3]int{i, l, 1})
+	}
+	// layered returns the pieces of a layered tensor whose per-layer block
+	// is split along dimension dim (0: not split) into blocks of size w at
+	// the global offsets offs.
+	layered := func(local []int, dim, w int, offs ...int) []Piece {
+		var ps []Piece
+		for _, run := range runs {
+			if dim == 0 {
+				lo, gl := make([]int, len(local)), make([]int, len(local))
+				lo[0], gl[0] = run[0], run[1]
+				sh := append([]int{run[2]}, local[1:]...)
+				ps = append(ps, Piece{lo, gl, sh})
+				continue
+			}
+			for j, o := range offs {
+				lo, gl := make([]int, len(local)), make([]int, len(local))
+				lo[0], gl[0] = run[0], run[1]
+				lo[dim], gl[dim] = j*w, o
+				sh := append([]int{run[2]}, local[1:]...)
+				sh[dim] = w
+				ps = append(ps, Piece{lo, gl, sh})
+			}
+		}
+		return ps
+	}
+	whole := func(shape []int) []Piece {
+		return []Piece{{make([]int, len(shape)), make([]int, len(shape)), shape}}
+	}
+	type spec struct {
+		name          string
+		held          bool
+		shape, global []int
+		pieces        []Piece
+		decay, split  bool
+	}
+	L := cfg.L
+	lay := func(name string, local, global []int, dim, w int, decay bool, offs ...int) spec {
+		return spec{name, Ll > 0, local, global, layered(local, dim, w, offs...), decay, dim != 0 && M > 1}
+	}
+	specs := []spec{
+		{"wte", part.Embed || part.Head, []int{Vpl, C}, []int{cfg.Vp, C},
+			[]Piece{{[]int{0, 0}, []int{r * Vpl, 0}, []int{Vpl, C}}}, true, M > 1},
+		{"wpe", part.Embed, []int{cfg.MaxT, C}, []int{cfg.MaxT, C}, whole([]int{cfg.MaxT, C}), true, false},
+		lay("ln1w", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		lay("ln1b", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		lay("qkvw", []int{Ll, 3 * Cl, C}, []int{L, 3 * C, C}, 1, Cl, true, r*Cl, C+r*Cl, 2*C+r*Cl),
+		lay("qkvb", []int{Ll, 3 * Cl}, []int{L, 3 * C}, 1, Cl, false, r*Cl, C+r*Cl, 2*C+r*Cl),
+		lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, 2, Cl, true, r*Cl),
+		lay("attprojb", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		lay("ln2w", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		lay("ln2b", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		lay("fcw", []int{Ll, Fl, C}, []int{L, F, C}, 1, Fl, true, r*Fl),
+		lay("fcb", []int{Ll, Fl}, []int{L, F}, 1, Fl, false, r*Fl),
+		lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, 2, Fl, true, r*Fl),
+		lay("fcprojb", []int{Ll, C}, []int{L, C}, 0, 0, false),
+		{"lnfw", part.Head, []int{C}, []int{C}, whole([]int{C}), false, false},
+		{"lnfb", part.Head, []int{C}, []int{C}, whole([]int{C}), false, false},
+	}
+	var ts []Tensor
 	off := 0
-	for i, s := range specs {
+	for _, s := range specs {
+		if !s.held {
+			continue
+		}
 		n := 1
 		for _, d := range s.shape {
 			n *= d
 		}
-		ts[i] = Tensor{Name: s.name, Shape: s.shape, Offset: off, Size: n, Decay: s.decay}
+		ts = append(ts, Tensor{Name: s.name, Shape: s.shape, Global: s.global, Pieces: s.pieces, Offset: off, Size: n, Decay: s.decay, Split: s.split})
 		off += n
 	}
 	return ts, off
 }
 
-// weights are named views of one buffer laid out by Layout (parameters or
-// their gradients).
+// weights are named views of one buffer laid out by LayoutPart (parameters
+// or their gradients); the tensors a part does not hold are nil.
 type weights struct {
 	wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb []float32
 	ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, lnfw, lnfb   []float32
 }
 
 func viewWeights(buf []float32, ts []Tensor) weights {
-	v := func(i int) []float32 { return buf[ts[i].Offset : ts[i].Offset+ts[i].Size : ts[i].Offset+ts[i].Size] }
-	return weights{v(0), v(1), v(2), v(3), v(4), v(5), v(6), v(7), v(8), v(9), v(10), v(11), v(12), v(13), v(14), v(15)}
+	var w weights
+	field := map[string]*[]float32{
+		"wte": &w.wte, "wpe": &w.wpe, "ln1w": &w.ln1w, "ln1b": &w.ln1b, "qkvw": &w.qkvw, "qkvb": &w.qkvb,
+		"attprojw": &w.attprojw, "attprojb": &w.attprojb, "ln2w": &w.ln2w, "ln2b": &w.ln2b, "fcw": &w.fcw,
+		"fcb": &w.fcb, "fcprojw": &w.fcprojw, "fcprojb": &w.fcprojb, "lnfw": &w.lnfw, "lnfb": &w.lnfb,
+	}
+	for _, t := range ts {
+		*field[t.Name] = buf[t.Offset : t.Offset+t.Size : t.Offset+t.Size]
+	}
+	return w
 }
 
 // layer returns the views of block l of a layered tensor with per-layer size n.
 func layer(x []float32, l, n int) []float32 { return x[l*n : (l+1)*n : (l+1)*n] }
+
+// copyBlock copies the block of shape sh at srcAt in src (of shape srcShape)
+// to dstAt in dst (of shape dstShape). All tensors are row-major.
+func copyBlock(dst []float32, dstShape, dstAt []int, src []float32, srcShape, srcAt []int, sh []int) {
+	n := len(sh)
+	if n == 0 || numel(sh) == 0 {
+		return
+	}
+	inner := sh[n-1]
+	ds, ss := strides(dstShape), strides(srcShape)
+	idx := make([]int, n-1)
+	for {
+		do, so := dstAt[n-1], srcAt[n-1]
+		for i, v := range idx {
+			do += (dstAt[i] + v) * ds[i]
+			so += (srcAt[i] + v) * ss[i]
+		}
+		copy(dst[do:do+inner], src[so:so+inner])
+		k := n - 2
+		for ; k >= 0; k-- {
+			idx[k]++
+			if idx[k] < sh[k] {
+				break
+			}
+			idx[k] = 0
+		}
+		if k < 0 {
+			return
+		}
+	}
+}
+
+func strides(shape []int) []int {
+	s := make([]int, len(shape))
+	acc := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = acc
+		acc *= shape[i]
+	}
+	return s
+}
+
+// numel is the element count of shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
 
 // initParams fills params as GPT-2 is initialised: N(0, std) for embeddings
 // and matrices, the residual output projections (attprojw, fcprojw) scaled by
@@ -125,6 +296,33 @@ func initParams(params []float32, ts []Tensor, cfg ModelConfig, std float64, see
 		case "attprojw", "fcprojw":
 			for i := range p {
 				p[i] = float32(rng.NormFloat64() * resid)
+			}
+		}
+	}
+}
+
+// fromGlobal fills this rank's tensor t (in local) from the whole model's
+// tensor of the same name (in global, of shape t.Global).
+func fromGlobal(local []float32, t Tensor, global []float32) {
+	for _, pc := range t.Pieces {
+		copyBlock(local, t.Shape, pc.Local, global, t.Global, pc.Global, pc.Shape)
+	}
+}
+
+// initPart fills the parameters of a part as initParams fills the whole
+// model's, so every element has the value it has in one process.
+func initPart(params []float32, ts []Tensor, cfg ModelConfig, std float64, seed uint64) {
+	gts, n := Layout(cfg)
+	if len(gts) == len(ts) && n == len(params) {
+		initParams(params, ts, cfg, std, seed)
+		return
+	}
+	full := make([]float32, n)
+	initParams(full, gts, cfg, std, seed)
+	for _, t := range ts {
+		for _, g := range gts {
+			if g.Name == t.Name {
+				fromGlobal(params[t.Offset:t.Offset+t.Size], t, full[g.Offset:g.Offset+g.Size])
 			}
 		}
 	}

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gptui/gptui/comm"
+)
+
+// Tensor parallelism (Megatron-LM's 1D scheme) splits every block over the
+// mp_degree ranks of a tensor-parallel group; Part and LayoutPart say which
+// slice of each tensor a rank holds, and the model's passes (gpt2.go) run
+// on the slices:
+//
+//	qkv, fc        column-parallel: each rank computes its heads / hidden units
+//	attproj, fcproj row-parallel: each rank's output is a partial sum, all-reduced
+//	wte            vocabulary-parallel: the embedding sums the ranks' lookups,
+//	               the loss crosses the group only as per-row maxima and sums
+//
+// Per block that is two all-reduces of (B,T,C) in the forward pass (after
+// attproj and fcproj) and two in the backward pass (the input gradients of
+// qkv and fc), plus one each for the embedding and the head's input
+// gradient. LayerNorms, the row-parallel biases and wpe are held whole by
+// every rank of the group; their gradients come out identical on every rank,
+// so they need no communication, and the gradient norm counts them once.
+//
+// Dropout draws the masks one process would: the residual-stream sites act
+// on whole (B,T,C) tensors after the all-reduce, and the attention
+// probabilities' mask is placed by global head (cpu.Dropout.Heads).
+
+// tensorParallel is the communication of a model's tensor-parallel group.
+// A nil *tensorParallel does nothing: the model is not split.
+type tensorParallel struct {
+	g   *comm.Group
+	ctx context.Context
+	err error // the first failure; later calls do nothing
+}
+
+// allReduce sums x over the group in place.
+func (tp *tensorParallel) allReduce(x []float32) {
+	if tp == nil || tp.err != nil {
+		return
+	}
+	if err := tp.g.AllReduce(tp.ctx, x); err != nil {
+		tp.err = fmt.Errorf("tensor parallel: all-reduce: %w", err)
+	}
+}
+
+// allReduce64 sums x over the group in place.
+func (tp *tensorParallel) allReduce64(x []float64) {
+	if tp == nil || tp.err != nil {
+		return
+	}
+	if err := tp.g.AllReduce64(tp.ctx, x); err != nil {
+		tp.err = fmt.Errorf("tensor parallel: all-reduce: %w", err)
+	}
+}
+
+// allGather concatenates every rank's in into out, in group order.
+func (tp *tensorParallel) allGather(in, out []float32) {
+	if tp == nil || tp.err != nil {
+		return
+	}
+	if err := tp.g.AllGather(tp.ctx, in, out); err != nil {
+		tp.err = fmt.Errorf("tensor parallel: all-gather: %w", err)
+	}
+}
+
+// begin readies the group for the passes of one step under ctx.
+func (tp *tensorParallel) begin(ctx context.Context) {
+	if tp != nil {
+		tp.ctx = ctx
+	}
+}
+
+// failed returns the first communication failure of the passes.
+func (tp *tensorParallel) failed() error {
+	if tp == nil {
+		return nil
+	}
+	return tp.err
+}
+
+// gradSquares is Σ g² over the gradients grads of the flat buffer range
+// [lo, lo+len(grads)), weighted so that summing it over the ranks of the
+// tensor- and pipeline-parallel groups counts every gradient of the whole
+// model once: a tensor held whole by every rank of the tensor-parallel
+// group counts 1/mp on each, and the last pipeline stage's copy of the
+// tied wte, whose gradient equals the first stage's, counts 0.
+func (m *Model) gradSquares(grads []float32, lo int) float64 {
+	M := m.Part.MP
+	tiedCopy := m.Part.Head && !m.Part.Embed
+	if M == 1 && !tiedCopy {
+		return m.be.SumSquares(grads)
+	}
+	hi := lo + len(grads)
+	var sq float64
+	for _, t := range m.Tensors {
+		s, e := max(t.Offset, lo), min(t.Offset+t.Size, hi)
+		if s >= e || t.Name == "wte" && tiedCopy {
+			continue
+		}
+		w := 1.0
+		if !t.Split {
+			w = 1 / float64(M)
+		}
+		sq += w * m.be.SumSquares(grads[s-lo:e-lo])
+	}
+	return sq
+}
