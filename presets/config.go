@@ -157,6 +157,11 @@ type Distributed struct {
 	DPDegree int      `yaml:"dp_degree"` // data parallel
 	MPDegree int      `yaml:"mp_degree"` // tensor (model) parallel
 	PPDegree int      `yaml:"pp_degree"` // pipeline parallel
+	// VPPDegree is the number of virtual pipeline stages (model chunks) per
+	// pipeline rank: more than 1 selects the interleaved schedule.
+	VPPDegree int `yaml:"vpp_degree"`
+	// PPSchedule is the pipeline schedule: 1f1b, interleaved or gpipe.
+	PPSchedule string `yaml:"pp_schedule"`
 	Sharding Sharding `yaml:"sharding"`
 }
 

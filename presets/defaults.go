@@ -87,6 +87,13 @@ func applyDefaults(c *Config, set map[string]pos) {
 	intDef("Distributed.dp_degree", &d.DPDegree, 1)
 	intDef("Distributed.mp_degree", &d.MPDegree, 1)
 	intDef("Distributed.pp_degree", &d.PPDegree, 1)
+	intDef("Distributed.vpp_degree", &d.VPPDegree, 1)
+	if unset("Distributed.pp_schedule") {
+		d.PPSchedule = "1f1b"
+		if d.VPPDegree > 1 {
+			d.PPSchedule = "interleaved"
+		}
+	}
 	intDef("Distributed.sharding.sharding_degree", &d.Sharding.ShardingDegree, 1)
 	intDef("Distributed.sharding.sharding_stage", &d.Sharding.ShardingStage, 1)
 

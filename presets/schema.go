@@ -77,6 +77,8 @@ func fields() []field {
 		field{"Distributed.dp_degree", func(c *Config) any { return &c.Distributed.DPDegree }},
 		field{"Distributed.mp_degree", func(c *Config) any { return &c.Distributed.MPDegree }},
 		field{"Distributed.pp_degree", func(c *Config) any { return &c.Distributed.PPDegree }},
+		field{"Distributed.vpp_degree", func(c *Config) any { return &c.Distributed.VPPDegree }},
+		field{"Distributed.pp_schedule", func(c *Config) any { return &c.Distributed.PPSchedule }},
 		field{"Distributed.sharding.sharding_degree", func(c *Config) any { return &c.Distributed.Sharding.ShardingDegree }},
 		field{"Distributed.sharding.sharding_stage", func(c *Config) any { return &c.Distributed.Sharding.ShardingStage }},
 	)
@@ -96,6 +98,8 @@ func canonical(path string) string {
 		return "Distributed.mp_degree"
 	case "Distributed.pipeline_parallel_degree", "Distributed.pipeline_stage":
 		return "Distributed.pp_degree"
+	case "Distributed.virtual_pp_degree", "Distributed.virtual_pipeline_model_parallel_size":
+		return "Distributed.vpp_degree"
 	case "Distributed.data_parallel":
 		return "Distributed.dp_degree"
 	case "Distributed.sharding_parallel_degree":

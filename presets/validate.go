@@ -147,6 +147,7 @@ func checks() []check {
 		positive("Distributed.dp_degree", func(c *Config) int { return c.Distributed.DPDegree }),
 		positive("Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
 		positive("Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
+		positive("Distributed.vpp_degree", func(c *Config) int { return c.Distributed.VPPDegree }),
 		positive("Distributed.sharding.sharding_degree", func(c *Config) int { return c.Distributed.Sharding.ShardingDegree }),
 		func(c *Config) (string, string) {
 			if s := c.Distributed.Sharding.ShardingStage; s < 1 || s > 3 {
@@ -181,6 +182,7 @@ func checks() []check {
 			}
 			return "", ""
 		},
+		oneOf("Distributed.pp_schedule", func(c *Config) string { return c.Distributed.PPSchedule }, "1f1b", "interleaved", "gpipe"),
 		oneOf("Engine.recompute_granularity", func(c *Config) string { return c.Engine.RecomputeGranularity }, "full", "only_attn"),
 		oneOf("Engine.mix_precision.dtype", func(c *Config) string { return c.Engine.MixPrecision.Dtype }, "fp32", "bf16", "fp16"),
 		func(c *Config) (string, string) {
