@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gptui/gptui/engine/checkpoint"
@@ -31,21 +32,51 @@ type trainState struct {
 
 // Save writes a checkpoint of the state after step (0-based, completed)
 // into Engine.save_load.output_dir and returns its directory. In a parallel
-// job every rank calls it (sharded optimizer state is gathered first) and
-// rank 0 writes; the others return "".
+// job every rank calls it: sharded optimizer state is gathered inside each
+// sharding group, the parts of the model held by the tensor- and
+// pipeline-parallel ranks of the first replica are sent to rank 0, and rank
+// 0 writes every tensor as the blocks the ranks hold, in global
+// coordinates. The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 	mo, vo, err := tr.fullMoments(ctx)
 	if err != nil {
 		return "", err
 	}
-	if tr.topo.Rank != 0 {
+	if tr.topo.DataIndex() != 0 {
 		return "", nil
+	}
+	m := tr.Model
+	held := [][]float32{m.Params[:m.NumParams()], mo, vo}
+	if tr.model != nil && tr.topo.Rank != 0 {
+		for _, b := range held {
+			if err := tr.model.Send(ctx, b, 0); err != nil {
+				return "", fmt.Errorf("checkpoint: sending rank %d's part to rank 0: %w", tr.topo.Rank, err)
+			}
+		}
+		return "", nil
+	}
+	var parts []checkpoint.Part
+	parts = appendParts(parts, m.Part, m.Tensors, held)
+	if tr.model != nil {
+		// The model group lists pp-major, mp-minor: member i is stage
+		// i/mp, tensor-parallel rank i%mp.
+		for i := 1; i < tr.model.Size(); i++ {
+			part := partAt(m.Cfg, tr.topo.MP, i%tr.topo.MP, tr.topo.PP, tr.topo.VPP, i/tr.topo.MP)
+			ts, n := LayoutPart(m.Cfg, part)
+			bufs := [][]float32{make([]float32, n), make([]float32, n), make([]float32, n)}
+			for _, b := range bufs {
+				if err := tr.model.Recv(ctx, b, i); err != nil {
+					return "", fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.model.Ranks()[i], err)
+				}
+			}
+			parts = appendParts(parts, part, ts, bufs)
+		}
 	}
 	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State()})
 	if err != nil {
 		return "", err
 	}
-	m := checkpoint.Manifest{
+	man := checkpoint.Manifest{
 		Step:            step + 1,
 		ConsumedSamples: int64(step+1) * int64(tr.Cfg.Global.GlobalBatchSize),
 		Config:          string(tr.Cfg.YAML()),
@@ -53,20 +84,34 @@ func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 		RNG:             map[string]uint64{"seed": uint64(tr.Cfg.Global.Seed)},
 		LossScale:       1,
 	}
-	var parts []checkpoint.Part
-	for _, t := range tr.Model.Tensors {
-		for _, b := range []struct {
-			prefix string
-			buf    []float32
-		}{{ckptParams, tr.Model.Params}, {ckptAdamM, mo}, {ckptAdamV, vo}} {
-			parts = append(parts, checkpoint.Part{
-				Name: b.prefix + t.Name, GlobalShape: t.Shape, Start: make([]int, len(t.Shape)), Shape: t.Shape,
-				Data: b.buf[t.Offset : t.Offset+t.Size],
-			})
+	sl := tr.Cfg.Engine.SaveLoad
+	return checkpoint.Save(sl.OutputDir, man, parts, sl.KeepLast)
+}
+
+// appendParts appends the checkpoint blocks of one rank's part of the model:
+// parameters and both moments (bufs, laid out by ts) of each tensor it
+// holds, as its pieces of the global tensors. A tensor held whole by every
+// rank of a tensor-parallel group is written by the group's first rank, and
+// the tied wte by the first pipeline stage.
+func appendParts(parts []checkpoint.Part, part Part, ts []Tensor, bufs [][]float32) []checkpoint.Part {
+	prefixes := []string{ckptParams, ckptAdamM, ckptAdamV}
+	for _, t := range ts {
+		if !t.Split && part.MPRank != 0 || t.Name == "wte" && !part.Embed {
+			continue
+		}
+		for k, b := range bufs {
+			local := b[t.Offset : t.Offset+t.Size]
+			for _, pc := range t.Pieces {
+				data := local
+				if len(t.Pieces) > 1 || !slices.Equal(pc.Shape, t.Shape) {
+					data = make([]float32, numel(pc.Shape))
+					copyBlock(data, pc.Shape, make([]int, len(pc.Shape)), local, t.Shape, pc.Local, pc.Shape)
+				}
+				parts = append(parts, checkpoint.Part{Name: prefixes[k] + t.Name, GlobalShape: t.Global, Start: pc.Global, Shape: pc.Shape, Data: data})
+			}
 		}
 	}
-	sl := tr.Cfg.Engine.SaveLoad
-	return checkpoint.Save(sl.OutputDir, m, parts, sl.KeepLast)
+	return parts
 }
 
 // openCheckpoint resolves Engine.save_load.ckpt_dir: "" (none), "auto" (the
@@ -138,11 +183,23 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 	return &ConfigError{fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop Engine.save_load.ckpt_dir", dir, strings.Join(diff, ", "))}
 }
 
-// readParams fills buf, laid out by ts, with the tensors prefix+name of c.
+// readParams fills buf, laid out by ts, with the tensors prefix+name of c:
+// each tensor's pieces read from their places in the global tensors, so a
+// checkpoint loads into any part under any parallel layout.
 func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []float32) error {
 	for _, t := range ts {
-		if err := c.Read(prefix+t.Name, make([]int, len(t.Shape)), t.Shape, buf[t.Offset:t.Offset+t.Size]); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", c.Dir, err)
+		local := buf[t.Offset : t.Offset+t.Size]
+		for _, pc := range t.Pieces {
+			dst := local
+			if len(t.Pieces) > 1 || !slices.Equal(pc.Shape, t.Shape) {
+				dst = make([]float32, numel(pc.Shape))
+			}
+			if err := c.Read(prefix+t.Name, pc.Global, pc.Shape, dst); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", c.Dir, err)
+			}
+			if &dst[0] != &local[0] || len(dst) != len(local) {
+				copyBlock(local, t.Shape, pc.Local, dst, pc.Shape, make([]int, len(pc.Shape)), pc.Shape)
+			}
 		}
 	}
 	return nil
@@ -234,7 +291,7 @@ func shapeOf(cfg *presets.Config) ModelConfig {
 func SaveModel(m *Model, cfg *presets.Config, outputDir string) (string, error) {
 	var parts []checkpoint.Part
 	for _, t := range m.Tensors {
-		parts = append(parts, checkpoint.Part{Name: ckptParams + t.Name, GlobalShape: t.Shape, Start: make([]int, len(t.Shape)), Shape: t.Shape, Data: m.Params[t.Offset : t.Offset+t.Size]})
+		parts = append(parts, checkpoint.Part{Name: ckptParams + t.Name, GlobalShape: t.Global, Start: make([]int, len(t.Global)), Shape: t.Shape, Data: m.Params[t.Offset : t.Offset+t.Size]})
 	}
 	return checkpoint.Save(outputDir, checkpoint.Manifest{Config: string(cfg.YAML()), LossScale: 1}, parts, 0)
 }

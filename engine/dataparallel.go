@@ -23,7 +23,7 @@ import (
 // own shard only, and then all-reduces that shard across the dp group.
 type dataParallel struct {
 	topo    Topology
-	all     *comm.Group // every replica
+	all     *comm.Group // every replica of this rank's part of the model
 	shard   *comm.Group // the sharding group (ranks with this dp index)
 	dp      *comm.Group // ranks holding the same shard
 	pending []*comm.Request
@@ -35,7 +35,7 @@ type dataParallel struct {
 func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, error) {
 	d := &dataParallel{topo: topo}
 	var err error
-	if d.all, err = w.Group(topo.allRanks()); err != nil {
+	if d.all, err = w.Group(topo.replicaGroup()); err != nil {
 		return nil, err
 	}
 	if d.shard, err = w.Group(topo.shardGroup()); err != nil {

@@ -525,3 +525,31 @@ func (m *Model) globalRanges() [][2]int {
 
 // ZeroGrad clears the gradient buffer.
 func (m *Model) ZeroGrad() { m.be.Zero(m.Grads) }
+
+// tensor returns the tensor called name, if the model holds it.
+func (m *Model) tensor(name string) (Tensor, bool) {
+	for _, t := range m.Tensors {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tensor{}, false
+}
+
+// partOf returns a model holding part of m, which holds the whole model,
+// with m's dropout seed and recompute policy. The whole part is m itself.
+func (m *Model) partOf(part Part) (*Model, error) {
+	if part.MP == 1 && part.Embed && part.Head && len(part.Layers) == m.Cfg.L {
+		return m, nil
+	}
+	p, err := newModel(m.be, m.Cfg, part)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range p.Tensors {
+		g, _ := m.tensor(t.Name)
+		fromGlobal(p.Params[t.Offset:t.Offset+t.Size], t, m.Params[g.Offset:g.Offset+g.Size])
+	}
+	p.seed, p.recompute = m.seed, m.recompute
+	return p, nil
+}

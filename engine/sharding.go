@@ -28,14 +28,18 @@ func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, erro
 	var sq float64
 	if tr.topo.Stage >= 2 {
 		grads = d.grads[:hi-lo]
-		s := []float64{be.SumSquares(grads)}
+		s := []float64{m.gradSquares(grads, lo)}
 		if err := d.shard.AllReduce64(ctx, s); err != nil {
 			return 0, fmt.Errorf("sharding: gradient norm: %w", err)
 		}
 		sq = s[0]
 	} else {
 		grads = m.Grads[lo:hi]
-		sq = be.SumSquares(m.Grads)
+		sq = m.gradSquares(m.Grads, 0)
+	}
+	sq, err := tr.modelSum(ctx, sq)
+	if err != nil {
+		return 0, err
 	}
 	norm := math.Sqrt(sq)
 	tr.Opt.Apply(be, m, grads, tr.Opt.ClipScale(norm), lr)

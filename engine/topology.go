@@ -8,36 +8,62 @@ import (
 
 // Topology is one rank's place in the parallel layout.
 //
-// Ranks are ordered with the sharding index innermost and the data-parallel
-// index outermost (tensor and pipeline parallel, when they land, go inside
-// sharding, with tensor parallel innermost so that it stays inside a node):
+// The world is a dp × pp × sharding × mp grid, with tensor parallel
+// innermost so that a tensor-parallel group stays inside a node, and data
+// parallel outermost (Paddle's hybrid order):
 //
-//	rank = dp_index · sharding_degree + shard_index
+//	rank = ((dp_index · pp + pp_index) · sharding + shard_index) · mp + mp_index
 //
-// Every rank of the dp × sharding grid trains on different samples: its data
-// index is its rank, and the global batch is local_batch_size · dp ·
-// sharding. Ranks with the same dp_index form a sharding group (they split
-// the optimizer state, and from stage 2 the gradients); ranks with the same
-// shard_index form a dp group (they hold the same shard).
+// Ranks that differ only in dp_index and shard_index hold the same part of
+// the model and train on different samples: there are dp · sharding such
+// replicas, the data index of a rank is dp_index · sharding + shard_index,
+// and the global batch is local_batch_size · dp · sharding. Among them, the
+// ranks with the same dp_index form a sharding group (they split the
+// optimizer state, from stage 2 the gradients), and the ranks with the same
+// shard_index a dp group. Ranks that differ only in mp_index form a
+// tensor-parallel group, only in pp_index a pipeline.
 type Topology struct {
 	Rank, World int
 	DP          int // dp_degree
 	Sharding    int // sharding_degree
-	Stage       int // sharding_stage: 1 optimizer state, 2 + gradients
-	DPIndex     int // rank / Sharding
-	ShardIndex  int // rank % Sharding
+	Stage       int // sharding_stage: 1 optimizer state, 2 + gradients (0 without sharding)
+	MP          int // mp_degree
+	PP          int // pp_degree
+	VPP         int // virtual stages (model chunks) per pipeline rank
+	Schedule    string
+
+	DPIndex, ShardIndex, PPIndex, MPIndex int
 }
 
-// NewTopology checks the degrees of d against the world size and places
-// rank in the grid.
-func NewTopology(d presets.Distributed, rank, world int) (Topology, error) {
-	if d.MPDegree > 1 || d.PPDegree > 1 {
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree=%d pp_degree=%d: tensor and pipeline parallelism are not built yet; set both to 1", d.MPDegree, d.PPDegree)}
+// NewTopology checks the degrees of d against the world size and the model
+// (mp must divide heads, ffn and the padded vocabulary; pp·vpp the layers)
+// and places rank in the grid.
+func NewTopology(d presets.Distributed, cfg ModelConfig, rank, world int) (Topology, error) {
+	s, dp, mp, pp, vpp := max(d.Sharding.ShardingDegree, 1), max(d.DPDegree, 1), max(d.MPDegree, 1), max(d.PPDegree, 1), max(d.VPPDegree, 1)
+	if n := dp * s * mp * pp; n != world {
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: dp_degree %d × sharding_degree %d × mp_degree %d × pp_degree %d = %d ranks, but the job has %d process(es); start them with `gptui run --no-tui --nproc %d` or change the degrees", dp, s, mp, pp, n, world, n)}
 	}
-	s := max(d.Sharding.ShardingDegree, 1)
-	dp := max(d.DPDegree, 1)
-	if dp*s != world {
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: dp_degree %d × sharding_degree %d = %d ranks, but the job has %d process(es); start them with `gptui run --no-tui --nproc %d` or change the degrees", dp, s, dp*s, world, dp*s)}
+	switch {
+	case cfg.NH%mp != 0:
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide Model.num_attention_heads %d; pick a divisor", mp, cfg.NH)}
+	case cfg.F%mp != 0:
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide Model.ffn_hidden_size %d; pick a divisor", mp, cfg.F)}
+	case cfg.Vp%mp != 0:
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide the padded vocabulary %d; pick a divisor", mp, cfg.Vp)}
+	case cfg.L%(pp*vpp) != 0:
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: pp_degree %d × vpp_degree %d = %d does not divide Model.num_layers %d; pick degrees whose product divides it", pp, vpp, pp*vpp, cfg.L)}
+	case vpp > 1 && pp == 1:
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.vpp_degree %d needs pp_degree > 1", vpp)}
+	}
+	sched := d.PPSchedule
+	if sched == "" {
+		sched = "1f1b"
+	}
+	if vpp > 1 && sched != "interleaved" {
+		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.vpp_degree %d needs pp_schedule: interleaved (it is %s)", vpp, sched)}
+	}
+	if sched == "interleaved" && vpp == 1 && pp > 1 {
+		sched = "1f1b" // one chunk per rank: interleaving is 1F1B
 	}
 	stage := d.Sharding.ShardingStage
 	if s == 1 {
@@ -48,35 +74,101 @@ func NewTopology(d presets.Distributed, rank, world int) (Topology, error) {
 	if rank < 0 || rank >= world {
 		return Topology{}, fmt.Errorf("rank %d outside a world of %d", rank, world)
 	}
-	return Topology{Rank: rank, World: world, DP: dp, Sharding: s, Stage: stage, DPIndex: rank / s, ShardIndex: rank % s}, nil
+	t := Topology{Rank: rank, World: world, DP: dp, Sharding: s, Stage: stage, MP: mp, PP: pp, VPP: vpp, Schedule: sched}
+	t.MPIndex = rank % mp
+	t.ShardIndex = rank / mp % s
+	t.PPIndex = rank / (mp * s) % pp
+	t.DPIndex = rank / (mp * s * pp)
+	return t, nil
 }
 
 // Replicas is the number of ranks that train on different samples.
 func (t Topology) Replicas() int { return t.DP * t.Sharding }
 
-// shardGroup lists the world ranks of this rank's sharding group.
-func (t Topology) shardGroup() []int {
-	r := make([]int, t.Sharding)
+// DataIndex is this rank's place among the replicas.
+func (t Topology) DataIndex() int { return t.DPIndex*t.Sharding + t.ShardIndex }
+
+// rankOf is the world rank at the given grid coordinates.
+func (t Topology) rankOf(dp, pp, shard, mp int) int {
+	return ((dp*t.PP+pp)*t.Sharding+shard)*t.MP + mp
+}
+
+// group lists the world ranks that share this rank's coordinates except
+// those varied by vary, which is called with a rank's coordinates and
+// changes the ones that vary over n values, in ascending rank order.
+func (t Topology) group(n int, at func(i int) int) []int {
+	r := make([]int, n)
 	for i := range r {
-		r[i] = t.DPIndex*t.Sharding + i
+		r[i] = at(i)
 	}
 	return r
 }
 
+// replicaGroup lists the ranks holding the same part of the model as this
+// one: every data index.
+func (t Topology) replicaGroup() []int {
+	r := make([]int, 0, t.Replicas())
+	for dp := 0; dp < t.DP; dp++ {
+		for s := 0; s < t.Sharding; s++ {
+			r = append(r, t.rankOf(dp, t.PPIndex, s, t.MPIndex))
+		}
+	}
+	return r
+}
+
+// shardGroup lists the world ranks of this rank's sharding group.
+func (t Topology) shardGroup() []int {
+	return t.group(t.Sharding, func(i int) int { return t.rankOf(t.DPIndex, t.PPIndex, i, t.MPIndex) })
+}
+
 // dpGroup lists the world ranks holding the same shard as this rank.
 func (t Topology) dpGroup() []int {
-	r := make([]int, t.DP)
-	for i := range r {
-		r[i] = i*t.Sharding + t.ShardIndex
+	return t.group(t.DP, func(i int) int { return t.rankOf(i, t.PPIndex, t.ShardIndex, t.MPIndex) })
+}
+
+// mpGroup lists the ranks of this rank's tensor-parallel group.
+func (t Topology) mpGroup() []int {
+	return t.group(t.MP, func(i int) int { return t.rankOf(t.DPIndex, t.PPIndex, t.ShardIndex, i) })
+}
+
+// ppGroup lists the ranks of this rank's pipeline, first stage first.
+func (t Topology) ppGroup() []int {
+	return t.group(t.PP, func(i int) int { return t.rankOf(t.DPIndex, i, t.ShardIndex, t.MPIndex) })
+}
+
+// modelGroup lists the ranks that together hold one whole model: this
+// rank's data index, every pp and mp index.
+func (t Topology) modelGroup() []int {
+	r := make([]int, 0, t.PP*t.MP)
+	for pp := 0; pp < t.PP; pp++ {
+		for mp := 0; mp < t.MP; mp++ {
+			r = append(r, t.rankOf(t.DPIndex, pp, t.ShardIndex, mp))
+		}
 	}
 	return r
 }
 
 // allRanks lists every rank.
 func (t Topology) allRanks() []int {
-	r := make([]int, t.World)
-	for i := range r {
-		r[i] = i
+	return t.group(t.World, func(i int) int { return i })
+}
+
+// part is the part of the model cfg this rank holds: its tensor-parallel
+// slice, and its pipeline stage's blocks. With vpp virtual stages per rank,
+// the model is cut into pp·vpp chunks of L/(pp·vpp) blocks and rank p holds
+// chunks p, p+pp, p+2pp, … (Megatron's interleaved assignment).
+func (t Topology) part(cfg ModelConfig) Part {
+	return partAt(cfg, t.MP, t.MPIndex, t.PP, t.VPP, t.PPIndex)
+}
+
+func partAt(cfg ModelConfig, mp, mpIndex, pp, vpp, ppIndex int) Part {
+	lc := cfg.L / (pp * vpp)
+	var layers []int
+	for k := 0; k < vpp; k++ {
+		first := (k*pp + ppIndex) * lc
+		for i := 0; i < lc; i++ {
+			layers = append(layers, first+i)
+		}
 	}
-	return r
+	return Part{MP: mp, MPRank: mpIndex, Layers: layers, Embed: ppIndex == 0, Head: ppIndex == pp-1}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -69,6 +70,7 @@ type Trainer struct {
 	opts        Options
 	topo        Topology
 	dp          *dataParallel // nil for one replica
+	model       *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
 	lastTraffic map[string]int64
 	train, eval *data.Loader
 	B, T, Accum int
@@ -103,37 +105,52 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	mc := cfg.Model
 	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
 	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
-	var m *Model
+	rank, world := opts.Rank, 1
+	if opts.World != nil {
+		rank, world = opts.World.Rank(), opts.World.Size()
+	}
+	// The whole model when it comes from a file (each rank then keeps its
+	// part), else just its shape.
+	var whole *Model
 	var err error
+	shape := shapeOf(cfg)
 	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
 		// Weights only, from a gptui checkpoint of the same shape.
 		var saved *presets.Config
-		if m, saved, err = LoadModel(be, mc.InitFrom); err != nil {
+		if whole, saved, err = LoadModel(be, mc.InitFrom); err != nil {
 			return nil, err
 		}
 		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
 			return nil, err
 		}
-		m.Cfg.HiddenDropout, m.Cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
-		m.SetDropoutSeed(uint64(cfg.Global.Seed))
+		whole.Cfg.HiddenDropout, whole.Cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
+		whole.SetDropoutSeed(uint64(cfg.Global.Seed))
+		shape = whole.Cfg
 	} else if mc.InitFrom != "" {
-		m, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed))
+		whole, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed))
 		if err != nil {
 			return nil, err
 		}
-		if T > m.Cfg.MaxT {
-			return nil, &ConfigError{fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, m.Cfg.MaxT, mc.InitFrom)}
+		if T > whole.Cfg.MaxT {
+			return nil, &ConfigError{fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
 		}
-	} else {
-		shape := ModelConfig{
-			MaxT: mc.MaxPositionEmbeddings, V: mc.VocabSize, Vp: cfg.PaddedVocab(), L: mc.NumLayers,
-			NH: mc.NumAttentionHeads, C: mc.HiddenSize, F: mc.FFNHiddenSize,
-			HiddenDropout: drop.HiddenDropout, AttnDropout: drop.AttnDropout,
-		}
-		m, err = NewModel(be, shape, mc.InitializerRange, uint64(cfg.Global.Seed))
-		if err != nil {
+		shape = whole.Cfg
+	}
+	if err := shape.Validate(); err != nil {
+		return nil, &ConfigError{err.Error()}
+	}
+	topo, err := NewTopology(cfg.Distributed, shape, rank, world)
+	if err != nil {
+		return nil, err
+	}
+	part := topo.part(shape)
+	var m *Model
+	if whole != nil {
+		if m, err = whole.partOf(part); err != nil {
 			return nil, &ConfigError{err.Error()}
 		}
+	} else if m, err = NewModelPart(be, shape, part, mc.InitializerRange, uint64(cfg.Global.Seed)); err != nil {
+		return nil, &ConfigError{err.Error()}
 	}
 	if cfg.Engine.UseRecompute {
 		switch cfg.Engine.RecomputeGranularity {
@@ -143,24 +160,32 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			m.SetRecompute(RecomputeFull)
 		}
 	}
-	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, B: B, T: T, Accum: cfg.AccumulateSteps()}
-	rank, world := opts.Rank, 1
-	if opts.World != nil {
-		rank, world = opts.World.Rank(), opts.World.Size()
-	}
-	if tr.topo, err = NewTopology(cfg.Distributed, rank, world); err != nil {
-		return nil, err
-	}
+	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
 	tr.opts.Rank = rank
 	o := cfg.Optimizer
 	ocfg := AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}
 	tr.Opt = NewAdamW(ocfg, m.NumParams())
 	if world > 1 {
-		if tr.dp, err = newDataParallel(opts.World, tr.topo, m); err != nil {
-			return nil, err
+		// Groups are created in the same order on every rank.
+		if topo.Replicas() > 1 {
+			if tr.dp, err = newDataParallel(opts.World, topo, m); err != nil {
+				return nil, err
+			}
+			lo, hi := tr.dp.shardOf(m.NumParams())
+			tr.Opt = NewShardAdamW(ocfg, lo, hi)
 		}
-		lo, hi := tr.dp.shardOf(m.NumParams())
-		tr.Opt = NewShardAdamW(ocfg, lo, hi)
+		if topo.MP > 1 {
+			g, err := opts.World.Group(topo.mpGroup())
+			if err != nil {
+				return nil, err
+			}
+			m.tp = &tensorParallel{g: g}
+		}
+		if topo.MP*topo.PP > 1 {
+			if tr.model, err = opts.World.Group(topo.modelGroup()); err != nil {
+				return nil, err
+			}
+		}
 	}
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
@@ -187,7 +212,8 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	// vocabulary rows) plus 6·L·C·T for attention's scores and weighted sums
 	// (causal, so half of 12·L·C·T).
 	c := m.Cfg
-	N := m.NumParams() - c.MaxT*c.C - (c.Vp-c.V)*c.C
+	_, total := Layout(c)
+	N := total - c.MaxT*c.C - (c.Vp-c.V)*c.C
 	tr.flopsPerTok = 6*float64(N) + 6*float64(c.L*c.C*T)
 	return tr, nil
 }
@@ -328,7 +354,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			// Interrupted between steps: keep the work done so far. (A
 			// parallel job's ranks may see the signal at different steps,
 			// so only a single process saves here.)
-			if saveSteps > 0 && step > tr.start && tr.dp == nil {
+			if saveSteps > 0 && step > tr.start && tr.topo.World == 1 {
 				if serr := save(step - 1); serr != nil {
 					return res, errors.Join(err, serr)
 				}
@@ -394,11 +420,12 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 // samples, their order and their dropout masks (Pass.Sample is the global
 // sample index) are those of one process training on the whole batch.
 func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, targets []int32) (loss, norm float64, reader time.Duration, err error) {
-	m, D, d := tr.Model, tr.topo.Replicas(), tr.topo.Rank
+	m, D, d := tr.Model, tr.topo.Replicas(), tr.topo.DataIndex()
 	r0 := time.Now()
 	tr.train.Next(inputs, targets)
 	reader = time.Since(r0)
 	m.ZeroGrad()
+	m.tp.begin(ctx)
 	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
 	bt := tr.B * tr.T
 	for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
@@ -411,32 +438,69 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		m.Backward(ps)
 	}
 	m.gradHook = nil
-	if tr.dp == nil {
-		norm = tr.Opt.Update(tr.be, m, float32(lr))
-		return loss / float64(tr.Accum), norm, reader, nil
-	}
-	if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
+	if err := m.tp.failed(); err != nil {
 		return 0, 0, reader, err
+	}
+	if tr.dp != nil {
+		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
+			return 0, 0, reader, err
+		}
+		if err = tr.dp.finish(ctx, m); err != nil {
+			return 0, 0, reader, err
+		}
 	}
 	loss /= float64(tr.Accum * D)
-	if err = tr.dp.finish(ctx, m); err != nil {
-		return 0, 0, reader, err
-	}
+	norm, err = tr.update(ctx, float32(lr))
+	return loss, norm, reader, err
+}
+
+// update clips the gradients to their global norm and applies one AdamW
+// step to the parameters this rank updates. It returns the norm.
+func (tr *Trainer) update(ctx context.Context, lr float32) (float64, error) {
 	if tr.topo.Sharding > 1 {
-		norm, err = tr.shardedUpdate(ctx, float32(lr))
-		return loss, norm, reader, err
+		return tr.shardedUpdate(ctx, lr)
 	}
-	norm = tr.Opt.Update(tr.be, m, float32(lr))
-	return loss, norm, reader, nil
+	m := tr.Model
+	sq, err := tr.modelSum(ctx, m.gradSquares(m.Grads, 0))
+	if err != nil {
+		return 0, err
+	}
+	norm := math.Sqrt(sq)
+	tr.Opt.Apply(tr.be, m, m.Grads, tr.Opt.ClipScale(norm), lr)
+	return norm, nil
+}
+
+// modelSum adds x up over the ranks that hold the parts of one model (the
+// tensor- and pipeline-parallel groups).
+func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
+	if tr.model == nil {
+		return x, nil
+	}
+	b := []float64{x}
+	if err := tr.model.AllReduce64(ctx, b); err != nil {
+		return 0, fmt.Errorf("model parallel: gradient norm: %w", err)
+	}
+	return b[0], nil
 }
 
 // stepTraffic returns the bytes sent per group and step, averaged over the
 // steps since the last call.
 func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
-	if tr.dp == nil {
+	now := map[string]int64{}
+	if tr.dp != nil {
+		for k, v := range tr.dp.traffic() {
+			now[k] = v
+		}
+	}
+	if tp := tr.Model.tp; tp != nil {
+		now["mp"] = tp.g.Traffic().SentBytes
+	}
+	if tr.model != nil {
+		now["model"] = tr.model.Traffic().SentBytes
+	}
+	if len(now) == 0 {
 		return nil
 	}
-	now := tr.dp.traffic()
 	out := map[string]int64{}
 	for k, v := range now {
 		out[k] = (v - tr.lastTraffic[k]) / int64(max(steps, 1))

@@ -58,7 +58,9 @@ func TestBadInput(t *testing.T) {
 		{"not a model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + notModel}, []string{"notmodel.bin", "magic"}},
 		{"gpu without CUDA", []string{"train", "-c", "tiny", "-o", "Global.device=gpu"}, []string{"Global.device=gpu"}},
 		{"dp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"}, []string{"dp_degree 2", "gptui run --no-tui --nproc 2"}},
-		{"tensor parallel not built", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=2", "-o", "Global.global_batch_size=8"}, []string{"mp_degree=2", "not built yet"}},
+		{"mp does not divide heads", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=3"}, []string{"num_attention_heads", "mp_degree (3)"}},
+		{"pp does not divide layers", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.pp_degree=3"}, []string{"num_layers", "pp_degree (3)"}},
+		{"mp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=2"}, []string{"mp_degree 2", "gptui run --no-tui --nproc 2"}},
 		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
 	}
 	for _, tc := range tests {
