@@ -1,0 +1,160 @@
+package tui
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// brailleBit is the bit of a braille character's dot at column x (0-1) and
+// row y (0-3) of its cell.
+var brailleBit = [2][4]rune{{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}}
+
+// lossChart draws the train loss as a line of braille dots (2×4 dots per
+// cell) and the evaluations as • marks, in w×h cells: a y axis with three
+// labels on the left and the steps along the bottom row. xmax is the last
+// step of the run (0: the last step seen).
+func lossChart(st Styles, train, eval []point, xmax, w, h int) []string {
+	const labelW = 7 // "10.83 ┤"
+	pw, ph := w-labelW, h-1
+	if pw < 4 || ph < 2 {
+		return blank(w, h)
+	}
+	if len(train) == 0 && len(eval) == 0 {
+		out := blank(w, h)
+		out[h/2] = fit(strings.Repeat(" ", max(0, (w-26)/2))+"waiting for the first loss", w)
+		return out
+	}
+	// The ranges: steps from 0 to the end of the run, losses padded by 5%.
+	xmin := 0
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, s := range [][]point{train, eval} {
+		for _, p := range s {
+			lo, hi = math.Min(lo, p.v), math.Max(hi, p.v)
+			xmax = max(xmax, p.step)
+		}
+	}
+	if xmax <= xmin {
+		xmax = xmin + 1
+	}
+	if hi-lo < 1e-9 {
+		lo, hi = lo-0.5, hi+0.5
+	}
+	pad := (hi - lo) * 0.05
+	lo, hi = lo-pad, hi+pad
+
+	dw, dh := pw*2, ph*4
+	dx := func(step int) int {
+		return min(max(int(float64(step-xmin)/float64(xmax-xmin)*float64(dw-1)+0.5), 0), dw-1)
+	}
+	dy := func(v float64) int {
+		return min(max(int((hi-v)/(hi-lo)*float64(dh-1)+0.5), 0), dh-1)
+	}
+	cells := make([]rune, pw*ph)
+	set := func(x, y int) { cells[(y/4)*pw+x/2] |= brailleBit[x%2][y%4] }
+	px, py := -1, -1
+	for _, p := range train {
+		x, y := dx(p.step), dy(p.v)
+		if px < 0 {
+			set(x, y)
+		} else {
+			line(px, py, x, y, set)
+		}
+		px, py = x, y
+	}
+	mark := make([]bool, pw*ph)
+	for _, p := range eval {
+		mark[(dy(p.v)/4)*pw+dx(p.step)/2] = true
+	}
+
+	out := make([]string, 0, h)
+	var b strings.Builder
+	for r := range ph {
+		label := "      "
+		switch r {
+		case 0:
+			label = fmt.Sprintf("%6.2f", hi)
+		case ph / 2:
+			label = fmt.Sprintf("%6.2f", (hi+lo)/2)
+		case ph - 1:
+			label = fmt.Sprintf("%6.2f", lo)
+		}
+		tick := "│"
+		if label != "      " {
+			tick = "┤"
+		}
+		b.Reset()
+		b.WriteString(st.Dim.r(label + tick))
+		// Runs of dots in one style, eval marks in another.
+		var run strings.Builder
+		flush := func() {
+			if run.Len() > 0 {
+				b.WriteString(st.Train.r(run.String()))
+				run.Reset()
+			}
+		}
+		for c := range pw {
+			i := r*pw + c
+			switch {
+			case mark[i]:
+				flush()
+				b.WriteString(st.Eval.r("•"))
+			case cells[i] == 0:
+				run.WriteByte(' ')
+			default:
+				run.WriteRune(0x2800 + cells[i])
+			}
+		}
+		flush()
+		out = append(out, b.String())
+	}
+	left, right := fmt.Sprintf("step %d", xmin), fmt.Sprintf("%d", xmax)
+	axis := "      └" + left + strings.Repeat("─", max(pw-len(left)-len(right), 1)) + right
+	out = append(out, st.Dim.r(fit(axis, w)))
+	return out
+}
+
+// line calls set for the dots of the segment from (x0,y0) to (x1,y1)
+// (Bresenham).
+func line(x0, y0, x1, y1 int, set func(x, y int)) {
+	dx, dy := abs(x1-x0), -abs(y1-y0)
+	sx, sy := 1, 1
+	if x0 > x1 {
+		sx = -1
+	}
+	if y0 > y1 {
+		sy = -1
+	}
+	err := dx + dy
+	for {
+		set(x0, y0)
+		if x0 == x1 && y0 == y1 {
+			return
+		}
+		e2 := 2 * err
+		if e2 >= dy {
+			err += dy
+			x0 += sx
+		}
+		if e2 <= dx {
+			err += dx
+			y0 += sy
+		}
+	}
+}
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// blank returns h empty lines of w spaces.
+func blank(w, h int) []string {
+	out := make([]string, h)
+	for i := range out {
+		out[i] = strings.Repeat(" ", max(w, 0))
+	}
+	return out
+}

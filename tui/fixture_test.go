@@ -1,0 +1,213 @@
+package tui
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// t0 is the clock of the fixtures' events: nothing in a golden file may
+// depend on the time the test runs.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// keyMsg returns the key press that s names: "enter", "ctrl+c", "G", ...
+func keyMsg(s string) tea.KeyPressMsg {
+	switch s {
+	case "enter":
+		return tea.KeyPressMsg{Code: tea.KeyEnter}
+	case "esc":
+		return tea.KeyPressMsg{Code: tea.KeyEscape}
+	case "tab":
+		return tea.KeyPressMsg{Code: tea.KeyTab}
+	case "shift+tab":
+		return tea.KeyPressMsg{Code: tea.KeyTab, Mod: tea.ModShift}
+	case "up":
+		return tea.KeyPressMsg{Code: tea.KeyUp}
+	case "down":
+		return tea.KeyPressMsg{Code: tea.KeyDown}
+	case "backspace":
+		return tea.KeyPressMsg{Code: tea.KeyBackspace}
+	case "ctrl+c":
+		return tea.KeyPressMsg{Code: 'c', Mod: tea.ModCtrl}
+	}
+	r := []rune(s)[0]
+	return tea.KeyPressMsg{Code: r, Text: s}
+}
+
+// press sends keys to m; each string is one key, except that a string
+// starting with "'" types its remaining characters one by one.
+func press(m *Model, keys ...string) tea.Cmd {
+	var last tea.Cmd
+	for _, k := range keys {
+		if len(k) > 1 && k[0] == '\'' {
+			for _, r := range k[1:] {
+				_, last = m.Update(keyMsg(string(r)))
+			}
+			continue
+		}
+		_, last = m.Update(keyMsg(k))
+	}
+	return last
+}
+
+// feed sends events to m as the current job's stream would.
+func feed(m *Model, evs ...event.Event) {
+	m.Update(eventsMsg{stream: m.jobN, events: evs})
+}
+
+// ev makes an event at t0 plus sec seconds.
+func ev(kind string, sec float64, f func(*event.Event)) event.Event {
+	e := event.New(kind)
+	e.Time = t0.Add(time.Duration(sec * float64(time.Second)))
+	if f != nil {
+		f(&e)
+	}
+	return e
+}
+
+// inventory returns n nodes named gpu0, gpu1, ... with 8 devices each.
+func inventory(n int) []sshexec.Node {
+	var nodes []sshexec.Node
+	for i := range n {
+		nodes = append(nodes, sshexec.Node{
+			Name: fmt.Sprintf("gpu%d", i), Host: fmt.Sprintf("10.0.0.%d", 10+i), Port: 22,
+			Devices: sshexec.Devices{IDs: []int{0, 1, 2, 3, 4, 5, 6, 7}}, Workdir: "~/.gptui", Line: i + 2,
+		})
+	}
+	return nodes
+}
+
+// h100 is a probe of a node with eight H100s.
+func h100(host string) *event.Probe {
+	p := &event.Probe{Hostname: host, OS: "linux/amd64", Cores: 96, MemBytes: 2 << 40}
+	for i := range 8 {
+		p.Devices = append(p.Devices, event.Device{Index: i, Name: "NVIDIA H100 80GB HBM3", MemTotal: 80 << 30, MemFree: 79 << 30,
+			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+i)})
+	}
+	return p
+}
+
+// probedNodes returns a model of four nodes in the states a probe leaves
+// them: one probed, one connecting, one with an unknown host key, one
+// unreachable.
+func probedNodes(t testing.TB, w, h int) *Model {
+	t.Helper()
+	t.Chdir(t.TempDir()) // the rank table is written here, and its path shown
+	m := New(Options{Nodes: inventory(4), Config: "13b-4node"})
+	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
+		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "gpu0", event.NodeConnecting }),
+		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "gpu1", event.NodeConnecting }),
+		ev(event.KindProbe, 1, func(e *event.Event) { e.Node, e.Probe = "gpu0", h100("gpu0") }),
+		ev(event.KindNode, 1, func(e *event.Event) {
+			e.Node, e.State = "gpu2", event.NodeFailed
+			e.Message = "unknown host key for 10.0.0.12:22 (SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A); verify it and rerun with --accept-new-host-keys"
+		}),
+		ev(event.KindNode, 2, func(e *event.Event) {
+			e.Node, e.State = "gpu3", event.NodeFailed
+			e.Message = "dial tcp 10.0.0.13:22: connect: connection refused"
+		}),
+	}})
+	return m
+}
+
+// trainingJob returns a model of a 2-rank local job 120 steps into a
+// 200-step run, with evaluations, memory and logs.
+func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
+	t.Helper()
+	nodes := []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Devices: sshexec.Devices{CPU: ranks}}}
+	over := []string{fmt.Sprintf("Distributed.dp_degree=%d", ranks), "Global.local_batch_size=1", "Global.micro_batch_size=1",
+		fmt.Sprintf("Global.global_batch_size=%d", ranks), fmt.Sprintf("Engine.max_steps=%d", points*5/3)}
+	l := &testLauncher{}
+	t.Chdir(t.TempDir())
+	m := New(Options{Launcher: l, Nodes: nodes, Config: "tiny", Overrides: over, LogLines: 500})
+	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
+		ev(event.KindProbe, 0, func(e *event.Event) {
+			e.Node = "localhost"
+			e.Probe = &event.Probe{Hostname: "build1", OS: "linux/amd64", Cores: 16, MemBytes: 64 << 30, NoGPU: "no NVML"}
+		}),
+	}})
+	cmd := press(m, "enter") // the Launch row is selected at first
+	if cmd == nil {
+		t.Fatalf("enter on Launch did nothing: %q", m.status)
+	}
+	m.Update(cmd())
+	var evs []event.Event
+	evs = append(evs, ev(event.KindJob, 0, func(e *event.Event) { e.State = event.JobStarted }))
+	for r := range ranks {
+		evs = append(evs, ev(event.KindWorker, 0.5, func(e *event.Event) { e.Node, e.Rank, e.State = "localhost", r, event.WorkerRunning }))
+	}
+	for i := 1; i <= points; i++ {
+		step := i
+		loss := 4 + 6.8*math.Exp(-float64(step)/25) + 0.05*math.Sin(float64(step))
+		for r := range min(ranks, 2) {
+			evs = append(evs, ev(event.KindMetrics, float64(step), func(e *event.Event) {
+				e.Node, e.Rank = "localhost", r
+				e.Metrics = &event.Metrics{Step: step, Loss: loss, LR: 1e-3, TokensPerS: 12345, StepTimeS: 0.25, MFU: 0.0123}
+			}))
+		}
+		if step%25 == 0 {
+			evs = append(evs, ev(event.KindMetrics, float64(step), func(e *event.Event) {
+				e.Node, e.Rank = "localhost", 0
+				e.Metrics = &event.Metrics{Step: step, Loss: loss, EvalLoss: loss + 0.2}
+			}))
+		}
+	}
+	for r := range ranks {
+		evs = append(evs, ev(event.KindMemory, 60, func(e *event.Event) {
+			e.Node, e.Rank, e.Device, e.Used, e.Total = "localhost", r, -1, int64(300+10*r)<<20, 64<<30
+		}))
+		for i := range 30 {
+			evs = append(evs, ev(event.KindLog, 60, func(e *event.Event) {
+				e.Node, e.Rank = "localhost", r
+				e.Line = fmt.Sprintf("[train] rank %d step %d loss %.4f lr 1.0e-03 tokens/s 12345", r, i*4, 10-float64(i)/10)
+			}))
+		}
+	}
+	feed(m, evs...)
+	return m
+}
+
+// testLauncher is a Launcher whose jobs are fed by the test.
+type testLauncher struct {
+	mu     sync.Mutex
+	jobs   []Job
+	runner *testRunner
+}
+
+func (l *testLauncher) Probe(ctx context.Context) <-chan event.Event {
+	ch := make(chan event.Event)
+	close(ch)
+	return ch
+}
+
+func (l *testLauncher) Start(ctx context.Context, job Job) (Runner, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.jobs = append(l.jobs, job)
+	l.runner = &testRunner{ch: make(chan event.Event, 16)}
+	return l.runner, nil
+}
+
+// testRunner records Stop; the test closes its channel to end the job.
+type testRunner struct {
+	ch      chan event.Event
+	mu      sync.Mutex
+	stopped int
+}
+
+func (r *testRunner) Events() <-chan event.Event { return r.ch }
+func (r *testRunner) Stop() {
+	r.mu.Lock()
+	r.stopped++
+	r.mu.Unlock()
+}

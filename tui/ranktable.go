@@ -1,0 +1,211 @@
+package tui
+
+import (
+	"fmt"
+	"net"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// rankModel is the Rank table screen: nodes × devices with their rank ids,
+// each node's device range editable, written as the RANK_TABLE_FILE JSON
+// the runner uses.
+type rankModel struct {
+	edited map[string]sshexec.Devices // device ranges typed in, by node name
+	sel    int
+	path   string // where w writes the table
+	saved  string // the table's JSON when it was last written
+}
+
+func newRankModel(path string) rankModel {
+	if path == "" {
+		path = "rank_table.json"
+	}
+	return rankModel{edited: make(map[string]sshexec.Devices), path: path}
+}
+
+// devices returns the devices a node contributes: as edited here, else as
+// the inventory says, else every device its probe found.
+func (m *rankModel) devices(r nodeRow) sshexec.Devices {
+	if d, ok := m.edited[r.node.Name]; ok {
+		return d
+	}
+	if r.node.Devices.Count() > 0 {
+		return r.node.Devices
+	}
+	var d sshexec.Devices
+	if r.probe != nil {
+		for _, dev := range r.probe.Devices {
+			d.IDs = append(d.IDs, dev.Index)
+		}
+	}
+	return d
+}
+
+// setDevices sets a node's devices from text such as "0-3,6" or "cpu:4".
+func (m *rankModel) setDevices(node, text string) error {
+	d, err := sshexec.ParseDevices(strings.TrimSpace(text))
+	if err != nil {
+		return fmt.Errorf("devices for %s: %w", node, err)
+	}
+	m.edited[node] = d
+	return nil
+}
+
+// table builds the rank table of the nodes.
+func (m *rankModel) table(rows []nodeRow) *ranktable.Table {
+	var in []ranktable.ServerInput
+	for _, r := range rows {
+		d := m.devices(r)
+		s := ranktable.ServerInput{ServerID: r.node.Host}
+		if d.CPU > 0 {
+			for i := range d.CPU {
+				s.DeviceIDs = append(s.DeviceIDs, i)
+			}
+		} else {
+			s.DeviceIDs = append(s.DeviceIDs, d.IDs...)
+		}
+		if ip := net.ParseIP(r.node.NIC); ip != nil {
+			s.DeviceIPs = make(map[int]string)
+			for _, id := range s.DeviceIDs {
+				s.DeviceIPs[id] = r.node.NIC
+			}
+		}
+		in = append(in, s)
+	}
+	return ranktable.Build(in)
+}
+
+// write saves the table to m.path.
+func (m *rankModel) write(t *ranktable.Table) error {
+	if err := ranktable.Write(m.path, t); err != nil {
+		return err
+	}
+	b, _ := t.MarshalJSON()
+	m.saved = string(b)
+	return nil
+}
+
+// dirty reports whether t differs from what was last written.
+func (m *rankModel) dirty(t *ranktable.Table) bool {
+	b, _ := t.MarshalJSON()
+	return string(b) != m.saved
+}
+
+// update handles a key; it reports whether it used it.
+func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, n int) bool {
+	switch {
+	case is(msg, k.Up):
+		m.sel = max(m.sel-1, 0)
+	case is(msg, k.Down):
+		m.sel = min(m.sel+1, max(n-1, 0))
+	case is(msg, k.Top):
+		m.sel = 0
+	case is(msg, k.Bottom):
+		m.sel = max(n-1, 0)
+	default:
+		return false
+	}
+	return true
+}
+
+// view draws the screen in w×h cells.
+func (m *rankModel) view(st Styles, rows []nodeRow, w, h int) []string {
+	t := m.table(rows)
+	nameW := 6
+	for _, r := range rows {
+		nameW = max(nameW, min(len(r.node.Name), 24))
+	}
+	head := fmt.Sprintf("  %-*s %-18s %-14s %-11s %s", nameW, "NODE", "SERVER_ID", "DEVICES", "RANKS", "DEVICE_IP")
+	lines := []string{st.Bold.r(fit(head, w))}
+	m.sel = min(m.sel, max(len(rows)-1, 0))
+
+	// The selected node's devices, one per line, below the nodes.
+	var detail []string
+	if len(rows) > 0 {
+		srv := t.Servers[m.sel]
+		detail = append(detail, rule(st, "Devices of "+rows[m.sel].node.Name+"  (enter: edit the range, e.g. 0-7, 0-3,6 or cpu:4)", w, false))
+		var cells []string
+		for _, d := range srv.Devices {
+			cells = append(cells, fmt.Sprintf("dev %d → rank %d", d.DeviceID, d.RankID))
+		}
+		detail = append(detail, columns(cells, w, 2)...)
+	}
+	status := fmt.Sprintf("world size %d on %d nodes · ", t.RankSize(), len(t.Servers))
+	if errs := ranktable.Check(t); len(errs) > 0 && t.RankSize() > 0 {
+		status += "problem: " + errs[0].Error() + " · "
+	}
+	if m.dirty(t) {
+		status += "not saved (w writes " + m.path + ")"
+	} else {
+		status += "saved in " + m.path
+	}
+	room := max(h-1-len(detail)-2, 1)
+	top := 0
+	if m.sel >= room {
+		top = m.sel - room + 1
+	}
+	for i := top; i < len(rows) && i < top+room; i++ {
+		r, srv := rows[i], t.Servers[i]
+		mark := "  "
+		if i == m.sel {
+			mark = st.Sel.r("› ")
+		}
+		ranks := "-"
+		if lo, hi := t.DeviceRange(i); hi > lo {
+			ranks = fmt.Sprintf("%d-%d", lo, hi-1)
+		}
+		ip := "-"
+		if len(srv.Devices) > 0 {
+			ip = srv.Devices[0].DeviceIP
+		}
+		dev := m.devices(r).String()
+		if _, ok := m.edited[r.node.Name]; ok {
+			dev += "*"
+		}
+		if dev == "" {
+			dev = "none"
+		}
+		lines = append(lines, fit(mark+fmt.Sprintf("%-*s %-18s %-14s %-11s %s", nameW, trunc(r.node.Name, nameW), trunc(srv.ServerID, 18), trunc(dev, 14), ranks, ip), w))
+	}
+	if len(rows) == 0 {
+		lines = append(lines, fit("  no nodes", w))
+	}
+	lines = append(lines, "", fit("  "+status, w))
+	for len(lines) < h-len(detail) {
+		lines = append(lines, "")
+	}
+	return append(lines, detail...)
+}
+
+// columns lays cells out in as many columns as fit in w, at most maxRows
+// rows; what does not fit is summarised on the last row.
+func columns(cells []string, w, maxRows int) []string {
+	if len(cells) == 0 {
+		return []string{fit("  none", w)}
+	}
+	cw := 0
+	for _, c := range cells {
+		cw = max(cw, len(c))
+	}
+	cw += 3
+	per := max((w-2)/cw, 1)
+	var out []string
+	for i := 0; i < len(cells); i += per {
+		if len(out) == maxRows-1 && i+per < len(cells) {
+			out = append(out, fit(fmt.Sprintf("  … and %d more", len(cells)-i), w))
+			break
+		}
+		var b strings.Builder
+		b.WriteString("  ")
+		for j := i; j < min(i+per, len(cells)); j++ {
+			fmt.Fprintf(&b, "%-*s", cw, cells[j])
+		}
+		out = append(out, fit(b.String(), w))
+	}
+	return out
+}

@@ -1,0 +1,158 @@
+package tui
+
+import (
+	"fmt"
+	"strings"
+
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
+)
+
+// style paints text with a Lip Gloss style, or leaves it plain when colour
+// is off: with NO_COLOR set the UI writes no SGR sequence at all, so that
+// what it draws is plain text (and the golden files are too).
+type style struct {
+	s  lipgloss.Style
+	on bool
+}
+
+// r renders text in the style.
+func (s style) r(text string) string {
+	if !s.on || text == "" {
+		return text
+	}
+	return s.s.Render(text)
+}
+
+// Styles are the looks of the UI. Nothing in the UI relies on colour alone:
+// the selected row has a "›" marker, the active tab brackets, the focused
+// pane a heavy rule, so a NO_COLOR terminal loses nothing but the colour.
+type Styles struct {
+	Title, Tab, Dim, Bold, OK, Warn, Bad, Sel, Match, Bar, Train, Eval, Banner style
+}
+
+// NewStyles returns the styles, with colour on or off.
+func NewStyles(colour bool) Styles {
+	mk := func(s lipgloss.Style) style { return style{s: s, on: colour} }
+	n := lipgloss.NewStyle
+	return Styles{
+		Title:  mk(n().Bold(true).Foreground(lipgloss.Color("12"))),
+		Tab:    mk(n().Bold(true).Foreground(lipgloss.Color("11"))),
+		Dim:    mk(n().Foreground(lipgloss.Color("8"))),
+		Bold:   mk(n().Bold(true)),
+		OK:     mk(n().Foreground(lipgloss.Color("10"))),
+		Warn:   mk(n().Foreground(lipgloss.Color("11"))),
+		Bad:    mk(n().Foreground(lipgloss.Color("9")).Bold(true)),
+		Sel:    mk(n().Foreground(lipgloss.Color("14")).Bold(true)),
+		Match:  mk(n().Foreground(lipgloss.Color("0")).Background(lipgloss.Color("11"))),
+		Bar:    mk(n().Foreground(lipgloss.Color("10"))),
+		Train:  mk(n().Foreground(lipgloss.Color("12"))),
+		Eval:   mk(n().Foreground(lipgloss.Color("13"))),
+		Banner: mk(n().Foreground(lipgloss.Color("15")).Background(lipgloss.Color("1")).Bold(true)),
+	}
+}
+
+// stateStyle picks the style that goes with a node, worker or job state.
+func (st Styles) state(s string) style {
+	switch s {
+	case "running", "ready", "probed", "done", "exited", "started":
+		return st.OK
+	case "failed", "lost", "host key":
+		return st.Bad
+	case "connecting", "pushing", "starting", "stopping", "stopped":
+		return st.Warn
+	}
+	return st.Dim
+}
+
+// fit truncates s (which may hold ANSI sequences) to w cells and pads it
+// with spaces to exactly w cells.
+func fit(s string, w int) string {
+	if w <= 0 {
+		return ""
+	}
+	n := ansi.StringWidth(s)
+	if n > w {
+		s = ansi.Truncate(s, w, "…")
+		n = ansi.StringWidth(s)
+	}
+	if n < w {
+		s += strings.Repeat(" ", w-n)
+	}
+	return s
+}
+
+// rule draws a pane's title line: a light rule, or a heavy one when the
+// pane has the focus.
+func rule(st Styles, title string, w int, focused bool) string {
+	line, mark := "─", "  "
+	if focused {
+		line, mark = "━", "▶ "
+	}
+	head := line + mark + title + " "
+	n := ansi.StringWidth(head)
+	if n >= w {
+		return fit(head, w)
+	}
+	s := head + strings.Repeat(line, w-n)
+	if focused {
+		return st.Sel.r(s)
+	}
+	return st.Dim.r(s)
+}
+
+// bar draws used/total as a bar of w cells.
+func bar(st Styles, used, total int64, w int) string {
+	if w <= 0 {
+		return ""
+	}
+	full := 0
+	if total > 0 {
+		full = int(float64(used) / float64(total) * float64(w))
+	}
+	full = min(max(full, 0), w)
+	return st.Bar.r(strings.Repeat("█", full)) + st.Dim.r(strings.Repeat("░", w-full))
+}
+
+// bytesize formats a byte count the way nvidia-smi users read it: 1.5G,
+// 312M, 64K.
+func bytesize(b int64) string {
+	const k = 1 << 10
+	switch {
+	case b >= k*k*k*k:
+		return fmt.Sprintf("%.1fT", float64(b)/(k*k*k*k))
+	case b >= k*k*k:
+		return fmt.Sprintf("%.1fG", float64(b)/(k*k*k))
+	case b >= k*k:
+		return fmt.Sprintf("%.0fM", float64(b)/(k*k))
+	case b >= k:
+		return fmt.Sprintf("%.0fK", float64(b)/k)
+	}
+	return fmt.Sprintf("%dB", b)
+}
+
+// duration formats seconds as 1h02m, 3m05s or 42s.
+func duration(s float64) string {
+	if s < 0 || s != s {
+		return "-"
+	}
+	t := int64(s + 0.5)
+	switch {
+	case t >= 3600:
+		return fmt.Sprintf("%dh%02dm", t/3600, t%3600/60)
+	case t >= 60:
+		return fmt.Sprintf("%dm%02ds", t/60, t%60)
+	}
+	return fmt.Sprintf("%ds", t)
+}
+
+// si formats a rate with a k or M suffix.
+func si(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
