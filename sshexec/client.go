@@ -192,6 +192,14 @@ func Dial(ctx context.Context, host string, port int, cfg ClientConfig) (*Client
 // Addr returns the address the client dialed, in host:port form.
 func (c *Client) Addr() string { return c.addr }
 
+// RemoteAddr returns the node's end of the connection: the IP address its
+// host name resolved to, and the port.
+func (c *Client) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
+
+// LocalAddr returns this machine's end of the connection: the address the
+// node sees it connect from (unless a NAT lies between them).
+func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+
 // Close closes the connection. It does not kill commands still running:
 // close their Sessions (or end their contexts) first. A command left
 // running loses its standard streams: EOF on standard input, SIGPIPE when

@@ -3,14 +3,23 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
+	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
+	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/sshexec"
 )
 
 // masterAddr is where the workers of a local job meet.
@@ -18,7 +27,8 @@ const masterAddr = "127.0.0.1"
 
 // cmdRun implements 'gptui run': it trains with --nproc worker processes on
 // this machine, each one 'gptui train' with the same -c and -o and its rank
-// in RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT.
+// in RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; or, with
+// --hosts, on the nodes of an inventory over SSH (package cluster).
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -32,15 +42,42 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", stderr)
 	c, o := configFlags(fs)
+	preset := fs.String("preset", "", "a preset `NAME` (the same as -c NAME)")
 	noTUI := fs.Bool("no-tui", false, "print the workers' output lines instead of the interactive UI (required for now)")
 	nproc := fs.Int("nproc", 1, "number of worker processes to start on this machine")
 	show := fs.String("show-ranks", "0", "whose output to print: 'all' or a comma-separated list of ranks")
 	port := fs.Int("master-port", 0, "MASTER_PORT for the workers; 0 picks a free port")
+	var cf clusterFlags
+	fs.StringVar(&cf.hosts, "hosts", "", "run on the nodes of the inventory `FILE` over SSH (one node per line: [user@]host[:port] devices=0-7 ...)")
+	fs.StringVar(&cf.rankTable, "rank-table", "", "with --hosts: take ranks and devices from the rank table `FILE` instead of the inventory and probes")
+	fs.BoolVar(&cf.acceptNew, "accept-new-host-keys", false, "with --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
+	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
+	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if *preset != "" {
+		if *c != "" && *c != *preset {
+			return usagef("run: -c %s and --preset %s: give one", *c, *preset)
+		}
+		*c = *preset
+	}
 	if !*noTUI {
 		return usagef("run: the interactive UI is not built yet; pass --no-tui")
+	}
+	if cf.hosts != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"nproc", "master-port"} {
+			if set[name] {
+				return usagef("run: --%s is for a local job; with --hosts the inventory says where the workers run", name)
+			}
+		}
+		cf.show = *show
+		return runCluster(ctx, cf, *c, *o, stdout, stderr)
+	}
+	if cf.rankTable != "" || cf.acceptNew || cf.dryRun {
+		return usagef("run: --rank-table, --accept-new-host-keys and --dry-run need --hosts FILE")
 	}
 	if *nproc < 1 {
 		return usagef("run: --nproc %d: need at least one worker", *nproc)
@@ -126,4 +163,321 @@ func parseRanks(s string, nproc int) (func(int) bool, error) {
 		show[r] = true
 	}
 	return func(r int) bool { return r >= 0 && r < nproc && show[r] }, nil
+}
+
+// clusterFlags are the flags of a job on an inventory's nodes.
+type clusterFlags struct {
+	hosts, rankTable string
+	acceptNew        bool
+	dryRun           bool
+	show             string
+	summaryEvery     time.Duration
+}
+
+// runCluster runs 'gptui run --hosts FILE': it plans the job on the nodes,
+// then (unless --dry-run) runs it, printing its events.
+func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
+	show, err := parseRankList(cf.show)
+	if err != nil {
+		return err
+	}
+	if cf.summaryEvery <= 0 {
+		return usagef("run: --summary-every %v: want a positive duration", cf.summaryEvery)
+	}
+	cfg, err := loadConfig(c, o)
+	if err != nil {
+		return err
+	}
+	nodes, err := sshexec.LoadInventory(cf.hosts)
+	if err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
+	opts := cluster.Options{
+		Nodes:  nodes,
+		Hosts:  cf.hosts,
+		Config: cfg,
+		SSH:    sshexec.ClientConfig{AcceptNewHostKeys: cf.acceptNew},
+	}
+	if cf.rankTable != "" {
+		t, err := ranktable.Read(cf.rankTable)
+		if err != nil {
+			return usageError{fmt.Errorf("run: %w", err)}
+		}
+		opts.RankTable, opts.RankTableFile = t, cf.rankTable
+	}
+
+	start := time.Now()
+	job := cluster.New(opts)
+	pr := &printer{out: stdout, show: show, every: cf.summaryEvery, start: start}
+	printed := make(chan struct{})
+	go func() {
+		defer close(printed)
+		pr.consume(job.Events())
+	}()
+	plan, err := job.Plan(ctx)
+	if err != nil {
+		job.Close()
+		<-printed
+		var ie *cluster.InputError
+		if errors.As(err, &ie) {
+			return usageError{fmt.Errorf("run: %w", err)}
+		}
+		return fmt.Errorf("run: %w", err)
+	}
+	for r := range show {
+		if r >= plan.World {
+			job.Close()
+			<-printed
+			return usagef("run: --show-ranks %q: the job has ranks 0 to %d", cf.show, plan.World-1)
+		}
+	}
+	if cf.dryRun {
+		job.Close()
+		<-printed
+		return printPlan(stdout, plan)
+	}
+	if err := job.Start(ctx); err != nil {
+		job.Wait()
+		<-printed
+		return fmt.Errorf("run: %w", err)
+	}
+	err = job.Wait()
+	<-printed
+	pr.final(err)
+	var f *cluster.Failure
+	if errors.As(err, &f) {
+		prefix := "[" + f.Node + "]"
+		switch {
+		case f.Lost:
+			fmt.Fprintf(stderr, "gptui run: node %s was lost: %s\n", f.Node, f.Msg)
+		case len(f.Tail) == 0:
+			fmt.Fprintf(stderr, "gptui run: %s without printing anything\n", f.Error())
+		default:
+			fmt.Fprintf(stderr, "gptui run: %s; its last lines:\n", f.Error())
+			prefix = fmt.Sprintf("[%s/%d]", f.Node, f.Rank)
+		}
+		for _, line := range f.Tail {
+			fmt.Fprintf(stderr, "%s %s\n", prefix, line)
+		}
+		if f.Code == 2 {
+			// 'gptui train' exits 2 for bad input: so does the job.
+			return usageError{f}
+		}
+		return f
+	}
+	return err
+}
+
+// parseRankList parses --show-ranks for a job whose size is not known
+// yet: nil for "all", else the set of ranks.
+func parseRankList(s string) (map[int]bool, error) {
+	if s == "all" {
+		return nil, nil
+	}
+	set := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 0 {
+			return nil, usagef("run: --show-ranks %q: want 'all' or ranks separated by commas", s)
+		}
+		set[r] = true
+	}
+	return set, nil
+}
+
+// printPlan prints what --dry-run shows: the rank table, and each node's
+// agent command and workers.
+func printPlan(w io.Writer, p *cluster.Plan) error {
+	if _, err := p.Table.WriteTo(w); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "# job %s: %d ranks, MASTER_ADDR=%s MASTER_PORT=%d\n", p.JobID, p.World, p.MasterAddr, p.MasterPort)
+	for _, n := range p.Nodes {
+		fmt.Fprintf(w, "[%s] %s: %s\n", n.Name, n.Addr, n.Command)
+		for _, wk := range n.Spec.Workers {
+			dev := "cpu"
+			if wk.Device >= 0 {
+				dev = "device " + strconv.Itoa(wk.Device)
+			}
+			exe := "./gptui"
+			if n.Spec.Exe != "" {
+				exe = n.Spec.Exe
+			}
+			fmt.Fprintf(w, "[%s/%d] %s: %s %s %s\n", n.Name, wk.Rank, dev, strings.Join(wk.Env, " "), exe, strings.Join(wk.Args, " "))
+		}
+	}
+	return nil
+}
+
+// printer is the headless front end: it prints a job's events as lines.
+type printer struct {
+	out   io.Writer
+	show  map[int]bool // nil: every rank
+	every time.Duration
+	start time.Time
+
+	mu      sync.Mutex
+	last    map[int]*event.Metrics // rank -> newest training metrics
+	nodeOf  map[int]string
+	changed bool
+	done    doneLine // from rank 0's [done] lines
+}
+
+// doneLine is what 'gptui train' prints at its end.
+type doneLine struct {
+	steps      int
+	finalLoss  string
+	tokensPerS string
+	checkpoint string
+}
+
+func (p *printer) shown(rank int) bool { return p.show == nil || p.show[rank] }
+
+func (p *printer) printf(format string, args ...any) {
+	fmt.Fprintf(p.out, format+"\n", args...)
+}
+
+// consume prints events until the channel is closed, and a summary line
+// every p.every while metrics come in.
+func (p *printer) consume(events <-chan event.Event) {
+	p.last, p.nodeOf = map[int]*event.Metrics{}, map[int]string{}
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		select {
+		case e, ok := <-events:
+			if !ok {
+				return
+			}
+			p.event(e)
+		case <-t.C:
+			if p.changed {
+				p.summary()
+				p.changed = false
+			}
+		}
+	}
+}
+
+func (p *printer) event(e event.Event) {
+	switch e.Kind {
+	case event.KindNode:
+		msg := e.Message
+		if msg != "" {
+			msg = ": " + msg
+		}
+		p.printf("[%s] %s%s", e.Node, e.State, msg)
+	case event.KindLog:
+		p.nodeOf[e.Rank] = e.Node
+		if e.Rank == 0 {
+			p.parseDone(e.Line)
+		}
+		if p.shown(e.Rank) {
+			p.printf("[%s/%d] %s", e.Node, e.Rank, e.Line)
+		}
+	case event.KindMetrics:
+		if e.Metrics != nil && e.Metrics.EvalLoss == 0 {
+			p.last[e.Rank] = e.Metrics
+			p.nodeOf[e.Rank] = e.Node
+			p.changed = true
+		}
+	case event.KindWorker:
+		switch {
+		case e.State == event.WorkerFailed && e.Signal != "":
+			p.printf("[%s/%d] killed by %s", e.Node, e.Rank, e.Signal)
+		case e.State == event.WorkerFailed:
+			p.printf("[%s/%d] exited with code %d", e.Node, e.Rank, e.Code)
+		}
+	case event.KindJob:
+		msg := e.Message
+		if msg != "" {
+			msg = ": " + msg
+		}
+		p.printf("[job] %s%s", e.State, msg)
+	}
+}
+
+// parseDone picks the figures out of rank 0's "[done] steps: N first loss:
+// A final loss: B median step: S s ips: T tokens/s ..." and "[done]
+// checkpoint: DIR" lines.
+func (p *printer) parseDone(line string) {
+	rest, ok := strings.CutPrefix(line, "[done] ")
+	if !ok {
+		return
+	}
+	if dir, ok := strings.CutPrefix(rest, "checkpoint: "); ok {
+		p.done.checkpoint = dir
+		return
+	}
+	f := strings.Fields(rest)
+	for i := 0; i+1 < len(f); i++ {
+		switch {
+		case f[i] == "steps:":
+			p.done.steps, _ = strconv.Atoi(f[i+1])
+		case f[i] == "final" && i+2 < len(f) && f[i+1] == "loss:":
+			p.done.finalLoss = f[i+2]
+		case f[i] == "ips:":
+			p.done.tokensPerS = f[i+1]
+		}
+	}
+}
+
+// summary prints the periodic line: rank 0's step and loss, the job's
+// tokens/s and the slowest rank.
+func (p *printer) summary() {
+	if len(p.last) == 0 {
+		return
+	}
+	ranks := make([]int, 0, len(p.last))
+	for r := range p.last {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	lead := p.last[ranks[0]]
+	if m, ok := p.last[0]; ok {
+		lead = m
+	}
+	slow := slices.MaxFunc(ranks, func(a, b int) int {
+		ma, mb := p.last[a], p.last[b]
+		if ma.Step != mb.Step {
+			return mb.Step - ma.Step // behind is slower
+		}
+		switch {
+		case ma.StepTimeS < mb.StepTimeS:
+			return -1
+		case ma.StepTimeS > mb.StepTimeS:
+			return 1
+		}
+		return 0
+	})
+	sm := p.last[slow]
+	p.printf("[summary] step %d loss %.4f tokens/s %.0f slowest rank %d (%s) step %d %.3f s/step elapsed %v",
+		lead.Step, lead.Loss, lead.TokensPerS, slow, p.nodeOf[slow], sm.Step, sm.StepTimeS, time.Since(p.start).Round(time.Second))
+}
+
+// final prints the end-of-job summary.
+func (p *printer) final(err error) {
+	wall := time.Since(p.start).Round(time.Millisecond)
+	if err != nil {
+		p.printf("[summary] wall time %v", wall)
+		return
+	}
+	d := p.done
+	loss, tps := d.finalLoss, d.tokensPerS
+	if m, ok := p.last[0]; ok {
+		if loss == "" {
+			loss = strconv.FormatFloat(m.Loss, 'f', 6, 64)
+		}
+		if tps == "" {
+			tps = strconv.FormatFloat(m.TokensPerS, 'f', 0, 64)
+		}
+		if d.steps == 0 {
+			d.steps = m.Step + 1
+		}
+	}
+	ckpt := d.checkpoint
+	if ckpt == "" {
+		ckpt = "none"
+	}
+	p.printf("[summary] steps %d final loss %s tokens/s %s wall time %v checkpoint %s", d.steps, loss, tps, wall, ckpt)
 }

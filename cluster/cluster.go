@@ -1,0 +1,274 @@
+// Package cluster runs a training job on the nodes of an SSH host
+// inventory: the launcher side of `gptui run --hosts FILE`.
+//
+// A [Job] goes through two phases. [Job.Plan] connects to every node (one
+// SSH connection per node, reused for everything after; a local node runs
+// its commands without SSH), pushes the gptui executable and the resolved
+// config to the node's workdir (skipped when the remote SHA-256 matches),
+// probes the node with `gptui agent --probe`, checks that the config's data
+// paths exist there, builds the rank table (or maps a given one onto the
+// nodes), and picks MASTER_ADDR and MASTER_PORT. The resulting [Plan] is
+// what --dry-run shows. [Job.Start] then starts one agent per node
+// (`gptui agent`, package agent), which starts that node's workers, and
+// merges the agents' event streams into one.
+//
+// Everything the job does is reported on [Job.Events], as events of
+// package event: the node events of the setup (connecting, pushing,
+// probed, ready, failed) and of the run (lost), the agents' worker, log,
+// metrics and memory events, and the job events (started, and one of
+// done, failed, stopped at the end). A front end (the headless printer,
+// the terminal UI) renders that stream and nothing else.
+//
+// The job is a gang: when a worker fails or a node is lost, the launcher
+// stops every agent (closing its standard input, on which the agent stops
+// its workers) and, if one has not finished within StopTimeout, kills it,
+// which kills its workers. Cancelling the context given to Start, or
+// calling Stop, does the same within CancelTimeout.
+package cluster
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// Timeouts of a job's stop.
+const (
+	// StopTimeout is how long agents have to stop their workers after a
+	// failure before the launcher kills them.
+	StopTimeout = 6 * time.Second
+	// CancelTimeout is the same after Stop or the end of Start's context.
+	CancelTimeout = 3 * time.Second
+	// KeepAlive is the SSH keepalive interval: a node whose connection
+	// stops answering is lost after three intervals.
+	KeepAlive = 2 * time.Second
+)
+
+// DefaultParallel is how many nodes Plan sets up at once unless
+// Options.Parallel says otherwise.
+const DefaultParallel = 32
+
+// Options describe a job.
+type Options struct {
+	// Nodes are the inventory's nodes, in rank order.
+	Nodes []sshexec.Node
+	// Hosts is the inventory's file name, for messages.
+	Hosts string
+	// Config is the resolved config every worker trains with.
+	Config *presets.Config
+	// RankTable, if set, gives the ranks and devices instead of the
+	// inventory and probes; RankTableFile names it in messages.
+	RankTable     *ranktable.Table
+	RankTableFile string
+	// Exe is the gptui executable pushed to the nodes (and run on a local
+	// node); empty means os.Executable().
+	Exe string
+	// SSH configures the connections; each node's user and identity from
+	// the inventory take precedence. A zero KeepAlive means KeepAlive.
+	SSH sshexec.ClientConfig
+	// Env holds KEY=value entries for every worker, after the GPTUI_*
+	// variables of the launcher's environment, which are passed on too.
+	Env []string
+	// Parallel bounds how many nodes are set up at once; 0 means
+	// DefaultParallel.
+	Parallel int
+	// JobID names the job (its config goes to <workdir>/jobs/<JobID>/);
+	// empty means one made of the time and random digits.
+	JobID string
+}
+
+// Plan is what a job will run where.
+type Plan struct {
+	JobID      string
+	Table      *ranktable.Table // the rank table
+	MasterAddr string
+	MasterPort int
+	World      int // WORLD_SIZE
+	Nodes      []NodePlan
+}
+
+// NodePlan is one node's part of a plan.
+type NodePlan struct {
+	Name    string      // the node's name in events (the inventory's, with :port if two share a name)
+	Addr    string      // user@host:port, or "local"
+	Workdir string      // the node's workdir as the inventory gives it
+	Probe   event.Probe // what the node has
+	// Command is the shell command that starts the node's agent (for a
+	// local node, the program and its arguments).
+	Command string
+	// Spec is the job spec the agent receives.
+	Spec agent.Spec
+	// Pushes lists the files pushed to the node, with what happened.
+	Pushes []Push
+}
+
+// Push is one file's push to a node.
+type Push struct {
+	File    string        // the remote path
+	Bytes   int64         // its size
+	Skipped bool          // the node already had it (same SHA-256)
+	Took    time.Duration // the whole push, hashing included
+}
+
+// InputError is a mistake in the user's input found while planning: a
+// node without a device the inventory names, a data path missing on a
+// node, a rank table that does not fit the inventory. The CLI maps it to
+// exit status 2.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+func inputErrorf(format string, args ...any) error {
+	return &InputError{fmt.Errorf(format, args...)}
+}
+
+// Failure is the error of a job that failed: the first worker that failed
+// or the node that was lost.
+type Failure struct {
+	Rank   int      // the rank that failed; -1 for a lost node
+	Node   string   // its node
+	Code   int      // its exit status; -1 if killed by a signal
+	Signal string   // the signal that killed it
+	Tail   []string // the last lines of its output (for a lost node, of its agent's)
+	Lost   bool     // the node's agent or connection was lost
+	Msg    string   // why, in words
+}
+
+func (f *Failure) Error() string {
+	switch {
+	case f.Lost:
+		return fmt.Sprintf("node %s lost: %s", f.Node, f.Msg)
+	case f.Signal != "":
+		return fmt.Sprintf("rank %d on %s was killed by %s", f.Rank, f.Node, f.Signal)
+	}
+	return fmt.Sprintf("rank %d on %s exited with code %d", f.Rank, f.Node, f.Code)
+}
+
+// Job is one training job on a cluster. Create it with New, then call
+// Plan, then Start and Wait (or Close, to give up after Plan). The caller
+// must receive from Events until it is closed.
+type Job struct {
+	opts   Options
+	events chan event.Event
+
+	mu      sync.Mutex
+	nodes   []*node
+	plan    *Plan
+	started bool
+	closed  bool
+	run     *runState // set by Start
+}
+
+// New returns a job for opts. Nothing happens until Plan.
+func New(opts Options) *Job {
+	if opts.JobID == "" {
+		b := make([]byte, 3)
+		_, _ = rand.Read(b)
+		opts.JobID = time.Now().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = DefaultParallel
+	}
+	if opts.SSH.KeepAlive == 0 {
+		opts.SSH.KeepAlive = KeepAlive
+	}
+	return &Job{opts: opts, events: make(chan event.Event, 4096)}
+}
+
+// Events returns the job's events. The channel is closed once the job
+// has ended (after Start) or has been closed (without Start).
+func (j *Job) Events() <-chan event.Event { return j.events }
+
+// emit sends e on the events channel.
+func (j *Job) emit(e event.Event) { j.events <- e }
+
+func (j *Job) nodeEvent(name, state, msg string) {
+	e := event.New(event.KindNode)
+	e.Node, e.State, e.Message = name, state, msg
+	j.emit(e)
+}
+
+// Close ends a job that was planned but not started: it closes the
+// connections and the events channel. On a started job it stops the job
+// and waits for its end. Close is safe to call more than once.
+func (j *Job) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	started, nodes := j.started, j.nodes
+	j.mu.Unlock()
+	if started {
+		j.Stop()
+		_ = j.Wait()
+		return nil
+	}
+	for _, n := range nodes {
+		if n != nil {
+			n.close()
+		}
+	}
+	close(j.events)
+	return nil
+}
+
+// exe returns the executable to push.
+func (j *Job) exe() (string, error) {
+	if j.opts.Exe != "" {
+		return j.opts.Exe, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("cluster: the gptui executable to push: %w", err)
+	}
+	return exe, nil
+}
+
+// nodeNames returns the names nodes go by in events: the inventory name,
+// with the port where two nodes share a name.
+func nodeNames(nodes []sshexec.Node) []string {
+	count := map[string]int{}
+	for _, n := range nodes {
+		count[n.Name]++
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name
+		if count[n.Name] > 1 {
+			names[i] = fmt.Sprintf("%s:%d", n.Name, n.Port)
+		}
+	}
+	return names
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+/=:,@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// errorsFirst returns the first non-nil error of errs, which are in node
+// order.
+func errorsFirst(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/gptui/gptui/sshexec"
+)
+
+// node is one machine of the job: over SSH, or this one.
+type node struct {
+	inv    sshexec.Node
+	name   string
+	client *sshexec.Client // nil for a local node
+	// dir is the workdir: for an SSH node as the shell and SFTP take it
+	// (~/ kept, which both resolve against the login directory); for a
+	// local node an absolute path.
+	dir string
+	// exe is the gptui program on the node: for an SSH node relative to
+	// dir, for a local node the launcher's own.
+	exe string
+}
+
+// local reports whether the node runs without SSH.
+func (n *node) local() bool { return n.client == nil }
+
+// addr describes how the node is reached.
+func (n *node) addr() string {
+	if n.local() {
+		return "local"
+	}
+	a := n.client.Addr()
+	if n.inv.User != "" {
+		a = n.inv.User + "@" + a
+	}
+	return a
+}
+
+func (n *node) close() {
+	if n.client != nil {
+		n.client.Close()
+	}
+}
+
+// shellDir is dir for a shell command line: ~/ stays unquoted so that the
+// shell expands it.
+func (n *node) shellDir() string {
+	if rest, ok := strings.CutPrefix(n.dir, "~/"); ok {
+		return "~/" + shellQuote(rest)
+	}
+	if n.dir == "~" {
+		return "~"
+	}
+	return shellQuote(n.dir)
+}
+
+// command returns the shell command line that runs gptui with args in the
+// node's workdir.
+func (n *node) command(exec bool, args ...string) string {
+	var b strings.Builder
+	b.WriteString("cd " + n.shellDir() + " && ")
+	if exec {
+		b.WriteString("exec ")
+	}
+	b.WriteString("./gptui")
+	for _, a := range args {
+		b.WriteString(" " + shellQuote(a))
+	}
+	return b.String()
+}
+
+// gptui runs gptui with args in the node's workdir and returns its
+// standard output; a non-zero exit is an error with its standard error.
+func (n *node) gptui(ctx context.Context, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	if n.local() {
+		cmd := exec.CommandContext(ctx, n.exe, args...)
+		cmd.Dir = n.dir
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("%s %s: %w: %s", n.exe, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return stdout.Bytes(), nil
+	}
+	cmd := n.command(false, args...)
+	code, err := n.client.Run(ctx, cmd, &stdout, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d", code)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s on %s: %w: %s", cmd, n.name, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// missingPaths returns those of paths (relative ones to the workdir) that
+// do not exist on the node.
+func (n *node) missingPaths(ctx context.Context, paths []string) ([]string, error) {
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	if n.local() {
+		var missing []string
+		for _, p := range paths {
+			q := p
+			if !filepath.IsAbs(q) {
+				q = filepath.Join(n.dir, q)
+			}
+			if _, err := os.Stat(q); err != nil {
+				missing = append(missing, p)
+			}
+		}
+		return missing, nil
+	}
+	var quoted []string
+	for _, p := range paths {
+		quoted = append(quoted, shellQuote(p))
+	}
+	cmd := "cd " + n.shellDir() + " && for p in " + strings.Join(quoted, " ") + `; do [ -e "$p" ] || printf '%s\n' "$p"; done`
+	var stdout, stderr bytes.Buffer
+	code, err := n.client.Run(ctx, cmd, &stdout, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checking data paths on %s: %w", n.name, err)
+	}
+	var missing []string
+	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		if l != "" {
+			missing = append(missing, l)
+		}
+	}
+	return missing, nil
+}
+
+// put writes content to the node's workdir under rel (slash-separated),
+// through a local temporary file for an SSH node, and reports the push.
+func (n *node) put(ctx context.Context, rel string, content []byte) (skipped bool, err error) {
+	if n.local() {
+		p := filepath.Join(n.dir, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return false, err
+		}
+		return false, os.WriteFile(p, content, 0o644)
+	}
+	f, err := os.CreateTemp("", "gptui-push-*")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(content); err != nil {
+		f.Close()
+		return false, err
+	}
+	if err := f.Close(); err != nil {
+		return false, err
+	}
+	return n.client.Push(ctx, f.Name(), path.Join(n.dir, rel), 0o644)
+}
+
+// agentProc is a running agent: its standard streams, and ways to wait
+// for it and to kill it.
+type agentProc struct {
+	stdin          io.WriteCloser
+	stdout, stderr io.Reader
+	wait           func() error // after stdout and stderr reached EOF
+	kill           func()       // kills the agent and so its workers
+}
+
+// startAgent starts `gptui agent` on the node; ctx bounds only the
+// start.
+func (n *node) startAgent(ctx context.Context) (*agentProc, error) {
+	if n.local() {
+		cmd := exec.Command(n.exe, "agent")
+		cmd.Dir = n.dir
+		cmd.SysProcAttr = agentSysProcAttr()
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start the agent: %w", err)
+		}
+		return &agentProc{
+			stdin: stdin, stdout: stdout, stderr: stderr,
+			wait: cmd.Wait,
+			kill: func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) },
+		}, nil
+	}
+	// The session outlives ctx: it ends when the agent exits or is killed.
+	s, err := n.client.Start(context.WithoutCancel(ctx), n.command(true, "agent"))
+	if err != nil {
+		return nil, err
+	}
+	return &agentProc{
+		stdin: s.Stdin, stdout: s.Stdout, stderr: s.Stderr,
+		wait: func() error {
+			code, err := s.Wait()
+			if err == nil && code != 0 {
+				err = fmt.Errorf("exit status %d", code)
+			}
+			return err
+		},
+		kill: func() { _ = s.Close() },
+	}, nil
+}

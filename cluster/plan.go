@@ -1,0 +1,433 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/launch"
+	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// Plan sets the job up on every node (connect, push, probe, check the data
+// paths; at most Options.Parallel nodes at a time), then builds the rank
+// table and the agents' job specs. It reports each node's progress on
+// Events. On error the job is left to Close; an *InputError is the
+// user's to fix.
+func (j *Job) Plan(ctx context.Context) (*Plan, error) {
+	j.mu.Lock()
+	if j.plan != nil || j.closed {
+		j.mu.Unlock()
+		return nil, errors.New("cluster: Plan called twice, or after Close")
+	}
+	j.mu.Unlock()
+	o := j.opts
+	if len(o.Nodes) == 0 {
+		return nil, inputErrorf("%s: no nodes", o.Hosts)
+	}
+	if o.Config == nil {
+		return nil, errors.New("cluster: no config")
+	}
+	exe, err := j.exe()
+	if err != nil {
+		return nil, err
+	}
+	names := nodeNames(o.Nodes)
+	nodes := make([]*node, len(o.Nodes))
+	plans := make([]NodePlan, len(o.Nodes))
+	j.mu.Lock()
+	j.nodes = nodes
+	j.mu.Unlock()
+	configYAML := o.Config.YAML()
+	configRel := path.Join("jobs", o.JobID, "config.yaml")
+
+	errs := sshexec.ForEach(ctx, len(nodes), o.Parallel, func(ctx context.Context, i int) error {
+		n, err := j.setUp(ctx, o.Nodes[i], names[i], exe, configRel, configYAML, &plans[i])
+		if n != nil {
+			j.mu.Lock()
+			nodes[i] = n
+			j.mu.Unlock()
+		}
+		if err != nil {
+			j.nodeEvent(names[i], event.NodeFailed, err.Error())
+			return err
+		}
+		return nil
+	})
+	if err := errorsFirst(errs); err != nil {
+		return nil, err
+	}
+
+	p := &Plan{JobID: o.JobID, Nodes: plans}
+	workers, err := j.assign(p, nodes)
+	if err != nil {
+		return nil, err
+	}
+	p.World = p.Table.RankSize()
+	if err := j.pickMaster(ctx, p, nodes, workers); err != nil {
+		return nil, err
+	}
+	j.specs(p, nodes, workers, configRel)
+	for i := range nodes {
+		j.nodeEvent(names[i], event.NodeReady, fmt.Sprintf("%d workers", len(p.Nodes[i].Spec.Workers)))
+	}
+	j.mu.Lock()
+	j.plan = p
+	j.mu.Unlock()
+	return p, nil
+}
+
+// setUp connects to one node, pushes gptui and the config, probes the node
+// and checks the data paths.
+func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel string, configYAML []byte, np *NodePlan) (*node, error) {
+	o := j.opts
+	np.Name, np.Workdir = name, inv.Workdir
+	n := &node{inv: inv, name: name, dir: inv.Workdir}
+	if inv.Local {
+		j.nodeEvent(name, event.NodeConnecting, "this machine, without SSH")
+		dir, err := expandHome(inv.Workdir)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("node %s: workdir: %w", name, err)
+		}
+		n.dir, n.exe = dir, exe
+	} else {
+		if inv.ProxyJump != "" {
+			return nil, inputErrorf("%s:%d: %s: ProxyJump (from ~/.ssh/config) is not supported yet; reach the node directly", o.Hosts, inv.Line, name)
+		}
+		cfg := o.SSH
+		if inv.User != "" {
+			cfg.User = inv.User
+		}
+		if inv.Identity != "" {
+			cfg.IdentityFiles = []string{inv.Identity}
+		}
+		j.nodeEvent(name, event.NodeConnecting, net.JoinHostPort(inv.Host, strconv.Itoa(inv.Port)))
+		c, err := sshexec.Dial(ctx, inv.Host, inv.Port, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", name, err)
+		}
+		n.client, n.exe = c, "./gptui"
+	}
+	np.Addr = n.addr()
+
+	if !n.local() {
+		fi, err := os.Stat(exe)
+		if err != nil {
+			return n, fmt.Errorf("cluster: %w", err)
+		}
+		start := time.Now()
+		skipped, err := n.client.Push(ctx, exe, path.Join(n.dir, "gptui"), 0o755)
+		if err != nil {
+			return n, fmt.Errorf("node %s: %w", name, err)
+		}
+		ps := Push{File: path.Join(n.dir, "gptui"), Bytes: fi.Size(), Skipped: skipped, Took: time.Since(start)}
+		np.Pushes = append(np.Pushes, ps)
+		j.nodeEvent(name, event.NodePushing, ps.String())
+	}
+	start := time.Now()
+	skipped, err := n.put(ctx, configRel, configYAML)
+	if err != nil {
+		return n, fmt.Errorf("node %s: config: %w", name, err)
+	}
+	ps := Push{File: path.Join(n.dir, configRel), Bytes: int64(len(configYAML)), Skipped: skipped, Took: time.Since(start)}
+	np.Pushes = append(np.Pushes, ps)
+	if !n.local() {
+		j.nodeEvent(name, event.NodePushing, ps.String())
+	}
+
+	out, err := n.gptui(ctx, "agent", "--probe")
+	if err != nil {
+		return n, fmt.Errorf("node %s: probe: %w", name, err)
+	}
+	e, err := event.NewReader(strings.NewReader(string(out))).Next()
+	if err != nil || e.Kind != event.KindProbe || e.Probe == nil {
+		return n, fmt.Errorf("node %s: probe: no probe event in %q (%v)", name, out, err)
+	}
+	np.Probe = *e.Probe
+	pe := event.New(event.KindNode)
+	pe.Node, pe.State, pe.Probe = name, event.NodeProbed, e.Probe
+	pe.Message = describeProbe(e.Probe)
+	j.emit(pe)
+
+	missing, err := n.missingPaths(ctx, dataPaths(o))
+	if err != nil {
+		return n, err
+	}
+	if len(missing) > 0 {
+		return n, inputErrorf("%s:%d: node %s has no %s (a relative path is taken from the workdir %s; data must be on a shared filesystem or copied to each node)",
+			o.Hosts, inv.Line, name, strings.Join(missing, ", "), inv.Workdir)
+	}
+	return n, nil
+}
+
+// String describes the push for a node event.
+func (p Push) String() string {
+	if p.Skipped {
+		return fmt.Sprintf("%s unchanged (SHA-256 matches), push skipped in %v", p.File, p.Took.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("%s pushed (%.1f MB) in %v", p.File, float64(p.Bytes)/1e6, p.Took.Round(time.Millisecond))
+}
+
+// describeProbe sums a probe up in a few words.
+func describeProbe(p *event.Probe) string {
+	s := fmt.Sprintf("%s: %d cores, %.1f GB", p.Hostname, p.Cores, float64(p.MemBytes)/1e9)
+	if len(p.Devices) > 0 {
+		s += fmt.Sprintf(", %d× %s", len(p.Devices), p.Devices[0].Name)
+	} else {
+		s += ", no GPU"
+	}
+	return s
+}
+
+// dataPaths are the config's paths that must exist on every node.
+func dataPaths(o Options) []string {
+	c := o.Config
+	var ps []string
+	for _, p := range []string{c.Data.Train.Dataset.InputDir, c.Data.Eval.Dataset.InputDir, c.Model.InitFrom, c.Engine.SaveLoad.CkptDir} {
+		if p != "" && p != "auto" && !slices.Contains(ps, p) {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+// expandHome expands a leading ~/ to the home directory.
+func expandHome(p string) (string, error) {
+	if p != "~" && !strings.HasPrefix(p, "~/") {
+		return filepath.Abs(p)
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, strings.TrimPrefix(p, "~")), nil
+}
+
+// slot is one worker's place before the specs are made.
+type slot struct {
+	rank, localRank int
+	device          int // -1 for a CPU worker
+}
+
+// assign sets p.Table and returns each node's workers: from the given rank
+// table, or built from the inventory's devices and the probes.
+func (j *Job) assign(p *Plan, nodes []*node) ([][]slot, error) {
+	o := j.opts
+	workers := make([][]slot, len(nodes))
+	if o.RankTable != nil {
+		return workers, j.assignTable(p, nodes, workers)
+	}
+	inputs := make([]ranktable.ServerInput, len(nodes))
+	rank := 0
+	for i, n := range nodes {
+		d, probe := n.inv.Devices, p.Nodes[i].Probe
+		var ids []int
+		cpu := false
+		switch {
+		case d.CPU > 0:
+			cpu = true
+			for k := range d.CPU {
+				ids = append(ids, k)
+			}
+		case len(d.IDs) > 0:
+			ids = d.IDs
+			if len(probe.Devices) > 0 {
+				for _, id := range ids {
+					if id >= len(probe.Devices) {
+						return nil, inputErrorf("%s:%d: node %s has no device %d: it has %d GPUs (0-%d)", o.Hosts, n.inv.Line, n.name, id, len(probe.Devices), len(probe.Devices)-1)
+					}
+				}
+			}
+		case len(probe.Devices) > 0:
+			for _, dev := range probe.Devices {
+				ids = append(ids, dev.Index)
+			}
+		default:
+			// No devices= and no GPU: one CPU worker using every core.
+			cpu, ids = true, []int{0}
+		}
+		in := ranktable.ServerInput{ServerID: n.inv.Host, DeviceIDs: ids}
+		if n.inv.NIC != "" {
+			in.DeviceIPs = map[int]string{}
+			for _, id := range ids {
+				in.DeviceIPs[id] = n.inv.NIC
+			}
+		}
+		inputs[i] = in
+		for k, id := range ids {
+			s := slot{rank: rank, localRank: k, device: id}
+			if cpu {
+				s.device = -1
+			}
+			workers[i] = append(workers[i], s)
+			rank++
+		}
+	}
+	p.Table = ranktable.Build(inputs)
+	return workers, nil
+}
+
+// assignTable maps the servers of the given rank table onto the nodes by
+// server_id (the node's host, name or address).
+func (j *Job) assignTable(p *Plan, nodes []*node, workers [][]slot) error {
+	o := j.opts
+	t := o.RankTable
+	if errs := ranktable.Check(t); len(errs) > 0 {
+		return inputErrorf("%s: %w", o.RankTableFile, errs[0])
+	}
+	used := make([]bool, len(nodes))
+	for si, s := range t.Servers {
+		found := -1
+		for i, n := range nodes {
+			if !used[i] && serverMatches(s.ServerID, n) {
+				found = i
+				break
+			}
+		}
+		if found < 0 {
+			return inputErrorf("%s: server_list[%d]: server_id %q is not a node of %s", o.RankTableFile, si, s.ServerID, o.Hosts)
+		}
+		used[found] = true
+		n := nodes[found]
+		cpu := n.inv.Devices.CPU > 0 || (len(n.inv.Devices.IDs) == 0 && len(p.Nodes[found].Probe.Devices) == 0)
+		for k, d := range s.Devices {
+			sl := slot{rank: d.RankID, localRank: k, device: d.DeviceID}
+			if cpu {
+				sl.device = -1
+			}
+			workers[found] = append(workers[found], sl)
+		}
+	}
+	for i, n := range nodes {
+		if !used[i] {
+			return inputErrorf("%s:%d: node %s is not in the rank table %s", o.Hosts, n.inv.Line, n.name, o.RankTableFile)
+		}
+	}
+	p.Table = t
+	return nil
+}
+
+// serverMatches reports whether a rank table's server_id names node n.
+func serverMatches(id string, n *node) bool {
+	if strings.EqualFold(id, n.inv.Host) || strings.EqualFold(id, n.inv.Name) || strings.EqualFold(id, n.name) {
+		return true
+	}
+	if n.client != nil {
+		if host, _, err := net.SplitHostPort(n.client.RemoteAddr().String()); err == nil && host == id {
+			return true
+		}
+	}
+	return false
+}
+
+// pickMaster sets p.MasterAddr, the address of rank 0's node as the other
+// nodes reach it, and p.MasterPort, a port free there.
+func (j *Job) pickMaster(ctx context.Context, p *Plan, nodes []*node, workers [][]slot) error {
+	m := -1
+	for i, ws := range workers {
+		for _, w := range ws {
+			if w.rank == 0 {
+				m = i
+			}
+		}
+	}
+	if m < 0 {
+		return inputErrorf("cluster: no node holds rank 0")
+	}
+	mn := nodes[m]
+	switch {
+	case !mn.local():
+		host, _, err := net.SplitHostPort(mn.client.RemoteAddr().String())
+		if err != nil {
+			return fmt.Errorf("cluster: address of %s: %w", mn.name, err)
+		}
+		p.MasterAddr = host
+	default:
+		// This machine, as the first remote node reaches it; loopback if
+		// every node is this machine.
+		p.MasterAddr = "127.0.0.1"
+		for _, n := range nodes {
+			if !n.local() {
+				host, _, err := net.SplitHostPort(n.client.LocalAddr().String())
+				if err == nil {
+					p.MasterAddr = host
+				}
+				break
+			}
+		}
+	}
+	out, err := mn.gptui(ctx, "agent", "--free-port", p.MasterAddr)
+	if err != nil {
+		return fmt.Errorf("cluster: MASTER_PORT: %w", err)
+	}
+	p.MasterPort, err = strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		return fmt.Errorf("cluster: MASTER_PORT: %q from %s", out, mn.name)
+	}
+	return nil
+}
+
+// specs makes each node's job spec and agent command.
+func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) {
+	o := j.opts
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "GPTUI_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, o.Env...)
+	threadsSet := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GPTUI_THREADS=") })
+	for i, n := range nodes {
+		np := &p.Nodes[i]
+		spec := agent.Spec{Job: p.JobID, Node: n.name, LogDir: o.Config.Engine.LogDir}
+		if n.local() {
+			spec.Exe = n.exe
+		}
+		slices.SortFunc(workers[i], func(a, b slot) int { return a.localRank - b.localRank })
+		for _, w := range workers[i] {
+			wenv := launch.Env(w.rank, w.localRank, p.World, p.MasterAddr, p.MasterPort)
+			wenv = append(wenv, "GPTUI_JOB="+p.JobID)
+			if !threadsSet {
+				// The node's workers share its cores.
+				wenv = append(wenv, "GPTUI_THREADS="+strconv.Itoa(max(1, np.Probe.Cores/len(workers[i]))))
+			}
+			wenv = append(wenv, env...)
+			spec.Workers = append(spec.Workers, agent.WorkerSpec{
+				Rank: w.rank, LocalRank: w.localRank, Device: w.device,
+				Args: []string{"train", "-c", configRel},
+				Env:  wenv,
+			})
+		}
+		np.Spec = spec
+		if n.local() {
+			np.Command = shellQuote(n.exe) + " agent  (in " + n.dir + ")"
+		} else {
+			np.Command = n.command(true, "agent")
+		}
+	}
+}
+
+// specLine is the spec as the agent reads it: one JSON line.
+func specLine(s *agent.Spec) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
