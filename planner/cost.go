@@ -85,10 +85,10 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", gbs(p.Mem.Total), 100*Usable, gbs(p.Capacity))
 	case s.PP > 1 && mb < s.PP:
 		p.Feasible = false
-		p.Reason = fmt.Sprintf("%d micro-batch(es) per step for %d pipeline stages: the pipeline never fills", mb, s.PP)
+		p.Reason = fmt.Sprintf("pipeline never fills: %d micro-batch(es) per step for %d stages", mb, s.PP)
 	case s.VPP > 1 && mb%s.PP != 0:
 		p.Feasible = false
-		p.Reason = fmt.Sprintf("interleaved schedule needs the micro-batches per step (%d) to be a multiple of pp (%d)", mb, s.PP)
+		p.Reason = fmt.Sprintf("interleaved schedule: the micro-batches per step (%d) are not a multiple of pp (%d)", mb, s.PP)
 	}
 	return p
 }
@@ -219,7 +219,11 @@ func engineActivations(m Model, s Strategy, st int) int64 {
 		n += L * B * (NH / t) * T * T
 	}
 	if st == s.PP-1 {
-		n += N*C + 2*N + N*V/t + N // final LayerNorm, logits, losses
+		Vl := V // logits over the real vocabulary ids of the rows held
+		if t > 1 {
+			Vl = min(int64(m.PaddedVocab)/t, V)
+		}
+		n += N*C + 2*N + N*Vl + N // final LayerNorm, logits, losses
 	}
 	return 4 * n
 }
@@ -343,7 +347,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		// Point-to-point: the activation forward and its gradient back,
 		// per micro-batch and boundary crossing (vpp per rank).
 		v := 2 * float64(s.VPP) * act
-		t.Comm += mb * v / c.bandwidth(s.MP*s.PP)
+		t.Comm += mb * v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)
 		sent += mb * v
 	}
 
@@ -354,7 +358,10 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	blocks := L * float64(m.layerParamsTP(s.MP)) * pb
 	R, S, D := float64(s.Replicas()), float64(s.ShardingDegree), float64(s.DP)
 	world := c.Size()
-	shardSpan := s.ShardingDegree * s.MP * s.PP
+	// The engine's rank order is dp × pp × sharding × mp, mp innermost: a
+	// sharding group spans sharding·mp consecutive ranks, a pipeline
+	// pp·sharding·mp, a dp group the world.
+	shardSpan := s.ShardingDegree * s.MP
 	bwdLast := 2 * fwd // the last micro-batch's backward, which the block all-reduces overlap
 	hide := func(comm, bytes float64) float64 {
 		// The blocks' share of comm overlaps the backward pass of the
@@ -400,7 +407,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	if s.PP > 1 {
 		// the tied embedding's gradients between the first and last stage
 		v := float64(m.PaddedVocab) * C / tp * pb
-		t.Comm += v / c.bandwidth(s.MP*s.PP)
+		t.Comm += v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)
 		sent += v
 	}
 	rate := c.Device.OptimizerParamsPerS * c.share()

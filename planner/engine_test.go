@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,53 +78,53 @@ func engineCluster(t testing.TB, world int) Cluster {
 
 // TestMemoryMatchesEngine: the predicted memory of a CPU worker is within
 // 5% of the engine's own accounting (engine.Trainer.Memory, the [memory]
-// log line), component by component, for each strategy the engine runs.
+// log line), component by component, for each strategy of the table.
 //
-// The rows marked built=false are strategies the engine refuses today
-// ("not built yet"); the test checks that it still refuses them, so that
-// it fails — and the row must be switched on — when the engine learns them.
+// The rows the planner's EngineCapabilities excludes (pipelines, sharding
+// stage 3) are not built by the engine yet: they are listed here and run
+// as soon as EngineCapabilities admits them, so raising a capability
+// checks the planner's accounting of it.
 func TestMemoryMatchesEngine(t *testing.T) {
 	small := []string{"Engine.eval_freq=0", "Engine.log_dir=" + t.TempDir()}
 	wide := append([]string{"Model.hidden_size=128", "Model.num_layers=4", "Data.Train.dataset.max_seq_len=128"}, small...)
+	deep := append([]string{"Model.num_layers=8"}, small...)
 	cases := []struct {
 		name  string
-		built bool
 		world int
 		base  []string
 		s     Strategy
 	}{
-		{"single mb8", true, 1, small, Strategy{MicroBatch: 8}},
-		{"single mb2 accumulate 4", true, 1, small, Strategy{MicroBatch: 2}},
-		{"single only_attn", true, 1, wide, Strategy{MicroBatch: 4, Recompute: RecomputeOnlyAttn}},
-		{"single full", true, 1, wide, Strategy{MicroBatch: 4, Recompute: RecomputeFull}},
-		{"dp2 mb4", true, 2, small, Strategy{DP: 2, MicroBatch: 4}},
-		{"dp4 mb1 accumulate 2", true, 4, small, Strategy{DP: 4, MicroBatch: 1}},
-		{"dp2 only_attn", true, 2, wide, Strategy{DP: 2, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
-		{"sharding2 stage1", true, 2, small, Strategy{ShardingDegree: 2, ShardingStage: 1, MicroBatch: 4}},
-		{"sharding2 stage2", true, 2, small, Strategy{ShardingDegree: 2, ShardingStage: 2, MicroBatch: 2}},
-		{"sharding4 stage1", true, 4, wide, Strategy{ShardingDegree: 4, ShardingStage: 1, MicroBatch: 2}},
-		{"sharding4 stage2 full", true, 4, wide, Strategy{ShardingDegree: 4, ShardingStage: 2, MicroBatch: 1, Recompute: RecomputeFull}},
-		{"dp2 sharding2 stage2", true, 4, small, Strategy{DP: 2, ShardingDegree: 2, ShardingStage: 2, MicroBatch: 1}},
-		{"dp2 sharding2 stage1 only_attn", true, 4, wide, Strategy{DP: 2, ShardingDegree: 2, ShardingStage: 1, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
-		// TODO(lead): switch these on (built: true) as the engine learns them.
-		{"mp2", false, 2, small, Strategy{MP: 2, MicroBatch: 4}},
-		{"pp2 1F1B", false, 2, small, Strategy{PP: 2, MicroBatch: 2}},
-		{"pp4 interleaved vpp2", false, 4, wide, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
-		{"sharding2 stage3", false, 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
-		{"dp2 mp2 full", false, 4, small, Strategy{DP: 2, MP: 2, MicroBatch: 2, Recompute: RecomputeFull}},
+		{"single mb8", 1, small, Strategy{MicroBatch: 8}},
+		{"single mb2 accumulate 4", 1, small, Strategy{MicroBatch: 2}},
+		{"single only_attn", 1, wide, Strategy{MicroBatch: 4, Recompute: RecomputeOnlyAttn}},
+		{"single full", 1, wide, Strategy{MicroBatch: 4, Recompute: RecomputeFull}},
+		{"dp2 mb4", 2, small, Strategy{DP: 2, MicroBatch: 4}},
+		{"dp4 mb1 accumulate 2", 4, small, Strategy{DP: 4, MicroBatch: 1}},
+		{"dp2 only_attn", 2, wide, Strategy{DP: 2, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"sharding2 stage1", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 1, MicroBatch: 4}},
+		{"sharding2 stage2", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 2, MicroBatch: 2}},
+		{"sharding4 stage1", 4, wide, Strategy{ShardingDegree: 4, ShardingStage: 1, MicroBatch: 2}},
+		{"sharding4 stage2 full", 4, wide, Strategy{ShardingDegree: 4, ShardingStage: 2, MicroBatch: 1, Recompute: RecomputeFull}},
+		{"dp2 sharding2 stage2", 4, small, Strategy{DP: 2, ShardingDegree: 2, ShardingStage: 2, MicroBatch: 1}},
+		{"dp2 sharding2 stage1 only_attn", 4, wide, Strategy{DP: 2, ShardingDegree: 2, ShardingStage: 1, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"mp2", 2, small, Strategy{MP: 2, MicroBatch: 4}},
+		{"mp4 only_attn", 4, wide, Strategy{MP: 4, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"dp2 mp2 full", 4, small, Strategy{DP: 2, MP: 2, MicroBatch: 2, Recompute: RecomputeFull}},
+		{"sharding2 stage2 mp2", 4, small, Strategy{ShardingDegree: 2, ShardingStage: 2, MP: 2, MicroBatch: 2}},
+		// Not built by the engine yet (EngineCapabilities says so).
+		{"pp2 1F1B", 2, small, Strategy{PP: 2, MicroBatch: 2}},
+		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
+		{"sharding2 stage3", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.s.normalize()
-			o := append(append([]string{}, tc.base...), Overrides(s, 8)...)
-			got, err := measureEngine(t, tc.world, o)
-			if !tc.built {
-				var ce *engine.ConfigError
-				if !errors.As(err, &ce) || !strings.Contains(err.Error(), "not built yet") {
-					t.Fatalf("the engine no longer refuses %s (err: %v): switch this row on (built: true)", tc.name, err)
-				}
+			if r := EngineCapabilities().Unsupported(s); r != "" {
+				t.Logf("%s: not run: %s", s, r)
 				return
 			}
+			o := append(append([]string{}, tc.base...), Overrides(s, 8)...)
+			got, err := measureEngine(t, tc.world, o)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -34,28 +34,28 @@ func Unlimited() Capabilities {
 	return Capabilities{Name: "unlimited", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 3}
 }
 
-// EngineCapabilities is what gptui's engine runs today: data parallelism
-// and sharding stages 1 and 2 (engine.NewTopology refuses the rest with
-// "not built yet").
+// EngineCapabilities is what gptui's engine runs today: data parallelism,
+// sharding stages 1 and 2 and tensor parallelism, composed (engine
+// commit "tensor parallel ... composed with dp and sharding").
 //
-// TODO(lead): raise these as tensor parallelism, pipeline parallelism
-// (1F1B, interleaved) and sharding stage 3 land in engine/, or replace
-// this with a function the engine exports.
+// TODO(lead): raise MaxPP, MaxVPP and MaxShardingStage as pipeline
+// parallelism (1F1B, interleaved) and sharding stage 3 land in engine/, or
+// replace this with a function the engine exports.
 func EngineCapabilities() Capabilities {
-	return Capabilities{Name: "the engine", MaxMP: 1, MaxPP: 1, MaxVPP: 1, MaxShardingStage: 2}
+	return Capabilities{Name: "the engine", MaxMP: 1 << 30, MaxPP: 1, MaxVPP: 1, MaxShardingStage: 2}
 }
 
-// unsupported returns why caps cannot run s, or "".
-func (caps Capabilities) unsupported(s Strategy) string {
+// Unsupported returns why caps cannot run s, or "".
+func (caps Capabilities) Unsupported(s Strategy) string {
 	switch {
 	case s.MP > caps.MaxMP:
-		return fmt.Sprintf("%s does not run mp %d yet (at most %d)", caps.Name, s.MP, caps.MaxMP)
+		return fmt.Sprintf("not supported by %s yet: mp %d (at most %d)", caps.Name, s.MP, caps.MaxMP)
 	case s.PP > caps.MaxPP:
-		return fmt.Sprintf("%s does not run pp %d yet (at most %d)", caps.Name, s.PP, caps.MaxPP)
+		return fmt.Sprintf("not supported by %s yet: pp %d (at most %d)", caps.Name, s.PP, caps.MaxPP)
 	case s.VPP > caps.MaxVPP:
-		return fmt.Sprintf("%s does not run vpp %d yet (at most %d)", caps.Name, s.VPP, caps.MaxVPP)
+		return fmt.Sprintf("not supported by %s yet: vpp %d (at most %d)", caps.Name, s.VPP, caps.MaxVPP)
 	case s.ShardingDegree > 1 && s.ShardingStage > caps.MaxShardingStage:
-		return fmt.Sprintf("%s does not run sharding stage %d yet (at most %d)", caps.Name, s.ShardingStage, caps.MaxShardingStage)
+		return fmt.Sprintf("not supported by %s yet: sharding stage %d (at most %d)", caps.Name, s.ShardingStage, caps.MaxShardingStage)
 	}
 	return ""
 }
@@ -135,7 +135,7 @@ func Search(m Model, c Cluster, o Options) ([]Plan, error) {
 							for _, rc := range recomputes {
 								s := Strategy{DP: R / sh, ShardingDegree: sh, ShardingStage: stage, MP: mp, PP: pp, VPP: vpp, MicroBatch: mb, Recompute: rc}
 								p := Estimate(m, c, s)
-								if r := caps.unsupported(s); r != "" && p.Reason == "" {
+								if r := caps.Unsupported(s); r != "" && p.Reason == "" {
 									p.Feasible, p.Reason = false, r
 								}
 								plans = append(plans, p)

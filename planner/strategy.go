@@ -101,7 +101,7 @@ func StrategyOf(cfg *presets.Config) Strategy {
 		rc = e.RecomputeGranularity
 	}
 	return Strategy{DP: d.DPDegree, ShardingDegree: d.Sharding.ShardingDegree, ShardingStage: d.Sharding.ShardingStage,
-		MP: d.MPDegree, PP: d.PPDegree, VPP: 1, MicroBatch: cfg.Global.MicroBatchSize, Recompute: rc}.normalize()
+		MP: d.MPDegree, PP: d.PPDegree, VPP: d.VPPDegree, MicroBatch: cfg.Global.MicroBatchSize, Recompute: rc}.normalize()
 }
 
 // Overrides returns the "-o" overrides that make a config of global batch
@@ -113,6 +113,7 @@ func Overrides(s Strategy, globalBatch int) []string {
 		fmt.Sprintf("Distributed.dp_degree=%d", s.DP),
 		fmt.Sprintf("Distributed.mp_degree=%d", s.MP),
 		fmt.Sprintf("Distributed.pp_degree=%d", s.PP),
+		fmt.Sprintf("Distributed.vpp_degree=%d", s.VPP),
 		fmt.Sprintf("Distributed.sharding.sharding_degree=%d", s.ShardingDegree),
 		fmt.Sprintf("Distributed.sharding.sharding_stage=%d", s.ShardingStage),
 		fmt.Sprintf("Global.global_batch_size=%d", globalBatch),
@@ -123,6 +124,8 @@ func Overrides(s Strategy, globalBatch int) []string {
 	if s.Recompute != RecomputeNone {
 		o = append(o, "Engine.recompute_granularity="+s.Recompute)
 	}
-	// TODO(lead): Distributed.vpp_degree (s.VPP) once the schema has it.
+	if s.PP > 1 {
+		o = append(o, "Distributed.pp_schedule="+strings.ToLower(s.Schedule()))
+	}
 	return o
 }

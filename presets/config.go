@@ -154,15 +154,20 @@ type LR struct {
 
 // Distributed holds the parallelism degrees.
 type Distributed struct {
-	DPDegree int      `yaml:"dp_degree"` // data parallel
-	MPDegree int      `yaml:"mp_degree"` // tensor (model) parallel
-	PPDegree int      `yaml:"pp_degree"` // pipeline parallel
+	DPDegree int `yaml:"dp_degree"` // data parallel
+	MPDegree int `yaml:"mp_degree"` // tensor (model) parallel
+	PPDegree int `yaml:"pp_degree"` // pipeline parallel
 	// VPPDegree is the number of virtual pipeline stages (model chunks) per
 	// pipeline rank: more than 1 selects the interleaved schedule.
 	VPPDegree int `yaml:"vpp_degree"`
 	// PPSchedule is the pipeline schedule: 1f1b, interleaved or gpipe.
-	PPSchedule string `yaml:"pp_schedule"`
-	Sharding Sharding `yaml:"sharding"`
+	PPSchedule string   `yaml:"pp_schedule"`
+	Sharding   Sharding `yaml:"sharding"`
+	// Auto lets `gptui train` choose the strategy (package planner): the
+	// degrees, the micro-batch size and recomputation, for the global
+	// batch and the number of workers. Degrees set above 1 beside it, or
+	// given with -o, are kept (semi-auto).
+	Auto bool `yaml:"auto"`
 }
 
 // Sharding configures ZeRO-style sharded data parallelism.

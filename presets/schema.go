@@ -81,6 +81,7 @@ func fields() []field {
 		field{"Distributed.pp_schedule", func(c *Config) any { return &c.Distributed.PPSchedule }},
 		field{"Distributed.sharding.sharding_degree", func(c *Config) any { return &c.Distributed.Sharding.ShardingDegree }},
 		field{"Distributed.sharding.sharding_stage", func(c *Config) any { return &c.Distributed.Sharding.ShardingStage }},
+		field{"Distributed.auto", func(c *Config) any { return &c.Distributed.Auto }},
 	)
 }
 

@@ -14,6 +14,7 @@
 //	gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin
 //	gptui import --from hf DIR | --from llmc FILE.bin --out DIR
 //	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
+//	gptui plan -c CONFIG|PRESET [-o ...] [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--json]
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
 // any other failure.
@@ -79,6 +80,8 @@ Commands:
   export   --ckpt DIR --to hf OUT_DIR | --to llmc FILE    write a checkpoint's model for Hugging Face or llm.c
   import   --from hf DIR | --from llmc FILE --out DIR      make a checkpoint from either
   generate --ckpt DIR --prompt TEXT [--max-new-tokens N]  sample text (KV cache; --temperature 0 is greedy)
+  plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
+           rank the parallel strategies by predicted memory and step time
 
 Run 'gptui COMMAND -h' for a command's flags.
 `
@@ -107,6 +110,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdExport(args[1:], stdout, stderr)
 	case "import":
 		return cmdImport(args[1:], stdout, stderr)
+	case "plan":
+		return cmdPlan(ctx, args[1:], stdout, stderr)
+	case planLinkPeer: // hidden: the second end of 'plan --profile'
+		return cmdPlanLinkPeer(ctx)
 	case "generate":
 		return cmdGenerate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -12,6 +12,7 @@ import (
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -86,6 +87,12 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			defer world.Close()
 		}
 	}
+	var plan *planner.Plan // Distributed.auto: the chosen plan and its prediction
+	if cfg.Distributed.Auto {
+		if cfg, plan, err = autoPlan(cfg, *o, worldSize(world), stdout); err != nil {
+			return err
+		}
+	}
 	be := cpu.New()
 	if r := be.FallbackReason(); r != "" {
 		fmt.Fprintln(stderr, "gptui: "+r)
@@ -105,6 +112,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if n := len(res.Losses); n > 0 {
 		fmt.Fprintf(stdout, "[done] steps: %d first loss: %.6f final loss: %.6f median step: %.3f s ips: %.0f tokens/s mfu: %.1f%%\n",
 			n, res.Losses[0], res.Losses[n-1], res.StepTimeS, res.TokensPerS, 100*res.MFU)
+	}
+	if plan != nil && len(res.Losses) > 1 {
+		reportPlan(stdout, plan, res.StepTimeS, tr.Memory)
 	}
 	if res.Checkpoint != "" {
 		fmt.Fprintf(stdout, "[done] checkpoint: %s\n", res.Checkpoint)

@@ -1,0 +1,218 @@
+package planner
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels"
+)
+
+// CPUComputeFraction is the share of a CPU training step spent in the
+// matrix multiplies (the rest: GELU, LayerNorm, softmax, cross-entropy,
+// dropout, residuals), from the engine's per-kernel breakdown of a GPT-2
+// 124M step in BENCHMARKS.md (matmuls 1.04 s of 1.40 s without the
+// optimizer). A measured CPU profile's GEMMFLOPS is the sgemm rate times
+// this, so that the model's GEMM FLOPs at that rate give the whole
+// forward and backward time.
+const CPUComputeFraction = 0.75
+
+// Rows of the two products MeasureCompute times (with 1024 columns and
+// inner dimension), to fit Device.GEMMHalfRows.
+const (
+	bigRows   = 2048
+	smallRows = 64
+)
+
+// MeasureCompute measures this machine's CPU profile through be: the
+// sgemm rate of a 2048×1024×1024 product and of a 64-row one (to fit how
+// the rate falls for small micro-batches), and the AdamW update rate over
+// buffers larger than the caches. It starts from the built-in CPU profile,
+// so the link bandwidths are those until MeasureLink's result is set.
+func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
+	d, _ := LookupDevice("CPU")
+	big := sgemmRate(be, bigRows)
+	small := sgemmRate(be, smallRows)
+	q := small / big
+	half := 0.0
+	if q < 1 && q*bigRows > smallRows {
+		half = smallRows * bigRows * (1 - q) / (q*bigRows - smallRows)
+	}
+	d.PeakFLOPS = big * (bigRows + half) / bigRows
+	d.GEMMFLOPS = d.PeakFLOPS * CPUComputeFraction
+	d.GEMMHalfRows = half
+	d.OptimizerParamsPerS = adamRate(be)
+	if cores > 0 {
+		d.Cores = cores
+	}
+	if memBytes > 0 {
+		d.MemBytes = memBytes
+	}
+	d.Measured = fmt.Sprintf("%s on %s", time.Now().UTC().Format(time.RFC3339), be.Name())
+	return d
+}
+
+// sgemmRate is the median rate of rows×1024×1024 products, in FLOP/s.
+func sgemmRate(be kernels.Backend, rows int) float64 {
+	const n = 1024
+	a := make([]float32, rows*n)
+	b := make([]float32, n*n)
+	c := make([]float32, rows*n)
+	for i := range a {
+		a[i] = float32(i%13)*0.01 - 0.06
+	}
+	for i := range b {
+		b[i] = float32(i%7)*0.01 - 0.03
+	}
+	reps := max(3, 64*1024/rows) // about the same work for both sizes
+	var rates []float64
+	for r := range 7 {
+		start := time.Now()
+		for range reps {
+			be.Sgemm(false, false, rows, n, n, 1, a, n, b, n, 0, c, n)
+		}
+		if r > 0 { // the first is a warm-up
+			rates = append(rates, 2*float64(rows)*n*n*float64(reps)/time.Since(start).Seconds())
+		}
+	}
+	return median(rates)
+}
+
+// adamRate is the median rate of AdamW updates over 8 M parameters, in
+// parameters per second.
+func adamRate(be kernels.Backend) float64 {
+	const n = 8 << 20
+	p, g, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range g {
+		g[i] = float32(i%11)*1e-3 - 5e-3
+	}
+	var rates []float64
+	for step := 1; step <= 6; step++ {
+		start := time.Now()
+		be.AdamW(p, g, m, v, 1e-4, 0.9, 0.999, 1e-8, 0.01, 1, step)
+		if step > 1 {
+			rates = append(rates, n/time.Since(start).Seconds())
+		}
+	}
+	return median(rates)
+}
+
+func median(x []float64) float64 {
+	s := slices.Clone(x)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// LinkBytes is the all-reduce buffer MeasureLink times.
+const LinkBytes = 32 << 20
+
+// MeasureLink measures the all-reduce bus bandwidth of g in bytes/s,
+// 2(n−1)/n · bytes / time, as the median of 5 all-reduces of 32 MiB after
+// one warm-up. Every member of g calls it; they get the same figure.
+func MeasureLink(ctx context.Context, g *comm.Group) (float64, error) {
+	buf := make([]float32, LinkBytes/4)
+	n := float64(g.Size())
+	var rates []float64
+	for i := range 6 {
+		start := time.Now()
+		if err := g.AllReduce(ctx, buf); err != nil {
+			return 0, fmt.Errorf("planner: measuring the link: %w", err)
+		}
+		if i > 0 {
+			rates = append(rates, 2*(n-1)/n*LinkBytes/time.Since(start).Seconds())
+		}
+	}
+	// Everyone reports rank 0's figure, so that both ends agree.
+	r := []float64{median(rates)}
+	if g.Rank() != 0 {
+		r[0] = 0
+	}
+	if err := g.AllReduce64(ctx, r); err != nil {
+		return 0, fmt.Errorf("planner: measuring the link: %w", err)
+	}
+	return r[0], nil
+}
+
+// DefaultProfilePath is where 'gptui plan --profile' saves the measured
+// CPU profile: gptui/profile-cpu.json in the user's cache directory.
+func DefaultProfilePath() (string, error) {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("planner: no cache directory for the profile (%w); pass a file", err)
+	}
+	return filepath.Join(dir, "gptui", "profile-cpu.json"), nil
+}
+
+// SaveProfile writes d to path as JSON, creating the directory.
+func SaveProfile(path string, d Device) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("planner: saving the profile: %w", err)
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("planner: saving the profile: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// ProfileError is a profile file that cannot be used.
+type ProfileError struct {
+	Path string
+	Msg  string
+}
+
+func (e *ProfileError) Error() string {
+	return fmt.Sprintf("%s: %s; run 'gptui plan --profile' to measure it again", e.Path, e.Msg)
+}
+
+// LoadProfile reads a profile saved by SaveProfile. A missing file is
+// reported as fs.ErrNotExist (wrapped); a file that is not a valid
+// profile as a *ProfileError.
+func LoadProfile(path string) (Device, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Device{}, err
+	}
+	var d Device
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Device{}, &ProfileError{path, "not a device profile: " + err.Error()}
+	}
+	if err := (Cluster{Nodes: 1, DevicesPerNode: 1, Device: d}).Validate(); err != nil {
+		return Device{}, &ProfileError{path, err.Error()}
+	}
+	return d, nil
+}
+
+// MemTotal returns the machine's memory from /proc/meminfo, or 0 where
+// there is none.
+func MemTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			fs := strings.Fields(rest)
+			if len(fs) == 2 && fs[1] == "kB" {
+				if kb, err := strconv.ParseInt(fs[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+		}
+	}
+	return 0
+}

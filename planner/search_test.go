@@ -1,0 +1,145 @@
+package planner
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// searchCases are the search-time targets: the 13B model on 32 and on
+// 1,024 V100s (global batch 1,536 so that every replica count divides it).
+var searchCases = []struct {
+	nodes int
+	limit time.Duration
+}{
+	{4, time.Second},
+	{128, 10 * time.Second},
+}
+
+func searchModel(t testing.TB) Model {
+	return ModelOf(mustLoad(t, "13b-4node", "Global.global_batch_size=1536", "Global.local_batch_size=384"))
+}
+
+// TestSearchTime: the whole search for 32 devices takes under 1 s and for
+// 1,024 devices under 10 s.
+func TestSearchTime(t *testing.T) {
+	m := searchModel(t)
+	for _, tc := range searchCases {
+		c := Cluster{Nodes: tc.nodes, DevicesPerNode: 8, Device: device(t, "V100-32G")}
+		start := time.Now()
+		plans, err := Search(m, c, Options{})
+		d := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		feasible := 0
+		for _, p := range plans {
+			if p.Feasible {
+				feasible++
+			}
+		}
+		t.Logf("%d devices: %d plans (%d feasible) in %v; best %s %.3f s/step", c.Size(), len(plans), feasible, d, plans[0].Strategy, plans[0].StepTime)
+		if d > tc.limit {
+			t.Errorf("%d devices: search took %v, want under %v", c.Size(), d, tc.limit)
+		}
+	}
+}
+
+func BenchmarkSearch(b *testing.B) {
+	m := searchModel(b)
+	for _, tc := range searchCases {
+		c := Cluster{Nodes: tc.nodes, DevicesPerNode: 8, Device: device(b, "V100-32G")}
+		b.Run(fmt.Sprintf("devices=%d", c.Size()), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := Search(m, c, Options{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestSearchSpace checks the rules of the search on one model: every plan
+// uses all the devices, mp divides the heads and stays in a node, pp
+// divides the layers, vpp only with pp > 2, micro-batches divide the local
+// batch, every recompute mode appears, and infeasible plans carry reasons.
+func TestSearchSpace(t *testing.T) {
+	m := ModelOf(mustLoad(t, "1.3b-dp8"))
+	c := Cluster{Nodes: 2, DevicesPerNode: 4, Device: device(t, "A100-40G")}
+	plans, err := Search(m, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, p := range plans {
+		s := p.Strategy
+		local := m.GlobalBatch / s.Replicas()
+		switch {
+		case s.Devices() != 8:
+			t.Errorf("%s uses %d devices", s, s.Devices())
+		case m.Heads%s.MP != 0 || s.MP > 4:
+			t.Errorf("%s: mp does not divide the heads or leaves the node", s)
+		case m.Layers%s.PP != 0:
+			t.Errorf("%s: pp does not divide the layers", s)
+		case s.VPP > 1 && s.PP <= 2:
+			t.Errorf("%s: vpp with pp ≤ 2", s)
+		case local%s.MicroBatch != 0:
+			t.Errorf("%s: micro-batch does not divide the local batch %d", s, local)
+		case !p.Feasible && p.Reason == "":
+			t.Errorf("%s: infeasible without a reason", s)
+		case i > 0 && p.Feasible && plans[i-1].Feasible && p.StepTime < plans[i-1].StepTime:
+			t.Errorf("%s ranked after a slower plan", s)
+		}
+		seen[s.Recompute] = true
+		seen[fmt.Sprintf("stage%d", s.ShardingStage)] = true
+		if s.VPP > 1 {
+			seen["vpp"] = true
+		}
+		if s.MP == 4 && s.PP == 2 {
+			seen["mp4pp2"] = true
+		}
+	}
+	for _, k := range []string{RecomputeNone, RecomputeFull, RecomputeOnlyAttn, "stage1", "stage2", "stage3", "mp4pp2", "vpp"} {
+		if !seen[k] {
+			t.Errorf("the search never tried %s", k)
+		}
+	}
+}
+
+// TestSemiAutoAndCapabilities: fixed degrees are kept, and the engine's
+// capabilities leave no pipeline or sharding stage 3 feasible.
+func TestSemiAutoAndCapabilities(t *testing.T) {
+	m := ModelOf(mustLoad(t, "13b-4node"))
+	c := Cluster{Nodes: 4, DevicesPerNode: 8, Device: device(t, "V100-32G")}
+	plans, err := Search(m, c, Options{Fixed: Fixed{MP: 2, PP: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range plans {
+		if p.MP != 2 || p.PP != 4 {
+			t.Fatalf("fixed mp 2 pp 4, got %s", p.Strategy)
+		}
+	}
+	plans, err = Search(ModelOf(mustLoad(t, "tiny")), Cluster{Nodes: 1, DevicesPerNode: 4, Device: device(t, "cpu")}, Options{Caps: EngineCapabilities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused int
+	for _, p := range plans {
+		unsupported := p.PP > 1 || p.ShardingDegree > 1 && p.ShardingStage == 3
+		if p.Feasible && unsupported {
+			t.Errorf("%s feasible under the engine's capabilities", p.Strategy)
+		}
+		if unsupported && strings.Contains(p.Reason, "not supported by the engine") {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no plan refused for the engine's capabilities")
+	}
+	best, ok := Best(plans)
+	if !ok || best.PP != 1 {
+		t.Errorf("best plan under the engine's capabilities: %+v", best)
+	}
+}
