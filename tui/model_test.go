@@ -191,7 +191,9 @@ func TestDashboardEvents(t *testing.T) {
 
 	// Workers end; the job fails naming rank 2.
 	feed(m,
-		ev(event.KindWorker, 130, func(e *event.Event) { e.Node, e.Rank, e.State, e.Signal = "localhost", 2, event.WorkerFailed, "SIGSEGV" }),
+		ev(event.KindWorker, 130, func(e *event.Event) {
+			e.Node, e.Rank, e.State, e.Signal = "localhost", 2, event.WorkerFailed, "SIGSEGV"
+		}),
 		ev(event.KindJob, 131, func(e *event.Event) {
 			e.State, e.Rank, e.Node, e.Tail = event.JobFailed, 2, "localhost", []string{"unexpected fault address 0x0"}
 		}))
@@ -379,7 +381,7 @@ func TestBoundedHistory(t *testing.T) {
 		t.Errorf("rank 0 holds %d lines, want 500", n)
 	}
 	// A rank number out of bounds is ignored.
-	feed(m, ev(event.KindLog, 9, func(e *event.Event) { e.Rank, e.Line = 1 << 30, "x" }))
+	feed(m, ev(event.KindLog, 9, func(e *event.Event) { e.Rank, e.Line = 1<<30, "x" }))
 	if len(m.dash.ranks) > maxRanks {
 		t.Error("a bogus rank grew the table")
 	}

@@ -3,6 +3,7 @@
 //
 // Usage:
 //
+//	gptui [--hosts FILE | --nproc N] [--preset NAME] [-o ...]  the interactive UI
 //	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
 //	gptui run --no-tui --nproc N -c CONFIG|PRESET [-o ...]   N local workers
 //	gptui run --no-tui --hosts FILE -c CONFIG|PRESET [-o ...]  a job on the inventory's nodes over SSH
@@ -69,6 +70,7 @@ func exitCode(err error, stderr io.Writer) int {
 const usage = `gptui trains GPT language models.
 
 Commands:
+  (none)   [--hosts FILE | --nproc N] [--preset NAME] [-o ...]  the interactive UI (also with no arguments on a terminal)
   train    -c CONFIG|PRESET [-o Section.key=value ...]   train a model
   run      --no-tui --nproc N -c ... [-o ...]            train with N local worker processes
   run      --no-tui --hosts FILE -c ... [-o ...]         train on the inventory's nodes over SSH (--dry-run: show the plan)
@@ -87,6 +89,9 @@ Run 'gptui COMMAND -h' for a command's flags.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if wantsTUI(args) {
+		return cmdTUI(ctx, args, stdout, stderr)
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return usagef("no command given")
