@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -342,5 +344,106 @@ func TestTrain(t *testing.T) {
 			}
 			t.Logf("final loss %s on both", got)
 		})
+	}
+}
+
+// processes returns the pids of live processes running a gptui from one
+// of dirs, and of those the agents.
+func processes(dirs []string) (all, agents []int) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' {
+			continue
+		}
+		for _, d := range dirs {
+			if strings.HasPrefix(exe, d+"/") {
+				all = append(all, pid)
+				cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+				if bytes.Equal(cmdline, []byte("./gptui\x00agent\x00")) {
+					agents = append(agents, pid)
+				}
+			}
+		}
+	}
+	return all, agents
+}
+
+// TestNodeLost: a node whose agent dies (as when the machine or its
+// connection goes) is reported lost, and the job stops on every node
+// within 10 s.
+func TestNodeLost(t *testing.T) {
+	tc := newCluster(t, "cpu:2")
+	j := New(tc.options(t, append([]string{"Engine.max_steps=1000000"}, dp4...)...))
+	events := collect(j)
+	if _, err := j.Plan(context.Background()); err != nil {
+		j.Close()
+		t.Fatal(err)
+	}
+	if err := j.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	var agents []int
+	for {
+		var all []int
+		all, agents = processes(tc.workdirs)
+		if len(all) == 6 && len(agents) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's processes did not all start: %v (agents %v)", all, agents)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Kill the agent of the second node: its workers die with it.
+	var victim int
+	for _, pid := range agents {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, tc.workdirs[1]+"/") {
+			victim = pid
+		}
+	}
+	killed := time.Now()
+	syscall.Kill(victim, syscall.SIGKILL)
+	waited := make(chan error, 1)
+	go func() { waited <- j.Wait() }()
+	var err error
+	select {
+	case err = <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job still runs 10 s after a node's agent was killed")
+	}
+	took := time.Since(killed)
+	var f *Failure
+	if !errors.As(err, &f) || !f.Lost || f.Node != "127.0.0.3" {
+		t.Fatalf("Wait: %v, want node 127.0.0.3 lost", err)
+	}
+	for {
+		all, _ := processes(tc.workdirs)
+		if len(all) == 0 {
+			break
+		}
+		if time.Since(killed) > 10*time.Second {
+			t.Fatalf("processes remain: %v", all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("job failed %v after the agent was killed; all gone after %v", took, time.Since(killed))
+	es := <-events
+	lost := false
+	for _, e := range es {
+		lost = lost || (e.Kind == event.KindNode && e.State == event.NodeLost && e.Node == "127.0.0.3")
+	}
+	if last := es[len(es)-1]; !lost || last.State != event.JobFailed || last.Node != "127.0.0.3" {
+		t.Errorf("lost event %v, last event %+v", lost, last)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gptui/gptui/cluster"
@@ -316,7 +315,6 @@ type printer struct {
 	every time.Duration
 	start time.Time
 
-	mu      sync.Mutex
 	last    map[int]*event.Metrics // rank -> newest training metrics
 	nodeOf  map[int]string
 	changed bool
@@ -478,6 +476,9 @@ func (p *printer) final(err error) {
 	ckpt := d.checkpoint
 	if ckpt == "" {
 		ckpt = "none"
+	} else if n := p.nodeOf[0]; n != "" {
+		// The path is on rank 0's node (relative to its workdir).
+		ckpt = n + ":" + ckpt
 	}
 	p.printf("[summary] steps %d final loss %s tokens/s %s wall time %v checkpoint %s", d.steps, loss, tps, wall, ckpt)
 }

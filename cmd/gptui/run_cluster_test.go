@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/internal/sshtest"
+)
+
+// The tests of 'gptui run --hosts' run a real gptui binary, built once, as
+// the launcher (the pushed executable is the launcher's own) against real
+// sshd servers on 127.0.0.2 and 127.0.0.3.
+
+var gptuiBin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// builtGPTUI returns the path of a gptui binary built for these tests.
+func builtGPTUI(t *testing.T) string {
+	t.Helper()
+	gptuiBin.once.Do(func() {
+		gptuiBin.dir, gptuiBin.err = os.MkdirTemp("", "gptui-run-test-")
+		if gptuiBin.err != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(gptuiBin.dir, "gptui"), ".").CombinedOutput()
+		if err != nil {
+			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
+		}
+	})
+	if gptuiBin.err != nil {
+		t.Fatal(gptuiBin.err)
+	}
+	return filepath.Join(gptuiBin.dir, "gptui")
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if gptuiBin.dir != "" {
+		os.RemoveAll(gptuiBin.dir)
+	}
+	os.Exit(code)
+}
+
+// sshCluster is two sshd nodes, an inventory of them and a home directory
+// for the launcher whose ~/.ssh/known_hosts knows them.
+type sshCluster struct {
+	servers  []*sshtest.Server
+	workdirs []string
+	hosts    string
+	home     string
+}
+
+func newSSHCluster(t *testing.T, devices string) *sshCluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &sshCluster{hosts: filepath.Join(dir, "hosts.txt"), home: filepath.Join(dir, "home")}
+	var inv, known strings.Builder
+	inv.WriteString("# two nodes on this machine\n")
+	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
+		s := sshtest.Start(t, addr)
+		wd := filepath.Join(dir, fmt.Sprintf("node%d", i))
+		c.servers = append(c.servers, s)
+		c.workdirs = append(c.workdirs, wd)
+		fmt.Fprintf(&inv, "%s@%s:%d devices=%s workdir=%s identity=%s\n", s.User, addr, s.Port, devices, wd, s.UserKeyFile)
+		known.WriteString(s.KnownHostsLine() + "\n")
+	}
+	if err := os.WriteFile(c.hosts, []byte(inv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.home, ".ssh", "known_hosts"), []byte(known.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// command returns the launcher 'gptui run --no-tui --hosts ... ARGS'.
+func (c *sshCluster) command(t *testing.T, stdout, stderr *syncBuffer, args ...string) *exec.Cmd {
+	cmd := exec.Command(builtGPTUI(t), append([]string{"run", "--no-tui", "--hosts", c.hosts}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+c.home, "GPTUI_THREADS=1", "SSH_AUTH_SOCK=")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	return cmd
+}
+
+// exitStatus returns the exit status of a command's Run or Wait error.
+func exitStatus(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// jobProcesses returns the pids of the processes running a gptui from one
+// of the workdirs: the agents and the workers.
+func (c *sshCluster) jobProcesses() []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil {
+			continue
+		}
+		for _, wd := range c.workdirs {
+			if strings.HasPrefix(exe, wd+string(filepath.Separator)) && !zombie(pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// zombie reports whether pid has exited but not been reaped.
+func zombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+// workerPID returns the pid of the worker of rank among the job's
+// processes.
+func (c *sshCluster) workerPID(rank int) int {
+	for _, pid := range c.jobProcesses() {
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(cmdline, []byte("train")) && bytes.Contains(append([]byte{0}, env...), []byte(fmt.Sprintf("\x00RANK=%d\x00", rank))) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// awaitGone waits up to limit for every process of the job to end and
+// returns how long that took; it fails the test (and kills them) if some
+// remain.
+func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duration) time.Duration {
+	t.Helper()
+	for {
+		left := c.jobProcesses()
+		if len(left) == 0 {
+			return time.Since(since)
+		}
+		if time.Since(since) > limit {
+			t.Errorf("%d processes of the job remain %v after: %v", len(left), limit, left)
+			for _, pid := range left {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			return time.Since(since)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRunHosts: two nodes × 2 CPU workers train tiny to the end; the job
+// exits 0 with the final loss of the same job run locally with --nproc; a
+// dry run before it pushed the binary, so the job's own setup skips the
+// push. (Add a row for dp2×mp2 once tensor parallelism lands.)
+func TestRunHosts(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		devices   string
+		nproc     int
+		overrides []string
+	}{
+		{"dp4", "cpu:2", 4, []string{"Distributed.dp_degree=4", "Global.local_batch_size=2", "Global.micro_batch_size=2"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newSSHCluster(t, tt.devices)
+			args := []string{"-c", "tiny", "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1"}
+			for _, kv := range tt.overrides {
+				args = append(args, "-o", kv)
+			}
+
+			var dryOut, dryErr syncBuffer
+			err := c.command(t, &dryOut, &dryErr, append([]string{"--dry-run"}, args...)...).Run()
+			if err != nil {
+				t.Fatalf("dry run: %v\n%s%s", err, dryOut.String(), dryErr.String())
+			}
+			for _, want := range []string{`"server_count": "2"`, `{"device_id": "1", "device_ip": "127.0.0.3", "rank_id": "3"}`,
+				"exec ./gptui agent", "[127.0.0.3/3] cpu: RANK=3 WORLD_SIZE=4 LOCAL_RANK=1 MASTER_ADDR=127.0.0.2", "pushed ("} {
+				if !strings.Contains(dryOut.String(), want) {
+					t.Errorf("dry run output lacks %q:\n%s", want, dryOut.String())
+				}
+			}
+			for _, wd := range c.workdirs {
+				if _, err := os.Stat(filepath.Join(wd, "log")); err == nil {
+					t.Errorf("the dry run started workers: %s/log exists", wd)
+				}
+			}
+
+			var stdout, stderr syncBuffer
+			start := time.Now()
+			err = c.command(t, &stdout, &stderr, args...).Run()
+			took := time.Since(start)
+			out := stdout.String()
+			if err != nil {
+				t.Fatalf("exit %d after %v\nstdout:\n%s\nstderr:\n%s", exitStatus(err), took, out, stderr.String())
+			}
+			for _, node := range []string{"127.0.0.2", "127.0.0.3"} {
+				var line string
+				for _, l := range strings.Split(out, "\n") {
+					if strings.HasPrefix(l, "["+node+"] pushing: ") && strings.Contains(l, "/gptui ") {
+						line = l
+					}
+				}
+				if !strings.Contains(line, "unchanged (SHA-256 matches), push skipped") {
+					t.Errorf("second launch on %s did not skip the binary push: %q", node, line)
+				}
+				t.Logf("%s", line)
+			}
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if strings.HasPrefix(l, "[127.0.0.3/") {
+					t.Errorf("rank 0's lines only by default, got %q", l)
+				}
+			}
+			got := finalLoss(t, out)
+			if !strings.Contains(out, "[127.0.0.2/0] [train] epoch: 0 step: 3 ") || !strings.Contains(out, "[summary] steps 4 final loss "+got) {
+				t.Errorf("stdout lacks rank 0's last step or the final summary:\n%s", out)
+			}
+
+			local := exec.Command(builtGPTUI(t), append([]string{"run", "--no-tui", "--nproc", strconv.Itoa(tt.nproc), "-o", "Engine.log_dir=" + filepath.Join(t.TempDir(), "log")}, args...)...)
+			local.Env = append(os.Environ(), "GPTUI_THREADS=1")
+			lout, err := local.CombinedOutput()
+			if err != nil {
+				t.Fatalf("local run: %v\n%s", err, lout)
+			}
+			if want := finalLoss(t, string(lout)); got != want {
+				t.Errorf("final loss %s on two nodes, %s locally", got, want)
+			}
+			t.Logf("final loss %s on both; the job took %v", got, took)
+		})
+	}
+}
+
+// startLongJob starts a launcher whose job trains until stopped and waits
+// until rank 0 has logged a step.
+func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exec.Cmd, chan error) {
+	t.Helper()
+	training := stdout.await("] [train] epoch")
+	cmd := c.command(t, stdout, stderr, "-c", "tiny", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no training after 30 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	return cmd, done
+}
+
+// TestRunHostsWorkerKilled: SIGKILL one worker; the whole job stops within
+// 10 s, exits non-zero naming the rank and node with its last lines, and
+// leaves no process on either node.
+func TestRunHostsWorkerKilled(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	_, done := startLongJob(t, c, &stdout, &stderr)
+	pid := c.workerPID(3)
+	if pid == 0 {
+		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
+	}
+	killed := time.Now()
+	syscall.Kill(pid, syscall.SIGKILL)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the launcher still runs 10 s after rank 3 was killed\n%s", stderr.String())
+	}
+	took := time.Since(killed)
+	gone := c.awaitGone(t, killed, 10*time.Second)
+	t.Logf("launcher exited %v after the kill; every process gone after %v", took, gone)
+	msg := stderr.String()
+	if exitStatus(err) == 0 || !strings.Contains(msg, "rank 3 on 127.0.0.3 was killed by SIGKILL; its last lines:\n[127.0.0.3/3] ") {
+		t.Errorf("exit %d, stderr:\n%s", exitStatus(err), msg)
+	}
+}
+
+// TestRunHostsInterrupt: SIGINT to the launcher stops every worker on
+// every node within 5 s.
+func TestRunHostsInterrupt(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	cmd, done := startLongJob(t, c, &stdout, &stderr)
+	sent := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the launcher still runs 5 s after SIGINT\n%s", stderr.String())
+	}
+	took := time.Since(sent)
+	gone := c.awaitGone(t, sent, 5*time.Second)
+	t.Logf("launcher exited %v after SIGINT; every process gone after %v", took, gone)
+	if exitStatus(err) != 130 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Errorf("exit %d, stderr %q; want 130, interrupted", exitStatus(err), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "[job] stopped") {
+		t.Errorf("no job stopped line in:\n%s", stdout.String())
+	}
+}
+
+// TestRunHostsLauncherKilled: with the launcher killed by SIGKILL its SSH
+// connections drop, and the agents stop their workers within 10 s.
+func TestRunHostsLauncherKilled(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	cmd, done := startLongJob(t, c, &stdout, &stderr)
+	if n := len(c.jobProcesses()); n != 6 {
+		t.Errorf("%d job processes, want 2 agents and 4 workers", n)
+	}
+	killed := time.Now()
+	cmd.Process.Kill()
+	<-done
+	gone := c.awaitGone(t, killed, 10*time.Second)
+	t.Logf("every process gone %v after the launcher was killed", gone)
+}
+
+// TestRunHostsBadInput: bad inventories, rank tables and flags exit 2
+// with the file and line; an unknown host key is refused naming its
+// fingerprint.
+func TestRunHostsBadInput(t *testing.T) {
+	c := newSSHCluster(t, "cpu:1")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.txt")
+	os.WriteFile(bad, []byte("# nodes\nnode1 devices=0-3\nnode2 gpus=8\n"), 0o644)
+	table := filepath.Join(dir, "table.json")
+	os.WriteFile(table, []byte(`{"version":"1.0","server_count":"1","server_list":[{"server_id":"10.9.9.9","device":[{"device_id":"0","device_ip":"10.9.9.9","rank_id":"0"}]}],"status":"completed"}`), 0o644)
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		{"bad inventory", []string{"--hosts", bad, "-c", "tiny"}, 2, []string{bad + ":3", "gpus"}},
+		{"missing inventory", []string{"--hosts", filepath.Join(dir, "none.txt"), "-c", "tiny"}, 2, []string{"none.txt"}},
+		{"nproc with hosts", []string{"--hosts", c.hosts, "--nproc", "2", "-c", "tiny"}, 2, []string{"--nproc"}},
+		{"dry run without hosts", []string{"--dry-run", "-c", "tiny"}, 2, []string{"--hosts"}},
+		{"preset and -c", []string{"--hosts", c.hosts, "--preset", "tiny", "-c", "gpt2-124m"}, 2, []string{"--preset"}},
+		{"rank table of other nodes", []string{"--hosts", c.hosts, "--rank-table", table, "-c", "tiny"}, 2, []string{table, "10.9.9.9"}},
+		{"missing data", []string{"--hosts", c.hosts, "-c", "tiny", "-o", "Data.Train.dataset.input_dir=/no/such/shards"}, 2, []string{c.hosts + ":2", "/no/such/shards"}},
+		{"unknown host key", []string{"--hosts", c.hosts, "-c", "tiny"}, 1, []string{"unknown host key", "SHA256:", "--accept-new-host-keys"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr syncBuffer
+			cmd := exec.Command(builtGPTUI(t), append([]string{"run", "--no-tui"}, tt.args...)...)
+			home := c.home
+			if tt.name == "unknown host key" {
+				home = t.TempDir()
+			}
+			cmd.Env = append(os.Environ(), "HOME="+home, "SSH_AUTH_SOCK=")
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			code := exitStatus(cmd.Run())
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			last := lines[len(lines)-1]
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; stderr %q", code, tt.code, stderr.String())
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(last, w) {
+					t.Errorf("error line %q lacks %q", last, w)
+				}
+			}
+		})
+	}
+	// Accepting new host keys records them, after which the dry run works.
+	home := t.TempDir()
+	var stdout, stderr syncBuffer
+	cmd := exec.Command(builtGPTUI(t), "run", "--no-tui", "--hosts", c.hosts, "-c", "tiny", "--accept-new-host-keys", "--dry-run")
+	cmd.Env = append(os.Environ(), "HOME="+home, "SSH_AUTH_SOCK=")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("--accept-new-host-keys: %v\n%s", err, stderr.String())
+	}
+	known, _ := os.ReadFile(filepath.Join(home, ".ssh", "known_hosts"))
+	if n := strings.Count(string(known), "ssh-ed25519"); n != 2 {
+		t.Errorf("known_hosts after --accept-new-host-keys:\n%s", known)
+	}
+}
