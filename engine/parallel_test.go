@@ -6,6 +6,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,10 +171,28 @@ func TestParallelParity(t *testing.T) {
 		{"mp2 recompute", 2, []string{"Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4", "Engine.use_recompute=true"}},
 		{"dp2 mp2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2 mp2", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		{"pp2 1f1b", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"pp2 1f1b recompute", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4", "Engine.use_recompute=true"}},
+		{"pp2 gpipe", 2, []string{"Distributed.pp_degree=2", "Distributed.pp_schedule=gpipe", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
+		{"pp2 interleaved vpp2", 2, []string{"Distributed.pp_degree=2", "Distributed.vpp_degree=2", "Model.num_layers=4", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
+		{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 	}
-	single, sres := trainPreset(t, "tiny", append(parityOverrides(t), "Global.local_batch_size=8", "Global.micro_batch_size=2")...)
+	singles := map[string]*Trainer{}
+	sress := map[string]*Result{}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			layers := "Model.num_layers=2"
+			for _, o := range tc.o {
+				if strings.HasPrefix(o, "Model.num_layers=") {
+					layers = o
+				}
+			}
+			if singles[layers] == nil {
+				singles[layers], sress[layers] = trainPreset(t, "tiny", append(parityOverrides(t), "Global.local_batch_size=8", "Global.micro_batch_size=2", layers)...)
+			}
+			single, sres := singles[layers], sress[layers]
 			tr, res := runRanks(t, tc.world, append(parityOverrides(t), tc.o...))
 			for i, l := range res.Losses {
 				if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {

@@ -93,9 +93,7 @@ func (t Topology) rankOf(dp, pp, shard, mp int) int {
 	return ((dp*t.PP+pp)*t.Sharding+shard)*t.MP + mp
 }
 
-// group lists the world ranks that share this rank's coordinates except
-// those varied by vary, which is called with a rank's coordinates and
-// changes the ones that vary over n values, in ascending rank order.
+// group lists at(0) … at(n−1): the world ranks of a group, ascending.
 func (t Topology) group(n int, at func(i int) int) []int {
 	r := make([]int, n)
 	for i := range r {

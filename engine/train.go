@@ -71,6 +71,7 @@ type Trainer struct {
 	topo        Topology
 	dp          *dataParallel // nil for one replica
 	model       *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
+	pp          *pipeline     // nil without pipeline parallelism
 	lastTraffic map[string]int64
 	train, eval *data.Loader
 	B, T, Accum int
@@ -186,6 +187,11 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 				return nil, err
 			}
 		}
+		if topo.PP > 1 {
+			if tr.pp, err = newPipeline(opts.World, topo, m, tr.Accum); err != nil {
+				return nil, err
+			}
+		}
 	}
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
@@ -204,6 +210,9 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	}
 	n := int64(4 * m.NumParams())
 	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V))), Activations: int64(m.ActivationBytes(B, T))}
+	if tr.pp != nil {
+		tr.Memory.Activations *= int64(tr.pp.inFlight()) // micro-batches in flight
+	}
 	if tr.topo.Stage >= 2 {
 		tr.Memory.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
 	}
@@ -390,7 +399,10 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			window.n, window.reader, window.batch = 0, 0, 0
 		}
 		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
-			el := tr.Evaluate()
+			el, err := tr.Evaluate(ctx)
+			if err != nil {
+				return res, err
+			}
 			res.EvalLosses = append(res.EvalLosses, el)
 			tr.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
 			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
@@ -428,16 +440,26 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 	m.tp.begin(ctx)
 	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
 	bt := tr.B * tr.T
-	for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-		ps := Pass{Step: step, Sample: gm * tr.B}
-		m.gradHook = nil
-		if tr.dp != nil && gm == (d+1)*tr.Accum-1 {
-			m.gradHook = tr.dp.hook(m)
-		}
-		loss += float64(m.Forward(inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T, ps, true, dscale))
-		m.Backward(ps)
+	var hook func(int)
+	if tr.dp != nil {
+		hook = tr.dp.hook(m)
 	}
-	m.gradHook = nil
+	if tr.pp != nil {
+		if loss, err = tr.pp.step(ctx, m, step, d*tr.Accum, inputs, targets, tr.B, tr.T, dscale, hook); err != nil {
+			return 0, 0, reader, err
+		}
+	} else {
+		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
+			ps := Pass{Step: step, Sample: gm * tr.B}
+			m.gradHook = nil
+			if gm == (d+1)*tr.Accum-1 {
+				m.gradHook = hook
+			}
+			loss += float64(m.Forward(inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T, ps, true, dscale))
+			m.Backward(ps)
+		}
+		m.gradHook = nil
+	}
 	if err := m.tp.failed(); err != nil {
 		return 0, 0, reader, err
 	}
@@ -445,6 +467,16 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
 			return 0, 0, reader, err
 		}
+	}
+	if tr.pp != nil {
+		if loss, err = tr.lastStageSum(ctx, loss); err != nil {
+			return 0, 0, reader, err
+		}
+		if err = tr.pp.sumTied(ctx, m); err != nil {
+			return 0, 0, reader, err
+		}
+	}
+	if tr.dp != nil {
 		if err = tr.dp.finish(ctx, m); err != nil {
 			return 0, 0, reader, err
 		}
@@ -510,18 +542,51 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 }
 
 // Evaluate returns the mean loss over eval_iters batches read from the start
-// of the validation range, without dropout.
-func (tr *Trainer) Evaluate() float64 {
+// of the validation range, without dropout. In a parallel job every rank
+// calls it; every rank of a pipeline gets the last stage's loss.
+func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	tr.eval.Reset()
 	inputs := make([]int32, tr.B*tr.T)
 	targets := make([]int32, tr.B*tr.T)
 	n := max(1, tr.Cfg.Engine.EvalIters)
+	m := tr.Model
+	m.tp.begin(ctx)
 	var sum float64
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
-		sum += float64(tr.Model.Forward(inputs, targets, tr.B, tr.T, Pass{}, false, 0))
+		if tr.pp == nil {
+			sum += float64(m.Forward(inputs, targets, tr.B, tr.T, Pass{}, false, 0))
+			continue
+		}
+		l, err := tr.pp.evaluate(ctx, m, inputs, targets, tr.B, tr.T)
+		if err != nil {
+			return 0, err
+		}
+		sum += l / float64(tr.B*tr.T)
 	}
-	return sum / float64(n)
+	if err := m.tp.failed(); err != nil {
+		return 0, err
+	}
+	if tr.pp != nil {
+		var err error
+		if sum, err = tr.lastStageSum(ctx, sum); err != nil {
+			return 0, err
+		}
+	}
+	return sum / float64(n), nil
+}
+
+// lastStageSum gives every rank of the model group the value x of the
+// last pipeline stage (its first tensor-parallel rank's).
+func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error) {
+	if !tr.Model.Part.Head || tr.topo.MPIndex != 0 {
+		x = 0
+	}
+	b := []float64{x}
+	if err := tr.model.AllReduce64(ctx, b); err != nil {
+		return 0, fmt.Errorf("pipeline: loss: %w", err)
+	}
+	return b[0], nil
 }
 
 func (tr *Trainer) writeMetrics(m Metrics) {

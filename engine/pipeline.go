@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gptui/gptui/comm"
+)
+
+// Pipeline parallelism cuts the blocks into pp·vpp chunks of equal size:
+// virtual stage v = k·pp + s is chunk k of pipeline rank s (rank s holds
+// chunks s, s+pp, s+2pp, …; with vpp = 1 it is simply stage s). The first
+// stage also runs the embedding, the last the final LayerNorm, the tied
+// head and the loss; both hold wte, and after the backward passes they sum
+// its gradients (as ColossalAI's PipelineSharedModuleWrapper does), so the
+// two copies stay equal. The micro-batches of a step are the gradient
+// accumulation steps.
+//
+// Between virtual stages flow the (B,T,C) residual stream forward and its
+// gradient backward, point to point: activations on one communicator and
+// gradients on another, so that on each pair of ranks each kind arrives in
+// the order it was sent. Sends return once the data is queued, so a
+// schedule that is deadlock-free with buffered sends runs as written.
+//
+// Schedules (each rank runs its list of forward and backward passes in
+// order):
+//
+//	gpipe        every forward, then every backward
+//	1f1b         pp−s−1 warm-up forwards on stage s, then one forward, one
+//	             backward, …, then the remaining backwards: at most pp−s
+//	             micro-batches in flight (Megatron, PipeDream-Flush)
+//	interleaved  1F1B over virtual stages in Megatron's order: groups of pp
+//	             micro-batches go through chunk 0, then chunk 1, …; warm-up
+//	             (pp−s−1)·2 + (vpp−1)·pp; the bubble shrinks by vpp
+//
+// The losses, gradients and dropout masks are those of one process: each
+// micro-batch keeps its Pass, and the order of the micro-batches' gradient
+// sums is the same.
+
+// pipeOp is one pass of a schedule: the forward or backward pass of
+// micro-batch mb through local chunk chunk.
+type pipeOp struct {
+	backward bool
+	mb       int
+	chunk    int
+}
+
+// pipeSchedule lists the passes stage s of a pp-stage pipeline with vpp
+// chunks per rank runs for m micro-batches.
+func pipeSchedule(kind string, pp, vpp, s, m int) []pipeOp {
+	var ops []pipeOp
+	switch {
+	case kind == "gpipe":
+		for k := 0; k < vpp; k++ {
+			for j := 0; j < m; j++ {
+				ops = append(ops, pipeOp{false, j, k})
+			}
+		}
+		for k := vpp - 1; k >= 0; k-- {
+			for j := 0; j < m; j++ {
+				ops = append(ops, pipeOp{true, j, k})
+			}
+		}
+		return ops
+	case vpp == 1:
+		warm := min(pp-s-1, m)
+		for j := 0; j < warm; j++ {
+			ops = append(ops, pipeOp{false, j, 0})
+		}
+		for j := 0; j < m-warm; j++ {
+			ops = append(ops, pipeOp{false, warm + j, 0}, pipeOp{true, j, 0})
+		}
+		for j := m - warm; j < m; j++ {
+			ops = append(ops, pipeOp{true, j, 0})
+		}
+		return ops
+	}
+	// Interleaved: virtual step i of the forward (backward) order.
+	total := m * vpp
+	fwd := func(i int) pipeOp {
+		return pipeOp{false, i/(pp*vpp)*pp + i%pp, i / pp % vpp}
+	}
+	bwd := func(i int) pipeOp {
+		return pipeOp{true, i/(pp*vpp)*pp + i%pp, vpp - 1 - i/pp%vpp}
+	}
+	warm := total
+	if m != pp {
+		warm = min((pp-s-1)*2+(vpp-1)*pp, total)
+	}
+	for i := 0; i < warm; i++ {
+		ops = append(ops, fwd(i))
+	}
+	for i := 0; i < total-warm; i++ {
+		ops = append(ops, fwd(warm+i), bwd(i))
+	}
+	for i := total - warm; i < total; i++ {
+		ops = append(ops, bwd(i))
+	}
+	return ops
+}
+
+// maxInFlight is the largest number of micro-batches whose activations a
+// schedule keeps at once (a micro-batch is in flight from its first
+// forward pass to its last backward pass on the rank).
+func maxInFlight(ops []pipeOp) int {
+	live, most := 0, 0
+	for _, op := range ops {
+		switch {
+		case !op.backward && op.chunk == 0:
+			live++
+			most = max(most, live)
+		case op.backward && op.chunk == 0:
+			live--
+		}
+	}
+	return most
+}
+
+// pipeline runs the schedule of one pipeline rank.
+type pipeline struct {
+	topo  Topology
+	acts  *comm.Group // activations, forward: member i is stage i
+	grads *comm.Group // gradients, backward
+	tied  *comm.Group // first and last stage (the tied wte); nil if they are one rank
+	ops   []pipeOp
+	last  int // the step's last micro-batch
+	lc    int // blocks per chunk
+	free  []*activations
+}
+
+func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, error) {
+	if topo.Schedule == "interleaved" && accum%topo.PP != 0 {
+		return nil, &ConfigError{fmt.Sprintf("the interleaved schedule needs the micro-batches per step (local_batch_size / micro_batch_size = %d) to be a multiple of pp_degree %d", accum, topo.PP)}
+	}
+	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1}
+	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
+	var err error
+	if p.acts, err = w.Group(topo.ppGroup()); err != nil {
+		return nil, err
+	}
+	if p.grads, err = w.Group(topo.ppGroup()); err != nil {
+		return nil, err
+	}
+	if m.Part.Embed || m.Part.Head {
+		pg := topo.ppGroup()
+		if p.tied, err = w.Group([]int{pg[0], pg[len(pg)-1]}); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// inFlight is the most micro-batches this rank keeps activations for.
+func (p *pipeline) inFlight() int { return maxInFlight(p.ops) }
+
+// virtual is the virtual stage of local chunk k.
+func (p *pipeline) virtual(k int) int { return k*p.topo.PP + p.topo.PPIndex }
+
+// holder is the pipeline member that holds virtual stage v.
+func (p *pipeline) holder(v int) int { return v % p.topo.PP }
+
+// step runs the forward and backward passes of this rank's micro-batches
+// (micro-batch j is micro-batch first+j of the global batch in inputs and
+// targets) and returns the sum of their mean losses on the last stage, 0 on the
+// others. hook, if not nil, is called before each backward pass of the last
+// micro-batch, which completes the gradients of the chunk it goes through.
+func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, targets []int32, B, T int, dscale float32, hook func(int)) (float64, error) {
+	nv := p.topo.PP * p.topo.VPP
+	live := map[int]*activations{}
+	bt := B * T
+	var loss float64
+	for _, op := range p.ops {
+		v := p.virtual(op.chunk)
+		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
+		gm := first + op.mb
+		ps := Pass{Step: step, Sample: gm * B}
+		if !op.backward {
+			a := live[op.mb]
+			if a == nil {
+				a = p.get(m, B, T)
+				live[op.mb] = a
+				copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
+				copy(a.targets, targets[gm*bt:(gm+1)*bt])
+			}
+			if v == 0 {
+				m.embedForward(a, ps, true)
+			} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
+				return 0, fmt.Errorf("pipeline: receiving activations of micro-batch %d: %w", op.mb, err)
+			}
+			m.blocksForward(a, lo, hi, ps, true)
+			if v == nv-1 {
+				loss += m.headForward(a, dscale, true) / float64(bt)
+			} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
+				return 0, fmt.Errorf("pipeline: sending activations of micro-batch %d: %w", op.mb, err)
+			}
+		} else {
+			a := live[op.mb]
+			if v == nv-1 {
+				m.headBackward(a)
+			} else if err := p.grads.Recv(ctx, m.sc.dresid, p.holder(v+1)); err != nil {
+				return 0, fmt.Errorf("pipeline: receiving gradients of micro-batch %d: %w", op.mb, err)
+			}
+			m.gradHook = nil
+			if op.mb == p.last {
+				m.gradHook = hook
+			}
+			m.blocksBackward(a, lo, hi, ps)
+			m.gradHook = nil
+			if v == 0 {
+				m.embedBackward(a, ps)
+			} else if err := p.grads.Send(ctx, m.sc.dresid, p.holder(v-1)); err != nil {
+				return 0, fmt.Errorf("pipeline: sending gradients of micro-batch %d: %w", op.mb, err)
+			}
+			if op.chunk == 0 {
+				delete(live, op.mb)
+				p.free = append(p.free, a)
+			}
+		}
+		if err := m.tp.failed(); err != nil {
+			return 0, err
+		}
+	}
+	return loss, nil
+}
+
+// get returns activations for a (B,T) micro-batch, reusing freed ones.
+func (p *pipeline) get(m *Model, B, T int) *activations {
+	for len(p.free) > 0 {
+		a := p.free[len(p.free)-1]
+		p.free = p.free[:len(p.free)-1]
+		if a.B == B && a.T == T {
+			return a
+		}
+	}
+	return m.newActivations(B, T)
+}
+
+// sumTied adds up the tied wte's gradients of the first and last stage.
+func (p *pipeline) sumTied(ctx context.Context, m *Model) error {
+	if p.tied == nil {
+		return nil
+	}
+	if err := p.tied.AllReduce(ctx, m.g.wte); err != nil {
+		return fmt.Errorf("pipeline: summing the tied embedding's gradients: %w", err)
+	}
+	return nil
+}
+
+// evaluate runs the forward pass of one (B,T) batch without dropout
+// through every stage and returns the sum of its losses on the last stage,
+// 0 on the others.
+func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int32, B, T int) (float64, error) {
+	nv := p.topo.PP * p.topo.VPP
+	m.ensureActs(B, T)
+	a := m.acts
+	copy(a.inputs, inputs)
+	copy(a.targets, targets)
+	var loss float64
+	for k := 0; k < p.topo.VPP; k++ {
+		v := p.virtual(k)
+		lo, hi := k*p.lc, (k+1)*p.lc
+		if v == 0 {
+			m.embedForward(a, Pass{}, false)
+		} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
+			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
+		}
+		m.blocksForward(a, lo, hi, Pass{}, false)
+		if v == nv-1 {
+			loss = m.headForward(a, 0, false)
+		} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
+			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
+		}
+	}
+	return loss, m.tp.failed()
+}
