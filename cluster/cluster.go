@@ -199,9 +199,10 @@ func (j *Job) nodeEvent(name, state, msg string) {
 	j.emit(e)
 }
 
-// Close ends a job that was planned but not started: it closes the
-// connections and the events channel. On a started job it stops the job
-// and waits for its end. Close is safe to call more than once.
+// Close ends a job that was planned but not started (or whose Plan
+// failed): it closes the connections and the events channel. On a started
+// job it stops the job and waits for its end. Close is safe to call more
+// than once, but not while Plan runs: cancel Plan's context instead.
 func (j *Job) Close() error {
 	j.mu.Lock()
 	if j.closed {

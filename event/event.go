@@ -13,12 +13,19 @@
 // Kinds and the fields each one uses:
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
-//	node     Node, State, Message            connecting, pushing, ready, failed, lost
+//	node     Node, State, Message            connecting, pushing, probed, ready, failed, lost
 //	worker   Node, Rank, State, Code, Signal starting, running, exited, failed
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line                one line of a worker's output
 //	job      State, Message, Rank, Node, Tail started, done, failed, stopped
+//
+// Also set where they apply: a node event "probed" carries the Probe; a
+// worker event "running" has the pid in Message ("pid 4242"); a job event
+// "failed" has the failed worker's Code and Signal. An agent (package
+// agent) sends its node's part of the job as job events with its Node set;
+// the launcher (package cluster) keeps those to itself and sends the job's
+// own.
 //
 // Ranks are global; Node is the inventory name of the node. Times are the
 // sender's clock.
