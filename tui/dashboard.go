@@ -378,7 +378,7 @@ func (m *dashModel) view(st Styles, w, h int, now time.Time) []string {
 	chartW := w * 3 / 5
 	memW := w - chartW - 1
 	left := append([]string{rule(st, "Loss  ⣀ train  • eval", chartW, m.focus == paneChart)},
-		lossChart(st, m.train.pts, m.eval.pts, m.maxSteps, chartW, topH-1)...)
+		lossChart(st, m.train.pts, m.eval.pts, 0, chartW, topH-1)...)
 	right := append([]string{rule(st, "Memory  used/total", memW, m.focus == paneMem)}, m.memLines(st, memW, topH-1)...)
 	at := func(s []string, i int) string {
 		if i < len(s) {

@@ -156,7 +156,7 @@ func (m *jobModel) view(st Styles, table *ranktable.Table, probes map[string]*ev
 			break
 		}
 		for _, l := range pl {
-			lines = append(lines, fit("  "+l, w))
+			add(l)
 		}
 		if fits {
 			add(st.OK.r("✓ fits"))

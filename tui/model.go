@@ -200,6 +200,9 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 	if msg.stream == probeStream {
 		for _, ev := range msg.events {
 			m.nodes.apply(ev)
+			if ev.Kind == event.KindJob && ev.State == event.JobFailed {
+				m.status = "probe: " + ev.Message // a mistake that is no one node's
+			}
 		}
 		if msg.closed {
 			return nil

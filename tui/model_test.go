@@ -33,9 +33,17 @@ func TestNodesProbe(t *testing.T) {
 	}
 	// A node the inventory does not list still gets a row.
 	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
-		ev(event.KindNode, 3, func(e *event.Event) { e.Node, e.State = "gpu1", event.NodeReady }),
 		ev(event.KindNode, 3, func(e *event.Event) { e.Node, e.State, e.Message = "extra", event.NodeLost, "connection reset" }),
 	}})
+	// The cluster runner sends the probe on its node event.
+	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
+		ev(event.KindNode, 3, func(e *event.Event) { e.Node, e.State, e.Probe = "gpu1", event.NodeProbed, h100("gpu1") }),
+		ev(event.KindJob, 3, func(e *event.Event) { e.State, e.Message = event.JobFailed, "hosts.txt:3: node gpu1 has no data/train" }),
+		ev(event.KindNode, 4, func(e *event.Event) { e.Node, e.State = "gpu1", event.NodeReady }),
+	}, closed: true})
+	if m.nodes.rows[1].probe == nil || !strings.Contains(m.status, "probe: hosts.txt:3: node gpu1 has no data/train") {
+		t.Errorf("probe on a node event: %v, status %q", m.nodes.rows[1].probe, m.status)
+	}
 	if s := m.nodes.rows[1].stateText(); s != "ready" {
 		t.Errorf("gpu1 after ready: %q", s)
 	}

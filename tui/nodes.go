@@ -76,6 +76,9 @@ func (m *nodesModel) apply(ev event.Event) {
 	case event.KindNode:
 		r := m.row(ev.Node)
 		r.state, r.msg = ev.State, ev.Message
+		if ev.Probe != nil { // the cluster runner reports its probe this way
+			r.probe = ev.Probe
+		}
 	}
 }
 

@@ -29,7 +29,8 @@ func newRankModel(path string) rankModel {
 }
 
 // devices returns the devices a node contributes: as edited here, else as
-// the inventory says, else every device its probe found.
+// the inventory says, else every device its probe found (one CPU worker
+// for a node without GPUs).
 func (m *rankModel) devices(r nodeRow) sshexec.Devices {
 	if d, ok := m.edited[r.node.Name]; ok {
 		return d
@@ -41,6 +42,9 @@ func (m *rankModel) devices(r nodeRow) sshexec.Devices {
 	if r.probe != nil {
 		for _, dev := range r.probe.Devices {
 			d.IDs = append(d.IDs, dev.Index)
+		}
+		if len(d.IDs) == 0 {
+			d.CPU = 1 // no GPU: one CPU worker with every core, as the runner does
 		}
 	}
 	return d

@@ -15,8 +15,9 @@ import (
 // `gptui run --no-tui`.
 type Launcher interface {
 	// Probe probes every node and reports on the channel, as events of
-	// kinds probe and node, what it finds; it closes the channel when every
-	// node has answered or failed.
+	// kinds probe and node (a node event may carry the Probe), what it
+	// finds; it closes the channel when every node has answered or failed.
+	// A job event in state failed reports a mistake that is no one node's.
 	Probe(ctx context.Context) <-chan event.Event
 	// Start starts a job. It returns once the job is under way; what
 	// happens next arrives on the Runner's Events.

@@ -17,8 +17,12 @@ import (
 	"github.com/charmbracelet/x/term"
 
 	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
+	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 	"github.com/gptui/gptui/tui"
 )
@@ -47,6 +51,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	hosts := fs.String("hosts", "", "the host inventory: one node per line (see 'gptui ranktable --hosts')")
 	nproc := fs.Int("nproc", 1, "without --hosts: the number of CPU workers on this machine")
 	table := fs.String("rank-table", "rank_table.json", "where the rank table is written")
+	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -65,6 +70,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Overrides:     *o,
 		RankTablePath: *table,
 		Colour:        os.Getenv("NO_COLOR") == "",
+		Plan:          newPlanner(),
 	}
 	if *hosts != "" {
 		nodes, err := sshexec.LoadInventory(*hosts)
@@ -72,9 +78,10 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usageError{err}
 		}
 		opt.Nodes = nodes
-		// The UI shows the inventory; launching on it needs the cluster
-		// runner, which a launcher for these nodes will provide.
-		opt.Launcher = &localLauncher{nodes: nodes}
+		opt.Launcher = &clusterLauncher{
+			nodes: nodes, hosts: *hosts, config: *c, overrides: *o,
+			ssh: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
+		}
 	} else {
 		opt.Nodes = []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Workdir: ".", Devices: sshexec.Devices{CPU: *nproc}}}
 		opt.Launcher = &localLauncher{nodes: opt.Nodes}
@@ -229,3 +236,180 @@ type localRunner struct {
 
 func (r *localRunner) Events() <-chan event.Event { return r.events }
 func (r *localRunner) Stop()                      { r.once.Do(func() { r.stop.Close() }) }
+
+// clusterLauncher runs jobs on the nodes of an inventory with the cluster
+// runner (package cluster), the launcher of 'gptui run --hosts'.
+type clusterLauncher struct {
+	nodes     []sshexec.Node
+	hosts     string
+	config    string
+	overrides []string
+	ssh       sshexec.ClientConfig
+}
+
+// Probe plans a job of the starting config on the nodes, which connects to
+// each, pushes gptui and probes it, and reports it all as events; then it
+// gives the job up. (A config that does not resolve yet is replaced by
+// tiny for the probe: it only decides which data paths are checked.)
+func (l *clusterLauncher) Probe(ctx context.Context) <-chan event.Event {
+	cfg, err := presets.Load(l.config, l.overrides)
+	if err != nil {
+		cfg, _ = presets.Load("tiny", nil)
+	}
+	job := cluster.New(cluster.Options{Nodes: l.nodes, Hosts: l.hosts, Config: cfg, SSH: l.ssh})
+	ch := make(chan event.Event, 64)
+	go func() {
+		defer close(ch)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for e := range job.Events() {
+				ch <- e
+			}
+		}()
+		_, err := job.Plan(ctx)
+		job.Close()
+		<-done
+		var ie *cluster.InputError
+		if errors.As(err, &ie) {
+			e := event.New(event.KindJob)
+			e.State, e.Message = event.JobFailed, err.Error()
+			ch <- e
+		}
+	}()
+	return ch
+}
+
+// Start plans the job with the UI's rank table and starts it; both happen
+// in the background, reported on the runner's events.
+func (l *clusterLauncher) Start(ctx context.Context, job tui.Job) (tui.Runner, error) {
+	cfg := job.Resolved
+	if job.Resume {
+		// The same as 'gptui train --resume'.
+		var err error
+		if cfg, err = presets.Load(job.Config, append(append([]string(nil), job.Overrides...), "Engine.save_load.ckpt_dir=auto")); err != nil {
+			return nil, err
+		}
+	}
+	cj := cluster.New(cluster.Options{
+		Nodes: l.nodes, Hosts: l.hosts, Config: cfg, SSH: l.ssh,
+		RankTable: job.Table, RankTableFile: job.TablePath,
+	})
+	ctx, cancel := context.WithCancel(ctx)
+	r := &clusterRunner{events: make(chan event.Event, 256), cancel: cancel}
+	failed := make(chan error, 1)
+	go func() {
+		defer close(r.events)
+		for e := range cj.Events() {
+			r.events <- e
+		}
+		if err := <-failed; err != nil {
+			e := event.New(event.KindJob)
+			e.State, e.Message = event.JobFailed, err.Error()
+			r.events <- e
+		}
+		cancel()
+	}()
+	go func() {
+		if _, err := cj.Plan(ctx); err != nil {
+			cj.Close()
+			failed <- err
+			return
+		}
+		if err := cj.Start(ctx); err != nil {
+			cj.Wait() // its events end with the job's failure
+		}
+		failed <- nil
+	}()
+	return r, nil
+}
+
+// clusterRunner is a job of the cluster runner.
+type clusterRunner struct {
+	events chan event.Event
+	cancel context.CancelFunc // stops the job, while it is planned or runs
+}
+
+func (r *clusterRunner) Events() <-chan event.Event { return r.events }
+func (r *clusterRunner) Stop()                      { r.cancel() }
+
+// newPlanner returns the job screen's planner: the predicted memory of one
+// device for the job's strategy on the rank table's devices. It keeps the
+// device profiles it has loaded (the UI calls it on every frame of the Job
+// screen, always from the UI's goroutine).
+func newPlanner() tui.Planner {
+	profiles := map[string]planner.Device{}
+	return func(cfg *presets.Config, t *ranktable.Table, probes map[string]*event.Probe) ([]string, bool, error) {
+		return planFor(profiles, cfg, t, probes)
+	}
+}
+
+// planFor is the planner's estimate for one job.
+func planFor(profiles map[string]planner.Device, cfg *presets.Config, t *ranktable.Table, probes map[string]*event.Probe) ([]string, bool, error) {
+	if len(t.Servers) == 0 {
+		return nil, false, errors.New("no devices in the rank table")
+	}
+	per := len(t.Servers[0].Devices)
+	for _, s := range t.Servers {
+		if len(s.Devices) != per {
+			return nil, false, fmt.Errorf("the planner needs the same number of devices on every node (%s has %d, %s %d)", t.Servers[0].ServerID, per, s.ServerID, len(s.Devices))
+		}
+	}
+	name := "cpu"
+	if cfg.Global.Device != "cpu" {
+		name = gpuProfile(probes)
+	}
+	dev, ok := profiles[name]
+	if !ok {
+		path, _ := planner.DefaultProfilePath()
+		d, err := deviceProfile(name, path, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		profiles[name], dev = d, d
+	}
+	cl := planner.Cluster{Nodes: len(t.Servers), DevicesPerNode: per, Device: dev}
+	if err := cl.Validate(); err != nil {
+		return nil, false, err
+	}
+	p := planner.Estimate(planner.ModelOf(cfg), cl, planner.StrategyOf(cfg))
+	if dev.Accounting == planner.AccountingEngine {
+		if r := planner.EngineCapabilities().Unsupported(p.Strategy); r != "" && p.Feasible {
+			p.Feasible, p.Reason = false, r
+		}
+	}
+	mem := p.Mem
+	lines := []string{
+		fmt.Sprintf("on %s: params %s, grads %s, optimizer %s, activations %s, other %s", cl,
+			gib(mem.Params), gib(mem.Grads), gib(mem.Optimizer), gib(mem.Activations), gib(mem.Other)),
+		fmt.Sprintf("total %s of %s per device · %s", gib(mem.Total), gib(p.Capacity), planner.Summary(p)),
+	}
+	if !p.Feasible && p.Reason != "" {
+		lines = append(lines, p.Reason)
+	}
+	return lines, p.Feasible, nil
+}
+
+// gpuProfile picks the planner's device profile for the GPUs the probes
+// found; V100-32G, as 'gptui plan' does, when none is recognised.
+func gpuProfile(probes map[string]*event.Probe) string {
+	for _, p := range probes {
+		for _, d := range p.Devices {
+			n := strings.ToUpper(d.Name)
+			switch {
+			case strings.Contains(n, "H200"):
+				return "H200-141G"
+			case strings.Contains(n, "H100"):
+				return "H100-80G"
+			case strings.Contains(n, "A100") && d.MemTotal > 60<<30:
+				return "A100-80G"
+			case strings.Contains(n, "A100"):
+				return "A100-40G"
+			}
+		}
+	}
+	return "V100-32G"
+}
+
+// gib formats bytes in GiB.
+func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }

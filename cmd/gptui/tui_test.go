@@ -8,43 +8,16 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// The terminal UI's end-to-end tests run a real gptui binary in a real
-// terminal, Debian's tmux: they type with send-keys and read the screen
-// with capture-pane.
+// The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
+// in a real terminal, Debian's tmux: they type with send-keys and read the
+// screen with capture-pane.
 
 const tmuxPath = "/usr/bin/tmux"
-
-var tuiBin struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// tuiBinary returns a gptui binary built once for these tests, alone in its
-// directory, so that every process running it can be found by its path.
-func tuiBinary(t *testing.T) string {
-	t.Helper()
-	tuiBin.once.Do(func() {
-		tuiBin.dir, tuiBin.err = os.MkdirTemp("", "gptui-tui-test-")
-		if tuiBin.err != nil {
-			return
-		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(tuiBin.dir, "gptui"), ".").CombinedOutput()
-		if err != nil {
-			tuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
-		}
-	})
-	if tuiBin.err != nil {
-		t.Fatal(tuiBin.err)
-	}
-	return filepath.Join(tuiBin.dir, "gptui")
-}
 
 // tmuxSession is a detached tmux server of its own running one command.
 type tmuxSession struct {
@@ -80,7 +53,9 @@ func (s *tmuxSession) tmux(args ...string) string {
 func (s *tmuxSession) screen() string { return s.tmux("capture-pane", "-p", "-t", "ui") }
 
 // keys types keys (tmux key names, such as Enter or q).
-func (s *tmuxSession) keys(keys ...string) { s.tmux(append([]string{"send-keys", "-t", "ui"}, keys...)...) }
+func (s *tmuxSession) keys(keys ...string) {
+	s.tmux(append([]string{"send-keys", "-t", "ui"}, keys...)...)
+}
 
 // await waits until the screen matches re and returns the screen.
 func (s *tmuxSession) await(re *regexp.Regexp, limit time.Duration) string {
@@ -144,7 +119,7 @@ func awaitNoProcess(t *testing.T, exe string, limit time.Duration) {
 
 var (
 	lossRE    = regexp.MustCompile(`step \d+/\d+  loss \d+\.\d{4}`)
-	memBarRE  = regexp.MustCompile(`localhost r[01]\s+[█░]+ \d+M/\d+\.\dG`)
+	memBarRE  = regexp.MustCompile(`(localhost|127\.0\.0\.[23]) +r[01] +[█░]+ \d+M/\d+\.\dG`)
 	logTailRE = regexp.MustCompile(`(?m)^ \[train\] epoch: \d+ step: \d+ lr: \S+ loss: \d+\.\d+`)
 	exitRE    = regexp.MustCompile(`gptui-exit=(\d+)`)
 )
@@ -154,8 +129,7 @@ var (
 // the memory bars and the log tail, quits with q (confirmed with y) and
 // checks that no worker remains.
 func TestTUILocal(t *testing.T) {
-	exe := tuiBinary(t)
-	defer os.RemoveAll(tuiBin.dir)
+	exe := builtGPTUI(t)
 	dir := t.TempDir()
 	cmd := "NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) + " --nproc 2 --preset tiny" +
 		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
@@ -188,5 +162,51 @@ func TestTUILocal(t *testing.T) {
 	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
 		t.Errorf("gptui exited with status %s:\n%s", code, scr)
 	}
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// TestTUIHosts runs 'gptui --hosts FILE --preset tiny' in tmux against two
+// sshd nodes on 127.0.0.2 and 127.0.0.3 with one CPU worker each: the
+// nodes screen shows both probed and ready, the job is launched from the
+// Job screen, a loss, the memory bars and a log tail show in the
+// dashboard, and q (confirmed) stops it: no agent or worker remains on
+// either node, and the UI exits 0.
+func TestTUIHosts(t *testing.T) {
+	exe := builtGPTUI(t)
+	c := newSSHCluster(t, "cpu:1")
+	dir := t.TempDir()
+	cmd := "HOME=" + shellQuoteTest(c.home) + " SSH_AUTH_SOCK= NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) +
+		" --hosts " + shellQuoteTest(c.hosts) + " --preset tiny" +
+		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
+		" -o Engine.max_steps=100000 -o Engine.logging_freq=2"
+	s := startTmux(t, dir, 120, 32, cmd)
+
+	scr := s.await(regexp.MustCompile(`(?s)127\.0\.0\.2 .* ready .*127\.0\.0\.3 .* ready `), 90*time.Second)
+	if !strings.Contains(scr, "[1 Nodes]") || strings.Contains(scr, "failed") {
+		t.Errorf("the nodes screen:\n%s", scr)
+	}
+	s.keys("3")
+	s.await(regexp.MustCompile(`dp 2 × sharding 1 \(stage 1\) × mp 1 × pp 1 = 2 ranks · rank table: 2 ✓`), 10*time.Second)
+	s.keys("Enter")
+	s.await(lossRE, 120*time.Second)
+	s.await(memBarRE, 20*time.Second)
+	scr = s.await(logTailRE, 20*time.Second)
+	t.Logf("the dashboard:\n%s", scr)
+	if !strings.Contains(scr, "2 running") || !strings.Contains(scr, "Log  rank 0 on 127.0.0.2 · follow") {
+		t.Errorf("the dashboard lacks the ranks' states or the log pane:\n%s", scr)
+	}
+	if n := len(c.jobProcesses()); n < 4 {
+		t.Errorf("expected two agents and two workers on the nodes, found %d processes", n)
+	}
+
+	s.keys("q")
+	s.await(regexp.MustCompile(`A job is running: stop it and quit\? \[y/N\]`), 10*time.Second)
+	s.keys("y")
+	quit := time.Now()
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
+		t.Errorf("gptui exited with status %s:\n%s", code, scr)
+	}
+	c.awaitGone(t, quit, 10*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
 }
