@@ -217,8 +217,9 @@ func TestParallelParity(t *testing.T) {
 }
 
 // TestCrossStrategyResume: 5 steps under dp2 × sharding2 stage 2 (4 ranks),
-// saved, then resumed as one process and as sharding2 stage 1; steps 6–10
-// match the uninterrupted single process within 1e-5.
+// saved, then resumed as one process and as sharding2 stage 1; and 5 steps
+// under mp2 × pp2, resumed as one process, as sharding4 stage 2 and as pp2:
+// steps 6–10 match the uninterrupted single process within 1e-5.
 func TestCrossStrategyResume(t *testing.T) {
 	base := func(extra ...string) []string {
 		o := append(parityOverrides(t), "Engine.max_steps=10")
@@ -249,6 +250,52 @@ func TestCrossStrategyResume(t *testing.T) {
 	_, res := runRanks(t, 2, base(append(resume, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1",
 		"Global.local_batch_size=4", "Global.micro_batch_size=2")...))
 	check("sharding2 stage1", res.Losses)
+
+	// From tensor × pipeline parallel to sharding and to one process.
+	out = t.TempDir()
+	runRanks(t, 4, base("Engine.max_steps=5", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
+		"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"))
+	resume = []string{"Engine.save_load.ckpt_dir=" + filepath.Join(out, "step_00000005")}
+	check("mp2×pp2 → single process", single(resume...).Losses)
+	_, res = runRanks(t, 4, base(append(resume, "Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=2",
+		"Global.local_batch_size=2", "Global.micro_batch_size=1")...))
+	check("mp2×pp2 → sharding4 stage2", res.Losses)
+	_, res = runRanks(t, 2, base(append(resume, "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")...))
+	check("mp2×pp2 → pp2", res.Losses)
+}
+
+// TestModelParallelTraffic: per step, a tensor-parallel rank sends the ring
+// all-reduce volume 2(n−1)/n of 4 (B,T,C) tensors per layer (two forward,
+// two backward), one for the embedding and one for the head's input
+// gradient, plus the loss's per-row statistics (an all-gather of the row
+// maxima, a float64 all-reduce of sums and target logits); a pipeline stage
+// sends one (B,T,C) tensor per micro-batch across its boundary (activations
+// from the first stage, gradients from the last), within 1%.
+func TestModelParallelTraffic(t *testing.T) {
+	const B, T, C, L, accum = 4, 32, 32, 2, 2
+	N := float64(B * T)
+	act := 4 * N * C // bytes of one (B,T,C) float32 tensor
+	for _, tc := range []struct {
+		name string
+		o    []string
+		key  string
+		want float64
+	}{
+		{"mp2", []string{"Distributed.mp_degree=2"}, "mp",
+			accum * ((4*L+2)*act*2*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N)},
+		{"pp2", []string{"Distributed.pp_degree=2"}, "pp", accum * act},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := append(parityOverrides(t), "Engine.max_steps=3", "Global.local_batch_size=8", "Global.micro_batch_size=4")
+			tr, _ := runRanks(t, 2, append(o, tc.o...))
+			got := float64(tr.lastTraffic[tc.key]) / 3
+			if d := math.Abs(got-tc.want) / tc.want; d > 0.01 {
+				t.Errorf("%s group: %.0f bytes sent per step, analytic %.0f (off by %.2f%%)", tc.key, got, tc.want, 100*d)
+			} else {
+				t.Logf("%s: %.0f bytes per step, analytic %.0f (%.3f%%)", tc.name, got, tc.want, 100*d)
+			}
+		})
+	}
 }
 
 // TestTrafficMatchesAnalytic: the bytes a rank sends per step equal the ring
@@ -280,6 +327,32 @@ func TestTrafficMatchesAnalytic(t *testing.T) {
 				t.Errorf("%.0f bytes sent per step, analytic %.0f (off by %.2f%%)", perStep, want, 100*d)
 			} else {
 				t.Logf("%s: %.0f bytes per step, analytic %.0f (%.3f%%)", tc.name, perStep, want, 100*d)
+			}
+		})
+	}
+}
+
+// TestDropoutIndependentOfStrategy: with dropout on both sites, tensor and
+// pipeline parallel ranks draw the masks one process draws, so the losses
+// match the single process's within 1e-5.
+func TestDropoutIndependentOfStrategy(t *testing.T) {
+	drop := []string{"Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1", "Engine.max_steps=3"}
+	_, sres := trainPreset(t, "tiny", append(append(parityOverrides(t), drop...), "Global.local_batch_size=8", "Global.micro_batch_size=4")...)
+	for _, tc := range []struct {
+		name  string
+		world int
+		o     []string
+	}{
+		{"mp2", 2, []string{"Distributed.mp_degree=2"}},
+		{"pp2", 2, []string{"Distributed.pp_degree=2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := append(append(parityOverrides(t), drop...), "Global.local_batch_size=8", "Global.micro_batch_size=4")
+			_, res := runRanks(t, tc.world, append(o, tc.o...))
+			for i, l := range res.Losses {
+				if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {
+					t.Errorf("step %d: loss %.7f, single process %.7f (rel %.2g)", i, l, sres.Losses[i], d)
+				}
 			}
 		})
 	}

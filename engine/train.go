@@ -530,6 +530,12 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 	if tr.model != nil {
 		now["model"] = tr.model.Traffic().SentBytes
 	}
+	if p := tr.pp; p != nil {
+		now["pp"] = p.acts.Traffic().SentBytes + p.grads.Traffic().SentBytes
+		if p.tied != nil {
+			now["tied"] = p.tied.Traffic().SentBytes
+		}
+	}
 	if len(now) == 0 {
 		return nil
 	}
