@@ -76,6 +76,7 @@ const (
 type confirmation struct {
 	question string
 	yes      func() tea.Cmd
+	quit     bool // the question of q and ctrl+c
 }
 
 // tickMsg is the clock, once a second, for the elapsed time.
@@ -351,7 +352,11 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 		case is(msg, k.No), msg.String() == "q":
 			m.confirm = nil
 		case msg.String() == "ctrl+c":
+			c := m.confirm
 			m.confirm = nil
+			if c.quit {
+				return c.yes() // ctrl+c answers its own question
+			}
 			return m.quit()
 		}
 		return nil
@@ -478,6 +483,7 @@ func (m *Model) quit() tea.Cmd {
 		m.status = "stopping the job…"
 		return m.stopJob()
 	})
+	m.confirm.quit = true
 	return nil
 }
 

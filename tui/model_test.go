@@ -327,6 +327,23 @@ func TestQuitStopsTheJob(t *testing.T) {
 	}
 }
 
+func TestCtrlC(t *testing.T) {
+	m := trainingJob(t, 2, 10, 80, 24)
+	r := m.runner.(*testRunner)
+	press(m, "ctrl+c")
+	if m.confirm == nil {
+		t.Fatal("ctrl+c while a job runs quit without asking")
+	}
+	press(m, "ctrl+c")()
+	if r.stopped != 1 || !m.quitting {
+		t.Fatalf("a second ctrl+c did not stop the job: stopped %d", r.stopped)
+	}
+	// A third does not wait for the workers; the caller stops them.
+	if !isQuit(press(m, "ctrl+c")) || m.Runner() == nil {
+		t.Fatal("a third ctrl+c did not quit at once, leaving the runner to the caller")
+	}
+}
+
 func TestStopAndRestart(t *testing.T) {
 	m := trainingJob(t, 2, 30, 80, 24)
 	l := m.opt.Launcher.(*testLauncher)

@@ -306,6 +306,9 @@ func (l *clusterLauncher) Start(ctx context.Context, job tui.Job) (tui.Runner, e
 		if err := <-failed; err != nil {
 			e := event.New(event.KindJob)
 			e.State, e.Message = event.JobFailed, err.Error()
+			if ctx.Err() != nil {
+				e.State = event.JobStopped // Stop while the job was being planned
+			}
 			r.events <- e
 		}
 		cancel()
