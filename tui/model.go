@@ -245,8 +245,10 @@ func (m *Model) onStarted(msg startedMsg) tea.Cmd {
 	}
 	m.launching = false
 	if msg.err != nil {
-		m.dash.state, m.dash.message = event.JobFailed, msg.err.Error()
-		m.status = "launch: " + msg.err.Error()
+		e := event.New(event.KindJob)
+		e.State, e.Message, e.Time = event.JobFailed, "launch: "+msg.err.Error(), time.Time{}
+		m.dash.apply(e) // the banner says why
+		m.status = e.Message
 		if m.quitting {
 			return tea.Quit
 		}

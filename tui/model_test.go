@@ -426,7 +426,26 @@ func TestHelp(t *testing.T) {
 	}
 }
 
+func TestLaunchError(t *testing.T) {
+	m := trainingJob(t, 1, 5, 80, 24)
+	m.Update(eventsMsg{stream: m.jobN, closed: true})
+	press(m, "3", "enter")
+	m.Update(startedMsg{job: m.jobN, err: fmt.Errorf("no agent")})
+	if m.busy() || !strings.Contains(m.Render(), "✗ the job failed: launch: no agent") {
+		t.Errorf("a failed Start is not shown:\n%s", m.Render())
+	}
+}
+
 func TestNoColour(t *testing.T) {
+	// The input line is plain too: the cursor is the terminal's own.
+	m := probedNodes(t, 80, 24)
+	press(m, "/", "'gpu")
+	if out := m.Render(); strings.Contains(out, "\x1b") || !strings.Contains(out, "filter nodes: gpu") {
+		t.Errorf("input line: %q", out[strings.LastIndexByte(out, '\n')+1:])
+	}
+	if c := m.View().Cursor; c == nil || c.Y != 23 || c.X != len("filter nodes: gpu") {
+		t.Errorf("cursor %+v, want at the end of the input line", c)
+	}
 	for _, colour := range []bool{false, true} {
 		m := trainingJob(t, 2, 50, 80, 24)
 		m.st = NewStyles(colour)
