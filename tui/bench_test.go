@@ -11,7 +11,7 @@ import (
 // at 140×40. A frame must take well under 20 ms.
 func BenchmarkDashboard64Ranks(b *testing.B) {
 	m := trainingJob(b, 64, 1000, 140, 40)
-	m.st = NewStyles(true)
+	m.st = newStyles(true)
 	if len(m.dash.train.pts) != 1000 || len(m.dash.ranks) != 64 || len(m.dash.mem) != 64 {
 		b.Fatalf("fixture: %d points, %d ranks, %d memory bars", len(m.dash.train.pts), len(m.dash.ranks), len(m.dash.mem))
 	}

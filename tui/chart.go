@@ -14,7 +14,7 @@ var brailleBit = [2][4]rune{{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}}
 // cell) and the evaluations as • marks, in w×h cells: a y axis with three
 // labels on the left and the steps along the bottom row. xmax is the last
 // step of the run (0: the last step seen).
-func lossChart(st Styles, train, eval []point, xmax, w, h int) []string {
+func lossChart(st styles, train, eval []point, xmax, w, h int) []string {
 	const labelW = 7 // "10.83 ┤"
 	pw, ph := w-labelW, h-1
 	if pw < 4 || ph < 2 {

@@ -301,7 +301,7 @@ func (m *dashModel) setSearch(s string) bool {
 }
 
 // stats is the line of figures at the top.
-func (m *dashModel) stats(st Styles, now time.Time) string {
+func (m *dashModel) stats(st styles, now time.Time) string {
 	var parts []string
 	if m.state == "" && m.message != "" {
 		parts = append(parts, m.message)
@@ -355,7 +355,7 @@ func (m *dashModel) rankCounts() string {
 }
 
 // view draws the dashboard in w×h cells.
-func (m *dashModel) view(st Styles, w, h int, now time.Time) []string {
+func (m *dashModel) view(st styles, w, h int, now time.Time) []string {
 	lines := make([]string, 0, h)
 	lines = append(lines, fit(" "+m.stats(st, now), w))
 	if m.banner && m.failure != nil {
@@ -428,7 +428,7 @@ func (m *dashModel) view(st Styles, w, h int, now time.Time) []string {
 }
 
 // rankCell draws one rank in cellW cells: "›12 run   ".
-func (m *dashModel) rankCell(st Styles, r, cellW int) string {
+func (m *dashModel) rankCell(st styles, r, cellW int) string {
 	rs := m.ranks[r]
 	abbr := map[string]string{"": "-", event.WorkerStarting: "start", event.WorkerRunning: "run", event.WorkerExited: "exit", event.WorkerFailed: "FAIL"}[rs.state]
 	mark := " "
@@ -444,7 +444,7 @@ func (m *dashModel) rankCell(st Styles, r, cellW int) string {
 }
 
 // memLines draws the memory bars in w×h cells.
-func (m *dashModel) memLines(st Styles, w, h int) []string {
+func (m *dashModel) memLines(st styles, w, h int) []string {
 	out := make([]string, 0, h)
 	if len(m.mem) == 0 {
 		return append(out, fit("  no memory reports yet", w))
@@ -484,7 +484,7 @@ func (m *dashModel) memLines(st Styles, w, h int) []string {
 }
 
 // logLines draws the log pane in w×h cells.
-func (m *dashModel) logLines(st Styles, w, h int) []string {
+func (m *dashModel) logLines(st styles, w, h int) []string {
 	l := m.logs[m.sel]
 	node := ""
 	if m.sel < len(m.ranks) && m.ranks[m.sel].node != "" {
@@ -526,7 +526,7 @@ func (m *dashModel) logLines(st Styles, w, h int) []string {
 
 // bannerLines draws the failure banner: the rank, how it ended and its
 // last lines.
-func (m *dashModel) bannerLines(st Styles, w, h int) []string {
+func (m *dashModel) bannerLines(st styles, w, h int) []string {
 	f := m.failure
 	how := f.Message
 	if f.Rank >= 0 && f.Rank < len(m.ranks) {

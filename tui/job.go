@@ -106,7 +106,7 @@ func (m *jobModel) strategy(tableRanks int) string {
 }
 
 // view draws the screen in w×h cells.
-func (m *jobModel) view(st Styles, table *ranktable.Table, probes map[string]*event.Probe, plan Planner, w, h int) []string {
+func (m *jobModel) view(st styles, table *ranktable.Table, probes map[string]*event.Probe, plan Planner, w, h int) []string {
 	var lines []string
 	row := func(i int, label, text string) {
 		mark := "  "
@@ -147,7 +147,7 @@ func (m *jobModel) view(st Styles, table *ranktable.Table, probes map[string]*ev
 	lines = append(lines, "", rule(st, "Plan: memory per device", w, false))
 	switch {
 	case plan == nil:
-		add(st.Dim.r("the planner is not built yet: its per-device memory estimate and fit will show here"))
+		add(st.Dim.r("no planner: run 'gptui plan' for the per-device memory estimate"))
 	case m.cfg == nil:
 	default:
 		pl, fits, err := plan(m.cfg, table, probes)

@@ -54,7 +54,7 @@ type Options struct {
 	// RankTablePath is where the rank table is written; empty means
 	// rank_table.json.
 	RankTablePath string
-	// Plan is the planner's hook; nil until the planner exists.
+	// Plan is the planner's estimate for the job screen; nil shows none.
 	Plan Planner
 	// Colour turns colour on; leave it off when NO_COLOR is set.
 	Colour bool
@@ -90,7 +90,7 @@ func tick() tea.Cmd {
 type Model struct {
 	opt    Options
 	ctx    context.Context
-	st     Styles
+	st     styles
 	keys   keyMap
 	w, h   int
 	screen int
@@ -135,7 +135,7 @@ func New(opt Options) *Model {
 	m := &Model{
 		opt:   opt,
 		ctx:   opt.Context,
-		st:    NewStyles(opt.Colour),
+		st:    newStyles(opt.Colour),
 		keys:  newKeyMap(),
 		w:     80,
 		h:     24,

@@ -448,7 +448,7 @@ func TestNoColour(t *testing.T) {
 	}
 	for _, colour := range []bool{false, true} {
 		m := trainingJob(t, 2, 50, 80, 24)
-		m.st = NewStyles(colour)
+		m.st = newStyles(colour)
 		has := strings.Contains(m.Render(), "\x1b[")
 		if has != colour {
 			t.Errorf("colour %v: escape sequences present: %v", colour, has)

@@ -219,7 +219,7 @@ func (r nodeRow) hostKeyAdvice() []string {
 }
 
 // view draws the screen in w×h cells.
-func (m *nodesModel) view(st Styles, w, h int) []string {
+func (m *nodesModel) view(st styles, w, h int) []string {
 	nameW := 6
 	for _, r := range m.rows {
 		nameW = max(nameW, min(len(r.node.Name), 24))
@@ -278,7 +278,7 @@ func (m *nodesModel) view(st Styles, w, h int) []string {
 }
 
 // detailLines describes one node in full.
-func (m *nodesModel) detailLines(st Styles, r nodeRow, w int) []string {
+func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 	out := []string{rule(st, "Node "+r.node.Name, w, true)}
 	add := func(s string) {
 		for _, l := range wrap(s, w-2) {

@@ -118,7 +118,7 @@ func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, n int) bool {
 }
 
 // view draws the screen in w×h cells.
-func (m *rankModel) view(st Styles, rows []nodeRow, w, h int) []string {
+func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
 	t := m.table(rows)
 	nameW := 6
 	for _, r := range rows {

@@ -50,8 +50,8 @@ type Job struct {
 // given the resolved config, the rank table and what the probes found
 // (keyed by node name), it returns its per-device memory estimate as
 // lines of text ready to show, and whether the job fits. The job screen
-// shows them under the strategy. Options.Plan is nil until the planner
-// exists; cmd/gptui wires it in.
+// shows them under the strategy. cmd/gptui wires it to planner.Estimate;
+// without one the screen says there is no estimate.
 type Planner func(cfg *presets.Config, table *ranktable.Table, probes map[string]*event.Probe) (lines []string, fits bool, err error)
 
 // maxBatch bounds how many events one message carries, so that a burst of

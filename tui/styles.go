@@ -24,18 +24,18 @@ func (s style) r(text string) string {
 	return s.s.Render(text)
 }
 
-// Styles are the looks of the UI. Nothing in the UI relies on colour alone:
+// styles are the looks of the UI. Nothing in the UI relies on colour alone:
 // the selected row has a "›" marker, the active tab brackets, the focused
 // pane a heavy rule, so a NO_COLOR terminal loses nothing but the colour.
-type Styles struct {
+type styles struct {
 	Title, Tab, Dim, Bold, OK, Warn, Bad, Sel, Match, Bar, Train, Eval, Banner style
 }
 
-// NewStyles returns the styles, with colour on or off.
-func NewStyles(colour bool) Styles {
+// newStyles returns the styles, with colour on or off.
+func newStyles(colour bool) styles {
 	mk := func(s lipgloss.Style) style { return style{s: s, on: colour} }
 	n := lipgloss.NewStyle
-	return Styles{
+	return styles{
 		Title:  mk(n().Bold(true).Foreground(lipgloss.Color("12"))),
 		Tab:    mk(n().Bold(true).Foreground(lipgloss.Color("11"))),
 		Dim:    mk(n().Foreground(lipgloss.Color("8"))),
@@ -53,7 +53,7 @@ func NewStyles(colour bool) Styles {
 }
 
 // stateStyle picks the style that goes with a node, worker or job state.
-func (st Styles) state(s string) style {
+func (st styles) state(s string) style {
 	switch s {
 	case "running", "ready", "probed", "done", "exited", "started":
 		return st.OK
@@ -84,7 +84,7 @@ func fit(s string, w int) string {
 
 // rule draws a pane's title line: a light rule, or a heavy one when the
 // pane has the focus.
-func rule(st Styles, title string, w int, focused bool) string {
+func rule(st styles, title string, w int, focused bool) string {
 	line, mark := "─", "  "
 	if focused {
 		line, mark = "━", "▶ "
@@ -102,7 +102,7 @@ func rule(st Styles, title string, w int, focused bool) string {
 }
 
 // bar draws used/total as a bar of w cells.
-func bar(st Styles, used, total int64, w int) string {
+func bar(st styles, used, total int64, w int) string {
 	if w <= 0 {
 		return ""
 	}
