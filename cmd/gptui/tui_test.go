@@ -11,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/ranktable"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -209,4 +213,71 @@ func TestTUIHosts(t *testing.T) {
 	}
 	c.awaitGone(t, quit, 10*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+func TestTUIArgs(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--hosts", "h.txt"}, true},
+		{[]string{"--preset", "tiny"}, true},
+		{[]string{"-c", "tiny"}, true},
+		{[]string{"train", "-c", "tiny"}, false},
+		{[]string{"help"}, false},
+		{[]string{"-h"}, false},
+		{[]string{"--help"}, false},
+		{nil, false}, // the tests' stdin and stdout are no terminal
+	} {
+		if got := wantsTUI(tt.args); got != tt.want {
+			t.Errorf("wantsTUI(%q) = %v, want %v", tt.args, got, tt.want)
+		}
+	}
+
+	// Bad input exits 2 with one line naming the mistake, before any UI.
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "hosts.txt")
+	os.WriteFile(bad, []byte("gpu0 devices=0-7\ngpu1 devices=0-x\n"), 0o644)
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--hosts", bad, "--preset", "tiny"}, []string{"hosts.txt:2", "0-x"}},
+		{[]string{"--hosts", filepath.Join(dir, "none.txt")}, []string{"none.txt"}},
+		{[]string{"--nproc", "0", "--preset", "tiny"}, []string{"--nproc 0"}},
+		{[]string{"--preset", "tiny", "-c", "gpt2-124m"}, []string{"--preset or -c"}},
+		{[]string{"--no-such-flag"}, []string{"no-such-flag"}},
+	} {
+		code, _, stderr := runCLI(t, tt.args...)
+		lines := strings.Split(strings.TrimSpace(stderr), "\n")
+		last := lines[len(lines)-1]
+		if code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", tt.args, code, stderr)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(last, w) {
+				t.Errorf("%q: error %q lacks %q", tt.args, last, w)
+			}
+		}
+	}
+}
+
+func TestTUIPlanner(t *testing.T) {
+	cfg, err := presets.Load("tiny", []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := newPlanner()
+	two := ranktable.Build([]ranktable.ServerInput{{ServerID: "127.0.0.1", DeviceIDs: []int{0, 1}}})
+	lines, fits, err := plan(cfg, two, nil)
+	if err != nil || !fits || len(lines) < 2 || !strings.Contains(lines[0], "params") || !strings.Contains(lines[1], "per device") {
+		t.Errorf("tiny dp2 on 2 CPU workers: fits %v, %v\n%s", fits, err, strings.Join(lines, "\n"))
+	}
+	uneven := ranktable.Build([]ranktable.ServerInput{{ServerID: "a", DeviceIDs: []int{0, 1}}, {ServerID: "b", DeviceIDs: []int{0}}})
+	if _, _, err := plan(cfg, uneven, nil); err == nil || !strings.Contains(err.Error(), "same number of devices") {
+		t.Errorf("uneven nodes: %v", err)
+	}
+	if got := gpuProfile(map[string]*event.Probe{"n": {Devices: []event.Device{{Name: "NVIDIA A100-SXM4-80GB", MemTotal: 80 << 30}}}}); got != "A100-80G" {
+		t.Errorf("A100 80GB: profile %q", got)
+	}
 }
