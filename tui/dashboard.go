@@ -179,18 +179,22 @@ func (m *dashModel) apply(ev event.Event) {
 			l = newRing(m.logCap)
 			m.logs[ev.Rank] = l
 		}
-		l.add(ev.Line)
+		l.add(clean(ev.Line))
 		if ev.Rank == m.sel && !m.follow {
 			// Keep the lines in view where they are.
 			m.logOff = min(m.logOff+1, max(l.len()-1, 0))
 		}
 	case event.KindJob:
-		m.state, m.message = ev.State, ev.Message
+		m.state, m.message = ev.State, clean(ev.Message)
 		switch ev.State {
 		case event.JobStarted:
 			m.start = ev.Time
 		case event.JobFailed:
 			e := ev
+			e.Tail = make([]string, len(ev.Tail))
+			for i, t := range ev.Tail {
+				e.Tail[i] = clean(t)
+			}
 			m.failure, m.banner, m.end = &e, true, ev.Time
 			if ev.Rank >= 0 {
 				m.sel, m.logOff, m.follow = ev.Rank, 0, true

@@ -412,6 +412,26 @@ func TestBoundedHistory(t *testing.T) {
 	}
 }
 
+func TestOutsideText(t *testing.T) {
+	m := trainingJob(t, 1, 5, 80, 24)
+	feed(m, ev(event.KindLog, 9, func(e *event.Event) { e.Rank, e.Line = 0, "\x1b[31mred\x1b[0m\tand a tab\r" }))
+	if got := m.dash.logs[0].at(m.dash.logs[0].len() - 1); got != "red    and a tab " {
+		t.Errorf("cleaned line %q", got)
+	}
+	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
+		ev(event.KindNode, 1, func(e *event.Event) { e.Node, e.State, e.Message = "localhost", event.NodeFailed, "line one\nline two" }),
+	}})
+	press(m, "1")
+	if !strings.Contains(m.Render(), "line one line two") {
+		t.Errorf("the message is not on one line:\n%s", m.Render())
+	}
+	for i, l := range strings.Split(m.Render(), "\n") {
+		if len([]rune(l)) != 80 {
+			t.Errorf("line %d is %d cells: %q", i, len([]rune(l)), l)
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
 	m := probedNodes(t, 80, 24)
 	press(m, "?")

@@ -53,7 +53,9 @@ func newNodesModel(nodes []sshexec.Node) nodesModel {
 // inventory did not list.
 func (m *nodesModel) row(name string) *nodeRow {
 	for i := range m.rows {
-		if m.rows[i].node.Name == name {
+		n := m.rows[i].node
+		// The runner names two nodes of one name by name and port.
+		if n.Name == name || fmt.Sprintf("%s:%d", n.Name, n.Port) == name {
 			return &m.rows[i]
 		}
 	}
@@ -75,7 +77,7 @@ func (m *nodesModel) apply(ev event.Event) {
 		}
 	case event.KindNode:
 		r := m.row(ev.Node)
-		r.state, r.msg = ev.State, ev.Message
+		r.state, r.msg = ev.State, clean(ev.Message)
 		if ev.Probe != nil { // the cluster runner reports its probe this way
 			r.probe = ev.Probe
 		}

@@ -156,3 +156,32 @@ func si(v float64) string {
 	}
 	return fmt.Sprintf("%.0f", v)
 }
+
+// clean makes text from outside (a worker's output, an error message) safe
+// to lay out: escape sequences removed, tabs expanded, newlines and other
+// control characters turned into spaces.
+func clean(s string) string {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	s = ansi.Strip(s)
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '\t':
+			b.WriteString("    ")
+		case r < 0x20 || r == 0x7f:
+			b.WriteByte(' ')
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
