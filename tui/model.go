@@ -599,6 +599,8 @@ func (m *Model) titleLine(w int) string {
 		state = "job starting"
 	case m.runner != nil && m.dash.state == "stopping":
 		state = "job stopping"
+	case m.runner != nil && m.dash.state != event.JobStarted && m.dash.state != "":
+		state = "job " + m.dash.state // its last workers are being stopped
 	case m.runner != nil:
 		state = "job running"
 	case m.dash.state != "":
