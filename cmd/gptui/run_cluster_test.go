@@ -177,7 +177,7 @@ func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duratio
 // TestRunHosts: two nodes × 2 CPU workers train tiny to the end; the job
 // exits 0 with the final loss of the same job run locally with --nproc; a
 // dry run before it pushed the binary, so the job's own setup skips the
-// push. (Add a row for dp2×mp2 once tensor parallelism lands.)
+// push. Tensor parallel groups (mp2) hold ranks 0-1 and 2-3, one per node.
 func TestRunHosts(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -186,6 +186,7 @@ func TestRunHosts(t *testing.T) {
 		overrides []string
 	}{
 		{"dp4", "cpu:2", 4, []string{"Distributed.dp_degree=4", "Global.local_batch_size=2", "Global.micro_batch_size=2"}},
+		{"dp2xmp2", "cpu:2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newSSHCluster(t, tt.devices)
