@@ -18,6 +18,7 @@ import (
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/internal/sshtest"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -446,4 +447,81 @@ func TestNodeLost(t *testing.T) {
 	if last := es[len(es)-1]; !lost || last.State != event.JobFailed || last.Node != "127.0.0.3" {
 		t.Errorf("lost event %v, last event %+v", lost, last)
 	}
+}
+
+// TestRankTableGiven: a given rank table decides the ranks: here the
+// second node holds ranks 0 and 1, so MASTER_ADDR is its address.
+func TestRankTableGiven(t *testing.T) {
+	tc := newCluster(t, "cpu:2")
+	o := tc.options(t, dp4...)
+	tab, err := ranktable.Parse("given.json", []byte(`{"version":"1.0","server_count":"2","server_list":[
+		{"server_id":"127.0.0.3","device":[{"device_id":"0","device_ip":"127.0.0.3","rank_id":"0"},{"device_id":"1","device_ip":"127.0.0.3","rank_id":"1"}]},
+		{"server_id":"127.0.0.2","device":[{"device_id":"0","device_ip":"127.0.0.2","rank_id":"2"},{"device_id":"1","device_ip":"127.0.0.2","rank_id":"3"}]}],
+		"status":"completed"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.RankTable, o.RankTableFile = tab, "given.json"
+	j := New(o)
+	events := collect(j)
+	p, err := j.Plan(context.Background())
+	j.Close()
+	<-events
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MasterAddr != "127.0.0.3" || p.World != 4 {
+		t.Errorf("master %s world %d, want 127.0.0.3 and 4", p.MasterAddr, p.World)
+	}
+	for i, want := range [][]int{{2, 3}, {0, 1}} {
+		var got []int
+		for _, w := range p.Nodes[i].Spec.Workers {
+			got = append(got, w.Rank)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("node %s ranks %v, want %v", p.Nodes[i].Name, got, want)
+		}
+	}
+}
+
+// TestLocalNode: a localhost node runs its agent as a local process, next
+// to an SSH node, and the job trains to the end.
+func TestLocalNode(t *testing.T) {
+	tc := newCluster(t, "cpu:2")
+	local := filepath.Join(t.TempDir(), "local")
+	inv, _ := os.ReadFile(tc.hosts)
+	first := strings.SplitAfter(string(inv), "\n")[0]
+	os.WriteFile(tc.hosts, []byte("localhost devices=cpu:2 workdir="+local+"\n"+first), 0o644)
+	tc.workdirs = []string{local, tc.workdirs[0]}
+	j := New(tc.options(t, append([]string{"Engine.max_steps=2"}, dp4...)...))
+	events := collect(j)
+	p, err := j.Plan(context.Background())
+	if err != nil {
+		j.Close()
+		t.Fatal(err)
+	}
+	if p.Nodes[0].Addr != "local" || p.MasterAddr == "" {
+		t.Errorf("plan %+v", p)
+	}
+	if err := j.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err = j.Wait()
+	es := <-events
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]int{}
+	for _, e := range es {
+		if e.Kind == event.KindWorker && e.State == event.WorkerExited {
+			ran[e.Node]++
+		}
+	}
+	if ran["localhost"] != 2 || ran["127.0.0.2"] != 2 {
+		t.Errorf("workers that exited 0 by node: %v", ran)
+	}
+	if _, err := os.Stat(filepath.Join(local, "log", "metrics.0.jsonl")); err != nil {
+		t.Errorf("rank 0 did not run in the local workdir: %v", err)
+	}
+	t.Logf("MASTER_ADDR %s", p.MasterAddr)
 }
