@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/planner"
+)
+
+// TestPlanJSON: --json prints a list of plans with exactly the documented
+// fields, feasible ones first and fastest first.
+func TestPlanJSON(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	code, out, stderr := runCLI(t, "plan", "-c", "1.3b-dp8", "--nodes", "1", "--devices-per-node", "8", "--json", "--top", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var plans []map[string]any
+	if err := json.Unmarshal([]byte(out), &plans); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(plans) != 6 {
+		t.Fatalf("%d plans, want 3 feasible and 3 rejected", len(plans))
+	}
+	want := []string{"dp", "feasible", "mem_bytes", "mfu", "micro_batch_size", "mp", "pp", "reason", "recompute", "sharding_degree", "sharding_stage", "step_time_s", "tokens_per_s", "vpp"}
+	for i, p := range plans {
+		var keys []string
+		for k := range p {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if !slices.Equal(keys, want) {
+			t.Errorf("plan %d has fields %v, want %v", i, keys, want)
+		}
+		mem, _ := p["mem_bytes"].(map[string]any)
+		var mk []string
+		for k := range mem {
+			mk = append(mk, k)
+		}
+		slices.Sort(mk)
+		if !slices.Equal(mk, []string{"activations", "grads", "optimizer", "other", "params", "total"}) {
+			t.Errorf("plan %d mem_bytes fields %v", i, mk)
+		}
+		if feasible := p["feasible"].(bool); feasible != (i < 3) {
+			t.Errorf("plan %d feasible %v", i, feasible)
+		}
+		if i > 0 && i < 3 && p["step_time_s"].(float64) < plans[i-1]["step_time_s"].(float64) {
+			t.Errorf("plan %d faster than plan %d", i, i-1)
+		}
+	}
+	if plans[3]["reason"] == "" {
+		t.Errorf("a rejected plan without a reason: %v", plans[3])
+	}
+}
+
+// TestPlanTable: the table, the rejected plans with reasons, and the chosen
+// plan against the config's own strategy.
+func TestPlanTable(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	code, out, stderr := runCLI(t, "plan", "-c", "13b-4node", "--nodes", "4", "--devices-per-node", "8", "--top", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"cluster: 4 node(s) × 8 V100-32G", "strategy", "total GB", "tokens/s", "MFU", "bubble", "rejected:", "out of memory",
+		"chosen: ", "config's strategy dp4 mp2 pp4 mb1 full", "as fast"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestPlanFixed: with every degree fixed by -o the planner evaluates that
+// one plan; with some fixed, every plan keeps them.
+func TestPlanFixed(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	plans := func(args ...string) []planner.Plan {
+		t.Helper()
+		code, out, stderr := runCLI(t, append([]string{"plan", "-c", "13b-4node", "--nodes", "4", "--devices-per-node", "8", "--json", "--top", "0"}, args...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var ps []planner.Plan
+		if err := json.Unmarshal([]byte(out), &ps); err != nil {
+			t.Fatal(err)
+		}
+		return ps
+	}
+	one := plans("-o", "Distributed.dp_degree=4", "-o", "Distributed.mp_degree=2", "-o", "Distributed.pp_degree=4", "-o", "Distributed.sharding.sharding_degree=1")
+	if len(one) != 1 || one[0].DP != 4 || one[0].MP != 2 || one[0].PP != 4 || one[0].MicroBatch != 1 || one[0].Recompute != "full" {
+		t.Fatalf("all degrees fixed: %+v, want the one plan dp4 mp2 pp4 mb1 full", one)
+	}
+	if !one[0].Feasible || one[0].Mem.Total <= 0 || one[0].StepTime <= 0 {
+		t.Errorf("the seed's 13B layout: %+v", one[0])
+	}
+	for _, p := range plans("-o", "Distributed.tensor_parallel_degree=4") {
+		if p.MP != 4 {
+			t.Fatalf("mp fixed to 4 (seeds' spelling), got %s", p.Strategy)
+		}
+	}
+}
+
+// TestPlanHosts: --hosts counts the inventory's nodes and devices.
+func TestPlanHosts(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("# two nodes\nnode1 devices=0-3\nnode2 devices=0-3\n"), 0o644)
+	code, out, stderr := runCLI(t, "plan", "-c", "1.3b-dp8", "--hosts", hosts, "--device", "a100-80", "--top", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "cluster: 2 node(s) × 4 A100-80G") {
+		t.Errorf("output:\n%s", out)
+	}
+	cpus := filepath.Join(dir, "cpus")
+	os.WriteFile(cpus, []byte("localhost devices=cpu:4\n"), 0o644)
+	code, out, stderr = runCLI(t, "plan", "-c", "tiny", "--hosts", cpus, "--top", "1")
+	if code != 0 || !strings.Contains(out, "1 node(s) × 4 CPU") || !strings.Contains(stderr, "no measured cpu profile") {
+		t.Errorf("cpu inventory: exit %d\n%s\n%s", code, out, stderr)
+	}
+}
+
+// TestPlanBadInput: mistakes exit 2 with one line naming them.
+func TestPlanBadInput(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	dir := t.TempDir()
+	uneven := filepath.Join(dir, "uneven")
+	os.WriteFile(uneven, []byte("a devices=0-7\nb devices=0-3\n"), 0o644)
+	noDev := filepath.Join(dir, "nodev")
+	os.WriteFile(noDev, []byte("a\n"), 0o644)
+	badProfile := filepath.Join(dir, "profile.json")
+	os.WriteFile(badProfile, []byte(`{"name": "CPU", "accounting": "engine"}`), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no config", []string{"plan"}, []string{"-c CONFIG"}},
+		{"unknown device", []string{"plan", "-c", "tiny", "--device", "tpu"}, []string{"tpu", "V100-32G"}},
+		{"ambiguous device", []string{"plan", "-c", "tiny", "--device", "a100"}, []string{"a100"}},
+		{"missing hosts", []string{"plan", "-c", "tiny", "--hosts", filepath.Join(dir, "none")}, []string{"none"}},
+		{"uneven hosts", []string{"plan", "-c", "tiny", "--hosts", uneven}, []string{"uneven:2", "same number"}},
+		{"hosts without devices", []string{"plan", "-c", "tiny", "--hosts", noDev}, []string{"nodev:1", "devices="}},
+		{"hosts and nodes", []string{"plan", "-c", "tiny", "--hosts", uneven, "--nodes", "2"}, []string{"--hosts", "--nodes"}},
+		{"zero nodes", []string{"plan", "-c", "tiny", "--nodes", "0"}, []string{"0 node"}},
+		{"negative top", []string{"plan", "-c", "tiny", "--top", "-1"}, []string{"--top"}},
+		{"bad profile", []string{"plan", "-c", "tiny", "--device", "cpu", "--profile-file", badProfile}, []string{"profile.json", "gptui plan --profile"}},
+		{"auto not a bool", []string{"plan", "-c", "tiny", "-o", "Distributed.auto=maybe"}, []string{"Distributed.auto"}},
+		{"no layout", []string{"plan", "-c", "tiny", "--devices-per-node", "3"}, []string{"no valid layout"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			checkUserError(t, code, stderr, tc.want)
+		})
+	}
+}
+
+// TestTrainAuto: Distributed.auto plans, prints the choice and applies it,
+// and compares the measured step and memory with the prediction.
+func TestTrainAuto(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	code, out, stderr := runCLI(t, "train", "-c", "tiny", "-o", "Distributed.auto=true", "-o", "Engine.max_steps=3",
+		"-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+t.TempDir(), "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, w := range []string{"[plan] auto: 1 worker(s)", "[plan] chosen ", "[plan] applied: ", "Global.micro_batch_size=4", "[plan] measured: step ", "(predicted "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+	// micro_batch_size was fixed by -o: the plan keeps it.
+	if !strings.Contains(out, "[batch] global: 4 local: 4 micro: 4") {
+		t.Errorf("the plan did not keep micro_batch_size 4:\n%s", out)
+	}
+}
+
+// TestPlanProfile: --profile measures this machine (re-executing the
+// binary for the link's second end) and saves a profile later plans use.
+func TestPlanProfile(t *testing.T) {
+	bin := builtGPTUI(t)
+	path := filepath.Join(t.TempDir(), "p", "cpu.json")
+	out, err := exec.Command(bin, "plan", "--profile", "--profile-file", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	d, err := planner.LoadProfile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.PeakFLOPS < 1e9 || d.IntraBW < 1e7 || d.OptimizerParamsPerS < 1e6 || d.Measured == "" {
+		t.Errorf("implausible profile %+v", d)
+	}
+	t.Logf("profile: sgemm %.1f GFLOP/s, AdamW %.0f M params/s, link %.2f GB/s", d.PeakFLOPS/1e9, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9)
+	out, err = exec.Command(bin, "plan", "-c", "tiny", "--devices-per-node", "2", "--profile-file", path, "--top", "1").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "measured ") {
+		t.Errorf("plan with the profile: %v\n%s", err, out)
+	}
+}
