@@ -14,10 +14,15 @@ import "math"
 func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int) {
 	rc1 := float32(1 / (1 - math.Pow(float64(beta1), float64(step)))) // 1/(1−β1^step)
 	rc2 := float32(1 / (1 - math.Pow(float64(beta2), float64(step)))) // 1/(1−β2^step)
+	k := [10]float32{gscale, beta1, 1 - beta1, beta2, 1 - beta2, rc2, eps, rc1, lr, wd}
 	b.ParallelFor(len(params), 1<<14, func(lo, hi int) {
 		p := params[lo:hi]
 		g, mm, vv := grads[lo:hi:hi], m[lo:hi:hi], v[lo:hi:hi]
 		g, mm, vv = g[:len(p)], mm[:len(p)], vv[:len(p)] // one bounds check, not four per element
+		if !b.scalarAdamW {
+			d := adamwVec(p, g, mm, vv, &k)
+			p, g, mm, vv = p[d:], g[d:], mm[d:], vv[d:]
+		}
 		for i := range p {
 			gi := g[i] * gscale
 			mi := beta1*mm[i] + (1-beta1)*gi

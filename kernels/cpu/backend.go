@@ -33,6 +33,9 @@ type Backend struct {
 	// packs pools *packBufs for the pure-Go GEMM.
 	packs sync.Pool
 
+	// scalarAdamW turns the vector AdamW loop off (tests compare the two).
+	scalarAdamW bool
+
 	// peak caches the measured sgemm rate (see PeakFLOPS).
 	peakOnce sync.Once
 	peak     float64
