@@ -62,7 +62,7 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 		*c = *preset
 	}
 	if !*noTUI {
-		return usagef("run: the interactive UI is not built yet; pass --no-tui")
+		return usagef("run: pass --no-tui to run headless; the interactive UI is `gptui --hosts FILE --preset NAME` (no command)")
 	}
 	if cf.hosts != "" {
 		set := map[string]bool{}
