@@ -183,8 +183,11 @@ func (m *Model) newScratch(B, T int) *scratch {
 	return sc
 }
 
-// newActivations allocates the activations of one (B,T) micro-batch.
-func (m *Model) newActivations(B, T int) *activations {
+// newActivations allocates the activations of one (B,T) micro-batch for
+// local blocks lo … hi−1 (a pipeline chunk; 0 … Ll for the whole part):
+// resid[lo … hi], layers[lo:hi] and att[lo:hi], the others nil, and the
+// head's buffers when the range ends the model.
+func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	if m.sc == nil || len(m.sc.proj) != B*T*m.Cfg.C {
 		m.sc = m.newScratch(B, T)
 	}
@@ -194,26 +197,24 @@ func (m *Model) newActivations(B, T int) *activations {
 	a := &activations{B: B, T: T}
 	f := func(n int) []float32 { a.stored += 4 * n; return make([]float32, n) }
 	a.resid = make([][]float32, Ll+1)
-	for l := range a.resid {
+	for l := lo; l <= hi; l++ {
 		a.resid[l] = f(N * C)
 	}
 	a.layers = make([]layerActs, Ll)
-	for l := range a.layers {
+	a.att = make([][]float32, Ll)
+	for l := lo; l < hi; l++ {
 		if m.recompute == RecomputeFull {
 			a.layers[l] = sc.layer
 		} else {
 			a.layers[l] = newLayerActs(f, N, C, d.Cl, d.Fl)
 		}
-	}
-	a.att = make([][]float32, Ll)
-	for l := range a.att {
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
 		} else {
 			a.att[l] = f(B * d.NHl * T * T)
 		}
 	}
-	if m.Part.Head {
+	if m.Part.Head && hi == Ll {
 		a.lnf, a.lnfMean, a.lnfRstd = f(N*C), f(N), f(N)
 		a.logits, a.losses = f(N*d.Vl), f(N)
 	}
@@ -230,7 +231,7 @@ func (m *Model) ActivationBytes(B, T int) int {
 
 func (m *Model) ensureActs(B, T int) {
 	if m.acts == nil || m.acts.B != B || m.acts.T != T {
-		m.acts = m.newActivations(B, T)
+		m.acts = m.newActivations(B, T, 0, m.numLayers())
 	}
 }
 

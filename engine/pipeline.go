@@ -125,14 +125,14 @@ type pipeline struct {
 	ops   []pipeOp
 	last  int // the step's last micro-batch
 	lc    int // blocks per chunk
-	free  []*activations
+	free  [][]*activations // per chunk: activations of finished micro-batches, for reuse
 }
 
 func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, error) {
 	if topo.Schedule == "interleaved" && accum%topo.PP != 0 {
 		return nil, &ConfigError{fmt.Sprintf("the interleaved schedule needs the micro-batches per step (local_batch_size / micro_batch_size = %d) to be a multiple of pp_degree %d", accum, topo.PP)}
 	}
-	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1}
+	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1, free: make([][]*activations, topo.VPP)}
 	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
 	var err error
 	if p.acts, err = w.Group(topo.ppGroup()); err != nil {
@@ -150,8 +150,27 @@ func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, 
 	return p, nil
 }
 
-// inFlight is the most micro-batches this rank keeps activations for.
-func (p *pipeline) inFlight() int { return maxInFlight(p.ops) }
+// activationBytes is the most activation memory the schedule keeps at once
+// for (B,T) micro-batches: each (micro-batch, chunk) holds its chunk's
+// activations from its forward to its backward pass.
+func (p *pipeline) activationBytes(m *Model, B, T int) int64 {
+	size := make([]int64, p.topo.VPP)
+	for k := range size {
+		a := p.get(m, B, T, k)
+		size[k] = int64(a.stored)
+		p.free[k] = append(p.free[k], a)
+	}
+	var live, most int64
+	for _, op := range p.ops {
+		if op.backward {
+			live -= size[op.chunk]
+		} else {
+			live += size[op.chunk]
+			most = max(most, live)
+		}
+	}
+	return most
+}
 
 // virtual is the virtual stage of local chunk k.
 func (p *pipeline) virtual(k int) int { return k*p.topo.PP + p.topo.PPIndex }
@@ -166,7 +185,7 @@ func (p *pipeline) holder(v int) int { return v % p.topo.PP }
 // micro-batch, which completes the gradients of the chunk it goes through.
 func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, targets []int32, B, T int, dscale float32, hook func(int)) (float64, error) {
 	nv := p.topo.PP * p.topo.VPP
-	live := map[int]*activations{}
+	live := map[[2]int]*activations{} // by micro-batch and chunk
 	bt := B * T
 	var loss float64
 	for _, op := range p.ops {
@@ -174,14 +193,12 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
 		gm := first + op.mb
 		ps := Pass{Step: step, Sample: gm * B}
+		key := [2]int{op.mb, op.chunk}
 		if !op.backward {
-			a := live[op.mb]
-			if a == nil {
-				a = p.get(m, B, T)
-				live[op.mb] = a
-				copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
-				copy(a.targets, targets[gm*bt:(gm+1)*bt])
-			}
+			a := p.get(m, B, T, op.chunk)
+			live[key] = a
+			copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
+			copy(a.targets, targets[gm*bt:(gm+1)*bt])
 			if v == 0 {
 				m.embedForward(a, ps, true)
 			} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
@@ -194,7 +211,7 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 				return 0, fmt.Errorf("pipeline: sending activations of micro-batch %d: %w", op.mb, err)
 			}
 		} else {
-			a := live[op.mb]
+			a := live[key]
 			if v == nv-1 {
 				m.headBackward(a)
 			} else if err := p.grads.Recv(ctx, m.sc.dresid, p.holder(v+1)); err != nil {
@@ -211,10 +228,8 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			} else if err := p.grads.Send(ctx, m.sc.dresid, p.holder(v-1)); err != nil {
 				return 0, fmt.Errorf("pipeline: sending gradients of micro-batch %d: %w", op.mb, err)
 			}
-			if op.chunk == 0 {
-				delete(live, op.mb)
-				p.free = append(p.free, a)
-			}
+			delete(live, key)
+			p.free[op.chunk] = append(p.free[op.chunk], a)
 		}
 		if err := m.tp.failed(); err != nil {
 			return 0, err
@@ -223,16 +238,17 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 	return loss, nil
 }
 
-// get returns activations for a (B,T) micro-batch, reusing freed ones.
-func (p *pipeline) get(m *Model, B, T int) *activations {
-	for len(p.free) > 0 {
-		a := p.free[len(p.free)-1]
-		p.free = p.free[:len(p.free)-1]
+// get returns activations for a (B,T) micro-batch through local chunk k,
+// reusing freed ones.
+func (p *pipeline) get(m *Model, B, T, k int) *activations {
+	for len(p.free[k]) > 0 {
+		a := p.free[k][len(p.free[k])-1]
+		p.free[k] = p.free[k][:len(p.free[k])-1]
 		if a.B == B && a.T == T {
 			return a
 		}
 	}
-	return m.newActivations(B, T)
+	return m.newActivations(B, T, k*p.lc, (k+1)*p.lc)
 }
 
 // sumTied adds up the tied wte's gradients of the first and last stage.

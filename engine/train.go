@@ -209,9 +209,11 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
 	}
 	n := int64(4 * m.NumParams())
-	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V))), Activations: int64(m.ActivationBytes(B, T))}
+	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V)))}
 	if tr.pp != nil {
-		tr.Memory.Activations *= int64(tr.pp.inFlight()) // micro-batches in flight
+		tr.Memory.Activations = tr.pp.activationBytes(m, B, T) // the micro-batches in flight
+	} else {
+		tr.Memory.Activations = int64(m.ActivationBytes(B, T))
 	}
 	if tr.topo.Stage >= 2 {
 		tr.Memory.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into

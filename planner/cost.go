@@ -176,10 +176,10 @@ func inflight(m Model, s Strategy, st int) float64 {
 // shard beside the full buffer, and the fp32 activations its forward pass
 // keeps for one micro-batch.
 //
-// The engine runs dp and sharding stages 1 and 2 today; its accounting of
-// tensor and pipeline parallelism and stage 3 is modelled here as the same
-// buffers divided the way they will be (TODO(lead): check against the
-// engine when they land).
+// Checked against the engine for dp, sharding stages 1 and 2, tensor and
+// pipeline parallelism (planner/engine_test.go). Stage 3 is not built in
+// the engine yet; it is modelled as the same buffers divided by the
+// sharding degree.
 func engineMemory(m Model, s Strategy, st int) Memory {
 	P := stageParams(m, s, st)
 	S := int64(s.ShardingDegree)
@@ -195,9 +195,38 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 			mm.Params, mm.Grads = 4*chunk, 4*chunk
 		}
 	}
-	mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st)))
+	if s.PP > 1 && s.VPP > 1 {
+		mm.Activations = engineInterleaved(m, s, st)
+	} else {
+		mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st)))
+	}
 	mm.sum()
 	return mm
+}
+
+// engineInterleaved is the engine's activation memory on stage st under the
+// interleaved schedule: it keeps one set per (micro-batch, chunk) in
+// flight, each the residual stream and blocks of one chunk of
+// layers/(pp·vpp) blocks (engine/pipeline.go). The schedule runs `warm`
+// forward passes, then alternates, so warm+1 sets are live at the peak
+// (all of them when warm covers the step); on the last stage exactly one
+// of them is the last chunk, with the head's buffers.
+func engineInterleaved(m Model, s Strategy, st int) int64 {
+	mb := m.GlobalBatch / s.Replicas() / s.MicroBatch
+	total := mb * s.VPP
+	warm := total
+	if mb != s.PP {
+		warm = min((s.PP-st-1)*2+(s.VPP-1)*s.PP, total)
+	}
+	live := int64(min(warm+1, total))
+	chunk := s
+	chunk.PP = s.PP * s.VPP // a stage of one chunk's blocks …
+	perChunk := engineActivations(m, chunk, 0)
+	if st < s.PP-1 {
+		return live * perChunk
+	}
+	last := engineActivations(m, chunk, chunk.PP-1) // … with the head's buffers
+	return (live-1)*perChunk + last
 }
 
 // engineActivations is the bytes of the activations the engine keeps

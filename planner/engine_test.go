@@ -111,9 +111,9 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		{"mp4 only_attn", 4, wide, Strategy{MP: 4, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
 		{"dp2 mp2 full", 4, small, Strategy{DP: 2, MP: 2, MicroBatch: 2, Recompute: RecomputeFull}},
 		{"sharding2 stage2 mp2", 4, small, Strategy{ShardingDegree: 2, ShardingStage: 2, MP: 2, MicroBatch: 2}},
-		// Not built by the engine yet (EngineCapabilities says so).
 		{"pp2 1F1B", 2, small, Strategy{PP: 2, MicroBatch: 2}},
 		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
+		// Not built by the engine yet (EngineCapabilities says so).
 		{"sharding2 stage3", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
 	}
 	for _, tc := range cases {

@@ -35,14 +35,10 @@ func Unlimited() Capabilities {
 }
 
 // EngineCapabilities is what gptui's engine runs today: data parallelism,
-// sharding stages 1 and 2 and tensor parallelism, composed (engine
-// commit "tensor parallel ... composed with dp and sharding").
-//
-// TODO(lead): raise MaxPP, MaxVPP and MaxShardingStage as pipeline
-// parallelism (1F1B, interleaved) and sharding stage 3 land in engine/, or
-// replace this with a function the engine exports.
+// sharding stages 1 and 2, tensor parallelism and pipeline parallelism
+// (1F1B, interleaved), composed. Sharding stage 3 is not built yet.
 func EngineCapabilities() Capabilities {
-	return Capabilities{Name: "the engine", MaxMP: 1 << 30, MaxPP: 1, MaxVPP: 1, MaxShardingStage: 2}
+	return Capabilities{Name: "the engine", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 2}
 }
 
 // Unsupported returns why caps cannot run s, or "".
