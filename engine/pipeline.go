@@ -123,8 +123,8 @@ type pipeline struct {
 	grads *comm.Group // gradients, backward
 	tied  *comm.Group // first and last stage (the tied wte); nil if they are one rank
 	ops   []pipeOp
-	last  int // the step's last micro-batch
-	lc    int // blocks per chunk
+	last  int              // the step's last micro-batch
+	lc    int              // blocks per chunk
 	free  [][]*activations // per chunk: activations of finished micro-batches, for reuse
 }
 

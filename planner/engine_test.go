@@ -80,8 +80,8 @@ func engineCluster(t testing.TB, world int) Cluster {
 // 5% of the engine's own accounting (engine.Trainer.Memory, the [memory]
 // log line), component by component, for each strategy of the table.
 //
-// The rows the planner's EngineCapabilities excludes (pipelines, sharding
-// stage 3) are not built by the engine yet: they are listed here and run
+// The rows the planner's EngineCapabilities excludes (sharding stage 3)
+// are not built by the engine yet: they are listed here and run
 // as soon as EngineCapabilities admits them, so raising a capability
 // checks the planner's accounting of it.
 func TestMemoryMatchesEngine(t *testing.T) {
