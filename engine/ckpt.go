@@ -38,6 +38,15 @@ type trainState struct {
 // 0 writes every tensor as the blocks the ranks hold, in global
 // coordinates. The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
+	if z := tr.Model.z3; z != nil {
+		// Stage 3: the whole model for the writer, briefly.
+		z.begin(ctx)
+		z.gatherAll(tr.Model)
+		defer z.dropAll(tr.Model)
+		if err := z.failed(); err != nil {
+			return "", err
+		}
+	}
 	mo, vo, err := tr.fullMoments(ctx)
 	if err != nil {
 		return "", err

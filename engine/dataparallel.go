@@ -21,6 +21,8 @@ import (
 // Sharding stage 2 instead reduce-scatters the whole gradient buffer inside
 // the sharding group, so that each rank receives the summed gradients of its
 // own shard only, and then all-reduces that shard across the dp group.
+// Stage 3 does the reduce-scatter unit by unit during the backward pass
+// (sharding.go) and the same all-reduce at the end.
 type dataParallel struct {
 	topo    Topology
 	all     *comm.Group // every replica of this rank's part of the model
@@ -46,12 +48,15 @@ func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, err
 	}
 	d.lo, d.hi = 0, len(m.Params)
 	if topo.Sharding > 1 {
-		m.padBuffers(topo.Sharding)
+		m.padBuffers(topo.Sharding, topo.Stage == 3)
 		chunk := cap(m.Params) / topo.Sharding
 		d.lo, d.hi = topo.ShardIndex*chunk, (topo.ShardIndex+1)*chunk
 		d.scratch = make([]float32, chunk)
 		if topo.Stage >= 2 {
 			d.grads = make([]float32, chunk)
+		}
+		if topo.Stage == 3 {
+			m.z3 = newZero3(d.shard, m, chunk, d.grads)
 		}
 	}
 	return d, nil
@@ -77,10 +82,12 @@ func (d *dataParallel) hook(m *Model) func(int) {
 // finish completes the gradient reduction after the last backward pass.
 func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 	if d.topo.Stage >= 2 {
-		full := m.Grads[:cap(m.Grads)]
-		if err := d.shard.ReduceScatter(ctx, full, d.grads); err != nil {
-			return fmt.Errorf("sharding: reduce-scatter of gradients: %w", err)
-		}
+		if d.topo.Stage == 2 {
+			full := m.Grads[:cap(m.Grads)]
+			if err := d.shard.ReduceScatter(ctx, full, d.grads); err != nil {
+				return fmt.Errorf("sharding: reduce-scatter of gradients: %w", err)
+			}
+		} // stage 3 reduce-scattered unit by unit
 		if d.topo.DP > 1 {
 			if err := d.dp.AllReduce(ctx, d.grads); err != nil {
 				return fmt.Errorf("data parallel: all-reduce of gradient shard: %w", err)

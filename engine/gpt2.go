@@ -39,6 +39,7 @@ type Model struct {
 	acts      *activations
 	sc        *scratch
 	tp        *tensorParallel // nil without tensor parallelism
+	z3        *zero3          // nil unless sharding stage 3 shards the parameters
 
 	// gradHook, when set, is called by Backward as soon as the parameter
 	// gradients of local block li are complete for this pass (data parallel
@@ -325,7 +326,9 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps Pass, train bool) {
 		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	}
 	for li := lo; li < hi; li++ {
+		m.z3.gather(m, 1+li)
 		m.blockForward(a, li, ps, hd, ad)
+		m.z3.drop(m, 1+li)
 	}
 }
 
@@ -334,10 +337,13 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps Pass, train bool) {
 func (m *Model) blocksBackward(a *activations, lo, hi int, ps Pass) {
 	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	for li := hi - 1; li >= lo; li-- {
+		m.z3.gather(m, 1+li)
 		if m.recompute == RecomputeFull {
 			m.blockForward(a, li, ps, hd, ad)
 		}
 		m.blockBackward(a, li, ps, hd, ad)
+		m.z3.reduce(m, 1+li)
+		m.z3.drop(m, 1+li)
 		if m.gradHook != nil {
 			m.gradHook(li)
 		}
@@ -482,14 +488,19 @@ func (m *Model) blockBackward(a *activations, li int, ps Pass, hd, ad float32) {
 }
 
 // padBuffers gives Params and Grads room for a multiple of k elements (zero
-// beyond NumParams), so a flat buffer splits into k equal shards.
-func (m *Model) padBuffers(k int) {
+// beyond NumParams), so a flat buffer splits into k equal shards. With
+// mapped set they move into anonymous mappings whose pages can be given
+// back (sharding stage 3).
+func (m *Model) padBuffers(k int, mapped bool) {
 	n := len(m.Params)
 	want := (n + k - 1) / k * k
-	if cap(m.Params) >= want && cap(m.Grads) >= want {
+	if cap(m.Params) >= want && cap(m.Grads) >= want && !mapped {
 		return
 	}
 	p, g := make([]float32, n, want), make([]float32, n, want)
+	if mapped {
+		p, g = mapFloats(want)[:n], mapFloats(want)[:n]
+	}
 	copy(p, m.Params)
 	copy(g, m.Grads)
 	m.Params, m.Grads = p, g

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+
+	"github.com/gptui/gptui/comm"
 )
 
 // Sharding (ZeRO) splits the flat parameter buffer into sharding_degree equal
@@ -13,6 +15,7 @@ import (
 //
 //	stage 1: gradients are all-reduced in full; optimizer state is 1/S per rank
 //	stage 2: gradients are reduce-scattered, so each rank sums only its shard
+//	stage 3: parameters too are sharded, gathered unit by unit (below)
 //
 // The update is the one a single process would make: the global gradient
 // norm is the norm of the full summed gradient (stage 2 adds up the shards'
@@ -43,6 +46,9 @@ func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, erro
 	}
 	norm := math.Sqrt(sq)
 	tr.Opt.Apply(be, m, grads, tr.Opt.ClipScale(norm), lr)
+	if tr.topo.Stage == 3 {
+		return norm, nil // the parameters stay sharded
+	}
 	return norm, tr.gatherParams(ctx)
 }
 
@@ -80,4 +86,193 @@ func (tr *Trainer) fullMoments(ctx context.Context) (mo, vo []float32, err error
 	}
 	vo, err = gather(tr.Opt.V)
 	return mo, vo, err
+}
+
+// Stage 3 (ZeRO-3) also shards the parameters. A rank keeps its shard of
+// the flat buffer [lo, hi) for good; the parameters of a unit — one block,
+// or the tensors outside the blocks (wte, wpe, lnf) — are all-gathered
+// into the model's buffer just before the unit is used and given back
+// right after: a block's for its forward pass, again for its backward pass
+// (whose gradients are then reduce-scattered, each rank adding its shard's
+// sums to its reduced gradients), the outer tensors for the whole step.
+// The model's Params and Grads are anonymous mappings whose pages are
+// returned to the system when a unit is released, so a rank holds its
+// shard plus the outer tensors and one block at a time. The update and the
+// checkpoints are stage 2's, on the same shards.
+
+// zero3 gathers and releases a model's units for sharding stage 3.
+type zero3 struct {
+	g       *comm.Group // the sharding group
+	rank    int         // this rank's place in it
+	lo, hi  []int       // each member's chunk of the padded flat buffer
+	units   []unit      // 0: the tensors outside the blocks; 1+li: local block li
+	grads   []float32   // this rank's reduced gradients of Params[lo:hi] (dataParallel.grads)
+	in, out []float32   // packing buffers
+
+	ctx context.Context
+	err error // the first failure; later calls do nothing
+}
+
+// unit is a set of ranges of the flat buffer gathered together.
+type unit struct {
+	ranges [][2]int
+	segs   [][][2]int // per member: the ranges' parts in its chunk
+	width  int        // the most elements any member holds of the unit
+}
+
+func newZero3(g *comm.Group, m *Model, chunk int, grads []float32) *zero3 {
+	S := g.Size()
+	z := &zero3{g: g, rank: g.Rank(), lo: make([]int, S), hi: make([]int, S), grads: grads}
+	for k := range S {
+		z.lo[k], z.hi[k] = k*chunk, (k+1)*chunk
+	}
+	add := func(ranges [][2]int) {
+		u := unit{ranges: ranges, segs: make([][][2]int, S)}
+		for k := range S {
+			n := 0
+			for _, r := range ranges {
+				if s, e := max(r[0], z.lo[k]), min(r[1], z.hi[k]); s < e {
+					u.segs[k] = append(u.segs[k], [2]int{s, e})
+					n += e - s
+				}
+			}
+			u.width = max(u.width, n)
+		}
+		z.units = append(z.units, u)
+	}
+	add(m.globalRanges())
+	for li := range m.numLayers() {
+		add(m.layerRanges(li))
+	}
+	most := 0
+	for _, u := range z.units {
+		most = max(most, u.width)
+	}
+	z.in, z.out = make([]float32, S*most), make([]float32, S*most)
+	return z
+}
+
+// unitSize is the element count of unit i.
+func (z *zero3) unitSize(i int) int {
+	n := 0
+	for _, r := range z.units[i].ranges {
+		n += r[1] - r[0]
+	}
+	return n
+}
+
+// gather all-gathers unit i's parameters into m.Params.
+func (z *zero3) gather(m *Model, i int) {
+	if z == nil || z.err != nil {
+		return
+	}
+	u, S := &z.units[i], z.g.Size()
+	if u.width == 0 {
+		return
+	}
+	in, out := z.in[:u.width], z.out[:S*u.width]
+	n := 0
+	for _, s := range u.segs[z.rank] {
+		n += copy(in[n:], m.Params[s[0]:s[1]])
+	}
+	clear(in[n:])
+	if err := z.g.AllGather(z.ctx, in, out); err != nil {
+		z.err = fmt.Errorf("sharding stage 3: gathering parameters: %w", err)
+		return
+	}
+	for k := range S {
+		if k == z.rank {
+			continue
+		}
+		n := k * u.width
+		for _, s := range u.segs[k] {
+			n += copy(m.Params[s[0]:s[1]], out[n:])
+		}
+	}
+}
+
+// drop gives back the memory of unit i's parameters outside this rank's
+// shard.
+func (z *zero3) drop(m *Model, i int) {
+	if z == nil {
+		return
+	}
+	lo, hi := z.lo[z.rank], z.hi[z.rank]
+	for _, r := range z.units[i].ranges {
+		if r[0] < lo {
+			release(m.Params[r[0]:min(r[1], lo)])
+		}
+		if r[1] > hi {
+			release(m.Params[max(r[0], hi):r[1]])
+		}
+	}
+}
+
+// reduce reduce-scatters unit i's gradients: each member adds the sums of
+// its shard's elements to its reduced gradients. The unit's gradients in
+// m.Grads are then zeroed and their memory given back.
+func (z *zero3) reduce(m *Model, i int) {
+	if z == nil || z.err != nil {
+		return
+	}
+	u, S := &z.units[i], z.g.Size()
+	if u.width == 0 {
+		return
+	}
+	in, out := z.in[:S*u.width], z.out[:u.width]
+	for k := range S {
+		n := k * u.width
+		for _, s := range u.segs[k] {
+			n += copy(in[n:], m.Grads[s[0]:s[1]])
+		}
+		clear(in[n : (k+1)*u.width])
+	}
+	if err := z.g.ReduceScatter(z.ctx, in, out); err != nil {
+		z.err = fmt.Errorf("sharding stage 3: reduce-scatter of gradients: %w", err)
+		return
+	}
+	n, lo := 0, z.lo[z.rank]
+	for _, s := range u.segs[z.rank] {
+		dst := z.grads[s[0]-lo : s[1]-lo]
+		for j := range dst {
+			dst[j] += out[n+j]
+		}
+		n += s[1] - s[0]
+	}
+	for _, r := range u.ranges {
+		clear(m.Grads[r[0]:r[1]])
+		release(m.Grads[r[0]:r[1]])
+	}
+}
+
+// gatherAll all-gathers every unit (for a checkpoint); dropAll gives them
+// back.
+func (z *zero3) gatherAll(m *Model) {
+	for i := range z.units {
+		z.gather(m, i)
+	}
+}
+
+func (z *zero3) dropAll(m *Model) {
+	if z == nil {
+		return
+	}
+	for i := range z.units {
+		z.drop(m, i)
+	}
+}
+
+// begin readies the passes of one step under ctx.
+func (z *zero3) begin(ctx context.Context) {
+	if z != nil {
+		z.ctx = ctx
+	}
+}
+
+// failed returns the first communication failure.
+func (z *zero3) failed() error {
+	if z == nil {
+		return nil
+	}
+	return z.err
 }

@@ -26,7 +26,7 @@ type Topology struct {
 	Rank, World int
 	DP          int // dp_degree
 	Sharding    int // sharding_degree
-	Stage       int // sharding_stage: 1 optimizer state, 2 + gradients (0 without sharding)
+	Stage       int // sharding_stage: 1 optimizer state, 2 + gradients, 3 + parameters (0 without sharding)
 	MP          int // mp_degree
 	PP          int // pp_degree
 	VPP         int // virtual stages (model chunks) per pipeline rank
@@ -68,8 +68,6 @@ func NewTopology(d presets.Distributed, cfg ModelConfig, rank, world int) (Topol
 	stage := d.Sharding.ShardingStage
 	if s == 1 {
 		stage = 0
-	} else if stage == 3 {
-		return Topology{}, &ConfigError{"Distributed.sharding.sharding_stage=3 (sharded parameters) is not built yet; use stage 1 or 2"}
 	}
 	if rank < 0 || rank >= world {
 		return Topology{}, fmt.Errorf("rank %d outside a world of %d", rank, world)

@@ -218,6 +218,18 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if tr.topo.Stage >= 2 {
 		tr.Memory.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
 	}
+	if z := m.z3; z != nil {
+		// Stage 3 holds its shard, the outer tensors and one block.
+		z.dropAll(m)
+		z.begin(context.Background())
+		most := 0
+		for i := 1; i < len(z.units); i++ {
+			most = max(most, z.unitSize(i))
+		}
+		work := int64(4 * (z.unitSize(0) + most))
+		tr.Memory.Params = int64(4*len(tr.dp.grads)) + work
+		tr.Memory.Grads = int64(4*len(tr.dp.grads)) + work
+	}
 	// FLOPs per token: 6·N for the matrix multiplies of forward and backward
 	// (N: every parameter but the position embedding and the padded
 	// vocabulary rows) plus 6·L·C·T for attention's scores and weighted sums
@@ -438,8 +450,17 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 	r0 := time.Now()
 	tr.train.Next(inputs, targets)
 	reader = time.Since(r0)
-	m.ZeroGrad()
 	m.tp.begin(ctx)
+	if z := m.z3; z != nil {
+		// Stage 3: the released gradients are zero already; the reduced
+		// shard accumulates the micro-batches. The outer tensors stay
+		// gathered for the step.
+		z.begin(ctx)
+		clear(z.grads)
+		z.gather(m, 0)
+	} else {
+		m.ZeroGrad()
+	}
 	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
 	bt := tr.B * tr.T
 	var hook func(int)
@@ -462,7 +483,7 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		}
 		m.gradHook = nil
 	}
-	if err := m.tp.failed(); err != nil {
+	if err := errors.Join(m.tp.failed(), m.z3.failed()); err != nil {
 		return 0, 0, reader, err
 	}
 	if tr.dp != nil {
@@ -475,6 +496,13 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 			return 0, 0, reader, err
 		}
 		if err = tr.pp.sumTied(ctx, m); err != nil {
+			return 0, 0, reader, err
+		}
+	}
+	if z := m.z3; z != nil {
+		z.reduce(m, 0)
+		z.drop(m, 0)
+		if err := z.failed(); err != nil {
 			return 0, 0, reader, err
 		}
 	}
@@ -559,6 +587,9 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	n := max(1, tr.Cfg.Engine.EvalIters)
 	m := tr.Model
 	m.tp.begin(ctx)
+	m.z3.begin(ctx)
+	m.z3.gather(m, 0)
+	defer m.z3.drop(m, 0)
 	var sum float64
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
@@ -572,7 +603,7 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 		}
 		sum += l / float64(tr.B*tr.T)
 	}
-	if err := m.tp.failed(); err != nil {
+	if err := errors.Join(m.tp.failed(), m.z3.failed()); err != nil {
 		return 0, err
 	}
 	if tr.pp != nil {
