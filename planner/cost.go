@@ -176,10 +176,8 @@ func inflight(m Model, s Strategy, st int) float64 {
 // shard beside the full buffer, and the fp32 activations its forward pass
 // keeps for one micro-batch.
 //
-// Checked against the engine for dp, sharding stages 1 and 2, tensor and
-// pipeline parallelism (planner/engine_test.go). Stage 3 is not built in
-// the engine yet; it is modelled as the same buffers divided by the
-// sharding degree.
+// Checked against the engine for dp, sharding stages 1–3, tensor and
+// pipeline parallelism (planner/engine_test.go).
 func engineMemory(m Model, s Strategy, st int) Memory {
 	P := stageParams(m, s, st)
 	S := int64(s.ShardingDegree)
@@ -192,7 +190,21 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 		case 2:
 			mm.Grads += 4 * chunk
 		case 3:
-			mm.Params, mm.Grads = 4*chunk, 4*chunk
+			// The shard, plus the tensors outside the blocks (gathered
+			// for the step) and one block at a time.
+			C := int64(m.Hidden)
+			outer := int64(0)
+			if st == 0 {
+				outer += int64(m.PaddedVocab)*C/int64(s.MP) + int64(m.Positions)*C
+			}
+			if st == s.PP-1 {
+				outer += 2 * C
+				if s.PP > 1 {
+					outer += int64(m.PaddedVocab) * C / int64(s.MP)
+				}
+			}
+			work := 4 * (chunk + outer + m.layerParamsTP(s.MP))
+			mm.Params, mm.Grads = work, work
 		}
 	}
 	if s.PP > 1 && s.VPP > 1 {

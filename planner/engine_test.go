@@ -80,10 +80,8 @@ func engineCluster(t testing.TB, world int) Cluster {
 // 5% of the engine's own accounting (engine.Trainer.Memory, the [memory]
 // log line), component by component, for each strategy of the table.
 //
-// The rows the planner's EngineCapabilities excludes (sharding stage 3)
-// are not built by the engine yet: they are listed here and run
-// as soon as EngineCapabilities admits them, so raising a capability
-// checks the planner's accounting of it.
+// A row the planner's EngineCapabilities excluded would be skipped with
+// its reason; the engine runs all of them.
 func TestMemoryMatchesEngine(t *testing.T) {
 	small := []string{"Engine.eval_freq=0", "Engine.log_dir=" + t.TempDir()}
 	wide := append([]string{"Model.hidden_size=128", "Model.num_layers=4", "Data.Train.dataset.max_seq_len=128"}, small...)
@@ -113,7 +111,6 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		{"sharding2 stage2 mp2", 4, small, Strategy{ShardingDegree: 2, ShardingStage: 2, MP: 2, MicroBatch: 2}},
 		{"pp2 1F1B", 2, small, Strategy{PP: 2, MicroBatch: 2}},
 		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
-		// Not built by the engine yet (EngineCapabilities says so).
 		{"sharding2 stage3", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
 	}
 	for _, tc := range cases {

@@ -34,11 +34,11 @@ func Unlimited() Capabilities {
 	return Capabilities{Name: "unlimited", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 3}
 }
 
-// EngineCapabilities is what gptui's engine runs today: data parallelism,
-// sharding stages 1 and 2, tensor parallelism and pipeline parallelism
-// (1F1B, interleaved), composed. Sharding stage 3 is not built yet.
+// EngineCapabilities is what gptui's engine runs: data parallelism,
+// sharding stages 1–3, tensor parallelism and pipeline parallelism (1F1B,
+// interleaved), composed.
 func EngineCapabilities() Capabilities {
-	return Capabilities{Name: "the engine", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 2}
+	return Capabilities{Name: "the engine", MaxMP: 1 << 30, MaxPP: 1 << 30, MaxVPP: 1 << 30, MaxShardingStage: 3}
 }
 
 // Unsupported returns why caps cannot run s, or "".

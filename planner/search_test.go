@@ -107,8 +107,8 @@ func TestSearchSpace(t *testing.T) {
 	}
 }
 
-// TestSemiAutoAndCapabilities: fixed degrees are kept, and the engine's
-// capabilities leave no sharding stage 3 feasible.
+// TestSemiAutoAndCapabilities: fixed degrees are kept, and capabilities
+// refuse the strategies they exclude.
 func TestSemiAutoAndCapabilities(t *testing.T) {
 	m := ModelOf(mustLoad(t, "13b-4node"))
 	c := Cluster{Nodes: 4, DevicesPerNode: 8, Device: device(t, "V100-32G")}
@@ -121,25 +121,37 @@ func TestSemiAutoAndCapabilities(t *testing.T) {
 			t.Fatalf("fixed mp 2 pp 4, got %s", p.Strategy)
 		}
 	}
-	plans, err = Search(ModelOf(mustLoad(t, "tiny")), Cluster{Nodes: 1, DevicesPerNode: 4, Device: device(t, "cpu")}, Options{Caps: EngineCapabilities()})
+	// Capabilities narrower than the engine's refuse what they exclude,
+	// with the reason; the engine's own refuse nothing.
+	narrow := Capabilities{Name: "a narrow engine", MaxMP: 1 << 30, MaxPP: 1, MaxVPP: 1, MaxShardingStage: 2}
+	tiny, cpu := ModelOf(mustLoad(t, "tiny")), Cluster{Nodes: 1, DevicesPerNode: 4, Device: device(t, "cpu")}
+	plans, err = Search(tiny, cpu, Options{Caps: narrow})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var refused int
 	for _, p := range plans {
-		unsupported := p.ShardingDegree > 1 && p.ShardingStage == 3
+		unsupported := p.PP > 1 || p.ShardingDegree > 1 && p.ShardingStage == 3
 		if p.Feasible && unsupported {
-			t.Errorf("%s feasible under the engine's capabilities", p.Strategy)
+			t.Errorf("%s feasible under %s", p.Strategy, narrow.Name)
 		}
-		if unsupported && strings.Contains(p.Reason, "not supported by the engine") {
+		if unsupported && strings.Contains(p.Reason, "not supported by a narrow engine") {
 			refused++
 		}
 	}
 	if refused == 0 {
-		t.Errorf("no plan refused for the engine's capabilities")
+		t.Errorf("no plan refused for %s", narrow.Name)
 	}
-	best, ok := Best(plans)
-	if !ok || best.PP != 1 {
-		t.Errorf("best plan under the engine's capabilities: %+v", best)
+	plans, err = Search(tiny, cpu, Options{Caps: EngineCapabilities()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range plans {
+		if strings.Contains(p.Reason, "not supported") {
+			t.Errorf("%s refused under the engine's capabilities: %s", p.Strategy, p.Reason)
+		}
+	}
+	if _, ok := Best(plans); !ok {
+		t.Error("no best plan under the engine's capabilities")
 	}
 }
