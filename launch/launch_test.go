@@ -550,8 +550,11 @@ func TestCallbacks(t *testing.T) {
 	pids := map[int]int{}
 	lines := map[int][]string{}
 	exits := map[int]Result{}
+	// Rank 1 fails only after rank 0 has written everything, so the stop it
+	// causes cannot cut rank 0's lines short.
+	dir := t.TempDir()
 	_, err := Run(context.Background(), Options{
-		Workers: job([]string{"lines", "2", "stderr", "oops"}, []string{"lines", "1", "exit", "3"}),
+		Workers: job([]string{"lines", "2", "stderr", "oops", "ready", dir}, []string{"await", dir, "1", "lines", "1", "exit", "3"}),
 		Show:    func(int) bool { return false },
 		OnStart: func(w Worker, pid int) {
 			mu.Lock()
