@@ -381,7 +381,18 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		sent += mb * v
 	}
 	t.Compute = perMB * mb
-	if s.PP > 1 {
+	if s.PP > 1 && c.Device.SharedNode {
+		// Workers sharing a node's cores: a stage waiting in the bubble
+		// gives its core to the others, so the node's work runs at the
+		// node's rate, unless one stage has more work than a worker's
+		// threads can do in that time. perMB is the last stage's (it
+		// holds the logits); the average stage's has 1/pp of them.
+		avg := perMB - 3*logitsFwd*float64(s.PP-1)/float64(s.PP)
+		threads := max(1, c.Device.Cores/c.DevicesPerNode)
+		bottleneck := perMB * mb * float64(c.Device.Cores) / float64(c.DevicesPerNode*threads)
+		t.Compute = math.Max(avg*mb, bottleneck)
+		t.Bubble = t.Compute - avg*mb
+	} else if s.PP > 1 {
 		bubble := perMB * float64(s.PP-1) / float64(s.VPP)
 		t.Bubble = bubble
 		t.Compute += bubble
@@ -437,10 +448,19 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		opt = math.Ceil(P / S)
 		normN = opt
 	default: // stage 3: parameters gathered for forward and backward, gradients reduce-scattered
-		v := 3 * (S - 1) / S * gb
+		// The engine gathers a block for each micro-batch's forward and
+		// backward pass and reduce-scatters its gradients after the
+		// backward; the tensors outside the blocks once per step each way.
+		// Each member sends S−1 times the largest part any member holds
+		// of the unit: a unit smaller than a shard of the flat buffer
+		// lies in one or two shards, so that is the unit itself, not 1/S
+		// of it. Nothing overlaps: the engine waits for each gather.
+		chunk := math.Ceil(P / S)
+		block := float64(m.layerParamsTP(s.MP))
+		outer := P - L*block
+		v := (S - 1) * pb * (3*mb*L*math.Min(block, chunk) + 2*math.Min(outer, chunk))
 		ar := 2 * (D - 1) / D * gb / S
-		comm := v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
-		t.Comm += math.Max(comm-c.Device.Overlap*t.Compute*(L-1)/L, comm/L)
+		t.Comm += v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
 		sent += v + ar
 		opt = math.Ceil(P / S)
 		normN = opt

@@ -44,13 +44,14 @@ const globalBatch = 16
 
 // strategies are the layouts compared, on 4 workers.
 var strategies = []planner.Strategy{
-	{ShardingDegree: 4, ShardingStage: 2, MicroBatch: 4},
-	{ShardingDegree: 4, ShardingStage: 1, MicroBatch: 4},
-	{DP: 2, ShardingDegree: 2, ShardingStage: 2, MicroBatch: 4},
 	{DP: 4, MicroBatch: 4},
-	{DP: 4, MicroBatch: 2},
+	{DP: 4, MicroBatch: 4, Recompute: planner.RecomputeFull},
 	{DP: 4, MicroBatch: 1},
-	{DP: 4, MicroBatch: 1, Recompute: planner.RecomputeFull},
+	{DP: 2, MP: 2, MicroBatch: 4},
+	{MP: 4, MicroBatch: 4},
+	{DP: 2, PP: 2, MicroBatch: 2},
+	{PP: 4, MicroBatch: 2},
+	{ShardingDegree: 4, ShardingStage: 3, MicroBatch: 4},
 }
 
 func main() {
