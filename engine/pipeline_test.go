@@ -49,3 +49,20 @@ func TestPipeSchedule(t *testing.T) {
 		}
 	}
 }
+
+// maxInFlight is the largest number of micro-batches whose activations a
+// schedule keeps at once (a micro-batch is in flight from its first
+// forward pass to its last backward pass on the rank).
+func maxInFlight(ops []pipeOp) int {
+	live, most := 0, 0
+	for _, op := range ops {
+		switch {
+		case !op.backward && op.chunk == 0:
+			live++
+			most = max(most, live)
+		case op.backward && op.chunk == 0:
+			live--
+		}
+	}
+	return most
+}
