@@ -1,0 +1,20 @@
+// Package cuda is gptui's GPU backend: the CUDA driver API, NVRTC, cuBLAS,
+// cuBLASLt and NCCL bound at run time through purego (so `go build` needs no
+// CUDA headers or libraries), the engine's kernels in CUDA C embedded in the
+// binary and compiled by NVRTC for the device at first use (cached on disk by
+// content hash), and a [kernels.Backend] built on them.
+//
+// A node without a GPU or without the libraries gets an error saying which
+// library was looked for where; the CLI turns it into one line and exit 2.
+//
+// Files, by concept:
+//
+//	lib.go        finding libcuda, libnvrtc, libcublas(Lt), libnccl
+//	driver.go     the driver API: primary context, memory, streams, launches
+//	nvrtc.go      compiling kernel sources, the on-disk cache
+//	cublas.go     GEMMs (cuBLAS, cuBLASLt)
+//	nccl.go       the NCCL communicator
+//	kernels/*.cu  the kernel sources, one file per kernel family
+//	launch.go     each kernel's launch geometry and arguments
+//	backend.go    kernels.Backend on the GPU, mixed precision
+package cuda
