@@ -1,0 +1,391 @@
+// Package emu runs gptui's CUDA kernel sources on the CPU, so that the
+// kernels of package cuda are tested on machines without a GPU.
+//
+// src/cuda_emu.h makes CUDA C compile as C++20 under g++ (threads, blocks, shared
+// memory, __syncthreads, warp shuffles, atomics; see its comment), and
+// driver.cpp replays a script of launches over host buffers. [Build]
+// compiles the very source NVRTC gets (cuda.Source()) with them into one
+// host binary; a [Machine] is a [cuda.Launcher] over that binary: it holds
+// host copies of the buffers, records launches, and [Machine.Run] replays
+// them in a child process and reads the buffers back.
+//
+// Typical test use (package cuda_test):
+//
+//	prog, err := emu.Build(ctx, t.TempDir(), cuda.Source(), emu.Options{})
+//	m := prog.NewMachine()
+//	k, err := cuda.NewKernels(m, m.Lookup)
+//	x := m.Float32s(input)              // a device pointer to a copy of input
+//	err = k.Scale(0, x, len(input), 2)  // recorded, not run
+//	err = m.Run(ctx)                    // runs every recorded launch
+//	got := m.ReadFloat32s(x, len(input))
+//
+// Building takes seconds, so a test package builds once (sync.Once) and
+// makes a Machine per test. Device pointers are fake addresses, (buffer+1)<<32
+// plus a byte offset, so a Ptr plus an offset points into the same buffer
+// and alignment is that of the offset (buffers are 256-byte aligned, as
+// cuMemAlloc's are). Every kernel argument's Go type must match the kernel
+// parameter's C type (int32 ↔ int, int64 ↔ long long, uint64 ↔ unsigned long
+// long, float32 ↔ float, float64 ↔ double, Ptr ↔ any pointer), or Run fails
+// naming the launch and the argument.
+package emu
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/gptui/gptui/kernels/cuda"
+)
+
+//go:embed src/cuda_emu.h
+var header []byte
+
+//go:embed src/driver.cpp
+var driver []byte
+
+// Options tune Build.
+type Options struct {
+	// Sanitize builds with AddressSanitizer and UBSan, so an out-of-bounds
+	// access by a kernel fails the run instead of going unnoticed.
+	Sanitize bool
+	// Opt is the optimisation flag; empty means -O1.
+	Opt string
+}
+
+// kernelRE matches a kernel's definition in preprocessed source.
+var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(`)
+
+// Program is the kernel source compiled with the emulator.
+type Program struct {
+	bin   string
+	names []string
+	index map[string]int
+}
+
+// Compiler returns the path of g++, or an error saying it is missing.
+func Compiler() (string, error) {
+	p, err := exec.LookPath("g++")
+	if err != nil {
+		return "", fmt.Errorf("emu: g++ not found on PATH (install g++ 12 or later): %w", err)
+	}
+	return p, nil
+}
+
+// Build compiles source (the kernels, as NVRTC would get them) with the
+// emulator into a host program in dir. The kernels are the source's
+// `extern "C" __global__` functions, found after preprocessing (so kernels
+// stamped out by macros count), numbered by Lookup in source order.
+func Build(ctx context.Context, dir, source string, opt Options) (*Program, error) {
+	gxx, err := Compiler()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(source), 0o644); err != nil {
+		return nil, fmt.Errorf("emu: %w", err)
+	}
+	pre, err := exec.CommandContext(ctx, gxx, "-std=c++20", "-E", "-P", "-x", "c++", filepath.Join(dir, "kernels.cu")).Output()
+	if err != nil {
+		return nil, fmt.Errorf("emu: preprocessing the kernels: %w", err)
+	}
+	var names []string
+	var reg strings.Builder
+	index := map[string]int{}
+	for _, m := range kernelRE.FindAllSubmatch(pre, -1) {
+		n := string(m[1])
+		if _, dup := index[n]; dup {
+			continue
+		}
+		index[n] = len(names)
+		names = append(names, n)
+		fmt.Fprintf(&reg, "emu::entry(%q, &%s),\n", n, n)
+	}
+	files := map[string][]byte{
+		"cuda_emu.h":   header,
+		"driver.cpp":   driver,
+		"registry.inc": []byte(reg.String()),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return nil, fmt.Errorf("emu: %w", err)
+		}
+	}
+	bin := filepath.Join(dir, "driver")
+	o := opt.Opt
+	if o == "" {
+		o = "-O1"
+	}
+	args := []string{"-std=c++20", o, "-pthread", "-ffp-contract=off", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
+	if opt.Sanitize {
+		args = append(args, "-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+	}
+	args = append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))
+	cmd := exec.CommandContext(ctx, gxx, args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("emu: compiling the kernels: %w\n%s", err, out)
+	}
+	return &Program{bin: bin, names: names, index: index}, nil
+}
+
+// Names returns the kernels' names, in the order Lookup numbers them.
+func (p *Program) Names() []string { return p.names }
+
+// NewMachine returns an empty Machine running p.
+func (p *Program) NewMachine() *Machine {
+	return &Machine{p: p}
+}
+
+// Machine holds host copies of device buffers and the launches recorded
+// since the last Run. It implements [cuda.Launcher]. It is not safe for
+// concurrent use.
+type Machine struct {
+	// SharedLimit is the most dynamic shared memory a launch may ask for;
+	// zero means 48 KiB, a GPU's limit without cuFuncSetAttribute.
+	SharedLimit int
+
+	p        *Program
+	bufs     [][]byte
+	launches []launch
+}
+
+type launch struct {
+	fn          int
+	grid, block cuda.Dim3
+	shared      uint64
+	kinds       []byte
+	bits        []uint64
+}
+
+// Lookup returns the Function for a kernel name; it has the signature
+// cuda.NewKernels takes.
+func (m *Machine) Lookup(name string) (cuda.Function, error) {
+	i, ok := m.p.index[name]
+	if !ok {
+		return 0, fmt.Errorf("emu: no kernel %q in the program", name)
+	}
+	return cuda.Function(i + 1), nil
+}
+
+// Alloc returns a pointer to n zero bytes.
+func (m *Machine) Alloc(n int) cuda.Ptr {
+	m.bufs = append(m.bufs, make([]byte, n))
+	return cuda.Ptr(uint64(len(m.bufs)) << 32)
+}
+
+// Float32s returns a pointer to a copy of x.
+func (m *Machine) Float32s(x []float32) cuda.Ptr {
+	p := m.Alloc(4 * len(x))
+	b := m.bufs[len(m.bufs)-1]
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+	}
+	return p
+}
+
+// Float64s returns a pointer to a copy of x.
+func (m *Machine) Float64s(x []float64) cuda.Ptr {
+	p := m.Alloc(8 * len(x))
+	b := m.bufs[len(m.bufs)-1]
+	for i, v := range x {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+	}
+	return p
+}
+
+// Int32s returns a pointer to a copy of x.
+func (m *Machine) Int32s(x []int32) cuda.Ptr {
+	p := m.Alloc(4 * len(x))
+	b := m.bufs[len(m.bufs)-1]
+	for i, v := range x {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	return p
+}
+
+// Uint16s returns a pointer to a copy of x (bf16 or fp16 bits).
+func (m *Machine) Uint16s(x []uint16) cuda.Ptr {
+	p := m.Alloc(2 * len(x))
+	b := m.bufs[len(m.bufs)-1]
+	for i, v := range x {
+		binary.LittleEndian.PutUint16(b[2*i:], v)
+	}
+	return p
+}
+
+// Bytes returns the n bytes at p as of the last Run (or allocation); the
+// slice aliases the machine's copy.
+func (m *Machine) Bytes(p cuda.Ptr, n int) []byte {
+	buf := int(uint64(p)>>32) - 1
+	off := int(uint64(p) & 0xffffffff)
+	if buf < 0 || buf >= len(m.bufs) || off+n > len(m.bufs[buf]) {
+		panic(fmt.Sprintf("emu: %d bytes at %#x are outside every buffer", n, uint64(p)))
+	}
+	return m.bufs[buf][off : off+n]
+}
+
+// ReadFloat32s returns the n floats at p.
+func (m *Machine) ReadFloat32s(p cuda.Ptr, n int) []float32 {
+	b := m.Bytes(p, 4*n)
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return x
+}
+
+// ReadFloat64s returns the n doubles at p.
+func (m *Machine) ReadFloat64s(p cuda.Ptr, n int) []float64 {
+	b := m.Bytes(p, 8*n)
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return x
+}
+
+// ReadInt32s returns the n ints at p.
+func (m *Machine) ReadInt32s(p cuda.Ptr, n int) []int32 {
+	b := m.Bytes(p, 4*n)
+	x := make([]int32, n)
+	for i := range x {
+		x[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return x
+}
+
+// ReadUint16s returns the n 16-bit values at p.
+func (m *Machine) ReadUint16s(p cuda.Ptr, n int) []uint16 {
+	b := m.Bytes(p, 2*n)
+	x := make([]uint16, n)
+	for i := range x {
+		x[i] = binary.LittleEndian.Uint16(b[2*i:])
+	}
+	return x
+}
+
+// Pending is the number of launches recorded since the last Run.
+func (m *Machine) Pending() int { return len(m.launches) }
+
+// Launch records a launch after checking what a GPU would refuse: an empty
+// or oversized grid or block, too much dynamic shared memory, an argument
+// of a type a kernel cannot take. The stream is ignored (launches run in
+// order).
+func (m *Machine) Launch(f cuda.Function, grid, block cuda.Dim3, shared int, s cuda.Stream, args ...any) error {
+	fn := int(f) - 1
+	if fn < 0 || fn >= len(m.p.names) {
+		return fmt.Errorf("emu: launch of unknown function %d", f)
+	}
+	name := m.p.names[fn]
+	nt := uint64(block.X) * uint64(block.Y) * uint64(block.Z)
+	switch {
+	case nt == 0 || nt > 1024 || block.Z > 64:
+		return fmt.Errorf("emu: %s: block %v (1 to 1024 threads, z ≤ 64)", name, block)
+	case grid.X == 0 || grid.Y == 0 || grid.Z == 0 || grid.X > math.MaxInt32 || grid.Y > 65535 || grid.Z > 65535:
+		return fmt.Errorf("emu: %s: grid %v", name, grid)
+	}
+	limit := m.SharedLimit
+	if limit == 0 {
+		limit = 48 << 10
+	}
+	if shared < 0 || shared > limit {
+		return fmt.Errorf("emu: %s: %d bytes of dynamic shared memory (limit %d)", name, shared, limit)
+	}
+	l := launch{fn: fn, grid: grid, block: block, shared: uint64(shared)}
+	for i, a := range args {
+		var k byte
+		var b uint64
+		switch v := a.(type) {
+		case cuda.Ptr:
+			k, b = 0, uint64(v)
+		case int32:
+			k, b = 1, uint64(uint32(v))
+		case uint32:
+			k, b = 2, uint64(v)
+		case int64:
+			k, b = 3, uint64(v)
+		case uint64:
+			k, b = 4, v
+		case float32:
+			k, b = 5, uint64(math.Float32bits(v))
+		case float64:
+			k, b = 6, math.Float64bits(v)
+		default:
+			return fmt.Errorf("emu: %s: argument %d has Go type %T, which no kernel takes", name, i, a)
+		}
+		l.kinds = append(l.kinds, k)
+		l.bits = append(l.bits, b)
+	}
+	m.launches = append(m.launches, l)
+	return nil
+}
+
+// Run replays the recorded launches in a child process over the machine's
+// buffers and reads them back. The recorded launches are dropped, run or
+// not.
+func (m *Machine) Run(ctx context.Context) error {
+	launches := m.launches
+	m.launches = nil
+	var w bytes.Buffer
+	w.WriteString("EMU1")
+	put := func(v any) { binary.Write(&w, binary.LittleEndian, v) }
+	put(uint32(len(m.bufs)))
+	for _, b := range m.bufs {
+		put(uint64(len(b)))
+		w.Write(b)
+	}
+	put(uint32(len(launches)))
+	for _, l := range launches {
+		put(uint32(l.fn))
+		put([3]uint32{l.grid.X, l.grid.Y, l.grid.Z})
+		put([3]uint32{l.block.X, l.block.Y, l.block.Z})
+		put(l.shared)
+		put(uint32(len(l.kinds)))
+		for i, k := range l.kinds {
+			put(k)
+			put(l.bits[i])
+		}
+	}
+	dir, err := os.MkdirTemp("", "gptui-emu-")
+	if err != nil {
+		return fmt.Errorf("emu: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	script, output := filepath.Join(dir, "script"), filepath.Join(dir, "output")
+	if err := os.WriteFile(script, w.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("emu: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, m.p.bin, script, output)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("emu: running %d launches: %w\n%s", len(launches), err, stderr.Bytes())
+	}
+	out, err := os.ReadFile(output)
+	if err != nil {
+		return fmt.Errorf("emu: %w", err)
+	}
+	r := bytes.NewReader(out)
+	var n uint32
+	if err := binary.Read(r, binary.LittleEndian, &n); err != nil || int(n) != len(m.bufs) {
+		return errors.New("emu: the driver's output does not match the buffers")
+	}
+	for _, b := range m.bufs {
+		var size uint64
+		if err := binary.Read(r, binary.LittleEndian, &size); err != nil || size != uint64(len(b)) {
+			return errors.New("emu: the driver's output does not match the buffers")
+		}
+		if _, err := io.ReadFull(r, b); err != nil {
+			return fmt.Errorf("emu: reading the driver's output: %w", err)
+		}
+	}
+	return nil
+}

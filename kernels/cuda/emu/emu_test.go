@@ -1,0 +1,223 @@
+package emu
+
+import (
+	"context"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/cuda"
+)
+
+// testSource exercises what the emulator provides: shared memory, warp
+// shuffles, __syncthreads, atomics, early exits and every argument type.
+const testSource = `
+extern "C" __global__ void block_sum(const float* x, long long n, float* out) {
+	__shared__ float part[32];
+	int t = threadIdx.x;
+	float s = 0;
+	for (long long i = (long long)blockIdx.x * blockDim.x + t; i < n; i += (long long)gridDim.x * blockDim.x) s += x[i];
+	for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+	if ((t & 31) == 0) part[t >> 5] = s;
+	__syncthreads();
+	if (t < 32) {
+		float v = t < (int)(blockDim.x / 32) ? part[t] : 0.0f;
+		for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+		if (t == 0) atomicAdd(out, v);
+	}
+}
+
+// reverse reverses each block's slice through dynamic shared memory.
+extern "C" __global__ void reverse(float* x, int n) {
+	float* s = (float*)emu::dynamic_shared();
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	s[threadIdx.x] = i < n ? x[i] : 0.0f;
+	__syncthreads();
+	int j = blockIdx.x * blockDim.x + (blockDim.x - 1 - threadIdx.x);
+	if (j < n) x[j] = s[threadIdx.x];
+}
+
+// early counts the threads that survive an early return past a barrier.
+extern "C" __global__ void early(int* count) {
+	if (threadIdx.x % 3 == 0) return;
+	__syncthreads();
+	atomicAdd(count, 1);
+}
+
+// broadcast gives every lane lane 5's value and its y/z indices.
+extern "C" __global__ void broadcast(int* out) {
+	int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+	int v = __shfl_sync(0xffffffffu, t * 10, 5);
+	out[t] = v + 1000 * (int)threadIdx.y + 100000 * (int)threadIdx.z;
+}
+
+extern "C" __global__ void types(int a, unsigned int b, long long c, unsigned long long d, float e, double f, double* out) {
+	out[0] = a; out[1] = b; out[2] = (double)c; out[3] = (double)d; out[4] = e; out[5] = f;
+}
+`
+
+var testNames = []string{"block_sum", "reverse", "early", "broadcast", "types"}
+
+func TestNames(t *testing.T) {
+	p := build(t)
+	if got := strings.Join(p.Names(), " "); got != strings.Join(testNames, " ") {
+		t.Errorf("kernels found: %s, want %s", got, strings.Join(testNames, " "))
+	}
+}
+
+func d3(x, y, z uint32) cuda.Dim3 { return cuda.Dim3{X: x, Y: y, Z: z} }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != nil {
+		os.RemoveAll(filepath.Dir(built.bin))
+	}
+	os.Exit(code)
+}
+
+var (
+	buildOnce sync.Once
+	built     *Program
+	buildErr  error
+)
+
+// build compiles testSource once for the package's tests.
+func build(t *testing.T) *Program {
+	t.Helper()
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is not installed (.ci/run installs it)")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "emu-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		built, buildErr = Build(context.Background(), dir, testSource, Options{})
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return built
+}
+
+func TestEmulator(t *testing.T) {
+	p := build(t)
+	ctx := context.Background()
+	m := p.NewMachine()
+	fn := func(name string) cuda.Function {
+		f, err := m.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	launch := func(name string, grid, block cuda.Dim3, shared int, args ...any) {
+		t.Helper()
+		if err := m.Launch(fn(name), grid, block, shared, 0, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const n = 1000
+	x := make([]float32, n)
+	var want float32
+	for i := range x {
+		x[i] = float32(i%7) - 2.5
+		want += x[i]
+	}
+	xp, sum := m.Float32s(x), m.Alloc(4)
+	launch("block_sum", d3(3, 1, 1), d3(96, 1, 1), 0, xp, int64(n), sum)
+
+	r := make([]float32, 100)
+	for i := range r {
+		r[i] = float32(i)
+	}
+	rp := m.Float32s(r)
+	launch("reverse", d3(2, 1, 1), d3(64, 1, 1), 64*4, rp, int32(len(r)))
+
+	count := m.Alloc(4)
+	launch("early", d3(4, 1, 1), d3(70, 1, 1), 0, count)
+
+	bc := m.Alloc(4 * 64)
+	launch("broadcast", d3(1, 1, 1), d3(8, 4, 2), 0, bc)
+
+	out := m.Alloc(8 * 6)
+	launch("types", d3(1, 1, 1), d3(1, 1, 1), 0, int32(-7), uint32(4000000000), int64(-1<<40), uint64(1<<63), float32(1.5), 2.25, out)
+
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ReadFloat32s(sum, 1)[0]; math.Abs(float64(got-want)) > 1e-3 {
+		t.Errorf("block_sum = %v, want %v", got, want)
+	}
+	got := m.ReadFloat32s(rp, len(r))
+	for i, v := range got {
+		// Block 0 reverses 0…63; block 1 holds 64…99 and reads zeros past n.
+		w := float32(63 - i)
+		if i >= 64 {
+			w = float32(64 + 127 - i)
+			if 64+127-i >= 100 {
+				w = 0
+			}
+		}
+		if v != w {
+			t.Errorf("reverse[%d] = %v, want %v", i, v, w)
+			break
+		}
+	}
+	if got, want := m.ReadInt32s(count, 1)[0], int32(4*(70-24)); got != want {
+		t.Errorf("early: %d threads past the barrier, want %d", got, want)
+	}
+	for i, v := range m.ReadInt32s(bc, 64) {
+		// Lane 5 of each warp: warp 0 holds threads 0…31, warp 1 32…63.
+		y, z := (i/8)%4, i/32
+		w := int32((i/32*32+5)*10 + 1000*y + 100000*z)
+		if v != w {
+			t.Errorf("broadcast[%d] = %d, want %d", i, v, w)
+			break
+		}
+	}
+	wantTypes := []float64{-7, 4000000000, -1 << 40, 1 << 63, 1.5, 2.25}
+	for i, v := range m.ReadFloat64s(out, 6) {
+		if v != wantTypes[i] {
+			t.Errorf("types[%d] = %v, want %v", i, v, wantTypes[i])
+		}
+	}
+}
+
+// TestArgumentCheck shows a launch whose argument types do not match the
+// kernel's parameters failing with the launch named.
+func TestArgumentCheck(t *testing.T) {
+	p := build(t)
+	m := p.NewMachine()
+	f, _ := m.Lookup("block_sum")
+	x, out := m.Alloc(16), m.Alloc(4)
+	if err := m.Launch(f, d3(1, 1, 1), d3(32, 1, 1), 0, 0, x, int32(4), out); err != nil {
+		t.Fatal(err)
+	}
+	err := m.Run(context.Background())
+	if err == nil {
+		t.Fatal("int32 passed for long long: Run succeeded")
+	}
+	t.Log(err)
+	for _, bad := range []struct {
+		grid, block cuda.Dim3
+		shared      int
+	}{
+		{d3(1, 1, 1), d3(1025, 1, 1), 0},
+		{d3(0, 1, 1), d3(32, 1, 1), 0},
+		{d3(1, 1, 1), d3(32, 1, 1), 49 << 10},
+	} {
+		if err := m.Launch(f, bad.grid, bad.block, bad.shared, 0, x, int64(4), out); err == nil {
+			t.Errorf("launch %v×%v with %d shared bytes accepted", bad.grid, bad.block, bad.shared)
+		}
+	}
+	if _, err := m.Lookup("nope"); err == nil {
+		t.Error("Lookup of a missing kernel succeeded")
+	}
+}
