@@ -38,6 +38,7 @@ type trainState struct {
 // 0 writes every tensor as the blocks the ranks hold, in global
 // coordinates. The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
+	kernels.Sync(tr.be) // the last update may still be running
 	if z := tr.Model.z3; z != nil {
 		// Stage 3: the whole model for the writer, briefly.
 		z.begin(ctx)

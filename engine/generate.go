@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+
+	"github.com/gptui/gptui/kernels"
 )
 
 // SampleOptions control how the next token is drawn from the logits.
@@ -28,6 +30,13 @@ type kvCache struct {
 type decodeActs struct {
 	x, ln, mean, rstd, qkv, q, atty, proj, res2, fch, fchG []float32
 	logits                                                 []float32 // (B,V)
+}
+
+// free gives a's buffers back to the backend.
+func (a *decodeActs) free(be kernels.Backend) {
+	for _, x := range [][]float32{a.x, a.ln, a.mean, a.rstd, a.qkv, a.q, a.atty, a.proj, a.res2, a.fch, a.fchG, a.logits} {
+		kernels.Free(be, x)
+	}
 }
 
 // Generate continues each prompt by MaxNewTokens tokens with a key/value
@@ -60,14 +69,22 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 	}
 	cache := &kvCache{B: B, maxT: c.MaxT, k: make([][]float32, c.L), v: make([][]float32, c.L)}
 	for l := range cache.k {
-		cache.k[l] = make([]float32, B*c.MaxT*c.C)
-		cache.v[l] = make([]float32, B*c.MaxT*c.C)
+		cache.k[l] = m.floats(B * c.MaxT * c.C)
+		cache.v[l] = m.floats(B * c.MaxT * c.C)
 	}
+	defer func() {
+		for l := range cache.k {
+			kernels.Free(m.be, cache.k[l])
+			kernels.Free(m.be, cache.v[l])
+		}
+	}()
+	f := m.floats
 	a := &decodeActs{
-		x: make([]float32, B*c.C), ln: make([]float32, B*c.C), mean: make([]float32, B), rstd: make([]float32, B),
-		qkv: make([]float32, B*3*c.C), q: make([]float32, B*c.C), atty: make([]float32, B*c.C), proj: make([]float32, B*c.C),
-		res2: make([]float32, B*c.C), fch: make([]float32, B*c.F), fchG: make([]float32, B*c.F), logits: make([]float32, B*c.V),
+		x: f(B * c.C), ln: f(B * c.C), mean: f(B), rstd: f(B),
+		qkv: f(B * 3 * c.C), q: f(B * c.C), atty: f(B * c.C), proj: f(B * c.C),
+		res2: f(B * c.C), fch: f(B * c.F), fchG: f(B * c.F), logits: f(B * c.V),
 	}
+	defer a.free(m.be)
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x73616d706c65)) // "sample"
 	out := make([][]int, B)
 	next := make([]int32, B)
@@ -113,6 +130,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
 	be, c, p := m.be, m.Cfg, m.p
 	B, C, F, V := kv.B, c.C, c.F, c.V
+	kernels.Sync(be) // the host writes a.x and the caches below
 	for b := 0; b < B; b++ {
 		we := p.wte[int(tok[b])*C : int(tok[b])*C+C]
 		pe := p.wpe[pos*C : pos*C+C]
@@ -123,6 +141,7 @@ func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
 	for l := 0; l < c.L; l++ {
 		be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, layer(p.ln1w, l, C), layer(p.ln1b, l, C), B, C)
 		be.MatmulForward(a.qkv, a.ln, layer(p.qkvw, l, 3*C*C), layer(p.qkvb, l, 3*C), B, C, 3*C)
+		kernels.Sync(be)
 		for b := 0; b < B; b++ {
 			row := a.qkv[b*3*C : (b+1)*3*C]
 			copy(a.q[b*C:(b+1)*C], row[:C])
@@ -140,6 +159,7 @@ func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
 	}
 	be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.lnfw, p.lnfb, B, C)
 	be.MatmulForward(a.logits, a.ln, p.wte[:V*C], nil, B, C, V)
+	kernels.Sync(be) // the caller samples from a.logits
 }
 
 // sample draws a token from logits: argmax at temperature 0, else from the

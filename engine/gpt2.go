@@ -84,7 +84,7 @@ func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
-	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: make([]float32, n), Grads: make([]float32, n), be: be,
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: kernels.Float32s(be, n), Grads: kernels.Float32s(be, n), be: be,
 		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
 	m.p = viewWeights(m.Params, ts)
 	m.g = viewWeights(m.Grads, ts)
@@ -99,6 +99,8 @@ func (m *Model) SetDropoutSeed(s uint64) { m.seed = s }
 func (m *Model) SetRecompute(r Recompute) {
 	if r != m.recompute {
 		m.recompute = r
+		m.acts.free(m.be)
+		m.sc.free(m.be)
 		m.acts, m.sc = nil, nil
 	}
 }
@@ -127,7 +129,7 @@ type activations struct {
 	B, T    int
 	resid   [][]float32 // Ll+1 × (B,T,C): resid[0] the stage's input, resid[i+1] output of local block i
 	layers  []layerActs // Ll, or the shared scratch one when recomputing whole blocks
-	att     [][]float32 // Ll × (B,NHl,T,T), or the shared scratch one when recomputing attention
+	att     [][]float32 // Ll × (B,NHl,T,T) (kernels.AttentionFloats), or the shared scratch one when recomputing attention
 	lnf     []float32   // (B,T,C)         head only
 	lnfMean []float32   // (B,T)
 	lnfRstd []float32   // (B,T)
@@ -136,7 +138,8 @@ type activations struct {
 	inputs  []int32     // (B,T) copy of the batch, read by backward
 	targets []int32     // (B,T)
 
-	stored int // bytes of activations kept between forward and backward
+	stored int   // bytes of activations kept between forward and backward
+	bufs   []any // what was allocated for these activations alone
 }
 
 // scratch is what the passes of every micro-batch share: the buffers of
@@ -155,6 +158,8 @@ type scratch struct {
 	maxes []float32 // (B,T) vocabulary-parallel loss: row maxima
 	gmax  []float32 // (MP,B,T) every rank's row maxima
 	stats []float64 // (B,T,2) Σ e^(x−max) and the target's logit
+
+	bufs []any // every buffer above, to give back
 }
 
 func newLayerActs(n func(int) []float32, N, C, Cl, Fl int) layerActs {
@@ -167,7 +172,8 @@ func newLayerActs(n func(int) []float32, N, C, Cl, Fl int) layerActs {
 func (m *Model) newScratch(B, T int) *scratch {
 	c, d := m.Cfg, m.d
 	N, C := B*T, c.C
-	f := func(n int) []float32 { return make([]float32, n) }
+	var bufs []any
+	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
 	sc := &scratch{
 		proj: f(N * C), dresid: f(N * C), dln: f(N * C), dqkv: f(N * 3 * d.Cl), datty: f(N * d.Cl),
 		dfch: f(N * d.Fl), dfchG: f(N * d.Fl),
@@ -176,11 +182,13 @@ func (m *Model) newScratch(B, T int) *scratch {
 		sc.layer = newLayerActs(f, N, C, d.Cl, d.Fl)
 	}
 	if m.recompute != RecomputeNone {
-		sc.att = f(B * d.NHl * T * T)
+		sc.att = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
 	}
 	if m.Part.MP > 1 && m.Part.Head {
-		sc.maxes, sc.gmax, sc.stats = f(N), f(N*m.Part.MP), make([]float64, 2*N)
+		sc.maxes, sc.gmax, sc.stats = f(N), f(N*m.Part.MP), kernels.Float64s(m.be, 2*N)
+		bufs = append(bufs, sc.stats)
 	}
+	sc.bufs = bufs
 	return sc
 }
 
@@ -190,13 +198,19 @@ func (m *Model) newScratch(B, T int) *scratch {
 // head's buffers when the range ends the model.
 func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	if m.sc == nil || len(m.sc.proj) != B*T*m.Cfg.C {
+		m.sc.free(m.be)
 		m.sc = m.newScratch(B, T)
 	}
 	c, d, sc := m.Cfg, m.d, m.sc
 	C, Ll := c.C, m.numLayers()
 	N := B * T
 	a := &activations{B: B, T: T}
-	f := func(n int) []float32 { a.stored += 4 * n; return make([]float32, n) }
+	f := func(n int) []float32 {
+		a.stored += 4 * n
+		x := kernels.Float32s(m.be, n)
+		a.bufs = append(a.bufs, x)
+		return x
+	}
 	a.resid = make([][]float32, Ll+1)
 	for l := lo; l <= hi; l++ {
 		a.resid[l] = f(N * C)
@@ -212,15 +226,36 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
 		} else {
-			a.att[l] = f(B * d.NHl * T * T)
+			a.att[l] = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
 		}
 	}
 	if m.Part.Head && hi == Ll {
 		a.lnf, a.lnfMean, a.lnfRstd = f(N*C), f(N), f(N)
 		a.logits, a.losses = f(N*d.Vl), f(N)
 	}
-	a.inputs, a.targets = make([]int32, N), make([]int32, N)
+	a.inputs, a.targets = kernels.Int32s(m.be, N), kernels.Int32s(m.be, N)
+	a.bufs = append(a.bufs, a.inputs, a.targets)
 	return a
+}
+
+// free gives the buffers of a back to the backend (no-op for nil).
+func (a *activations) free(be kernels.Backend) {
+	if a == nil {
+		return
+	}
+	for _, b := range a.bufs {
+		kernels.Free(be, b)
+	}
+}
+
+// free gives the buffers of sc back to the backend (no-op for nil).
+func (sc *scratch) free(be kernels.Backend) {
+	if sc == nil {
+		return
+	}
+	for _, b := range sc.bufs {
+		kernels.Free(be, b)
+	}
 }
 
 // ActivationBytes is the memory activations of a (B,T) micro-batch keep
@@ -232,6 +267,7 @@ func (m *Model) ActivationBytes(B, T int) int {
 
 func (m *Model) ensureActs(B, T int) {
 	if m.acts == nil || m.acts.B != B || m.acts.T != T {
+		m.acts.free(m.be)
 		m.acts = m.newActivations(B, T, 0, m.numLayers())
 	}
 }
@@ -265,6 +301,7 @@ func (m *Model) dropout(p float32, ps Pass, l, site int) cpu.Dropout {
 func (m *Model) Forward(inputs, targets []int32, B, T int, ps Pass, train bool, dscale float32) float32 {
 	m.ensureActs(B, T)
 	a := m.acts
+	kernels.Sync(m.be) // the last pass's kernels may still read a.inputs
 	copy(a.inputs, inputs)
 	copy(a.targets, targets)
 	m.embedForward(a, ps, train)
@@ -369,6 +406,7 @@ func (m *Model) headForward(a *activations, dscale float32, train bool) float64 
 		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, dscale, train)
 	} else {
 		be.ClassifierMax(sc.maxes, a.logits, N, d.Vl)
+		kernels.Sync(be)
 		m.tp.allGather(sc.maxes, sc.gmax)
 		for r := range sc.maxes {
 			for k := 0; k < m.Part.MP; k++ {
@@ -379,6 +417,7 @@ func (m *Model) headForward(a *activations, dscale float32, train bool) float64 
 		m.tp.allReduce64(sc.stats)
 		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, dscale, train)
 	}
+	kernels.Sync(be)
 	var sum float64
 	for _, l := range a.losses {
 		sum += float64(l)
@@ -481,7 +520,7 @@ func (m *Model) blockBackward(a *activations, li int, ps Pass, hd, ad float32) {
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
-	be.AttentionBackward(sc.dqkv, sc.datty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
+	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
 	be.MatmulBackward(sc.dln, layer(g.qkvw, li, 3*Cl*C), layer(g.qkvb, li, 3*Cl), sc.dqkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), N, C, 3*Cl)
 	m.tp.allReduce(sc.dln)
 	be.LayerNormBackward(sc.dresid, layer(g.ln1w, li, C), layer(g.ln1b, li, C), sc.dln, a.resid[li], layer(p.ln1w, li, C), la.ln1Mean, la.ln1Rstd, N, C)
@@ -565,3 +604,6 @@ func (m *Model) partOf(part Part) (*Model, error) {
 	p.seed, p.recompute = m.seed, m.recompute
 	return p, nil
 }
+
+// floats returns n zeroed float32s in the backend's memory.
+func (m *Model) floats(n int) []float32 { return kernels.Float32s(m.be, n) }

@@ -30,6 +30,11 @@ func NewShardAdamW(cfg AdamWConfig, lo, hi int) *AdamW {
 	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
 }
 
+// newAdamWOn is NewShardAdamW with the moments in be's memory.
+func newAdamWOn(be kernels.Backend, cfg AdamWConfig, lo, hi int) *AdamW {
+	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: kernels.Float32s(be, hi-lo), V: kernels.Float32s(be, hi-lo)}
+}
+
 // ClipScale is the factor global-norm clipping applies to gradients whose
 // norm is norm: clip_norm/norm above the threshold, else 1.
 func (o *AdamW) ClipScale(norm float64) float32 {

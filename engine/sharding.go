@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/gptui/gptui/comm"
 )
@@ -24,7 +23,7 @@ import (
 // shardedUpdate clips and applies one AdamW step to this rank's shard and
 // all-gathers the parameters. It returns the global gradient norm.
 func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, error) {
-	d, m, be := tr.dp, tr.Model, tr.be
+	d, m := tr.dp, tr.Model
 	n := m.NumParams()
 	lo, hi := d.shardOf(n)
 	var grads []float32
@@ -44,8 +43,7 @@ func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, erro
 	if err != nil {
 		return 0, err
 	}
-	norm := math.Sqrt(sq)
-	tr.Opt.Apply(be, m, grads, tr.Opt.ClipScale(norm), lr)
+	norm := tr.apply(grads, sq, lr)
 	if tr.topo.Stage == 3 {
 		return norm, nil // the parameters stay sharded
 	}

@@ -46,6 +46,10 @@ type Metrics struct {
 	MFU       float64          `json:"mfu"`
 	MemBytes  int64            `json:"mem_bytes"`
 	EvalLoss  float64          `json:"eval_loss,omitempty"`
+	// LossScale and SkippedSteps are fp16's loss scale for the next step
+	// and the steps skipped for gradient overflow so far.
+	LossScale    float64 `json:"loss_scale,omitempty"`
+	SkippedSteps int     `json:"skipped_steps,omitempty"`
 }
 
 // Result summarises a finished run.
@@ -72,6 +76,7 @@ type Trainer struct {
 	dp          *dataParallel // nil for one replica
 	model       *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
 	pp          *pipeline     // nil without pipeline parallelism
+	scaler      *lossScaler   // fp16's loss scale; nil otherwise
 	lastTraffic map[string]int64
 	train, eval *data.Loader
 	B, T, Accum int
@@ -162,10 +167,11 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		}
 	}
 	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
+	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
 	tr.opts.Rank = rank
 	o := cfg.Optimizer
 	ocfg := AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}
-	tr.Opt = NewAdamW(ocfg, m.NumParams())
+	tr.Opt = newAdamWOn(be, ocfg, 0, m.NumParams())
 	if world > 1 {
 		// Groups are created in the same order on every rank.
 		if topo.Replicas() > 1 {
@@ -173,7 +179,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 				return nil, err
 			}
 			lo, hi := tr.dp.shardOf(m.NumParams())
-			tr.Opt = NewShardAdamW(ocfg, lo, hi)
+			tr.Opt = newAdamWOn(be, ocfg, lo, hi)
 		}
 		if topo.MP > 1 {
 			g, err := opts.World.Group(topo.mpGroup())
@@ -348,6 +354,9 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	tr.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
 		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
 	tr.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+	if sc := tr.scaler; sc != nil {
+		tr.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
+	}
 	for _, w := range tr.warnings {
 		tr.logf("[checkpoint] %s", w)
 	}
@@ -408,8 +417,15 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
 			tr.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
 				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
-			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
-				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n)})
+			if sc := tr.scaler; sc != nil {
+				tr.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
+			}
+			mt := Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
+				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n)}
+			if sc := tr.scaler; sc != nil {
+				mt.LossScale, mt.SkippedSteps = sc.Scale(), sc.skipped
+			}
+			tr.writeMetrics(mt)
 			window.n, window.reader, window.batch = 0, 0, 0
 		}
 		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
@@ -462,6 +478,9 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		m.ZeroGrad()
 	}
 	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
+	if tr.scaler != nil {
+		dscale *= float32(tr.scaler.Scale())
+	}
 	bt := tr.B * tr.T
 	var hook func(int)
 	if tr.dp != nil {
@@ -527,9 +546,22 @@ func (tr *Trainer) update(ctx context.Context, lr float32) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	norm := math.Sqrt(sq)
-	tr.Opt.Apply(tr.be, m, m.Grads, tr.Opt.ClipScale(norm), lr)
-	return norm, nil
+	return tr.apply(m.Grads, sq, lr), nil
+}
+
+// apply runs AdamW on grads, the gradients of the parameters this rank
+// updates, given the global sum of their squares sq, and returns the global
+// norm of the true gradient. Under fp16 the gradients are loss-scaled: the
+// scale comes off inside the update, and a non-finite norm skips the step.
+func (tr *Trainer) apply(grads []float32, sq float64, lr float32) float64 {
+	s := tr.scaler.Scale()
+	norm := math.Sqrt(sq) / s
+	if !tr.scaler.update(norm) {
+		tr.logf("[amp] gradient overflow at loss scale %g: step skipped, loss scale now %g (skipped steps: %d)", s, tr.scaler.Scale(), tr.scaler.skipped)
+		return norm
+	}
+	tr.Opt.Apply(tr.be, tr.Model, grads, tr.Opt.ClipScale(norm)/float32(s), lr)
+	return norm
 }
 
 // modelSum adds x up over the ranks that hold the parts of one model (the

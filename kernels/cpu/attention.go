@@ -59,14 +59,16 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d D
 }
 
 // AttentionBackward computes dqkv (overwritten) from dout, the packed qkv and
-// the stored (or recomputed) probabilities att.
+// the stored (or recomputed) probabilities att. out, the forward pass's
+// output, is unused here: a flash-style backward that keeps only each row's
+// log-sum-exp in att needs it for rowsum(dout ⊙ out).
 //
 //	P' = dropout(att);  dP' = dout · vᵀ;  dv = P'ᵀ · dout;  dP = dropout(dP')
 //	dS = att ⊙ (dP − rowsum(att ⊙ dP)) / √hs      (softmax backward, causal rows)
 //	dq = dS · k;  dk = dSᵀ · q
 //
 // In the same three phases per batch row as the forward pass.
-func (b *Backend) AttentionBackward(dqkv, dout, qkv, att []float32, B, T, C, NH int, d Dropout, off uint64) {
+func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d Dropout, off uint64) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	dp := make([]float32, NH*T*T)

@@ -139,7 +139,7 @@ func TestAttentionGrad(t *testing.T) {
 		for i := range dqkv {
 			dqkv[i] = 7 // overwritten, not accumulated
 		}
-		be.AttentionBackward(dqkv, toF32(G), qkv, att, B, T, C, NH, d, off)
+		be.AttentionBackward(dqkv, toF32(G), nil, qkv, att, B, T, C, NH, d, off)
 		phi := func() float64 { return ref.Dot(G, ref.Attention(q64, B, T, C, NH, float64(p), keep)) }
 		checkErr(t, "dqkv", dqkv, ref.NumGrad(phi, q64, 1e-5), gradTol)
 	}

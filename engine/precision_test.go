@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+// TestLossScaleIsExact: a power-of-two loss scale changes no bit of the
+// update, so fp16's loss scaling on the CPU backend (which computes in
+// fp32) reproduces the fp32 run exactly, step for step.
+func TestLossScaleIsExact(t *testing.T) {
+	base := []string{"Engine.max_steps=4", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Engine.log_dir=" + t.TempDir()}
+	_, want := trainPreset(t, "tiny", append(base, "Engine.mix_precision.dtype=fp32")...)
+	tr, got := trainPreset(t, "tiny", append(base, "Engine.mix_precision.dtype=fp16", "Engine.mix_precision.scale_loss=32768")...)
+	if tr.scaler == nil || tr.scaler.skipped != 0 {
+		t.Fatalf("fp16 run: scaler %+v, want one with no skipped step", tr.scaler)
+	}
+	for i := range want.Losses {
+		if got.Losses[i] != want.Losses[i] {
+			t.Errorf("step %d: loss %.9g with loss scale 32768, %.9g in fp32", i, got.Losses[i], want.Losses[i])
+		}
+	}
+}
+
+// TestLossScaleOverflowSkips: a scale past float32's range overflows the
+// gradients; those steps are skipped (parameters untouched), logged and
+// counted, the scale backs off, and training goes on with finite losses.
+func TestLossScaleOverflowSkips(t *testing.T) {
+	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=6", "Engine.logging_freq=1", "Engine.mix_precision.dtype=fp16",
+		"Engine.mix_precision.scale_loss=1e39", "Engine.log_dir=" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Stdout: &out, Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := append([]float32(nil), tr.Model.Params...)
+	// The first step overflows (1e39 is +Inf in float32): nothing moves.
+	tr.out = &out
+	n := cfg.Global.GlobalBatchSize * cfg.Data.Train.Dataset.MaxSeqLen
+	if _, _, _, err := tr.trainStep(context.Background(), 0, 1e-3, make([]int32, n), make([]int32, n)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range before {
+		if tr.Model.Params[i] != before[i] {
+			t.Fatalf("parameter %d changed in a skipped step", i)
+		}
+	}
+	if tr.scaler.skipped != 1 || tr.scaler.Scale() != 5e38 {
+		t.Fatalf("after one overflow: skipped %d, scale %g; want 1, 5e38", tr.scaler.skipped, tr.scaler.Scale())
+	}
+	res, err := tr.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := out.String()
+	if tr.scaler.skipped < 2 || !strings.Contains(log, "[amp] gradient overflow") || !strings.Contains(log, "skipped_steps: ") {
+		t.Fatalf("skipped %d steps; log:\n%s", tr.scaler.skipped, log)
+	}
+	if tr.scaler.Scale() >= 1e39 {
+		t.Errorf("scale %g did not back off", tr.scaler.Scale())
+	}
+	for i, l := range res.Losses {
+		if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
+			t.Errorf("step %d: loss %v", i, l)
+		}
+	}
+	t.Logf("skipped %d of %d steps, loss scale now %g", tr.scaler.skipped, len(res.Losses)+1, tr.scaler.Scale())
+}
