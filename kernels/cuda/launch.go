@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"sync"
 )
 
@@ -58,10 +59,424 @@ func (k *Kernels) launch(name string, grid, block Dim3, shared int, s Stream, ar
 }
 
 // kernelNames are the kernels of this file's methods, in source order.
-var kernelNames = []string{}
+var kernelNames = []string{
+	"encoder_forward", "encoder_backward",
+	"layernorm_forward", "layernorm_backward",
+	"bias_add", "bias_backward", "cast_f32_bf16", "cast_f32_f16", "cast_bf16_f32", "cast_f16_f32",
+	"gelu_forward", "gelu_backward",
+	"residual_forward", "scale",
+	"dropout_forward",
+	"cross_entropy", "classifier_max", "classifier_exp", "classifier_finish",
+	"adamw",
+	"sum_squares_partial", "sum_squares_finish", "non_finite",
+}
 
 // KernelNames returns the name of every kernel the Kernels methods launch
 // (the `extern "C" __global__` functions of [Source]).
 func KernelNames() []string {
 	return append([]string(nil), kernelNames...)
+}
+
+// Launch geometry.
+
+const (
+	ewThreads   = 256   // threads per block of elementwise kernels
+	ewMaxBlocks = 16384 // grid-stride loops cover the rest
+	rowThreads  = 256   // layernorm_forward: 8 warps, a row each
+	lnbThreads  = 512   // layernorm_backward: 16 warps
+	lnbRows     = 32    // rows per block of layernorm_backward, at least
+	lnbMaxGrid  = 1024  // layernorm_backward's most blocks
+	clsThreads  = 512   // classifier kernels: one block per row
+	bbRows      = 256   // bias_backward's rows per block (matmul.cu BB_ROWS)
+	normThreads = 512   // sum_squares_partial
+	normBlocks  = 1024  // sum_squares_partial's most blocks
+	normPerThr  = 8     // elements per thread before another block is added
+)
+
+// SumSquaresScratch is the size in bytes of the scratch SumSquares needs:
+// one double per block of its first kernel.
+const SumSquaresScratch = normBlocks * 8
+
+// ElementwiseGeometry is the launch shape of a grid-stride kernel over work
+// items (elements, or float4s plus the scalar tail).
+func ElementwiseGeometry(work int64) (grid, block Dim3) {
+	b := (work + ewThreads - 1) / ewThreads
+	b = min(max(b, 1), ewMaxBlocks)
+	return Dim3{uint32(b), 1, 1}, Dim3{ewThreads, 1, 1}
+}
+
+// vecWork is the number of work items of a kernel over n elements: n/4
+// float4s and n%4 scalars when vec, else n.
+func vecWork(n int64, vec bool) int64 {
+	if vec {
+		return n/4 + n%4
+	}
+	return n
+}
+
+// LayerNormForwardGeometry is one warp per row, 8 rows per block.
+func LayerNormForwardGeometry(N int) (grid, block Dim3) {
+	w := rowThreads / 32
+	return Dim3{uint32((N + w - 1) / w), 1, 1}, Dim3{rowThreads, 1, 1}
+}
+
+// LayerNormBackwardGeometry is 16 warps per block, each block at least
+// lnbRows rows, at most lnbMaxGrid blocks (they walk the rows grid-stride),
+// and LayerNormBackwardShared(C) bytes of dynamic shared memory.
+func LayerNormBackwardGeometry(N, C int) (grid, block Dim3, shared int) {
+	g := min(max((N+lnbRows-1)/lnbRows, 1), lnbMaxGrid)
+	return Dim3{uint32(g), 1, 1}, Dim3{lnbThreads, 1, 1}, LayerNormBackwardShared(C)
+}
+
+// LayerNormBackwardShared is layernorm_backward's dynamic shared memory for
+// C channels: the block's dw and dbias partial sums. Above 48 KiB (C >
+// 6144) the backend must raise the function's limit before launching it.
+func LayerNormBackwardShared(C int) int { return 2 * C * 4 }
+
+// SharedNeeds maps each kernel of this file that needs more than 48 KiB of
+// dynamic shared memory for models of up to C channels to what it needs.
+func SharedNeeds(C int) map[string]int {
+	need := map[string]int{}
+	if n := LayerNormBackwardShared(C); n > 48<<10 {
+		need["layernorm_backward"] = n
+	}
+	return need
+}
+
+// BiasBackwardGeometry is blocks of 32 columns × 16 threads, bbRows rows
+// per block.
+func BiasBackwardGeometry(N, OC int) (grid, block Dim3) {
+	return Dim3{uint32((OC + 31) / 32), uint32((N + bbRows - 1) / bbRows), 1}, Dim3{32, 16, 1}
+}
+
+// ClassifierGeometry is one block of clsThreads per row.
+func ClassifierGeometry(N int) (grid, block Dim3) {
+	return Dim3{uint32(N), 1, 1}, Dim3{clsThreads, 1, 1}
+}
+
+// SumSquaresGeometry is the first kernel's grid: a fixed function of n, so
+// the order of the sum is too.
+func SumSquaresGeometry(n int64) (grid, block Dim3) {
+	b := (n + normThreads*normPerThr - 1) / (normThreads * normPerThr)
+	b = min(max(b, 1), normBlocks)
+	return Dim3{uint32(b), 1, 1}, Dim3{normThreads, 1, 1}
+}
+
+// aligned reports whether every pointer is a multiple of a bytes (a null
+// pointer is).
+func aligned(a uintptr, ps ...Ptr) bool {
+	for _, p := range ps {
+		if uintptr(p)%a != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func flag(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkSizes returns an error unless every size is at least 0 and their
+// product fits the kernels' indices.
+func checkSizes(op string, sizes ...int) error {
+	p := int64(1)
+	for _, n := range sizes {
+		if n < 0 || n > math.MaxInt32 {
+			return fmt.Errorf("cuda: %s: size %d out of range (0 to %d)", op, n, math.MaxInt32)
+		}
+		p *= int64(n)
+		if p > 1<<46 {
+			return fmt.Errorf("cuda: %s: sizes %v too large", op, sizes)
+		}
+	}
+	return nil
+}
+
+// elementwise launches a grid-stride kernel over n elements; args follow
+// the pointers and n as the kernel takes them, the vec flag last.
+func (k *Kernels) elementwise(name string, s Stream, n int, vec bool, args ...any) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: %s of %d elements", name, n)
+	}
+	if n == 0 {
+		return nil
+	}
+	grid, block := ElementwiseGeometry(vecWork(int64(n), vec))
+	return k.launch(name, grid, block, 0, s, append(args, flag(vec))...)
+}
+
+// EncoderForward writes out (B,T,C) = wte[inp[b,t]] + wpe[t], as
+// kernels/cpu: wte (V,C), wpe (maxT,C), inp (B,T) int32; a token ≥ V
+// contributes zeros.
+func (k *Kernels) EncoderForward(s Stream, out, inp, wte, wpe Ptr, B, T, C, V int) error {
+	return k.EncoderShardForward(s, out, inp, wte, 0, V, wpe, B, T, C)
+}
+
+// EncoderShardForward is the vocabulary-parallel embedding: wte holds rows
+// vlo … vlo+rows−1 of the token embedding, a token outside them contributes
+// zeros; wpe may be 0 (no position embedding on this rank).
+func (k *Kernels) EncoderShardForward(s Stream, out, inp, wte Ptr, vlo, rows int, wpe Ptr, B, T, C int) error {
+	if err := checkSizes("EncoderShardForward", B, T, C); err != nil {
+		return err
+	}
+	if err := checkSizes("EncoderShardForward", vlo, rows); err != nil {
+		return err
+	}
+	if B*T*C == 0 {
+		return nil
+	}
+	vec := C%4 == 0 && aligned(16, out, wte, wpe)
+	grid, block := ElementwiseGeometry(int64(B) * int64(T) * int64(C) / map[bool]int64{true: 4, false: 1}[vec])
+	return k.launch("encoder_forward", grid, block, 0, s, out, inp, wte, int32(vlo), int32(rows), wpe, int32(B*T), int32(T), int32(C), flag(vec))
+}
+
+// EncoderBackward accumulates dwte[inp[b,t]] += dout[b,t] (tokens < V) and
+// dwpe[t] += dout[b,t]. dwte's sums take atomics: their last bits may
+// differ from run to run.
+func (k *Kernels) EncoderBackward(s Stream, dwte, dwpe, dout, inp Ptr, B, T, C, V int) error {
+	return k.EncoderShardBackward(s, dwte, 0, V, dwpe, dout, inp, B, T, C)
+}
+
+// EncoderShardBackward accumulates the gradients of EncoderShardForward:
+// dwte for the tokens in this rank's rows, and dwpe unless it is 0.
+func (k *Kernels) EncoderShardBackward(s Stream, dwte Ptr, vlo, rows int, dwpe, dout, inp Ptr, B, T, C int) error {
+	if err := checkSizes("EncoderShardBackward", B, T, C); err != nil {
+		return err
+	}
+	if err := checkSizes("EncoderShardBackward", vlo, rows); err != nil {
+		return err
+	}
+	if B*T*C == 0 {
+		return nil
+	}
+	grid, block := ElementwiseGeometry(int64(T) * int64(C))
+	return k.launch("encoder_backward", grid, block, 0, s, dwte, int32(vlo), int32(rows), dwpe, dout, inp, int32(B), int32(T), int32(C))
+}
+
+// LayerNormForward normalises N rows of C: out = (inp − mean)·rstd·w +
+// bias, keeping mean and rstd (N) unless they are 0.
+func (k *Kernels) LayerNormForward(s Stream, out, mean, rstd, inp, w, bias Ptr, N, C int) error {
+	if err := checkSizes("LayerNormForward", N, C); err != nil {
+		return err
+	}
+	if N == 0 || C == 0 {
+		return nil
+	}
+	vec := C%4 == 0 && aligned(16, out, inp, w, bias)
+	grid, block := LayerNormForwardGeometry(N)
+	return k.launch("layernorm_forward", grid, block, 0, s, out, mean, rstd, inp, w, bias, int32(N), int32(C), flag(vec))
+}
+
+// LayerNormBackward accumulates dinp (N,C), dw and dbias (C) as
+// kernels/cpu. The dw and dbias sums take atomics: their last bits may
+// differ from run to run. It needs LayerNormBackwardShared(C) bytes of
+// dynamic shared memory (see SharedNeeds).
+func (k *Kernels) LayerNormBackward(s Stream, dinp, dw, dbias, dout, inp, w, mean, rstd Ptr, N, C int) error {
+	if err := checkSizes("LayerNormBackward", N, C); err != nil {
+		return err
+	}
+	if N == 0 || C == 0 {
+		return nil
+	}
+	grid, block, shared := LayerNormBackwardGeometry(N, C)
+	return k.launch("layernorm_backward", grid, block, shared, s, dinp, dw, dbias, dout, inp, w, mean, rstd, int32(N), int32(C))
+}
+
+// BiasAdd adds bias (OC) to every row of out (N,OC), the bias of a GEMM
+// whose epilogue did not.
+func (k *Kernels) BiasAdd(s Stream, out, bias Ptr, N, OC int) error {
+	if err := checkSizes("BiasAdd", N, OC); err != nil {
+		return err
+	}
+	if N == 0 || OC == 0 {
+		return nil
+	}
+	vec := OC%4 == 0 && aligned(16, out, bias)
+	n := int64(N) * int64(OC)
+	if vec {
+		n /= 4
+	}
+	grid, block := ElementwiseGeometry(n)
+	return k.launch("bias_add", grid, block, 0, s, out, bias, int32(N), int32(OC), flag(vec))
+}
+
+// BiasBackward accumulates dbias (OC) += Σ_rows dout (N,OC), with one
+// atomic per column and 256 rows (the last bits may differ between runs).
+func (k *Kernels) BiasBackward(s Stream, dbias, dout Ptr, N, OC int) error {
+	if err := checkSizes("BiasBackward", N, OC); err != nil {
+		return err
+	}
+	if N == 0 || OC == 0 {
+		return nil
+	}
+	grid, block := BiasBackwardGeometry(N, OC)
+	return k.launch("bias_backward", grid, block, 0, s, dbias, dout, int32(N), int32(OC))
+}
+
+// GeluForward writes out = GELU(inp) (tanh approximation), n elements; out
+// may alias inp.
+func (k *Kernels) GeluForward(s Stream, out, inp Ptr, n int) error {
+	return k.elementwise("gelu_forward", s, n, aligned(16, out, inp), out, inp, int64(n))
+}
+
+// GeluBackward writes dinp = GELU'(inp)·dout (overwritten) from the forward
+// pass's inp and out, n elements; dinp may alias dout.
+func (k *Kernels) GeluBackward(s Stream, dinp, inp, out, dout Ptr, n int) error {
+	return k.elementwise("gelu_backward", s, n, aligned(16, dinp, inp, out, dout), dinp, inp, out, dout, int64(n))
+}
+
+// ResidualForward writes out = a + b, n elements; out may alias a or b.
+func (k *Kernels) ResidualForward(s Stream, out, a, b Ptr, n int) error {
+	return k.elementwise("residual_forward", s, n, aligned(16, out, a, b), out, a, b, int64(n))
+}
+
+// Scale multiplies n elements of x by f.
+func (k *Kernels) Scale(s Stream, x Ptr, n int, f float32) error {
+	return k.elementwise("scale", s, n, aligned(16, x), x, int64(n), f)
+}
+
+// DropoutForward writes out[i] = in[i]·mask/(1−p) for n elements whose
+// stream indices start at off, the mask kernels/cpu's Dropout{P: p, Key:
+// key} draws, bit for bit; p = 0 copies (nothing when out == in). out may
+// alias in.
+func (k *Kernels) DropoutForward(s Stream, out, in Ptr, n int, p float32, key, off uint64) error {
+	if !(p >= 0 && p < 1) {
+		return fmt.Errorf("cuda: dropout probability %v: want 0 ≤ p < 1", p)
+	}
+	if p == 0 && out == in {
+		return nil
+	}
+	return k.elementwise("dropout_forward", s, n, aligned(16, out, in), out, in, int64(n), p, 1/(1-p), key, off)
+}
+
+// DropoutBackward is DropoutForward on the gradient: dinp = dout·mask/(1−p)
+// with the forward pass's p, key and off. dinp may alias dout.
+func (k *Kernels) DropoutBackward(s Stream, dinp, dout Ptr, n int, p float32, key, off uint64) error {
+	return k.DropoutForward(s, dinp, dout, n, p, key, off)
+}
+
+// CrossEntropy is the fused classifier over logits (N,V) (real vocabulary
+// columns, row stride V) and targets (N) int32: losses (N) = −log
+// softmax[target], and when grad the logits overwritten by dscale·(softmax
+// − onehot(target)).
+func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V int, dscale float32, grad bool) error {
+	if err := checkSizes("CrossEntropy", N, V); err != nil {
+		return err
+	}
+	if N == 0 {
+		return nil
+	}
+	if V == 0 {
+		return fmt.Errorf("cuda: CrossEntropy over 0 columns")
+	}
+	grid, block := ClassifierGeometry(N)
+	return k.launch("cross_entropy", grid, block, 0, s, losses, logits, targets, int32(N), int32(V), dscale, flag(grad))
+}
+
+// ClassifierMax writes maxes (N) = each row's maximum of logits (N,V), −∞
+// for V = 0 (the vocabulary-parallel classifier, see kernels/cpu).
+func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V int) error {
+	if err := checkSizes("ClassifierMax", N, V); err != nil {
+		return err
+	}
+	if N == 0 {
+		return nil
+	}
+	grid, block := ClassifierGeometry(N)
+	return k.launch("classifier_max", grid, block, 0, s, maxes, logits, int32(N), int32(V))
+}
+
+// ClassifierExp exponentiates logits (N,V) in place against maxes (N) and
+// writes stats (N,2) float64: each row's Σ e and its target logit when this
+// rank's columns vlo … vlo+V−1 hold the target, else 0.
+func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, V, vlo int) error {
+	if err := checkSizes("ClassifierExp", N, V, vlo); err != nil {
+		return err
+	}
+	if N == 0 {
+		return nil
+	}
+	grid, block := ClassifierGeometry(N)
+	return k.launch("classifier_exp", grid, block, 0, s, stats, logits, targets, maxes, int32(N), int32(V), int32(vlo))
+}
+
+// ClassifierFinish writes losses (N) from the summed stats and, when grad,
+// turns the exponentiated logits into the loss gradient.
+func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, vlo int, dscale float32, grad bool) error {
+	if err := checkSizes("ClassifierFinish", N, V, vlo); err != nil {
+		return err
+	}
+	if N == 0 {
+		return nil
+	}
+	grid, block := ClassifierGeometry(N)
+	return k.launch("classifier_finish", grid, block, 0, s, losses, logits, targets, maxes, stats, int32(N), int32(V), int32(vlo), dscale, flag(grad))
+}
+
+// AdamW updates n parameters in place as kernels/cpu's AdamW (step is
+// 1-based; every gradient is first multiplied by gscale), in its exact
+// operation order.
+func (k *Kernels) AdamW(s Stream, params, grads, m, v Ptr, n int, lr, beta1, beta2, eps, wd, gscale float32, step int) error {
+	if step < 1 {
+		return fmt.Errorf("cuda: AdamW step %d: steps count from 1", step)
+	}
+	rc1 := float32(1 / (1 - math.Pow(float64(beta1), float64(step))))
+	rc2 := float32(1 / (1 - math.Pow(float64(beta2), float64(step))))
+	return k.elementwise("adamw", s, n, aligned(16, params, grads, m, v),
+		params, grads, m, v, int64(n), lr, beta1, beta2, eps, wd, gscale, rc1, rc2)
+}
+
+// SumSquares writes Σ x² over n elements, accumulated in float64, to the
+// double at out, or adds it there when accumulate is true (to sum several
+// tensors before one read). scratch is SumSquaresScratch bytes. The order
+// of the sum is fixed by n, so the result is the same on every run. The
+// host reads the one double after synchronising the stream.
+func (k *Kernels) SumSquares(s Stream, out, x Ptr, n int, scratch Ptr, accumulate bool) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: SumSquares of %d elements", n)
+	}
+	grid, block := SumSquaresGeometry(int64(n))
+	if err := k.launch("sum_squares_partial", grid, block, 0, s, scratch, x, int64(n)); err != nil {
+		return err
+	}
+	return k.launch("sum_squares_finish", Dim3{1, 1, 1}, Dim3{256, 1, 1}, 0, s, out, scratch, int32(grid.X), flag(accumulate))
+}
+
+// NonFinite sets the int32 at flag to 1 when any of n elements of x is an
+// infinity or NaN (fp16 loss scaling's overflow check); it never clears it.
+func (k *Kernels) NonFinite(s Stream, flag, x Ptr, n int) error {
+	if n < 0 {
+		return fmt.Errorf("cuda: NonFinite of %d elements", n)
+	}
+	if n == 0 {
+		return nil
+	}
+	grid, block := ElementwiseGeometry(int64(n))
+	return k.launch("non_finite", grid, block, 0, s, flag, x, int64(n))
+}
+
+// CastF32ToBF16 rounds n floats to bfloat16 (to nearest even; NaN stays a
+// NaN).
+func (k *Kernels) CastF32ToBF16(s Stream, out, in Ptr, n int) error {
+	return k.elementwise("cast_f32_bf16", s, n, aligned(8, out) && aligned(16, in), out, in, int64(n))
+}
+
+// CastF32ToF16 rounds n floats to IEEE half (to nearest even, denormals
+// kept, beyond ±65520 infinity, NaN a quiet NaN).
+func (k *Kernels) CastF32ToF16(s Stream, out, in Ptr, n int) error {
+	return k.elementwise("cast_f32_f16", s, n, aligned(8, out) && aligned(16, in), out, in, int64(n))
+}
+
+// CastBF16ToF32 widens n bfloat16 values to float (exact).
+func (k *Kernels) CastBF16ToF32(s Stream, out, in Ptr, n int) error {
+	return k.elementwise("cast_bf16_f32", s, n, aligned(16, out) && aligned(8, in), out, in, int64(n))
+}
+
+// CastF16ToF32 widens n IEEE half values to float (exact).
+func (k *Kernels) CastF16ToF32(s Stream, out, in Ptr, n int) error {
+	return k.elementwise("cast_f16_f32", s, n, aligned(16, out) && aligned(8, in), out, in, int64(n))
 }

@@ -65,6 +65,11 @@ type Options struct {
 // kernelRE matches a kernel's definition in preprocessed source.
 var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(`)
 
+// externSharedRE matches a declaration of dynamic shared memory, which
+// Build rewrites into a pointer to the launch's dynamic shared memory (the
+// one CUDA construct a macro cannot turn into C++).
+var externSharedRE = regexp.MustCompile(`extern\s+__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?(\w+)\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?(\w+)\s*\[\s*\]\s*;`)
+
 // Program is the kernel source compiled with the emulator.
 type Program struct {
 	bin   string
@@ -90,6 +95,7 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 	if err != nil {
 		return nil, err
 	}
+	source = externSharedRE.ReplaceAllString(source, "$1* $2 = ($1*)emu::dynamic_shared();")
 	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(source), 0o644); err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
 	}

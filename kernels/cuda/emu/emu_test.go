@@ -33,7 +33,7 @@ extern "C" __global__ void block_sum(const float* x, long long n, float* out) {
 
 // reverse reverses each block's slice through dynamic shared memory.
 extern "C" __global__ void reverse(float* x, int n) {
-	float* s = (float*)emu::dynamic_shared();
+	extern __shared__ float s[];
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	s[threadIdx.x] = i < n ? x[i] : 0.0f;
 	__syncthreads();

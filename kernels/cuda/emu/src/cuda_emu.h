@@ -9,9 +9,10 @@
 // Threads that return early leave the barriers (arrive_and_drop), as exited
 // threads stop counting on a GPU.
 //
-// What the sources must do to compile under both NVRTC and this header is
-// kept to a few macros of kernels/common.cuh (dynamic shared memory).
-// `__shared__` becomes `static`: a block-shared variable is one object for
+// The sources need nothing special: emu.Build rewrites the one construct a
+// macro cannot, `extern __shared__ T name[];`, into a pointer to the
+// launch's dynamic shared memory (emu::dynamic_shared()). `__shared__`
+// becomes `static`: a block-shared variable is one object for
 // the whole launch, which is correct because blocks run one at a time.
 // Dynamic shared memory is filled with 0xff bytes (NaN as floats) at the
 // start of every block, so a kernel reading it before writing shows up.
@@ -77,6 +78,7 @@ inline constexpr int warpSize = 32;
 #define __shared__ static
 #define __constant__ static
 #define __launch_bounds__(...)
+#define __align__(n) alignas(n)
 
 namespace emu {
 

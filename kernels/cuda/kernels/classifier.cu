@@ -1,0 +1,88 @@
+// classifier.cu: softmax, cross-entropy and its gradient over the vocabulary
+// (kernels/cpu/classifier.go), one block per row of logits. Row sums of
+// exponentials are double, as on the CPU; exponentials are exp32's.
+//
+// Logits are (N,V) with row stride V: the real vocabulary columns only.
+
+// cross_entropy is the fused classifier: losses[r] = −log softmax(row)[t]
+// and, when grad, the row overwritten with dscale·(softmax − onehot(t)).
+// Three passes over the row: max, Σ exp, and the gradient.
+extern "C" __global__ void cross_entropy(float* __restrict__ losses, float* __restrict__ logits,
+                                         const int* __restrict__ targets, int N, int V, float dscale, int grad) {
+	int r = blockIdx.x;
+	float* x = logits + (long long)r * V;
+	int t = targets[r];
+	float xt = x[t]; // before any thread overwrites it
+	float mx = -__int_as_float(0x7f800000);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+	mx = block_max(mx);
+	double s = 0.0;
+	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(x[i] - mx);
+	s = block_sum_d(s);
+	if (threadIdx.x == 0) losses[r] = (float)((double)mx + log(s) - (double)xt);
+	if (!grad) return;
+	float sc = dscale * (float)(1.0 / s);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		float g = exp32(x[i] - mx) * sc;
+		if (i == t) g -= dscale;
+		x[i] = g;
+	}
+}
+
+// The vocabulary-parallel classifier in three kernels; each rank holds V
+// columns (global ids vlo … vlo+V−1, V may be 0) and the caller reduces
+// maxes and stats over the ranks between them.
+
+// classifier_max: maxes[r] = max of row r (−∞ for V = 0).
+extern "C" __global__ void classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V) {
+	int r = blockIdx.x;
+	const float* x = logits + (long long)r * V;
+	float mx = -__int_as_float(0x7f800000);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+	mx = block_max(mx);
+	if (threadIdx.x == 0) maxes[r] = mx;
+}
+
+// classifier_exp: row ← e^(row − maxes[r]); stats[2r] = Σ of them (double),
+// stats[2r+1] = the target's logit if this rank holds it, else 0.
+extern "C" __global__ void classifier_exp(double* __restrict__ stats, float* __restrict__ logits,
+                                          const int* __restrict__ targets, const float* __restrict__ maxes, int N,
+                                          int V, int vlo) {
+	int r = blockIdx.x;
+	float* x = logits + (long long)r * V;
+	int t = targets[r] - vlo;
+	double xt = (t >= 0 && t < V) ? (double)x[t] : 0.0;
+	__syncthreads(); // every thread has read x[t] before any overwrites it
+	float mx = maxes[r];
+	double s = 0.0;
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		float e = exp32(x[i] - mx);
+		x[i] = e;
+		s += (double)e;
+	}
+	s = block_sum_d(s);
+	if (threadIdx.x == 0) {
+		stats[2 * (long long)r] = s;
+		stats[2 * (long long)r + 1] = xt;
+	}
+}
+
+// classifier_finish: losses[r] = max + log Σ − target logit from the summed
+// stats and, when grad, row ← dscale·(e/Σ − onehot(target)).
+extern "C" __global__ void classifier_finish(float* __restrict__ losses, float* __restrict__ logits,
+                                             const int* __restrict__ targets, const float* __restrict__ maxes,
+                                             const double* __restrict__ stats, int N, int V, int vlo, float dscale,
+                                             int grad) {
+	int r = blockIdx.x;
+	double s = stats[2 * (long long)r];
+	if (threadIdx.x == 0) losses[r] = (float)((double)maxes[r] + log(s) - stats[2 * (long long)r + 1]);
+	if (!grad) return;
+	float* x = logits + (long long)r * V;
+	int t = targets[r] - vlo;
+	float sc = dscale * (float)(1.0 / s);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+		float g = x[i] * sc;
+		if (i == t) g -= dscale;
+		x[i] = g;
+	}
+}

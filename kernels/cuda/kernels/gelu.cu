@@ -1,0 +1,51 @@
+// gelu.cu: GELU, tanh approximation (kernels/cpu/gelu.go), in the CPU's
+// arithmetic: tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp_poly with |u| ≤ 9.
+
+#define GELU_K 0.7978845608028654f // √(2/π)
+
+__device__ __forceinline__ float gelu(float v) {
+	float u = GELU_K * (v + 0.044715f * v * v * v);
+	float th = 1.0f - 2.0f / (exp_poly(2.0f * fminf(fmaxf(u, -9.0f), 9.0f)) + 1.0f);
+	return 0.5f * v * (1.0f + th);
+}
+
+// gelu_grad is the derivative times g, with tanh u recovered from the
+// forward output y = ½·x·(1 + tanh u).
+__device__ __forceinline__ float gelu_grad(float v, float y, float g) {
+	float th = (v > 1e-6f || v < -1e-6f) ? 2.0f * y / v - 1.0f : GELU_K * v;
+	return g * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v));
+}
+
+// gelu_forward: out = gelu(inp), n elements; out may alias inp.
+extern "C" __global__ void gelu_forward(float* out, const float* inp, long long n, int vec) {
+	long long n4 = vec ? n / 4 : 0;
+	GRID_STRIDE(i, n4) {
+		float4 v = ((const float4*)inp)[i];
+		v.x = gelu(v.x);
+		v.y = gelu(v.y);
+		v.z = gelu(v.z);
+		v.w = gelu(v.w);
+		((float4*)out)[i] = v;
+	}
+	GRID_STRIDE(j, n - 4 * n4) out[4 * n4 + j] = gelu(inp[4 * n4 + j]);
+}
+
+// gelu_backward: dinp = gelu'(inp)·dout (overwritten), from the forward
+// output out; dinp may alias dout.
+extern "C" __global__ void gelu_backward(float* dinp, const float* inp, const float* out, const float* dout,
+                                         long long n, int vec) {
+	long long n4 = vec ? n / 4 : 0;
+	GRID_STRIDE(i, n4) {
+		float4 x = ((const float4*)inp)[i], y = ((const float4*)out)[i], g = ((const float4*)dout)[i];
+		float4 d;
+		d.x = gelu_grad(x.x, y.x, g.x);
+		d.y = gelu_grad(x.y, y.y, g.y);
+		d.z = gelu_grad(x.z, y.z, g.z);
+		d.w = gelu_grad(x.w, y.w, g.w);
+		((float4*)dinp)[i] = d;
+	}
+	GRID_STRIDE(j, n - 4 * n4) {
+		long long i = 4 * n4 + j;
+		dinp[i] = gelu_grad(inp[i], out[i], dout[i]);
+	}
+}

@@ -1,0 +1,106 @@
+// layernorm.cu: LayerNorm over the last dimension (kernels/cpu/layernorm.go).
+
+#define LN_EPS 1e-5f
+
+// layernorm_forward normalises each of N rows of C, one warp per row:
+// out = (x − mean)·rstd·w + bias, and mean, rstd (N) for the backward pass
+// (either may be null: not kept). Two passes over the row for the variance,
+// as the CPU does. vec: C % 4 == 0 and inp, out, w, bias 16-byte aligned.
+extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __restrict__ mean,
+                                             float* __restrict__ rstd, const float* __restrict__ inp,
+                                             const float* __restrict__ w, const float* __restrict__ bias,
+                                             int N, int C, int vec) {
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= N) return; // the whole warp
+	const float* x = inp + (long long)row * C;
+	float* o = out + (long long)row * C;
+	float s = 0.0f;
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i];
+			s += (v.x + v.y) + (v.z + v.w);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) s += x[i];
+	}
+	float m = warp_sum(s) / (float)C;
+	float q = 0.0f;
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i];
+			float a = v.x - m, b = v.y - m, c = v.z - m, d = v.w - m;
+			q += (a * a + b * b) + (c * c + d * d);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) {
+			float d = x[i] - m;
+			q += d * d;
+		}
+	}
+	float r = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS);
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i], g = ((const float4*)w)[i], b = ((const float4*)bias)[i];
+			float4 y;
+			y.x = (v.x - m) * r * g.x + b.x;
+			y.y = (v.y - m) * r * g.y + b.y;
+			y.z = (v.z - m) * r * g.z + b.z;
+			y.w = (v.w - m) * r * g.w + b.w;
+			((float4*)o)[i] = y;
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) o[i] = (x[i] - m) * r * w[i] + bias[i];
+	}
+	if (lane == 0) {
+		if (mean) mean[row] = m;
+		if (rstd) rstd[row] = r;
+	}
+}
+
+// layernorm_backward accumulates dinp (N,C), dw and dbias (C), one warp per
+// row, the block's dw and dbias partial sums in 2·C floats of dynamic
+// shared memory (shared atomics), added to dw and dbias with one global
+// atomic per column and block at the end:
+//
+//	n = (x − mean)·rstd, dn = dout·w
+//	dinp += rstd·(dn − mean(dn) − n·mean(dn·n)); dbias += Σ dout; dw += Σ dout·n
+extern "C" __global__ void layernorm_backward(float* __restrict__ dinp, float* __restrict__ dw,
+                                              float* __restrict__ dbias, const float* __restrict__ dout,
+                                              const float* __restrict__ inp, const float* __restrict__ w,
+                                              const float* __restrict__ mean, const float* __restrict__ rstd,
+                                              int N, int C) {
+	extern __shared__ float ln_smem[];
+	float* sdw = ln_smem;
+	float* sdb = ln_smem + C;
+	for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) ln_smem[i] = 0.0f;
+	__syncthreads();
+	int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	for (int row = blockIdx.x * warps + (threadIdx.x >> 5); row < N; row += gridDim.x * warps) {
+		const float* x = inp + (long long)row * C;
+		const float* g = dout + (long long)row * C;
+		float* di = dinp + (long long)row * C;
+		float m = mean[row], s = rstd[row];
+		float dm = 0.0f, dnm = 0.0f;
+		for (int i = lane; i < C; i += 32) {
+			float n = (x[i] - m) * s;
+			float dn = g[i] * w[i];
+			dm += dn;
+			dnm += dn * n;
+		}
+		dm = warp_sum(dm) / (float)C;
+		dnm = warp_sum(dnm) / (float)C;
+		for (int i = lane; i < C; i += 32) {
+			float n = (x[i] - m) * s;
+			float dn = g[i] * w[i];
+			atomicAdd(&sdb[i], g[i]);
+			atomicAdd(&sdw[i], n * g[i]);
+			di[i] += (dn - dm - n * dnm) * s;
+		}
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < C; i += blockDim.x) {
+		atomicAdd(&dw[i], sdw[i]);
+		atomicAdd(&dbias[i], sdb[i]);
+	}
+}
