@@ -230,7 +230,11 @@ func (k *Kernels) EncoderShardForward(s Stream, out, inp, wte Ptr, vlo, rows int
 		return nil
 	}
 	vec := C%4 == 0 && aligned(16, out, wte, wpe)
-	grid, block := ElementwiseGeometry(int64(B) * int64(T) * int64(C) / map[bool]int64{true: 4, false: 1}[vec])
+	n := int64(B) * int64(T) * int64(C)
+	if vec {
+		n /= 4
+	}
+	grid, block := ElementwiseGeometry(n)
 	return k.launch("encoder_forward", grid, block, 0, s, out, inp, wte, int32(vlo), int32(rows), wpe, int32(B*T), int32(T), int32(C), flag(vec))
 }
 
