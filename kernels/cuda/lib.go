@@ -1,0 +1,581 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ebitengine/purego"
+)
+
+// Library names one of the shared libraries the GPU backend loads.
+type Library int
+
+// The libraries, each found by [Find].
+const (
+	LibCUDA     Library = iota // libcuda.so.1, the driver API; comes with the NVIDIA driver
+	LibNVRTC                   // libnvrtc.so.N, the run-time compiler
+	LibCUBLAS                  // libcublas.so.N
+	LibCUBLASLt                // libcublasLt.so.N, loaded before libcublas from the same folder
+	LibNCCL                    // libnccl.so.2
+)
+
+// LibDirEnv names the environment variable that, when set, is searched
+// first for every library: a folder, or a list of folders separated by ':'.
+const LibDirEnv = "GPTUI_CUDA_LIBDIR"
+
+// libInfo is what discovery knows of one library.
+type libInfo struct {
+	base    string   // "libnvrtc.so"
+	sonames []string // for the system loader, newest first
+	wheels  []string // lib folders of the nvidia-* Python wheels, relative to site-packages
+	install string   // what to tell a user who lacks it
+}
+
+// libs is indexed by Library. The wheel layouts are those of the PyPI
+// packages: CUDA 13's toolkit wheels share nvidia/cu13/lib, CUDA 12's
+// have one folder per component (nvidia/cuda_nvrtc/lib, nvidia/cublas/lib),
+// and NCCL's is nvidia/nccl/lib.
+var libs = [...]libInfo{
+	LibCUDA: {
+		base:    "libcuda.so",
+		sonames: []string{"libcuda.so.1"},
+		install: "install the NVIDIA driver",
+	},
+	LibNVRTC: {
+		base:    "libnvrtc.so",
+		sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"},
+		wheels:  []string{"nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"},
+		install: "install the CUDA toolkit or the nvidia-cuda-nvrtc wheel",
+	},
+	LibCUBLAS: {
+		base:    "libcublas.so",
+		sonames: []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"},
+		wheels:  []string{"nvidia/cu13/lib", "nvidia/cublas/lib"},
+		install: "install the CUDA toolkit or the nvidia-cublas wheel",
+	},
+	LibCUBLASLt: {
+		base:    "libcublasLt.so",
+		sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11"},
+		wheels:  []string{"nvidia/cu13/lib", "nvidia/cublas/lib"},
+		install: "install the CUDA toolkit or the nvidia-cublas wheel",
+	},
+	LibNCCL: {
+		base:    "libnccl.so",
+		sonames: []string{"libnccl.so.2"},
+		wheels:  []string{"nvidia/nccl/lib"},
+		install: "install NCCL (libnccl2) or the nvidia-nccl wheel",
+	},
+}
+
+// String returns the library's unversioned file name, such as "libnvrtc.so".
+func (l Library) String() string {
+	if l < 0 || int(l) >= len(libs) {
+		return "Library(" + strconv.Itoa(int(l)) + ")"
+	}
+	return libs[l].base
+}
+
+// driverDirs are where distributions, containers (the NVIDIA container
+// toolkit) and WSL put the driver's libcuda.so.1. The CUDA toolkit's
+// lib64/stubs/libcuda.so is never used: it only links, it does not run.
+var driverDirs = []string{
+	"/usr/lib/x86_64-linux-gnu",
+	"/usr/lib/aarch64-linux-gnu",
+	"/usr/lib64",
+	"/usr/lib",
+	"/usr/local/nvidia/lib64",
+	"/usr/local/nvidia/lib",
+	"/usr/lib/wsl/lib",
+}
+
+// Env is what library discovery reads of its surroundings; tests give it
+// fake environments and folder trees.
+type Env struct {
+	// Getenv reads an environment variable (os.Getenv when nil).
+	Getenv func(string) string
+	// Root is prepended to every fixed system folder (/usr/local/cuda,
+	// /usr/lib/python3*, the driver folders); "" for the real system.
+	Root string
+	// System reports whether the dynamic loader finds a bare soname on
+	// its own search path (ld.so.cache, RUNPATH, the default folders).
+	// Nil means it finds nothing, as in tests.
+	System func(soname string) bool
+}
+
+// SystemEnv is the real process environment.
+func SystemEnv() Env {
+	return Env{Getenv: os.Getenv, System: loaderFinds}
+}
+
+func (e Env) getenv(k string) string {
+	if e.Getenv == nil {
+		return os.Getenv(k)
+	}
+	return e.Getenv(k)
+}
+
+// loaderFinds reports whether dlopen finds soname on the loader's own path.
+func loaderFinds(soname string) bool {
+	h, err := purego.Dlopen(soname, purego.RTLD_LAZY|purego.RTLD_LOCAL)
+	if err != nil {
+		return false
+	}
+	_ = purego.Dlclose(h)
+	return true
+}
+
+// ErrNotFound is matched (with errors.Is) by the error of a library that
+// is nowhere to be found.
+var ErrNotFound = errors.New("library not found")
+
+// NotFoundError says which library was looked for where.
+type NotFoundError struct {
+	Lib   Library
+	Tried []string // the folders searched, in order, then the loader's path
+}
+
+// Error is one line: what, where, and what to do.
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("%s not found (looked in %s); %s, or set %s",
+		e.Lib, strings.Join(e.Tried, ", "), libs[e.Lib].install, LibDirEnv)
+}
+
+// Is makes errors.Is(err, ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == ErrNotFound }
+
+// loaderPath is how the system loader's own search shows in Tried.
+const loaderPath = "the dynamic loader's path"
+
+// searchDirs returns the folders to search for lib, in order, without
+// duplicates.
+func searchDirs(lib Library, env Env) []string {
+	dirs, _ := search(lib, env)
+	return dirs
+}
+
+// tried lists where Find looked for lib, for an error: the folders named
+// by the environment and the toolkit's, the Python wheels' folders that
+// exist (or a note that none do), and the loader's own path.
+func tried(lib Library, env Env) []string {
+	dirs, wheel := search(lib, env)
+	var out []string
+	wheels := 0
+	for _, d := range dirs {
+		if wheel[d] {
+			if st, err := os.Stat(d); err != nil || !st.IsDir() {
+				continue
+			}
+			wheels++
+		}
+		out = append(out, d)
+	}
+	if len(libs[lib].wheels) > 0 && wheels == 0 {
+		out = append(out, "no "+strings.Join(libs[lib].wheels, " or ")+" in any Python site-packages")
+	}
+	return append(out, loaderPath)
+}
+
+// search returns the folders to search for lib, in order, without
+// duplicates, and which of them are Python wheels' folders (which
+// usually do not exist). Site-packages patterns (python3*) are expanded,
+// newest Python first.
+func search(lib Library, env Env) (dirs []string, wheel map[string]bool) {
+	wheel = map[string]bool{}
+	add := func(d ...string) {
+		for _, x := range d {
+			if x != "" {
+				dirs = append(dirs, filepath.Clean(x))
+			}
+		}
+	}
+	pathList := func(v string) {
+		for _, d := range filepath.SplitList(v) {
+			add(d)
+		}
+	}
+	sys := func(p string) string { return filepath.Join(env.Root, p) }
+
+	pathList(env.getenv(LibDirEnv))
+	pathList(env.getenv("LD_LIBRARY_PATH"))
+	if lib == LibCUDA {
+		for _, d := range driverDirs {
+			add(sys(d))
+		}
+		return dedup(dirs), wheel
+	}
+	for _, v := range []string{"CUDA_HOME", "CUDA_PATH"} {
+		if h := env.getenv(v); h != "" {
+			add(filepath.Join(h, "lib64"), filepath.Join(h, "lib"))
+		}
+	}
+	add(sys("/usr/local/cuda/lib64"))
+
+	var sites []string
+	if v := env.getenv("VIRTUAL_ENV"); v != "" {
+		sites = append(sites, filepath.Join(v, "lib/python3*/site-packages"))
+	}
+	if v := env.getenv("CONDA_PREFIX"); v != "" {
+		sites = append(sites, filepath.Join(v, "lib/python3*/site-packages"))
+	}
+	home := env.getenv("HOME")
+	if home != "" {
+		sites = append(sites, filepath.Join(home, ".local/lib/python3*/site-packages"))
+	}
+	pyenv := env.getenv("PYENV_ROOT")
+	if pyenv == "" && home != "" {
+		pyenv = filepath.Join(home, ".pyenv")
+	}
+	if pyenv != "" {
+		sites = append(sites, filepath.Join(pyenv, "versions/*/lib/python3*/site-packages"))
+	}
+	sites = append(sites,
+		sys("/opt/conda/lib/python3*/site-packages"),
+		sys("/usr/local/lib/python3*/dist-packages"),
+		sys("/usr/local/lib/python3*/site-packages"),
+		sys("/usr/lib/python3*/dist-packages"),
+		sys("/usr/lib/python3*/site-packages"),
+	)
+	for _, site := range sites {
+		for _, w := range libs[lib].wheels {
+			for _, d := range expandPython(filepath.Join(site, w)) {
+				wheel[filepath.Clean(d)] = true
+				add(d)
+			}
+		}
+	}
+	// conda's own CUDA packages put the libraries in $CONDA_PREFIX/lib.
+	if v := env.getenv("CONDA_PREFIX"); v != "" {
+		add(filepath.Join(v, "lib"))
+	}
+	return dedup(dirs), wheel
+}
+
+// expandPython returns the folders matching pattern (a site-packages
+// pattern with python3* in it, and maybe versions/*), newest Python first.
+func expandPython(pattern string) []string {
+	m, _ := filepath.Glob(pattern)
+	sort.SliceStable(m, func(i, j int) bool {
+		return versionLess(pyVersion(m[j]), pyVersion(m[i]))
+	})
+	return m
+}
+
+// pyVersion extracts [3, 12] from a path holding "python3.12".
+func pyVersion(p string) []int {
+	for _, el := range strings.Split(p, string(filepath.Separator)) {
+		if v, ok := strings.CutPrefix(el, "python"); ok {
+			if nums, ok := parseVersion(v); ok {
+				return nums
+			}
+		}
+	}
+	return nil
+}
+
+func dedup(s []string) []string {
+	seen := make(map[string]bool, len(s))
+	out := s[:0]
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// parseVersion parses "13" or "11.2" into its numbers.
+func parseVersion(s string) ([]int, bool) {
+	if s == "" {
+		return nil, false
+	}
+	var nums []int
+	for _, f := range strings.Split(s, ".") {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 {
+			return nil, false
+		}
+		nums = append(nums, n)
+	}
+	return nums, true
+}
+
+// versionLess orders versions numerically; a prefix sorts first.
+func versionLess(a, b []int) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
+}
+
+// inDir lists the files for lib in dir, newest soname version first:
+// name.so.MAJOR or name.so.MAJOR.MINOR (not the full release numbers,
+// which are the same file under a longer name), then the unversioned
+// name.so a development install adds.
+func inDir(lib Library, dir string) []string {
+	base := libs[lib].base
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type cand struct {
+		name string
+		v    []int
+	}
+	var cs []cand
+	plain := false
+	for _, e := range ents {
+		name := e.Name()
+		if name == base {
+			plain = true
+			continue
+		}
+		suffix, ok := strings.CutPrefix(name, base+".")
+		if !ok {
+			continue
+		}
+		v, ok := parseVersion(suffix)
+		if !ok || len(v) > 2 {
+			continue
+		}
+		if lib == LibCUDA && v[0] != 1 || lib == LibNCCL && v[0] != 2 {
+			continue
+		}
+		cs = append(cs, cand{name, v})
+	}
+	sort.SliceStable(cs, func(i, j int) bool {
+		if cs[i].v[0] != cs[j].v[0] {
+			return cs[i].v[0] > cs[j].v[0]
+		}
+		return len(cs[i].v) < len(cs[j].v) // libnvrtc.so.12 before libnvrtc.so.12.4
+	})
+	var out []string
+	for _, c := range cs {
+		out = append(out, filepath.Join(dir, c.name))
+	}
+	if plain && lib != LibCUDA { // libcuda.so without a version may be the stub
+		out = append(out, filepath.Join(dir, base))
+	}
+	return out
+}
+
+// isFile reports whether p is a regular file or a link to one.
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// Candidates lists every place lib may be loaded from, in the order it is
+// tried: files in the search folders that exist (absolute paths) and bare
+// sonames for the system loader's own search. The driver's libcuda.so.1
+// is asked of the loader first; the others last.
+func Candidates(lib Library, env Env) []string {
+	var out []string
+	if lib == LibCUDA {
+		out = append(out, libs[lib].sonames...)
+	}
+	for _, d := range searchDirs(lib, env) {
+		out = append(out, inDir(lib, d)...)
+	}
+	if lib != LibCUDA {
+		out = append(out, libs[lib].sonames...)
+	}
+	return out
+}
+
+// Find returns where lib would be loaded from: the first file of
+// [Candidates], or a bare soname the system loader finds. where lists
+// the folders searched, in order (the Python wheels' folders only when
+// they exist). When nothing is found the error is a
+// *NotFoundError, one line naming the library, where it looked and what
+// to do.
+func Find(lib Library, env Env) (path string, where []string, err error) {
+	where = tried(lib, env)
+	for _, c := range Candidates(lib, env) {
+		if filepath.IsAbs(c) {
+			if isFile(c) {
+				return c, where, nil
+			}
+			continue
+		}
+		if env.System != nil && env.System(c) {
+			return c, where, nil
+		}
+	}
+	return "", where, &NotFoundError{Lib: lib, Tried: where}
+}
+
+// sonameMajor returns the N of a path or soname ending in .so.N[.M],
+// or "" for an unversioned name.
+func sonameMajor(p string) string {
+	i := strings.LastIndex(p, ".so.")
+	if i < 0 {
+		return ""
+	}
+	v := p[i+len(".so."):]
+	if j := strings.IndexByte(v, '.'); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+// companion returns where lib's companion library (libcublasLt for
+// libcublas) of the same major version is, given where lib was found:
+// the same folder, or the bare soname when lib came from the loader.
+func companion(found string, other Library) string {
+	name := libs[other].base
+	if m := sonameMajor(found); m != "" {
+		name += "." + m
+	}
+	if filepath.IsAbs(found) {
+		return filepath.Join(filepath.Dir(found), name)
+	}
+	return name
+}
+
+// nvrtcBuiltins returns the libnvrtc-builtins.so.N.M files beside the
+// NVRTC found at path, newest first, for the major version of path.
+// NVRTC dlopens its builtins by soname when it compiles; loading them
+// first (RTLD_GLOBAL) from the same folder lets a wheel's NVRTC work
+// when its folder is not on LD_LIBRARY_PATH and the wheel's RUNPATH is
+// missing (as in nvidia-cuda-nvrtc 13.0.48).
+func nvrtcBuiltins(path string) []string {
+	if !filepath.IsAbs(path) {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	prefix := "libnvrtc-builtins.so."
+	if m := sonameMajor(path); m != "" {
+		prefix += m + "."
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	type cand struct {
+		name string
+		v    []int
+	}
+	var cs []cand
+	for _, e := range ents {
+		suffix, ok := strings.CutPrefix(e.Name(), "libnvrtc-builtins.so.")
+		if !ok || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		if v, ok := parseVersion(suffix); ok && len(v) == 2 {
+			cs = append(cs, cand{e.Name(), v})
+		}
+	}
+	sort.SliceStable(cs, func(i, j int) bool { return versionLess(cs[j].v, cs[i].v) })
+	var out []string
+	for _, c := range cs {
+		out = append(out, filepath.Join(dir, c.name))
+	}
+	return out
+}
+
+// handle is a loaded library.
+type handle struct {
+	lib  Library
+	path string // as dlopened: a file, or a bare soname
+	h    uintptr
+}
+
+// sym binds the C function named by the first of names the library
+// exports to fn, a pointer to a Go func variable.
+func (h *handle) sym(fn any, names ...string) error {
+	var last error
+	for _, n := range names {
+		p, err := purego.Dlsym(h.h, n)
+		if err == nil && p != 0 {
+			purego.RegisterFunc(fn, p)
+			return nil
+		}
+		last = err
+	}
+	return fmt.Errorf("%s (%s) has no %s: %v", h.lib, h.path, names[0], last)
+}
+
+// optSym is sym for functions older or newer libraries lack; it reports
+// whether one was bound.
+func (h *handle) optSym(fn any, names ...string) bool {
+	return h.sym(fn, names...) == nil
+}
+
+// loaded caches loads per process: dlopen keeps libraries mapped anyway,
+// and loading once keeps their paths consistent. Keyed by Library.
+var (
+	loadMu sync.Mutex
+	loaded = map[Library]*handle{}
+)
+
+// load finds and dlopens lib (once per process), with the companions it
+// needs loaded first. It tries each candidate in turn, so a broken copy
+// (wrong architecture, missing dependency) does not hide a good one; the
+// error names every copy that failed and why, or where it looked.
+func load(lib Library) (*handle, error) {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if h, ok := loaded[lib]; ok {
+		return h, nil
+	}
+	env := SystemEnv()
+	var failed []string
+	for _, c := range Candidates(lib, env) {
+		if filepath.IsAbs(c) && !isFile(c) {
+			continue
+		}
+		if err := loadCompanions(lib, c); err != nil {
+			if filepath.IsAbs(c) { // a bare soname is usually just absent
+				failed = append(failed, err.Error())
+			}
+			continue
+		}
+		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			if filepath.IsAbs(c) {
+				failed = append(failed, fmt.Sprintf("%s: %v", c, err))
+			}
+			continue
+		}
+		hd := &handle{lib: lib, path: c, h: h}
+		loaded[lib] = hd
+		return hd, nil
+	}
+	if len(failed) > 0 {
+		return nil, fmt.Errorf("%s: found but not loadable: %s; %s, or set %s",
+			lib, strings.Join(failed, "; "), libs[lib].install, LibDirEnv)
+	}
+	return nil, &NotFoundError{Lib: lib, Tried: tried(lib, env)}
+}
+
+// loadCompanions loads, RTLD_GLOBAL, what lib at path needs from its own
+// folder before it is opened: cuBLASLt for cuBLAS, the builtins for NVRTC.
+func loadCompanions(lib Library, path string) error {
+	switch lib {
+	case LibCUBLAS:
+		lt := companion(path, LibCUBLASLt)
+		h, err := purego.Dlopen(lt, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			return fmt.Errorf("%s needs %s: %v", path, lt, err)
+		}
+		loaded[LibCUBLASLt] = &handle{lib: LibCUBLASLt, path: lt, h: h}
+	case LibNVRTC:
+		// Best effort: when this fails NVRTC may still find its builtins
+		// itself, and if not its compile error names them.
+		for _, b := range nvrtcBuiltins(path) {
+			if _, err := purego.Dlopen(b, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+				break
+			}
+		}
+	}
+	return nil
+}
