@@ -49,6 +49,11 @@ type Device struct {
 	// inside a node and between nodes.
 	IntraBW float64 `json:"intra_bw"`
 	InterBW float64 `json:"inter_bw"`
+	// InterMeasured describes where a measured InterBW came from (the
+	// two nodes and the time); empty when InterBW is the built-in figure,
+	// as in every built-in profile and in a CPU profile measured without
+	// an inventory (or saved before the link between nodes was measured).
+	InterMeasured string `json:"inter_measured,omitempty"`
 	// Overlap is the fraction of the data-parallel all-reduce that can
 	// hide behind the backward pass (1 on accelerators with their own
 	// copy engines; less on CPUs, where communication takes the cores
@@ -129,6 +134,24 @@ func (c Cluster) Size() int { return c.Nodes * c.DevicesPerNode }
 // String describes the cluster, "2 × 8 V100-32G".
 func (c Cluster) String() string {
 	return fmt.Sprintf("%d node(s) × %d %s", c.Nodes, c.DevicesPerNode, c.Device.Name)
+}
+
+// Links describes the bandwidths the plans use and where they come from,
+// in one line: "links: 1.14 GB/s inside a node (measured), 0.10 GB/s
+// between nodes (built-in, not measured: ...)". A cluster of several nodes
+// whose CPU profile has no measured inter-node link says how to measure it.
+func (c Cluster) Links() string {
+	d := c.Device
+	intra, inter := "built-in", "built-in"
+	if d.Measured != "" {
+		intra = "measured"
+	}
+	if d.InterMeasured != "" {
+		inter = "measured " + d.InterMeasured
+	} else if d.Accounting == AccountingEngine && c.Nodes > 1 {
+		inter = "built-in, not measured: 'gptui plan --profile --hosts FILE' measures it"
+	}
+	return fmt.Sprintf("links: %.2f GB/s inside a node (%s), %.2f GB/s between nodes (%s)", d.IntraBW/1e9, intra, d.InterBW/1e9, inter)
 }
 
 // Validate reports an impossible cluster or profile.

@@ -179,7 +179,9 @@ func (e *ProfileError) Error() string {
 
 // LoadProfile reads a profile saved by SaveProfile. A missing file is
 // reported as fs.ErrNotExist (wrapped); a file that is not a valid
-// profile as a *ProfileError.
+// profile as a *ProfileError. A profile without a measured link between
+// nodes (no inter_measured) keeps its inter_bw, the built-in figure, or
+// gets it when the file has none.
 func LoadProfile(path string) (Device, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -188,6 +190,11 @@ func LoadProfile(path string) (Device, error) {
 	var d Device
 	if err := json.Unmarshal(b, &d); err != nil {
 		return Device{}, &ProfileError{path, "not a device profile: " + err.Error()}
+	}
+	if d.InterBW == 0 && d.InterMeasured == "" {
+		// No link between nodes in the file: the built-in figure.
+		cpu, _ := LookupDevice("CPU")
+		d.InterBW = cpu.InterBW
 	}
 	if err := (Cluster{Nodes: 1, DevicesPerNode: 1, Device: d}).Validate(); err != nil {
 		return Device{}, &ProfileError{path, err.Error()}

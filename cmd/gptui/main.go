@@ -117,8 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdImport(args[1:], stdout, stderr)
 	case "plan":
 		return cmdPlan(ctx, args[1:], stdout, stderr)
-	case planLinkPeer: // hidden: the second end of 'plan --profile'
-		return cmdPlanLinkPeer(ctx)
+	case planLinkPeer: // hidden: an end of the links 'plan --profile' measures
+		return cmdPlanLinkPeer(ctx, stdout)
 	case "generate":
 		return cmdGenerate(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":

@@ -10,12 +10,15 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/planner"
@@ -33,14 +36,15 @@ const planLinkPeer = "__plan-link-peer"
 func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("plan", stderr)
 	c, o := configFlags(fs)
-	hosts := fs.String("hosts", "", "host inventory: count its nodes and devices (no connection is made)")
+	hosts := fs.String("hosts", "", "host inventory: count its nodes and devices (no connection is made, except with --profile)")
 	nodes := fs.Int("nodes", 1, "number of nodes")
 	perNode := fs.Int("devices-per-node", 0, "devices per node (default: 8 for accelerators, 1 for cpu)")
 	dev := fs.String("device", "", "device profile: V100-32G, A100-40G, A100-80G, H100-80G, H200-141G or cpu (default: cpu for Global.device=cpu, else V100-32G)")
 	top := fs.Int("top", 10, "plans to list, feasible and rejected each; 0 lists all")
 	asJSON := fs.Bool("json", false, "print the plans as a JSON list")
-	profile := fs.Bool("profile", false, "measure this machine's GEMM rate, optimizer rate and the link between two local workers, and save them as the cpu profile")
+	profile := fs.Bool("profile", false, "measure this machine's GEMM rate, optimizer rate and the link between two local workers (with --hosts, also between the inventory's first two nodes), and save them as the cpu profile")
 	profileFile := fs.String("profile-file", "", "the cpu profile's file (default: gptui/profile-cpu.json in the user cache directory)")
+	acceptNew := fs.Bool("accept-new-host-keys", false, "with --profile --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -51,16 +55,39 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
+	if *acceptNew && (!*profile || *hosts == "") {
+		return usagef("plan: --accept-new-host-keys needs --profile --hosts FILE")
+	}
 	if *profile {
+		var linkNodes []sshexec.Node
+		if *hosts != "" {
+			// A bad inventory is reported before anything is measured.
+			var err error
+			if linkNodes, err = nodeLinkNodes(*hosts); err != nil {
+				return err
+			}
+		}
 		d, err := measureProfile(ctx, stderr)
 		if err != nil {
 			return err
 		}
+		if linkNodes != nil {
+			fmt.Fprintf(stderr, "gptui plan: measuring the link between the first two nodes of %s ...\n", *hosts)
+			bw, desc, err := measureNodeLink(ctx, *hosts, linkNodes, sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew}, stderr)
+			if err != nil {
+				return err
+			}
+			d.InterBW, d.InterMeasured = bw, desc
+		}
 		if err := planner.SaveProfile(path, d); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), AdamW %.0f M params/s, link %.2f GB/s, %d cores, %.1f GB\n",
-			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.Cores, float64(d.MemBytes)/1e9)
+		inter := "built-in"
+		if d.InterMeasured != "" {
+			inter = "measured"
+		}
+		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), AdamW %.0f M params/s, link %.2f GB/s, between nodes %.2f GB/s (%s), %d cores, %.1f GB\n",
+			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.InterBW/1e9, inter, d.Cores, float64(d.MemBytes)/1e9)
 		if *c == "" {
 			return nil
 		}
@@ -134,7 +161,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cl.Device.Measured != "" {
 		fmt.Fprintf(stdout, ", measured %s", cl.Device.Measured)
 	}
-	fmt.Fprintf(stdout, ")\n\n")
+	fmt.Fprintf(stdout, ")\n%s\n\n", cl.Links())
 	if err := planner.WriteTable(stdout, plans, *top); err != nil {
 		return err
 	}
@@ -325,8 +352,14 @@ func linkBandwidth(ctx context.Context, w *comm.World) (float64, error) {
 	return planner.MeasureLink(ctx, g)
 }
 
-// cmdPlanLinkPeer is the second end of measureLocalLink.
-func cmdPlanLinkPeer(ctx context.Context) error {
+// linkLine starts the line on which rank 0 of planLinkPeer prints the
+// bandwidth it measured, in bytes/s.
+const linkLine = "plan-link-bw "
+
+// cmdPlanLinkPeer is one end of a measured link: the second end of
+// measureLocalLink, or either worker of measureNodeLink. Rank 0 prints the
+// bandwidth on stdout as linkLine and the figure.
+func cmdPlanLinkPeer(ctx context.Context, stdout io.Writer) error {
 	cc, err := comm.ConfigFromEnv()
 	if err != nil {
 		return usageError{err}
@@ -336,8 +369,100 @@ func cmdPlanLinkPeer(ctx context.Context) error {
 		return err
 	}
 	defer w.Close()
-	_, err = linkBandwidth(ctx, w)
+	bw, err := linkBandwidth(ctx, w)
+	if err == nil && cc.Rank == 0 {
+		fmt.Fprintf(stdout, "%s%g\n", linkLine, bw)
+	}
 	return err
+}
+
+// nodeLinkNodes returns the two nodes of the inventory at hosts between
+// which 'plan --profile' measures the link: the first two, each with one
+// CPU worker whatever its devices.
+func nodeLinkNodes(hosts string) ([]sshexec.Node, error) {
+	nodes, err := sshexec.LoadInventory(hosts)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("plan: %w", err)}
+	}
+	if len(nodes) < 2 {
+		return nil, usagef("plan: %s: --profile --hosts measures the link between two nodes, the inventory has %d; add a node or leave --hosts out", hosts, len(nodes))
+	}
+	two := slices.Clone(nodes[:2])
+	for i := range two {
+		two[i].Devices = sshexec.Devices{CPU: 1}
+	}
+	return two, nil
+}
+
+// measureNodeLink measures the all-reduce bus bandwidth between two nodes
+// of the inventory at hosts (from nodeLinkNodes). It sets the job up as
+// 'gptui run --hosts' does (the cluster runner connects, pushes gptui and
+// starts an agent on each node) with one CPU worker per node, each running
+// planLinkPeer instead of training, and reads the figure rank 0 prints.
+// It returns the bandwidth in bytes/s and where it was measured.
+func measureNodeLink(ctx context.Context, hosts string, two []sshexec.Node, ssh sshexec.ClientConfig, stderr io.Writer) (float64, string, error) {
+	cfg, err := presets.Load("tiny", nil) // pushed, never trained
+	if err != nil {
+		return 0, "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	job := cluster.New(cluster.Options{Nodes: two, Hosts: hosts, Config: cfg, SSH: ssh,
+		JobID: "plan-link-" + time.Now().UTC().Format("20060102T150405")})
+	var (
+		bw   float64
+		tail []string
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range job.Events() {
+			switch {
+			case e.Kind == event.KindNode && (e.State == event.NodePushing || e.State == event.NodeFailed):
+				fmt.Fprintf(stderr, "gptui plan: %s: %s %s\n", e.Node, e.State, e.Message)
+			case e.Kind == event.KindLog && e.Rank == 0:
+				if v, ok := strings.CutPrefix(e.Line, linkLine); ok {
+					bw, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+				}
+			case e.Kind == event.KindLog:
+				tail = append(tail[max(0, len(tail)-9):], fmt.Sprintf("[%s/%d] %s", e.Node, e.Rank, e.Line))
+			}
+		}
+	}()
+	plan, err := job.Plan(ctx)
+	if err != nil {
+		job.Close()
+		<-done
+		var ie *cluster.InputError
+		if errors.As(err, &ie) {
+			return 0, "", usageError{fmt.Errorf("plan: %w", err)}
+		}
+		return 0, "", fmt.Errorf("plan: measuring the link between nodes: %w", err)
+	}
+	// Start runs the specs of the plan Plan returned: the workers measure
+	// the link instead of training.
+	for i := range plan.Nodes {
+		for k := range plan.Nodes[i].Spec.Workers {
+			plan.Nodes[i].Spec.Workers[k].Args = []string{planLinkPeer}
+		}
+	}
+	if err = job.Start(ctx); err == nil {
+		err = job.Wait()
+	} else {
+		job.Wait()
+	}
+	<-done
+	if err != nil {
+		if len(tail) > 0 {
+			err = fmt.Errorf("%w; the workers' last lines:\n%s", err, strings.Join(tail, "\n"))
+		}
+		return 0, "", fmt.Errorf("plan: measuring the link between nodes: %w", err)
+	}
+	if bw <= 0 {
+		return 0, "", fmt.Errorf("plan: measuring the link between nodes: rank 0 on %s reported no bandwidth", plan.Nodes[0].Name)
+	}
+	desc := fmt.Sprintf("%s between %s and %s", time.Now().UTC().Format(time.RFC3339), plan.Nodes[0].Name, plan.Nodes[1].Name)
+	return bw, desc, nil
 }
 
 // autoPlan implements Distributed.auto for 'gptui train': it plans the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -133,6 +134,10 @@ func TestPlanBadInput(t *testing.T) {
 	os.WriteFile(uneven, []byte("a devices=0-7\nb devices=0-3\n"), 0o644)
 	noDev := filepath.Join(dir, "nodev")
 	os.WriteFile(noDev, []byte("a\n"), 0o644)
+	oneNode := filepath.Join(dir, "onenode")
+	os.WriteFile(oneNode, []byte("# one node\nlocalhost devices=cpu:2\n"), 0o644)
+	badHosts := filepath.Join(dir, "badhosts")
+	os.WriteFile(badHosts, []byte("a devices=cpu:1\nb devices=0-x\n"), 0o644)
 	badProfile := filepath.Join(dir, "profile.json")
 	os.WriteFile(badProfile, []byte(`{"name": "CPU", "accounting": "engine"}`), 0o644)
 	for _, tc := range []struct {
@@ -149,6 +154,10 @@ func TestPlanBadInput(t *testing.T) {
 		{"hosts and nodes", []string{"plan", "-c", "tiny", "--hosts", uneven, "--nodes", "2"}, []string{"--hosts", "--nodes"}},
 		{"zero nodes", []string{"plan", "-c", "tiny", "--nodes", "0"}, []string{"0 node"}},
 		{"negative top", []string{"plan", "-c", "tiny", "--top", "-1"}, []string{"--top"}},
+		{"profile on one node", []string{"plan", "--profile", "--hosts", oneNode}, []string{"onenode", "two nodes", "has 1"}},
+		{"profile, bad inventory", []string{"plan", "--profile", "--hosts", badHosts}, []string{"badhosts:2", "0-x"}},
+		{"profile, missing inventory", []string{"plan", "--profile", "--hosts", filepath.Join(dir, "none")}, []string{"none"}},
+		{"accept keys without profile", []string{"plan", "-c", "tiny", "--hosts", oneNode, "--accept-new-host-keys"}, []string{"--accept-new-host-keys", "--profile --hosts"}},
 		{"bad profile", []string{"plan", "-c", "tiny", "--device", "cpu", "--profile-file", badProfile}, []string{"profile.json", "gptui plan --profile"}},
 		{"auto not a bool", []string{"plan", "-c", "tiny", "-o", "Distributed.auto=maybe"}, []string{"Distributed.auto"}},
 		{"no layout", []string{"plan", "-c", "tiny", "--devices-per-node", "3"}, []string{"no valid layout"}},
@@ -180,12 +189,25 @@ func TestTrainAuto(t *testing.T) {
 	}
 }
 
-// TestPlanProfile: --profile measures this machine (re-executing the
-// binary for the link's second end) and saves a profile later plans use.
+// TestPlanProfile: --profile --hosts measures this machine (re-executing
+// the binary for the local link's second end) and the link between two
+// sshd nodes (127.0.0.2 and 127.0.0.3, one worker each, started by the
+// cluster runner), and saves a profile later plans use: the measured link
+// between nodes changes the predicted step of a dp plan that crosses them,
+// and a profile saved without it still loads, with the built-in figure and
+// a note.
 func TestPlanProfile(t *testing.T) {
 	bin := builtGPTUI(t)
+	c := newSSHCluster(t, "cpu:1")
+	env := append(os.Environ(), "HOME="+c.home, "SSH_AUTH_SOCK=", "GPTUI_THREADS=1")
+	gptui := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
 	path := filepath.Join(t.TempDir(), "p", "cpu.json")
-	out, err := exec.Command(bin, "plan", "--profile", "--profile-file", path).CombinedOutput()
+	out, err := gptui("plan", "--profile", "--hosts", c.hosts, "--profile-file", path)
 	if err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -196,9 +218,51 @@ func TestPlanProfile(t *testing.T) {
 	if d.PeakFLOPS < 1e9 || d.IntraBW < 1e7 || d.OptimizerParamsPerS < 1e6 || d.Measured == "" {
 		t.Errorf("implausible profile %+v", d)
 	}
-	t.Logf("profile: sgemm %.1f GFLOP/s, AdamW %.0f M params/s, link %.2f GB/s", d.PeakFLOPS/1e9, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9)
-	out, err = exec.Command(bin, "plan", "-c", "tiny", "--devices-per-node", "2", "--profile-file", path, "--top", "1").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "measured ") {
-		t.Errorf("plan with the profile: %v\n%s", err, out)
+	if d.InterBW <= 0 || !strings.Contains(d.InterMeasured, "127.0.0.2") || !strings.Contains(d.InterMeasured, "127.0.0.3") {
+		t.Errorf("the link between nodes: %.3g B/s, measured %q", d.InterBW, d.InterMeasured)
+	}
+	t.Logf("profile: sgemm %.1f GFLOP/s, AdamW %.0f M params/s, link %.2f GB/s, between nodes %.2f GB/s", d.PeakFLOPS/1e9, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.InterBW/1e9)
+
+	// dp2 over the two nodes, every degree fixed: one plan.
+	step := func(profile string) (float64, string) {
+		t.Helper()
+		out, err := gptui("plan", "-c", "tiny", "--hosts", c.hosts, "--profile-file", profile, "--json",
+			"-o", "Distributed.dp_degree=2", "-o", "Distributed.mp_degree=1", "-o", "Distributed.pp_degree=1", "-o", "Distributed.sharding.sharding_degree=1", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4")
+		if err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		var ps []planner.Plan
+		if err := json.Unmarshal([]byte(out[strings.Index(out, "["):]), &ps); err != nil || len(ps) != 1 || ps[0].StepTime <= 0 {
+			t.Fatalf("%v: %s", err, out)
+		}
+		table, err := gptui("plan", "-c", "tiny", "--hosts", c.hosts, "--profile-file", profile, "--top", "1")
+		if err != nil {
+			t.Fatalf("%v: %s", err, table)
+		}
+		return ps[0].StepTime, table
+	}
+	measured, table := step(path)
+	if !strings.Contains(table, "measured ") || !strings.Contains(table, fmt.Sprintf("%.2f GB/s between nodes (measured ", d.InterBW/1e9)) {
+		t.Errorf("plan with the measured profile:\n%s", table)
+	}
+
+	// The same profile as saved before the link between nodes was
+	// measured: no inter_measured, and the built-in inter_bw.
+	var old map[string]any
+	b, _ := os.ReadFile(path)
+	json.Unmarshal(b, &old)
+	delete(old, "inter_measured")
+	builtin, _ := planner.LookupDevice("cpu")
+	old["inter_bw"] = builtin.InterBW
+	b, _ = json.Marshal(old)
+	oldPath := filepath.Join(t.TempDir(), "old.json")
+	os.WriteFile(oldPath, b, 0o644)
+	fixed, table := step(oldPath)
+	if !strings.Contains(table, "0.10 GB/s between nodes (built-in, not measured: 'gptui plan --profile --hosts FILE'") {
+		t.Errorf("plan with an old profile lacks the note:\n%s", table)
+	}
+	t.Logf("tiny dp2 across the nodes: step %.4f s with the measured link, %.4f s with the built-in one", measured, fixed)
+	if (d.InterBW > builtin.InterBW) != (measured < fixed) || measured == fixed {
+		t.Errorf("step %.4f s at %.3g B/s between nodes, %.4f s at %.3g B/s", measured, d.InterBW, fixed, builtin.InterBW)
 	}
 }
