@@ -1,11 +1,14 @@
 // layernorm.cu: LayerNorm over the last dimension (kernels/cpu/layernorm.go).
 
-#define LN_EPS 1e-5f
+#define LN_EPS 1e-5 // GPT-2's variance epsilon, as kernels/cpu: the double nearest 1e-5
 
 // layernorm_forward normalises each of N rows of C, one warp per row:
 // out = (x − mean)·rstd·w + bias, and mean, rstd (N) for the backward pass
-// (either may be null: not kept). Two passes over the row for the variance,
-// as the CPU does. vec: C % 4 == 0 and inp, out, w, bias 16-byte aligned.
+// (either may be null: not kept). As on the CPU, the mean and the variance
+// (two passes over the row) are summed in double, and the mean rounded to
+// float before it is subtracted, so the result matches the CPU's up to the
+// order of the double sums. vec: C % 4 == 0 and inp, out, w, bias 16-byte
+// aligned.
 extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __restrict__ mean,
                                              float* __restrict__ rstd, const float* __restrict__ inp,
                                              const float* __restrict__ w, const float* __restrict__ bias,
@@ -15,30 +18,31 @@ extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __r
 	if (row >= N) return; // the whole warp
 	const float* x = inp + (long long)row * C;
 	float* o = out + (long long)row * C;
-	float s = 0.0f;
+	double s = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
 			float4 v = ((const float4*)x)[i];
-			s += (v.x + v.y) + (v.z + v.w);
+			s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
 		}
 	} else {
-		for (int i = lane; i < C; i += 32) s += x[i];
+		for (int i = lane; i < C; i += 32) s += (double)x[i];
 	}
-	float m = warp_sum(s) / (float)C;
-	float q = 0.0f;
+	double md = warp_sum_d(s) / (double)C;
+	double q = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
 			float4 v = ((const float4*)x)[i];
-			float a = v.x - m, b = v.y - m, c = v.z - m, d = v.w - m;
+			double a = v.x - md, b = v.y - md, c = v.z - md, d = v.w - md;
 			q += (a * a + b * b) + (c * c + d * d);
 		}
 	} else {
 		for (int i = lane; i < C; i += 32) {
-			float d = x[i] - m;
+			double d = x[i] - md;
 			q += d * d;
 		}
 	}
-	float r = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS);
+	float r = (float)(1.0 / sqrt(warp_sum_d(q) / (double)C + (double)LN_EPS));
+	float m = (float)md;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
 			float4 v = ((const float4*)x)[i], g = ((const float4*)w)[i], b = ((const float4*)bias)[i];
