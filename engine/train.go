@@ -531,8 +531,11 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		}
 	}
 	loss /= float64(tr.Accum * D)
-	norm, err = tr.update(ctx, float32(lr))
-	return loss, norm, reader, err
+	if norm, err = tr.update(ctx, float32(lr)); err != nil {
+		return loss, norm, reader, err
+	}
+	// The update runs asynchronously on a GPU: its failures surface here.
+	return loss, norm, reader, kernels.Sync(tr.be)
 }
 
 // update clips the gradients to their global norm and applies one AdamW

@@ -56,8 +56,9 @@ type Memory interface {
 	Float64s(n int) []float64
 	// Free gives back a buffer one of them returned (x is the slice).
 	Free(x any)
-	// Sync waits until every kernel launched so far has finished.
-	Sync()
+	// Sync waits until every kernel launched so far has finished and
+	// returns the backend's first failure, if any.
+	Sync() error
 }
 
 // Float32s returns n zeroed float32s the backend's kernels can use.
@@ -93,11 +94,14 @@ func Free(be Backend, x any) {
 }
 
 // Sync waits for the backend's kernels before the host touches their
-// buffers (a no-op for backends that compute synchronously).
-func Sync(be Backend) {
+// buffers (a no-op for backends that compute synchronously) and returns the
+// backend's first failure. Callers in the middle of a pass may ignore it:
+// the failure stays and the step's final Sync reports it.
+func Sync(be Backend) error {
 	if m, ok := be.(Memory); ok {
-		m.Sync()
+		return m.Sync()
 	}
+	return nil
 }
 
 // AttentionStore is implemented by backends whose attention keeps less than
