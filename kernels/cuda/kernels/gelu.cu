@@ -13,7 +13,7 @@ __device__ __forceinline__ float gelu(float v) {
 // forward output y = ½·x·(1 + tanh u).
 __device__ __forceinline__ float gelu_grad(float v, float y, float g) {
 	float th = (v > 1e-6f || v < -1e-6f) ? 2.0f * y / v - 1.0f : GELU_K * v;
-	return g * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 3.0f * 0.044715f * v * v));
+	return g * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 0.134145f * v * v));
 }
 
 // gelu_forward: out = gelu(inp), n elements; out may alias inp.
