@@ -276,7 +276,7 @@ func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := NewModel(be, shapeOf(cfg), 0, 0)
+	m, err := NewModel(be, ShapeOf(cfg), 0, 0)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -286,8 +286,8 @@ func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) 
 	return m, cfg, nil
 }
 
-// shapeOf is the model shape a config asks for.
-func shapeOf(cfg *presets.Config) ModelConfig {
+// ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).
+func ShapeOf(cfg *presets.Config) ModelConfig {
 	mc := cfg.Model
 	return ModelConfig{
 		MaxT: mc.MaxPositionEmbeddings, V: mc.VocabSize, Vp: cfg.PaddedVocab(), L: mc.NumLayers,

@@ -119,7 +119,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	// part), else just its shape.
 	var whole *Model
 	var err error
-	shape := shapeOf(cfg)
+	shape := ShapeOf(cfg)
 	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
 		// Weights only, from a gptui checkpoint of the same shape.
 		var saved *presets.Config
