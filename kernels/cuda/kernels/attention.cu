@@ -1,0 +1,515 @@
+// attention.cu: causal multi-head self-attention without the T×T matrix.
+//
+// Layouts (fp32, row-major), as kernels/cpu/attention.go:
+//   qkv (B,T,3C): per position q (C), k (C), v (C); head h owns channels
+//                 h·hs … (h+1)·hs of each, hs = C/NH
+//   out (B,T,C)   dropout(softmax(q·kᵀ·scale, causal))·v, heads side by side
+//   lse (B,NH,T)  log Σ_j exp(q·k_j·scale) over the causal row: all the
+//                 backward pass needs of the probabilities
+//
+// The forward and backward kernels are flash-style: a block of 256 threads
+// works on a 64×64 tile of scores (64 query rows against 64 keys) held in
+// registers, 4×4 per thread. Thread (ty, tx) = (tid/16, tid%16) owns tile
+// rows ty+16·i and tile columns tx+16·j (i, j < 4), so the 16 threads of a
+// row are one half-warp and row reductions are four xor-shuffles. Head-size
+// columns of the output-shaped accumulators are owned in groups of VW
+// adjacent columns, group tx+16·g, so the shared-memory reads of a warp are
+// float4 (or float2) and conflict-free. Shared rows of q, k, v and dout are
+// padded to a stride whose float4 count is odd: the 16 different k rows a
+// warp reads at once then fall in different banks.
+//
+// Dropout draws exactly the mask of the CPU backend (kernels/cpu/dropout.go):
+// probability (b, local head h, row t, column j) has stream index
+//   off + ((b·Hg + h0 + h)·T + t)·T + j
+// where Hg and h0 place a tensor-parallel rank's heads (Hg = NH, h0 = 0 on a
+// single rank), and is kept when the counter-based hash says so; kept values
+// are scaled by pscale = 1/(1−p). The hash is common.cuh's dropout_keep.
+//
+// Names: the forward and backward kernels come in one instantiation per
+// common head size (32, 64, 80, 128), whose loops the compiler unrolls, and a
+// generic one for any hs ≤ 128.
+
+#define ATT_TILE 64       // query rows and keys per tile
+#define ATT_THREADS 256   // threads per block of the tiled kernels
+#define ATT_MAXHS 128     // largest head size of the generic kernels
+#define ATT_NEG (-3.0e38f) // score of a masked entry: exp(ATT_NEG − m) is 0
+
+// att_rowsum16 and att_rowmax16 reduce over the 16 lanes of a half-warp.
+__device__ __forceinline__ float att_rowsum16(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 8);
+    v += __shfl_xor_sync(0xffffffffu, v, 4);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v;
+}
+
+__device__ __forceinline__ float att_rowmax16(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return v;
+}
+
+// AttGeom is the compile-time shape of the tiled kernels for head size HS
+// (0: the generic kernel, hs given at run time, at most ATT_MAXHS).
+template <int HS>
+struct AttGeom {
+    static constexpr int MAXHS = HS > 0 ? HS : ATT_MAXHS;
+    // VEC: shared rows are read as float4 along the head dimension.
+    static constexpr bool VEC = HS > 0 && HS % 4 == 0;
+    // VW adjacent head-size columns per group; NG groups per thread.
+    static constexpr int VW = (HS > 0 && HS % 64 == 0) ? 4 : (HS > 0 && HS % 32 == 0) ? 2 : 1;
+    static constexpr int NG = (MAXHS + 16 * VW - 1) / (16 * VW);
+    static constexpr int NC = NG * VW; // head-size columns per thread
+};
+
+// att_ld is the padded row stride (floats) of a shared tile of head size hs.
+__device__ __forceinline__ int att_ld(int hs, bool vec) {
+    return vec ? 4 * ((hs / 4) | 1) : (hs | 1);
+}
+
+// att_col is the head-size column of a thread's accumulator c.
+template <int HS>
+__device__ __forceinline__ int att_col(int tx, int c) {
+    typedef AttGeom<HS> G;
+    return (tx + 16 * (c / G::VW)) * G::VW + c % G::VW;
+}
+
+// att_load_rows copies rows r0 … r0+63 of one head (hs columns at src,
+// row stride ld floats) into a shared tile of stride lds, zeros past row T.
+__device__ __forceinline__ void att_load_rows(float* dst, int lds, const float* __restrict__ src, size_t ld,
+                                              int r0, int T, int hs) {
+    for (int i = threadIdx.x; i < ATT_TILE * hs; i += ATT_THREADS) {
+        int r = i / hs, d = i - r * hs;
+        int t = r0 + r;
+        dst[r * lds + d] = t < T ? src[(size_t)t * ld + d] : 0.0f;
+    }
+}
+
+// att_dot4x4 accumulates s[i][j] += a[rows ty+16i] · b[rows tx+16j] over
+// the head dimension, a and b shared tiles of stride ld.
+template <int HS>
+__device__ __forceinline__ void att_dot4x4(float s[4][4], const float* a, const float* b, int ld, int hs,
+                                           int ty, int tx) {
+    typedef AttGeom<HS> G;
+    if constexpr (G::VEC) {
+#pragma unroll 4
+        for (int d = 0; d < HS; d += 4) {
+            float4 av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4*>(&a[(ty + 16 * i) * ld + d]);
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4*>(&b[(tx + 16 * j) * ld + d]);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    s[i][j] += av[i].x * bv[j].x + av[i].y * bv[j].y + av[i].z * bv[j].z + av[i].w * bv[j].w;
+        }
+    } else {
+        for (int d = 0; d < hs; d++) {
+            float av[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = a[(ty + 16 * i) * ld + d];
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = b[(tx + 16 * j) * ld + d];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] += av[i] * bv[j];
+        }
+    }
+}
+
+// att_row_times accumulates acc[i][c] += Σ_j w[rows ty+16i][j] · m[j][col c]
+// for j < 64: w is a 64×64 shared tile (stride 64), m a shared tile of
+// stride ld; the thread's columns are att_col(tx, c).
+template <int HS>
+__device__ __forceinline__ void att_row_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
+                                              int ld, int hs, int ty, int tx) {
+    typedef AttGeom<HS> G;
+#pragma unroll 2
+    for (int j = 0; j < ATT_TILE; j++) {
+        float wv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) wv[i] = w[(ty + 16 * i) * ATT_TILE + j];
+        float mv[G::NC];
+#pragma unroll
+        for (int g = 0; g < G::NG; g++) {
+            int col = (tx + 16 * g) * G::VW;
+            if constexpr (G::VW == 4) {
+                float4 v = *reinterpret_cast<const float4*>(&m[j * ld + col]);
+                mv[4 * g] = v.x, mv[4 * g + 1] = v.y, mv[4 * g + 2] = v.z, mv[4 * g + 3] = v.w;
+            } else if constexpr (G::VW == 2) {
+                float2 v = *reinterpret_cast<const float2*>(&m[j * ld + col]);
+                mv[2 * g] = v.x, mv[2 * g + 1] = v.y;
+            } else {
+                mv[g] = col < hs ? m[j * ld + col] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < G::NC; c++) acc[i][c] += wv[i] * mv[c];
+    }
+}
+
+// att_col_times accumulates acc[a][c] += Σ_r w[r][cols ty+16a] · m[r][col c]
+// for r < 64: the transposed product of att_row_times (w's columns are the
+// thread's rows of acc).
+template <int HS>
+__device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
+                                              int ld, int hs, int ty, int tx) {
+    typedef AttGeom<HS> G;
+#pragma unroll 2
+    for (int r = 0; r < ATT_TILE; r++) {
+        float wv[4];
+#pragma unroll
+        for (int a = 0; a < 4; a++) wv[a] = w[r * ATT_TILE + ty + 16 * a];
+        float mv[G::NC];
+#pragma unroll
+        for (int g = 0; g < G::NG; g++) {
+            int col = (tx + 16 * g) * G::VW;
+            if constexpr (G::VW == 4) {
+                float4 v = *reinterpret_cast<const float4*>(&m[r * ld + col]);
+                mv[4 * g] = v.x, mv[4 * g + 1] = v.y, mv[4 * g + 2] = v.z, mv[4 * g + 3] = v.w;
+            } else if constexpr (G::VW == 2) {
+                float2 v = *reinterpret_cast<const float2*>(&m[r * ld + col]);
+                mv[2 * g] = v.x, mv[2 * g + 1] = v.y;
+            } else {
+                mv[g] = col < hs ? m[r * ld + col] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int c = 0; c < G::NC; c++) acc[a][c] += wv[a] * mv[c];
+    }
+}
+
+// att_forward: grid (⌈T/64⌉, NH, B), block 256, dynamic shared memory
+// (3·64·ld + 64·64)·4 bytes (q, k, v tiles and the probabilities). Block x
+// takes query tile ⌈T/64⌉−1−x, so the longest rows start first.
+template <int HS>
+__device__ __forceinline__ void att_forward(float* __restrict__ out, float* __restrict__ lse,
+                                            const float* __restrict__ qkv, int T, int C, int NH, int hs_arg,
+                                            float scale, float p, float pscale, unsigned long long key, int Hg,
+                                            int h0, unsigned long long off) {
+    typedef AttGeom<HS> G;
+    extern __shared__ float att_smem[];
+    const int hs = HS > 0 ? HS : hs_arg;
+    const int ld = att_ld(hs, G::VEC);
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int qt = nt - 1 - (int)blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int q0 = qt * ATT_TILE;
+    const size_t ld3 = 3 * (size_t)C;
+    const float* base = qkv + (size_t)b * T * ld3 + (size_t)h * hs;
+    float* qs = att_smem;
+    float* ks = qs + ATT_TILE * ld;
+    float* vs = ks + ATT_TILE * ld;
+    float* ps = vs + ATT_TILE * ld;
+    const bool drop = p > 0.0f;
+    const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
+
+    att_load_rows(qs, ld, base, ld3, q0, T, hs);
+
+    float m[4], l[4], o[4][G::NC];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = ATT_NEG, l[i] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < G::NC; c++) o[i][c] = 0.0f;
+    }
+
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * ATT_TILE;
+        __syncthreads(); // the previous tile's k, v and p are consumed
+        att_load_rows(ks, ld, base + C, ld3, k0, T, hs);
+        att_load_rows(vs, ld, base + 2 * C, ld3, k0, T, hs);
+        __syncthreads();
+
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+        att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
+
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int t = q0 + ty + 16 * i;
+            float mx = ATT_NEG;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int col = k0 + tx + 16 * j;
+                s[i][j] = col <= t ? s[i][j] * scale : ATT_NEG;
+                mx = fmaxf(mx, s[i][j]);
+            }
+            mx = att_rowmax16(mx);
+            const float mnew = fmaxf(m[i], mx);
+            const float corr = expf(m[i] - mnew);
+            m[i] = mnew;
+            l[i] *= corr;
+#pragma unroll
+            for (int c = 0; c < G::NC; c++) o[i][c] *= corr;
+            const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float e = expf(s[i][j] - mnew);
+                l[i] += e;
+                if (drop) e = (t < T && dropout_keep(key, rbase + tx + 16 * j, p)) ? e * pscale : 0.0f;
+                ps[(ty + 16 * i) * ATT_TILE + tx + 16 * j] = e;
+            }
+        }
+        __syncthreads();
+        att_row_times<HS>(o, ps, vs, ld, hs, ty, tx);
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = q0 + ty + 16 * i;
+        const float sum = att_rowsum16(l[i]);
+        if (t >= T) continue;
+        const float inv = 1.0f / sum;
+        float* orow = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+#pragma unroll
+        for (int c = 0; c < G::NC; c++) {
+            const int col = att_col<HS>(tx, c);
+            if (col < hs) orow[col] = o[i][c] * inv;
+        }
+        if (tx == 0) lse[((size_t)b * NH + h) * T + t] = m[i] + logf(sum);
+    }
+}
+
+// att_backward: grid (⌈T/64⌉, NH, B), block 256, dynamic shared memory
+// (4·64·ld + 2·64·64)·4 bytes (k, v, q, dout tiles, the dropped
+// probabilities and the score gradients). Block x owns key tile x: it keeps
+// that tile's k and v in shared memory and dk, dv in registers, walks the
+// query tiles x … ⌈T/64⌉−1 recomputing the probabilities from q, k and lse,
+// and adds each query tile's share of dq into dqkv with atomics (dq must be
+// zero beforehand: attention_zero_dq). D = rowsum(dout ⊙ out) is computed
+// here from out, the forward output, a 1/(2·64) share of a tile's work.
+template <int HS>
+__device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const float* __restrict__ dout,
+                                             const float* __restrict__ out, const float* __restrict__ qkv,
+                                             const float* __restrict__ lse, int T, int C, int NH, int hs_arg,
+                                             float scale, float p, float pscale, unsigned long long key, int Hg,
+                                             int h0, unsigned long long off) {
+    typedef AttGeom<HS> G;
+    extern __shared__ float att_smem[];
+    const int hs = HS > 0 ? HS : hs_arg;
+    const int ld = att_ld(hs, G::VEC);
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int kt = blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int k0 = kt * ATT_TILE;
+    const size_t ld3 = 3 * (size_t)C;
+    const float* base = qkv + (size_t)b * T * ld3 + (size_t)h * hs;
+    const float* gbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const float* obase = out + (size_t)b * T * C + (size_t)h * hs;
+    const float* lrow = lse + ((size_t)b * NH + h) * T;
+    float* dbase = dqkv + (size_t)b * T * ld3 + (size_t)h * hs;
+    float* ks = att_smem;
+    float* vs = ks + ATT_TILE * ld;
+    float* qs = vs + ATT_TILE * ld;
+    float* gs = qs + ATT_TILE * ld;
+    float* ps = gs + ATT_TILE * ld;
+    float* dss = ps + ATT_TILE * ATT_TILE;
+    const bool drop = p > 0.0f;
+    const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
+
+    att_load_rows(ks, ld, base + C, ld3, k0, T, hs);
+    att_load_rows(vs, ld, base + 2 * C, ld3, k0, T, hs);
+
+    float dk[4][G::NC], dv[4][G::NC];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int c = 0; c < G::NC; c++) dk[a][c] = 0.0f, dv[a][c] = 0.0f;
+
+    for (int qt = kt; qt < nt; qt++) {
+        const int q0 = qt * ATT_TILE;
+        __syncthreads(); // the previous query tile is consumed
+        att_load_rows(qs, ld, base, ld3, q0, T, hs);
+        att_load_rows(gs, ld, gbase, (size_t)C, q0, T, hs);
+        __syncthreads();
+
+        // Each row's lse and D = dout·out.
+        float rl[4], rd[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = ty + 16 * i, t = q0 + r;
+            float d = 0.0f;
+            if (t < T) {
+                const float* orow = obase + (size_t)t * C;
+                for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * orow[col];
+            }
+            rd[i] = att_rowsum16(d);
+            rl[i] = t < T ? lrow[t] : 0.0f;
+        }
+
+        float s[4][4], dp[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f, dp[i][j] = 0.0f;
+        att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
+        att_dot4x4<HS>(dp, gs, vs, ld, hs, ty, tx);
+
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int r = ty + 16 * i, t = q0 + r;
+            const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int col = k0 + tx + 16 * j;
+                const bool valid = t < T && col <= t;
+                const float pr = valid ? expf(s[i][j] * scale - rl[i]) : 0.0f;
+                float pk = pr, g = dp[i][j];
+                if (drop) {
+                    if (valid && dropout_keep(key, rbase + tx + 16 * j, p)) {
+                        pk = pr * pscale, g = g * pscale;
+                    } else {
+                        pk = 0.0f, g = 0.0f;
+                    }
+                }
+                ps[r * ATT_TILE + tx + 16 * j] = pk;
+                dss[r * ATT_TILE + tx + 16 * j] = pr * (g - rd[i]) * scale;
+            }
+        }
+        __syncthreads();
+
+        att_col_times<HS>(dv, ps, gs, ld, hs, ty, tx);
+        att_col_times<HS>(dk, dss, qs, ld, hs, ty, tx);
+
+        float dq[4][G::NC];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int c = 0; c < G::NC; c++) dq[i][c] = 0.0f;
+        att_row_times<HS>(dq, dss, ks, ld, hs, ty, tx);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int t = q0 + ty + 16 * i;
+            if (t >= T) continue;
+            float* drow = dbase + (size_t)t * ld3;
+#pragma unroll
+            for (int c = 0; c < G::NC; c++) {
+                const int col = att_col<HS>(tx, c);
+                if (col < hs) atomicAdd(&drow[col], dq[i][c]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        const int t = k0 + ty + 16 * a;
+        if (t >= T) continue;
+        float* drow = dbase + (size_t)t * ld3;
+#pragma unroll
+        for (int c = 0; c < G::NC; c++) {
+            const int col = att_col<HS>(tx, c);
+            if (col < hs) drow[C + col] = dk[a][c], drow[2 * C + col] = dv[a][c];
+        }
+    }
+}
+
+#define ATT_KERNELS(NAME, HS)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attention_forward_##NAME(float* out, float* lse, const float* qkv, int T, int C, int NH, int hs,      \
+                                 float scale, float p, float pscale, unsigned long long key, int Hg, int h0,  \
+                                 unsigned long long off) {                                                     \
+        att_forward<HS>(out, lse, qkv, T, C, NH, hs, scale, p, pscale, key, Hg, h0, off);                     \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
+        attention_backward_##NAME(float* dqkv, const float* dout, const float* out, const float* qkv,         \
+                                  const float* lse, int T, int C, int NH, int hs, float scale, float p,       \
+                                  float pscale, unsigned long long key, int Hg, int h0,                       \
+                                  unsigned long long off) {                                                    \
+        att_backward<HS>(dqkv, dout, out, qkv, lse, T, C, NH, hs, scale, p, pscale, key, Hg, h0, off);       \
+    }
+
+ATT_KERNELS(hs32, 32)
+ATT_KERNELS(hs64, 64)
+ATT_KERNELS(hs80, 80)
+ATT_KERNELS(hs128, 128)
+ATT_KERNELS(any, 0)
+
+// attention_zero_dq zeros the q third of dqkv (N = B·T rows of 3C), which
+// the backward kernels then accumulate into. Grid-stride over N·C.
+extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C) {
+    const size_t n = (size_t)N * C;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / C, c = i - r * C;
+        dqkv[r * 3 * C + c] = 0.0f;
+    }
+}
+
+#define ATT_DEC_WARPS 8 // warps per block of attention_decode
+#define ATT_DEC_NC 8    // head-size columns per lane: hs ≤ 256
+
+// attention_decode: one new position per sequence against a key/value
+// cache. q (B,C) at position pos, kc and vc (B,maxT,C) filled for rows
+// 0 … pos, out (B,C). Grid (NH, B), block 32·ATT_DEC_WARPS. Warp w walks
+// the cached rows w, w+8, … with an online softmax (lane owns head columns
+// lane+32·c); the warps' partial results are merged at the end.
+extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
+    attention_decode(float* out, const float* q, const float* kc, const float* vc, int pos, int maxT, int C,
+                     int hs, float scale) {
+    __shared__ float dm[ATT_DEC_WARPS], dl[ATT_DEC_WARPS];
+    __shared__ float dov[ATT_DEC_WARPS][32 * ATT_DEC_NC];
+    const int h = blockIdx.x, b = blockIdx.y;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const float* qrow = q + (size_t)b * C + (size_t)h * hs;
+    float qv[ATT_DEC_NC], o[ATT_DEC_NC];
+#pragma unroll
+    for (int c = 0; c < ATT_DEC_NC; c++) {
+        const int col = lane + 32 * c;
+        qv[c] = col < hs ? qrow[col] : 0.0f;
+        o[c] = 0.0f;
+    }
+    float m = ATT_NEG, l = 0.0f;
+    for (int t = w; t <= pos; t += ATT_DEC_WARPS) {
+        const size_t row = ((size_t)b * maxT + t) * C + (size_t)h * hs;
+        float d = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_DEC_NC; c++) {
+            const int col = lane + 32 * c;
+            if (col < hs) d += qv[c] * kc[row + col];
+        }
+        d += __shfl_xor_sync(0xffffffffu, d, 16);
+        d += __shfl_xor_sync(0xffffffffu, d, 8);
+        d += __shfl_xor_sync(0xffffffffu, d, 4);
+        d += __shfl_xor_sync(0xffffffffu, d, 2);
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        const float s = d * scale;
+        const float mnew = fmaxf(m, s);
+        const float corr = expf(m - mnew), e = expf(s - mnew);
+        m = mnew;
+        l = l * corr + e;
+#pragma unroll
+        for (int c = 0; c < ATT_DEC_NC; c++) {
+            const int col = lane + 32 * c;
+            if (col < hs) o[c] = o[c] * corr + e * vc[row + col];
+        }
+    }
+    if (lane == 0) dm[w] = m, dl[w] = l;
+#pragma unroll
+    for (int c = 0; c < ATT_DEC_NC; c++) dov[w][lane + 32 * c] = o[c];
+    __syncthreads();
+    float mx = ATT_NEG;
+    for (int i = 0; i < ATT_DEC_WARPS; i++) mx = fmaxf(mx, dm[i]);
+    float sum = 0.0f;
+    for (int i = 0; i < ATT_DEC_WARPS; i++) sum += dl[i] * expf(dm[i] - mx);
+    const float inv = 1.0f / sum;
+    float* orow = out + (size_t)b * C + (size_t)h * hs;
+    for (int col = threadIdx.x; col < hs; col += 32 * ATT_DEC_WARPS) {
+        float acc = 0.0f;
+        for (int i = 0; i < ATT_DEC_WARPS; i++) acc += dov[i][col] * expf(dm[i] - mx);
+        orow[col] = acc * inv;
+    }
+}

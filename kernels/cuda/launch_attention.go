@@ -1,0 +1,227 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// Attention kernels (kernels/attention.cu). The forward and backward kernels
+// come in one instantiation per common head size, named by the suffix
+// attHeadSizes gives, and a generic one ("any") for other head sizes up to
+// attMaxHS.
+const (
+	attTile    = 64  // query rows and keys per tile
+	attThreads = 256 // threads per block of the tiled kernels
+	attMaxHS   = 128 // largest head size of the generic kernels
+
+	attDecodeThreads = 256 // 8 warps
+	attDecodeMaxHS   = 256 // largest head size of attention_decode
+)
+
+// attHeadSizes are the head sizes with a kernel of their own.
+var attHeadSizes = []int{32, 64, 80, 128}
+
+// attentionKernelNames are the attention kernels' names, for the name table.
+func attentionKernelNames() []string {
+	var names []string
+	for _, s := range append(attSuffixes(), "any") {
+		names = append(names, "attention_forward_"+s, "attention_backward_"+s)
+	}
+	return append(names, "attention_zero_dq", "attention_decode")
+}
+
+func attSuffixes() []string {
+	s := make([]string, len(attHeadSizes))
+	for i, hs := range attHeadSizes {
+		s[i] = fmt.Sprintf("hs%d", hs)
+	}
+	return s
+}
+
+// attSuffix is the name suffix of the forward and backward kernels for head
+// size hs.
+func attSuffix(hs int) string {
+	for _, n := range attHeadSizes {
+		if n == hs {
+			return fmt.Sprintf("hs%d", hs)
+		}
+	}
+	return "any"
+}
+
+// attLD is the padded row stride, in floats, of the kernels' shared tiles of
+// head size hs (attention.cu's att_ld): rows of an odd number of float4s
+// when the kernel reads them as float4, else an odd number of floats.
+func attLD(hs int) int {
+	if attSuffix(hs) != "any" {
+		return 4 * ((hs / 4) | 1)
+	}
+	return hs | 1
+}
+
+// AttentionForwardShared is the dynamic shared memory, in bytes, of the
+// forward kernel for head size hs: q, k and v tiles and a tile of
+// probabilities. Above 48 KiB (hs ≥ 64) the kernel's function needs its
+// limit raised (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) before the
+// first launch.
+func AttentionForwardShared(hs int) int {
+	return (3*attTile*attLD(hs) + attTile*attTile) * 4
+}
+
+// AttentionBackwardShared is the dynamic shared memory, in bytes, of the
+// backward kernel for head size hs: k, v, q and dout tiles and two tiles of
+// probabilities and their gradients (over 48 KiB for every hs ≥ 16).
+func AttentionBackwardShared(hs int) int {
+	return (4*attTile*attLD(hs) + 2*attTile*attTile) * 4
+}
+
+// AttentionSharedNeeds maps each attention kernel that needs more than the
+// default 48 KiB of dynamic shared memory to the most it asks for, so the
+// backend raises each function's limit once after loading the module.
+func AttentionSharedNeeds() map[string]int {
+	need := map[string]int{}
+	add := func(name string, n int) {
+		if n > 48<<10 {
+			need[name] = n
+		}
+	}
+	for _, hs := range attHeadSizes {
+		s := attSuffix(hs)
+		add("attention_forward_"+s, AttentionForwardShared(hs))
+		add("attention_backward_"+s, AttentionBackwardShared(hs))
+	}
+	// The generic kernels' need grows with hs: the most over the head sizes
+	// they take.
+	var fwd, bwd int
+	for hs := 1; hs <= attMaxHS; hs++ {
+		if attSuffix(hs) == "any" {
+			fwd, bwd = max(fwd, AttentionForwardShared(hs)), max(bwd, AttentionBackwardShared(hs))
+		}
+	}
+	add("attention_forward_any", fwd)
+	add("attention_backward_any", bwd)
+	return need
+}
+
+// attCheck validates the shape arguments common to the attention kernels.
+func attCheck(B, T, C, NH int) (hs int, err error) {
+	switch {
+	case B < 1 || T < 1 || C < 1 || NH < 1:
+		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d: every size must be at least 1", B, T, C, NH)
+	case C%NH != 0:
+		return 0, fmt.Errorf("cuda: attention: C=%d is not a multiple of NH=%d", C, NH)
+	case B > math.MaxUint16 || NH > math.MaxUint16 || T > math.MaxInt32/4 || C > math.MaxInt32/4:
+		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d is beyond the kernels' grid", B, T, C, NH)
+	}
+	return C / NH, nil
+}
+
+// attDropout returns the dropout arguments the kernels take: p, the scale
+// 1/(1−p) of kept elements as kernels/cpu computes it, and the head
+// placement (total heads Hg, first head h0) of the stream index.
+func attDropout(p float32, NH, heads, head0 int) (float32, float32, int32, int32, error) {
+	if !(p >= 0 && p < 1) {
+		return 0, 0, 0, 0, fmt.Errorf("cuda: attention dropout %v: want 0 ≤ p < 1", p)
+	}
+	if heads == 0 {
+		heads, head0 = NH, 0
+	}
+	if head0 < 0 || head0+NH > heads {
+		return 0, 0, 0, 0, fmt.Errorf("cuda: attention heads %d…%d of %d: out of range", head0, head0+NH-1, heads)
+	}
+	return p, 1 / (1 - p), int32(heads), int32(head0), nil
+}
+
+// attScale is kernels/cpu's 1/√hs.
+func attScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
+
+// AttentionForwardGeometry is the launch shape of the forward and backward
+// kernels: one block of 256 threads per 64-row tile of each (batch row,
+// head).
+func AttentionForwardGeometry(B, T, NH int) (grid, block Dim3) {
+	nt := (T + attTile - 1) / attTile
+	return Dim3{uint32(nt), uint32(NH), uint32(B)}, Dim3{attThreads, 1, 1}
+}
+
+// AttentionForward is causal multi-head self-attention on packed q, k, v
+// without the T×T matrix (kernels/cpu's AttentionForward, with lse in place
+// of att):
+//
+//	qkv (B,T,3C), out (B,T,C) as kernels/cpu
+//	lse (B,NH,T): each row's log Σ exp of its scaled causal scores
+//
+// Dropout with probability p under site key draws kernels/cpu's mask: off is
+// the stream index of the whole (B,heads,T,T) tensor's first element, of
+// whose heads this call holds head0 … head0+NH−1 (heads = 0: all NH).
+func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+	hs, err := attCheck(B, T, C, NH)
+	if err != nil {
+		return err
+	}
+	if hs > attMaxHS {
+		return fmt.Errorf("cuda: attention head size %d: the kernels take at most %d", hs, attMaxHS)
+	}
+	p, ps, hg, h0, err := attDropout(p, NH, heads, head0)
+	if err != nil {
+		return err
+	}
+	grid, block := AttentionForwardGeometry(B, T, NH)
+	return k.launch("attention_forward_"+attSuffix(hs), grid, block, AttentionForwardShared(hs), s,
+		out, lse, qkv, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+}
+
+// AttentionBackward computes dqkv (B,T,3C), overwritten, the gradients of
+// q, k and v, from dout (B,T,C), the forward pass's out and lse and the
+// packed qkv, with the forward pass's dropout (same p, key, heads, head0,
+// off). It runs two kernels on s: one zeroing dq, then the tiled kernel
+// that accumulates dq with atomics (so dq's last bits may differ from run to
+// run) and writes dk and dv.
+func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+	hs, err := attCheck(B, T, C, NH)
+	if err != nil {
+		return err
+	}
+	if hs > attMaxHS {
+		return fmt.Errorf("cuda: attention head size %d: the kernels take at most %d", hs, attMaxHS)
+	}
+	p, ps, hg, h0, err := attDropout(p, NH, heads, head0)
+	if err != nil {
+		return err
+	}
+	zg, zb := attZeroGeometry(B*T, C)
+	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(C)); err != nil {
+		return err
+	}
+	grid, block := AttentionForwardGeometry(B, T, NH)
+	return k.launch("attention_backward_"+attSuffix(hs), grid, block, AttentionBackwardShared(hs), s,
+		dqkv, dout, out, qkv, lse, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+}
+
+// attZeroGeometry is attention_zero_dq's grid-stride launch over N rows of C.
+func attZeroGeometry(N, C int) (grid, block Dim3) {
+	const threads = 256
+	n := (N*C + threads - 1) / threads
+	if n > 8192 {
+		n = 8192
+	}
+	return Dim3{uint32(n), 1, 1}, Dim3{threads, 1, 1}
+}
+
+// AttentionDecode is attention for one new position per sequence against a
+// key/value cache (kernels/cpu's AttentionDecode): q (B,C) at position pos,
+// kc and vc (B,maxT,C) filled for rows 0 … pos, out (B,C). One block of 8
+// warps per (head, batch row).
+func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C, NH int) error {
+	hs, err := attCheck(B, maxT, C, NH)
+	if err != nil {
+		return err
+	}
+	if hs > attDecodeMaxHS {
+		return fmt.Errorf("cuda: attention decode head size %d: the kernel takes at most %d", hs, attDecodeMaxHS)
+	}
+	if pos < 0 || pos >= maxT {
+		return fmt.Errorf("cuda: attention decode at position %d of a %d-row cache", pos, maxT)
+	}
+	return k.launch("attention_decode", Dim3{uint32(NH), uint32(B), 1}, Dim3{attDecodeThreads, 1, 1}, 0, s,
+		out, q, kc, vc, int32(pos), int32(maxT), int32(C), int32(hs), attScale(hs))
+}
