@@ -121,7 +121,12 @@ func applyDefaults(c *Config, set map[string]pos) {
 	strDef("Engine.recompute_granularity", &e.RecomputeGranularity, defaultGranularity)
 	mp := &e.MixPrecision
 	if unset("Engine.mix_precision.dtype") {
+		// fp32 on CPU; on a GPU bf16 (fp32 master weights), unless the
+		// seeds' use_pure_fp16 asks for fp16.
 		mp.Dtype = "fp32"
+		if g.Device == "gpu" {
+			mp.Dtype = "bf16"
+		}
 		if mp.UsePureFP16 {
 			mp.Dtype = "fp16"
 		}

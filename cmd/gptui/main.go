@@ -16,6 +16,7 @@
 //	gptui import --from hf DIR | --from llmc FILE.bin --out DIR
 //	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
 //	gptui plan -c CONFIG|PRESET [-o ...] [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--json]
+//	gptui gpu check|bench                     check the GPU backend against the CPU one; time the GPU's GEMMs
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
 // any other failure.
@@ -84,6 +85,7 @@ Commands:
   generate --ckpt DIR --prompt TEXT [--max-new-tokens N]  sample text (KV cache; --temperature 0 is greedy)
   plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
            rank the parallel strategies by predicted memory and step time
+  gpu      check | bench                                 check the GPU backend against the CPU one; time the GPU's GEMMs
 
 Run 'gptui COMMAND -h' for a command's flags.
 `
@@ -121,6 +123,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdPlanLinkPeer(ctx, stdout)
 	case "generate":
 		return cmdGenerate(ctx, args[1:], stdout, stderr)
+	case "gpu":
+		return cmdGPU(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -56,7 +56,7 @@ func TestBadInput(t *testing.T) {
 		{"truncated shard", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.input_dir=" + shards}, []string{"data_000000.bin"}},
 		{"missing model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + filepath.Join(dir, "nomodel.bin")}, []string{"nomodel.bin"}},
 		{"not a model file", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + notModel}, []string{"notmodel.bin", "magic"}},
-		{"gpu without CUDA", []string{"train", "-c", "tiny", "-o", "Global.device=gpu"}, []string{"Global.device=gpu"}},
+		{"gpu without CUDA", []string{"train", "-c", "tiny", "-o", "Global.device=gpu"}, []string{"Global.device=gpu", "libcuda.so not found", "use Global.device=cpu"}},
 		{"dp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"}, []string{"dp_degree 2", "gptui run --no-tui --nproc 2"}},
 		{"mp does not divide heads", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=3"}, []string{"num_attention_heads", "mp_degree (3)"}},
 		{"pp does not divide layers", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.pp_degree=3"}, []string{"num_layers", "pp_degree (3)"}},

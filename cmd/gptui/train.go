@@ -11,7 +11,6 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
-	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -69,9 +68,6 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if cfg.Global.Device == "gpu" {
-		return usagef("Global.device=gpu: this build has no CUDA backend yet; use Global.device=cpu")
-	}
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
 	var world *comm.World
@@ -93,10 +89,11 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	be := cpu.New()
-	if r := be.FallbackReason(); r != "" {
-		fmt.Fprintln(stderr, "gptui: "+r)
+	be, release, err := newBackend(cfg, world, stderr)
+	if err != nil {
+		return err
 	}
+	defer release()
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
 		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gptui/gptui"
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/presets"
+)
+
+// newBackend returns the compute backend of cfg's Global.device and a
+// function that releases it. A GPU that cannot be used is a one-line
+// usage error (exit 2) saying why.
+func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kernels.Backend, func(), error) {
+	if cfg.Global.Device != "gpu" {
+		be := cpu.New()
+		if r := be.FallbackReason(); r != "" {
+			fmt.Fprintln(stderr, "gptui: "+r)
+		}
+		return be, func() {}, nil
+	}
+	if world != nil && world.Size() > 1 {
+		return nil, nil, usagef("Global.device=gpu: a job of %d processes needs the NCCL communicator, which the parallel strategies do not use yet; train on one GPU per job or with Global.device=cpu", world.Size())
+	}
+	prec, err := cuda.ParsePrecision(cfg.Engine.MixPrecision.Dtype)
+	if err != nil {
+		return nil, nil, usagef("Engine.mix_precision.dtype: %v", err)
+	}
+	be, err := cuda.New(cuda.Options{Ordinal: gpuOrdinal(), Precision: prec, Log: stderr})
+	if err != nil {
+		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
+	}
+	return be, func() { be.Close() }, nil
+}
+
+// gpuOrdinal is the GPU a worker uses: GPTUI_DEVICE (set by the cluster
+// runner from the rank table), else LOCAL_RANK, else 0.
+func gpuOrdinal() int {
+	for _, k := range []string{"GPTUI_DEVICE", "LOCAL_RANK"} {
+		if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
+
+// cmdGPU is 'gptui gpu check|bench': the checks and measurements of the
+// GPU backend on this machine's GPU, each printed as it runs and in a
+// table at the end.
+func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "check" && args[0] != "bench") {
+		return usagef("gpu: want 'gptui gpu check' or 'gptui gpu bench'")
+	}
+	fs := newFlagSet("gpu "+args[0], stderr)
+	steps := fs.Int("steps", 10, "training steps compared (check) or timed (bench)")
+	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	var t gpuTable
+	if args[0] == "check" {
+		gpuCheck(ctx, stdout, &t, *steps)
+	} else {
+		gpuBench(ctx, stdout, &t)
+	}
+	t.print(stdout)
+	if t.failed > 0 {
+		return fmt.Errorf("gpu %s: %d of %d checks failed", args[0], t.failed, len(t.rows))
+	}
+	return nil
+}
+
+// gpuTable collects one row per check.
+type gpuTable struct {
+	rows   [][3]string // name, result, verdict
+	failed int
+}
+
+func (t *gpuTable) add(name, result string, ok bool) {
+	v := "PASS"
+	if !ok {
+		v = "FAIL"
+		t.failed++
+	}
+	t.rows = append(t.rows, [3]string{name, result, v})
+}
+
+func (t *gpuTable) print(w io.Writer) {
+	fmt.Fprintln(w, "\n== summary ==")
+	for _, r := range t.rows {
+		fmt.Fprintf(w, "%-4s  %-40s %s\n", r[2], r[0], r[1])
+	}
+}
+
+// gpuCheck runs the device self-test, the kernel checks in fp32 and bf16,
+// and the model parity runs.
+func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
+	fmt.Fprintln(w, "== device self-test ==")
+	err := cuda.SelfTest(ctx, w)
+	t.add("self-test (driver, NVRTC, cuBLAS, NCCL)", errText(err), err == nil)
+	for _, p := range []cuda.Precision{cuda.PrecisionFP32, cuda.PrecisionBF16} {
+		fmt.Fprintf(w, "== kernels, GEMMs in %s ==\n", p)
+		be, err := cuda.New(cuda.Options{Precision: p, Log: w})
+		if err != nil {
+			t.add("kernels "+p.String(), oneLine(err), false)
+			continue
+		}
+		err = cuda.CheckBackend(be, w)
+		t.add("kernels "+p.String()+" vs CPU", errText(err), err == nil)
+		be.Close()
+	}
+	fmt.Fprintln(w, "== model parity: tiny, fp32, vs the CPU backend ==")
+	tiny := []string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1"}
+	cpuL, gpuL, err := parityRun(ctx, "tiny", steps, cuda.PrecisionFP32, tiny)
+	if err == nil {
+		worst := 0.0
+		for i := range cpuL {
+			worst = max(worst, math.Abs(float64(gpuL[i]-cpuL[i]))/math.Abs(float64(cpuL[i])))
+		}
+		t.add(fmt.Sprintf("fp32 loss, %d steps (tol 1e-5 rel)", len(cpuL)), fmt.Sprintf("worst %.2e; final %.6f vs %.6f", worst, gpuL[len(gpuL)-1], cpuL[len(cpuL)-1]), worst <= 1e-5)
+	} else {
+		t.add("fp32 loss parity", oneLine(err), false)
+	}
+	fmt.Fprintln(w, "== model parity: gpt2-124m B=4 T=64, bf16, vs fp32 CPU ==")
+	small := []string{"Global.global_batch_size=4", "Global.local_batch_size=4", "Global.micro_batch_size=4", "Data.Train.dataset.max_seq_len=64",
+		"Engine.eval_freq=0", "Engine.logging_freq=1", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"}
+	cpuL, gpuL, err = parityRun(ctx, "gpt2-124m", steps, cuda.PrecisionBF16, small)
+	if err == nil {
+		worst := 0.0
+		for i := range cpuL {
+			worst = max(worst, math.Abs(float64(gpuL[i]-cpuL[i])))
+		}
+		t.add(fmt.Sprintf("bf16 loss, %d steps (tol 0.05 abs)", len(cpuL)), fmt.Sprintf("worst %.4f; final %.4f vs %.4f", worst, gpuL[len(gpuL)-1], cpuL[len(cpuL)-1]), worst <= 0.05)
+	} else {
+		t.add("bf16 loss parity", oneLine(err), false)
+	}
+	err = gradParity(ctx, w, "gpt2-124m", small)
+	t.add("bf16 gradients (thr + |ref|·0.079)", errText(err), err == nil)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return oneLine(err)
+}
+
+// parityRun trains preset for steps steps on the CPU backend (fp32) and on
+// the GPU (GEMMs in prec) from the same initialisation and data, and
+// returns both loss curves.
+func parityRun(ctx context.Context, preset string, steps int, prec cuda.Precision, o []string) (cpuL, gpuL []float32, err error) {
+	o = append(o, fmt.Sprintf("Engine.max_steps=%d", steps), "Engine.save_load.save_steps=0", "Data.Train.dataset.input_dir=", "Engine.log_dir="+os.TempDir()+"/gptui-gpu-check")
+	run := func(be kernels.Backend) ([]float32, error) {
+		cfg, err := presets.Load(preset, o)
+		if err != nil {
+			return nil, err
+		}
+		tr, err := engine.NewTrainer(cfg, be, engine.Options{Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }})
+		if err != nil {
+			return nil, err
+		}
+		res, err := tr.Run(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return res.Losses, nil
+	}
+	if cpuL, err = run(cpu.New()); err != nil {
+		return nil, nil, fmt.Errorf("cpu: %w", err)
+	}
+	g, err := cuda.New(cuda.Options{Precision: prec})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.Close()
+	if gpuL, err = run(g); err != nil {
+		return nil, nil, fmt.Errorf("gpu: %w", err)
+	}
+	if len(gpuL) != len(cpuL) {
+		return nil, nil, fmt.Errorf("%d GPU steps, %d CPU steps", len(gpuL), len(cpuL))
+	}
+	return cpuL, gpuL, nil
+}
+
+// gradParity compares the gradients of one forward and backward pass on
+// the GPU in bf16 with the CPU's fp32 ones, tensor by tensor, as llm.c's
+// test_gpt2.cu does: every element within thr + |ref|·0.079 (bf16's
+// epsilon bound), thr being 5% of the tensor's largest reference gradient.
+func gradParity(ctx context.Context, w io.Writer, preset string, o []string) error {
+	cfg, err := presets.Load(preset, o)
+	if err != nil {
+		return err
+	}
+	mc := engine.ShapeOf(cfg)
+	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
+	toks, err := data.BuiltinCorpus(gptui.Docs)
+	if err != nil {
+		return err
+	}
+	inputs, targets := make([]int32, B*T), make([]int32, B*T)
+	for i := range inputs {
+		inputs[i], targets[i] = int32(toks[i]), int32(toks[i+1])
+	}
+	grads := func(be kernels.Backend) ([]float32, []engine.Tensor, float32, error) {
+		m, err := engine.NewModel(be, mc, cfg.Model.InitializerRange, uint64(cfg.Global.Seed))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		m.ZeroGrad()
+		loss := m.Forward(inputs, targets, B, T, engine.Pass{}, true, 1/float32(B*T))
+		m.Backward(engine.Pass{})
+		if err := kernels.Sync(be); err != nil {
+			return nil, nil, 0, err
+		}
+		return append([]float32(nil), m.Grads...), m.Tensors, loss, nil
+	}
+	ref, ts, lref, err := grads(cpu.New())
+	if err != nil {
+		return err
+	}
+	g, err := cuda.New(cuda.Options{Precision: cuda.PrecisionBF16})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	got, _, lgot, err := grads(g)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "loss: gpu %.6f cpu %.6f\n", lgot, lref)
+	var bad []string
+	for _, t := range ts {
+		r, x := ref[t.Offset:t.Offset+t.Size], got[t.Offset:t.Offset+t.Size]
+		var mx float64
+		for _, v := range r {
+			mx = max(mx, math.Abs(float64(v)))
+		}
+		thr := 0.05 * mx
+		worst, faults := 0.0, 0
+		for i := range r {
+			d := math.Abs(float64(x[i] - r[i]))
+			eff := thr + math.Abs(float64(r[i]))*0.079
+			worst = max(worst, d/eff)
+			if !(d <= eff) {
+				faults++
+			}
+		}
+		v := "ok"
+		if faults > 0 {
+			v = "NOT OK"
+			bad = append(bad, t.Name)
+		}
+		fmt.Fprintf(w, "  %-10s %s: thr %.2e, max diff/allowed %.3f, faults %d of %d\n", t.Name, v, thr, worst, faults, len(r))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("gradients out of tolerance: %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// gpuBench measures the device's GEMM rates with the binary's own cuBLAS
+// calls (the peak MFU is reported against).
+func gpuBench(ctx context.Context, w io.Writer, t *gpuTable) {
+	d, err := cuda.Open(gpuOrdinal())
+	if err != nil {
+		t.add("open", oneLine(err), false)
+		return
+	}
+	defer d.Close()
+	s, err := d.NewStream()
+	if err != nil {
+		t.add("stream", oneLine(err), false)
+		return
+	}
+	b, err := d.NewBLAS(s)
+	if err != nil {
+		t.add("cuBLAS", oneLine(err), false)
+		return
+	}
+	defer b.Close()
+	fmt.Fprintf(w, "device: %s\n", d.Name())
+	for _, c := range []struct {
+		name string
+		t    cuda.DataType
+		n    int
+	}{{"bf16", cuda.BF16, 8192}, {"fp16", cuda.F16, 8192}, {"fp32 (IEEE)", cuda.F32, 4096}} {
+		t0 := time.Now()
+		f, err := cuda.MeasureGemm(ctx, d, b, c.t, c.n)
+		if err != nil {
+			t.add("GEMM "+c.name, oneLine(err), false)
+			continue
+		}
+		fmt.Fprintf(w, "GEMM %s %d³: %.1f TFLOP/s (%.1f s)\n", c.name, c.n, f/1e12, time.Since(t0).Seconds())
+		t.add(fmt.Sprintf("GEMM %s %d³", c.name, c.n), fmt.Sprintf("%.1f TFLOP/s", f/1e12), true)
+	}
+}
+
+var _ = errors.New

@@ -1,0 +1,704 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gptui/gptui/kernels/cpu"
+)
+
+// Precision is the element type the GEMMs multiply in. Everything else —
+// parameters (the fp32 master weights), gradients, optimizer moments,
+// activations and every other kernel — stays fp32, and the GEMMs
+// accumulate in fp32.
+type Precision int
+
+const (
+	// PrecisionFP32 multiplies in IEEE fp32 (never TF32), as the CPU does.
+	PrecisionFP32 Precision = iota
+	// PrecisionBF16 rounds both GEMM inputs to bfloat16 (the GPU default).
+	PrecisionBF16
+	// PrecisionFP16 rounds both GEMM inputs to IEEE half; the engine scales the loss.
+	PrecisionFP16
+)
+
+// ParsePrecision maps Engine.mix_precision.dtype ("fp32", "bf16", "fp16")
+// to a Precision.
+func ParsePrecision(dtype string) (Precision, error) {
+	switch dtype {
+	case "fp32", "float32":
+		return PrecisionFP32, nil
+	case "bf16", "bfloat16":
+		return PrecisionBF16, nil
+	case "fp16", "float16":
+		return PrecisionFP16, nil
+	}
+	return 0, fmt.Errorf("mix_precision dtype %q: want fp32, bf16 or fp16", dtype)
+}
+
+func (p Precision) String() string {
+	switch p {
+	case PrecisionBF16:
+		return "bf16"
+	case PrecisionFP16:
+		return "fp16"
+	}
+	return "fp32"
+}
+
+// dataType is the GEMM input type of p.
+func (p Precision) dataType() DataType {
+	switch p {
+	case PrecisionBF16:
+		return BF16
+	case PrecisionFP16:
+		return F16
+	}
+	return F32
+}
+
+// Options configure New.
+type Options struct {
+	Ordinal   int       // the GPU (CUDA device ordinal)
+	Precision Precision // the GEMMs' input type
+	CacheDir  string    // compiled kernels; DefaultCacheDir() when ""
+	Log       io.Writer // one line on compiling or finding the kernels; nil for none
+}
+
+// Backend runs the engine's layers on one GPU: it implements
+// kernels.Backend with the kernels of [Source] and cuBLAS, kernels.Memory
+// with CUDA managed memory, and kernels.AttentionStore (the flash-style
+// attention keeps one log-sum-exp per row).
+//
+// Buffers are managed memory returned to the engine as Go slices, so the
+// engine's code runs unchanged: slices index, re-slice and pass as they do
+// on the CPU, and the host may read them after Sync. Every kernel runs on
+// one stream in call order. The interface's methods return nothing: the
+// first failure is kept and returned by Sync (and by Err); later calls are
+// skipped.
+//
+// Calls go through the device's primary context on the calling goroutine's
+// locked OS thread (see [Device]); a Backend is meant to be driven by one
+// goroutine.
+type Backend struct {
+	dev  *Device
+	blas *BLAS
+	k    *Kernels
+	mod  *Module
+	s    Stream
+	prec Precision
+
+	mu     sync.Mutex
+	allocs map[uintptr]int // managed allocations: base → bytes
+	spans  []span          // the same, sorted by base (for pointer checks)
+	err    error           // the first failure
+
+	// Scratch for GEMM inputs rounded to 16 bits, and SumSquares' partials.
+	castA, castB Ptr
+	castN        [2]int // elements each holds
+	sumScratch   Ptr
+	sumOut       []float64 // one managed double
+	shared       map[string]int
+
+	peakOnce sync.Once
+	peak     float64
+	name     string
+}
+
+type span struct{ lo, hi uintptr }
+
+// New opens GPU opts.Ordinal, compiles (or finds in the cache) the kernels
+// for its architecture, and returns the Backend. The error says which
+// library or step failed; on a machine without CUDA it names the library
+// and where it was looked for.
+func New(opts Options) (*Backend, error) {
+	dev, err := Open(opts.Ordinal)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{dev: dev, prec: opts.Precision, allocs: map[uintptr]int{}, shared: map[string]int{}}
+	fail := func(err error) (*Backend, error) {
+		b.Close()
+		return nil, err
+	}
+	nv, err := LoadNVRTC()
+	if err != nil {
+		return fail(err)
+	}
+	major, minor := dev.Arch()
+	cache := nv.NewCache(opts.CacheDir)
+	t0 := time.Now()
+	img, hit, err := cache.Get(Source(), "gptui.cu", []string{ArchFlag(major, minor), "--std=c++17"})
+	if err != nil {
+		return fail(fmt.Errorf("cuda: compiling the kernels for sm_%d%d: %w", major, minor, err))
+	}
+	if opts.Log != nil {
+		how := fmt.Sprintf("compiled by NVRTC %d.%d in %.1f s", nv.major, nv.minor, time.Since(t0).Seconds())
+		if hit {
+			how = "from the cache"
+		}
+		fmt.Fprintf(opts.Log, "cuda: kernels for sm_%d%d %s (%s)\n", major, minor, how, cache.Path(Source(), "gptui.cu", nil))
+	}
+	if b.mod, err = dev.Load(img); err != nil {
+		return fail(err)
+	}
+	if b.k, err = NewKernels(dev, b.mod.Function); err != nil {
+		return fail(err)
+	}
+	for name, n := range AttentionSharedNeeds() {
+		if err := b.needShared(name, n); err != nil {
+			return fail(err)
+		}
+	}
+	if b.s, err = dev.NewStream(); err != nil {
+		return fail(err)
+	}
+	if b.blas, err = dev.NewBLAS(b.s); err != nil {
+		return fail(err)
+	}
+	if b.sumScratch, err = dev.Alloc(SumSquaresScratch); err != nil {
+		return fail(err)
+	}
+	b.sumOut = b.Float64s(1)
+	if b.err != nil {
+		return fail(b.err)
+	}
+	b.name = fmt.Sprintf("cuda %s (sm_%d%d, %d SMs, %.0f GB), GEMMs in %s via cuBLAS", dev.Name(), major, minor, dev.SMs(), float64(dev.TotalMemory())/1e9, b.prec)
+	return b, nil
+}
+
+// needShared raises kernel name's dynamic shared memory limit to n bytes
+// when n is past the default 48 KiB.
+func (b *Backend) needShared(name string, n int) error {
+	if n <= 48<<10 || b.shared[name] >= n {
+		return nil
+	}
+	f, err := b.mod.Function(name)
+	if err != nil {
+		return err
+	}
+	if err := b.dev.SetMaxShared(f, n); err != nil {
+		return fmt.Errorf("cuda: %s needs %d bytes of shared memory: %w", name, n, err)
+	}
+	b.shared[name] = n
+	return nil
+}
+
+// Close frees what the backend allocated and releases the device.
+func (b *Backend) Close() error {
+	if b.dev == nil {
+		return nil
+	}
+	var errs []error
+	if b.s != 0 {
+		errs = append(errs, b.dev.Sync(b.s))
+	}
+	if b.blas != nil {
+		errs = append(errs, b.blas.Close())
+	}
+	for _, p := range []Ptr{b.castA, b.castB, b.sumScratch} {
+		if p != 0 {
+			errs = append(errs, b.dev.Free(p))
+		}
+	}
+	for p := range b.allocs {
+		errs = append(errs, b.dev.Free(Ptr(p)))
+	}
+	b.allocs, b.spans = map[uintptr]int{}, nil
+	if b.mod != nil {
+		errs = append(errs, b.mod.Close())
+	}
+	if b.s != 0 {
+		errs = append(errs, b.dev.DestroyStream(b.s))
+	}
+	errs = append(errs, b.dev.Close())
+	b.dev = nil
+	return errors.Join(errs...)
+}
+
+// Device is the GPU the backend runs on.
+func (b *Backend) Device() *Device { return b.dev }
+
+// BLAS is the backend's cuBLAS handle (on its stream).
+func (b *Backend) BLAS() *BLAS { return b.blas }
+
+// Stream is the stream every kernel of the backend runs on.
+func (b *Backend) Stream() Stream { return b.s }
+
+// Precision is the GEMMs' input type.
+func (b *Backend) Precision() Precision { return b.prec }
+
+// Err returns the first failure of a kernel, GEMM or allocation, if any.
+func (b *Backend) Err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// fail records err as the backend's first failure.
+func (b *Backend) fail(op string, err error) {
+	if err == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.err == nil {
+		b.err = fmt.Errorf("%s: %w", op, err)
+	}
+	b.mu.Unlock()
+}
+
+// ok reports whether no failure has been recorded (later work is skipped
+// after one: a CUDA error leaves the context unusable).
+func (b *Backend) ok() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err == nil
+}
+
+// ---- kernels.Memory ----
+
+// alloc returns n zeroed bytes of managed memory, resident on the GPU.
+func (b *Backend) alloc(n int) unsafe.Pointer {
+	if n == 0 {
+		n = 4 // a real address for empty buffers
+	}
+	if !b.ok() {
+		panic(fmt.Sprintf("cuda: allocating %d bytes after a failure: %v", n, b.Err()))
+	}
+	p, err := b.dev.AllocManaged(n)
+	if err == nil {
+		err = b.dev.Memset(p, n, b.s)
+	}
+	if err == nil {
+		err = b.dev.Prefetch(p, n, b.s)
+	}
+	if err == nil {
+		err = b.dev.Sync(b.s)
+	}
+	if err != nil {
+		// The engine allocates while it sets up, before any step: running
+		// out of GPU memory there is the one failure it cannot go on from.
+		panic(fmt.Sprintf("cuda: allocating %d bytes (%s): %v", n, memString(b.dev), err))
+	}
+	b.mu.Lock()
+	b.allocs[uintptr(p)] = n
+	i, _ := slices.BinarySearchFunc(b.spans, uintptr(p), func(s span, x uintptr) int { return cmpUintptr(s.lo, x) })
+	b.spans = slices.Insert(b.spans, i, span{uintptr(p), uintptr(p) + uintptr(n)})
+	b.mu.Unlock()
+	return ptrOf(p)
+}
+
+func cmpUintptr(a, b uintptr) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func memString(d *Device) string {
+	free, total, err := d.MemInfo()
+	if err != nil {
+		return "memory unknown"
+	}
+	return fmt.Sprintf("%.2f of %.2f GB free", float64(free)/1e9, float64(total)/1e9)
+}
+
+// ptrOf turns a device address into an unsafe.Pointer without go vet's
+// uintptr-conversion warning: managed memory is outside the Go heap, so
+// the garbage collector never moves or frees it.
+func ptrOf(p Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
+
+// Float32s returns n zeroed float32s of managed memory.
+func (b *Backend) Float32s(n int) []float32 { return unsafe.Slice((*float32)(b.alloc(4*n)), n) }
+
+// Int32s returns n zeroed int32s of managed memory.
+func (b *Backend) Int32s(n int) []int32 { return unsafe.Slice((*int32)(b.alloc(4*n)), n) }
+
+// Float64s returns n zeroed float64s of managed memory.
+func (b *Backend) Float64s(n int) []float64 { return unsafe.Slice((*float64)(b.alloc(8*n)), n) }
+
+// Free gives back a buffer Float32s, Int32s or Float64s returned. Buffers
+// the backend did not allocate are ignored.
+func (b *Backend) Free(x any) {
+	var p uintptr
+	switch v := x.(type) {
+	case []float32:
+		p = uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	case []int32:
+		p = uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	case []float64:
+		p = uintptr(unsafe.Pointer(unsafe.SliceData(v)))
+	default:
+		return
+	}
+	b.mu.Lock()
+	_, ok := b.allocs[p]
+	if ok {
+		delete(b.allocs, p)
+		if i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmpUintptr(s.lo, x) }); found {
+			b.spans = slices.Delete(b.spans, i, i+1)
+		}
+	}
+	b.mu.Unlock()
+	if ok {
+		// Kernels queued on the stream may still use it.
+		b.fail("free", errors.Join(b.dev.Sync(b.s), b.dev.Free(Ptr(p))))
+	}
+}
+
+// Sync waits for every kernel queued so far and returns the first failure.
+func (b *Backend) Sync() error {
+	if b.ok() {
+		b.fail("synchronize", b.dev.Sync(b.s))
+	}
+	return b.Err()
+}
+
+// AttentionFloats: the flash-style attention keeps the log-sum-exp of each
+// of the B·NH·T rows.
+func (b *Backend) AttentionFloats(B, NH, T int) int { return B * NH * T }
+
+// ptr returns the device address of x, which must lie in memory the
+// backend allocated (nil or empty: 0). A Go-heap slice here is a bug in
+// the engine: the GPU cannot read it.
+func (b *Backend) ptr(x []float32) Ptr {
+	if len(x) == 0 {
+		return 0
+	}
+	return b.check(uintptr(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func (b *Backend) ptr32(x []int32) Ptr {
+	if len(x) == 0 {
+		return 0
+	}
+	return b.check(uintptr(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func (b *Backend) ptr64(x []float64) Ptr {
+	if len(x) == 0 {
+		return 0
+	}
+	return b.check(uintptr(unsafe.Pointer(unsafe.SliceData(x))), 8*len(x))
+}
+
+func (b *Backend) check(p uintptr, n int) Ptr {
+	b.mu.Lock()
+	i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmpUintptr(s.lo, x) })
+	if !found {
+		i--
+	}
+	in := i >= 0 && i < len(b.spans) && p >= b.spans[i].lo && p+uintptr(n) <= b.spans[i].hi
+	b.mu.Unlock()
+	if !in {
+		panic(fmt.Sprintf("cuda: a buffer of %d bytes at %#x is not GPU memory (allocate it with kernels.Float32s)", n, p))
+	}
+	return Ptr(p)
+}
+
+// run records the error of one queued operation.
+func (b *Backend) run(op string, err error) { b.fail(op, err) }
+
+// ---- kernels.Backend ----
+
+// Name describes the GPU and the GEMM precision.
+func (b *Backend) Name() string { return b.name }
+
+// PeakFLOPS is the measured rate of a large cuBLAS GEMM in the backend's
+// precision (8192³; measured once, on first call): what MFU is against.
+func (b *Backend) PeakFLOPS() float64 {
+	b.peakOnce.Do(func() {
+		n := 8192
+		if b.prec == PrecisionFP32 {
+			n = 4096
+		}
+		f, err := MeasureGemm(context.Background(), b.dev, b.blas, b.prec.dataType(), n)
+		if err != nil {
+			b.fail("measuring the GEMM peak", err)
+			f = math.NaN()
+		}
+		b.peak = f
+	})
+	return b.peak
+}
+
+// Sgemm is the row-major single-precision GEMM of kernels/cpu, run by
+// cuBLAS in IEEE fp32 whatever the precision.
+func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
+	if !b.ok() {
+		return
+	}
+	b.run("Sgemm", b.rowMajor(PrecisionFP32, transA, transB, m, n, k, alpha, b.ptr(a), lda, b.ptr(bm), ldb, beta, b.ptr(c), ldc))
+}
+
+// rowMajor computes, for row-major matrices, C(m,n) = alpha·op(A)·op(B) +
+// beta·C: to cuBLAS, which is column-major, that is Cᵀ = op(B)ᵀ·op(A)ᵀ,
+// the same call with A and B swapped. Under BF16/FP16, A and B are first
+// rounded into scratch buffers; C stays fp32.
+func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha float32, a Ptr, lda int, bm Ptr, ldb int, beta float32, c Ptr, ldc int) error {
+	t := p.dataType()
+	if t != F32 {
+		var err error
+		if a, err = b.cast(0, a, extent(transA, m, k, lda), t); err != nil {
+			return err
+		}
+		if bm, err = b.cast(1, bm, extent(transB, k, n, ldb), t); err != nil {
+			return err
+		}
+	}
+	return b.blas.Gemm(transB, transA, n, m, k, alpha, bm, t, ldb, a, t, lda, beta, c, F32, ldc, p == PrecisionFP32)
+}
+
+// extent is the number of elements a row-major r×c operand (c×r when
+// transposed) with leading dimension ld spans.
+func extent(trans bool, r, c, ld int) int {
+	if trans {
+		r, c = c, r
+	}
+	if r == 0 || c == 0 {
+		return 0
+	}
+	return (r-1)*ld + c
+}
+
+// cast rounds n floats at x to t into scratch buffer i and returns it.
+func (b *Backend) cast(i int, x Ptr, n int, t DataType) (Ptr, error) {
+	buf := &b.castA
+	if i == 1 {
+		buf = &b.castB
+	}
+	if b.castN[i] < n {
+		if *buf != 0 {
+			if err := errors.Join(b.dev.Sync(b.s), b.dev.Free(*buf)); err != nil {
+				return 0, err
+			}
+			*buf, b.castN[i] = 0, 0
+		}
+		p, err := b.dev.Alloc(2 * n)
+		if err != nil {
+			return 0, fmt.Errorf("cast buffer of %d elements (%s): %w", n, memString(b.dev), err)
+		}
+		*buf, b.castN[i] = p, n
+	}
+	if t == BF16 {
+		return *buf, b.k.CastF32ToBF16(b.s, *buf, x, n)
+	}
+	return *buf, b.k.CastF32ToF16(b.s, *buf, x, n)
+}
+
+// EncoderForward: out (B,T,C) = wte[inp] + wpe[t].
+func (b *Backend) EncoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
+	if b.ok() {
+		b.run("EncoderForward", b.k.EncoderForward(b.s, b.ptr(out), b.ptr32(inp), b.ptr(wte), b.ptr(wpe), B, T, C, len(wte)/C))
+	}
+}
+
+// EncoderBackward accumulates dwte and dwpe from dout.
+func (b *Backend) EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int) {
+	if b.ok() {
+		b.run("EncoderBackward", b.k.EncoderBackward(b.s, b.ptr(dwte), b.ptr(dwpe), b.ptr(dout), b.ptr32(inp), B, T, C, len(dwte)/C))
+	}
+}
+
+// EncoderShardForward is the vocabulary-parallel embedding of kernels/cpu.
+func (b *Backend) EncoderShardForward(out []float32, inp []int32, wte []float32, vlo int, wpe []float32, B, T, C int) {
+	if b.ok() {
+		b.run("EncoderShardForward", b.k.EncoderShardForward(b.s, b.ptr(out), b.ptr32(inp), b.ptr(wte), vlo, len(wte)/C, b.ptr(wpe), B, T, C))
+	}
+}
+
+// EncoderShardBackward is the vocabulary-parallel embedding's backward.
+func (b *Backend) EncoderShardBackward(dwte []float32, vlo int, dwpe, dout []float32, inp []int32, B, T, C int) {
+	if b.ok() {
+		b.run("EncoderShardBackward", b.k.EncoderShardBackward(b.s, b.ptr(dwte), vlo, len(dwte)/C, b.ptr(dwpe), b.ptr(dout), b.ptr32(inp), B, T, C))
+	}
+}
+
+// LayerNormForward normalises N rows of C channels.
+func (b *Backend) LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int) {
+	if b.ok() {
+		b.run("LayerNormForward", b.k.LayerNormForward(b.s, b.ptr(out), b.ptr(mean), b.ptr(rstd), b.ptr(inp), b.ptr(w), b.ptr(bias), N, C))
+	}
+}
+
+// LayerNormBackward accumulates into dinp, dw and dbias.
+func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int) {
+	if !b.ok() {
+		return
+	}
+	if err := b.needShared("layernorm_backward", LayerNormBackwardShared(C)); err != nil {
+		b.run("LayerNormBackward", err)
+		return
+	}
+	b.run("LayerNormBackward", b.k.LayerNormBackward(b.s, b.ptr(dinp), b.ptr(dw), b.ptr(dbias), b.ptr(dout), b.ptr(inp), b.ptr(w), b.ptr(mean), b.ptr(rstd), N, C))
+}
+
+// MatmulForward: out (N,OC) = inp (N,IC) · wᵀ + bias, w (OC,IC).
+func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
+	if !b.ok() {
+		return
+	}
+	po := b.ptr(out)
+	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, b.ptr(inp), IC, b.ptr(w), IC, 0, po, OC); err != nil {
+		b.run("MatmulForward", err)
+		return
+	}
+	if bias != nil {
+		b.run("MatmulForward bias", b.k.BiasAdd(b.s, po, b.ptr(bias), N, OC))
+	}
+}
+
+// MatmulBackward: dinp = dout·w (overwritten, skipped when nil),
+// dw += doutᵀ·inp, dbias += Σ rows of dout (skipped when nil).
+func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
+	if !b.ok() {
+		return
+	}
+	pd := b.ptr(dout)
+	if dinp != nil {
+		if err := b.rowMajor(b.prec, false, false, N, IC, OC, 1, pd, OC, b.ptr(w), IC, 0, b.ptr(dinp), IC); err != nil {
+			b.run("MatmulBackward dinp", err)
+			return
+		}
+	}
+	if err := b.rowMajor(b.prec, true, false, OC, IC, N, 1, pd, OC, b.ptr(inp), IC, 1, b.ptr(dw), IC); err != nil {
+		b.run("MatmulBackward dw", err)
+		return
+	}
+	if dbias != nil {
+		b.run("MatmulBackward dbias", b.k.BiasBackward(b.s, b.ptr(dbias), pd, N, OC))
+	}
+}
+
+// AttentionForward is causal self-attention; att holds each row's
+// log-sum-exp (AttentionFloats), not the probabilities.
+func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d cpu.Dropout, off uint64) {
+	if b.ok() {
+		b.run("AttentionForward", b.k.AttentionForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
+	}
+}
+
+// AttentionBackward overwrites dqkv, recomputing the probabilities from qkv
+// and the log-sum-exps in att; out is the forward pass's output.
+func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d cpu.Dropout, off uint64) {
+	if b.ok() {
+		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
+	}
+}
+
+// AttentionDecode attends one new position per sequence to a KV cache.
+func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
+	if b.ok() {
+		b.run("AttentionDecode", b.k.AttentionDecode(b.s, b.ptr(out), b.ptr(q), b.ptr(kc), b.ptr(vc), B, pos, maxT, C, NH))
+	}
+}
+
+// GeluForward applies GELU (tanh approximation).
+func (b *Backend) GeluForward(out, inp []float32) {
+	if b.ok() {
+		b.run("GeluForward", b.k.GeluForward(b.s, b.ptr(out), b.ptr(inp), len(inp)))
+	}
+}
+
+// GeluBackward computes dinp (overwritten).
+func (b *Backend) GeluBackward(dinp, inp, out, dout []float32) {
+	if b.ok() {
+		b.run("GeluBackward", b.k.GeluBackward(b.s, b.ptr(dinp), b.ptr(inp), b.ptr(out), b.ptr(dout), len(inp)))
+	}
+}
+
+// ResidualForward: out = a + c.
+func (b *Backend) ResidualForward(out, a, c []float32) {
+	if b.ok() {
+		b.run("ResidualForward", b.k.ResidualForward(b.s, b.ptr(out), b.ptr(a), b.ptr(c), len(a)))
+	}
+}
+
+// DropoutForward draws the CPU backend's mask, element for element.
+func (b *Backend) DropoutForward(out, inp []float32, d cpu.Dropout, off uint64) {
+	if b.ok() {
+		b.run("DropoutForward", b.k.DropoutForward(b.s, b.ptr(out), b.ptr(inp), len(inp), d.P, d.Key, off))
+	}
+}
+
+// DropoutBackward applies the forward pass's mask to dout.
+func (b *Backend) DropoutBackward(dinp, dout []float32, d cpu.Dropout, off uint64) {
+	if b.ok() {
+		b.run("DropoutBackward", b.k.DropoutBackward(b.s, b.ptr(dinp), b.ptr(dout), len(dout), d.P, d.Key, off))
+	}
+}
+
+// CrossEntropy is the fused classifier: losses, and with grad the logits'
+// gradient (times dscale) in place.
+func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool) {
+	if b.ok() {
+		b.run("CrossEntropy", b.k.CrossEntropy(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), N, V, dscale, grad))
+	}
+}
+
+// ClassifierMax writes each row's maximum logit.
+func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
+	if b.ok() {
+		b.run("ClassifierMax", b.k.ClassifierMax(b.s, b.ptr(maxes), b.ptr(logits), N, V))
+	}
+}
+
+// ClassifierExp writes each row's Σ e^(x−max) and target logit.
+func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {
+	if b.ok() {
+		b.run("ClassifierExp", b.k.ClassifierExp(b.s, b.ptr64(stats), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), N, V, vlo))
+	}
+}
+
+// ClassifierFinish writes the losses and the logits' gradient.
+func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool) {
+	if b.ok() {
+		b.run("ClassifierFinish", b.k.ClassifierFinish(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), b.ptr64(stats), N, V, vlo, dscale, grad))
+	}
+}
+
+// AdamW updates params and the moments in place (fp32 master weights).
+func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int) {
+	if b.ok() {
+		b.run("AdamW", b.k.AdamW(b.s, b.ptr(params), b.ptr(grads), b.ptr(m), b.ptr(v), len(params), lr, beta1, beta2, eps, wd, gscale, step))
+	}
+}
+
+// SumSquares returns Σ x² (in float64); it waits for the GPU.
+func (b *Backend) SumSquares(x []float32) float64 {
+	if !b.ok() || len(x) == 0 {
+		return 0
+	}
+	if err := b.k.SumSquares(b.s, b.ptr64(b.sumOut), b.ptr(x), len(x), b.sumScratch, false); err != nil {
+		b.run("SumSquares", err)
+		return math.NaN()
+	}
+	if err := b.Sync(); err != nil {
+		return math.NaN()
+	}
+	return b.sumOut[0]
+}
+
+// Zero clears x.
+func (b *Backend) Zero(x []float32) {
+	if b.ok() && len(x) > 0 {
+		b.run("Zero", b.dev.Memset(b.ptr(x), 4*len(x), b.s))
+	}
+}
+
+// Scale multiplies x by s.
+func (b *Backend) Scale(x []float32, s float32) {
+	if b.ok() {
+		b.run("Scale", b.k.Scale(b.s, b.ptr(x), len(x), s))
+	}
+}

@@ -1,0 +1,325 @@
+package cuda
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cpu"
+)
+
+// CheckBackend runs every method of kernels.Backend on the GPU backend g
+// and on the CPU backend with the same random inputs, and writes one line
+// per output: its relative L2 error ‖gpu−cpu‖/‖cpu‖, the largest absolute
+// difference, and PASS or FAIL against the output's tolerance (1e-5 for
+// fp32 work, exact for dropout masks, 2e-2 for GEMMs with 16-bit inputs).
+// It returns an error naming the failed outputs. It is the device half of
+// the kernel tests, which run the same sources under an emulator in CI.
+func CheckBackend(g *Backend, w io.Writer) error {
+	c := &checker{g: g, c: cpu.New(), w: w, rng: rand.New(rand.NewPCG(1, 2))}
+	gemmTol := 1e-5
+	if g.prec != PrecisionFP32 {
+		gemmTol = 2e-2
+	}
+	const (
+		B, T, C, NH, F = 2, 67, 256, 4, 1024
+		V, Vp          = 1000, 1024
+		N              = B * T
+	)
+	tok := func(n, v int) []int32 {
+		x := make([]int32, n)
+		for i := range x {
+			x[i] = int32(c.rng.IntN(v))
+		}
+		return x
+	}
+	inp := tok(N, V)
+	drop := cpu.Dropout{P: 0.1, Key: cpu.SiteKey(7, 1, 2, 3)}
+
+	// Embedding, whole and vocabulary-parallel.
+	wte, wpe := c.randn(Vp*C, 0.02), c.randn(T*C, 0.02)
+	c.compare("EncoderForward", 1e-6, func(be kernels.Backend, a args) {
+		be.EncoderForward(a.f(0), a.i(0), a.f(1), a.f(2), B, T, C)
+	}, outs{c.zeros(N * C)}, ins{wte, wpe}, ints{inp})
+	dout := c.randn(N*C, 1)
+	c.compare("EncoderBackward", 1e-5, func(be kernels.Backend, a args) {
+		be.EncoderBackward(a.f(0), a.f(1), a.f(2), a.i(0), B, T, C)
+	}, outs{c.randn(Vp*C, 0.01), c.randn(T*C, 0.01)}, ins{dout}, ints{inp})
+	c.compare("EncoderShardForward", 1e-6, func(be kernels.Backend, a args) {
+		be.EncoderShardForward(a.f(0), a.i(0), a.f(1), 512, a.f(2), B, T, C)
+	}, outs{c.zeros(N * C)}, ins{wte[512*C:], wpe}, ints{inp})
+	c.compare("EncoderShardBackward", 1e-5, func(be kernels.Backend, a args) {
+		be.EncoderShardBackward(a.f(0), 512, a.f(1), a.f(2), a.i(0), B, T, C)
+	}, outs{c.randn(512*C, 0.01), c.randn(T*C, 0.01)}, ins{dout}, ints{inp})
+
+	// LayerNorm.
+	x, lw, lb := c.randn(N*C, 1), c.randn(C, 1), c.randn(C, 1)
+	c.compare("LayerNormForward", 1e-5, func(be kernels.Backend, a args) {
+		be.LayerNormForward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N, C)
+	}, outs{c.zeros(N * C), c.zeros(N), c.zeros(N)}, ins{x, lw, lb})
+	mean, rstd := make([]float32, N), make([]float32, N)
+	c.c.LayerNormForward(make([]float32, N*C), mean, rstd, x, lw, lb, N, C)
+	c.compare("LayerNormBackward", 1e-5, func(be kernels.Backend, a args) {
+		be.LayerNormBackward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.f(6), a.f(7), N, C)
+	}, outs{c.randn(N*C, 1), c.randn(C, 1), c.randn(C, 1)}, ins{dout, x, lw, mean, rstd})
+
+	// Linear layers, and the plain GEMM.
+	xin, wm, bias := c.randn(N*C, 1), c.randn(F*C, 0.05), c.randn(F, 0.1)
+	c.compare("MatmulForward", gemmTol, func(be kernels.Backend, a args) {
+		be.MatmulForward(a.f(0), a.f(1), a.f(2), a.f(3), N, C, F)
+	}, outs{c.zeros(N * F)}, ins{xin, wm, bias})
+	dmm := c.randn(N*F, 1)
+	c.compare("MatmulBackward", gemmTol, func(be kernels.Backend, a args) {
+		be.MatmulBackward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N, C, F)
+	}, outs{c.zeros(N * C), c.randn(F*C, 0.1), c.randn(F, 0.1)}, ins{dmm, xin, wm})
+	c.compare("Sgemm", 1e-5, func(be kernels.Backend, a args) {
+		be.Sgemm(true, false, 70, 90, 50, 0.5, a.f(1), 70, a.f(2), 90, 1, a.f(0), 90)
+	}, outs{c.randn(70*90, 1)}, ins{c.randn(50*70, 1), c.randn(50*90, 1)})
+
+	// Attention, with and without dropout, with tensor-parallel heads.
+	qkv := c.randn(N*3*C, 1)
+	for _, d := range []cpu.Dropout{{}, drop, {P: 0.1, Key: drop.Key, Heads: 2 * NH, Head0: NH}} {
+		name := fmt.Sprintf("Attention p=%g heads=%d", d.P, d.Heads)
+		c.compare(name+" forward", 1e-5, func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, NH, T))
+			be.AttentionForward(a.f(0), att, a.f(1), B, T, C, NH, d, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+		}, outs{c.zeros(N * C)}, ins{qkv})
+		da := c.randn(N*C, 1)
+		c.compare(name+" backward", 1e-5, func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, NH, T))
+			out := kernels.Float32s(be, N*C)
+			be.AttentionForward(out, att, a.f(1), B, T, C, NH, d, 12345)
+			be.AttentionBackward(a.f(0), a.f(2), out, a.f(1), att, B, T, C, NH, d, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+			kernels.Free(be, out)
+		}, outs{c.zeros(N * 3 * C)}, ins{qkv, da})
+	}
+	const maxT, pos = 80, 66
+	c.compare("AttentionDecode", 1e-5, func(be kernels.Backend, a args) {
+		be.AttentionDecode(a.f(0), a.f(1), a.f(2), a.f(3), B, pos, maxT, C, NH)
+	}, outs{c.zeros(B * C)}, ins{c.randn(B*C, 1), c.randn(B*maxT*C, 1), c.randn(B*maxT*C, 1)})
+
+	// Elementwise.
+	h := c.randn(N*F, 2)
+	c.compare("GeluForward", 1e-6, func(be kernels.Backend, a args) { be.GeluForward(a.f(0), a.f(1)) }, outs{c.zeros(N * F)}, ins{h})
+	hg := make([]float32, N*F)
+	c.c.GeluForward(hg, h)
+	c.compare("GeluBackward", 1e-5, func(be kernels.Backend, a args) { be.GeluBackward(a.f(0), a.f(1), a.f(2), a.f(3)) },
+		outs{c.zeros(N * F)}, ins{h, hg, dmm})
+	c.compare("ResidualForward", 0, func(be kernels.Backend, a args) { be.ResidualForward(a.f(0), a.f(1), a.f(2)) },
+		outs{c.zeros(N * C)}, ins{x, dout})
+	c.compare("DropoutForward", 0, func(be kernels.Backend, a args) { be.DropoutForward(a.f(0), a.f(1), drop, 999) },
+		outs{c.zeros(N * C)}, ins{x})
+	c.compare("DropoutBackward in place", 0, func(be kernels.Backend, a args) { be.DropoutBackward(a.f(0), a.f(0), drop, 5) },
+		outs{c.randn(N*C, 1)}, ins{})
+	c.compare("Scale", 0, func(be kernels.Backend, a args) { be.Scale(a.f(0), 0.37) }, outs{c.randn(N*C, 1)}, ins{})
+	c.compare("Zero", 0, func(be kernels.Backend, a args) { be.Zero(a.f(0)) }, outs{c.randn(N*C+3, 1)}, ins{})
+
+	// Classifier: fused, and vocabulary-parallel in three kernels.
+	logits, targets := c.randn(N*V, 3), tok(N, V)
+	c.compare("CrossEntropy", 1e-5, func(be kernels.Backend, a args) {
+		be.CrossEntropy(a.f(0), a.f(1), a.i(0), N, V, 1.0/N, true)
+	}, outs{c.zeros(N), slices.Clone(logits)}, ins{}, ints{targets})
+	c.compare("ClassifierMax", 0, func(be kernels.Backend, a args) { be.ClassifierMax(a.f(0), a.f(1), N, V) },
+		outs{c.zeros(N)}, ins{logits})
+	maxes := make([]float32, N)
+	c.c.ClassifierMax(maxes, logits, N, V)
+	c.compare64("ClassifierExp", 1e-9, func(be kernels.Backend, st []float64, a args) {
+		be.ClassifierExp(st, a.f(0), a.i(0), a.f(1), N, V, 300)
+	}, 2*N, ins{logits, maxes}, ints{targets})
+	stats := make([]float64, 2*N)
+	c.c.ClassifierExp(stats, logits, targets, maxes, N, V, 300)
+	c.compare("ClassifierFinish", 1e-5, func(be kernels.Backend, a args) {
+		st := kernels.Float64s(be, 2*N)
+		kernels.Sync(be)
+		copy(st, stats)
+		be.ClassifierFinish(a.f(0), a.f(1), a.i(0), a.f(2), st, N, V, 300, 1.0/N, true)
+		kernels.Sync(be)
+		kernels.Free(be, st)
+	}, outs{c.zeros(N), slices.Clone(logits)}, ins{maxes}, ints{targets})
+
+	// Optimizer and norm.
+	const P = 100003
+	c.compare("AdamW", 1e-6, func(be kernels.Backend, a args) {
+		be.AdamW(a.f(0), a.f(3), a.f(1), a.f(2), 6e-4, 0.9, 0.95, 1e-8, 0.1, 0.5, 7)
+	}, outs{c.randn(P, 0.02), c.randn(P, 0.01), c.abs(c.randn(P, 0.001))}, ins{c.randn(P, 0.1)})
+	sq := c.randn(P, 1)
+	want := c.c.SumSquares(sq)
+	gs := g.Float32s(P)
+	g.Sync()
+	copy(gs, sq)
+	got := g.SumSquares(gs)
+	g.Free(gs)
+	c.report("SumSquares", math.Abs(got-want)/want, math.Abs(got-want), 1e-12)
+
+	if err := g.Sync(); err != nil {
+		c.failed = append(c.failed, err.Error())
+	}
+	fmt.Fprintf(w, "kernels: %d checks, %d failed\n", c.n, len(c.failed))
+	if len(c.failed) > 0 {
+		return fmt.Errorf("kernel checks failed: %v", c.failed)
+	}
+	return nil
+}
+
+// checker runs one method on both backends and compares the outputs.
+type checker struct {
+	g      *Backend
+	c      *cpu.Backend
+	w      io.Writer
+	rng    *rand.Rand
+	n      int
+	failed []string
+}
+
+type (
+	outs []([]float32) // buffers the method writes (their initial values are inputs too)
+	ins  []([]float32) // buffers it reads
+	ints []([]int32)
+)
+
+// args are one backend's copies of the buffers: outputs first, then inputs.
+type args struct {
+	fs [][]float32
+	is [][]int32
+}
+
+func (a args) f(i int) []float32 { return a.fs[i] }
+func (a args) i(i int) []int32   { return a.is[i] }
+
+func (c *checker) randn(n int, std float64) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(c.rng.NormFloat64() * std)
+	}
+	return x
+}
+
+func (c *checker) zeros(n int) []float32 { return make([]float32, n) }
+
+func (c *checker) abs(x []float32) []float32 {
+	for i, v := range x {
+		x[i] = float32(math.Abs(float64(v)))
+	}
+	return x
+}
+
+// compare calls run on the CPU backend with copies of the buffers and on
+// the GPU with GPU copies, then compares every output buffer.
+func (c *checker) compare(name string, tol float64, run func(kernels.Backend, args), o outs, in ins, is ...ints) {
+	var iv ints
+	if len(is) > 0 {
+		iv = is[0]
+	}
+	mk := func(be kernels.Backend) args {
+		var a args
+		for _, x := range append(append([][]float32{}, o...), in...) {
+			y := kernels.Float32s(be, len(x))
+			kernels.Sync(be)
+			copy(y, x)
+			a.fs = append(a.fs, y)
+		}
+		for _, x := range iv {
+			y := kernels.Int32s(be, len(x))
+			kernels.Sync(be)
+			copy(y, x)
+			a.is = append(a.is, y)
+		}
+		return a
+	}
+	ca, ga := mk(c.c), mk(c.g)
+	run(c.c, ca)
+	run(c.g, ga)
+	err := c.g.Sync()
+	for k := range o {
+		label := name
+		if len(o) > 1 {
+			label = fmt.Sprintf("%s out%d", name, k)
+		}
+		if err != nil {
+			c.report(label, math.Inf(1), math.Inf(1), tol)
+			c.failed = append(c.failed, fmt.Sprintf("%s: %v", label, err))
+			continue
+		}
+		rel, mx := diff(ga.f(k), ca.f(k))
+		c.report(label, rel, mx, tol)
+	}
+	for _, x := range ga.fs {
+		c.g.Free(x)
+	}
+	for _, x := range ga.is {
+		c.g.Free(x)
+	}
+}
+
+// compare64 is compare for one float64 output of n elements.
+func (c *checker) compare64(name string, tol float64, run func(kernels.Backend, []float64, args), n int, in ins, is ints) {
+	var outsBy [2][]float64
+	for k, be := range []kernels.Backend{c.c, c.g} {
+		var a args
+		for _, x := range in {
+			y := kernels.Float32s(be, len(x))
+			kernels.Sync(be)
+			copy(y, x)
+			a.fs = append(a.fs, y)
+		}
+		for _, x := range is {
+			y := kernels.Int32s(be, len(x))
+			kernels.Sync(be)
+			copy(y, x)
+			a.is = append(a.is, y)
+		}
+		st := kernels.Float64s(be, n)
+		run(be, st, a)
+		kernels.Sync(be)
+		outsBy[k] = slices.Clone(st)
+		kernels.Free(be, st)
+		for _, x := range a.fs {
+			kernels.Free(be, x)
+		}
+		for _, x := range a.is {
+			kernels.Free(be, x)
+		}
+	}
+	var num, den, mx float64
+	for i := range outsBy[0] {
+		d := outsBy[1][i] - outsBy[0][i]
+		num += d * d
+		den += outsBy[0][i] * outsBy[0][i]
+		mx = max(mx, math.Abs(d))
+	}
+	c.report(name, math.Sqrt(num/max(den, 1e-300)), mx, tol)
+}
+
+func diff(got, want []float32) (rel, maxAbs float64) {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		if math.IsNaN(d) {
+			return math.NaN(), math.NaN()
+		}
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+		maxAbs = max(maxAbs, math.Abs(d))
+	}
+	if den == 0 {
+		return math.Sqrt(num), maxAbs
+	}
+	return math.Sqrt(num / den), maxAbs
+}
+
+func (c *checker) report(name string, rel, mx, tol float64) {
+	c.n++
+	verdict := "PASS"
+	if !(rel <= tol) {
+		verdict = "FAIL"
+		c.failed = append(c.failed, name)
+	}
+	fmt.Fprintf(c.w, "%-4s %-44s rel %.2e  max %.2e  (tol %.0e)\n", verdict, name, rel, mx, tol)
+}
