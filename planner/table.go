@@ -49,7 +49,7 @@ func WriteTable(w io.Writer, plans []Plan, top int) error {
 		return err
 	}
 	if n := len(rejected) - len(limit(rejected, top)); n > 0 {
-		fmt.Fprintf(w, "  ... and %d more (%s)\n", n, reasonCounts(rejected[len(limit(rejected, top)):]))
+		fmt.Fprintf(w, "  ... and %d more (%s)\n", n, ReasonCounts(rejected[len(limit(rejected, top)):]))
 	}
 	return nil
 }
@@ -94,12 +94,15 @@ func limit(p []Plan, top int) []Plan {
 	return p
 }
 
-// reasonCounts summarises the reasons of plans by kind ("out of memory",
-// "not supported", ...), most frequent first.
-func reasonCounts(plans []Plan) string {
+// ReasonCounts counts the reasons of the infeasible plans by kind, in the
+// order they first appear: "3000 out of memory, 23 not supported".
+func ReasonCounts(plans []Plan) string {
 	count := map[string]int{}
 	var order []string
 	for _, p := range plans {
+		if p.Feasible {
+			continue
+		}
 		k := p.Reason
 		if i := strings.IndexByte(k, ':'); i > 0 {
 			k = strings.TrimSpace(k[:i])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func h100(host string) *event.Probe {
 func probedNodes(t testing.TB, w, h int) *Model {
 	t.Helper()
 	t.Chdir(t.TempDir()) // the rank table is written here, and its path shown
-	m := New(Options{Nodes: inventory(4), Config: "13b-4node"})
+	m := New(Options{Nodes: inventory(4), Config: "13b-4node", Plan: fixturePlanner})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
 		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "gpu0", event.NodeConnecting }),
@@ -210,4 +211,55 @@ func (r *testRunner) Stop() {
 	r.mu.Lock()
 	r.stopped++
 	r.mu.Unlock()
+}
+
+// fixturePlans are the ranked plans of fixturePlanner: 13b-4node on 32
+// H100s, in the figures 'gptui plan' prints, each with the overrides that
+// select it (the config's own, dp4 mp2 pp4 mb1 full, needs none).
+var fixturePlans = []PlanRow{
+	{Strategy: "sharding8/s1 mp4 mb2 only_attn", MemBytes: 61.41e9, StepS: 4.214, TokensPerS: 46655, MFU: 0.283, Bubble: -1, CommS: 0.618,
+		Overrides: []string{"Distributed.dp_degree=1", "Distributed.mp_degree=4", "Distributed.pp_degree=1", "Distributed.sharding.sharding_degree=8",
+			"Global.local_batch_size=12", "Global.micro_batch_size=2", "Engine.recompute_granularity=only_attn"}},
+	{Strategy: "sharding4/s1 mp8 mb2", MemBytes: 58.02e9, StepS: 4.301, TokensPerS: 45712, MFU: 0.277, Bubble: -1, CommS: 0.267,
+		Overrides: []string{"Distributed.dp_degree=1", "Distributed.mp_degree=8", "Distributed.pp_degree=1", "Distributed.sharding.sharding_degree=4",
+			"Global.local_batch_size=24", "Global.micro_batch_size=2", "Engine.use_recompute=false"}},
+	{Strategy: "dp4 mp2 pp4 mb1 full", MemBytes: 30.12e9, StepS: 4.877, TokensPerS: 40314, MFU: 0.244, Bubble: 0.125, CommS: 0.410, Overrides: []string{}},
+	{Strategy: "dp2 mp4 pp4 mb1 full", MemBytes: 19.77e9, StepS: 5.012, TokensPerS: 39228, MFU: 0.238, Bubble: 0.0625, CommS: 0.702,
+		Overrides: []string{"Distributed.dp_degree=2", "Distributed.mp_degree=4", "Global.local_batch_size=48"}},
+	{Strategy: "dp8 mp4 mb1 full", MemBytes: 40.66e9, StepS: 5.093, TokensPerS: 38604, MFU: 0.234, Bubble: -1, CommS: 0.851,
+		Overrides: []string{"Distributed.dp_degree=8", "Distributed.mp_degree=4", "Distributed.pp_degree=1", "Global.local_batch_size=12"}},
+	{Strategy: "dp4 mp8 mb1 full", MemBytes: 29.31e9, StepS: 5.270, TokensPerS: 37308, MFU: 0.226, Bubble: -1, CommS: 1.034,
+		Overrides: []string{"Distributed.mp_degree=8", "Distributed.pp_degree=1"}},
+	{Strategy: "dp2 mp2 pp8 mb1 full", MemBytes: 16.40e9, StepS: 5.618, TokensPerS: 34998, MFU: 0.212, Bubble: 0.146, CommS: 0.355,
+		Overrides: []string{"Distributed.dp_degree=2", "Distributed.pp_degree=8", "Global.local_batch_size=48"}},
+	{Strategy: "dp4 pp8 mb1 full", MemBytes: 25.95e9, StepS: 6.145, TokensPerS: 31997, MFU: 0.194, Bubble: 0.292, CommS: 0.201,
+		Overrides: []string{"Distributed.mp_degree=1", "Distributed.pp_degree=8"}},
+	{Strategy: "mp8 pp4 mb1 full", MemBytes: 12.88e9, StepS: 6.730, TokensPerS: 29214, MFU: 0.177, Bubble: 0.031, CommS: 1.390,
+		Overrides: []string{"Distributed.dp_degree=1", "Distributed.mp_degree=8", "Global.local_batch_size=96"}},
+}
+
+// fixturePlanner answers as cmd/gptui's planner would for 13b-4node on 32
+// H100s, marking the plan whose overrides the job has as the config's.
+func fixturePlanner(req PlanRequest) (*PlanReport, error) {
+	r := &PlanReport{
+		Fits:     true,
+		Rejected: 3023,
+		Reasons:  "2950 out of memory, 73 pipeline never fills",
+		Command:  "gptui plan -c 13b-4node --nodes 4 --devices-per-node 8 --device h100-80g --top 0",
+		Note:     "links: 350.00 GB/s inside a node (built-in), 40.00 GB/s between nodes (built-in)",
+	}
+	place := "not among the plans"
+	for i, p := range fixturePlans {
+		p.Current = slices.Equal(p.Overrides, req.Overrides) || (len(p.Overrides) == 0 && len(req.Overrides) == 0)
+		if p.Current {
+			place = fmt.Sprintf("plan %d of %d", i+1, len(fixturePlans))
+		}
+		r.Plans = append(r.Plans, p)
+	}
+	d := req.Resolved.Distributed
+	r.Estimate = []string{
+		fmt.Sprintf("config's strategy dp%d mp%d pp%d: 30.12 of 85.90 GB/device, step 4.877 s, %s", d.DPDegree, d.MPDegree, d.PPDegree, place),
+		"on 4 node(s) × 8 H100-80G, per device: params 6.44, grads 6.44, optimizer 4.83, activations 11.87, other 0.54 GB",
+	}
+	return r, nil
 }

@@ -77,6 +77,16 @@ func TestGolden(t *testing.T) {
 			press(m, "3")
 			return m
 		}},
+		{"job-plans-scrolled", func(t *testing.T, w, h int) *Model {
+			m := probedNodes(t, w, h)
+			press(m, "3", "down", "down", "down", "down", "down", "down", "down", "down")
+			return m
+		}},
+		{"job-plan-applied", func(t *testing.T, w, h int) *Model {
+			m := probedNodes(t, w, h)
+			press(m, "3", "down", "down", "p")
+			return m
+		}},
 		{"dashboard", func(t *testing.T, w, h int) *Model { return trainingJob(t, 2, 120, w, h) }},
 		{"dashboard-search", func(t *testing.T, w, h int) *Model {
 			m := trainingJob(t, 2, 120, w, h)

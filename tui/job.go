@@ -71,13 +71,31 @@ func (m *jobModel) setOverride(i int, kv string) error {
 	return nil
 }
 
-// update handles a key; it reports whether it used it.
-func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap) bool {
+// Plan rows come after the launch row: plan i is row planRow(i).
+func (m *jobModel) planRow(i int) int { return m.launchRow() + 1 + i }
+
+// selectedPlan returns the index of the selected plan, or -1 when the
+// selection is on another row.
+func (m *jobModel) selectedPlan() int {
+	if m.sel > m.launchRow() {
+		return m.sel - m.launchRow() - 1
+	}
+	return -1
+}
+
+// update handles a key, with plans the number of ranked plans below the
+// launch row; it reports whether it used the key.
+func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap, plans, page int) bool {
+	last := m.launchRow() + plans
 	switch {
 	case is(msg, k.Up):
 		m.sel = max(m.sel-1, 0)
 	case is(msg, k.Down):
-		m.sel = min(m.sel+1, m.launchRow())
+		m.sel = min(m.sel+1, last)
+	case is(msg, k.PageUp) && m.selectedPlan() >= 0:
+		m.sel = max(m.sel-page, m.planRow(0))
+	case is(msg, k.PageDown):
+		m.sel = min(max(m.sel, m.launchRow())+page, last)
 	case is(msg, k.Top):
 		m.sel = 0
 	case is(msg, k.Bottom):
@@ -89,6 +107,14 @@ func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap) bool {
 		return false
 	}
 	return true
+}
+
+// applyPlan replaces the overrides with those of plan i of r and keeps
+// that plan selected.
+func (m *jobModel) applyPlan(r *PlanReport, i int) {
+	m.overrides = append([]string(nil), r.Plans[i].Overrides...)
+	m.resolve()
+	m.sel = m.planRow(i)
 }
 
 // strategy describes the parallel layout in one line.
@@ -105,8 +131,49 @@ func (m *jobModel) strategy(tableRanks int) string {
 	return s + fmt.Sprintf(" · rank table has %d: set -o Distributed.dp_degree or edit the rank table", tableRanks)
 }
 
-// view draws the screen in w×h cells.
-func (m *jobModel) view(st styles, table *ranktable.Table, probes map[string]*event.Probe, plan Planner, w, h int) []string {
+// request is what the planner is asked about the job.
+func (m *jobModel) request(table *ranktable.Table, probes map[string]*event.Probe) PlanRequest {
+	return PlanRequest{Config: m.source, Overrides: m.overrides, Resolved: m.cfg, Table: table, Probes: probes}
+}
+
+// view draws the screen in w×h cells, with the planner's report (nil
+// when there is no planner or no config) or its error. When the plans
+// would get fewer than three lines, the part above them is drawn compact:
+// the overrides on one line (unless one of them is selected), the
+// strategy's lines truncated rather than wrapped, no blank lines.
+func (m *jobModel) view(st styles, table *ranktable.Table, plan Planner, report *PlanReport, planErr error, w, h int) []string {
+	top := m.upperLines(st, table, w, false)
+	if report != nil && len(report.Plans) > 0 {
+		if _, n := m.planLines(st, report, w, h-len(top)-2); n < min(3, len(report.Plans)) {
+			top = m.upperLines(st, table, w, true)
+		}
+	}
+	lines := top
+	lines = append(lines, rule(st, "Plan", w, false))
+	add := func(s string) {
+		for _, l := range wrap(s, w-2) {
+			lines = append(lines, fit("  "+l, w))
+		}
+	}
+	switch {
+	case plan == nil:
+		add(st.Dim.r("no planner: run 'gptui plan' for the ranked strategies and the per-device memory"))
+	case m.cfg == nil:
+	case planErr != nil:
+		add(st.Bad.r("✗ ") + planErr.Error())
+	case report != nil:
+		pl, _ := m.planLines(st, report, w, h-len(lines))
+		lines = append(lines, pl...)
+	}
+	if len(lines) > h {
+		lines = lines[:h]
+	}
+	return lines
+}
+
+// upperLines draws the rows (config, overrides, add, launch) and the
+// strategy, ending with a blank line unless compact.
+func (m *jobModel) upperLines(st styles, table *ranktable.Table, w int, compact bool) []string {
 	var lines []string
 	row := func(i int, label, text string) {
 		mark := "  "
@@ -116,8 +183,12 @@ func (m *jobModel) view(st styles, table *ranktable.Table, probes map[string]*ev
 		lines = append(lines, fit(mark+fmt.Sprintf("%-10s ", label)+text, w))
 	}
 	row(0, "Config", m.source+st.Dim.r("   (enter: edit; a preset name or a YAML file)"))
-	for i, o := range m.overrides {
-		row(i+1, "-o", o)
+	if compact && len(m.overrides) > 1 && (m.sel < 1 || m.sel > len(m.overrides)) {
+		row(-1, fmt.Sprintf("-o (%d)", len(m.overrides)), strings.Join(m.overrides, " "))
+	} else {
+		for i, o := range m.overrides {
+			row(i+1, "-o", o)
+		}
 	}
 	row(m.addRow(), "", st.Dim.r("+ add an override (enter or a; d deletes the selected one)"))
 	launch := "[ Launch ]"
@@ -126,8 +197,15 @@ func (m *jobModel) view(st styles, table *ranktable.Table, probes map[string]*ev
 	}
 	row(m.launchRow(), "", launch+st.Dim.r("   (enter)"))
 
-	lines = append(lines, "", rule(st, "Strategy", w, false))
+	if !compact {
+		lines = append(lines, "")
+	}
+	lines = append(lines, rule(st, "Strategy", w, false))
 	add := func(s string) {
+		if compact {
+			lines = append(lines, fit("  "+s, w))
+			return
+		}
 		for _, l := range wrap(s, w-2) {
 			lines = append(lines, fit("  "+l, w))
 		}
@@ -143,29 +221,103 @@ func (m *jobModel) view(st styles, table *ranktable.Table, probes map[string]*ev
 		add(fmt.Sprintf("%d steps, log every %d, eval every %d · device %s · log_dir %s · checkpoints every %d in %s",
 			c.Engine.MaxSteps, c.Engine.LoggingFreq, c.Engine.EvalFreq, c.Global.Device, c.Engine.LogDir, c.Engine.SaveLoad.SaveSteps, c.Engine.SaveLoad.OutputDir))
 	}
-
-	lines = append(lines, "", rule(st, "Plan: memory per device", w, false))
-	switch {
-	case plan == nil:
-		add(st.Dim.r("no planner: run 'gptui plan' for the per-device memory estimate"))
-	case m.cfg == nil:
-	default:
-		pl, fits, err := plan(m.cfg, table, probes)
-		if err != nil {
-			add(st.Bad.r("✗ ") + err.Error())
-			break
-		}
-		for _, l := range pl {
-			add(l)
-		}
-		if fits {
-			add(st.OK.r("✓ fits"))
-		} else {
-			add(st.Bad.r("✗ does not fit"))
-		}
-	}
-	if len(lines) > h {
-		lines = lines[:h]
+	if !compact {
+		lines = append(lines, "")
 	}
 	return lines
+}
+
+// planLines draws the planner's report in w×h cells and returns the lines
+// and the number of plans among them: the estimate of the
+// config's strategy, as many ranked plans as fit (scrolled to keep the
+// selected one in view, the config's own marked *), the rejected plans'
+// count with the command that lists them, and the note. When the plans
+// would get fewer than five lines, the text around them takes one line
+// each (the estimate its first), and then the note goes.
+func (m *jobModel) planLines(st styles, r *PlanReport, w, h int) (lines []string, plans int) {
+	fits := st.OK.r("✓ fits") + ": "
+	if !r.Fits {
+		fits = st.Bad.r("✗ does not fit") + ": "
+	}
+	count := fmt.Sprintf("%d feasible, %d rejected (%s)", len(r.Plans), r.Rejected, r.Reasons)
+	switch {
+	case len(r.Plans) == 0:
+		count = st.Bad.r("✗ no feasible plan") + fmt.Sprintf(", %d rejected (%s)", r.Rejected, r.Reasons)
+	case r.Rejected == 0:
+		count = fmt.Sprintf("%d feasible, none rejected", len(r.Plans))
+	}
+	text := func(compact, note bool) (est, foot []string) {
+		add := func(to *[]string, s string, wrapped bool) {
+			if !wrapped {
+				*to = append(*to, fit("  "+s, w))
+				return
+			}
+			for _, l := range wrap(s, w-2) {
+				*to = append(*to, fit("  "+l, w))
+			}
+		}
+		for i, l := range r.Estimate {
+			if i == 0 {
+				l = fits + l
+			} else if compact {
+				break
+			}
+			add(&est, l, !compact)
+		}
+		add(&foot, count, !compact)
+		add(&foot, "list them all: "+r.Command, true)
+		if note && r.Note != "" {
+			add(&foot, st.Dim.r(r.Note), !compact)
+		}
+		return est, foot
+	}
+	want := min(len(r.Plans), 5)
+	est, foot := text(false, true)
+	if h-len(est)-len(foot)-1 < want {
+		est, foot = text(true, true)
+	}
+	if h-len(est)-len(foot)-1 < want {
+		est, foot = text(true, false)
+	}
+	room := h - len(est) - len(foot) - 1 // the table's header
+	if len(r.Plans) == 0 || room < 1 {
+		return append(est, foot...), 0
+	}
+	// Columns after the strategy: memory, step, tokens/s, MFU, bubble, comm.
+	const marks, tail = 7, 7 + 9 + 10 + 7 + 7 + 7
+	const strategyHead = "strategy (*: config's)"
+	sw := len(strategyHead) + 1
+	for _, p := range r.Plans {
+		sw = max(sw, len(p.Strategy)+1)
+	}
+	sw = max(min(sw, w-2-marks-tail), 8)
+	row := func(sel bool, cur, n, strategy, rest string) string {
+		mark := "  "
+		if sel {
+			mark = st.Sel.r("› ")
+		}
+		return fit("  "+mark+fmt.Sprintf("%3s %s%s", n, cur, fit(strategy, sw))+rest, w)
+	}
+	head := row(false, " ", "#", strategyHead, fmt.Sprintf("%7s%9s%10s%7s%7s%7s", "GB/dev", "step s", "tokens/s", "MFU", "bubble", "comm s"))
+	out := append(est, st.Dim.r(head))
+	sel := m.selectedPlan()
+	first := 0
+	if sel >= room {
+		first = sel - room + 1
+	}
+	for i := first; i < len(r.Plans) && i < first+room; i++ {
+		plans++
+		p := r.Plans[i]
+		cur := " "
+		if p.Current {
+			cur = "*"
+		}
+		bubble := "-"
+		if p.Bubble >= 0 {
+			bubble = fmt.Sprintf("%.1f%%", 100*p.Bubble)
+		}
+		rest := fmt.Sprintf("%7.2f%9.3f%10.0f%6.1f%%%7s%7.3f", float64(p.MemBytes)/1e9, p.StepS, p.TokensPerS, 100*p.MFU, bubble, p.CommS)
+		out = append(out, row(i == sel, cur, fmt.Sprint(i+1), p.Strategy, rest))
+	}
+	return append(out, foot...), plans
 }

@@ -9,7 +9,7 @@ import (
 type keyMap struct {
 	Help, Quit, Next, Prev, Up, Down, PageUp, PageDown, Top, Bottom       key.Binding
 	Open, Back, Filter, Stop, Restart, Screen1, Screen2, Screen3, Screen4 key.Binding
-	Follow, NextMatch, PrevMatch, Edit, Add, Delete, Save, Yes, No        key.Binding
+	Follow, NextMatch, PrevMatch, Edit, Add, Delete, Save, Apply, Yes, No key.Binding
 }
 
 func newKeyMap() keyMap {
@@ -27,7 +27,7 @@ func newKeyMap() keyMap {
 		PageDown:  b([]string{"pgdown", "ctrl+d"}, "pgdn", "page down"),
 		Top:       b([]string{"home", "g"}, "g", "top"),
 		Bottom:    b([]string{"end", "G"}, "G", "bottom; follow the log"),
-		Open:      b([]string{"enter"}, "enter", "open, edit, launch"),
+		Open:      b([]string{"enter"}, "enter", "open, edit, launch, apply"),
 		Back:      b([]string{"esc"}, "esc", "back; clear the search"),
 		Filter:    b([]string{"/"}, "/", "filter nodes; search log"),
 		Stop:      b([]string{"s"}, "s", "stop the job (asks)"),
@@ -43,6 +43,7 @@ func newKeyMap() keyMap {
 		Add:       b([]string{"a"}, "a", "add an -o override"),
 		Delete:    b([]string{"d", "delete"}, "d", "delete an override"),
 		Save:      b([]string{"w"}, "w", "write the rank table"),
+		Apply:     b([]string{"p"}, "p", "apply the selected plan"),
 		Yes:       b([]string{"y", "Y"}, "y", "yes"),
 		No:        b([]string{"n", "N", "esc"}, "n", "no"),
 	}
@@ -53,7 +54,7 @@ func (k keyMap) helpGroups() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Help, k.Quit, k.Screen1, k.Screen2, k.Screen3, k.Screen4, k.Next, k.Prev, k.Back},
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, k.Open, k.Filter},
-		{k.Stop, k.Restart, k.Follow, k.NextMatch, k.PrevMatch, k.Edit, k.Add, k.Delete, k.Save},
+		{k.Stop, k.Restart, k.Follow, k.NextMatch, k.PrevMatch, k.Edit, k.Add, k.Delete, k.Save, k.Apply},
 	}
 }
 

@@ -16,6 +16,7 @@ package tui
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -54,7 +55,8 @@ type Options struct {
 	// RankTablePath is where the rank table is written; empty means
 	// rank_table.json.
 	RankTablePath string
-	// Plan is the planner's estimate for the job screen; nil shows none.
+	// Plan ranks the strategies for the Job screen (see Planner); nil
+	// shows none.
 	Plan Planner
 	// Colour turns colour on; leave it off when NO_COLOR is set.
 	Colour bool
@@ -440,6 +442,9 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 			return m.askRestart()
 		case is(msg, k.Add):
 			return m.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(j.overrides)))
+		case is(msg, k.Apply) || (is(msg, k.Open) && j.selectedPlan() >= 0):
+			m.applyPlan()
+			return nil
 		case is(msg, k.Open, k.Edit):
 			switch {
 			case j.sel == 0:
@@ -448,11 +453,16 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 				return m.openPrompt(promptOverride, "-o ", j.overrides[j.sel-1], fmt.Sprint(j.sel-1))
 			case j.sel == j.addRow():
 				return m.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(j.overrides)))
-			case is(msg, k.Open):
+			case is(msg, k.Open) && j.sel == j.launchRow():
 				return m.launch(false)
 			}
 		}
-		if j.update(msg, k) {
+		plans := 0
+		if r, err := m.planReport(); err == nil && r != nil {
+			plans = len(r.Plans)
+		}
+		j.sel = min(j.sel, j.launchRow()+plans) // the plans may have changed
+		if j.update(msg, k, plans, max(m.h/3, 1)) {
 			return nil
 		}
 	case screenDash:
@@ -473,6 +483,51 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 		m.back = m.back[:len(m.back)-1]
 	}
 	return nil
+}
+
+// planReport asks the planner about the job as the Job screen has it; nil
+// without a planner or a config that resolves.
+func (m *Model) planReport() (*PlanReport, error) {
+	if m.opt.Plan == nil || m.job.cfg == nil {
+		return nil, nil
+	}
+	return m.opt.Plan(m.job.request(m.ranks.table(m.nodes.rows), m.nodes.probes()))
+}
+
+// applyPlan applies the selected plan of the Job screen: its overrides
+// replace the job's.
+func (m *Model) applyPlan() {
+	j := &m.job
+	i := j.selectedPlan()
+	if i < 0 {
+		m.status = "select a plan first: ↓ past [ Launch ] moves into the plans"
+		return
+	}
+	r, err := m.planReport()
+	switch {
+	case err != nil:
+		m.status = "plan: " + err.Error()
+		return
+	case r == nil || i >= len(r.Plans):
+		m.status = "no plan to apply"
+		return
+	}
+	p := r.Plans[i]
+	changed := 0
+	for _, o := range p.Overrides {
+		if !slices.Contains(j.overrides, o) {
+			changed++
+		}
+	}
+	j.applyPlan(r, i)
+	switch {
+	case j.err != nil:
+		m.status = fmt.Sprintf("plan %d (%s) does not resolve: %v", i+1, p.Strategy, j.err)
+	case changed == 0:
+		m.status = fmt.Sprintf("plan %d (%s) is the config's strategy already", i+1, p.Strategy)
+	default:
+		m.status = fmt.Sprintf("applied plan %d (%s): %d override(s) set; enter on [ Launch ] starts it", i+1, p.Strategy, changed)
+	}
 }
 
 // quit quits, first asking to stop a running job.
@@ -566,7 +621,8 @@ func (m *Model) Render() string {
 	case m.screen == screenRanks:
 		b = m.ranks.view(m.st, m.nodes.rows, w, body)
 	case m.screen == screenJob:
-		b = m.job.view(m.st, m.ranks.table(m.nodes.rows), m.nodes.probes(), m.opt.Plan, w, body)
+		r, err := m.planReport()
+		b = m.job.view(m.st, m.ranks.table(m.nodes.rows), m.opt.Plan, r, err, w, body)
 	default:
 		b = m.dash.view(m.st, w, body, m.now)
 	}
@@ -633,7 +689,7 @@ func (m *Model) bottomLine(w int) string {
 	case m.screen == screenRanks:
 		hints = "↑↓ select  enter edit devices  w write  1-4 screens  ? help  q quit"
 	case m.screen == screenJob:
-		hints = "↑↓ select  enter edit/launch  a add -o  d delete  ? help  q quit"
+		hints = "↑↓ select  enter edit/launch/apply  a add -o  d delete  p apply  ? help  q quit"
 	default:
 		hints = "tab pane  ↑↓ move  / search  f follow  s stop  r restart  ? help  q quit"
 	}

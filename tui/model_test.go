@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -473,5 +474,78 @@ func TestNoColour(t *testing.T) {
 		if has != colour {
 			t.Errorf("colour %v: escape sequences present: %v", colour, has)
 		}
+	}
+}
+
+// TestJobPlans: the Job screen lists the planner's ranked plans below the
+// launch row, the config's own marked; ↓ moves into them (scrolling the
+// table), p or enter applies the selected one (its overrides replace the
+// job's, the config resolves to its strategy and it becomes the marked
+// one), G goes back to the launch row, and a planner error is shown.
+func TestJobPlans(t *testing.T) {
+	m := probedNodes(t, 80, 24)
+	press(m, "3")
+	scr := m.Render()
+	for _, w := range []string{"strategy (*: config's)", "3 *dp4 mp2 pp4 mb1 full", "3023 rejected (2950 out of memory", "list them all: gptui plan -c 13b-4node",
+		"✓ fits: config's strategy dp4 mp2 pp4"} {
+		if !strings.Contains(scr, w) {
+			t.Errorf("the Job screen lacks %q:\n%s", w, scr)
+		}
+	}
+	if m.job.sel != m.job.launchRow() {
+		t.Fatalf("selection %d, want the launch row", m.job.sel)
+	}
+	press(m, "p")
+	if !strings.Contains(m.status, "select a plan first") || len(m.job.overrides) != 0 {
+		t.Errorf("p on the launch row: status %q, overrides %q", m.status, m.job.overrides)
+	}
+
+	// Scroll to the last plan: the table follows the selection.
+	for range len(fixturePlans) + 3 {
+		press(m, "down")
+	}
+	if got := m.job.selectedPlan(); got != len(fixturePlans)-1 {
+		t.Fatalf("selected plan %d, want the last, %d", got, len(fixturePlans)-1)
+	}
+	scr = m.Render()
+	if !strings.Contains(scr, "›   9  mp8 pp4 mb1 full") || strings.Contains(scr, "1  sharding8/s1") {
+		t.Errorf("the table did not scroll to plan 9:\n%s", scr)
+	}
+
+	// Apply plan 2 with p, then plan 4 with enter.
+	press(m, "pgup", "down", "p")
+	if m.job.err != nil || !slices.Equal(m.job.overrides, fixturePlans[1].Overrides) {
+		t.Fatalf("after applying plan 2: overrides %q, err %v", m.job.overrides, m.job.err)
+	}
+	d := m.job.cfg.Distributed
+	if d.DPDegree != 1 || d.MPDegree != 8 || d.PPDegree != 1 || d.Sharding.ShardingDegree != 4 || m.job.cfg.Global.MicroBatchSize != 2 || m.job.cfg.Engine.UseRecompute {
+		t.Errorf("plan 2 resolved to %+v, micro %d, recompute %v", d, m.job.cfg.Global.MicroBatchSize, m.job.cfg.Engine.UseRecompute)
+	}
+	if m.job.selectedPlan() != 1 || !strings.Contains(m.status, "applied plan 2 (sharding4/s1 mp8 mb2): 7 override(s) set") {
+		t.Errorf("after applying: selected plan %d, status %q", m.job.selectedPlan(), m.status)
+	}
+	scr = m.Render()
+	if !strings.Contains(scr, "›   2 *sharding4/s1 mp8 mb2") || !strings.Contains(scr, "3  dp4 mp2 pp4 mb1 full") || !strings.Contains(scr, "32 ranks · rank table: 32 ✓") {
+		t.Errorf("after applying plan 2:\n%s", scr)
+	}
+	press(m, "down", "down", "enter")
+	if !slices.Equal(m.job.overrides, fixturePlans[3].Overrides) || m.job.cfg.Distributed.DPDegree != 2 || m.job.cfg.Distributed.MPDegree != 4 || m.job.cfg.Global.LocalBatchSize != 48 {
+		t.Errorf("enter on plan 4: overrides %q, err %v", m.job.overrides, m.job.err)
+	}
+	press(m, "p")
+	if !strings.Contains(m.status, "is the config's strategy already") {
+		t.Errorf("applying the current plan again: %q", m.status)
+	}
+	press(m, "G")
+	if m.job.sel != m.job.launchRow() {
+		t.Errorf("G: selection %d, want the launch row %d", m.job.sel, m.job.launchRow())
+	}
+
+	// A planner that fails says why, and no plan can be applied.
+	m = probedNodes(t, 80, 24)
+	m.opt.Plan = func(PlanRequest) (*PlanReport, error) { return nil, fmt.Errorf("no valid layout for 32 devices") }
+	press(m, "3", "down", "p")
+	if scr := m.Render(); !strings.Contains(scr, "✗ no valid layout for 32 devices") || m.job.sel != m.job.launchRow() {
+		t.Errorf("planner error (selection %d):\n%s", m.job.sel, scr)
 	}
 }

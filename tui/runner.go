@@ -47,12 +47,62 @@ type Job struct {
 }
 
 // Planner is the hook for the planner (package planner, `gptui plan`):
-// given the resolved config, the rank table and what the probes found
-// (keyed by node name), it returns its per-device memory estimate as
-// lines of text ready to show, and whether the job fits. The job screen
-// shows them under the strategy. cmd/gptui wires it to planner.Estimate;
-// without one the screen says there is no estimate.
-type Planner func(cfg *presets.Config, table *ranktable.Table, probes map[string]*event.Probe) (lines []string, fits bool, err error)
+// given the job as the Job screen has it, it ranks the parallel strategies
+// of its config on the rank table's devices as `gptui plan` does. The job
+// screen shows the answer under the strategy: the estimate of the config's
+// own strategy, the ranked plans (the config's marked), and a plan's
+// overrides when the user applies it. cmd/gptui wires it to planner.Search;
+// without one the screen says there is no planner. The UI calls it from
+// its goroutine whenever it draws the Job screen or takes a key there, so
+// it should remember its answer for the same request.
+type Planner func(req PlanRequest) (*PlanReport, error)
+
+// PlanRequest is the job the planner is asked about.
+type PlanRequest struct {
+	Config    string                  // preset name or config file, as for -c
+	Overrides []string                // its -o overrides
+	Resolved  *presets.Config         // Config with Overrides applied
+	Table     *ranktable.Table        // the ranks: which devices of which nodes
+	Probes    map[string]*event.Probe // what the probes found, by node name
+}
+
+// PlanReport is the planner's answer for one job.
+type PlanReport struct {
+	// Estimate describes the config's own strategy as lines of text ready
+	// to show (its memory per device by component, its predicted step and
+	// its place in the ranking); Fits says whether it fits and runs.
+	Estimate []string
+	Fits     bool
+	// Plans are the feasible plans, fastest first.
+	Plans []PlanRow
+	// Rejected is the number of plans that do not fit or cannot run, and
+	// Reasons counts them by reason ("3000 out of memory, 23 pipeline").
+	Rejected int
+	Reasons  string
+	// Command is the `gptui plan` command line that lists the same plans
+	// and every rejected one with its reason.
+	Command string
+	// Note is a line on the figures the plans rest on, such as the link
+	// bandwidths and whether they were measured.
+	Note string
+}
+
+// PlanRow is one ranked plan.
+type PlanRow struct {
+	Strategy   string  // as `gptui plan` prints it: "dp4 mp2 pp4 mb1 full"
+	MemBytes   int64   // memory of the fullest device
+	StepS      float64 // predicted time of one optimizer step
+	TokensPerS float64 // predicted throughput
+	MFU        float64 // model FLOPs utilisation, 0 to 1
+	Bubble     float64 // the pipeline bubble's share of the step; negative without a pipeline
+	CommS      float64 // communication not hidden behind computation, per step
+	Current    bool    // the config's own strategy
+	// Overrides are the job's -o overrides with this plan applied: the
+	// keys the plan changes set (replacing any spelling of them), the
+	// others kept. Applying the plan replaces the job's overrides with
+	// them.
+	Overrides []string
+}
 
 // maxBatch bounds how many events one message carries, so that a burst of
 // log lines is drawn in a few frames rather than one per line.

@@ -24,6 +24,7 @@ import (
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/tui"
 )
 
 // planLinkPeer is the hidden subcommand 'gptui plan --profile' re-executes
@@ -549,4 +550,214 @@ func worldSize(w *comm.World) int {
 		return 1
 	}
 	return w.Size()
+}
+
+// newPlanner returns the Job screen's planner: the strategies of the job's
+// config on the rank table's devices, ranked as 'gptui plan' ranks them
+// with no degree fixed, the config's own marked, each with the overrides
+// that select it. It keeps the device profiles it has loaded and its last
+// answer: the UI asks on every frame of the Job screen, always from the
+// UI's goroutine, and a search takes up to a few tenths of a second.
+func newPlanner() tui.Planner {
+	profiles := map[string]planner.Device{}
+	var (
+		lastKey string
+		last    *tui.PlanReport
+		lastErr error
+	)
+	return func(req tui.PlanRequest) (*tui.PlanReport, error) {
+		cl, err := jobCluster(profiles, req)
+		if err != nil {
+			return nil, err
+		}
+		key := fmt.Sprintf("%q %q %s", req.Config, req.Overrides, cl)
+		if key != lastKey || (last == nil && lastErr == nil) {
+			lastKey = key
+			last, lastErr = planReport(req, cl)
+		}
+		return last, lastErr
+	}
+}
+
+// jobCluster is the cluster of a job's rank table: its nodes and devices
+// per node, with the profile of the config's device (the cpu profile
+// measured by --profile when there is one).
+func jobCluster(profiles map[string]planner.Device, req tui.PlanRequest) (planner.Cluster, error) {
+	t := req.Table
+	if t == nil || len(t.Servers) == 0 {
+		return planner.Cluster{}, errors.New("no devices in the rank table")
+	}
+	per := len(t.Servers[0].Devices)
+	for _, s := range t.Servers {
+		if len(s.Devices) != per {
+			return planner.Cluster{}, fmt.Errorf("the planner needs the same number of devices on every node (%s has %d, %s %d)", t.Servers[0].ServerID, per, s.ServerID, len(s.Devices))
+		}
+	}
+	name := "cpu"
+	if req.Resolved.Global.Device != "cpu" {
+		name = gpuProfile(req.Probes)
+	}
+	dev, ok := profiles[name]
+	if !ok {
+		path, _ := planner.DefaultProfilePath()
+		d, err := deviceProfile(name, path, nil)
+		if err != nil {
+			return planner.Cluster{}, err
+		}
+		profiles[name], dev = d, d
+	}
+	cl := planner.Cluster{Nodes: len(t.Servers), DevicesPerNode: per, Device: dev}
+	return cl, cl.Validate()
+}
+
+// planReport ranks the strategies of the job on cl for the Job screen.
+func planReport(req tui.PlanRequest, cl planner.Cluster) (*tui.PlanReport, error) {
+	cfg := req.Resolved
+	caps := planner.Unlimited()
+	if cl.Device.Accounting == planner.AccountingEngine {
+		caps = planner.EngineCapabilities() // CPU workers run gptui's engine
+	}
+	m := planner.ModelOf(cfg)
+	ref := planner.Estimate(m, cl, planner.StrategyOf(cfg))
+	if r := caps.Unsupported(ref.Strategy); r != "" && ref.Feasible {
+		ref.Feasible, ref.Reason = false, r
+	}
+	plans, err := planner.Search(m, cl, planner.Options{Caps: caps})
+	if err != nil {
+		return nil, err
+	}
+	r := &tui.PlanReport{Fits: ref.Feasible, Command: planCommand(req, cl, m.GlobalBatch), Note: cl.Links()}
+	refOverrides := planner.Overrides(ref.Strategy, m.GlobalBatch)
+	place := ""
+	for _, p := range plans {
+		if !p.Feasible {
+			r.Rejected++
+			continue
+		}
+		bubble := -1.0
+		if p.PP > 1 {
+			bubble = p.BubbleFraction
+		}
+		current := p.Strategy == ref.Strategy
+		if current {
+			place = fmt.Sprintf("plan %d of %d", len(r.Plans)+1, countFeasible(plans))
+		}
+		r.Plans = append(r.Plans, tui.PlanRow{
+			Strategy: p.Strategy.String(), MemBytes: p.Mem.Total, StepS: p.StepTime, TokensPerS: p.TokensPerS,
+			MFU: p.MFU, Bubble: bubble, CommS: p.Time.Comm, Current: current,
+			Overrides: applyOverrides(req.Overrides, planner.Overrides(p.Strategy, m.GlobalBatch), refOverrides),
+		})
+	}
+	r.Reasons = planner.ReasonCounts(plans)
+	if !ref.Feasible {
+		place = "rejected: " + ref.Reason
+	}
+	mem := ref.Mem
+	gb := func(b int64) float64 { return float64(b) / 1e9 }
+	r.Estimate = []string{
+		fmt.Sprintf("config's strategy %s: %.2f of %.2f GB/device, step %.3f s, %s", ref.Strategy, gb(mem.Total), gb(ref.Capacity), ref.StepTime, place),
+		fmt.Sprintf("on %s, per device: params %.2f, grads %.2f, optimizer %.2f, activations %.2f, other %.2f GB",
+			cl, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), gb(mem.Other)),
+	}
+	return r, nil
+}
+
+func countFeasible(plans []planner.Plan) int { return len(plans) - countRejected(plans) }
+
+// overrideAliases maps the seeds' spellings of the keys planner.Overrides
+// sets to the schema's, which planner.Overrides uses.
+var overrideAliases = map[string]string{
+	"Distributed.data_parallel":          "Distributed.dp_degree",
+	"Distributed.tensor_parallel_degree": "Distributed.mp_degree", "Distributed.model_parallel": "Distributed.mp_degree",
+	"Distributed.pipeline_parallel_degree": "Distributed.pp_degree", "Distributed.pipeline_stage": "Distributed.pp_degree",
+	"Distributed.virtual_pp_degree": "Distributed.vpp_degree", "Distributed.virtual_pipeline_model_parallel_size": "Distributed.vpp_degree",
+	"Distributed.sharding_parallel_degree": "Distributed.sharding.sharding_degree",
+}
+
+// overrideKey is the schema's spelling of an override's key.
+func overrideKey(kv string) string {
+	k, _, _ := strings.Cut(kv, "=")
+	k = strings.TrimSpace(k)
+	if c, ok := overrideAliases[k]; ok {
+		return c
+	}
+	return k
+}
+
+// applyOverrides returns the overrides existing with the plan whose
+// overrides are target applied, where current are those of the config's
+// own strategy: each target override whose value differs from the
+// current one replaces the existing override of its key (in any spelling)
+// or is added; the others are kept.
+func applyOverrides(existing, target, current []string) []string {
+	out := slices.Clone(existing)
+	for _, kv := range target {
+		if slices.Contains(current, kv) {
+			continue
+		}
+		k := overrideKey(kv)
+		i := slices.IndexFunc(out, func(o string) bool { return overrideKey(o) == k })
+		if i < 0 {
+			out = append(out, kv)
+			continue
+		}
+		out[i] = kv
+		// Later overrides of the same key would win: drop them.
+		out = append(out[:i+1], slices.DeleteFunc(out[i+1:], func(o string) bool { return overrideKey(o) == k })...)
+	}
+	return out
+}
+
+// planCommand is the 'gptui plan' command line that ranks the same plans
+// as the Job screen: the job's config and overrides, less those that would
+// fix part of the strategy (the search has nothing fixed), with the global
+// batch kept.
+func planCommand(req tui.PlanRequest, cl planner.Cluster, globalBatch int) string {
+	args := []string{"gptui", "plan", "-c", shellWord(req.Config)}
+	dropped := false
+	for _, o := range req.Overrides {
+		k, _, _ := strings.Cut(o, "=")
+		k = strings.TrimSpace(k)
+		switch {
+		case degreeKeys[k] != "", k == "Distributed.pp_schedule", k == "Global.local_batch_size", k == "Global.global_batch_size":
+			dropped = true
+		default:
+			args = append(args, "-o", shellWord(o))
+		}
+	}
+	if dropped {
+		args = append(args, "-o", fmt.Sprintf("Global.global_batch_size=%d", globalBatch), "-o", "Global.local_batch_size=")
+	}
+	args = append(args, "--nodes", strconv.Itoa(cl.Nodes), "--devices-per-node", strconv.Itoa(cl.DevicesPerNode),
+		"--device", strings.ToLower(cl.Device.Name), "--top", "0")
+	return strings.Join(args, " ")
+}
+
+// shellWord quotes s for a POSIX shell when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=:,+-@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// gpuProfile picks the planner's device profile for the GPUs the probes
+// found; V100-32G, as 'gptui plan' does, when none is recognised.
+func gpuProfile(probes map[string]*event.Probe) string {
+	for _, p := range probes {
+		for _, d := range p.Devices {
+			n := strings.ToUpper(d.Name)
+			switch {
+			case strings.Contains(n, "H200"):
+				return "H200-141G"
+			case strings.Contains(n, "H100"):
+				return "H100-80G"
+			case strings.Contains(n, "A100") && d.MemTotal > 60<<30:
+				return "A100-80G"
+			case strings.Contains(n, "A100"):
+				return "A100-40G"
+			}
+		}
+	}
+	return "V100-32G"
 }

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/tui"
 )
 
 // TestPlanJSON: --json prints a list of plans with exactly the documented
@@ -264,5 +268,136 @@ func TestPlanProfile(t *testing.T) {
 	t.Logf("tiny dp2 across the nodes: step %.4f s with the measured link, %.4f s with the built-in one", measured, fixed)
 	if (d.InterBW > builtin.InterBW) != (measured < fixed) || measured == fixed {
 		t.Errorf("step %.4f s at %.3g B/s between nodes, %.4f s at %.3g B/s", measured, d.InterBW, fixed, builtin.InterBW)
+	}
+}
+
+// TestTUIPlanner: the Job screen's planner ranks the job's strategies as
+// 'gptui plan' does (its command lists the same plans in the same order),
+// marks the config's own, and gives each plan the overrides that turn the
+// job into it: applied, they resolve to that strategy, replacing the
+// seeds' spellings of the keys they set.
+func TestTUIPlanner(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the built-in cpu profile
+	plan := newPlanner()
+	two := ranktable.Build([]ranktable.ServerInput{{ServerID: "127.0.0.1", DeviceIDs: []int{0, 1}}})
+	for _, tc := range []struct {
+		name      string
+		overrides []string
+		current   string
+	}{
+		{"schema keys", []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4", "Engine.max_steps=7"}, "dp2 mb4"},
+		{"seeds' keys", []string{"Distributed.data_parallel=2", "Global.local_batch_size=4", "Global.micro_batch_size=4", "Engine.max_steps=7"}, "dp2 mb4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := presets.Load("tiny", tc.overrides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := tui.PlanRequest{Config: "tiny", Overrides: tc.overrides, Resolved: cfg, Table: two}
+			r, err := plan(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again, _ := plan(req); again != r {
+				t.Error("the same request searched again")
+			}
+			if !r.Fits || len(r.Estimate) != 2 || !strings.Contains(r.Estimate[0], "config's strategy "+tc.current+": ") || !strings.Contains(r.Estimate[0], " GB/device, step ") ||
+				!strings.Contains(r.Estimate[0], ", plan ") || !strings.Contains(r.Estimate[1], "on 1 node(s) × 2 CPU, per device: params ") {
+				t.Errorf("estimate (fits %v):\n%s", r.Fits, strings.Join(r.Estimate, "\n"))
+			}
+			if len(r.Plans) < 3 || r.Rejected == 0 || r.Reasons == "" || !strings.Contains(r.Note, "links: ") {
+				t.Fatalf("%d plans, %d rejected (%s), note %q", len(r.Plans), r.Rejected, r.Reasons, r.Note)
+			}
+			currents := 0
+			for i, p := range r.Plans {
+				if i > 0 && p.StepS < r.Plans[i-1].StepS {
+					t.Errorf("plan %d (%s) is faster than plan %d", i+1, p.Strategy, i)
+				}
+				if p.Current {
+					currents++
+					if p.Strategy != tc.current || !slices.Equal(p.Overrides, tc.overrides) {
+						t.Errorf("the config's plan %s has overrides %q", p.Strategy, p.Overrides)
+					}
+				}
+				got, err := presets.Load("tiny", p.Overrides)
+				if err != nil {
+					t.Errorf("plan %s: its overrides %q: %v", p.Strategy, p.Overrides, err)
+					continue
+				}
+				if s := planner.StrategyOf(got).String(); s != p.Strategy || got.Global.GlobalBatchSize != cfg.Global.GlobalBatchSize || got.Engine.MaxSteps != 7 {
+					t.Errorf("plan %s: its overrides %q resolve to %s, global batch %d, max_steps %d", p.Strategy, p.Overrides, s, got.Global.GlobalBatchSize, got.Engine.MaxSteps)
+				}
+				dpKeys := 0
+				for _, o := range p.Overrides {
+					if overrideKey(o) == "Distributed.dp_degree" {
+						dpKeys++
+					}
+				}
+				if dpKeys != 1 {
+					t.Errorf("plan %s: %d overrides of the dp degree in %q", p.Strategy, dpKeys, p.Overrides)
+				}
+			}
+			if currents != 1 {
+				t.Errorf("%d plans marked as the config's", currents)
+			}
+
+			// The command lists the same feasible plans in the same order.
+			args := strings.Fields(r.Command)
+			if args[0] != "gptui" || slices.Contains(args, "Distributed.dp_degree=2") || slices.Contains(args, "Distributed.data_parallel=2") {
+				t.Fatalf("command %q", r.Command)
+			}
+			code, out, stderr := runCLI(t, append(args[1:], "--json")...)
+			if code != 0 {
+				t.Fatalf("%s: exit %d: %s", r.Command, code, stderr)
+			}
+			var listed []planner.Plan
+			if err := json.Unmarshal([]byte(out), &listed); err != nil {
+				t.Fatal(err)
+			}
+			var feasible []string
+			rejected := 0
+			for _, p := range listed {
+				if p.Feasible {
+					feasible = append(feasible, p.Strategy.String())
+				} else {
+					rejected++
+				}
+			}
+			var shown []string
+			for _, p := range r.Plans {
+				shown = append(shown, p.Strategy)
+			}
+			t.Logf("%s: %d plans, the first %q, %d rejected (%s); plan 2's overrides %q", r.Command, len(shown), shown[:3], r.Rejected, r.Reasons, r.Plans[1].Overrides)
+			if !slices.Equal(feasible, shown) || rejected != r.Rejected {
+				t.Errorf("%s lists %v and %d rejected; the screen %v and %d", r.Command, feasible, rejected, shown, r.Rejected)
+			}
+		})
+	}
+
+	// The seeds' 13B layout on 4 × 8 V100s: ranked, out-of-memory plans
+	// counted, the config's own found.
+	cfg, err := presets.Load("13b-4node", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var servers []ranktable.ServerInput
+	for i := range 4 {
+		servers = append(servers, ranktable.ServerInput{ServerID: fmt.Sprintf("10.0.0.%d", i), DeviceIDs: []int{0, 1, 2, 3, 4, 5, 6, 7}})
+	}
+	r, err := plan(tui.PlanRequest{Config: "13b-4node", Resolved: cfg, Table: ranktable.Build(servers)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.Reasons, "out of memory") || !strings.Contains(r.Command, "--nodes 4 --devices-per-node 8 --device v100-32g") ||
+		!slices.ContainsFunc(r.Plans, func(p tui.PlanRow) bool { return p.Current && p.Strategy == "dp4 mp2 pp4 mb1 full" && p.Bubble > 0 }) {
+		t.Errorf("13b-4node: %d plans, rejected %d (%s), command %q", len(r.Plans), r.Rejected, r.Reasons, r.Command)
+	}
+
+	uneven := ranktable.Build([]ranktable.ServerInput{{ServerID: "a", DeviceIDs: []int{0, 1}}, {ServerID: "b", DeviceIDs: []int{0}}})
+	if _, err := plan(tui.PlanRequest{Config: "13b-4node", Resolved: cfg, Table: uneven}); err == nil || !strings.Contains(err.Error(), "same number of devices") {
+		t.Errorf("uneven nodes: %v", err)
+	}
+	if got := gpuProfile(map[string]*event.Probe{"n": {Devices: []event.Device{{Name: "NVIDIA A100-SXM4-80GB", MemTotal: 80 << 30}}}}); got != "A100-80G" {
+		t.Errorf("A100 80GB: profile %q", got)
 	}
 }

@@ -20,9 +20,7 @@ import (
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
-	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
-	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 	"github.com/gptui/gptui/tui"
 )
@@ -335,84 +333,3 @@ type clusterRunner struct {
 
 func (r *clusterRunner) Events() <-chan event.Event { return r.events }
 func (r *clusterRunner) Stop()                      { r.cancel() }
-
-// newPlanner returns the job screen's planner: the predicted memory of one
-// device for the job's strategy on the rank table's devices. It keeps the
-// device profiles it has loaded (the UI calls it on every frame of the Job
-// screen, always from the UI's goroutine).
-func newPlanner() tui.Planner {
-	profiles := map[string]planner.Device{}
-	return func(cfg *presets.Config, t *ranktable.Table, probes map[string]*event.Probe) ([]string, bool, error) {
-		return planFor(profiles, cfg, t, probes)
-	}
-}
-
-// planFor is the planner's estimate for one job.
-func planFor(profiles map[string]planner.Device, cfg *presets.Config, t *ranktable.Table, probes map[string]*event.Probe) ([]string, bool, error) {
-	if len(t.Servers) == 0 {
-		return nil, false, errors.New("no devices in the rank table")
-	}
-	per := len(t.Servers[0].Devices)
-	for _, s := range t.Servers {
-		if len(s.Devices) != per {
-			return nil, false, fmt.Errorf("the planner needs the same number of devices on every node (%s has %d, %s %d)", t.Servers[0].ServerID, per, s.ServerID, len(s.Devices))
-		}
-	}
-	name := "cpu"
-	if cfg.Global.Device != "cpu" {
-		name = gpuProfile(probes)
-	}
-	dev, ok := profiles[name]
-	if !ok {
-		path, _ := planner.DefaultProfilePath()
-		d, err := deviceProfile(name, path, nil)
-		if err != nil {
-			return nil, false, err
-		}
-		profiles[name], dev = d, d
-	}
-	cl := planner.Cluster{Nodes: len(t.Servers), DevicesPerNode: per, Device: dev}
-	if err := cl.Validate(); err != nil {
-		return nil, false, err
-	}
-	p := planner.Estimate(planner.ModelOf(cfg), cl, planner.StrategyOf(cfg))
-	if dev.Accounting == planner.AccountingEngine {
-		if r := planner.EngineCapabilities().Unsupported(p.Strategy); r != "" && p.Feasible {
-			p.Feasible, p.Reason = false, r
-		}
-	}
-	mem := p.Mem
-	lines := []string{
-		fmt.Sprintf("on %s: params %s, grads %s, optimizer %s, activations %s, other %s", cl,
-			gib(mem.Params), gib(mem.Grads), gib(mem.Optimizer), gib(mem.Activations), gib(mem.Other)),
-		fmt.Sprintf("total %s of %s per device · %s", gib(mem.Total), gib(p.Capacity), planner.Summary(p)),
-	}
-	if !p.Feasible && p.Reason != "" {
-		lines = append(lines, p.Reason)
-	}
-	return lines, p.Feasible, nil
-}
-
-// gpuProfile picks the planner's device profile for the GPUs the probes
-// found; V100-32G, as 'gptui plan' does, when none is recognised.
-func gpuProfile(probes map[string]*event.Probe) string {
-	for _, p := range probes {
-		for _, d := range p.Devices {
-			n := strings.ToUpper(d.Name)
-			switch {
-			case strings.Contains(n, "H200"):
-				return "H200-141G"
-			case strings.Contains(n, "H100"):
-				return "H100-80G"
-			case strings.Contains(n, "A100") && d.MemTotal > 60<<30:
-				return "A100-80G"
-			case strings.Contains(n, "A100"):
-				return "A100-40G"
-			}
-		}
-	}
-	return "V100-32G"
-}
-
-// gib formats bytes in GiB.
-func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
