@@ -132,7 +132,7 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 	}
 	args := []string{"-std=c++20", o, "-pthread", "-ffp-contract=off", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
 	if opt.Sanitize {
-		args = append(args, "-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+		args = append(args, "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 	}
 	args = append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))
 	cmd := exec.CommandContext(ctx, gxx, args...)

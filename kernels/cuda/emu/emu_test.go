@@ -221,3 +221,26 @@ func TestArgumentCheck(t *testing.T) {
 		t.Error("Lookup of a missing kernel succeeded")
 	}
 }
+
+// TestSanitize shows a kernel writing one element past its buffer failing
+// the run when built with Options.Sanitize.
+func TestSanitize(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is not installed (.ci/run installs it)")
+	}
+	const src = `extern "C" __global__ void overrun(float* x, int n) { x[threadIdx.x] = 1.0f; }`
+	p, err := Build(context.Background(), t.TempDir(), src, Options{Sanitize: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.NewMachine()
+	f, _ := m.Lookup("overrun")
+	x := m.Alloc(4 * 31)
+	if err := m.Launch(f, d3(1, 1, 1), d3(32, 1, 1), 0, 0, x, int32(31)); err != nil {
+		t.Fatal(err)
+	}
+	err = m.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "AddressSanitizer") {
+		t.Fatalf("overrun: %v, want an AddressSanitizer report", err)
+	}
+}

@@ -143,9 +143,11 @@ int main(int argc, char** argv) {
 	for (unsigned i = 0; i < nbuf; i++) {
 		emu::Buffer b;
 		b.size = get<unsigned long long>(in);
-		// Exactly size bytes (rounded to the alignment), so AddressSanitizer
-		// sees an overrun.
-		b.p = static_cast<unsigned char*>(std::aligned_alloc(256, (b.size + 255) / 256 * 256 + (b.size == 0 ? 256 : 0)));
+		// 256-byte aligned as cuMemAlloc's, and exactly size bytes, so
+		// AddressSanitizer sees an overrun.
+		void* p = nullptr;
+		if (posix_memalign(&p, 256, b.size ? b.size : 1) != 0) emu::fail("out of memory");
+		b.p = static_cast<unsigned char*>(p);
 		if (b.size && std::fread(b.p, 1, b.size, in) != b.size) emu::fail("script truncated");
 		emu::buffers.push_back(b);
 	}
@@ -178,5 +180,6 @@ int main(int argc, char** argv) {
 		std::fwrite(b.p, 1, b.size, out);
 	}
 	if (std::fclose(out) != 0) emu::fail("writing output");
+	for (auto& b : emu::buffers) std::free(b.p);
 	return 0;
 }
