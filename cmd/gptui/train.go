@@ -11,6 +11,7 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -54,7 +55,18 @@ func cmdPresets(stdout io.Writer) error {
 	return nil
 }
 
-func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	defer func() {
+		// The GPU backend panics with *cuda.AllocError when the engine's
+		// buffers do not fit: that is the config's size, said in one line.
+		if r := recover(); r != nil {
+			ae, ok := r.(*cuda.AllocError)
+			if !ok {
+				panic(r)
+			}
+			err = usagef("%s; lower Global.micro_batch_size, set Engine.use_recompute=true, or see 'gptui plan'", oneLine(ae))
+		}
+	}()
 	fs := newFlagSet("train", stderr)
 	c, o := configFlags(fs)
 	resume := fs.Bool("resume", false, "resume from the newest checkpoint in Engine.save_load.output_dir (same as -o Engine.save_load.ckpt_dir=auto)")

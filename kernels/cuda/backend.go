@@ -270,7 +270,7 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 		n = 4 // a real address for empty buffers
 	}
 	if !b.ok() {
-		panic(fmt.Sprintf("cuda: allocating %d bytes after a failure: %v", n, b.Err()))
+		panic(&AllocError{Bytes: n, Mem: memString(b.dev), Err: b.Err()})
 	}
 	p, err := b.dev.AllocManaged(n)
 	if err == nil {
@@ -283,9 +283,10 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 		err = b.dev.Sync(b.s)
 	}
 	if err != nil {
-		// The engine allocates while it sets up, before any step: running
-		// out of GPU memory there is the one failure it cannot go on from.
-		panic(fmt.Sprintf("cuda: allocating %d bytes (%s): %v", n, memString(b.dev), err))
+		// kernels.Memory's methods cannot fail: the engine allocates while
+		// it sets up, and running out of GPU memory there is a failure it
+		// cannot go on from. The CLI recovers *AllocError into one line.
+		panic(&AllocError{Bytes: n, Mem: memString(b.dev), Err: err})
 	}
 	b.mu.Lock()
 	b.allocs[uintptr(p)] = n
@@ -294,6 +295,20 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 	b.mu.Unlock()
 	return ptrOf(p)
 }
+
+// AllocError is what the backend panics with when the engine's memory
+// cannot be allocated on the GPU (kernels.Memory has no error results).
+type AllocError struct {
+	Bytes int    // the allocation asked for
+	Mem   string // the device's free and total memory then
+	Err   error
+}
+
+func (e *AllocError) Error() string {
+	return fmt.Sprintf("cuda: allocating %d bytes on the GPU (%s): %v", e.Bytes, e.Mem, e.Err)
+}
+
+func (e *AllocError) Unwrap() error { return e.Err }
 
 func cmpUintptr(a, b uintptr) int {
 	switch {
