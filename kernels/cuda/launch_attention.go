@@ -110,7 +110,7 @@ func attCheck(B, T, C, NH int) (hs int, err error) {
 		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d: every size must be at least 1", B, T, C, NH)
 	case C%NH != 0:
 		return 0, fmt.Errorf("cuda: attention: C=%d is not a multiple of NH=%d", C, NH)
-	case B > math.MaxUint16 || NH > math.MaxUint16 || T > math.MaxInt32/4 || C > math.MaxInt32/4:
+	case B > math.MaxUint16 || (T+attTile-1)/attTile > math.MaxUint16 || T > math.MaxInt32/4 || C > math.MaxInt32/4:
 		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d is beyond the kernels' grid", B, T, C, NH)
 	}
 	return C / NH, nil
@@ -135,12 +135,12 @@ func attDropout(p float32, NH, heads, head0 int) (float32, float32, int32, int32
 // attScale is kernels/cpu's 1/√hs.
 func attScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
 
-// AttentionForwardGeometry is the launch shape of the forward and backward
-// kernels: one block of 256 threads per 64-row tile of each (batch row,
-// head).
-func AttentionForwardGeometry(B, T, NH int) (grid, block Dim3) {
+// AttentionGeometry is the launch shape of the forward and backward
+// kernels: one block of 256 threads per (head, batch row, 64-row tile),
+// the tile slowest so the blocks with the most work start first.
+func AttentionGeometry(B, T, NH int) (grid, block Dim3) {
 	nt := (T + attTile - 1) / attTile
-	return Dim3{uint32(nt), uint32(NH), uint32(B)}, Dim3{attThreads, 1, 1}
+	return Dim3{uint32(NH), uint32(B), uint32(nt)}, Dim3{attThreads, 1, 1}
 }
 
 // AttentionForward is causal multi-head self-attention on packed q, k, v
@@ -165,7 +165,7 @@ func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int,
 	if err != nil {
 		return err
 	}
-	grid, block := AttentionForwardGeometry(B, T, NH)
+	grid, block := AttentionGeometry(B, T, NH)
 	return k.launch("attention_forward_"+attSuffix(hs), grid, block, AttentionForwardShared(hs), s,
 		out, lse, qkv, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }
@@ -192,7 +192,7 @@ func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, 
 	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(C)); err != nil {
 		return err
 	}
-	grid, block := AttentionForwardGeometry(B, T, NH)
+	grid, block := AttentionGeometry(B, T, NH)
 	return k.launch("attention_backward_"+attSuffix(hs), grid, block, AttentionBackwardShared(hs), s,
 		dqkv, dout, out, qkv, lse, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }

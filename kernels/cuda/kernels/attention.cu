@@ -78,12 +78,12 @@ __device__ __forceinline__ int att_col(int tx, int c) {
 
 // att_load_rows copies rows r0 … r0+63 of one head (hs columns at src,
 // row stride ld floats) into a shared tile of stride lds, zeros past row T.
-__device__ __forceinline__ void att_load_rows(float* dst, int lds, const float* __restrict__ src, size_t ld,
+__device__ __forceinline__ void att_load_rows(float* dst, int lds, const float* __restrict__ src, long long ld,
                                               int r0, int T, int hs) {
     for (int i = threadIdx.x; i < ATT_TILE * hs; i += ATT_THREADS) {
         int r = i / hs, d = i - r * hs;
         int t = r0 + r;
-        dst[r * lds + d] = t < T ? src[(size_t)t * ld + d] : 0.0f;
+        dst[r * lds + d] = t < T ? src[(long long)t * ld + d] : 0.0f;
     }
 }
 
@@ -104,8 +104,14 @@ __device__ __forceinline__ void att_dot4x4(float s[4][4], const float* a, const 
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    s[i][j] += av[i].x * bv[j].x + av[i].y * bv[j].y + av[i].z * bv[j].z + av[i].w * bv[j].w;
+                for (int j = 0; j < 4; j++) {
+                    // One multiply-add per term (a sum of products first
+                    // would cost a multiply and an add more).
+                    s[i][j] += av[i].x * bv[j].x;
+                    s[i][j] += av[i].y * bv[j].y;
+                    s[i][j] += av[i].z * bv[j].z;
+                    s[i][j] += av[i].w * bv[j].w;
+                }
         }
     } else {
         for (int d = 0; d < hs; d++) {
@@ -188,9 +194,11 @@ __device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], con
     }
 }
 
-// att_forward: grid (⌈T/64⌉, NH, B), block 256, dynamic shared memory
-// (3·64·ld + 64·64)·4 bytes (q, k, v tiles and the probabilities). Block x
-// takes query tile ⌈T/64⌉−1−x, so the longest rows start first.
+// att_forward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
+// (3·64·ld + 64·64)·4 bytes (q, k, v tiles and the probabilities). Block z
+// takes query tile ⌈T/64⌉−1−z: blocks start in grid order, x fastest, so
+// the longest rows of every head start first and the short ones fill the
+// tail.
 template <int HS>
 __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __restrict__ lse,
                                             const float* __restrict__ qkv, int T, int C, int NH, int hs_arg,
@@ -202,11 +210,11 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int nt = (T + ATT_TILE - 1) / ATT_TILE;
-    const int qt = nt - 1 - (int)blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int qt = nt - 1 - (int)blockIdx.z;
+    const int h = blockIdx.x, b = blockIdx.y;
     const int q0 = qt * ATT_TILE;
-    const size_t ld3 = 3 * (size_t)C;
-    const float* base = qkv + (size_t)b * T * ld3 + (size_t)h * hs;
+    const long long ld3 = 3 * (long long)C;
+    const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
     float* qs = att_smem;
     float* ks = qs + ATT_TILE * ld;
     float* vs = ks + ATT_TILE * ld;
@@ -274,19 +282,20 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
         const float sum = att_rowsum16(l[i]);
         if (t >= T) continue;
         const float inv = 1.0f / sum;
-        float* orow = out + ((size_t)b * T + t) * C + (size_t)h * hs;
+        float* orow = out + ((long long)b * T + t) * C + (long long)h * hs;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) {
             const int col = att_col<HS>(tx, c);
             if (col < hs) orow[col] = o[i][c] * inv;
         }
-        if (tx == 0) lse[((size_t)b * NH + h) * T + t] = m[i] + logf(sum);
+        if (tx == 0) lse[((long long)b * NH + h) * T + t] = m[i] + logf(sum);
     }
 }
 
-// att_backward: grid (⌈T/64⌉, NH, B), block 256, dynamic shared memory
+// att_backward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
 // (4·64·ld + 2·64·64)·4 bytes (k, v, q, dout tiles, the dropped
-// probabilities and the score gradients). Block x owns key tile x: it keeps
+// probabilities and the score gradients). Block z owns key tile z (the
+// first keys, which the most rows see, start first): it keeps
 // that tile's k and v in shared memory and dk, dv in registers, walks the
 // query tiles x … ⌈T/64⌉−1 recomputing the probabilities from q, k and lse,
 // and adds each query tile's share of dq into dqkv with atomics (dq must be
@@ -304,15 +313,15 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int nt = (T + ATT_TILE - 1) / ATT_TILE;
-    const int kt = blockIdx.x;
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int kt = blockIdx.z;
+    const int h = blockIdx.x, b = blockIdx.y;
     const int k0 = kt * ATT_TILE;
-    const size_t ld3 = 3 * (size_t)C;
-    const float* base = qkv + (size_t)b * T * ld3 + (size_t)h * hs;
-    const float* gbase = dout + (size_t)b * T * C + (size_t)h * hs;
-    const float* obase = out + (size_t)b * T * C + (size_t)h * hs;
-    const float* lrow = lse + ((size_t)b * NH + h) * T;
-    float* dbase = dqkv + (size_t)b * T * ld3 + (size_t)h * hs;
+    const long long ld3 = 3 * (long long)C;
+    const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
+    const float* gbase = dout + (long long)b * T * C + (long long)h * hs;
+    const float* obase = out + (long long)b * T * C + (long long)h * hs;
+    const float* lrow = lse + ((long long)b * NH + h) * T;
+    float* dbase = dqkv + (long long)b * T * ld3 + (long long)h * hs;
     float* ks = att_smem;
     float* vs = ks + ATT_TILE * ld;
     float* qs = vs + ATT_TILE * ld;
@@ -335,7 +344,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
         const int q0 = qt * ATT_TILE;
         __syncthreads(); // the previous query tile is consumed
         att_load_rows(qs, ld, base, ld3, q0, T, hs);
-        att_load_rows(gs, ld, gbase, (size_t)C, q0, T, hs);
+        att_load_rows(gs, ld, gbase, (long long)C, q0, T, hs);
         __syncthreads();
 
         // Each row's lse and D = dout·out.
@@ -345,7 +354,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
             const int r = ty + 16 * i, t = q0 + r;
             float d = 0.0f;
             if (t < T) {
-                const float* orow = obase + (size_t)t * C;
+                const float* orow = obase + (long long)t * C;
                 for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * orow[col];
             }
             rd[i] = att_rowsum16(d);
@@ -396,7 +405,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
         for (int i = 0; i < 4; i++) {
             const int t = q0 + ty + 16 * i;
             if (t >= T) continue;
-            float* drow = dbase + (size_t)t * ld3;
+            float* drow = dbase + (long long)t * ld3;
 #pragma unroll
             for (int c = 0; c < G::NC; c++) {
                 const int col = att_col<HS>(tx, c);
@@ -409,7 +418,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     for (int a = 0; a < 4; a++) {
         const int t = k0 + ty + 16 * a;
         if (t >= T) continue;
-        float* drow = dbase + (size_t)t * ld3;
+        float* drow = dbase + (long long)t * ld3;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) {
             const int col = att_col<HS>(tx, c);
@@ -442,9 +451,9 @@ ATT_KERNELS(any, 0)
 // attention_zero_dq zeros the q third of dqkv (N = B·T rows of 3C), which
 // the backward kernels then accumulate into. Grid-stride over N·C.
 extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C) {
-    const size_t n = (size_t)N * C;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / C, c = i - r * C;
+    const long long n = (long long)N * C;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / C, c = i - r * C;
         dqkv[r * 3 * C + c] = 0.0f;
     }
 }
@@ -464,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
     __shared__ float dov[ATT_DEC_WARPS][32 * ATT_DEC_NC];
     const int h = blockIdx.x, b = blockIdx.y;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const float* qrow = q + (size_t)b * C + (size_t)h * hs;
+    const float* qrow = q + (long long)b * C + (long long)h * hs;
     float qv[ATT_DEC_NC], o[ATT_DEC_NC];
 #pragma unroll
     for (int c = 0; c < ATT_DEC_NC; c++) {
@@ -474,7 +483,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
     }
     float m = ATT_NEG, l = 0.0f;
     for (int t = w; t <= pos; t += ATT_DEC_WARPS) {
-        const size_t row = ((size_t)b * maxT + t) * C + (size_t)h * hs;
+        const long long row = ((long long)b * maxT + t) * C + (long long)h * hs;
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < ATT_DEC_NC; c++) {
@@ -506,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
     float sum = 0.0f;
     for (int i = 0; i < ATT_DEC_WARPS; i++) sum += dl[i] * expf(dm[i] - mx);
     const float inv = 1.0f / sum;
-    float* orow = out + (size_t)b * C + (size_t)h * hs;
+    float* orow = out + (long long)b * C + (long long)h * hs;
     for (int col = threadIdx.x; col < hs; col += 32 * ATT_DEC_WARPS) {
         float acc = 0.0f;
         for (int i = 0; i < ATT_DEC_WARPS; i++) acc += dov[i][col] * expf(dm[i] - mx);
