@@ -421,10 +421,8 @@ func measureNodeLink(ctx context.Context, hosts string, two []sshexec.Node, ssh 
 			switch {
 			case e.Kind == event.KindNode && (e.State == event.NodePushing || e.State == event.NodeFailed):
 				fmt.Fprintf(stderr, "gptui plan: %s: %s %s\n", e.Node, e.State, e.Message)
-			case e.Kind == event.KindLog && e.Rank == 0:
-				if v, ok := strings.CutPrefix(e.Line, linkLine); ok {
-					bw, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
-				}
+			case e.Kind == event.KindLog && e.Rank == 0 && strings.HasPrefix(e.Line, linkLine):
+				bw, _ = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(e.Line, linkLine)), 64)
 			case e.Kind == event.KindLog:
 				tail = append(tail[max(0, len(tail)-9):], fmt.Sprintf("[%s/%d] %s", e.Node, e.Rank, e.Line))
 			}
