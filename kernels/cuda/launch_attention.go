@@ -13,6 +13,7 @@ const (
 	attTile    = 64  // query rows and keys per tile
 	attThreads = 256 // threads per block of the tiled kernels
 	attMaxHS   = 128 // largest head size of the generic kernels
+	attPLD     = 80  // row stride of the probability tiles (ATT_PLD)
 
 	attDecodeThreads = 256 // 8 warps
 	attDecodeMaxHS   = 256 // largest head size of attention_decode
@@ -65,14 +66,14 @@ func attLD(hs int) int {
 // limit raised (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) before the
 // first launch.
 func AttentionForwardShared(hs int) int {
-	return (3*attTile*attLD(hs) + attTile*attTile) * 4
+	return (3*attTile*attLD(hs) + attTile*attPLD) * 4
 }
 
 // AttentionBackwardShared is the dynamic shared memory, in bytes, of the
 // backward kernel for head size hs: k, v, q and dout tiles and two tiles of
 // probabilities and their gradients (over 48 KiB for every hs ≥ 16).
 func AttentionBackwardShared(hs int) int {
-	return (4*attTile*attLD(hs) + 2*attTile*attTile) * 4
+	return (4*attTile*attLD(hs) + 2*attTile*attPLD) * 4
 }
 
 // AttentionSharedNeeds maps each attention kernel that needs more than the

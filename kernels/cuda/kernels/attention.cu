@@ -16,7 +16,17 @@
 // adjacent columns, group tx+16·g, so the shared-memory reads of a warp are
 // float4 (or float2) and conflict-free. Shared rows of q, k, v and dout are
 // padded to a stride whose float4 count is odd: the 16 different k rows a
-// warp reads at once then fall in different banks.
+// warp reads at once then fall in different banks. The 64×64 tiles of
+// probabilities have rows of 80 floats: the two rows a warp touches at once
+// (ty, ty+1) then sit in opposite halves of the banks, for the scalar
+// writes and the float4 reads alike.
+//
+// Shared-memory traffic per multiply-add is what bounds fp32 tiles on a
+// GPU, so every inner product reads float4s: per four steps of a 4×4
+// register tile (hs 64) a warp issues 12 shared-memory wavefronts (one per
+// cycle per SM) against 64 multiply-add instructions (four per cycle). The
+// backward pass's dk and dv accumulators are owned by key rows 4ty … 4ty+3,
+// so their products read the probability tiles' columns as float4 too.
 //
 // Dropout draws exactly the mask of the CPU backend (kernels/cpu/dropout.go):
 // probability (b, local head h, row t, column j) has stream index
@@ -32,6 +42,7 @@
 #define ATT_TILE 64       // query rows and keys per tile
 #define ATT_THREADS 256   // threads per block of the tiled kernels
 #define ATT_MAXHS 128     // largest head size of the generic kernels
+#define ATT_PLD 80        // row stride of the 64×64 probability tiles (see above)
 #define ATT_NEG (-3.0e38f) // score of a masked entry: exp(ATT_NEG − m) is 0
 
 // att_rowsum16 and att_rowmax16 reduce over the 16 lanes of a half-warp.
@@ -128,65 +139,66 @@ __device__ __forceinline__ void att_dot4x4(float s[4][4], const float* a, const 
     }
 }
 
+// att_row_load reads row r of a shared tile m (stride ld) at the thread's
+// head-size columns att_col(tx, c) into mv.
+template <int HS>
+__device__ __forceinline__ void att_row_load(float mv[AttGeom<HS>::NC], const float* m, int r, int ld, int hs,
+                                             int tx) {
+    typedef AttGeom<HS> G;
+#pragma unroll
+    for (int g = 0; g < G::NG; g++) {
+        const int col = (tx + 16 * g) * G::VW;
+        if constexpr (G::VW == 4) {
+            float4 v = *reinterpret_cast<const float4*>(&m[r * ld + col]);
+            mv[4 * g] = v.x, mv[4 * g + 1] = v.y, mv[4 * g + 2] = v.z, mv[4 * g + 3] = v.w;
+        } else if constexpr (G::VW == 2) {
+            float2 v = *reinterpret_cast<const float2*>(&m[r * ld + col]);
+            mv[2 * g] = v.x, mv[2 * g + 1] = v.y;
+        } else {
+            mv[g] = col < hs ? m[r * ld + col] : 0.0f;
+        }
+    }
+}
+
 // att_row_times accumulates acc[i][c] += Σ_j w[rows ty+16i][j] · m[j][col c]
-// for j < 64: w is a 64×64 shared tile (stride 64), m a shared tile of
-// stride ld; the thread's columns are att_col(tx, c).
+// for j < 64: w is a 64×64 tile of stride ATT_PLD, read four columns at a
+// time, m a tile of stride ld; the thread's columns are att_col(tx, c).
 template <int HS>
 __device__ __forceinline__ void att_row_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
                                               int ld, int hs, int ty, int tx) {
     typedef AttGeom<HS> G;
-#pragma unroll 2
-    for (int j = 0; j < ATT_TILE; j++) {
-        float wv[4];
+    for (int j = 0; j < ATT_TILE; j += 4) {
+        float wv[4][4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) wv[i] = w[(ty + 16 * i) * ATT_TILE + j];
-        float mv[G::NC];
-#pragma unroll
-        for (int g = 0; g < G::NG; g++) {
-            int col = (tx + 16 * g) * G::VW;
-            if constexpr (G::VW == 4) {
-                float4 v = *reinterpret_cast<const float4*>(&m[j * ld + col]);
-                mv[4 * g] = v.x, mv[4 * g + 1] = v.y, mv[4 * g + 2] = v.z, mv[4 * g + 3] = v.w;
-            } else if constexpr (G::VW == 2) {
-                float2 v = *reinterpret_cast<const float2*>(&m[j * ld + col]);
-                mv[2 * g] = v.x, mv[2 * g + 1] = v.y;
-            } else {
-                mv[g] = col < hs ? m[j * ld + col] : 0.0f;
-            }
+        for (int i = 0; i < 4; i++) {
+            float4 v = *reinterpret_cast<const float4*>(&w[(ty + 16 * i) * ATT_PLD + j]);
+            wv[i][0] = v.x, wv[i][1] = v.y, wv[i][2] = v.z, wv[i][3] = v.w;
         }
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int jj = 0; jj < 4; jj++) {
+            float mv[G::NC];
+            att_row_load<HS>(mv, m, j + jj, ld, hs, tx);
 #pragma unroll
-            for (int c = 0; c < G::NC; c++) acc[i][c] += wv[i] * mv[c];
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < G::NC; c++) acc[i][c] += wv[i][jj] * mv[c];
+        }
     }
 }
 
-// att_col_times accumulates acc[a][c] += Σ_r w[r][cols ty+16a] · m[r][col c]
-// for r < 64: the transposed product of att_row_times (w's columns are the
-// thread's rows of acc).
+// att_col_times accumulates acc[a][c] += Σ_r w[r][4ty+a] · m[r][col c] for
+// r < 64: the transposed product of att_row_times. The thread's rows of acc
+// are the four adjacent columns 4ty … 4ty+3 of w, read as one float4.
 template <int HS>
 __device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
                                               int ld, int hs, int ty, int tx) {
     typedef AttGeom<HS> G;
 #pragma unroll 2
     for (int r = 0; r < ATT_TILE; r++) {
-        float wv[4];
-#pragma unroll
-        for (int a = 0; a < 4; a++) wv[a] = w[r * ATT_TILE + ty + 16 * a];
+        const float4 v = *reinterpret_cast<const float4*>(&w[r * ATT_PLD + 4 * ty]);
+        const float wv[4] = {v.x, v.y, v.z, v.w};
         float mv[G::NC];
-#pragma unroll
-        for (int g = 0; g < G::NG; g++) {
-            int col = (tx + 16 * g) * G::VW;
-            if constexpr (G::VW == 4) {
-                float4 v = *reinterpret_cast<const float4*>(&m[r * ld + col]);
-                mv[4 * g] = v.x, mv[4 * g + 1] = v.y, mv[4 * g + 2] = v.z, mv[4 * g + 3] = v.w;
-            } else if constexpr (G::VW == 2) {
-                float2 v = *reinterpret_cast<const float2*>(&m[r * ld + col]);
-                mv[2 * g] = v.x, mv[2 * g + 1] = v.y;
-            } else {
-                mv[g] = col < hs ? m[r * ld + col] : 0.0f;
-            }
-        }
+        att_row_load<HS>(mv, m, r, ld, hs, tx);
 #pragma unroll
         for (int a = 0; a < 4; a++)
 #pragma unroll
@@ -195,7 +207,7 @@ __device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], con
 }
 
 // att_forward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
-// (3·64·ld + 64·64)·4 bytes (q, k, v tiles and the probabilities). Block z
+// (3·64·ld + 64·ATT_PLD)·4 bytes (q, k, v tiles and the probabilities). Block z
 // takes query tile ⌈T/64⌉−1−z: blocks start in grid order, x fastest, so
 // the longest rows of every head start first and the short ones fill the
 // tail.
@@ -269,7 +281,7 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
                 float e = expf(s[i][j] - mnew);
                 l[i] += e;
                 if (drop) e = (t < T && dropout_keep(key, rbase + tx + 16 * j, p)) ? e * pscale : 0.0f;
-                ps[(ty + 16 * i) * ATT_TILE + tx + 16 * j] = e;
+                ps[(ty + 16 * i) * ATT_PLD + tx + 16 * j] = e;
             }
         }
         __syncthreads();
@@ -293,7 +305,7 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
 }
 
 // att_backward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
-// (4·64·ld + 2·64·64)·4 bytes (k, v, q, dout tiles, the dropped
+// (4·64·ld + 2·64·ATT_PLD)·4 bytes (k, v, q, dout tiles, the dropped
 // probabilities and the score gradients). Block z owns key tile z (the
 // first keys, which the most rows see, start first): it keeps
 // that tile's k and v in shared memory and dk, dv in registers, walks the
@@ -327,7 +339,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     float* qs = vs + ATT_TILE * ld;
     float* gs = qs + ATT_TILE * ld;
     float* ps = gs + ATT_TILE * ld;
-    float* dss = ps + ATT_TILE * ATT_TILE;
+    float* dss = ps + ATT_TILE * ATT_PLD;
     const bool drop = p > 0.0f;
     const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
 
@@ -386,8 +398,8 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
                         pk = 0.0f, g = 0.0f;
                     }
                 }
-                ps[r * ATT_TILE + tx + 16 * j] = pk;
-                dss[r * ATT_TILE + tx + 16 * j] = pr * (g - rd[i]) * scale;
+                ps[r * ATT_PLD + tx + 16 * j] = pk;
+                dss[r * ATT_PLD + tx + 16 * j] = pr * (g - rd[i]) * scale;
             }
         }
         __syncthreads();
@@ -416,7 +428,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
 
 #pragma unroll
     for (int a = 0; a < 4; a++) {
-        const int t = k0 + ty + 16 * a;
+        const int t = k0 + 4 * ty + a;
         if (t >= T) continue;
         float* drow = dbase + (long long)t * ld3;
 #pragma unroll
