@@ -217,7 +217,7 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
                                             float scale, float p, float pscale, unsigned long long key, int Hg,
                                             int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
-    extern __shared__ float att_smem[];
+    extern __shared__ __align__(16) float att_smem[]; // float4 reads
     const int hs = HS > 0 ? HS : hs_arg;
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
@@ -320,7 +320,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
                                              float scale, float p, float pscale, unsigned long long key, int Hg,
                                              int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
-    extern __shared__ float att_smem[];
+    extern __shared__ __align__(16) float att_smem[]; // float4 reads
     const int hs = HS > 0 ? HS : hs_arg;
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
