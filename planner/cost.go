@@ -462,6 +462,14 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		ar := 2 * (D - 1) / D * gb / S
 		t.Comm += v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
 		sent += v + ar
+		if r := c.refaultRate(); r > 0 {
+			// Memory given back and written again: the gathered
+			// parameters outside the shard for each pass, and the
+			// gradients each backward writes after the last
+			// reduce-scatter released them.
+			refault := pb * ((S-1)/S*(2*mb*L*block+outer) + mb*L*block + outer)
+			t.Comm += refault / r
+		}
 		opt = math.Ceil(P / S)
 		normN = opt
 	}

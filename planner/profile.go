@@ -50,6 +50,7 @@ func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 	d.GEMMFLOPS = d.PeakFLOPS * CPUComputeFraction
 	d.GEMMHalfRows = half
 	d.OptimizerParamsPerS = adamRate(be)
+	d.RefaultBPS = refaultRate()
 	if cores > 0 {
 		d.Cores = cores
 	}
