@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -309,4 +308,3 @@ func gpuBench(ctx context.Context, w io.Writer, t *gpuTable) {
 	}
 }
 
-var _ = errors.New
