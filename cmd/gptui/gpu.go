@@ -307,4 +307,3 @@ func gpuBench(ctx context.Context, w io.Writer, t *gpuTable) {
 		t.add(fmt.Sprintf("GEMM %s %d³", c.name, c.n), fmt.Sprintf("%.1f TFLOP/s", f/1e12), true)
 	}
 }
-
