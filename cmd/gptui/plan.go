@@ -39,7 +39,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	c, o := configFlags(fs)
 	hosts := fs.String("hosts", "", "host inventory: count its nodes and devices (no connection is made, except with --profile)")
 	nodes := fs.Int("nodes", 1, "number of nodes")
-	perNode := fs.Int("devices-per-node", 0, "devices per node (default: 8 for accelerators, 1 for cpu)")
+	perNode := fs.Int("devices-per-node", 0, "devices per node (default, without --nodes: the config's strategy's devices, in nodes of 8 accelerators; with --nodes: 8 for accelerators, 1 for cpu)")
 	dev := fs.String("device", "", "device profile: V100-32G, A100-40G, A100-80G, H100-80G, H200-141G or cpu (default: cpu for Global.device=cpu, else V100-32G)")
 	top := fs.Int("top", 10, "plans to list, feasible and rejected each; 0 lists all")
 	asJSON := fs.Bool("json", false, "print the plans as a JSON list")
@@ -121,6 +121,16 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cl.Device, err = deviceProfile(name, path, stderr); err != nil {
 		return err
 	}
+	sized := false
+	if *hosts == "" && !set["nodes"] && !set["devices-per-node"] {
+		// No cluster given: the one the config's strategy runs on, so that
+		// 'gptui plan -c 13b-4node' plans for the preset's 32 devices.
+		world := planner.StrategyOf(cfg).Devices()
+		cl.Nodes, cl.DevicesPerNode, sized = 1, world, true
+		if cl.Device.Accounting != planner.AccountingEngine && world > 8 && world%8 == 0 {
+			cl.Nodes, cl.DevicesPerNode = world/8, 8
+		}
+	}
 	if cl.DevicesPerNode == 0 {
 		cl.DevicesPerNode = 8
 		if cl.Device.Accounting == planner.AccountingEngine {
@@ -162,7 +172,11 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if cl.Device.Measured != "" {
 		fmt.Fprintf(stdout, ", measured %s", cl.Device.Measured)
 	}
-	fmt.Fprintf(stdout, ")\n%s\n\n", cl.Links())
+	fmt.Fprintf(stdout, ")\n")
+	if sized {
+		fmt.Fprintf(stdout, "(the devices the config's strategy uses; --nodes/--devices-per-node or --hosts plan for another cluster)\n")
+	}
+	fmt.Fprintf(stdout, "%s\n\n", cl.Links())
 	if err := planner.WriteTable(stdout, plans, *top); err != nil {
 		return err
 	}

@@ -79,6 +79,36 @@ func TestPlanTable(t *testing.T) {
 	}
 }
 
+// TestPlanDefaultCluster: without --hosts, --nodes or --devices-per-node
+// the planner plans for the devices the config's own strategy uses.
+func TestPlanDefaultCluster(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	for _, tc := range []struct {
+		args    []string
+		cluster string
+	}{
+		{[]string{"-c", "13b-4node"}, "cluster: 4 node(s) × 8 V100-32G"},
+		{[]string{"-c", "6.7b-sharding16"}, "cluster: 2 node(s) × 8 V100-32G"},
+		{[]string{"-c", "1.3b-dp8"}, "cluster: 1 node(s) × 8 V100-32G"},
+		{[]string{"-c", "345m-1card"}, "cluster: 1 node(s) × 1 V100-32G"},
+		{[]string{"-c", "tiny", "-o", "Distributed.dp_degree=2", "-o", "Global.global_batch_size=16"}, "cluster: 1 node(s) × 2 CPU"},
+		{[]string{"-c", "1.3b-dp8", "-o", "Distributed.dp_degree=12"}, "cluster: 1 node(s) × 12 V100-32G"},
+		{[]string{"-c", "13b-4node", "--nodes", "2"}, "cluster: 2 node(s) × 8 V100-32G"},
+	} {
+		code, out, stderr := runCLI(t, append([]string{"plan", "--top", "1"}, tc.args...)...)
+		if code != 0 {
+			t.Errorf("%v: exit %d: %s", tc.args, code, stderr)
+			continue
+		}
+		if !strings.Contains(out, tc.cluster) {
+			t.Errorf("%v: want %q in:\n%s", tc.args, tc.cluster, out)
+		}
+		if sized := strings.Contains(out, "the devices the config's strategy uses"); sized == slices.Contains(tc.args, "--nodes") {
+			t.Errorf("%v: the note on the cluster's size is wrong:\n%s", tc.args, out)
+		}
+	}
+}
+
 // TestPlanFixed: with every degree fixed by -o the planner evaluates that
 // one plan; with some fixed, every plan keeps them.
 func TestPlanFixed(t *testing.T) {
