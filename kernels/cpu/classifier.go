@@ -31,10 +31,7 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V i
 			if !grad {
 				continue
 			}
-			s := dscale * float32(1/sum)
-			for i := range x {
-				x[i] *= s
-			}
+			scale(x, dscale*float32(1/sum))
 			x[tgt] -= dscale
 		}
 	})
@@ -99,10 +96,7 @@ func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, ma
 				continue
 			}
 			x := logits[r*V : (r+1)*V]
-			s := dscale * float32(1/sum)
-			for i := range x {
-				x[i] *= s
-			}
+			scale(x, dscale*float32(1/sum))
 			if t := int(targets[r]) - vlo; t >= 0 && t < V {
 				x[t] -= dscale
 			}

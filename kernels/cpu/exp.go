@@ -9,19 +9,13 @@ import "math"
 // 1.5·2²³, which leaves round(x·log2e) in the low mantissa bits. Softmax and
 // GELU spend their time here.
 func exp32(x float32) float32 {
-	if x < -87.3 || x > 88 {
+	if x < expMin || x > 88 {
 		return expSlow(x)
 	}
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693359375
-		ln2lo = -2.12194440e-4
-		magic = 12582912 // 1.5·2²³
-	)
-	t := x*log2e + magic
-	k := int32(math.Float32bits(t)) - int32(math.Float32bits(magic))
-	kf := t - magic
-	r := x - kf*ln2hi - kf*ln2lo
+	t := x*expLog2e + expMagic
+	k := int32(math.Float32bits(t)) - int32(math.Float32bits(expMagic))
+	kf := t - expMagic
+	r := x - kf*expLn2hi - kf*expLn2lo
 	// Taylor coefficients of eʳ to r⁶; |r| ≤ 0.347 keeps the tail under 1e-8.
 	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
 	return p * math.Float32frombits(uint32(k+127)<<23)
@@ -30,49 +24,77 @@ func exp32(x float32) float32 {
 // expSlow covers the ends of the range: 0 below float32's normals, and
 // math.Exp where 2ᵏ alone would overflow.
 func expSlow(x float32) float32 {
-	if x < -87.3 {
+	if x < expMin {
 		return 0
 	}
 	return float32(math.Exp(float64(x)))
 }
 
+// The constants of exp32 and expShift, shared with the vector loop.
+const (
+	expLog2e = 1.44269504088896341
+	expLn2hi = 0.693359375
+	expLn2lo = -2.12194440e-4
+	expMagic = 12582912 // 1.5·2²³
+	expMin   = -87.3    // below it eˣ is not a normal float32: 0
+)
+
 // expShift replaces each x[i] by e^(x[i]−m) and returns their sum in float64.
 // It is exp32 written out in a loop for softmax rows, where m is the row's
-// maximum, so every argument is ≤ 0.
+// maximum, so every argument is ≤ 0. On amd64 the bulk runs four lanes at a
+// time (exp_amd64.s) with the same bits; the sum is accumulated in four
+// partial sums, element i into s[i&3], either way.
 func expShift(x []float32, m float32) float64 {
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693359375
-		ln2lo = -2.12194440e-4
-		magic = 12582912 // 1.5·2²³
-	)
-	magicBits := int32(math.Float32bits(magic))
 	// Four partial sums break the chain of dependent float64 additions.
 	var s [4]float64
-	for i, v := range x {
-		v -= m
+	expShiftFrom(x, m, &s, expShiftVec(x, m, &s))
+	return (s[0] + s[1]) + (s[2] + s[3])
+}
+
+// expShiftFrom is expShift's scalar loop over x[from:], adding e^(x[i]−m)
+// to s[i&3].
+func expShiftFrom(x []float32, m float32, s *[4]float64, from int) {
+	magicBits := int32(math.Float32bits(expMagic))
+	for i := from; i < len(x); i++ {
+		v := x[i] - m
 		e := float32(0)
-		if v >= -87.3 {
-			t := v*log2e + magic
+		if v >= expMin {
+			t := v*expLog2e + expMagic
 			k := int32(math.Float32bits(t)) - magicBits
-			kf := t - magic
-			r := v - kf*ln2hi - kf*ln2lo
+			kf := t - expMagic
+			r := v - kf*expLn2hi - kf*expLn2lo
 			p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
 			e = p * math.Float32frombits(uint32(k+127)<<23)
 		}
 		x[i] = e
 		s[i&3] += float64(e)
 	}
-	return (s[0] + s[1]) + (s[2] + s[3])
 }
 
-// maxOf returns the largest element of a non-empty x.
+// maxOf returns the largest element of a non-empty x: x[0], replaced by
+// each later element greater than the maximum so far, so a NaN counts only
+// as x[0]. On amd64 the bulk is taken four lanes at a time, which gives the
+// same value.
 func maxOf(x []float32) float32 {
 	m := x[0]
-	for _, v := range x[1:] {
+	if m != m {
+		return m // NaN: no element is greater
+	}
+	vm, n := maxVec(x)
+	if vm > m {
+		m = vm
+	}
+	for _, v := range x[n:] {
 		if v > m {
 			m = v
 		}
 	}
 	return m
+}
+
+// scale multiplies every element of x by s.
+func scale(x []float32, s float32) {
+	for i := scaleVec(x, s); i < len(x); i++ {
+		x[i] *= s
+	}
 }
