@@ -355,7 +355,13 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	attnFwd := gemmTime(c, 4*B*T*T*C/tp, T)
 	logitsFwd := gemmTime(c, 2*rows*C*V/tp, rows)
 	fwd := L*(layerFwd+attnFwd) + logitsFwd
-	perMB := 3 * fwd
+	// The softmax cross-entropy over this rank's columns of the logits,
+	// forward and gradient in one pass.
+	var classifier float64
+	if r := c.Device.ClassifierPerS; r > 0 {
+		classifier = rows * V / tp / (r * c.share())
+	}
+	perMB := 3*fwd + classifier
 	switch s.Recompute {
 	case RecomputeFull:
 		perMB += L * (layerFwd + attnFwd)
@@ -387,7 +393,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		// node's rate, unless one stage has more work than a worker's
 		// threads can do in that time. perMB is the last stage's (it
 		// holds the logits); the average stage's has 1/pp of them.
-		avg := perMB - 3*logitsFwd*float64(s.PP-1)/float64(s.PP)
+		avg := perMB - (3*logitsFwd+classifier)*float64(s.PP-1)/float64(s.PP)
 		threads := max(1, c.Device.Cores/c.DevicesPerNode)
 		bottleneck := perMB * mb * float64(c.Device.Cores) / float64(c.DevicesPerNode*threads)
 		t.Compute = math.Max(avg*mb, bottleneck)

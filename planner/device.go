@@ -45,6 +45,15 @@ type Device struct {
 	// OptimizerParamsPerS is how many parameters AdamW updates per second
 	// (a memory-bound pass; per node with SharedNode).
 	OptimizerParamsPerS float64 `json:"optimizer_params_per_s"`
+	// ClassifierPerS is how many logits per second the fused softmax
+	// cross-entropy (row maxima, exponentials and their sum, the loss and
+	// the gradient's rescale) gets through: a pass over B·T·V elements that
+	// no GEMM rate accounts for, and the larger part of a step when the
+	// vocabulary dwarfs the hidden size (per node with SharedNode). Zero:
+	// not counted apart from the GEMMs (the built-in accelerator profiles,
+	// where it is under 1% of a step, and CPU profiles measured before it
+	// was).
+	ClassifierPerS float64 `json:"classifier_per_s,omitempty"`
 	// IntraBW and InterBW are the all-reduce bus bandwidths in bytes/s
 	// inside a node and between nodes.
 	IntraBW float64 `json:"intra_bw"`
@@ -98,7 +107,7 @@ func Devices() []Device {
 		acc("H100-80G", 80*gib, 989e12, 0.45, 3350e9, 350e9, 40e9),
 		acc("H200-141G", 141e9, 989e12, 0.50, 4800e9, 350e9, 40e9),
 		{Name: "CPU", Accounting: AccountingEngine, MemBytes: 24 * gib, PeakFLOPS: 200e9, GEMMFLOPS: 200e9,
-			GEMMHalfRows: 48, OptimizerParamsPerS: 15.5e9 / 28, IntraBW: 1.5e9, InterBW: 0.1e9, Overlap: 0,
+			GEMMHalfRows: 48, ClassifierPerS: 0.8e9, OptimizerParamsPerS: 15.5e9 / 28, IntraBW: 1.5e9, InterBW: 0.1e9, Overlap: 0,
 			SharedNode: true, Cores: 2},
 	}
 }

@@ -16,14 +16,15 @@ import (
 	"github.com/gptui/gptui/kernels"
 )
 
-// CPUComputeFraction is the share of a CPU training step spent in the
-// matrix multiplies (the rest: GELU, LayerNorm, softmax, cross-entropy,
-// dropout, residuals), from the engine's per-kernel breakdown of a GPT-2
-// 124M step in BENCHMARKS.md (matmuls 1.04 s of 1.40 s without the
-// optimizer). A measured CPU profile's GEMMFLOPS is the sgemm rate times
-// this, so that the model's GEMM FLOPs at that rate give the whole
-// forward and backward time.
-const CPUComputeFraction = 0.75
+// CPUComputeFraction is the share of a CPU training step's forward and
+// backward spent in the matrix multiplies (the rest: GELU, LayerNorm,
+// attention's softmax, dropout, residuals), from the engine's per-kernel
+// breakdown of a GPT-2 124M step in BENCHMARKS.md: matmuls 1.044 s of
+// 1.358 s without the optimizer, the gradient norm and the cross-entropy,
+// which the model counts apart. A measured CPU profile's GEMMFLOPS is the
+// sgemm rate times this, so that the model's GEMM FLOPs at that rate give
+// the time of everything but the classifier's softmax.
+const CPUComputeFraction = 0.77
 
 // Rows of the two products MeasureCompute times (with 1024 columns and
 // inner dimension), to fit Device.GEMMHalfRows.
@@ -34,8 +35,9 @@ const (
 
 // MeasureCompute measures this machine's CPU profile through be: the
 // sgemm rate of a 2048×1024×1024 product and of a 64-row one (to fit how
-// the rate falls for small micro-batches), and the AdamW update rate over
-// buffers larger than the caches. It starts from the built-in CPU profile,
+// the rate falls for small micro-batches), the softmax cross-entropy's rate
+// over the logits, and the AdamW update rate over buffers larger than the
+// caches. It starts from the built-in CPU profile,
 // so the link bandwidths are those until MeasureLink's result is set.
 func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 	d, _ := LookupDevice("CPU")
@@ -50,6 +52,7 @@ func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 	d.GEMMFLOPS = d.PeakFLOPS * CPUComputeFraction
 	d.GEMMHalfRows = half
 	d.OptimizerParamsPerS = adamRate(be)
+	d.ClassifierPerS = classifierRate(be)
 	d.RefaultBPS = refaultRate()
 	if cores > 0 {
 		d.Cores = cores
@@ -101,6 +104,33 @@ func adamRate(be kernels.Backend) float64 {
 		be.AdamW(p, g, m, v, 1e-4, 0.9, 0.999, 1e-8, 0.01, 1, step)
 		if step > 1 {
 			rates = append(rates, n/time.Since(start).Seconds())
+		}
+	}
+	return median(rates)
+}
+
+// classifierRate is the median rate of the fused softmax cross-entropy
+// with its gradient over 64 rows of GPT-2's vocabulary, in logits per
+// second.
+func classifierRate(be kernels.Backend) float64 {
+	const n, v = 64, 50304
+	src := make([]float32, n*v)
+	for i := range src {
+		src[i] = float32(i%101)*0.05 - 2.5
+	}
+	logits := make([]float32, n*v)
+	losses := make([]float32, n)
+	targets := make([]int32, n)
+	for i := range targets {
+		targets[i] = int32(i * 787 % v)
+	}
+	var rates []float64
+	for r := range 7 {
+		copy(logits, src)
+		start := time.Now()
+		be.CrossEntropy(losses, logits, targets, n, v, 1.0/n, true)
+		if r > 0 { // the first is a warm-up
+			rates = append(rates, n*v/time.Since(start).Seconds())
 		}
 	}
 	return median(rates)

@@ -1,6 +1,7 @@
 package planner
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -77,5 +78,38 @@ func TestProfileInterNodeLink(t *testing.T) {
 		if tc.differ && b.StepTime >= a.StepTime {
 			t.Errorf("the faster link between nodes made dp2 slower: %.4f s, %.4f s", a.StepTime, b.StepTime)
 		}
+	}
+}
+
+// TestClassifierTime: the softmax cross-entropy adds rows·V/rate to a
+// step for the node as a whole, however tensor parallelism splits the
+// vocabulary among the node's workers, and nothing where the profile has
+// no rate for it.
+func TestClassifierTime(t *testing.T) {
+	cpu := device(t, "cpu")
+	none := cpu
+	none.ClassifierPerS = 0
+	for _, tc := range []struct {
+		name      string
+		overrides []string
+		s         Strategy
+		devices   int
+	}{
+		{"single", nil, Strategy{MicroBatch: 8}, 1},
+		{"accumulate 4", nil, Strategy{MicroBatch: 2}, 1},
+		{"mp2", []string{"Distributed.mp_degree=2"}, Strategy{MP: 2, MicroBatch: 8}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := ModelOf(mustLoad(t, "tiny", tc.overrides...))
+			with := Estimate(m, Cluster{Nodes: 1, DevicesPerNode: tc.devices, Device: cpu}, tc.s)
+			without := Estimate(m, Cluster{Nodes: 1, DevicesPerNode: tc.devices, Device: none}, tc.s)
+			if !with.Feasible || !without.Feasible {
+				t.Fatalf("%s / %s", with.Reason, without.Reason)
+			}
+			want := float64(m.GlobalBatch*m.SeqLen) * float64(m.Vocab) / cpu.ClassifierPerS
+			if got := with.StepTime - without.StepTime; math.Abs(got-want) > 1e-9*want {
+				t.Errorf("the classifier adds %.6f s, want rows·V/rate = %.6f s", got, want)
+			}
+		})
 	}
 }
