@@ -179,8 +179,8 @@ func (c Cluster) Validate() error {
 		return fmt.Errorf("device %s: accounting %q, want %q or %q", d.Name, d.Accounting, AccountingEngine, AccountingMixed)
 	case d.MemBytes <= 0 || d.GEMMFLOPS <= 0 || d.PeakFLOPS <= 0 || d.OptimizerParamsPerS <= 0 || d.IntraBW <= 0 || d.InterBW <= 0:
 		return fmt.Errorf("device %s: memory, rates and bandwidths must be positive", d.Name)
-	case d.GEMMHalfRows < 0 || d.Overlap < 0 || d.Overlap > 1:
-		return fmt.Errorf("device %s: gemm_half_rows must be ≥ 0 and overlap in [0, 1]", d.Name)
+	case d.GEMMHalfRows < 0 || d.ClassifierPerS < 0 || d.Overlap < 0 || d.Overlap > 1:
+		return fmt.Errorf("device %s: gemm_half_rows and classifier_per_s must be ≥ 0 and overlap in [0, 1]", d.Name)
 	}
 	return nil
 }

@@ -37,8 +37,8 @@ const (
 // sgemm rate of a 2048×1024×1024 product and of a 64-row one (to fit how
 // the rate falls for small micro-batches), the softmax cross-entropy's rate
 // over the logits, and the AdamW update rate over buffers larger than the
-// caches. It starts from the built-in CPU profile,
-// so the link bandwidths are those until MeasureLink's result is set.
+// caches. It starts from the built-in CPU profile, so the link bandwidths
+// are those until MeasureLink's result is set.
 func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 	d, _ := LookupDevice("CPU")
 	big := sgemmRate(be, bigRows)

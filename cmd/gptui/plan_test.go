@@ -174,6 +174,9 @@ func TestPlanBadInput(t *testing.T) {
 	os.WriteFile(badHosts, []byte("a devices=cpu:1\nb devices=0-x\n"), 0o644)
 	badProfile := filepath.Join(dir, "profile.json")
 	os.WriteFile(badProfile, []byte(`{"name": "CPU", "accounting": "engine"}`), 0o644)
+	negProfile := filepath.Join(dir, "negative.json")
+	os.WriteFile(negProfile, []byte(`{"name": "CPU", "accounting": "engine", "mem_bytes": 10000000000, "peak_flops": 1e11, "gemm_flops": 8e10,
+		"optimizer_params_per_s": 5e8, "classifier_per_s": -1, "intra_bw": 1e9, "inter_bw": 1e8, "shared_node": true, "cores": 2}`), 0o644)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -193,6 +196,7 @@ func TestPlanBadInput(t *testing.T) {
 		{"profile, missing inventory", []string{"plan", "--profile", "--hosts", filepath.Join(dir, "none")}, []string{"none"}},
 		{"accept keys without profile", []string{"plan", "-c", "tiny", "--hosts", oneNode, "--accept-new-host-keys"}, []string{"--accept-new-host-keys", "--profile --hosts"}},
 		{"bad profile", []string{"plan", "-c", "tiny", "--device", "cpu", "--profile-file", badProfile}, []string{"profile.json", "gptui plan --profile"}},
+		{"negative classifier rate", []string{"plan", "-c", "tiny", "--device", "cpu", "--profile-file", negProfile}, []string{"negative.json", "classifier_per_s", "gptui plan --profile"}},
 		{"auto not a bool", []string{"plan", "-c", "tiny", "-o", "Distributed.auto=maybe"}, []string{"Distributed.auto"}},
 		{"no layout", []string{"plan", "-c", "tiny", "--devices-per-node", "3"}, []string{"no valid layout"}},
 	} {
