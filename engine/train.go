@@ -22,6 +22,9 @@ import (
 type Options struct {
 	// Stdout receives the log lines (they also go to <log_dir>/workerlog.<rank>).
 	Stdout io.Writer
+	// Stderr receives the one-line report of a log file that failed to
+	// take a write (nil: discarded).
+	Stderr io.Writer
 	// Builtin returns the built-in corpus, used when input_dir is empty.
 	Builtin func() ([]uint16, error)
 	// Rank names the log and metrics files of a single process; with World
@@ -81,10 +84,12 @@ type Trainer struct {
 	train, eval *data.Loader
 	B, T, Accum int
 	start       int      // first step to run: 0, or the step a checkpoint ends at
+	resumedFrom string   // the checkpoint resumed from, if any
 	warnings    []string // logged when the run starts
 	flopsPerTok float64
 	out         io.Writer // stdout and the worker log
-	metrics     io.Writer
+	metrics     *logFile
+	logs        []*logFile // the worker log and the metrics file
 	closers     []io.Closer
 }
 
@@ -107,6 +112,9 @@ func (e *ConfigError) Error() string { return e.Msg }
 func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer, error) {
 	if opts.Stdout == nil {
 		opts.Stdout = io.Discard
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
 	}
 	mc := cfg.Model
 	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
@@ -213,6 +221,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			return nil, err
 		}
 		tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
+		tr.resumedFrom = ck.Dir
 	}
 	n := int64(4 * m.NumParams())
 	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V)))}
@@ -313,24 +322,39 @@ func (tr *Trainer) logf(format string, args ...any) {
 	fmt.Fprintf(tr.out, format+"\n", args...)
 }
 
+// openLogs opens workerlog.<rank> and metrics.<rank>.jsonl in log_dir:
+// anew for a fresh run; for a resumed one, keeping the lines of the steps
+// before the one it resumes at, so that the files read as one run.
 func (tr *Trainer) openLogs() error {
 	dir := tr.Cfg.Engine.LogDir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("log_dir: %w", err)
+		return logOpenError(err)
 	}
-	wl, err := os.Create(filepath.Join(dir, fmt.Sprintf("workerlog.%d", tr.opts.Rank)))
+	wl, err := openLog(filepath.Join(dir, fmt.Sprintf("workerlog.%d", tr.opts.Rank)), tr.start, keepWorkerLog, tr.opts.Stderr)
 	if err != nil {
-		return fmt.Errorf("log_dir: %w", err)
+		return err
 	}
-	mf, err := os.Create(filepath.Join(dir, fmt.Sprintf("metrics.%d.jsonl", tr.opts.Rank)))
+	mf, err := openLog(filepath.Join(dir, fmt.Sprintf("metrics.%d.jsonl", tr.opts.Rank)), tr.start, keepMetrics, tr.opts.Stderr)
 	if err != nil {
-		wl.Close()
-		return fmt.Errorf("log_dir: %w", err)
+		wl.f.Close()
+		return err
 	}
-	tr.closers = append(tr.closers, wl, mf)
+	tr.closers = append(tr.closers, wl.f, mf.f)
+	tr.logs = []*logFile{wl, mf}
 	tr.out = io.MultiWriter(tr.opts.Stdout, wl)
 	tr.metrics = mf
 	return nil
+}
+
+// logErrors joins the write errors of the log files.
+func (tr *Trainer) logErrors() error {
+	var errs []error
+	for _, l := range tr.logs {
+		if l.err != nil {
+			errs = append(errs, l.err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Run trains for Engine.max_steps steps, logging every logging_freq steps and
@@ -346,8 +370,13 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 				err = cerr
 			}
 		}
+		// A log that lost writes fails the run, once it has finished.
+		err = errors.Join(err, tr.logErrors())
 	}()
 	res = &Result{}
+	if tr.start > 0 {
+		tr.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
+	}
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
 	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
 	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
@@ -666,6 +695,8 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 func (tr *Trainer) writeMetrics(m Metrics) {
 	b, err := json.Marshal(m)
 	if err != nil {
+		// A NaN or infinite figure: the record is lost like a failed write.
+		tr.metrics.fail(fmt.Errorf("step %d's record: %w", m.Step, err))
 		return
 	}
 	tr.metrics.Write(append(b, '\n'))

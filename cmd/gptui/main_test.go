@@ -122,3 +122,25 @@ func TestConfigAndPresets(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainLogOnFullDisk: a metrics file on /dev/full is said once on
+// stderr, training finishes and saves, and the exit status is 1.
+func TestTrainLogOnFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	logs, out := filepath.Join(dir, "log"), filepath.Join(dir, "out")
+	os.MkdirAll(logs, 0o755)
+	if err := os.Symlink("/dev/full", filepath.Join(logs, "metrics.0.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=1", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
+		"-o", "Engine.log_dir="+logs, "-o", "Engine.save_load.save_steps=1", "-o", "Engine.save_load.output_dir="+out)
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (stderr %q)", code, stderr)
+	}
+	if n := strings.Count(stderr, "metrics.0.jsonl: no space left on device"); n != 2 { // at the write, and at the end
+		t.Errorf("stderr names the full metrics file %d times, want 2 (the report, the exit line):\n%s", n, stderr)
+	}
+	if !strings.Contains(stdout, "[done] checkpoint: "+filepath.Join(out, "step_00000001")) {
+		t.Errorf("training did not finish with its checkpoint:\n%s", stdout)
+	}
+}

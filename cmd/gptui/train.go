@@ -108,6 +108,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	defer release()
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
+		Stderr:  stderr,
 		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
 		World:   world,
 	})
@@ -115,7 +116,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	res, err := tr.Run(ctx)
-	if err != nil {
+	// A log file that lost writes fails the run after it has finished.
+	if err != nil && !onlyLogErrors(err) {
 		return err
 	}
 	if n := len(res.Losses); n > 0 {
@@ -128,5 +130,20 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if res.Checkpoint != "" {
 		fmt.Fprintf(stdout, "[done] checkpoint: %s\n", res.Checkpoint)
 	}
-	return nil
+	return err
+}
+
+// onlyLogErrors reports whether err is made of log files' write errors
+// alone: the run itself finished.
+func onlyLogErrors(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyLogErrors(e) {
+				return false
+			}
+		}
+		return true
+	}
+	_, ok := err.(*engine.LogWriteError)
+	return ok
 }

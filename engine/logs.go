@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"strconv"
+	"syscall"
+)
+
+// LogWriteError is a failed write to a log file (workerlog.<rank> or
+// metrics.<rank>.jsonl). Training goes on without the file; Run returns
+// this error at the end, with its result.
+type LogWriteError struct {
+	File string
+	Err  error // the first write's error
+	Lost int   // the writes dropped, the first included
+}
+
+func (e *LogWriteError) Error() string {
+	return fmt.Sprintf("log file %s: %v (%d %s lost)", e.File, e.Err, e.Lost, pluralWord(e.Lost, "write"))
+}
+
+func (e *LogWriteError) Unwrap() error { return e.Err }
+
+func pluralWord(n int, w string) string {
+	if n == 1 {
+		return w
+	}
+	return w + "s"
+}
+
+// logFile is an open log file. A failed write is reported once on the
+// run's stderr; later writes are dropped and counted, and the writer keeps
+// saying it succeeded, so that the lines still reach stdout and training
+// goes on.
+type logFile struct {
+	f      *os.File
+	stderr io.Writer
+	err    *LogWriteError
+}
+
+func (l *logFile) Write(p []byte) (int, error) {
+	if l.err != nil {
+		l.err.Lost++
+		return len(p), nil
+	}
+	if _, err := l.f.Write(p); err != nil {
+		l.fail(err)
+	}
+	return len(p), nil
+}
+
+// fail records a write to the file that was lost, and reports the first.
+func (l *logFile) fail(err error) {
+	if l.err != nil {
+		l.err.Lost++
+		return
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err // the file is named already
+	}
+	l.err = &LogWriteError{File: l.f.Name(), Err: err, Lost: 1}
+	fmt.Fprintf(l.stderr, "gptui: log file %s: %v; training goes on without it and will exit with status 1\n", l.f.Name(), err)
+}
+
+// openLog opens a log file of the run: anew, or, resuming at step start > 0,
+// keeping what keep says of its contents.
+func openLog(name string, start int, keep func(b []byte, start int) []byte, stderr io.Writer) (*logFile, error) {
+	flag := os.O_RDWR | os.O_CREATE
+	if start == 0 {
+		flag |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(name, flag, 0o644)
+	if err != nil {
+		return nil, logOpenError(err)
+	}
+	if start > 0 {
+		if err := resumeLog(f, start, keep); err != nil {
+			f.Close()
+			return nil, logOpenError(err)
+		}
+	}
+	return &logFile{f: f, stderr: stderr}, nil
+}
+
+// resumeLog cuts f to what keep leaves of it and moves to its end.
+func resumeLog(f *os.File, start int, keep func([]byte, int) []byte) error {
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return err
+	}
+	k := keep(b, start)
+	if len(k) == len(b) {
+		return nil // at the end already
+	}
+	if err := f.Truncate(int64(len(k))); err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(b, k) {
+		if _, err := f.WriteAt(k, 0); err != nil {
+			return err
+		}
+	}
+	_, err = f.Seek(int64(len(k)), io.SeekStart)
+	return err
+}
+
+// logOpenError makes a log file that cannot be opened for a reason of the
+// user's path (permissions, a file where a directory should be, a read-only
+// file system) a ConfigError naming Engine.log_dir.
+func logOpenError(err error) error {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) ||
+		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.EROFS) {
+		return &ConfigError{fmt.Sprintf("Engine.log_dir: %v; set Engine.log_dir to a directory gptui can write", err)}
+	}
+	return fmt.Errorf("Engine.log_dir: %w", err)
+}
+
+// keepMetrics keeps the records of metrics.<rank>.jsonl before step start,
+// so that a resumed run's file reads as one run. Lines that are not
+// records (a write torn by a crash) go too.
+func keepMetrics(b []byte, start int) []byte {
+	var out []byte
+	for line := range bytes.Lines(b) {
+		var m struct {
+			Step *int `json:"step"`
+		}
+		if !bytes.HasSuffix(line, []byte("\n")) || json.Unmarshal(line, &m) != nil || m.Step == nil || *m.Step >= start {
+			continue
+		}
+		out = append(out, line...)
+	}
+	return out
+}
+
+// stepOfLine finds the step a log line is about: "step: K" in [train],
+// [eval] and [amp] lines; "saved step N" (the steps done) in [checkpoint]
+// lines is step N-1.
+var stepOfLine = regexp.MustCompile(`(?:\bstep: |saved step )(\d+)\b`)
+
+// keepWorkerLog keeps workerlog.<rank> up to its last line about a step
+// before start; with no such line, up to its first line about a later one.
+func keepWorkerLog(b []byte, start int) []byte {
+	cut, first := -1, -1
+	off := 0
+	for line := range bytes.Lines(b) {
+		off += len(line)
+		m := stepOfLine.FindSubmatch(line)
+		if m == nil || !bytes.HasSuffix(line, []byte("\n")) {
+			continue
+		}
+		step, err := strconv.Atoi(string(m[1]))
+		if err != nil {
+			continue
+		}
+		if bytes.HasPrefix(m[0], []byte("saved")) {
+			step--
+		}
+		if step < start {
+			cut = off
+		} else if first < 0 {
+			first = off - len(line)
+		}
+	}
+	switch {
+	case cut >= 0:
+		return b[:cut]
+	case first >= 0:
+		return b[:first]
+	}
+	return b
+}

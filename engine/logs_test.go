@@ -1,0 +1,190 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
+)
+
+// metricsSteps reads the training records' steps of a metrics file, in order.
+func metricsSteps(t *testing.T, file string) []int {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var steps []int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var m Metrics
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("%s: line %q: %v", file, sc.Text(), err)
+		}
+		if m.EvalLoss == 0 {
+			steps = append(steps, m.Step)
+		}
+	}
+	return steps
+}
+
+// TestResumeKeepsLogs: a run of 4 steps saving every 2, resumed from its
+// step-2 checkpoint to 5 steps, leaves one metrics record per step 0..4 and
+// a worker log holding the first run's lines up to its step-2 save, then
+// the resumed run's.
+func TestResumeKeepsLogs(t *testing.T) {
+	logs, out := t.TempDir(), t.TempDir()
+	first, _ := trainTiny(t, "Engine.max_steps=4", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out, "Engine.log_dir="+logs)
+	firstLog, err := os.ReadFile(filepath.Join(logs, "workerlog.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt := filepath.Join(out, "step_00000002")
+	resumed, _ := trainTiny(t, "Engine.max_steps=5", "Engine.save_load.ckpt_dir="+ckpt, "Engine.save_load.output_dir="+t.TempDir(), "Engine.log_dir="+logs)
+	if resumed.start != 2 || first.Cfg.Engine.LogDir != logs {
+		t.Fatalf("resumed at step %d in %s; want 2 in %s", resumed.start, first.Cfg.Engine.LogDir, logs)
+	}
+	if got, want := fmt.Sprint(metricsSteps(t, filepath.Join(logs, "metrics.0.jsonl"))), "[0 1 2 3 4]"; got != want {
+		t.Errorf("metrics steps %s, want %s", got, want)
+	}
+	log, err := os.ReadFile(filepath.Join(logs, "workerlog.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first run's lines through its step-3 save, unchanged.
+	saved := "[checkpoint] saved step 2 to " + ckpt + "\n"
+	i := bytes.Index(firstLog, []byte(saved))
+	if i < 0 {
+		t.Fatalf("first run's log lacks %q:\n%s", saved, firstLog)
+	}
+	if keep := firstLog[:i+len(saved)]; !bytes.HasPrefix(log, keep) {
+		t.Errorf("the resumed log does not start with the first run's lines through step 1:\n%s", log)
+	}
+	if !strings.Contains(string(log), "[resume] resumed from step 2 ("+ckpt+")") {
+		t.Errorf("the log lacks the [resume] line:\n%s", log)
+	}
+	for step := range 5 {
+		if n := strings.Count(string(log), fmt.Sprintf("[train] epoch: 0 step: %d ", step)); n != 1 {
+			t.Errorf("the log has %d [train] lines of step %d, want 1", n, step)
+		}
+	}
+	// A fresh run starts the files anew.
+	trainTiny(t, "Engine.max_steps=2", "Engine.log_dir="+logs)
+	if got := fmt.Sprint(metricsSteps(t, filepath.Join(logs, "metrics.0.jsonl"))); got != "[0 1]" {
+		t.Errorf("a fresh run's metrics steps %s, want [0 1]", got)
+	}
+}
+
+// TestKeepWorkerLog cuts a worker log at the steps it names.
+func TestKeepWorkerLog(t *testing.T) {
+	log := "[model] x\n[train] epoch: 0 step: 0 a\n[amp] step: 0 b\n[checkpoint] saved step 1 to d\n[train] epoch: 0 step: 1 c\n[checkpoint] saved step 2 to e\n[eval] epoch: 0 step: 2 f\n"
+	for _, c := range []struct {
+		in    string
+		start int
+		want  string
+	}{
+		{log, 1, "[model] x\n[train] epoch: 0 step: 0 a\n[amp] step: 0 b\n[checkpoint] saved step 1 to d\n"},
+		{log, 2, "[model] x\n[train] epoch: 0 step: 0 a\n[amp] step: 0 b\n[checkpoint] saved step 1 to d\n[train] epoch: 0 step: 1 c\n[checkpoint] saved step 2 to e\n"},
+		{log, 9, log},
+		{"[model] x\n[train] epoch: 0 step: 5 a\n", 2, "[model] x\n"}, // no line before step 2
+		{"[model] x\n", 2, "[model] x\n"},
+	} {
+		if got := string(keepWorkerLog([]byte(c.in), c.start)); got != c.want {
+			t.Errorf("keepWorkerLog(%q, %d) = %q, want %q", c.in, c.start, got, c.want)
+		}
+	}
+}
+
+// TestLogsOnFullDisk: with metrics.0.jsonl and workerlog.0 on /dev/full,
+// training finishes and saves its checkpoint, each file's failure is said
+// once on stderr, and Run ends with both files' errors.
+func TestLogsOnFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Fatalf("this test needs /dev/full: %v", err)
+	}
+	logs, out := t.TempDir(), t.TempDir()
+	for _, f := range []string{"metrics.0.jsonl", "workerlog.0"} {
+		if err := os.Symlink("/dev/full", filepath.Join(logs, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=2", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + logs,
+		"Engine.save_load.save_steps=2", "Engine.save_load.output_dir=" + out, "Global.micro_batch_size=4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin, Stdout: &stdout, Stderr: &stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Run: %v, want ENOSPC", err)
+	}
+	var lwe *LogWriteError
+	if !errors.As(err, &lwe) || !strings.Contains(err.Error(), "metrics.0.jsonl") || !strings.Contains(err.Error(), "workerlog.0") {
+		t.Errorf("Run's error %q does not name both files", err)
+	}
+	if res == nil || len(res.Losses) != 2 || res.Checkpoint != filepath.Join(out, "step_00000002") {
+		t.Errorf("result %+v: want 2 steps and the checkpoint step_00000002", res)
+	}
+	if _, err := os.Stat(filepath.Join(out, "step_00000002")); err != nil {
+		t.Errorf("no checkpoint: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(stderr.String(), "no space left on device") {
+		t.Errorf("stderr %q: want one line per file, naming ENOSPC", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "[train] epoch: 0 step: 1 ") {
+		t.Errorf("stdout lacks the last step's line:\n%s", stdout.String())
+	}
+}
+
+// TestLogDirNotWritable: a log_dir that is a file is a ConfigError naming
+// Engine.log_dir, before any step.
+func TestLogDirNotWritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(file, nil, 0o644)
+	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=1", "Engine.log_dir=" + filepath.Join(file, "logs")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Run(context.Background())
+	if !IsUserError(err) || !strings.Contains(err.Error(), "Engine.log_dir") || res != nil {
+		t.Errorf("Run = %v, %v; want a user error naming Engine.log_dir and no result", res, err)
+	}
+}
+
+// TestKeepMetrics keeps the records before the resumed step, eval records
+// included, and drops a torn last line.
+func TestKeepMetrics(t *testing.T) {
+	in := "{\"step\":0}\n{\"step\":1}\n{\"step\":1,\"eval_loss\":5}\n{\"step\":2}\n{\"step\":3}\n{\"st"
+	for _, c := range []struct {
+		start int
+		want  string
+	}{
+		{2, "{\"step\":0}\n{\"step\":1}\n{\"step\":1,\"eval_loss\":5}\n"},
+		{1, "{\"step\":0}\n"},
+		{9, "{\"step\":0}\n{\"step\":1}\n{\"step\":1,\"eval_loss\":5}\n{\"step\":2}\n{\"step\":3}\n"},
+	} {
+		if got := string(keepMetrics([]byte(in), c.start)); got != c.want {
+			t.Errorf("keepMetrics(start %d) = %q, want %q", c.start, got, c.want)
+		}
+	}
+}
