@@ -198,6 +198,16 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 // checkpoint loads into any part under any parallel layout.
 func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []float32) error {
 	for _, t := range ts {
+		// A tensor missing or of another shape than the config's model is
+		// a checkpoint whose tensors do not match its config.
+		manifest := filepath.Join(c.Dir, checkpoint.ManifestFile)
+		ct, ok := c.Tensor(prefix + t.Name)
+		if !ok {
+			return &checkpoint.FormatError{File: manifest, Msg: fmt.Sprintf("no tensor %q, which the model of its config needs; the checkpoint is incomplete: use another one", prefix+t.Name)}
+		}
+		if !slices.Equal(ct.Shape, t.Global) {
+			return &checkpoint.FormatError{File: manifest, Msg: fmt.Sprintf("tensor %q has shape %v, where the model of its config needs %v; its config and tensors do not match: use another checkpoint", prefix+t.Name, ct.Shape, t.Global)}
+		}
 		local := buf[t.Offset : t.Offset+t.Size]
 		for _, pc := range t.Pieces {
 			dst := local

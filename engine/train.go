@@ -723,5 +723,6 @@ func IsUserError(err error) bool {
 	var pe *presets.Error
 	var ke *checkpoint.FormatError
 	return errors.As(err, &ce) || errors.As(err, &fe) || errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &ke) ||
-		errors.Is(err, os.ErrNotExist) || errors.Is(err, checkpoint.ErrNoCheckpoint)
+		errors.Is(err, os.ErrNotExist) || errors.Is(err, checkpoint.ErrNoCheckpoint) ||
+		errors.Is(err, data.ErrNoShards)
 }

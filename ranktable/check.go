@@ -3,6 +3,7 @@ package ranktable
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,15 +20,21 @@ import (
 //   - the rank_ids of 0..N-1 that no device has,
 //   - a server whose rank_ids, in the order of its devices, are not one
 //     ascending range lo, lo+1, ..., hi-1: run_distribute.sh gives each
-//     machine its ranks as a DEVICE_RANGE [lo,hi).
+//     machine its ranks as a DEVICE_RANGE [lo,hi),
+//   - an empty server_list.
 //
 // Each error starts with the JSON path of the mistake where there is one.
+// Check accepts host names as server_id and device_ip, as gptui's runner
+// does; see [CheckAddresses] for HCCL's stricter rule.
 func Check(t *Table) []error {
 	if t == nil {
 		return []error{errors.New("no rank table")}
 	}
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(t.Servers) == 0 {
+		add("server_list: no servers; a rank table needs at least one server with devices")
+	}
 
 	if t.ServerCount != len(t.Servers) {
 		add("server_count: %d, but server_list has %d servers", t.ServerCount, len(t.Servers))
@@ -85,6 +92,29 @@ func Check(t *Table) []error {
 			}
 		}
 		add("rank_ids missing: %s (%d devices have ranks 0..%d)", spans(missing), n, n-1)
+	}
+	return errs
+}
+
+// CheckAddresses returns, in the order of the file, every server_id and
+// device_ip of t that is not an IP address (IPv4 or IPv6): HCCL reaches
+// the machines and devices at these addresses, and hccl_tools.py writes
+// them as IP addresses. gptui's own runner also takes host names (see
+// [Check]).
+func CheckAddresses(t *Table) []error {
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	for i, s := range t.Servers {
+		if _, err := netip.ParseAddr(s.ServerID); err != nil && s.ServerID != "" {
+			errs = append(errs, fmt.Errorf("server_list[%d].server_id: %q is not an IP address; write the machine's IP address", i, s.ServerID))
+		}
+		for j, d := range s.Devices {
+			if _, err := netip.ParseAddr(d.DeviceIP); err != nil {
+				errs = append(errs, fmt.Errorf("server_list[%d].device[%d].device_ip: %q is not an IP address; write the device's IP address (hccn_tool -i %d -ip -g)", i, j, d.DeviceIP, d.DeviceID))
+			}
+		}
 	}
 	return errs
 }

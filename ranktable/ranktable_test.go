@@ -323,6 +323,7 @@ func TestCheck(t *testing.T) {
 	}{
 		{"good", good(), nil},
 		{"nil", nil, []string{"no rank table"}},
+		{"no servers", &Table{Version: Version}, []string{"server_list: no servers; a rank table needs at least one server with devices"}},
 		{"server_count", with(func(t *Table) { t.ServerCount = 4 }), []string{"server_count: 4, but server_list has 2 servers"}},
 		{"duplicate rank", with(func(t *Table) { t.Servers[1].Devices[1].RankID = 3 }), []string{
 			"server_list[1].device[1].rank_id: rank 3 is also server_list[1].device[0]",
@@ -387,6 +388,34 @@ func TestCheck(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Check =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestCheckAddresses: HCCL's rule, IP addresses as server_id and
+// device_ip, IPv4 and IPv6.
+func TestCheckAddresses(t *testing.T) {
+	tests := []struct {
+		name            string
+		server, devices string
+		want            []string
+	}{
+		{"ipv4", "10.0.0.1", "192.1.27.6", nil},
+		{"ipv6", "fe80::1", "2001:db8::7", nil},
+		{"host name", "node1", "192.1.27.6", []string{`server_list[0].server_id: "node1" is not an IP address; write the machine's IP address`}},
+		{"bad device ip", "10.0.0.1", "192.1.27.256", []string{`server_list[0].device[0].device_ip: "192.1.27.256" is not an IP address; write the device's IP address (hccn_tool -i 3 -ip -g)`}},
+		{"empty device ip", "10.0.0.1", "", []string{`server_list[0].device[0].device_ip: "" is not an IP address; write the device's IP address (hccn_tool -i 3 -ip -g)`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tb := Build([]ServerInput{{ServerID: tc.server, DeviceIDs: []int{3}, DeviceIPs: map[int]string{3: tc.devices}}})
+			var got []string
+			for _, e := range CheckAddresses(tb) {
+				got = append(got, e.Error())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("CheckAddresses =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
 			}
 		})
 	}
@@ -539,7 +568,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("MarshalJSON then UnmarshalJSON:\n%+v\nwant\n%+v", viaJSON, tab)
 		}
 		if m, err := Merge(tab); err == nil {
-			if errs := Check(m); len(errs) > 0 && allHaveDevices(m) && uniqueDevices(m) && noEmptyID(m) {
+			if errs := Check(m); len(errs) > 0 && len(m.Servers) > 0 && allHaveDevices(m) && uniqueDevices(m) && noEmptyID(m) {
 				t.Fatalf("Check(Merge(t)) = %v", errs)
 			}
 		}

@@ -21,13 +21,14 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("export", stderr)
 	ckpt := fs.String("ckpt", "", "checkpoint directory (step_N, or an output_dir with `latest`)")
 	to := fs.String("to", "", "format: hf or llmc")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if *ckpt == "" || fs.NArg() != 1 || (*to != "hf" && *to != "llmc") {
+	if *ckpt == "" || len(pos) != 1 || (*to != "hf" && *to != "llmc") {
 		return usagef("usage: gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin")
 	}
-	out := fs.Arg(0)
+	out := pos[0]
 	m, _, err := engine.LoadModel(cpu.New(), *ckpt)
 	if err != nil {
 		return err
@@ -48,13 +49,14 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("import", stderr)
 	from := fs.String("from", "", "format: hf or llmc")
 	out := fs.String("out", "", "output directory for the checkpoint")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if *out == "" || fs.NArg() != 1 || (*from != "hf" && *from != "llmc") {
+	if *out == "" || len(pos) != 1 || (*from != "hf" && *from != "llmc") {
 		return usagef("usage: gptui import --from hf DIR | --from llmc FILE.bin --out DIR")
 	}
-	src := fs.Arg(0)
+	src := pos[0]
 	be := cpu.New()
 	var m *engine.Model
 	if *from == "hf" {

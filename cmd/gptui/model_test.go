@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/hf"
 	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
 )
 
 func sameFile(t *testing.T, a, b string) {
@@ -88,5 +90,99 @@ func TestGenerateCLI(t *testing.T) {
 	}
 	if code, _, e := runCLI(t, "generate", "--ckpt", filepath.Join(dir, "nope"), "--prompt", "x"); code != 2 || !strings.Contains(e, "nope") {
 		t.Errorf("missing checkpoint: exit %d, %q", code, e)
+	}
+}
+
+// tinyCheckpoint saves an untrained tiny model as a checkpoint and returns
+// its directory.
+func tinyCheckpoint(t *testing.T, dir string) string {
+	t.Helper()
+	cfg, err := presets.Load("tiny", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.NewModel(cpu.New(), engine.ShapeOf(cfg), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := engine.SaveModel(m, cfg, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ckpt
+}
+
+// editManifest rewrites a checkpoint's manifest.json with edit.
+func editManifest(t *testing.T, ckpt string, edit func(m map[string]any)) {
+	t.Helper()
+	f := filepath.Join(ckpt, "manifest.json")
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckpointBadInput: a checkpoint missing a tensor, or whose config
+// does not fit its tensors, is bad input for generate, export and train
+// (exit 2, naming the manifest and the tensor); flags may follow the
+// positional argument of export and import.
+func TestCheckpointBadInput(t *testing.T) {
+	dir := t.TempDir()
+	missing := tinyCheckpoint(t, filepath.Join(dir, "missing"))
+	editManifest(t, missing, func(m map[string]any) {
+		ts := m["tensors"].([]any)
+		m["tensors"] = ts[1:]
+	})
+	name := func(ckpt string) string { // the first tensor's name
+		b, _ := os.ReadFile(filepath.Join(ckpt, "manifest.json"))
+		var m struct{ Tensors []struct{ Name string } }
+		json.Unmarshal(b, &m)
+		return m.Tensors[0].Name
+	}
+	good := tinyCheckpoint(t, filepath.Join(dir, "good"))
+	first := name(good)
+	shape := tinyCheckpoint(t, filepath.Join(dir, "shape"))
+	editManifest(t, shape, func(m map[string]any) {
+		m["config"] = strings.Replace(m["config"].(string), "hidden_size: 64", "hidden_size: 32", 1)
+	})
+	log := "Engine.log_dir=" + filepath.Join(dir, "log")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"generate, missing tensor", []string{"generate", "--ckpt", missing, "--prompt", "x"}, []string{filepath.Join(missing, "manifest.json"), `no tensor "` + first + `"`, "use another"}},
+		{"export, missing tensor", []string{"export", "--ckpt", missing, "--to", "llmc", filepath.Join(dir, "m.bin")}, []string{"manifest.json", `no tensor "` + first + `"`}},
+		{"train, missing tensor", []string{"train", "-c", "tiny", "-o", log, "-o", "Model.init_from=" + missing}, []string{"manifest.json", `no tensor "` + first + `"`}},
+		{"generate, shape mismatch", []string{"generate", "--ckpt", shape, "--prompt", "x"}, []string{filepath.Join(shape, "manifest.json"), "has shape", "needs", "do not match"}},
+		{"export, shape mismatch", []string{"export", "--ckpt", shape, "--to", "hf", filepath.Join(dir, "hf")}, []string{"manifest.json", "has shape", "do not match"}},
+		{"train, no shards", []string{"train", "-c", "tiny", "-o", log, "-o", "Data.Train.dataset.input_dir=" + dir}, []string{dir, "no token shards", "gptui data prepare"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tc.args...)
+			checkUserError(t, code, stderr, tc.want)
+		})
+	}
+	// Flags after the positional argument, as README writes import.
+	bin := filepath.Join(dir, "m.bin")
+	if code, _, e := runCLI(t, "export", bin, "--ckpt", good, "--to", "llmc"); code != 0 {
+		t.Fatalf("export FILE --ckpt DIR --to llmc: exit %d: %s", code, e)
+	}
+	if code, out, e := runCLI(t, "import", "--from", "llmc", bin, "--out", filepath.Join(dir, "back")); code != 0 || !strings.Contains(out, "imported "+bin) {
+		t.Fatalf("import --from llmc FILE --out DIR: exit %d: %s %s", code, out, e)
+	}
+	if code, _, e := runCLI(t, "import", "--from", "llmc", "--out", filepath.Join(dir, "x"), "--", "-weird.bin"); code != 2 || !strings.Contains(e, "-weird.bin") {
+		t.Errorf("import after --: exit %d, %q: want 2 naming -weird.bin as a file", code, e)
 	}
 }

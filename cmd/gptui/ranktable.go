@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -97,19 +96,9 @@ func ranktableMerge(args []string, stdout, stderr io.Writer) error {
 	fs := ranktableFlagSet("ranktable merge", stderr)
 	out := fs.String("o", "", "write the merged table to `OUT` instead of standard output")
 	// Files and flags may come in any order: merge A B -o OUT.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return err
-			}
-			return usageError{err}
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	files, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return usagef("ranktable merge: no rank tables given; write: gptui ranktable merge A B ... -o OUT")
@@ -134,21 +123,21 @@ func ranktableMerge(args []string, stdout, stderr io.Writer) error {
 
 func ranktableCheck(args []string, stdout, stderr io.Writer) error {
 	fs := ranktableFlagSet("ranktable check", stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
-		return usagef("ranktable check: want one rank table file, got %d arguments", fs.NArg())
+	if len(pos) != 1 {
+		return usagef("ranktable check: want one rank table file, got %d arguments", len(pos))
 	}
-	file := fs.Arg(0)
+	file := pos[0]
 	t, err := ranktable.Read(file)
 	if err != nil {
 		return usageError{fmt.Errorf("ranktable check: %w", err)}
 	}
-	if errs := ranktable.Check(t); len(errs) > 0 {
+	// The file is for HCCL, which needs IP addresses where gptui's runner
+	// also takes host names.
+	if errs := append(ranktable.Check(t), ranktable.CheckAddresses(t)...); len(errs) > 0 {
 		for _, e := range errs {
 			fmt.Fprintf(stdout, "%s: %v\n", file, e)
 		}

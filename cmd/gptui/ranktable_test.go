@@ -191,8 +191,11 @@ func TestRanktableErrors(t *testing.T) {
 	a := machineTable(t, dir, "10.0.0.1", 2)
 	bad := file("bad.json", `{"version":"1.0","server_count":"1","server_list":[{"server_id":"x","device":[{"device_id":"0","rank_id":"x"}]}]}`)
 	twoRanks := file("tworanks.json", `{"version":"1.0","server_count":"2","server_list":[
-		{"server_id":"a","device":[{"device_id":"0","device_ip":"1.1.1.1","rank_id":"0"},{"device_id":"0","device_ip":"1.1.1.1","rank_id":"2"}]},
-		{"server_id":"b","device":[{"device_id":"0","device_ip":"1.1.1.2","rank_id":"2"}]}],"status":"completed"}`)
+		{"server_id":"10.0.0.1","device":[{"device_id":"0","device_ip":"1.1.1.1","rank_id":"0"},{"device_id":"0","device_ip":"1.1.1.1","rank_id":"2"}]},
+		{"server_id":"10.0.0.2","device":[{"device_id":"0","device_ip":"1.1.1.2","rank_id":"2"}]}],"status":"completed"}`)
+	empty := file("empty.json", `{"version":"1.0","server_count":"0","server_list":[],"status":"completed"}`)
+	names := file("names.json", `{"version":"1.0","server_count":"1","server_list":[
+		{"server_id":"node1","device":[{"device_id":"0","device_ip":"10.0.0.300","rank_id":"0"},{"device_id":"1","device_ip":"1.1.1.2","rank_id":"1"}]}],"status":"completed"}`)
 	tests := []struct {
 		name   string
 		args   []string
@@ -216,9 +219,14 @@ func TestRanktableErrors(t *testing.T) {
 		{"check unreadable", []string{"ranktable", "check", bad}, []string{`bad.json: server_list[0].device[0].rank_id: "x" is not a number`}, ""},
 		{"check problems", []string{"ranktable", "check", twoRanks}, []string{"tworanks.json: 4 problems"},
 			twoRanks + ": server_list[0].device[1].device_id: device 0 is also server_list[0].device[0]\n" +
-				twoRanks + ": server_list[0] (server_id \"a\"): rank_ids 0, 2 are not the range [0,3) in order; each server needs one range of ranks for its DEVICE_RANGE\n" +
+				twoRanks + ": server_list[0] (server_id \"10.0.0.1\"): rank_ids 0, 2 are not the range [0,3) in order; each server needs one range of ranks for its DEVICE_RANGE\n" +
 				twoRanks + ": server_list[1].device[0].rank_id: rank 2 is also server_list[0].device[1]\n" +
 				twoRanks + ": rank_ids missing: 1 (3 devices have ranks 0..2)\n"},
+		{"check empty", []string{"ranktable", "check", empty}, []string{"empty.json: 1 problem"},
+			empty + ": server_list: no servers; a rank table needs at least one server with devices\n"},
+		{"check not IPs", []string{"ranktable", "check", names}, []string{"names.json: 2 problems"},
+			names + ": server_list[0].server_id: \"node1\" is not an IP address; write the machine's IP address\n" +
+				names + ": server_list[0].device[0].device_ip: \"10.0.0.300\" is not an IP address; write the device's IP address (hccn_tool -i 0 -ip -g)\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
