@@ -42,22 +42,25 @@ func pluralWord(n int, w string) string {
 type logFile struct {
 	f      *os.File
 	stderr io.Writer
-	err    *LogWriteError
+	err    *LogWriteError // the first loss, with the count of them all
+	broken bool           // a write failed: later ones are dropped
 }
 
 func (l *logFile) Write(p []byte) (int, error) {
-	if l.err != nil {
+	if l.broken {
 		l.err.Lost++
 		return len(p), nil
 	}
 	if _, err := l.f.Write(p); err != nil {
-		l.fail(err)
+		l.broken = true
+		l.lose(err, "training goes on without it")
 	}
 	return len(p), nil
 }
 
-// fail records a write to the file that was lost, and reports the first.
-func (l *logFile) fail(err error) {
+// lose counts a write that was lost, and reports the first on stderr with
+// what happens next.
+func (l *logFile) lose(err error, next string) {
 	if l.err != nil {
 		l.err.Lost++
 		return
@@ -67,7 +70,7 @@ func (l *logFile) fail(err error) {
 		err = pe.Err // the file is named already
 	}
 	l.err = &LogWriteError{File: l.f.Name(), Err: err, Lost: 1}
-	fmt.Fprintf(l.stderr, "gptui: log file %s: %v; training goes on without it and will exit with status 1\n", l.f.Name(), err)
+	fmt.Fprintf(l.stderr, "gptui: log file %s: %v; %s, and gptui will exit with status 1\n", l.f.Name(), err, next)
 }
 
 // openLog opens a log file of the run: anew, or, resuming at step start > 0,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,5 +187,47 @@ func TestKeepMetrics(t *testing.T) {
 		if got := string(keepMetrics([]byte(in), c.start)); got != c.want {
 			t.Errorf("keepMetrics(start %d) = %q, want %q", c.start, got, c.want)
 		}
+	}
+}
+
+// TestLogFile: a failed write is reported once and breaks the file (later
+// writes are counted, not tried); a record left out (a NaN) is reported
+// and counted but later writes go on.
+func TestLogFile(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("this test needs /dev/full: %v", err)
+	}
+	defer full.Close()
+	var stderr bytes.Buffer
+	l := &logFile{f: full, stderr: &stderr}
+	for range 3 {
+		if n, err := l.Write([]byte("line\n")); n != 5 || err != nil {
+			t.Fatalf("Write = %d, %v; want 5, nil", n, err)
+		}
+	}
+	if !l.broken || l.err == nil || l.err.Lost != 3 || !errors.Is(l.err, syscall.ENOSPC) {
+		t.Errorf("after 3 writes to /dev/full: broken %v, err %v", l.broken, l.err)
+	}
+	if want := "gptui: log file /dev/full: no space left on device; training goes on without it, and gptui will exit with status 1\n"; stderr.String() != want {
+		t.Errorf("stderr %q, want %q", stderr.String(), want)
+	}
+
+	f, err := os.Create(filepath.Join(t.TempDir(), "metrics.0.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	stderr.Reset()
+	m := &logFile{f: f, stderr: &stderr}
+	tr := &Trainer{metrics: m}
+	tr.writeMetrics(Metrics{Step: 1, Loss: math.NaN()})
+	tr.writeMetrics(Metrics{Step: 2, Loss: 1})
+	b, _ := os.ReadFile(f.Name())
+	if m.broken || m.err == nil || m.err.Lost != 1 || !strings.HasPrefix(string(b), `{"step":2,`) {
+		t.Errorf("NaN record: broken %v, err %v, file %q; want the next record written", m.broken, m.err, b)
+	}
+	if !strings.Contains(stderr.String(), "step 1's record: json: unsupported value: NaN; the record is left out") {
+		t.Errorf("stderr %q", stderr.String())
 	}
 }

@@ -696,7 +696,7 @@ func (tr *Trainer) writeMetrics(m Metrics) {
 	b, err := json.Marshal(m)
 	if err != nil {
 		// A NaN or infinite figure: the record is lost like a failed write.
-		tr.metrics.fail(fmt.Errorf("step %d's record: %w", m.Step, err))
+		tr.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
 		return
 	}
 	tr.metrics.Write(append(b, '\n'))
