@@ -58,6 +58,10 @@ const (
 // Options.Parallel says otherwise.
 const DefaultParallel = 32
 
+// DefaultKeepJobs is how many jobs/<id> directories each node keeps after
+// a successful job unless Options.KeepJobs says otherwise.
+const DefaultKeepJobs = 5
+
 // Options describe a job.
 type Options struct {
 	// Nodes are the inventory's nodes, in rank order.
@@ -85,6 +89,11 @@ type Options struct {
 	// JobID names the job (its config goes to <workdir>/jobs/<JobID>/);
 	// empty means one made of the time and random digits.
 	JobID string
+	// KeepJobs is how many jobs/<id> directories each node keeps after a
+	// successful job: the newest, this job's included. Only directories
+	// named like the job ids New makes are removed. 0 means
+	// DefaultKeepJobs; a negative number keeps them all.
+	KeepJobs int
 }
 
 // Plan is what a job will run where.
@@ -175,10 +184,13 @@ func New(opts Options) *Job {
 	if opts.JobID == "" {
 		b := make([]byte, 3)
 		_, _ = rand.Read(b)
-		opts.JobID = time.Now().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+		opts.JobID = time.Now().Format(jobIDTime) + "-" + hex.EncodeToString(b)
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
+	}
+	if opts.KeepJobs == 0 {
+		opts.KeepJobs = DefaultKeepJobs
 	}
 	if opts.SSH.KeepAlive == 0 {
 		opts.SSH.KeepAlive = KeepAlive

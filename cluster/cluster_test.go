@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -493,7 +495,9 @@ func TestLocalNode(t *testing.T) {
 	first := strings.SplitAfter(string(inv), "\n")[0]
 	os.WriteFile(tc.hosts, []byte("localhost devices=cpu:2 workdir="+local+"\n"+first), 0o644)
 	tc.workdirs = []string{local, tc.workdirs[0]}
-	j := New(tc.options(t, append([]string{"Engine.max_steps=2"}, dp4...)...))
+	o := tc.options(t, append([]string{"Engine.max_steps=2"}, dp4...)...)
+	o.KeepJobs = 2
+	j := New(o)
 	events := collect(j)
 	p, err := j.Plan(context.Background())
 	if err != nil {
@@ -502,6 +506,17 @@ func TestLocalNode(t *testing.T) {
 	}
 	if p.Nodes[0].Addr != "local" || p.MasterAddr == "" {
 		t.Errorf("plan %+v", p)
+	}
+	// Earlier jobs' directories, and two that are not job ids: after the
+	// job each node keeps this job's and the newest old one, and the others.
+	old := []string{"20200101-000000-aaaaaa", "20200102-000000-bbbbbb", "20200103-000000-cccccc"}
+	others := []string{"mine", "20200101-000000-ABCDEF"}
+	for _, wd := range tc.workdirs {
+		for _, d := range append(old, others...) {
+			if err := os.MkdirAll(filepath.Join(wd, "jobs", d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	if err := j.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -523,5 +538,92 @@ func TestLocalNode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(local, "log", "metrics.0.jsonl")); err != nil {
 		t.Errorf("rank 0 did not run in the local workdir: %v", err)
 	}
+	want := append([]string{old[2], p.JobID}, others...)
+	slices.Sort(want)
+	for _, wd := range tc.workdirs {
+		entries, err := os.ReadDir(filepath.Join(wd, "jobs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range entries {
+			got = append(got, e.Name())
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s/jobs holds %v, want %v", wd, got, want)
+		}
+	}
+	pruned := 0
+	for _, e := range es {
+		if e.Kind == event.KindNode && e.State == event.NodePruned {
+			pruned++
+			if !strings.Contains(e.Message, "removed 2 old jobs (jobs/20200101-000000-aaaaaa, jobs/20200102-000000-bbbbbb), keeping the newest 2") {
+				t.Errorf("node %s: pruned event %q", e.Node, e.Message)
+			}
+		}
+	}
+	if pruned != 2 {
+		t.Errorf("%d pruned events, want one per node", pruned)
+	}
 	t.Logf("MASTER_ADDR %s", p.MasterAddr)
+}
+
+// TestSetupFailsFast: a node that fails its setup (here a host key that
+// known_hosts does not have) stops the others' at once: Plan returns its
+// error well before a node that never answers would time out (10 s).
+func TestSetupFailsFast(t *testing.T) {
+	tc := newCluster(t, "cpu:1")
+	// A host that accepts the connection and never speaks SSH.
+	ln, err := net.Listen("tcp", "127.0.0.4:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	inv, _ := os.ReadFile(tc.hosts)
+	silent := fmt.Sprintf("%s@%s devices=cpu:1 workdir=%s identity=%s\n", tc.servers[0].User, ln.Addr(), filepath.Join(t.TempDir(), "silent"), tc.servers[0].UserKeyFile)
+	os.WriteFile(tc.hosts, append([]byte(silent), inv...), 0o644)
+	os.WriteFile(tc.knownHosts, []byte(tc.servers[0].KnownHostsLine()+"\n"), 0o600) // not 127.0.0.3's
+	j := New(tc.options(t))
+	events := collect(j)
+	start := time.Now()
+	_, err = j.Plan(context.Background())
+	took := time.Since(start)
+	j.Close()
+	es := <-events
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.3") {
+		t.Fatalf("Plan: %v, want the error of node 127.0.0.3", err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("Plan took %v to fail, want < 5 s", took)
+	}
+	var stopped bool
+	for _, e := range es {
+		if e.Kind == event.KindNode && e.Node == "127.0.0.4" && e.State == event.NodeFailed {
+			stopped = strings.HasPrefix(e.Message, "setup stopped: ") && strings.Contains(e.Message, "127.0.0.3")
+		}
+	}
+	if !stopped {
+		t.Errorf("the silent node's setup was not reported stopped by 127.0.0.3's failure: %+v", es)
+	}
+	t.Logf("failed after %v: %v", took, err)
 }

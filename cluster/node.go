@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -220,4 +222,76 @@ func (n *node) startAgent(ctx context.Context) (*agentProc, error) {
 		},
 		kill: func() { _ = s.Close() },
 	}, nil
+}
+
+// jobIDTime is the time layout that starts the job ids New makes.
+const jobIDTime = "20060102-150405"
+
+// jobIDPattern matches the job ids New makes, such as
+// 20250102-150405-1a2b3c: only such directories are ever pruned.
+var jobIDPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$`)
+
+// oldJobs returns the names of names that look like job ids, but for the
+// newest keep of them (the ids sort by time), in order.
+func oldJobs(names []string, keep int) []string {
+	var ids []string
+	for _, name := range names {
+		if jobIDPattern.MatchString(name) {
+			ids = append(ids, name)
+		}
+	}
+	slices.Sort(ids)
+	if len(ids) <= keep {
+		return nil
+	}
+	return ids[:len(ids)-keep]
+}
+
+// pruneJobs removes the node's jobs/<id> directories but the newest keep
+// and returns the ids removed.
+func (n *node) pruneJobs(ctx context.Context, keep int) ([]string, error) {
+	if n.local() {
+		entries, err := os.ReadDir(filepath.Join(n.dir, "jobs"))
+		if err != nil {
+			return nil, err
+		}
+		var names []string
+		for _, e := range entries {
+			if e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+		old := oldJobs(names, keep)
+		for _, id := range old {
+			if err := os.RemoveAll(filepath.Join(n.dir, "jobs", id)); err != nil {
+				return nil, err
+			}
+		}
+		return old, nil
+	}
+	run := func(cmd string) (string, error) {
+		var stdout, stderr bytes.Buffer
+		code, err := n.client.Run(ctx, "cd "+n.shellDir()+"/jobs && "+cmd, &stdout, &stderr)
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
+		}
+		return stdout.String(), err
+	}
+	// The directories of jobs/, one per line (job ids hold no newlines).
+	out, err := run(`for d in */; do [ -d "$d" ] && printf '%s\n' "${d%/}"; done; true`)
+	if err != nil {
+		return nil, fmt.Errorf("listing jobs/ on %s: %w", n.name, err)
+	}
+	old := oldJobs(strings.Split(out, "\n"), keep)
+	if len(old) == 0 {
+		return nil, nil
+	}
+	cmd := "rm -rf --"
+	for _, id := range old {
+		cmd += " " + shellQuote(id)
+	}
+	if _, err := run(cmd); err != nil {
+		return nil, fmt.Errorf("removing old jobs on %s: %w", n.name, err)
+	}
+	return old, nil
 }

@@ -53,19 +53,31 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	configYAML := o.Config.YAML()
 	configRel := path.Join("jobs", o.JobID, "config.yaml")
 
-	errs := sshexec.ForEach(ctx, len(nodes), o.Parallel, func(ctx context.Context, i int) error {
-		n, err := j.setUp(ctx, o.Nodes[i], names[i], exe, configRel, configYAML, &plans[i])
+	// The first node that fails stops the others' setup: its error is the
+	// plan's.
+	setupCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	errs := sshexec.ForEach(setupCtx, len(nodes), o.Parallel, func(sctx context.Context, i int) error {
+		n, err := j.setUp(sctx, o.Nodes[i], names[i], exe, configRel, configYAML, &plans[i])
 		if n != nil {
 			j.mu.Lock()
 			nodes[i] = n
 			j.mu.Unlock()
 		}
 		if err != nil {
+			if ctx.Err() == nil && sctx.Err() != nil {
+				j.nodeEvent(names[i], event.NodeFailed, "setup stopped: "+context.Cause(sctx).Error())
+				return context.Cause(sctx)
+			}
+			stop(err)
 			j.nodeEvent(names[i], event.NodeFailed, err.Error())
 			return err
 		}
 		return nil
 	})
+	if cause := context.Cause(setupCtx); ctx.Err() == nil && cause != nil {
+		return nil, cause
+	}
 	if err := errorsFirst(errs); err != nil {
 		return nil, err
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/sshexec"
 )
 
 // tailLines is how many lines of each rank's output the launcher keeps
@@ -284,6 +286,8 @@ func (j *Job) supervise(r *runState) {
 		end.State = event.JobDone
 		if r.err != nil {
 			end.State, end.Message = event.JobFailed, r.err.Error()
+		} else {
+			j.pruneJobs(nodes)
 		}
 	}
 	j.emit(end)
@@ -295,4 +299,37 @@ func (j *Job) supervise(r *runState) {
 	j.mu.Unlock()
 	close(j.events)
 	close(r.done)
+}
+
+// pruneTimeout bounds the removal of old job directories after a job.
+const pruneTimeout = 30 * time.Second
+
+// pruneJobs removes the old jobs/<id> directories of every node but the
+// newest Options.KeepJobs, and says what it did in a NodePruned event per
+// node that had any (or failed to).
+func (j *Job) pruneJobs(nodes []*node) {
+	keep := j.opts.KeepJobs
+	if keep < 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pruneTimeout)
+	defer cancel()
+	sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		n := nodes[i]
+		old, err := n.pruneJobs(ctx, keep)
+		switch {
+		case err != nil:
+			j.nodeEvent(n.name, event.NodePruned, "old jobs not removed: "+err.Error())
+		case len(old) > 0:
+			j.nodeEvent(n.name, event.NodePruned, fmt.Sprintf("removed %d old %s (jobs/%s), keeping the newest %d", len(old), plural(len(old), "job"), strings.Join(old, ", jobs/"), keep))
+		}
+		return err
+	})
+}
+
+func plural(n int, w string) string {
+	if n == 1 {
+		return w
+	}
+	return w + "s"
 }

@@ -65,6 +65,7 @@ const (
 	NodeReady      = "ready"
 	NodeFailed     = "failed" // Message says why (a host-key problem names the fingerprints)
 	NodeLost       = "lost"   // its connection dropped during the job
+	NodePruned     = "pruned" // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
 
 	// worker
 	WorkerStarting = "starting"

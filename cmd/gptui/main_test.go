@@ -61,6 +61,9 @@ func TestBadInput(t *testing.T) {
 		{"mp does not divide heads", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=3"}, []string{"num_attention_heads", "mp_degree (3)"}},
 		{"pp does not divide layers", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.pp_degree=3"}, []string{"num_layers", "pp_degree (3)"}},
 		{"mp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=2"}, []string{"mp_degree 2", "gptui run --no-tui --nproc 2"}},
+		{"keep-jobs zero", []string{"run", "--no-tui", "--hosts", filepath.Join(dir, "hosts.txt"), "-c", "tiny", "--keep-jobs", "0"}, []string{"--keep-jobs 0", "-1 for all"}},
+		{"keep-jobs without hosts", []string{"run", "--no-tui", "-c", "tiny", "--keep-jobs", "3"}, []string{"--keep-jobs need --hosts FILE"}},
+		{"stray argument after flags", []string{"train", "-c", "tiny", "extra"}, []string{`unexpected argument "extra"`}},
 		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
 	}
 	for _, tc := range tests {

@@ -52,6 +52,7 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&cf.acceptNew, "accept-new-host-keys", false, "with --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
 	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
 	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
+	fs.IntVar(&cf.keepJobs, "keep-jobs", cluster.DefaultKeepJobs, "with --hosts: after a successful job, each node keeps the newest `K` jobs/<id> directories (this job's included; -1 keeps all)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -72,11 +73,14 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 				return usagef("run: --%s is for a local job; with --hosts the inventory says where the workers run", name)
 			}
 		}
+		if cf.keepJobs < -1 || cf.keepJobs == 0 {
+			return usagef("run: --keep-jobs %d: keep at least 1 job directory, or -1 for all", cf.keepJobs)
+		}
 		cf.show = *show
 		return runCluster(ctx, cf, *c, *o, stdout, stderr)
 	}
-	if cf.rankTable != "" || cf.acceptNew || cf.dryRun {
-		return usagef("run: --rank-table, --accept-new-host-keys and --dry-run need --hosts FILE")
+	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs {
+		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run and --keep-jobs need --hosts FILE")
 	}
 	if *nproc < 1 {
 		return usagef("run: --nproc %d: need at least one worker", *nproc)
@@ -171,6 +175,7 @@ type clusterFlags struct {
 	dryRun           bool
 	show             string
 	summaryEvery     time.Duration
+	keepJobs         int
 }
 
 // runCluster runs 'gptui run --hosts FILE': it plans the job on the nodes,
@@ -192,10 +197,11 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
 	opts := cluster.Options{
-		Nodes:  nodes,
-		Hosts:  cf.hosts,
-		Config: cfg,
-		SSH:    sshexec.ClientConfig{AcceptNewHostKeys: cf.acceptNew},
+		Nodes:    nodes,
+		Hosts:    cf.hosts,
+		Config:   cfg,
+		SSH:      sshexec.ClientConfig{AcceptNewHostKeys: cf.acceptNew},
+		KeepJobs: cf.keepJobs,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)
