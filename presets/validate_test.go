@@ -57,7 +57,7 @@ func TestValidate(t *testing.T) {
 		{"hidden % heads", func(c *Config) { c.Model.NumAttentionHeads = 3 }, "Model.hidden_size"},
 		{"layers over the cap", func(c *Config) { c.Model.NumLayers = MaxLayers + 1 }, "Model.num_layers"},
 		{"layers at the cap", func(c *Config) { c.Model.NumLayers = MaxLayers }, ""},
-		{"parameters over the cap", func(c *Config) { c.Model.HiddenSize, c.Model.FFNHiddenSize = 1 << 20, 1 << 22 }, "Model.num_layers"},
+		{"parameters over the cap", func(c *Config) { c.Model.HiddenSize, c.Model.FFNHiddenSize = 1<<20, 1<<22 }, "Model.num_layers"},
 		{"1e9 positions", func(c *Config) {
 			c.Model.MaxPositionEmbeddings, c.Data.Train.Dataset.MaxSeqLen = 1e9, 1e9
 		}, "Data.Train.dataset.max_seq_len"},
