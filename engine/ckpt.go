@@ -287,6 +287,13 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 // output directory whose `latest` names one), with the shape and dropout of
 // the config it was saved with, and returns that config too.
 func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) {
+	return LoadModelChecked(be, dir, nil)
+}
+
+// LoadModelChecked is [LoadModel] calling check, if not nil, with the
+// checkpoint's config before the model is allocated; an error from check
+// is returned as it is.
+func LoadModelChecked(be kernels.Backend, dir string, check func(*presets.Config) error) (*Model, *presets.Config, error) {
 	cfg0 := &presets.Config{}
 	cfg0.Engine.SaveLoad.CkptDir = dir
 	c, _, err := openCheckpoint(cfg0)
@@ -303,6 +310,11 @@ func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) 
 	}
 	if err := holds(c, shape, ckptParams); err != nil {
 		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return nil, nil, err
+		}
 	}
 	m, err := NewModel(be, shape, 0, 0)
 	if err != nil {
