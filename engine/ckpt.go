@@ -225,6 +225,27 @@ func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []floa
 	return nil
 }
 
+// holds checks, before a model of shape is allocated, that c holds each of
+// its tensors, prefix+name, with its global shape: the files' sizes, which
+// Load has checked against their headers, then bound what is allocated.
+// shape must be valid.
+func holds(c *checkpoint.Checkpoint, shape ModelConfig, prefix string) error {
+	ts, _ := Layout(shape)
+	for _, t := range ts {
+		ct, ok := c.Tensor(prefix + t.Name)
+		if !ok || !slices.Equal(ct.Shape, t.Global) {
+			have := "no such tensor"
+			if ok {
+				have = fmt.Sprintf("shape %v", ct.Shape)
+			}
+			return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: fmt.Sprintf(
+				"its config's Model.* (num_layers %d, hidden_size %d, ffn_hidden_size %d, vocab_size %d, max_position_embeddings %d) need tensor %s of shape %v, the checkpoint has %s",
+				shape.L, shape.C, shape.F, shape.V, shape.MaxT, prefix+t.Name, t.Global, have)}
+		}
+	}
+	return nil
+}
+
 // hasTensor reports whether c holds a tensor called name.
 func hasTensor(c *checkpoint.Checkpoint, name string) bool {
 	_, ok := c.Tensor(name)
@@ -276,6 +297,13 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 // output directory whose `latest` names one), with the shape and dropout of
 // the config it was saved with, and returns that config too.
 func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) {
+	return LoadModelChecked(be, dir, nil)
+}
+
+// LoadModelChecked is [LoadModel] calling check, if not nil, with the
+// checkpoint's config before the model is allocated; an error from check
+// is returned as it is.
+func LoadModelChecked(be kernels.Backend, dir string, check func(*presets.Config) error) (*Model, *presets.Config, error) {
 	cfg0 := &presets.Config{}
 	cfg0.Engine.SaveLoad.CkptDir = dir
 	c, _, err := openCheckpoint(cfg0)
@@ -286,7 +314,19 @@ func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := NewModel(be, ShapeOf(cfg), 0, 0)
+	shape := ShapeOf(cfg)
+	if err := shape.Validate(); err != nil {
+		return nil, nil, &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: "config: " + err.Error()}
+	}
+	if err := holds(c, shape, ckptParams); err != nil {
+		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return nil, nil, err
+		}
+	}
+	m, err := NewModel(be, shape, 0, 0)
 	if err != nil {
 		return nil, nil, err
 	}

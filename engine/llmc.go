@@ -28,17 +28,29 @@ type FormatError struct {
 
 func (e *FormatError) Error() string { return e.File + ": " + e.Msg }
 
-// LLMCHeader reads the shape out of an llm.c model file header.
+// llmcNames name the sizes of an llm.c header by their field and place.
+var llmcNames = ShapeNames{MaxT: "maxT (header[2])", V: "V (header[3])", L: "L (header[4])", NH: "NH (header[5])", C: "C (header[6])", F: "4·C"}
+
+// LLMCHeader reads the shape out of an llm.c model file header, checking
+// that the file holds the parameters of that shape.
 func LLMCHeader(path string) (ModelConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return ModelConfig{}, fmt.Errorf("model file: %w", err)
 	}
 	defer f.Close()
-	return readLLMCHeader(path, f)
+	fi, err := f.Stat()
+	if err != nil {
+		return ModelConfig{}, fmt.Errorf("model file: %w", err)
+	}
+	return readLLMCHeader(path, f, fi.Size())
 }
 
-func readLLMCHeader(path string, r io.Reader) (ModelConfig, error) {
+// readLLMCHeader reads the header of the llm.c model file of size bytes
+// that r reads from its start; path is used in errors. The shape must be
+// valid and its parameters must fit the file (checked before anything of
+// that size is allocated).
+func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 	var h [llmcHeaderInts]int32
 	if err := binary.Read(r, binary.LittleEndian, &h); err != nil {
 		return ModelConfig{}, &FormatError{path, fmt.Sprintf("truncated header (%v): not an llm.c model file", err)}
@@ -51,8 +63,14 @@ func readLLMCHeader(path string, r io.Reader) (ModelConfig, error) {
 	}
 	cfg := ModelConfig{MaxT: int(h[2]), V: int(h[3]), L: int(h[4]), NH: int(h[5]), C: int(h[6]), Vp: int(h[7])}
 	cfg.F = 4 * cfg.C
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateNamed(llmcNames); err != nil {
 		return ModelConfig{}, &FormatError{path, err.Error()}
+	}
+	// Validate bounds the shape, so the layout's count cannot overflow.
+	_, n := Layout(cfg)
+	if have := size - 4*llmcHeaderInts; int64(n) > have/4 {
+		return ModelConfig{}, &FormatError{path, fmt.Sprintf("truncated or corrupt header: its shape (L %d, C %d, Vp %d, maxT %d) has %d parameters, %d bytes, but the file holds %d bytes after the header",
+			cfg.L, cfg.C, cfg.Vp, cfg.MaxT, n, 4*int64(n), max(have, 0))}
 	}
 	return cfg, nil
 }
@@ -65,7 +83,17 @@ func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*
 		return nil, fmt.Errorf("model file: %w", err)
 	}
 	defer f.Close()
-	cfg, err := readLLMCHeader(path, f)
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("model file: %w", err)
+	}
+	return loadLLMC(be, path, f, fi.Size(), drop, seed)
+}
+
+// loadLLMC reads the llm.c model file of size bytes that r reads from its
+// start; path is used in errors.
+func loadLLMC(be kernels.Backend, path string, r io.Reader, size int64, drop ModelConfig, seed uint64) (*Model, error) {
+	cfg, err := readLLMCHeader(path, r, size)
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +103,17 @@ func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*
 		return nil, err
 	}
 	m.seed = seed
-	buf := make([]byte, 4*len(m.Params))
-	if n, err := io.ReadFull(f, buf); err != nil {
-		return nil, &FormatError{path, fmt.Sprintf("truncated: holds %d of %d parameter bytes for its header's shape", n, len(buf))}
-	}
-	for i := range m.Params {
-		m.Params[i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+	// In chunks: the parameters cost their buffer, not a second copy.
+	buf := make([]byte, 4*min(len(m.Params), 1<<18))
+	for done := 0; done < len(m.Params); {
+		k := min(len(m.Params)-done, len(buf)/4)
+		if _, err := io.ReadFull(r, buf[:4*k]); err != nil {
+			return nil, &FormatError{path, fmt.Sprintf("truncated: holds %d of %d parameter bytes for its header's shape", 4*done, 4*len(m.Params))}
+		}
+		for i := range k {
+			m.Params[done+i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
+		}
+		done += k
 	}
 	return m, nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/gptui/gptui/presets"
 )
 
 // ModelConfig is the shape of a GPT-2 model.
@@ -20,17 +22,44 @@ type ModelConfig struct {
 	AttnDropout   float32 // dropout on attention probabilities
 }
 
-// Validate reports an impossible shape.
-func (c ModelConfig) Validate() error {
+// ShapeNames names ModelConfig's sizes as the input they came from calls
+// them (a config key, a header field), for error messages.
+type ShapeNames struct{ MaxT, V, L, NH, C, F string }
+
+// configNames are the config keys of the sizes (presets' Model.*).
+var configNames = ShapeNames{MaxT: "max_position_embeddings", V: "vocab_size", L: "num_layers", NH: "num_attention_heads", C: "hidden_size", F: "ffn_hidden_size"}
+
+// Validate reports an impossible shape, naming the sizes by their config
+// keys.
+func (c ModelConfig) Validate() error { return c.ValidateNamed(configNames) }
+
+// ValidateNamed reports an impossible shape, naming the sizes as n does:
+// a size that is not positive, a vocabulary beyond uint16 tokens, heads
+// that do not divide the hidden size, more than [presets.MaxLayers] layers
+// or [presets.MaxElements] parameters. A shape that passes can be laid out
+// ([Layout]) without an int overflowing.
+func (c ModelConfig) ValidateNamed(n ShapeNames) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{n.MaxT, c.MaxT}, {n.V, c.V}, {n.L, c.L}, {n.NH, c.NH}, {n.C, c.C}, {n.F, c.F}} {
+		if f.v <= 0 {
+			return fmt.Errorf("%s %d: every size must be positive", f.name, f.v)
+		}
+	}
 	switch {
-	case c.MaxT <= 0 || c.V <= 0 || c.L <= 0 || c.NH <= 0 || c.C <= 0 || c.F <= 0:
-		return fmt.Errorf("model shape %+v: every size must be positive", c)
 	case c.Vp < c.V:
-		return fmt.Errorf("padded vocabulary %d is smaller than the vocabulary %d", c.Vp, c.V)
+		return fmt.Errorf("padded vocabulary %d is smaller than %s %d", c.Vp, n.V, c.V)
 	case c.C%c.NH != 0:
-		return fmt.Errorf("hidden size %d is not divisible by %d heads", c.C, c.NH)
+		return fmt.Errorf("%s %d is not divisible by %d heads (%s)", n.C, c.C, c.NH, n.NH)
 	case c.V > 65536:
-		return fmt.Errorf("vocabulary %d does not fit uint16 token shards", c.V)
+		return fmt.Errorf("%s %d does not fit uint16 token shards", n.V, c.V)
+	case c.L > presets.MaxLayers:
+		return fmt.Errorf("%s %d exceeds the %d layers gptui supports", n.L, c.L, presets.MaxLayers)
+	}
+	if p := presets.ParamBound(c.Vp, c.MaxT, c.L, c.C, c.F); p > presets.MaxElements {
+		return fmt.Errorf("%s %d, %s %d, %s %d, %s %d and %s %d make %.3g parameters, more than the %.3g gptui supports",
+			n.L, c.L, n.C, c.C, n.F, c.F, n.V, c.V, n.MaxT, c.MaxT, p, float64(presets.MaxElements))
 	}
 	return nil
 }

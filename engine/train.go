@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/gptui/gptui/comm"
@@ -277,11 +278,8 @@ func (tr *Trainer) openData() error {
 	if err != nil {
 		return err
 	}
-	V := tr.Model.Cfg.V
-	for i, t := range toks {
-		if int(t) >= V {
-			return &ConfigError{fmt.Sprintf("token %d at position %d of the training data is outside the model's vocabulary of %d; check Model.vocab_size or the data", t, i, V)}
-		}
+	if err := checkVocab(td, toks, tr.Model.Cfg.V); err != nil {
+		return err
 	}
 	r := data.SplitRanges(len(toks), td.Split)
 	seed := uint64(tr.Cfg.Global.Seed)
@@ -300,6 +298,9 @@ func (tr *Trainer) openData() error {
 			if etoks, err = load(ed); err != nil {
 				return err
 			}
+			if err := checkVocab(ed, etoks, tr.Model.Cfg.V); err != nil {
+				return err
+			}
 		}
 		r := data.SplitRanges(len(etoks), ed.Split)
 		tr.eval, err = data.NewLoader(etoks[r[1][0]:r[1][1]], tr.B, tr.T, false, seed)
@@ -308,6 +309,18 @@ func (tr *Trainer) openData() error {
 		}
 	}
 	return nil
+}
+
+// checkVocab refuses tokens of the data set ds (as loaded) that are not
+// below the model's vocabulary V, naming the shard and the byte offset.
+func checkVocab(ds presets.Dataset, toks []uint16, V int) error {
+	if ds.InputDir == "" {
+		if i := slices.IndexFunc(toks, func(t uint16) bool { return int(t) >= V }); i >= 0 {
+			return &ConfigError{fmt.Sprintf("token %d at position %d of the built-in corpus is outside the model's vocabulary of %d; check Model.vocab_size", toks[i], i, V)}
+		}
+		return nil
+	}
+	return data.CheckVocab(ds.InputDir, toks, V)
 }
 
 func orBuiltin(dir string) string {

@@ -16,7 +16,9 @@ const maxSize = 1<<31 - 1
 //
 // Validate checks: positive sizes, steps and degrees; hidden_size divisible
 // by num_attention_heads (and heads by mp_degree, layers by pp_degree);
-// max_seq_len ≤ max_position_embeddings; global_batch_size =
+// max_seq_len ≤ max_position_embeddings; at most [MaxLayers] layers, [MaxElements]
+// parameters and [MaxElements] elements in the largest activation tensor of a
+// micro-batch ([ActivationBound]); global_batch_size =
 // local_batch_size × dp_degree × sharding_degree; local_batch_size divisible
 // by micro_batch_size; probabilities and rates in [0, 1); learning rates ≥ 0
 // with min_lr ≤ max_lr; betas in [0, 1); epsilon > 0; the enumerations
@@ -215,12 +217,29 @@ func checks() []check {
 			"Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
 		divisible("Model.num_layers", func(c *Config) int { return c.Model.NumLayers },
 			"Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
+		func(c *Config) (string, string) {
+			m := c.Model
+			if m.NumLayers > MaxLayers {
+				return "Model.num_layers", fmt.Sprintf("%d exceeds the %d layers gptui supports; lower it", m.NumLayers, MaxLayers)
+			}
+			if n := ParamBound(c.PaddedVocab(), m.MaxPositionEmbeddings, m.NumLayers, m.HiddenSize, m.FFNHiddenSize); n > MaxElements {
+				return "Model.num_layers", fmt.Sprintf("the model would have %.3g parameters, more than the %.3g gptui supports; lower Model.num_layers, hidden_size, ffn_hidden_size, vocab_size or max_position_embeddings", n, float64(MaxElements))
+			}
+			return "", ""
+		},
 		unitInterval("Model.hidden_dropout_prob", func(c *Config) float64 { return c.Model.HiddenDropoutProb }),
 		unitInterval("Model.attention_probs_dropout_prob", func(c *Config) float64 { return c.Model.AttentionProbsDropoutProb }),
 		finiteAtLeast("Model.initializer_range", 0, true, func(c *Config) float64 { return c.Model.InitializerRange }),
 
 		positive("Data.Train.dataset.max_seq_len", func(c *Config) int { return c.Data.Train.Dataset.MaxSeqLen }),
 		seqLenCheck("Data.Train.dataset.max_seq_len", func(c *Config) int { return c.Data.Train.Dataset.MaxSeqLen }),
+		func(c *Config) (string, string) {
+			m, T := c.Model, c.Data.Train.Dataset.MaxSeqLen
+			if n := ActivationBound(c.Global.MicroBatchSize, T, m.NumAttentionHeads, m.HiddenSize, m.FFNHiddenSize, c.PaddedVocab()); n > MaxElements {
+				return "Data.Train.dataset.max_seq_len", fmt.Sprintf("%d with Global.micro_batch_size %d needs an activation tensor of %.3g elements, more than the %.3g gptui supports; lower them", T, c.Global.MicroBatchSize, n, float64(MaxElements))
+			}
+			return "", ""
+		},
 		splitCheck("Data.Train.dataset.split", func(c *Config) [3]float64 { return c.Data.Train.Dataset.Split }),
 		positive("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),
 		seqLenCheck("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),

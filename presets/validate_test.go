@@ -55,6 +55,13 @@ func TestValidate(t *testing.T) {
 		{"ffn", func(c *Config) { c.Model.FFNHiddenSize = -1 }, "Model.ffn_hidden_size"},
 		{"positions", func(c *Config) { c.Model.MaxPositionEmbeddings = 0 }, "Model.max_position_embeddings"},
 		{"hidden % heads", func(c *Config) { c.Model.NumAttentionHeads = 3 }, "Model.hidden_size"},
+		{"layers over the cap", func(c *Config) { c.Model.NumLayers = MaxLayers + 1 }, "Model.num_layers"},
+		{"layers at the cap", func(c *Config) { c.Model.NumLayers = MaxLayers }, ""},
+		{"parameters over the cap", func(c *Config) { c.Model.HiddenSize, c.Model.FFNHiddenSize = 1<<20, 1<<22 }, "Model.num_layers"},
+		{"1e9 positions", func(c *Config) {
+			c.Model.MaxPositionEmbeddings, c.Data.Train.Dataset.MaxSeqLen = 1e9, 1e9
+		}, "Data.Train.dataset.max_seq_len"},
+		{"1e6 positions, 1e5 tokens", func(c *Config) { c.Model.MaxPositionEmbeddings, c.Data.Train.Dataset.MaxSeqLen = 1e6, 1e5 }, ""},
 		{"heads % mp", func(c *Config) { c.Distributed.MPDegree = 3 }, "Model.num_attention_heads"},
 		{"layers % pp", func(c *Config) { c.Distributed.PPDegree = 3 }, "Model.num_layers"},
 		{"hidden dropout 1", func(c *Config) { c.Model.HiddenDropoutProb = 1 }, "Model.hidden_dropout_prob"},

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/planner"
 )
 
 // runCLI runs the command line in-process and returns its exit code, stdout
@@ -40,6 +41,8 @@ func TestBadInput(t *testing.T) {
 	os.WriteFile(badYAML, []byte("_base_: tiny\nModel:\n  hidden_size: abc\n"), 0o644)
 
 	logs := "Engine.log_dir=" + filepath.Join(dir, "log")
+	h := hostileFiles(t, dir)
+	out := filepath.Join(dir, "out")
 	tests := []struct {
 		name string
 		args []string
@@ -64,12 +67,35 @@ func TestBadInput(t *testing.T) {
 		{"keep-jobs zero", []string{"run", "--no-tui", "--hosts", filepath.Join(dir, "hosts.txt"), "-c", "tiny", "--keep-jobs", "0"}, []string{"--keep-jobs 0", "-1 for all"}},
 		{"keep-jobs without hosts", []string{"run", "--no-tui", "-c", "tiny", "--keep-jobs", "3"}, []string{"--keep-jobs need --hosts FILE"}},
 		{"stray argument after flags", []string{"train", "-c", "tiny", "extra"}, []string{`unexpected argument "extra"`}},
+		{"hf n_layer 1e9", []string{"import", "--from", "hf", "--out", out, h.hfDir}, []string{"config.json", "n_layer 1000000000"}},
+		{"llm.c C=262144 in 64 KiB", []string{"import", "--from", "llmc", "--out", out, h.llmc}, []string{"wide.bin", "C (header[6]) 262144"}},
+		{"llm.c header beyond its file", []string{"import", "--from", "llmc", "--out", out, h.llmcShort}, []string{"short.bin", "has 411627520 parameters", "the file holds 64512 bytes"}},
+		{"llm.c C=262144 as init_from", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.init_from=" + h.llmc}, []string{"wide.bin", "C (header[6]) 262144"}},
+		{"generate, manifest num_layers 1e6", []string{"generate", "--ckpt", h.ckpt1e6, "--prompt", "a"}, []string{"manifest.json", "Model.num_layers", "1000000"}},
+		{"generate, manifest num_layers 1e4", []string{"generate", "--ckpt", h.ckpt1e4, "--prompt", "a"}, []string{"manifest.json", "num_layers 10000", "params/ln1w"}},
+		{"export, manifest num_layers 1e4", []string{"export", "--ckpt", h.ckpt1e4, "--to", "hf", out}, []string{"manifest.json", "num_layers 10000"}},
+		{"max_seq_len 1e9", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.max_seq_len=1e9", "-o", "Model.max_position_embeddings=1e9"}, []string{"Data.Train.dataset.max_seq_len"}},
+		{"eval token outside the vocabulary", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.input_dir=" + h.trainData, "-o", "Data.Eval.dataset.input_dir=" + h.evalData},
+			[]string{filepath.Join(h.evalData, "data_000000.bin"), "token 50290 at byte offset 1038"}},
 		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
+	}
+	if planner.MemTotal() > 0 { // the machine's memory is known (Linux): 13 TB cannot fit it
+		tests = append(tests, struct {
+			name string
+			args []string
+			want []string
+		}{"beyond this machine's memory", []string{"train", "-c", "tiny", "-o", logs, "-o", "Model.num_layers=16000", "-o", "Model.hidden_size=2048"}, []string{"GiB", "this machine", "Model.num_layers", "Global.micro_batch_size"}})
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := runCLI(t, tc.args...)
+			code, stdout, stderr := runCLI(t, tc.args...)
 			checkUserError(t, code, stderr, tc.want)
+			if strings.Contains(stdout, "[model]") {
+				t.Errorf("the run started (stdout %q): bad input must be refused before step 0", stdout)
+			}
+			if testing.Verbose() {
+				t.Log(strings.TrimSpace(stderr))
+			}
 		})
 	}
 }

@@ -101,6 +101,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
+	if err := checkMemory(cfg, planner.StrategyOf(cfg), worldSize(world), "each training process", func(m planner.Memory) int64 { return m.Total }); err != nil {
+		return err
+	}
 	be, release, err := newBackend(cfg, world, stderr)
 	if err != nil {
 		return err

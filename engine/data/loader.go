@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -19,30 +20,13 @@ var ErrNoShards = errors.New("no token shards")
 // fails with an error wrapping [ErrNoShards] if dir holds no shards, and
 // with a [*FormatError] if a shard is malformed.
 func Load(dir string) ([]uint16, error) {
-	entries, err := os.ReadDir(dir)
+	paths, sizes, err := shardFiles(dir)
 	if err != nil {
-		return nil, fmt.Errorf("data: loading shards: %w", err)
+		return nil, err
 	}
-	var paths []string
 	var size int64
-	for _, e := range entries { // ReadDir sorts by name
-		name := e.Name()
-		if !strings.HasSuffix(name, ".bin") || strings.HasPrefix(name, ".") || e.IsDir() {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		fi, err := os.Stat(p)
-		if err != nil {
-			return nil, fmt.Errorf("data: loading shards: %w", err)
-		}
-		if !fi.Mode().IsRegular() {
-			continue
-		}
-		paths = append(paths, p)
-		size += fi.Size()
-	}
-	if len(paths) == 0 {
-		return nil, fmt.Errorf("data: %w (*.bin) in %s; create them with `gptui data prepare`", ErrNoShards, dir)
+	for _, s := range sizes {
+		size += s
 	}
 	if len(paths) == 1 {
 		return ReadShard(paths[0])
@@ -56,6 +40,62 @@ func Load(dir string) ([]uint16, error) {
 		tokens = append(tokens, t...)
 	}
 	return tokens, nil
+}
+
+// shardFiles lists the shards [Load] reads in dir, in its order, with
+// their sizes in bytes.
+func shardFiles(dir string) ([]string, []int64, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("data: loading shards: %w", err)
+	}
+	var paths []string
+	var sizes []int64
+	for _, e := range entries { // ReadDir sorts by name
+		name := e.Name()
+		if !strings.HasSuffix(name, ".bin") || strings.HasPrefix(name, ".") || e.IsDir() {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("data: loading shards: %w", err)
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		paths = append(paths, p)
+		sizes = append(sizes, fi.Size())
+	}
+	if len(paths) == 0 {
+		return nil, nil, fmt.Errorf("data: %w (*.bin) in %s; create them with `gptui data prepare`", ErrNoShards, dir)
+	}
+	return paths, sizes, nil
+}
+
+// CheckVocab returns a *[FormatError] naming the shard of dir and the byte
+// offset in it of the first token of tokens (as [Load] returned them from
+// dir) that is not below vocab, or nil if every token is.
+func CheckVocab(dir string, tokens []uint16, vocab int) error {
+	i := slices.IndexFunc(tokens, func(t uint16) bool { return int(t) >= vocab })
+	if i < 0 {
+		return nil
+	}
+	paths, sizes, err := shardFiles(dir)
+	if err != nil {
+		return err
+	}
+	k := int64(i)
+	for j, p := range paths {
+		// Load has checked every shard: its size is its header and tokens.
+		if n := (sizes[j] - HeaderBytes) / 2; k >= n {
+			k -= n
+			continue
+		}
+		return formatErrorf(p, "token %d at byte offset %d is outside the model's vocabulary of %d; check Model.vocab_size or the data",
+			tokens[i], HeaderBytes+2*k, vocab)
+	}
+	return fmt.Errorf("data: %s: token %d at position %d is outside the vocabulary of %d, past the shards' end (did they change while loading?)", dir, tokens[i], i, vocab)
 }
 
 // Split gives the relative sizes of the train, validation and test parts

@@ -393,3 +393,37 @@ func TestLoadNoShards(t *testing.T) {
 		t.Errorf("Load(missing dir) = %v, want os.ErrNotExist", err)
 	}
 }
+
+func TestCheckVocab(t *testing.T) {
+	dir := t.TempDir()
+	a, b := []uint16{1, 2, 3}, []uint16{4, 5, 6, 7}
+	for name, toks := range map[string][]uint16{"a.bin": a, "b.bin": b} {
+		if err := WriteShard(filepath.Join(dir, name), toks); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokens, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		vocab int
+		want  string // "" means no error
+	}{
+		{8, ""},
+		{7, filepath.Join(dir, "b.bin") + ": token 7 at byte offset 1030 "},
+		{5, filepath.Join(dir, "b.bin") + ": token 5 at byte offset 1026 "},
+		{3, filepath.Join(dir, "a.bin") + ": token 3 at byte offset 1028 "},
+		{1, filepath.Join(dir, "a.bin") + ": token 1 at byte offset 1024 "},
+	}
+	for _, tc := range tests {
+		err := CheckVocab(dir, tokens, tc.vocab)
+		var fe *FormatError
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("vocab %d: %v", tc.vocab, err)
+		case tc.want != "" && (!errors.As(err, &fe) || !strings.HasPrefix(err.Error(), tc.want)):
+			t.Errorf("vocab %d: error %v (%T), want a FormatError starting %q", tc.vocab, err, err, tc.want)
+		}
+	}
+}

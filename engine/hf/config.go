@@ -108,6 +108,9 @@ type importConfig struct {
 	ScaleAttnByInverseLayerIdx bool     `json:"scale_attn_by_inverse_layer_idx"`
 }
 
+// hfNames name the sizes of a ModelConfig by their config.json keys.
+var hfNames = engine.ShapeNames{MaxT: "n_positions", V: "vocab_size", L: "n_layer", NH: "n_head", C: "n_embd", F: "n_inner"}
+
 // readConfig reads a transformers GPT-2 config.json into a ModelConfig and
 // reports whether the config declares the output embedding untied.
 func readConfig(path string) (engine.ModelConfig, bool, error) {
@@ -173,7 +176,7 @@ func readConfig(path string) (engine.ModelConfig, bool, error) {
 	if c.AttnPdrop != nil {
 		cfg.AttnDropout = float32(*c.AttnPdrop)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.ValidateNamed(hfNames); err != nil {
 		return engine.ModelConfig{}, false, bad("%v", err)
 	}
 	untied := c.TieWordEmbeddings != nil && !*c.TieWordEmbeddings

@@ -211,11 +211,33 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
 	}
 	defer st.Close()
+	if err := fits(st, cfg, confPath); err != nil {
+		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
 	params, err := load(st, cfg, untied)
 	if err != nil {
 		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
 	}
 	return cfg, params, nil
+}
+
+// fits checks, before anything of the model's size is allocated, that st
+// can hold the model config.json (at confPath) describes: at least as many
+// tensors as layers (each has 12; [load] names the ones missing), and at
+// least 2 bytes (F16 or BF16) for each of its parameters but the padded
+// vocabulary rows.
+func fits(st *stFile, cfg engine.ModelConfig, confPath string) error {
+	if len(st.entries) < cfg.L {
+		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d needs %d tensors but %s holds %d; fix n_layer or the model file",
+			cfg.L, 12*cfg.L+4, filepath.Base(st.path), len(st.entries))}
+	}
+	_, total := engine.Layout(cfg) // cfg is validated: no overflow
+	params := int64(total) - int64(cfg.Vp-cfg.V)*int64(cfg.C)
+	if data := st.dataLen(); 2*params > data {
+		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d, n_embd %d, n_inner %d, vocab_size %d and n_positions %d make %d parameters, at least %d bytes, but %s holds %d bytes of tensor data; fix config.json or the model file",
+			cfg.L, cfg.C, cfg.F, cfg.V, cfg.MaxT, params, 2*params, filepath.Base(st.path), data)}
+	}
+	return nil
 }
 
 // load checks st's tensors against cfg and reads them into a new buffer.

@@ -173,6 +173,7 @@ type stFile struct {
 	path    string
 	f       *os.File
 	data    int64     // file offset of the data section
+	size    int64     // file size
 	entries []stEntry // sorted by name
 }
 
@@ -215,7 +216,7 @@ func parseSafetensors(path string, f *os.File) (*stFile, error) {
 	if err := json.Unmarshal(hdr, &raw); err != nil {
 		return nil, bad("header is not a JSON object: %v", err)
 	}
-	st := &stFile{path: path, f: f, data: 8 + int64(n)}
+	st := &stFile{path: path, f: f, data: 8 + int64(n), size: size}
 	dataLen := size - st.data
 	for name, msg := range raw {
 		if name == "__metadata__" {
@@ -258,6 +259,9 @@ func parseSafetensors(path string, f *os.File) (*stFile, error) {
 	slices.SortFunc(st.entries, func(a, b stEntry) int { return strings.Compare(a.Name, b.Name) })
 	return st, nil
 }
+
+// dataLen is the size of the data section in bytes.
+func (st *stFile) dataLen() int64 { return st.size - st.data }
 
 // Close closes the underlying file.
 func (st *stFile) Close() error { return st.f.Close() }
