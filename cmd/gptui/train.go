@@ -80,6 +80,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	// An interrupt (ctx) stops the run at a step boundary the ranks agree
+	// on, after saving; only a second one (hard) abandons its collectives.
+	stop, ctx := ctx.Done(), hardContext(ctx)
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
 	var world *comm.World
@@ -110,6 +113,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		Stdout:  stdout,
 		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
 		World:   world,
+		Stop:    stop,
 	})
 	if err != nil {
 		return err
