@@ -149,3 +149,99 @@ func TestRunInterruptSaves(t *testing.T) {
 	}
 	checkResume(t, dir, step, ckpt, job)
 }
+
+// TestRunHostsInterruptSaves: SIGINT to 'gptui run --hosts' (two sshd
+// nodes × 2 workers) reaches every worker through its agent; they agree on
+// a step, rank 0 saves it on its node and every process exits; the
+// launcher exits 130, and a resume from the checkpoint is exact.
+func TestRunHostsInterruptSaves(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	dir := t.TempDir()
+	var stdout, stderr syncBuffer
+	training := stdout.await("/0] [train] epoch: 0 step: 1 ")
+	cmd := c.command(t, &stdout, &stderr, append(interruptArgs("out"), parallelArgs...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	sent := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the launcher still runs 60 s after SIGINT\n%s", stderr.String())
+	}
+	took := time.Since(sent)
+	gone := c.awaitGone(t, sent, 60*time.Second)
+	t.Logf("launcher exited %v after SIGINT; every process gone after %v", took, gone)
+	if exitStatus(err) != 130 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, stderr %q; want 130, interrupted", exitStatus(err), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "[job] stopped") {
+		t.Errorf("no job stopped line in:\n%s", stdout.String())
+	}
+	// Rank 0 runs on the first node: the checkpoint is in its workdir.
+	step, ckpt := interruptedCheckpoint(t, filepath.Join(c.workdirs[0], "out"))
+	job := stepLosses(stdout.String())
+	if len(job) != step {
+		t.Errorf("the job logged %d steps but saved step %d", len(job), step)
+	}
+	checkResume(t, dir, step, ckpt, job)
+}
+
+// TestTrainHangupSaves: SIGHUP (a closed terminal) to a single 'gptui
+// train' with asynchronous saves saves the finished steps, waits for the
+// write and exits 129; a resume from the checkpoint is exact.
+func TestTrainHangupSaves(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	var stdout, stderr syncBuffer
+	training := stdout.await("[train] epoch: 0 step: 1 ")
+	args := append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.async=true",
+		"-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2", "-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=100000"},
+		interruptArgs(out)...)
+	cmd := exec.Command(builtGPTUI(t), args...)
+	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("training ended early: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gptui train still runs 60 s after SIGHUP\n%s", stderr.String())
+	}
+	if code := exitStatus(err); code != 129 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, want 129; stderr:\n%s", code, stderr.String())
+	}
+	step, ckpt := interruptedCheckpoint(t, out)
+	if !strings.Contains(stdout.String(), "[checkpoint] saved step "+strconv.Itoa(step)+" ") || !strings.Contains(stdout.String(), "in background)") {
+		t.Errorf("no background save of step %d reported:\n%s", step, stdout.String())
+	}
+	checkResume(t, dir, step, ckpt, stepLosses(stdout.String()))
+}

@@ -242,6 +242,11 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		<-printed
 		return printPlan(stdout, plan)
 	}
+	// An interrupt (ctx) reaches the workers, which save and exit; a
+	// second one (hard) kills them.
+	if hard := hardContext(ctx); hard != ctx {
+		defer context.AfterFunc(hard, job.Stop)()
+	}
 	if err := job.Start(ctx); err != nil {
 		job.Wait()
 		<-printed
