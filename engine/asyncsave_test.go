@@ -180,3 +180,52 @@ func TestAsyncSaveCrash(t *testing.T) {
 	}
 	t.Logf("%d kills (%d left a write in progress): %d steps run over all, checkpoints up to step %d", kills, killedDuringWrite, steps, last)
 }
+
+// TestAsyncSaveError: a background save that fails (the output directory
+// is a file) fails the run with the save's error, and the steps' log says
+// what each save cost.
+func TestAsyncSaveError(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		file    bool // output_dir is a regular file
+		wantErr string
+	}{
+		{"fails", true, "saving checkpoint in the background"},
+		{"saves", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			if tc.file {
+				if err := os.WriteFile(out, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := smallConfig(t, out, dir, 3, "Engine.save_load.save_steps=1", "Engine.save_load.async=true")
+			var log strings.Builder
+			tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, Options{Builtin: smallTokens, Stdout: &log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := tr.Run(context.Background())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Run: %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := filepath.Join(out, checkpoint.DirName(3)); res.Checkpoint != want {
+				t.Errorf("checkpoint %q, want %q", res.Checkpoint, want)
+			}
+			for s := 1; s <= 3; s++ {
+				line := fmt.Sprintf("[checkpoint] saved step %d to %s (blocked the step ", s, filepath.Join(out, checkpoint.DirName(s)))
+				if !strings.Contains(log.String(), line) {
+					t.Errorf("the log lacks %q:\n%s", line, log.String())
+				}
+			}
+		})
+	}
+}
