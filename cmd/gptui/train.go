@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/gptui/gptui"
 	"github.com/gptui/gptui/comm"
@@ -17,6 +19,10 @@ import (
 )
 
 func isUserError(err error) bool { return engine.IsUserError(err) }
+
+// peerFailureWait is how long a worker that failed because another rank
+// did waits before it exits (unless stopped first).
+const peerFailureWait = 3 * time.Second
 
 // configFlags registers -c and -o on fs.
 func configFlags(fs *flag.FlagSet) (*string, *listFlag) {
@@ -119,6 +125,17 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	res, err := tr.Run(ctx)
+	var pe *comm.PeerError
+	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {
+		// Another rank failed: give the launchers time to hear of it from
+		// its own node first, so that the job names the rank that failed
+		// rather than one that saw it fail. The job's stop (SIGTERM) ends
+		// the wait.
+		select {
+		case <-time.After(peerFailureWait):
+		case <-stop:
+		}
+	}
 	if err != nil {
 		return err
 	}
