@@ -78,8 +78,15 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 	m := tr.Model
 	held := [][]float32{m.Params[:m.NumParams()], mo, vo}
 	if private && (tr.model == nil || tr.topo.Rank == 0) {
+		// The copies are reused by the next save, which waits for this
+		// one's write first: memory touched once copies several times
+		// faster than fresh pages.
+		if len(tr.snap) != len(held) {
+			tr.snap = make([][]float32, len(held))
+		}
 		for i, b := range held {
-			held[i] = append([]float32(nil), b...)
+			tr.snap[i] = append(tr.snap[i][:0], b...)
+			held[i] = tr.snap[i]
 		}
 	}
 	if tr.model != nil && tr.topo.Rank != 0 {

@@ -85,6 +85,7 @@ type Trainer struct {
 	scaler      *lossScaler   // fp16's loss scale; nil otherwise
 	lastTraffic map[string]int64
 	stop        *stopper
+	snap        [][]float32 // an asynchronous save's copies of the state
 	train, eval *data.Loader
 	B, T, Accum int
 	start       int      // first step to run: 0, or the step a checkpoint ends at
