@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -31,28 +32,32 @@ var ErrLauncherGone = errors.New("the launcher closed the connection")
 //
 // When stdin (which may be nil) reaches end of file, when writing to out
 // fails, or when ctx ends, Run stops the workers: SIGTERM to each process
-// group, SIGKILL after the spec's grace period.
+// group, SIGKILL after the spec's grace period. An InterruptLine on stdin
+// stops them for an interrupt: SIGTERM, and SIGKILL only after
+// launch.DefaultInterruptGrace, so that they can save.
 func Run(ctx context.Context, spec *Spec, stdin io.Reader, out *event.Writer) error {
 	if err := spec.Check(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	interrupt := make(chan struct{})
 	if stdin != nil {
 		go func() {
-			_, _ = io.Copy(io.Discard, stdin)
+			readStops(stdin, interrupt)
 			cancel(ErrLauncherGone)
 		}()
 	}
-	a := &agent{spec: spec, out: out, cancel: cancel, pids: map[int]int{}, tails: map[int]chan struct{}{}}
+	a := &agent{spec: spec, out: out, cancel: cancel, interrupt: interrupt, pids: map[int]int{}, tails: map[int]chan struct{}{}}
 	return a.run(ctx)
 }
 
 // agent is one Run.
 type agent struct {
-	spec   *Spec
-	out    *event.Writer
-	cancel context.CancelCauseFunc
+	spec      *Spec
+	out       *event.Writer
+	cancel    context.CancelCauseFunc
+	interrupt chan struct{} // closed when the launcher forwards an interrupt
 
 	mu     sync.Mutex
 	pids   map[int]int           // rank -> pid (process group) of a running worker
@@ -104,10 +109,11 @@ func (a *agent) run(ctx context.Context) error {
 	}()
 
 	_, err := launch.Run(ctx, launch.Options{
-		Exe:     spec.Exe,
-		Workers: workers,
-		Grace:   spec.grace(),
-		OnStart: a.started,
+		Exe:       spec.Exe,
+		Workers:   workers,
+		Grace:     spec.grace(),
+		Interrupt: a.interrupt,
+		OnStart:   a.started,
 		OnLine: func(rank int, _ bool, line []byte) {
 			e := event.New(event.KindLog)
 			e.Rank, e.Line = rank, string(line)
@@ -124,6 +130,8 @@ func (a *agent) run(ctx context.Context) error {
 	switch {
 	case err == nil:
 		end.State = event.JobDone
+	case errors.As(err, &je) && je.Cancelled && ctx.Err() == nil:
+		end.State, end.Message = event.JobStopped, "interrupted"
 	case errors.As(err, &je) && je.Cancelled:
 		end.State, end.Message = event.JobStopped, stopReason(ctx)
 	case errors.As(err, &je):
@@ -134,6 +142,25 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.emit(end)
 	return err
+}
+
+// InterruptLine is what the launcher writes on an agent's standard input,
+// after the spec, to forward an interrupt: the agent sends SIGTERM to its
+// workers ('gptui train' then saves its finished steps and exits) and
+// kills them only after launch.DefaultInterruptGrace, or at once if its
+// standard input then reaches end of file.
+const InterruptLine = "interrupt"
+
+// readStops reads the launcher's lines after the spec until end of file,
+// closing interrupt at the first InterruptLine.
+func readStops(stdin io.Reader, interrupt chan struct{}) {
+	sc := bufio.NewScanner(stdin)
+	for sc.Scan() {
+		if sc.Text() == InterruptLine && interrupt != nil {
+			close(interrupt)
+			interrupt = nil
+		}
+	}
 }
 
 // stopReason says why ctx ended.

@@ -22,8 +22,11 @@
 // The job is a gang: when a worker fails or a node is lost, the launcher
 // stops every agent (closing its standard input, on which the agent stops
 // its workers) and, if one has not finished within StopTimeout, kills it,
-// which kills its workers. Cancelling the context given to Start, or
-// calling Stop, does the same within CancelTimeout.
+// which kills its workers. Calling Stop does the same within CancelTimeout.
+// Cancelling the context given to Start is an interrupt: the launcher
+// writes agent.InterruptLine to every agent, whose workers save their
+// finished steps and exit (within InterruptTimeout); Stop during it
+// kills them.
 package cluster
 
 import (
@@ -37,6 +40,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
@@ -47,8 +51,13 @@ const (
 	// StopTimeout is how long agents have to stop their workers after a
 	// failure before the launcher kills them.
 	StopTimeout = 6 * time.Second
-	// CancelTimeout is the same after Stop or the end of Start's context.
+	// CancelTimeout is the same after Stop.
 	CancelTimeout = 3 * time.Second
+	// InterruptTimeout is the same after the end of Start's context (an
+	// interrupt), which the agents forward to their workers as SIGTERM:
+	// the workers save their finished steps and exit, and are killed
+	// after launch.DefaultInterruptGrace.
+	InterruptTimeout = launch.DefaultInterruptGrace + 10*time.Second
 	// KeepAlive is the SSH keepalive interval: a node whose connection
 	// stops answering is lost after three intervals.
 	KeepAlive = 2 * time.Second

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -22,6 +23,7 @@ type runState struct {
 	procs []*agentProc // by node; nil where the agent did not start
 	in    chan msg     // from the node readers to the supervisor
 	stop  chan error   // stop requests: the reason
+	intr  chan error   // interrupt requests (Start's context ended): the reason
 	done  chan struct{}
 	err   error // the job's outcome, set before done is closed
 }
@@ -54,6 +56,7 @@ func (j *Job) Start(ctx context.Context) error {
 		procs: make([]*agentProc, len(nodes)),
 		in:    make(chan msg, 256),
 		stop:  make(chan error, 1),
+		intr:  make(chan error, 1),
 		done:  make(chan struct{}),
 	}
 	j.run = r
@@ -89,7 +92,12 @@ func (j *Job) Start(ctx context.Context) error {
 		e.State = event.JobStarted
 		e.Message = fmt.Sprintf("job %s: %d ranks on %d nodes, MASTER_ADDR=%s MASTER_PORT=%d", p.JobID, p.World, len(nodes), p.MasterAddr, p.MasterPort)
 		j.emit(e)
-		context.AfterFunc(ctx, func() { j.requestStop(context.Cause(ctx)) })
+		context.AfterFunc(ctx, func() {
+			select {
+			case r.intr <- context.Cause(ctx):
+			default:
+			}
+		})
 	}
 	go j.supervise(r)
 	return startErr
@@ -133,7 +141,8 @@ func read(node int, ap *agentProc, in chan<- msg) {
 }
 
 // Stop stops the job: every agent stops its workers, and is killed if it
-// has not within CancelTimeout. Wait then returns an error wrapping
+// has not within CancelTimeout; during an interrupt (the end of Start's
+// context) it kills the saving workers. Wait then returns an error wrapping
 // ErrStopped. Stop does not wait; it may be called more than once.
 func (j *Job) Stop() { j.requestStop(ErrStopped) }
 
@@ -180,6 +189,7 @@ func (j *Job) supervise(r *runState) {
 		stopCause error
 		stopping  bool
 		force     <-chan time.Time
+		graceful  bool // stopping for an interrupt: the workers are saving
 		tails     = map[int][]string{}
 		nodeOf    = map[int]string{}
 		agentEnd  = make([]string, len(nodes)) // each agent's final job state
@@ -202,14 +212,39 @@ func (j *Job) supervise(r *runState) {
 		}
 		force = time.After(timeout)
 	}
+	// interrupt forwards an interrupt to the agents, whose workers save
+	// and exit; a stop during it (Stop, a second interrupt) closes their
+	// standard input, which kills the workers.
+	interrupt := func() {
+		if stopping {
+			return
+		}
+		stopping, graceful = true, true
+		for i, ap := range r.procs {
+			if ap != nil && !ended[i] {
+				if _, err := io.WriteString(ap.stdin, agent.InterruptLine+"\n"); err != nil {
+					ap.stdin.Close()
+				}
+			}
+		}
+		force = time.After(InterruptTimeout)
+	}
 	if running == 0 {
 		stopping = true
 	}
 	for running > 0 {
 		select {
+		case cause := <-r.intr:
+			if failure == nil && stopCause == nil {
+				stopCause = cause
+			}
+			interrupt()
 		case cause := <-r.stop:
 			if failure == nil && stopCause == nil {
 				stopCause = cause
+			}
+			if graceful {
+				graceful, stopping = false, false
 			}
 			beginStop(CancelTimeout)
 		case <-force:

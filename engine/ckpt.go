@@ -38,6 +38,26 @@ type trainState struct {
 // 0 writes every tensor as the blocks the ranks hold, in global
 // coordinates. The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
+	j, err := tr.snapshot(ctx, step, false)
+	if err != nil || j == nil {
+		return "", err
+	}
+	return checkpoint.Save(j.outputDir, j.man, j.parts, j.keepLast)
+}
+
+// saveJob is what rank 0 writes for a checkpoint.
+type saveJob struct {
+	outputDir string
+	man       checkpoint.Manifest
+	parts     []checkpoint.Part
+	keepLast  int
+}
+
+// snapshot does Save's gathering: every rank calls it, and rank 0 gets
+// the checkpoint to write (the others nil). With private set, the parts
+// are copies in host memory that training does not touch, so they can be
+// written while it goes on.
+func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJob, error) {
 	kernels.Sync(tr.be) // the last update may still be running
 	if z := tr.Model.z3; z != nil {
 		// Stage 3: the whole model for the writer, briefly.
@@ -45,25 +65,37 @@ func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 		z.gatherAll(tr.Model)
 		defer z.dropAll(tr.Model)
 		if err := z.failed(); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
 	mo, vo, err := tr.fullMoments(ctx)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	if tr.topo.DataIndex() != 0 {
-		return "", nil
+		return nil, nil
 	}
 	m := tr.Model
 	held := [][]float32{m.Params[:m.NumParams()], mo, vo}
+	if private && (tr.model == nil || tr.topo.Rank == 0) {
+		// The copies are reused by the next save, which waits for this
+		// one's write first: memory touched once copies several times
+		// faster than fresh pages.
+		if len(tr.snap) != len(held) {
+			tr.snap = make([][]float32, len(held))
+		}
+		for i, b := range held {
+			tr.snap[i] = append(tr.snap[i][:0], b...)
+			held[i] = tr.snap[i]
+		}
+	}
 	if tr.model != nil && tr.topo.Rank != 0 {
 		for _, b := range held {
 			if err := tr.model.Send(ctx, b, 0); err != nil {
-				return "", fmt.Errorf("checkpoint: sending rank %d's part to rank 0: %w", tr.topo.Rank, err)
+				return nil, fmt.Errorf("checkpoint: sending rank %d's part to rank 0: %w", tr.topo.Rank, err)
 			}
 		}
-		return "", nil
+		return nil, nil
 	}
 	var parts []checkpoint.Part
 	parts = appendParts(parts, m.Part, m.Tensors, held)
@@ -76,7 +108,7 @@ func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 			bufs := [][]float32{make([]float32, n), make([]float32, n), make([]float32, n)}
 			for _, b := range bufs {
 				if err := tr.model.Recv(ctx, b, i); err != nil {
-					return "", fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.model.Ranks()[i], err)
+					return nil, fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.model.Ranks()[i], err)
 				}
 			}
 			parts = appendParts(parts, part, ts, bufs)
@@ -84,7 +116,7 @@ func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 	}
 	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State()})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	man := checkpoint.Manifest{
 		Step:            step + 1,
@@ -95,7 +127,7 @@ func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
 		LossScale:       1,
 	}
 	sl := tr.Cfg.Engine.SaveLoad
-	return checkpoint.Save(sl.OutputDir, man, parts, sl.KeepLast)
+	return &saveJob{outputDir: sl.OutputDir, man: man, parts: parts, keepLast: sl.KeepLast}, nil
 }
 
 // appendParts appends the checkpoint blocks of one rank's part of the model:

@@ -33,6 +33,12 @@ type Options struct {
 	Rank int
 	// World connects the ranks of a parallel job; nil for one process.
 	World *comm.World
+	// Stop, when closed, asks the run to stop at the next step boundary:
+	// the ranks agree on the step (see Trainer.Run), save the finished
+	// steps and return a *StopError. Unlike cancelling Run's context, it
+	// lets the collectives of those steps and of the save run. Nil never
+	// stops.
+	Stop <-chan struct{}
 }
 
 // Metrics is one logged training step, as written to metrics.<rank>.jsonl.
@@ -82,6 +88,8 @@ type Trainer struct {
 	pp          *pipeline     // nil without pipeline parallelism
 	scaler      *lossScaler   // fp16's loss scale; nil otherwise
 	lastTraffic map[string]int64
+	stop        *stopper
+	snap        [][]float32 // an asynchronous save's copies of the state
 	train, eval *data.Loader
 	B, T, Accum int
 	start       int      // first step to run: 0, or the step a checkpoint ends at
@@ -207,6 +215,10 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 				return nil, err
 			}
 		}
+	}
+	// Created after the others, in the same order on every rank.
+	if tr.stop, err = newStopper(opts.World, opts.Stop); err != nil {
+		return nil, err
 	}
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
@@ -373,6 +385,18 @@ func (tr *Trainer) logErrors() error {
 // Run trains for Engine.max_steps steps, logging every logging_freq steps and
 // evaluating every eval_freq steps. It stops early, with ctx's error, when
 // ctx is cancelled.
+//
+// When Options.Stop is closed, Run stops at the next step boundary: in a
+// parallel job the ranks agree on that boundary (an 8-byte all-reduce over
+// the world at every boundary), save the finished steps if saving is on
+// (Engine.save_load.save_steps > 0) and not saved already, wait for a
+// save in flight, and return a *StopError.
+//
+// With Engine.save_load.async, a save copies the state to host memory (the
+// gathering from the other ranks stays synchronous) and rank 0 writes it
+// in the background while training goes on; at most one save is in
+// flight, the next one waits for it, and its error is returned by the next
+// save or the end of the run, which waits for it.
 func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	if err := tr.openLogs(); err != nil {
 		return nil, err
@@ -403,14 +427,57 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		tr.logf("[checkpoint] %s", w)
 	}
 	saveSteps := tr.Cfg.Engine.SaveLoad.SaveSteps
+	saved := -1 // the last step saved
+	var pending *pendingSave
+	// collect reports the background save, waiting for it if wait is set
+	// or it has finished; it returns the save's error.
+	collect := func(wait bool) error {
+		if pending == nil || !wait && !pending.finished() {
+			return nil
+		}
+		if !pending.finished() {
+			tr.logf("[checkpoint] waiting for the save of step %d in flight", pending.step)
+		}
+		<-pending.done
+		p := pending
+		pending = nil
+		if p.err != nil {
+			return fmt.Errorf("saving checkpoint in the background: %w", p.err)
+		}
+		res.Checkpoint = p.dir
+		tr.logf("[checkpoint] saved step %d to %s (blocked the step %.1f ms; write %.1f ms in background)",
+			p.step, p.dir, ms(p.blocked), ms(p.write))
+		return nil
+	}
+	defer func() {
+		if cerr := collect(true); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
 	save := func(step int) error {
+		saved = step
+		if tr.Cfg.Engine.SaveLoad.Async {
+			t0 := time.Now()
+			if err := collect(true); err != nil {
+				return err
+			}
+			j, err := tr.snapshot(context.WithoutCancel(ctx), step, true)
+			if err != nil {
+				return fmt.Errorf("saving checkpoint: %w", err)
+			}
+			if j != nil {
+				pending = startSave(j, time.Since(t0))
+			}
+			return nil
+		}
+		t0 := time.Now()
 		dir, err := tr.Save(context.WithoutCancel(ctx), step)
 		if err != nil {
 			return fmt.Errorf("saving checkpoint: %w", err)
 		}
 		if dir != "" {
 			res.Checkpoint = dir
-			tr.logf("[checkpoint] saved step %d to %s", step+1, dir)
+			tr.logf("[checkpoint] saved step %d to %s (blocked the step %.1f ms)", step+1, dir, ms(time.Since(t0)))
 		}
 		return nil
 	}
@@ -424,11 +491,30 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	}
 	var tps, times []float64
 	for step := tr.start; step < e.MaxSteps; step++ {
+		if err := collect(false); err != nil {
+			return res, err
+		}
+		stop, err := tr.stop.requested(ctx)
+		if err != nil {
+			return res, err
+		}
+		if stop {
+			if saveSteps > 0 && step > tr.start && saved != step-1 {
+				if err := save(step - 1); err != nil {
+					return res, err
+				}
+			}
+			if err := collect(true); err != nil {
+				return res, err
+			}
+			tr.logf("[stop] stopped before step %d", step)
+			return res, &StopError{Step: step, Checkpoint: res.Checkpoint}
+		}
 		if err := ctx.Err(); err != nil {
 			// Interrupted between steps: keep the work done so far. (A
 			// parallel job's ranks may see the signal at different steps,
 			// so only a single process saves here.)
-			if saveSteps > 0 && step > tr.start && tr.topo.World == 1 {
+			if saveSteps > 0 && step > tr.start && tr.topo.World == 1 && saved != step-1 {
 				if serr := save(step - 1); serr != nil {
 					return res, errors.Join(err, serr)
 				}
@@ -724,6 +810,8 @@ func (tr *Trainer) recomputeName() string {
 	}
 	return "off"
 }
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func gb(n int64) string { return fmt.Sprintf("%.3f GB", float64(n)/1e9) }
 

@@ -32,6 +32,10 @@ import (
 	"time"
 )
 
+// DefaultInterruptGrace is how long workers have, after an interrupt, to
+// save their checkpoint and exit before they are killed.
+const DefaultInterruptGrace = 120 * time.Second
+
 // TailLines is the number of output lines Run keeps of each worker.
 const TailLines = 20
 
@@ -69,8 +73,16 @@ type Options struct {
 	// LogPath and Result.Tail.
 	Show func(rank int) bool
 	// Grace is how long a worker has between SIGTERM and SIGKILL when the
-	// job is stopped; zero means 5 seconds.
+	// job is stopped for a failure or ctx's end; zero means 5 seconds.
 	Grace time.Duration
+	// Interrupt, when closed, stops the job for an interrupt: SIGTERM to
+	// every worker (a 'gptui train' worker then saves its finished steps
+	// and exits), and SIGKILL only after InterruptGrace. Ending ctx during
+	// that grace kills the workers at once. Nil never interrupts.
+	Interrupt <-chan struct{}
+	// InterruptGrace is how long the workers have to save and exit after
+	// an interrupt; zero means DefaultInterruptGrace.
+	InterruptGrace time.Duration
 
 	// OnStart, if set, is called once a worker's process has started, with
 	// its pid (which is also its process group id).
@@ -153,6 +165,10 @@ func FreePort(host string) (int, error) {
 // Run starts every worker, relays its output and waits for all of them. It
 // returns one Result per worker, in the order of opt.Workers.
 //
+// If opt.Interrupt is closed, Run sends SIGTERM to every worker and SIGKILL
+// after opt.InterruptGrace (at once if ctx ends meanwhile), and returns a
+// Cancelled *JobError that wraps context.Canceled.
+//
 // If a worker exits non-zero or is killed while the job runs, or ctx is
 // cancelled, Run sends SIGTERM to the process group of every worker still
 // running, SIGKILL after opt.Grace, and waits for them; the error is then a
@@ -174,6 +190,9 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 	if opt.Grace <= 0 {
 		opt.Grace = 5 * time.Second
 	}
+	if opt.InterruptGrace <= 0 {
+		opt.InterruptGrace = DefaultInterruptGrace
+	}
 	out := &output{stdout: opt.Stdout, stderr: opt.Stderr}
 	if out.stdout == nil {
 		out.stdout = io.Discard
@@ -192,6 +211,8 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 		killTimer *time.Timer // set once the job is being stopped
 		killC     <-chan time.Time
 		done      = ctx.Done()
+		interrupt = opt.Interrupt
+		graceful  bool // the stop in progress is an interrupt's
 	)
 	for i, w := range opt.Workers {
 		p := &proc{w: w, res: Result{Rank: w.Rank, ExitCode: -1}}
@@ -216,18 +237,24 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 		go p.wait(exited, opt.OnExit)
 	}
 
-	stop := func() {
+	stop := func(grace time.Duration) {
 		if killTimer != nil {
 			return
 		}
 		for _, p := range procs {
 			p.signal(syscall.SIGTERM)
 		}
-		killTimer = time.NewTimer(opt.Grace)
+		killTimer = time.NewTimer(grace)
 		killC = killTimer.C
 	}
+	kill := func() {
+		killC = nil
+		for _, p := range procs {
+			p.signal(syscall.SIGKILL)
+		}
+	}
 	if startErr != nil || cancelled != nil {
-		stop()
+		stop(opt.Grace)
 	}
 	for running > 0 {
 		select {
@@ -235,19 +262,25 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 			running--
 			if !p.ok() && killTimer == nil {
 				first = p
-				stop()
+				stop(opt.Grace)
+			}
+		case <-interrupt:
+			interrupt = nil
+			if killTimer == nil {
+				cancelled, graceful = context.Canceled, true
+				stop(opt.InterruptGrace)
 			}
 		case <-done:
 			done = nil
-			if killTimer == nil {
+			switch {
+			case killTimer == nil:
 				cancelled = ctx.Err()
-				stop()
+				stop(opt.Grace)
+			case graceful:
+				kill() // a second interrupt
 			}
 		case <-killC:
-			killC = nil
-			for _, p := range procs {
-				p.signal(syscall.SIGKILL)
-			}
+			kill()
 		}
 	}
 	if killTimer != nil {

@@ -466,6 +466,59 @@ func TestCancel(t *testing.T) {
 	checkGone(t, await(t, dir, 4))
 }
 
+// TestInterrupt: an interrupt gives the workers InterruptGrace (not Grace)
+// between SIGTERM and SIGKILL, and the end of ctx during it kills them at
+// once.
+func TestInterrupt(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		interruptGrace time.Duration
+		cancelAfter    time.Duration // 0: never
+		min, max       time.Duration // bounds on the job's end after the interrupt
+	}{
+		{"grace", 1500 * time.Millisecond, 0, 1500 * time.Millisecond, 10 * time.Second},
+		{"second signal", time.Minute, 300 * time.Millisecond, 300 * time.Millisecond, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ws := job(
+				[]string{"ready", dir, "sleep", "60s"},
+				[]string{"ignoreterm", "ready", dir, "sleep", "60s"},
+			)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			interrupt := make(chan struct{})
+			var sent time.Time
+			go func() {
+				if _, err := awaitReady(dir, 2); err != nil {
+					t.Error(err)
+				}
+				sent = time.Now()
+				close(interrupt)
+				if tc.cancelAfter > 0 {
+					time.Sleep(tc.cancelAfter)
+					cancel()
+				}
+			}()
+			res, err := Run(ctx, Options{Workers: ws, Grace: 100 * time.Millisecond, Interrupt: interrupt, InterruptGrace: tc.interruptGrace})
+			took := time.Since(sent)
+			var je *JobError
+			if !errors.As(err, &je) || !je.Cancelled || !errors.Is(err, context.Canceled) {
+				t.Fatalf("error %#v, want a cancelled *JobError", err)
+			}
+			if took < tc.min || took > tc.max {
+				t.Errorf("the job ended %v after the interrupt, want between %v and %v", took, tc.min, tc.max)
+			}
+			for r, res := range res {
+				if want := []string{"SIGTERM", "SIGKILL"}[r]; res.Signal != want {
+					t.Errorf("rank %d ended %+v, want killed by %s", r, res, want)
+				}
+			}
+			t.Logf("ended %v after the interrupt", took)
+		})
+	}
+}
+
 func TestCancelledBeforeStart(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

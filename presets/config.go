@@ -85,6 +85,7 @@ type SaveLoad struct {
 	OutputDir string `yaml:"output_dir"` // where checkpoints are written
 	CkptDir   string `yaml:"ckpt_dir"`   // checkpoint to resume from; empty starts afresh
 	KeepLast  int    `yaml:"keep_last"`  // checkpoints kept; 0 keeps all
+	Async     bool   `yaml:"async"`      // write checkpoints in the background
 }
 
 // Model describes the GPT-2 network.

@@ -19,7 +19,8 @@
 //	gptui gpu check|bench                     check the GPU backend against the CPU one; time the GPU's GEMMs
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
-// any other failure.
+// any other failure, and 128 + the signal's number (130, 143, 129) when
+// SIGINT, SIGTERM or SIGHUP stopped it.
 package main
 
 import (
@@ -29,9 +30,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
+
+	"github.com/gptui/gptui/engine"
 )
 
 // usageError is a mistake on the command line or in the user's files.
@@ -43,10 +44,14 @@ func (e usageError) Unwrap() error { return e.err }
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	in := notifyInterrupts()
+	err := run(in.soft, os.Args[1:], os.Stdout, os.Stderr)
+	in.stop()
+	code := exitCode(err, os.Stderr)
+	if sig := in.signal(); sig != 0 && code == 130 {
+		code = interruptCode(sig)
+	}
+	os.Exit(code)
 }
 
 // exitCode prints err in one line and maps it to the exit status.
@@ -57,7 +62,12 @@ func exitCode(err error, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, context.Canceled):
-		fmt.Fprintln(stderr, "gptui: interrupted")
+		msg := "gptui: interrupted"
+		var se *engine.StopError
+		if errors.As(err, &se) {
+			msg += " (" + se.Error() + ")"
+		}
+		fmt.Fprintln(stderr, msg)
 		return 130
 	}
 	fmt.Fprintln(stderr, "gptui: "+strings.ReplaceAll(err.Error(), "\n", " "))

@@ -121,12 +121,19 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 			Env:       append(launch.Env(r, r, *nproc, masterAddr, *port), threads...),
 		}
 	}
+	// An interrupt reaches the workers as SIGTERM, on which they save and
+	// exit; a second one kills them.
+	var interrupt <-chan struct{}
+	if hard := hardContext(ctx); hard != ctx {
+		interrupt, ctx = ctx.Done(), hard
+	}
 	_, err = launch.Run(ctx, launch.Options{
-		Exe:     self[0],
-		Workers: workers,
-		Stdout:  stdout,
-		Stderr:  stderr,
-		Show:    showRank,
+		Exe:       self[0],
+		Workers:   workers,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		Show:      showRank,
+		Interrupt: interrupt,
 	})
 	var je *launch.JobError
 	if !errors.As(err, &je) || je.Cancelled {
@@ -240,6 +247,11 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		job.Close()
 		<-printed
 		return printPlan(stdout, plan)
+	}
+	// An interrupt (ctx) reaches the workers, which save and exit; a
+	// second one (hard) kills them.
+	if hard := hardContext(ctx); hard != ctx {
+		defer context.AfterFunc(hard, job.Stop)()
 	}
 	if err := job.Start(ctx); err != nil {
 		job.Wait()

@@ -310,31 +310,6 @@ func TestRunHostsWorkerKilled(t *testing.T) {
 	}
 }
 
-// TestRunHostsInterrupt: SIGINT to the launcher stops every worker on
-// every node within 5 s.
-func TestRunHostsInterrupt(t *testing.T) {
-	c := newSSHCluster(t, "cpu:2")
-	var stdout, stderr syncBuffer
-	cmd, done := startLongJob(t, c, &stdout, &stderr)
-	sent := time.Now()
-	cmd.Process.Signal(syscall.SIGINT)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the launcher still runs 5 s after SIGINT\n%s", stderr.String())
-	}
-	took := time.Since(sent)
-	gone := c.awaitGone(t, sent, 5*time.Second)
-	t.Logf("launcher exited %v after SIGINT; every process gone after %v", took, gone)
-	if exitStatus(err) != 130 || !strings.Contains(stderr.String(), "interrupted") {
-		t.Errorf("exit %d, stderr %q; want 130, interrupted", exitStatus(err), stderr.String())
-	}
-	if !strings.Contains(stdout.String(), "[job] stopped") {
-		t.Errorf("no job stopped line in:\n%s", stdout.String())
-	}
-}
-
 // TestRunHostsLauncherKilled: with the launcher killed by SIGKILL its SSH
 // connections drop, and the agents stop their workers within 10 s.
 func TestRunHostsLauncherKilled(t *testing.T) {

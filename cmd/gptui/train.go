@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/gptui/gptui"
 	"github.com/gptui/gptui/comm"
@@ -17,6 +19,10 @@ import (
 )
 
 func isUserError(err error) bool { return engine.IsUserError(err) }
+
+// peerFailureWait is how long a worker that failed because another rank
+// did waits before it exits (unless stopped first).
+const peerFailureWait = 3 * time.Second
 
 // configFlags registers -c and -o on fs.
 func configFlags(fs *flag.FlagSet) (*string, *listFlag) {
@@ -80,6 +86,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	// An interrupt (ctx) stops the run at a step boundary the ranks agree
+	// on, after saving; only a second one (hard) abandons its collectives.
+	stop, ctx := ctx.Done(), hardContext(ctx)
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
 	var world *comm.World
@@ -114,11 +123,23 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		Stderr:  stderr,
 		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
 		World:   world,
+		Stop:    stop,
 	})
 	if err != nil {
 		return err
 	}
 	res, err := tr.Run(ctx)
+	var pe *comm.PeerError
+	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {
+		// Another rank failed: give the launchers time to hear of it from
+		// its own node first, so that the job names the rank that failed
+		// rather than one that saw it fail. The job's stop (SIGTERM) ends
+		// the wait.
+		select {
+		case <-time.After(peerFailureWait):
+		case <-stop:
+		}
+	}
 	// A log file that lost writes fails the run after it has finished.
 	if err != nil && !onlyLogErrors(err) {
 		return err

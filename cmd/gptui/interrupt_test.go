@@ -1,0 +1,247 @@
+package main
+
+import (
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/engine/checkpoint"
+)
+
+// The interrupt tests stop a parallel job with a signal, check the exit
+// status and the checkpoint of the last finished step, and resume from it
+// in one process: its losses must equal those of one process that was
+// never interrupted. The job runs mp2 × sharding2, so a checkpoint missing
+// any rank's part (a tensor-parallel half of the weights, a shard of the
+// moments) resumes to different losses.
+
+// interruptArgs are the training options of every run of these tests.
+func interruptArgs(out string) []string {
+	return []string{"-c", "tiny", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Global.global_batch_size=4",
+		"-o", "Optimizer.lr.decay_steps=50", "-o", "Engine.save_load.output_dir=" + out}
+}
+
+// parallelArgs make a 4-rank job of interruptArgs that runs until stopped.
+var parallelArgs = []string{"-o", "Distributed.mp_degree=2", "-o", "Distributed.sharding.sharding_degree=2",
+	"-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2",
+	"-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=100000"}
+
+var trainLine = regexp.MustCompile(`\[train\] epoch: \d+ step: (\d+) .* loss: ([0-9.]+) `)
+
+// stepLosses maps step to loss over the [train] lines of out.
+func stepLosses(out string) map[int]float64 {
+	m := map[int]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		if s := trainLine.FindStringSubmatch(l); s != nil {
+			step, _ := strconv.Atoi(s[1])
+			m[step], _ = strconv.ParseFloat(s[2], 64)
+		}
+	}
+	return m
+}
+
+// interruptedCheckpoint returns the step of the newest checkpoint in out
+// (which must be the only one) and its directory.
+func interruptedCheckpoint(t *testing.T, out string) (int, string) {
+	t.Helper()
+	c, warn, err := checkpoint.Latest(out)
+	if err != nil || len(warn) > 0 {
+		t.Fatalf("no checkpoint after the interrupt: %v %v", err, warn)
+	}
+	entries, _ := os.ReadDir(out)
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) != 1 {
+		t.Errorf("output holds %v; want the interrupt's checkpoint alone", dirs)
+	}
+	return c.Manifest.Step, c.Dir
+}
+
+// checkResume resumes one process from ckpt (the state after step steps)
+// for two steps, and compares every loss of the interrupted job (job) and
+// of the resumed run with one process trained from the start.
+func checkResume(t *testing.T, dir string, step int, ckpt string, job map[int]float64) {
+	t.Helper()
+	one := append(interruptArgs(filepath.Join(dir, "ref-out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
+		"-o", "Engine.max_steps="+strconv.Itoa(step+2))
+	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "ref-log")}, one...)...)
+	if code != 0 {
+		t.Fatalf("reference run: exit %d: %s", code, e)
+	}
+	ref := stepLosses(out)
+	code, out, e = runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "resume-log"), "-o", "Engine.save_load.ckpt_dir=" + ckpt}, one...)...)
+	if code != 0 {
+		t.Fatalf("resumed run: exit %d: %s", code, e)
+	}
+	resumed := stepLosses(out)
+	if len(resumed) != 2 {
+		t.Fatalf("resumed run logged steps %v; want %d and %d:\n%s", resumed, step, step+1, out)
+	}
+	compare := func(what string, got map[int]float64) {
+		for s, l := range got {
+			if r, ok := ref[s]; !ok || math.Abs(l-r) > 1e-5*math.Abs(r) {
+				t.Errorf("%s: step %d loss %.6f, uninterrupted %.6f", what, s, l, r)
+			}
+		}
+	}
+	compare("the interrupted job", job)
+	compare("resumed", resumed)
+	t.Logf("checkpoint at step %d; resumed losses %v, uninterrupted %v", step, resumed, ref)
+}
+
+// TestRunInterruptSaves: SIGTERM to 'gptui run --nproc 4' makes the 4
+// workers agree on a step, save it and exit; the launcher exits 143, and a
+// resume from the checkpoint is exact.
+func TestRunInterruptSaves(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	var stdout, stderr syncBuffer
+	training := stdout.await("[0] [train] epoch: 0 step: 1 ")
+	args := append([]string{"run", "--no-tui", "--nproc", "4", "-o", "Engine.log_dir=" + filepath.Join(dir, "log")}, append(interruptArgs(out), parallelArgs...)...)
+	cmd := exec.Command(builtGPTUI(t), args...)
+	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	sent := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the launcher still runs 60 s after SIGTERM\n%s\n%s", stdout.String(), stderr.String())
+	}
+	t.Logf("launcher exited %v after SIGTERM", time.Since(sent))
+	if code := exitStatus(err); code != 143 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, want 143; stderr:\n%s", code, stderr.String())
+	}
+	step, ckpt := interruptedCheckpoint(t, out)
+	if !strings.Contains(stdout.String(), "[0] [checkpoint] saved step "+strconv.Itoa(step)+" ") {
+		t.Errorf("rank 0 does not report saving step %d:\n%s", step, stdout.String())
+	}
+	job := stepLosses(stdout.String())
+	if len(job) != step {
+		t.Errorf("the job logged %d steps but saved step %d", len(job), step)
+	}
+	checkResume(t, dir, step, ckpt, job)
+}
+
+// TestRunHostsInterruptSaves: SIGINT to 'gptui run --hosts' (two sshd
+// nodes × 2 workers) reaches every worker through its agent; they agree on
+// a step, rank 0 saves it on its node and every process exits; the
+// launcher exits 130, and a resume from the checkpoint is exact.
+func TestRunHostsInterruptSaves(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	dir := t.TempDir()
+	var stdout, stderr syncBuffer
+	training := stdout.await("/0] [train] epoch: 0 step: 1 ")
+	cmd := c.command(t, &stdout, &stderr, append(interruptArgs("out"), parallelArgs...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	sent := time.Now()
+	cmd.Process.Signal(syscall.SIGINT)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the launcher still runs 60 s after SIGINT\n%s", stderr.String())
+	}
+	took := time.Since(sent)
+	gone := c.awaitGone(t, sent, 60*time.Second)
+	t.Logf("launcher exited %v after SIGINT; every process gone after %v", took, gone)
+	if exitStatus(err) != 130 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, stderr %q; want 130, interrupted", exitStatus(err), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "[job] stopped") {
+		t.Errorf("no job stopped line in:\n%s", stdout.String())
+	}
+	// Rank 0 runs on the first node: the checkpoint is in its workdir.
+	step, ckpt := interruptedCheckpoint(t, filepath.Join(c.workdirs[0], "out"))
+	job := stepLosses(stdout.String())
+	if len(job) != step {
+		t.Errorf("the job logged %d steps but saved step %d", len(job), step)
+	}
+	checkResume(t, dir, step, ckpt, job)
+}
+
+// TestTrainHangupSaves: SIGHUP (a closed terminal) to a single 'gptui
+// train' with asynchronous saves saves the finished steps, waits for the
+// write and exits 129; a resume from the checkpoint is exact.
+func TestTrainHangupSaves(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	var stdout, stderr syncBuffer
+	training := stdout.await("[train] epoch: 0 step: 1 ")
+	args := append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.async=true",
+		"-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2", "-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=100000"},
+		interruptArgs(out)...)
+	cmd := exec.Command(builtGPTUI(t), args...)
+	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("training ended early: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	cmd.Process.Signal(syscall.SIGHUP)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gptui train still runs 60 s after SIGHUP\n%s", stderr.String())
+	}
+	if code := exitStatus(err); code != 129 || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, want 129; stderr:\n%s", code, stderr.String())
+	}
+	step, ckpt := interruptedCheckpoint(t, out)
+	if !strings.Contains(stdout.String(), "[checkpoint] saved step "+strconv.Itoa(step)+" ") || !strings.Contains(stdout.String(), "in background)") {
+		t.Errorf("no background save of step %d reported:\n%s", step, stdout.String())
+	}
+	checkResume(t, dir, step, ckpt, stepLosses(stdout.String()))
+}
