@@ -173,9 +173,7 @@ type Job struct {
 // New returns a job for opts. Nothing happens until Plan.
 func New(opts Options) *Job {
 	if opts.JobID == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		opts.JobID = time.Now().Format("20060102-150405") + "-" + hex.EncodeToString(b)
+		opts.JobID = newJobID()
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
@@ -184,6 +182,13 @@ func New(opts Options) *Job {
 		opts.SSH.KeepAlive = KeepAlive
 	}
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
+}
+
+// newJobID returns a job ID made of the time and random digits.
+func newJobID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return time.Now().Format("20060102-150405") + "-" + hex.EncodeToString(b)
 }
 
 // Events returns the job's events. The channel is closed once the job

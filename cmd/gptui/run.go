@@ -52,6 +52,9 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&cf.acceptNew, "accept-new-host-keys", false, "with --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
 	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
 	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
+	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
+	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -72,11 +75,11 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 				return usagef("run: --%s is for a local job; with --hosts the inventory says where the workers run", name)
 			}
 		}
-		cf.show = *show
+		cf.show, cf.set = *show, set
 		return runCluster(ctx, cf, *c, *o, stdout, stderr)
 	}
-	if cf.rankTable != "" || cf.acceptNew || cf.dryRun {
-		return usagef("run: --rank-table, --accept-new-host-keys and --dry-run need --hosts FILE")
+	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.restarts != (cluster.Restarts{}) {
+		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --max-restarts, --min-nodes and --max-nodes need --hosts FILE")
 	}
 	if *nproc < 1 {
 		return usagef("run: --nproc %d: need at least one worker", *nproc)
@@ -171,6 +174,27 @@ type clusterFlags struct {
 	dryRun           bool
 	show             string
 	summaryEvery     time.Duration
+	restarts         cluster.Restarts
+	set              map[string]bool // the flags given
+}
+
+// checkRestarts checks --max-restarts, --min-nodes and --max-nodes against
+// an inventory of n nodes.
+func (cf clusterFlags) checkRestarts(n int) error {
+	r := cf.restarts
+	switch {
+	case r.Max < 0:
+		return usagef("run: --max-restarts %d: want 0 (never restart) or more", r.Max)
+	case cf.set["min-nodes"] && (r.MinNodes < 1 || r.MinNodes > n):
+		return usagef("run: --min-nodes %d: want 1 to %d, the nodes of %s", r.MinNodes, n, cf.hosts)
+	case cf.set["max-nodes"] && (r.MaxNodes < 1 || r.MaxNodes > n):
+		return usagef("run: --max-nodes %d: want 1 to %d, the nodes of %s", r.MaxNodes, n, cf.hosts)
+	case cf.set["min-nodes"] && cf.set["max-nodes"] && r.MaxNodes < r.MinNodes:
+		return usagef("run: --max-nodes %d is below --min-nodes %d", r.MaxNodes, r.MinNodes)
+	case cf.rankTable != "" && (cf.set["min-nodes"] || cf.set["max-nodes"]):
+		return usagef("run: --min-nodes and --max-nodes do not go with --rank-table, which fixes the nodes")
+	}
+	return nil
 }
 
 // runCluster runs 'gptui run --hosts FILE': it plans the job on the nodes,
@@ -191,6 +215,9 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
+	if err := cf.checkRestarts(len(nodes)); err != nil {
+		return err
+	}
 	opts := cluster.Options{
 		Nodes:  nodes,
 		Hosts:  cf.hosts,
@@ -206,7 +233,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	}
 
 	start := time.Now()
-	job := cluster.New(opts)
+	job := cluster.NewSupervisor(opts, cf.restarts)
 	pr := &printer{out: stdout, show: show, every: cf.summaryEvery, start: start}
 	printed := make(chan struct{})
 	go func() {
@@ -387,6 +414,14 @@ func (p *printer) event(e event.Event) {
 			p.printf("[%s/%d] exited with code %d", e.Node, e.Rank, e.Code)
 		}
 	case event.KindJob:
+		switch e.State {
+		case event.JobRestarting:
+			p.printf("[restart] %s", e.Message)
+			return
+		case event.JobReplanned:
+			p.printf("[elastic] %s", e.Message)
+			return
+		}
 		msg := e.Message
 		if msg != "" {
 			msg = ": " + msg
