@@ -71,10 +71,11 @@ type dashModel struct {
 
 	state   string // the job's state: "", started, stopping, done, failed, stopped
 	message string
-	failure *event.Event // the job's failed event, shown as a banner
-	banner  bool         // the banner is shown (esc hides it)
-	start   time.Time    // when the job started, by the launcher's clock
-	end     time.Time    // when it ended
+	failure *event.Event   // the job's failed event, shown as a banner
+	banner  bool           // the banner is shown (esc hides it)
+	start   time.Time      // when the job started, by the launcher's clock
+	end     time.Time      // when it ended
+	restart *event.Restart // the launcher's latest automatic restart, if any
 }
 
 func newDashModel(logCap, points int) dashModel {
@@ -185,10 +186,23 @@ func (m *dashModel) apply(ev event.Event) {
 			m.logOff = min(m.logOff+1, max(l.len()-1, 0))
 		}
 	case event.KindJob:
+		switch ev.State {
+		case event.JobRestarting:
+			if ev.Restart != nil {
+				r := *ev.Restart
+				r.Cause = clean(r.Cause)
+				m.restart = &r
+			}
+			return
+		case event.JobReplanned:
+			return // the log of the launcher's run says how
+		}
 		m.state, m.message = ev.State, clean(ev.Message)
 		switch ev.State {
 		case event.JobStarted:
-			m.start = ev.Time
+			if m.restart == nil {
+				m.start = ev.Time // a restarted job's time counts from its first start
+			}
 		case event.JobFailed:
 			e := ev
 			e.Tail = make([]string, len(ev.Tail))
@@ -323,6 +337,13 @@ func (m *dashModel) stats(st styles, now time.Time) string {
 		if m.running() && m.maxSteps > mt.Step && mt.StepTimeS > 0 {
 			parts = append(parts, "ETA "+duration(float64(m.maxSteps-mt.Step)*mt.StepTimeS))
 		}
+	}
+	if r := m.restart; r != nil {
+		from := "from the start"
+		if r.Step > 0 {
+			from = fmt.Sprintf("from step %d", r.Step)
+		}
+		parts = append(parts, st.Warn.r(fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause)))
 	}
 	if !m.start.IsZero() {
 		end := m.end

@@ -136,16 +136,23 @@ func TestRestartWorkerKilled(t *testing.T) {
 	}
 	killed := time.Now()
 	syscall.Kill(pid, syscall.SIGKILL)
-	running := stdout.await("/3] [checkpoint] resumed from ")
-	var resumed time.Duration
-	select {
-	case <-running:
-		resumed = time.Since(killed)
-	case <-done:
-		t.Fatalf("the job ended without resuming:\n%s\n%s", stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("rank 3 has not resumed 120 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	// The restart's stages, as the launcher prints them: the failure
+	// noticed and the gang stopped, the new attempt's agents started, rank
+	// 3 running from the checkpoint.
+	var stages []time.Duration
+	for _, s := range []string{"[restart] 1/1: ", "-r1: 4 ranks on 2 nodes", "/3] [checkpoint] resumed from "} {
+		seen := stdout.await(s)
+		select {
+		case <-seen:
+			stages = append(stages, time.Since(killed))
+		case <-done:
+			t.Fatalf("the job ended without %q:\n%s\n%s", s, stdout.String(), stderr.String())
+		case <-time.After(120 * time.Second):
+			t.Fatalf("no %q 120 s after the kill:\n%s\n%s", s, stdout.String(), stderr.String())
+		}
 	}
+	t.Logf("after the kill: restart line %v, agents started %v, rank 3 resumed %v", stages[0], stages[1], stages[2])
+	resumed := stages[2]
 	var err error
 	select {
 	case err = <-done:
@@ -175,4 +182,125 @@ func TestRestartWorkerKilled(t *testing.T) {
 		t.Errorf("%d [job] started lines, want 2 (the start and the restart)", n)
 	}
 	compareLosses(t, stepLosses(t, out), want, 10, 30)
+}
+
+// TestElasticNodeLost: as TestRestartWorkerKilled, but the second node's
+// sshd, agent and workers are killed after step 12; with --min-nodes 1 the
+// restart gives the node up after its tries and re-plans for the first
+// node's two ranks (dp2, accumulating 2 micro-batches: the global batch
+// kept), resumes from step 10 and ends with the losses of the
+// uninterrupted dp4 run.
+func TestElasticNodeLost(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	args := restartArgs(filepath.Join(t.TempDir(), "shared-out"))
+	want := uninterrupted(t)
+
+	var stdout, stderr syncBuffer
+	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
+	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-step12:
+	case err := <-done:
+		t.Fatalf("the job ended before step 12: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no step 12 after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	killed := time.Now()
+	// sshd's listener ends on the SIGTERM that Stop sends first (Stop then
+	// waits for its output to close).
+	stopped := make(chan struct{})
+	go func() { c.servers[1].Stop(); close(stopped) }()
+	defer func() { <-stopped }()
+	node2 := c.workdirs[1] + string(filepath.Separator)
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	running := stdout.await("/1] [checkpoint] resumed from ")
+	var resumed time.Duration
+	select {
+	case <-running:
+		resumed = time.Since(killed)
+	case <-done:
+		t.Fatalf("the job ended without resuming:\n%s\n%s", stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("rank 1 has not resumed 120 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(240 * time.Second):
+		t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
+	}
+	t.Logf("rank 1 resumed %v after the kill; the job ended %v after it", resumed, time.Since(killed))
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "[restart] ") || strings.HasPrefix(l, "[elastic] ") {
+			t.Log(l)
+		}
+	}
+	for _, w := range []string{"[restart] 1/1: ", "; resuming from step 10\n",
+		"[elastic] 127.0.0.3 unreachable (", "): 1 node(s) left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)\n",
+		"[127.0.0.2/0] [batch] global: 4 local: 2 micro: 1 accumulate: 2 "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout lacks %q", w)
+		}
+	}
+	after := out[strings.Index(out, "[elastic] "):]
+	for r := range 2 {
+		if w := fmt.Sprintf("[127.0.0.2/%d] [checkpoint] resumed from ", r); !strings.Contains(after, w) || !strings.Contains(after[strings.Index(after, w):], " at step 10\n") {
+			t.Errorf("rank %d did not log that it resumed from step 10", r)
+		}
+	}
+	if strings.Contains(after, "[127.0.0.3/") {
+		t.Errorf("the second node still has ranks after the re-plan:\n%s", after)
+	}
+	compareLosses(t, stepLosses(t, out), want, 10, 30)
+}
+
+// TestBadInputRestarts: --max-restarts, --min-nodes and --max-nodes out of
+// range exit 2 with one line naming the flag, before any node is reached.
+func TestBadInputRestarts(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts.txt")
+	if err := os.WriteFile(hosts, []byte("node1 devices=cpu:1\nnode2 devices=cpu:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"negative restarts", []string{"--hosts", hosts, "--max-restarts", "-1"}, []string{"--max-restarts -1", "0 (never restart) or more"}},
+		{"min nodes above inventory", []string{"--hosts", hosts, "--min-nodes", "3"}, []string{"--min-nodes 3", "want 1 to 2", hosts}},
+		{"min nodes zero", []string{"--hosts", hosts, "--min-nodes", "0"}, []string{"--min-nodes 0", "want 1 to 2"}},
+		{"max nodes above inventory", []string{"--hosts", hosts, "--max-nodes", "5"}, []string{"--max-nodes 5", "want 1 to 2"}},
+		{"max below min", []string{"--hosts", hosts, "--min-nodes", "2", "--max-nodes", "1"}, []string{"--max-nodes 1 is below --min-nodes 2"}},
+		{"restarts without hosts", []string{"--max-restarts", "1"}, []string{"--max-restarts", "need --hosts FILE"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(append([]string{"run", "--no-tui"}, tt.args...), "-c", "tiny")...)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if code != 2 || len(lines) != 1 {
+				t.Errorf("exit %d, stderr %q; want exit 2 and one line", code, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("error line %q lacks %q", lines[0], w)
+				}
+			}
+		})
+	}
 }

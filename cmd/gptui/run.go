@@ -179,20 +179,20 @@ type clusterFlags struct {
 }
 
 // checkRestarts checks --max-restarts, --min-nodes and --max-nodes against
-// an inventory of n nodes.
+// an inventory of n nodes; its error is a usageError.
 func (cf clusterFlags) checkRestarts(n int) error {
 	r := cf.restarts
 	switch {
 	case r.Max < 0:
-		return usagef("run: --max-restarts %d: want 0 (never restart) or more", r.Max)
+		return usagef("--max-restarts %d: want 0 (never restart) or more", r.Max)
 	case cf.set["min-nodes"] && (r.MinNodes < 1 || r.MinNodes > n):
-		return usagef("run: --min-nodes %d: want 1 to %d, the nodes of %s", r.MinNodes, n, cf.hosts)
+		return usagef("--min-nodes %d: want 1 to %d, the nodes of %s", r.MinNodes, n, cf.hosts)
 	case cf.set["max-nodes"] && (r.MaxNodes < 1 || r.MaxNodes > n):
-		return usagef("run: --max-nodes %d: want 1 to %d, the nodes of %s", r.MaxNodes, n, cf.hosts)
+		return usagef("--max-nodes %d: want 1 to %d, the nodes of %s", r.MaxNodes, n, cf.hosts)
 	case cf.set["min-nodes"] && cf.set["max-nodes"] && r.MaxNodes < r.MinNodes:
-		return usagef("run: --max-nodes %d is below --min-nodes %d", r.MaxNodes, r.MinNodes)
+		return usagef("--max-nodes %d is below --min-nodes %d", r.MaxNodes, r.MinNodes)
 	case cf.rankTable != "" && (cf.set["min-nodes"] || cf.set["max-nodes"]):
-		return usagef("run: --min-nodes and --max-nodes do not go with --rank-table, which fixes the nodes")
+		return usagef("--min-nodes and --max-nodes do not go with --rank-table, which fixes the nodes")
 	}
 	return nil
 }
@@ -216,7 +216,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
 	if err := cf.checkRestarts(len(nodes)); err != nil {
-		return err
+		return usageError{fmt.Errorf("run: %w", err)}
 	}
 	opts := cluster.Options{
 		Nodes:  nodes,

@@ -1,0 +1,84 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
+)
+
+// TestReshape: a job re-planned for fewer or more ranks keeps its global
+// batch by accumulation, its tensor and pipeline degrees, and its sharding
+// and micro-batch sizes where they still divide; where the ranks left
+// cannot hold the job, the reason says why.
+func TestReshape(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		overrides []string
+		ranks     int
+		want      string // dp sharding mp pp local micro, or the error
+	}{
+		{"dp4 to dp2", []string{"Distributed.dp_degree=4", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, 2, "dp2 sh1 mp1 pp1 local 4 micro 2"},
+		{"dp2 to dp4", []string{"Distributed.dp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=4"}, 4, "dp4 sh1 mp1 pp1 local 2 micro 2"},
+		{"mp kept", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"}, 2, "dp1 sh1 mp2 pp1 local 8 micro 2"},
+		{"sharding folded", []string{"Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=2", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=1"}, 2, "dp1 sh2 mp1 pp1 local 4 micro 1"},
+		{"mp does not divide", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=4"}, 3, "mp 2 × pp 1 does not divide them"},
+		{"batch does not divide", []string{"Distributed.dp_degree=4", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, 3, "the global batch 8 does not divide into 3 replicas"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := presets.Load("tiny", tt.overrides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			global := c.Global.GlobalBatchSize
+			var got string
+			if err := reshape(c, tt.ranks); err != nil {
+				got = err.Error()
+			} else {
+				d, g := c.Distributed, c.Global
+				got = fmt.Sprintf("dp%d sh%d mp%d pp%d local %d micro %d", d.DPDegree, d.Sharding.ShardingDegree, d.MPDegree, d.PPDegree, g.LocalBatchSize, g.MicroBatchSize)
+				if g.GlobalBatchSize != global {
+					t.Errorf("global batch %d, was %d", g.GlobalBatchSize, global)
+				}
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRestartLine: the restart's line names the restart, the cause and
+// the step the job resumes from (or that it starts over).
+func TestRestartLine(t *testing.T) {
+	for _, tt := range []struct {
+		r    event.Restart
+		want string
+	}{
+		{event.Restart{Count: 1, Max: 3, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 10}, "1/3: rank 3 on node2 was killed by SIGKILL; resuming from step 10"},
+		{event.Restart{Count: 2, Max: 2, Cause: "node node2 lost: connection reset"}, "2/2: node node2 lost: connection reset; restarting from the start (no checkpoint saved yet)"},
+	} {
+		if got := RestartLine(&tt.r); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestSavedStep: the engine's checkpoint line gives the step; other lines
+// none.
+func TestSavedStep(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		step int
+		ok   bool
+	}{
+		{"[checkpoint] saved step 10 to output/step_00000010", 10, true},
+		{"[checkpoint] resumed from output/step_00000010 at step 10", 0, false},
+		{"[train] epoch: 0 step: 10", 0, false},
+	} {
+		if step, ok := savedStep(tt.line); step != tt.step || ok != tt.ok {
+			t.Errorf("savedStep(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
+		}
+	}
+}
