@@ -24,6 +24,11 @@
 // its workers) and, if one has not finished within StopTimeout, kills it,
 // which kills its workers. Cancelling the context given to Start, or
 // calling Stop, does the same within CancelTimeout.
+//
+// A [Supervisor] runs a job as a series of such gangs: after a failure it
+// starts a new Job from the same Options, resuming from the newest
+// checkpoint, up to a number of restarts, and re-plans it for fewer nodes
+// when some stay unreachable (see [Restarts]).
 package cluster
 
 import (

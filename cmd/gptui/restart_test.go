@@ -107,8 +107,19 @@ func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
 // the end with the losses of an uninterrupted run. The checkpoints go to a
 // directory both nodes see (a shared filesystem).
 func TestRestartWorkerKilled(t *testing.T) {
+	restartWorkerKilled(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+}
+
+// TestRestartWorkerKilledPerNodeCheckpoints is TestRestartWorkerKilled
+// with each node's checkpoints in its own workdir (output_dir relative):
+// it needs the launcher to copy rank 0's checkpoint to the other node
+// before a resuming job starts, which another branch adds.
+func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
+	restartWorkerKilled(t, restartArgs("output"))
+}
+
+func restartWorkerKilled(t *testing.T, args []string) {
 	c := newSSHCluster(t, "cpu:2")
-	args := restartArgs(filepath.Join(t.TempDir(), "shared-out"))
 	want := uninterrupted(t)
 
 	var stdout, stderr syncBuffer
@@ -191,8 +202,18 @@ func TestRestartWorkerKilled(t *testing.T) {
 // kept), resumes from step 10 and ends with the losses of the
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
+	elasticNodeLost(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+}
+
+// TestElasticNodeLostPerNodeCheckpoints is TestElasticNodeLost with each
+// node's checkpoints in its own workdir: the node left is rank 0's, which
+// has them.
+func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
+	elasticNodeLost(t, restartArgs("output"))
+}
+
+func elasticNodeLost(t *testing.T, args []string) {
 	c := newSSHCluster(t, "cpu:2")
-	args := restartArgs(filepath.Join(t.TempDir(), "shared-out"))
 	want := uninterrupted(t)
 
 	var stdout, stderr syncBuffer
