@@ -1,8 +1,14 @@
 package cluster
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
@@ -80,5 +86,82 @@ func TestSavedStep(t *testing.T) {
 		if step, ok := savedStep(tt.line); step != tt.step || ok != tt.ok {
 			t.Errorf("savedStep(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
 		}
+	}
+}
+
+// TestSupervisorNoRestart: with restarts allowed, a worker's exit status 2
+// (bad input: here Model.init_from is not a model file) ends the job at
+// once with that failure, and a Stop ends it as stopped; neither is
+// restarted.
+func TestSupervisorNoRestart(t *testing.T) {
+	tc := newCluster(t, "cpu:1")
+	notModel := filepath.Join(t.TempDir(), "notmodel.bin")
+	if err := os.WriteFile(notModel, make([]byte, 2048), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dp2 := []string{"Distributed.dp_degree=2", "Global.local_batch_size=1", "Global.micro_batch_size=1", "Global.global_batch_size=2", "Data.Train.dataset.max_seq_len=16"}
+	for _, tt := range []struct {
+		name      string
+		overrides []string
+		stop      bool
+		check     func(error) bool
+	}{
+		{"exit 2", append([]string{"Engine.max_steps=5", "Model.init_from=" + notModel}, dp2...), false, func(err error) bool {
+			var f *Failure
+			return errors.As(err, &f) && f.Code == 2
+		}},
+		{"stop", append([]string{"Engine.max_steps=1000000"}, dp2...), true, func(err error) bool { return errors.Is(err, ErrStopped) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSupervisor(tc.options(t, tt.overrides...), Restarts{Max: 3})
+			events := make(chan []event.Event, 1)
+			training := make(chan struct{})
+			go func() {
+				var es []event.Event
+				for e := range s.Events() {
+					if e.Kind == event.KindMetrics && !slices.ContainsFunc(es, func(e event.Event) bool { return e.Kind == event.KindMetrics }) {
+						close(training)
+					}
+					es = append(es, e)
+				}
+				events <- es
+			}()
+			if _, err := s.Plan(context.Background()); err != nil {
+				s.Close()
+				t.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tt.stop {
+				select {
+				case <-training:
+				case <-time.After(60 * time.Second):
+					t.Fatal("no training after 60 s")
+				}
+				s.Stop()
+			}
+			waited := make(chan error, 1)
+			go func() { waited <- s.Wait() }()
+			var err error
+			select {
+			case err = <-waited:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the job still runs after 60 s")
+			}
+			if !tt.check(err) || s.Restarts() != 0 {
+				t.Errorf("Wait: %v after %d restarts", err, s.Restarts())
+			}
+			es := <-events
+			for _, e := range es {
+				if e.Kind == event.KindJob && e.State == event.JobRestarting {
+					t.Errorf("restarted: %s", e.Message)
+				}
+			}
+			if last := es[len(es)-1]; last.Kind != event.KindJob || (last.State != event.JobFailed && last.State != event.JobStopped) {
+				t.Errorf("last event %+v, want the job's end", last)
+			}
+		})
 	}
 }
