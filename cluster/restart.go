@@ -332,7 +332,11 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 					names = append(names, g.name)
 					whys = append(whys, g.msg)
 				}
-				msg = fmt.Sprintf("%s unreachable (%s): %d node(s) left, %s", strings.Join(names, ", "), strings.Join(whys, "; "), len(nodes), how)
+				left := fmt.Sprintf("%d nodes left", len(nodes))
+				if len(nodes) == 1 {
+					left = "1 node left"
+				}
+				msg = fmt.Sprintf("%s unreachable (%s): %s, %s", strings.Join(names, ", "), strings.Join(whys, "; "), left, how)
 			}
 			e := event.New(event.KindJob)
 			e.State, e.Message = event.JobReplanned, msg

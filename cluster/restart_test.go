@@ -12,6 +12,7 @@ import (
 
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/sshexec"
 )
 
 // TestReshape: a job re-planned for fewer or more ranks keeps its global
@@ -163,5 +164,46 @@ func TestSupervisorNoRestart(t *testing.T) {
 				t.Errorf("last event %+v, want the job's end", last)
 			}
 		})
+	}
+}
+
+// TestConfigFor: the next attempt's config resumes (ckpt_dir auto) once a
+// checkpoint was saved, is re-planned for the ranks of the nodes it runs
+// on, and says how when the strategy changes: down to one node, and back.
+func TestConfigFor(t *testing.T) {
+	cfg, err := presets.Load("tiny", []string{"Distributed.dp_degree=4", "Global.global_batch_size=4", "Global.local_batch_size=1", "Global.micro_batch_size=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []sshexec.Node{
+		{Name: "node1", Host: "10.0.0.1", Port: 22, Devices: sshexec.Devices{CPU: 2}},
+		{Name: "node2", Host: "10.0.0.2", Port: 22, Devices: sshexec.Devices{CPU: 2}},
+	}
+	s := NewSupervisor(Options{Nodes: nodes, Config: cfg}, Restarts{Max: 2, MinNodes: 1})
+	for _, tt := range []struct {
+		nodes     []sshexec.Node
+		saved     int
+		ckpt      string
+		dp, accum int
+		how       string
+	}{
+		{nodes, -1, "", 4, 1, ""},
+		{nodes[:1], 10, "auto", 2, 2, "re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)"},
+		{nodes[:1], 10, "auto", 2, 2, ""},
+		{nodes, 15, "auto", 4, 1, "re-planned dp2 mb1 → dp4 mb1, accumulate 1 (global batch 4 kept)"},
+	} {
+		s.saved = tt.saved
+		c, how, err := s.configFor(tt.nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := c.Global
+		if c.Engine.SaveLoad.CkptDir != tt.ckpt || c.Distributed.DPDegree != tt.dp || g.LocalBatchSize/g.MicroBatchSize != tt.accum || g.GlobalBatchSize != 4 || how != tt.how {
+			t.Errorf("%d node(s), saved %d: ckpt_dir %q dp %d accumulate %d global %d, %q; want %q dp %d accumulate %d, %q",
+				len(tt.nodes), tt.saved, c.Engine.SaveLoad.CkptDir, c.Distributed.DPDegree, g.LocalBatchSize/g.MicroBatchSize, g.GlobalBatchSize, how, tt.ckpt, tt.dp, tt.accum, tt.how)
+		}
+	}
+	if cfg.Distributed.DPDegree != 4 || cfg.Engine.SaveLoad.CkptDir != "" {
+		t.Errorf("the job's own config was changed: dp %d ckpt_dir %q", cfg.Distributed.DPDegree, cfg.Engine.SaveLoad.CkptDir)
 	}
 }

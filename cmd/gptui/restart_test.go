@@ -274,7 +274,7 @@ func elasticNodeLost(t *testing.T, args []string) {
 		}
 	}
 	for _, w := range []string{"[restart] 1/1: ", "; resuming from step 10\n",
-		"[elastic] 127.0.0.3 unreachable (", "): 1 node(s) left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)\n",
+		"[elastic] 127.0.0.3 unreachable (", "): 1 node left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)\n",
 		"[127.0.0.2/0] [batch] global: 4 local: 2 micro: 1 accumulate: 2 "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("stdout lacks %q", w)
