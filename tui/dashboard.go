@@ -76,6 +76,7 @@ type dashModel struct {
 	start   time.Time      // when the job started, by the launcher's clock
 	end     time.Time      // when it ended
 	restart *event.Restart // the launcher's latest automatic restart, if any
+	replan  string         // how the job was re-planned at it, if it was
 }
 
 func newDashModel(logCap, points int) dashModel {
@@ -191,11 +192,12 @@ func (m *dashModel) apply(ev event.Event) {
 			if ev.Restart != nil {
 				r := *ev.Restart
 				r.Cause = clean(r.Cause)
-				m.restart = &r
+				m.restart, m.replan = &r, ""
 			}
 			return
 		case event.JobReplanned:
-			return // the log of the launcher's run says how
+			m.replan = clean(ev.Message)
+			return
 		}
 		m.state, m.message = ev.State, clean(ev.Message)
 		switch ev.State {
@@ -344,6 +346,9 @@ func (m *dashModel) stats(st styles, now time.Time) string {
 			from = fmt.Sprintf("from step %d", r.Step)
 		}
 		parts = append(parts, st.Warn.r(fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause)))
+		if m.replan != "" {
+			parts = append(parts, st.Warn.r(m.replan))
+		}
 	}
 	if !m.start.IsZero() {
 		end := m.end

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -56,8 +55,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	cf.hosts, cf.set = *hosts, map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { cf.set[f.Name] = true })
+	cf.hosts = *hosts
 	if *preset != "" && *c != "" && *preset != *c {
 		return usagef("give a preset with --preset or -c, not both")
 	}
