@@ -123,8 +123,9 @@ func restartWorkerKilled(t *testing.T, args []string) {
 	want := uninterrupted(t)
 
 	var stdout, stderr syncBuffer
-	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
 	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, args...)...)
+	launched := time.Now()
+	first := stdout.await("/3] [backend] ")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -134,12 +135,23 @@ func restartWorkerKilled(t *testing.T, args []string) {
 		cmd.Process.Kill()
 		c.awaitGone(t, time.Now(), 10*time.Second)
 	})
-	select {
-	case <-step12:
-	case err := <-done:
-		t.Fatalf("the job ended before step 12: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no step 12 after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	// The first start, for comparison with the restart: from the launch to
+	// rank 3 about to train.
+	for i, s := range []string{"/3] [backend] ", "/0] [train] epoch: 0 step: 12 "} {
+		seen := first
+		if i > 0 {
+			seen = stdout.await(s)
+		}
+		select {
+		case <-seen:
+		case err := <-done:
+			t.Fatalf("the job ended before %q: exit %d\n%s\n%s", s, exitStatus(err), stdout.String(), stderr.String())
+		case <-time.After(120 * time.Second):
+			t.Fatalf("no %q after 120 s:\n%s\n%s", s, stdout.String(), stderr.String())
+		}
+		if i == 0 {
+			t.Logf("first start: rank 3 about to train %v after the launch", time.Since(launched))
+		}
 	}
 	pid := c.workerPID(3)
 	if pid == 0 {
