@@ -27,6 +27,11 @@
 // writes agent.InterruptLine to every agent, whose workers save their
 // finished steps and exit (within InterruptTimeout); Stop during it
 // kills them.
+//
+// A [Supervisor] runs a job as a series of such gangs: after a failure it
+// starts a new Job from the same Options, resuming from the newest
+// checkpoint, up to a number of restarts, and re-plans it for fewer nodes
+// when some stay unreachable (see [Restarts]).
 package cluster
 
 import (
@@ -191,9 +196,7 @@ type Job struct {
 // New returns a job for opts. Nothing happens until Plan.
 func New(opts Options) *Job {
 	if opts.JobID == "" {
-		b := make([]byte, 3)
-		_, _ = rand.Read(b)
-		opts.JobID = time.Now().Format(jobIDTime) + "-" + hex.EncodeToString(b)
+		opts.JobID = newJobID()
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
@@ -205,6 +208,13 @@ func New(opts Options) *Job {
 		opts.SSH.KeepAlive = KeepAlive
 	}
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
+}
+
+// newJobID returns a job ID made of the time and random digits.
+func newJobID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return time.Now().Format(jobIDTime) + "-" + hex.EncodeToString(b)
 }
 
 // Events returns the job's events. The channel is closed once the job

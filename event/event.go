@@ -18,11 +18,14 @@
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line                one line of a worker's output
-//	job      State, Message, Rank, Node, Tail started, done, failed, stopped
+//	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
 // worker event "running" has the pid in Message ("pid 4242"); a job event
-// "failed" has the failed worker's Code and Signal. An agent (package
+// "failed" has the failed worker's Code and Signal; a job event "restarting"
+// (the launcher restarts the gang after a failure, package cluster's
+// Supervisor) carries the Restart, and one "replanned" says in Message how
+// the job was re-planned for the nodes that are left. An agent (package
 // agent) sends its node's part of the job as job events with its Node set;
 // the launcher (package cluster) keeps those to itself and sends the job's
 // own.
@@ -78,6 +81,12 @@ const (
 	JobDone    = "done"
 	JobFailed  = "failed" // Rank, Node and Tail name the first failure
 	JobStopped = "stopped"
+	// JobRestarting: the job failed and is restarted from its newest
+	// checkpoint; Restart says which restart, why and from which step.
+	JobRestarting = "restarting"
+	// JobReplanned: nodes stayed unreachable at a restart and the job was
+	// re-planned for those left; Message says how.
+	JobReplanned = "replanned"
 )
 
 // Event is one fact about the job.
@@ -98,6 +107,7 @@ type Event struct {
 
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`
+	Restart *Restart `json:"restart,omitempty"`
 
 	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
 	Used   int64 `json:"used,omitempty"`   // bytes
@@ -123,6 +133,14 @@ type Device struct {
 	MemFree  int64  `json:"mem_free"`
 	UUID     string `json:"uuid,omitempty"`
 	PCIBusID string `json:"pci_bus_id,omitempty"`
+}
+
+// Restart is one automatic restart of a job.
+type Restart struct {
+	Count int    `json:"count"` // this restart's number, from 1
+	Max   int    `json:"max"`   // the most restarts allowed
+	Cause string `json:"cause"` // the failure that caused it
+	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
 }
 
 // Metrics is one line of a worker's metrics.<rank>.jsonl (see

@@ -71,10 +71,12 @@ type dashModel struct {
 
 	state   string // the job's state: "", started, stopping, done, failed, stopped
 	message string
-	failure *event.Event // the job's failed event, shown as a banner
-	banner  bool         // the banner is shown (esc hides it)
-	start   time.Time    // when the job started, by the launcher's clock
-	end     time.Time    // when it ended
+	failure *event.Event   // the job's failed event, shown as a banner
+	banner  bool           // the banner is shown (esc hides it)
+	start   time.Time      // when the job started, by the launcher's clock
+	end     time.Time      // when it ended
+	restart *event.Restart // the launcher's latest automatic restart, if any
+	replan  string         // how the job was re-planned at it, if it was
 }
 
 func newDashModel(logCap, points int) dashModel {
@@ -185,10 +187,24 @@ func (m *dashModel) apply(ev event.Event) {
 			m.logOff = min(m.logOff+1, max(l.len()-1, 0))
 		}
 	case event.KindJob:
+		switch ev.State {
+		case event.JobRestarting:
+			if ev.Restart != nil {
+				r := *ev.Restart
+				r.Cause = clean(r.Cause)
+				m.restart, m.replan = &r, ""
+			}
+			return
+		case event.JobReplanned:
+			m.replan = clean(ev.Message)
+			return
+		}
 		m.state, m.message = ev.State, clean(ev.Message)
 		switch ev.State {
 		case event.JobStarted:
-			m.start = ev.Time
+			if m.restart == nil {
+				m.start = ev.Time // a restarted job's time counts from its first start
+			}
 		case event.JobFailed:
 			e := ev
 			e.Tail = make([]string, len(ev.Tail))
@@ -322,6 +338,16 @@ func (m *dashModel) stats(st styles, now time.Time) string {
 		parts = append(parts, si(mt.TokensPerS)+" tok/s", fmt.Sprintf("MFU %.1f%%", mt.MFU*100))
 		if m.running() && m.maxSteps > mt.Step && mt.StepTimeS > 0 {
 			parts = append(parts, "ETA "+duration(float64(m.maxSteps-mt.Step)*mt.StepTimeS))
+		}
+	}
+	if r := m.restart; r != nil {
+		from := "from the start"
+		if r.Step > 0 {
+			from = fmt.Sprintf("from step %d", r.Step)
+		}
+		parts = append(parts, st.Warn.r(fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause)))
+		if m.replan != "" {
+			parts = append(parts, st.Warn.r(m.replan))
 		}
 	}
 	if !m.start.IsZero() {

@@ -549,3 +549,29 @@ func TestJobPlans(t *testing.T) {
 		t.Errorf("planner error (selection %d):\n%s", m.job.sel, scr)
 	}
 }
+
+// TestDashboardRestart: the launcher's automatic restart shows in the
+// header with its count, cause and step; the job stays running, its
+// elapsed time counted from the first start.
+func TestDashboardRestart(t *testing.T) {
+	m := trainingJob(t, 4, 120, 200, 24)
+	d := &m.dash
+	start := d.start
+	feed(m,
+		ev(event.KindWorker, 130, func(e *event.Event) {
+			e.Node, e.Rank, e.State, e.Signal = "node2", 3, event.WorkerFailed, "SIGKILL"
+		}),
+		ev(event.KindJob, 131, func(e *event.Event) {
+			e.State = event.JobRestarting
+			e.Restart = &event.Restart{Count: 1, Max: 3, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 10}
+		}),
+		ev(event.KindJob, 131, func(e *event.Event) { e.State, e.Message = event.JobReplanned, "node2 unreachable: 1 node left" }),
+		ev(event.KindJob, 140, func(e *event.Event) { e.State = event.JobStarted }))
+	out := m.Render()
+	if !strings.Contains(out, "restart 1/3 from step 10: rank 3 on node2 was killed by SIGKILL  node2 unreachable: 1 node left") {
+		t.Errorf("no restart in the header:\n%s", out)
+	}
+	if !d.running() || !d.start.Equal(start) || d.failure != nil {
+		t.Errorf("state %q, start %v (was %v), failure %v: want running since the first start", d.state, d.start, start, d.failure)
+	}
+}

@@ -53,6 +53,9 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
 	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
 	fs.IntVar(&cf.keepJobs, "keep-jobs", cluster.DefaultKeepJobs, "with --hosts: after a successful job, each node keeps the newest `K` jobs/<id> directories (this job's included; -1 keeps all)")
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
+	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
+	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -76,11 +79,11 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 		if cf.keepJobs < -1 || cf.keepJobs == 0 {
 			return usagef("run: --keep-jobs %d: keep at least 1 job directory, or -1 for all", cf.keepJobs)
 		}
-		cf.show = *show
+		cf.show, cf.set = *show, set
 		return runCluster(ctx, cf, *c, *o, stdout, stderr)
 	}
-	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs {
-		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run and --keep-jobs need --hosts FILE")
+	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.restarts != (cluster.Restarts{}) {
+		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --max-restarts, --min-nodes and --max-nodes need --hosts FILE")
 	}
 	if *nproc < 1 {
 		return usagef("run: --nproc %d: need at least one worker", *nproc)
@@ -183,6 +186,27 @@ type clusterFlags struct {
 	show             string
 	summaryEvery     time.Duration
 	keepJobs         int
+	restarts         cluster.Restarts
+	set              map[string]bool // the flags given
+}
+
+// checkRestarts checks --max-restarts, --min-nodes and --max-nodes against
+// an inventory of n nodes; its error is a usageError.
+func (cf clusterFlags) checkRestarts(n int) error {
+	r := cf.restarts
+	switch {
+	case r.Max < 0:
+		return usagef("--max-restarts %d: want 0 (never restart) or more", r.Max)
+	case cf.set["min-nodes"] && (r.MinNodes < 1 || r.MinNodes > n):
+		return usagef("--min-nodes %d: want 1 to %d, the nodes of %s", r.MinNodes, n, cf.hosts)
+	case cf.set["max-nodes"] && (r.MaxNodes < 1 || r.MaxNodes > n):
+		return usagef("--max-nodes %d: want 1 to %d, the nodes of %s", r.MaxNodes, n, cf.hosts)
+	case cf.set["min-nodes"] && cf.set["max-nodes"] && r.MaxNodes < r.MinNodes:
+		return usagef("--max-nodes %d is below --min-nodes %d", r.MaxNodes, r.MinNodes)
+	case cf.rankTable != "" && (cf.set["min-nodes"] || cf.set["max-nodes"]):
+		return usagef("--min-nodes and --max-nodes do not go with --rank-table, which fixes the nodes")
+	}
+	return nil
 }
 
 // runCluster runs 'gptui run --hosts FILE': it plans the job on the nodes,
@@ -203,6 +227,9 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
 	}
+	if err := cf.checkRestarts(len(nodes)); err != nil {
+		return usageError{fmt.Errorf("run: %w", err)}
+	}
 	opts := cluster.Options{
 		Nodes:    nodes,
 		Hosts:    cf.hosts,
@@ -219,7 +246,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	}
 
 	start := time.Now()
-	job := cluster.New(opts)
+	job := cluster.NewSupervisor(opts, cf.restarts)
 	pr := &printer{out: stdout, show: show, every: cf.summaryEvery, start: start}
 	printed := make(chan struct{})
 	go func() {
@@ -405,6 +432,14 @@ func (p *printer) event(e event.Event) {
 			p.printf("[%s/%d] exited with code %d", e.Node, e.Rank, e.Code)
 		}
 	case event.KindJob:
+		switch e.State {
+		case event.JobRestarting:
+			p.printf("[restart] %s", e.Message)
+			return
+		case event.JobReplanned:
+			p.printf("[elastic] %s", e.Message)
+			return
+		}
 		msg := e.Message
 		if msg != "" {
 			msg = ": " + msg

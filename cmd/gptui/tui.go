@@ -50,9 +50,12 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	nproc := fs.Int("nproc", 1, "without --hosts: the number of CPU workers on this machine")
 	table := fs.String("rank-table", "rank_table.json", "where the rank table is written")
 	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
+	var cf clusterFlags
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (on the same nodes: the UI's rank table fixes them)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	cf.hosts = *hosts
 	if *preset != "" && *c != "" && *preset != *c {
 		return usagef("give a preset with --preset or -c, not both")
 	}
@@ -75,12 +78,19 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return usageError{err}
 		}
+		if err := cf.checkRestarts(len(nodes)); err != nil {
+			return err
+		}
 		opt.Nodes = nodes
 		opt.Launcher = &clusterLauncher{
 			nodes: nodes, hosts: *hosts, config: *c, overrides: *o,
-			ssh: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
+			ssh:      sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
+			restarts: cf.restarts,
 		}
 	} else {
+		if cf.restarts.Max != 0 {
+			return usagef("--max-restarts needs --hosts FILE")
+		}
 		opt.Nodes = []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Workdir: ".", Devices: sshexec.Devices{CPU: *nproc}}}
 		opt.Launcher = &localLauncher{nodes: opt.Nodes}
 	}
@@ -243,6 +253,7 @@ type clusterLauncher struct {
 	config    string
 	overrides []string
 	ssh       sshexec.ClientConfig
+	restarts  cluster.Restarts // the automatic restarts of each job
 }
 
 // Probe plans a job of the starting config on the nodes, which connects to
@@ -289,10 +300,10 @@ func (l *clusterLauncher) Start(ctx context.Context, job tui.Job) (tui.Runner, e
 			return nil, err
 		}
 	}
-	cj := cluster.New(cluster.Options{
+	cj := cluster.NewSupervisor(cluster.Options{
 		Nodes: l.nodes, Hosts: l.hosts, Config: cfg, SSH: l.ssh,
 		RankTable: job.Table, RankTableFile: job.TablePath,
-	})
+	}, l.restarts)
 	ctx, cancel := context.WithCancel(ctx)
 	r := &clusterRunner{events: make(chan event.Event, 256), cancel: cancel}
 	failed := make(chan error, 1)

@@ -1,0 +1,465 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// Restart tries: at a restart, setting the nodes up is tried PlanTries
+// times, RetryDelay apart, before the nodes that failed every try are
+// given up (see Restarts.MinNodes).
+const (
+	PlanTries  = 3
+	RetryDelay = time.Second
+)
+
+// Restarts is the restart policy of a [Supervisor].
+type Restarts struct {
+	// Max is how many times the job is restarted after a failure; 0 never.
+	Max int
+	// MinNodes is the fewest nodes the job goes on with: at a restart, a
+	// node that fails to set up PlanTries times is left out and the job
+	// re-planned for the nodes left, as long as there are at least
+	// MinNodes. 0 means every node (the job never shrinks).
+	MinNodes int
+	// MaxNodes is how many of the inventory's nodes (the first ones) the
+	// job uses; 0 means all. Every restart tries them all again, so a node
+	// that was left out and came back is taken in.
+	MaxNodes int
+}
+
+// Supervisor runs a job and restarts it after a failure, up to
+// Restarts.Max times: each attempt is a [Job] made from the same Options,
+// resuming from the newest checkpoint the job saved
+// (Engine.save_load.ckpt_dir=auto). A worker that fails (other than with
+// exit status 2, bad input), a lost node and a hang (any *Failure whose
+// Code is not 2) restart the job; a stop (Stop, or the end of Start's
+// context) and a failure to set the job up do not.
+//
+// It is used as a Job is: Plan (the first attempt's), then Start and
+// Wait, or Close; the caller receives from Events until it is closed.
+// Events carries every attempt's events, each restart as a job event
+// "restarting" (and "replanned" when the job shrinks or grows) in place
+// of the failed attempt's "failed"; the last event is the last attempt's
+// end.
+type Supervisor struct {
+	opts   Options
+	policy Restarts
+	events chan event.Event
+
+	mu       sync.Mutex
+	job      *Job // the current attempt
+	fwd      <-chan forwarded
+	cancel   context.CancelCauseFunc
+	started  bool
+	closed   bool
+	done     chan struct{}
+	err      error
+	restarts int
+	saved    int            // the newest step a checkpoint was saved at; -1 none
+	workers  map[string]int // workers per node name, from the last plan
+	strategy string         // the last attempt's strategy, for messages
+}
+
+// forwarded is what forward found in one attempt's events.
+type forwarded struct {
+	end    *event.Event // the attempt's last job event, held back
+	failed []nodeError  // nodes that failed to set up
+	saved  int          // the newest checkpoint step saved; -1 none
+}
+
+type nodeError struct{ name, msg string }
+
+// NewSupervisor returns a supervisor of the job opts describes, with the
+// restart policy p. Nothing happens until Plan.
+func NewSupervisor(opts Options, p Restarts) *Supervisor {
+	if opts.JobID == "" {
+		opts.JobID = newJobID()
+	}
+	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}}
+}
+
+// Events returns the events of every attempt. The channel is closed once
+// the job has ended (after Start) or has been closed (without Start).
+func (s *Supervisor) Events() <-chan event.Event { return s.events }
+
+// Restarts returns how many times the job has been restarted.
+func (s *Supervisor) Restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+// nodes returns the inventory's nodes the job may use.
+func (s *Supervisor) nodes() []sshexec.Node {
+	n := s.opts.Nodes
+	if m := s.policy.MaxNodes; m > 0 && m < len(n) {
+		n = n[:m]
+	}
+	return n
+}
+
+// Plan plans the first attempt on every node (up to MaxNodes), as
+// [Job.Plan] does.
+func (s *Supervisor) Plan(ctx context.Context) (*Plan, error) {
+	j := s.attempt(s.nodes(), s.opts.Config, 0)
+	p, err := j.Plan(ctx)
+	if err == nil {
+		s.remember(p)
+	}
+	return p, err
+}
+
+// attempt makes a job of nodes and cfg and forwards its events.
+func (s *Supervisor) attempt(nodes []sshexec.Node, cfg *presets.Config, n int) *Job {
+	o := s.opts
+	o.Nodes, o.Config = nodes, cfg
+	if n > 0 {
+		o.JobID = s.opts.JobID + "-r" + strconv.Itoa(n)
+	}
+	j := New(o)
+	fwd := s.forward(j)
+	s.mu.Lock()
+	s.job, s.fwd = j, fwd
+	s.mu.Unlock()
+	return j
+}
+
+// remember notes the workers of each node of a plan, and its strategy.
+func (s *Supervisor) remember(p *Plan) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, np := range p.Nodes {
+		s.workers[np.Name] = len(np.Spec.Workers)
+	}
+}
+
+// forward passes j's events on, except its last job event, and notes the
+// nodes that failed and the checkpoints saved.
+func (s *Supervisor) forward(j *Job) <-chan forwarded {
+	ch := make(chan forwarded, 1)
+	go func() {
+		f := forwarded{saved: -1}
+		for e := range j.Events() {
+			switch {
+			case e.Kind == event.KindJob && e.State != event.JobStarted:
+				end := e
+				f.end = &end
+				continue
+			case e.Kind == event.KindNode && e.State == event.NodeFailed:
+				f.failed = append(f.failed, nodeError{e.Node, e.Message})
+			case e.Kind == event.KindLog:
+				if n, ok := savedStep(e.Line); ok && n > f.saved {
+					f.saved = n
+				}
+			}
+			s.events <- e
+		}
+		ch <- f
+	}()
+	return ch
+}
+
+// savedStep reads the step of a worker's "[checkpoint] saved step N to
+// DIR" line (package engine).
+func savedStep(line string) (int, bool) {
+	rest, ok := strings.CutPrefix(line, "[checkpoint] saved step ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(strings.Fields(rest + " ")[0])
+	return n, err == nil
+}
+
+// Close ends a supervisor that was planned but not started, or stops a
+// started one and waits for its end.
+func (s *Supervisor) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started, j, fwd := s.started, s.job, s.fwd
+	s.mu.Unlock()
+	if started {
+		s.Stop()
+		_ = s.Wait()
+		return nil
+	}
+	if j != nil {
+		j.Close()
+		if f := <-fwd; f.end != nil {
+			s.events <- *f.end
+		}
+	}
+	close(s.events)
+	return nil
+}
+
+// Start starts the planned first attempt, and restarts the job after
+// each restartable failure until Restarts.Max restarts are spent.
+// Cancelling ctx stops the job, as Stop does.
+func (s *Supervisor) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.job == nil || s.started || s.closed {
+		s.mu.Unlock()
+		return errors.New("cluster: Start needs a planned job that has not started")
+	}
+	s.started = true
+	s.done = make(chan struct{})
+	ctx, cancel := context.WithCancelCause(ctx)
+	s.cancel = cancel
+	j, fwd := s.job, s.fwd
+	s.mu.Unlock()
+	err := j.Start(ctx)
+	go s.loop(ctx, j, fwd)
+	return err
+}
+
+// Stop stops the job, or the restart under way; Wait then returns an
+// error wrapping ErrStopped.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrStopped)
+	}
+}
+
+// Wait waits for the end of the job, after its last restart, and returns
+// the last attempt's outcome as [Job.Wait] does.
+func (s *Supervisor) Wait() error {
+	s.mu.Lock()
+	done := s.done
+	s.mu.Unlock()
+	if done == nil {
+		return errors.New("cluster: Wait before Start")
+	}
+	<-done
+	return s.err
+}
+
+// loop waits for each attempt's end and restarts the job while the
+// policy allows.
+func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
+	finish := func(err error, end *event.Event) {
+		if end != nil {
+			s.events <- *end
+		}
+		s.mu.Lock()
+		s.err = err
+		s.mu.Unlock()
+		close(s.events)
+		close(s.done)
+	}
+	for {
+		err := j.Wait()
+		f := <-fwd
+		if f.saved > s.saved {
+			s.saved = f.saved
+		}
+		var fail *Failure
+		if !errors.As(err, &fail) || fail.Code == 2 || s.restarts >= s.policy.Max || ctx.Err() != nil {
+			finish(err, f.end)
+			return
+		}
+		s.mu.Lock()
+		s.restarts++
+		s.mu.Unlock()
+		e := event.New(event.KindJob)
+		e.State = event.JobRestarting
+		e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
+		e.Message = RestartLine(e.Restart)
+		s.events <- e
+
+		nj, err := s.replan(ctx)
+		if err != nil {
+			end := event.New(event.KindJob)
+			end.State, end.Message = event.JobFailed, err.Error()
+			if ctx.Err() != nil {
+				err = fmt.Errorf("cluster: job stopped: %w", context.Cause(ctx))
+				end.State, end.Message = event.JobStopped, context.Cause(ctx).Error()
+			}
+			finish(err, &end)
+			return
+		}
+		s.mu.Lock()
+		j, fwd = nj, s.fwd
+		s.mu.Unlock()
+		_ = j.Start(ctx) // a failure to start is Wait's
+	}
+}
+
+// RestartLine describes a restart: "1/3: rank 3 on node2 was killed by
+// SIGKILL; resuming from step 10".
+func RestartLine(r *event.Restart) string {
+	from := "restarting from the start (no checkpoint saved yet)"
+	if r.Step > 0 {
+		from = fmt.Sprintf("resuming from step %d", r.Step)
+	}
+	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
+}
+
+// replan sets the next attempt up: on every node the job may use, trying
+// PlanTries times, then without the nodes that failed every try (if at
+// least MinNodes are left), re-planned for the ranks left.
+func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
+	nodes := s.nodes()
+	var gone []nodeError
+	for try := 1; ; try++ {
+		cfg, how, err := s.configFor(nodes)
+		if err != nil {
+			return nil, err
+		}
+		if how != "" {
+			msg := how
+			if len(gone) > 0 {
+				var names, whys []string
+				for _, g := range gone {
+					names = append(names, g.name)
+					whys = append(whys, g.msg)
+				}
+				left := fmt.Sprintf("%d nodes left", len(nodes))
+				if len(nodes) == 1 {
+					left = "1 node left"
+				}
+				msg = fmt.Sprintf("%s unreachable (%s): %s, %s", strings.Join(names, ", "), strings.Join(whys, "; "), left, how)
+			}
+			e := event.New(event.KindJob)
+			e.State, e.Message = event.JobReplanned, msg
+			s.events <- e
+		}
+		j := s.attempt(nodes, cfg, s.restarts)
+		p, err := j.Plan(ctx)
+		if err == nil {
+			s.remember(p)
+			return j, nil
+		}
+		j.Close()
+		f := <-s.fwd
+		var ie *InputError
+		if errors.As(err, &ie) || ctx.Err() != nil {
+			return nil, err
+		}
+		if try < PlanTries {
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(RetryDelay):
+			}
+			continue
+		}
+		min := s.policy.MinNodes
+		if min <= 0 {
+			min = len(s.nodes())
+		}
+		names := nodeNames(nodes)
+		var left []sshexec.Node
+		gone = gone[:0]
+		for i, n := range nodes {
+			k := slices.IndexFunc(f.failed, func(ne nodeError) bool { return ne.name == names[i] })
+			if k < 0 {
+				left = append(left, n)
+			} else {
+				gone = append(gone, f.failed[k])
+			}
+		}
+		if len(gone) == 0 || len(left) < min {
+			return nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
+		}
+		nodes, try = left, 0
+	}
+}
+
+// configFor returns the config of the next attempt on nodes: the job's,
+// resuming from the newest checkpoint it saved, and re-planned if nodes
+// hold another number of ranks than the job's config is for. how says
+// how it was re-planned, when the strategy changed since the last
+// attempt.
+func (s *Supervisor) configFor(nodes []sshexec.Node) (*presets.Config, string, error) {
+	orig := s.opts.Config
+	c := *orig
+	if s.saved > 0 {
+		c.Engine.SaveLoad.CkptDir = "auto"
+	}
+	ranks := 0
+	names := nodeNames(nodes)
+	s.mu.Lock()
+	for i, n := range nodes {
+		w := s.workers[names[i]]
+		switch {
+		case w > 0:
+		case n.Devices.CPU > 0:
+			w = n.Devices.CPU
+		case len(n.Devices.IDs) > 0:
+			w = len(n.Devices.IDs)
+		default:
+			w = 1
+		}
+		ranks += w
+	}
+	s.mu.Unlock()
+	was := s.strategy
+	if was == "" {
+		was = planner.StrategyOf(orig).String()
+	}
+	if err := reshape(&c, ranks); err != nil {
+		return nil, "", fmt.Errorf("cluster: cannot re-plan for %d rank(s) on %d node(s): %w", ranks, len(nodes), err)
+	}
+	now := planner.StrategyOf(&c).String()
+	s.strategy = now
+	if now == was {
+		return &c, "", nil
+	}
+	g := c.Global
+	return &c, fmt.Sprintf("re-planned %s → %s, accumulate %d (global batch %d kept)", was, now, g.LocalBatchSize/g.MicroBatchSize, g.GlobalBatchSize), nil
+}
+
+// reshape sets c's data-parallel degree, sharding degree and batch sizes
+// for ranks ranks, keeping the global batch (by gradient accumulation),
+// the tensor and pipeline degrees and, where they still divide, the
+// sharding degree and the micro-batch size.
+func reshape(c *presets.Config, ranks int) error {
+	d, g := &c.Distributed, &c.Global
+	mp, pp := max(d.MPDegree, 1), max(d.PPDegree, 1)
+	if ranks%(mp*pp) != 0 {
+		return fmt.Errorf("mp %d × pp %d does not divide them", mp, pp)
+	}
+	replicas := ranks / (mp * pp)
+	if g.GlobalBatchSize%replicas != 0 {
+		return fmt.Errorf("the global batch %d does not divide into %d replicas", g.GlobalBatchSize, replicas)
+	}
+	sh := max(d.Sharding.ShardingDegree, 1)
+	if replicas%sh != 0 {
+		sh = gcd(sh, replicas)
+	}
+	d.Sharding.ShardingDegree, d.DPDegree = sh, replicas/sh
+	if sh == 1 {
+		d.Sharding.ShardingStage = 1
+	}
+	g.LocalBatchSize = g.GlobalBatchSize / replicas
+	if g.MicroBatchSize <= 0 || g.LocalBatchSize%g.MicroBatchSize != 0 {
+		g.MicroBatchSize = gcd(max(g.MicroBatchSize, 1), g.LocalBatchSize)
+	}
+	return nil
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}

@@ -1,0 +1,209 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// TestReshape: a job re-planned for fewer or more ranks keeps its global
+// batch by accumulation, its tensor and pipeline degrees, and its sharding
+// and micro-batch sizes where they still divide; where the ranks left
+// cannot hold the job, the reason says why.
+func TestReshape(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		overrides []string
+		ranks     int
+		want      string // dp sharding mp pp local micro, or the error
+	}{
+		{"dp4 to dp2", []string{"Distributed.dp_degree=4", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, 2, "dp2 sh1 mp1 pp1 local 4 micro 2"},
+		{"dp2 to dp4", []string{"Distributed.dp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=4"}, 4, "dp4 sh1 mp1 pp1 local 2 micro 2"},
+		{"mp kept", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"}, 2, "dp1 sh1 mp2 pp1 local 8 micro 2"},
+		{"sharding folded", []string{"Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=2", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=1"}, 2, "dp1 sh2 mp1 pp1 local 4 micro 1"},
+		{"mp does not divide", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=4"}, 3, "mp 2 × pp 1 does not divide them"},
+		{"batch does not divide", []string{"Distributed.dp_degree=4", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, 3, "the global batch 8 does not divide into 3 replicas"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := presets.Load("tiny", tt.overrides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			global := c.Global.GlobalBatchSize
+			var got string
+			if err := reshape(c, tt.ranks); err != nil {
+				got = err.Error()
+			} else {
+				d, g := c.Distributed, c.Global
+				got = fmt.Sprintf("dp%d sh%d mp%d pp%d local %d micro %d", d.DPDegree, d.Sharding.ShardingDegree, d.MPDegree, d.PPDegree, g.LocalBatchSize, g.MicroBatchSize)
+				if g.GlobalBatchSize != global {
+					t.Errorf("global batch %d, was %d", g.GlobalBatchSize, global)
+				}
+			}
+			if got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRestartLine: the restart's line names the restart, the cause and
+// the step the job resumes from (or that it starts over).
+func TestRestartLine(t *testing.T) {
+	for _, tt := range []struct {
+		r    event.Restart
+		want string
+	}{
+		{event.Restart{Count: 1, Max: 3, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 10}, "1/3: rank 3 on node2 was killed by SIGKILL; resuming from step 10"},
+		{event.Restart{Count: 2, Max: 2, Cause: "node node2 lost: connection reset"}, "2/2: node node2 lost: connection reset; restarting from the start (no checkpoint saved yet)"},
+	} {
+		if got := RestartLine(&tt.r); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
+		}
+	}
+}
+
+// TestSavedStep: the engine's checkpoint line gives the step; other lines
+// none.
+func TestSavedStep(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		step int
+		ok   bool
+	}{
+		{"[checkpoint] saved step 10 to output/step_00000010", 10, true},
+		{"[checkpoint] resumed from output/step_00000010 at step 10", 0, false},
+		{"[train] epoch: 0 step: 10", 0, false},
+	} {
+		if step, ok := savedStep(tt.line); step != tt.step || ok != tt.ok {
+			t.Errorf("savedStep(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
+		}
+	}
+}
+
+// TestSupervisorNoRestart: with restarts allowed, a worker's exit status 2
+// (bad input: here Model.init_from is not a model file) ends the job at
+// once with that failure, and a Stop ends it as stopped; neither is
+// restarted.
+func TestSupervisorNoRestart(t *testing.T) {
+	tc := newCluster(t, "cpu:1")
+	notModel := filepath.Join(t.TempDir(), "notmodel.bin")
+	if err := os.WriteFile(notModel, make([]byte, 2048), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dp2 := []string{"Distributed.dp_degree=2", "Global.local_batch_size=1", "Global.micro_batch_size=1", "Global.global_batch_size=2", "Data.Train.dataset.max_seq_len=16"}
+	for _, tt := range []struct {
+		name      string
+		overrides []string
+		stop      bool
+		check     func(error) bool
+	}{
+		{"exit 2", append([]string{"Engine.max_steps=5", "Model.init_from=" + notModel}, dp2...), false, func(err error) bool {
+			var f *Failure
+			return errors.As(err, &f) && f.Code == 2
+		}},
+		{"stop", append([]string{"Engine.max_steps=1000000"}, dp2...), true, func(err error) bool { return errors.Is(err, ErrStopped) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSupervisor(tc.options(t, tt.overrides...), Restarts{Max: 3})
+			events := make(chan []event.Event, 1)
+			training := make(chan struct{})
+			go func() {
+				var es []event.Event
+				for e := range s.Events() {
+					if e.Kind == event.KindMetrics && !slices.ContainsFunc(es, func(e event.Event) bool { return e.Kind == event.KindMetrics }) {
+						close(training)
+					}
+					es = append(es, e)
+				}
+				events <- es
+			}()
+			if _, err := s.Plan(context.Background()); err != nil {
+				s.Close()
+				t.Fatal(err)
+			}
+			if err := s.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if tt.stop {
+				select {
+				case <-training:
+				case <-time.After(60 * time.Second):
+					t.Fatal("no training after 60 s")
+				}
+				s.Stop()
+			}
+			waited := make(chan error, 1)
+			go func() { waited <- s.Wait() }()
+			var err error
+			select {
+			case err = <-waited:
+			case <-time.After(60 * time.Second):
+				t.Fatal("the job still runs after 60 s")
+			}
+			if !tt.check(err) || s.Restarts() != 0 {
+				t.Errorf("Wait: %v after %d restarts", err, s.Restarts())
+			}
+			es := <-events
+			for _, e := range es {
+				if e.Kind == event.KindJob && e.State == event.JobRestarting {
+					t.Errorf("restarted: %s", e.Message)
+				}
+			}
+			if last := es[len(es)-1]; last.Kind != event.KindJob || (last.State != event.JobFailed && last.State != event.JobStopped) {
+				t.Errorf("last event %+v, want the job's end", last)
+			}
+		})
+	}
+}
+
+// TestConfigFor: the next attempt's config resumes (ckpt_dir auto) once a
+// checkpoint was saved, is re-planned for the ranks of the nodes it runs
+// on, and says how when the strategy changes: down to one node, and back.
+func TestConfigFor(t *testing.T) {
+	cfg, err := presets.Load("tiny", []string{"Distributed.dp_degree=4", "Global.global_batch_size=4", "Global.local_batch_size=1", "Global.micro_batch_size=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []sshexec.Node{
+		{Name: "node1", Host: "10.0.0.1", Port: 22, Devices: sshexec.Devices{CPU: 2}},
+		{Name: "node2", Host: "10.0.0.2", Port: 22, Devices: sshexec.Devices{CPU: 2}},
+	}
+	s := NewSupervisor(Options{Nodes: nodes, Config: cfg}, Restarts{Max: 2, MinNodes: 1})
+	for _, tt := range []struct {
+		nodes     []sshexec.Node
+		saved     int
+		ckpt      string
+		dp, accum int
+		how       string
+	}{
+		{nodes, -1, "", 4, 1, ""},
+		{nodes[:1], 10, "auto", 2, 2, "re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)"},
+		{nodes[:1], 10, "auto", 2, 2, ""},
+		{nodes, 15, "auto", 4, 1, "re-planned dp2 mb1 → dp4 mb1, accumulate 1 (global batch 4 kept)"},
+	} {
+		s.saved = tt.saved
+		c, how, err := s.configFor(tt.nodes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := c.Global
+		if c.Engine.SaveLoad.CkptDir != tt.ckpt || c.Distributed.DPDegree != tt.dp || g.LocalBatchSize/g.MicroBatchSize != tt.accum || g.GlobalBatchSize != 4 || how != tt.how {
+			t.Errorf("%d node(s), saved %d: ckpt_dir %q dp %d accumulate %d global %d, %q; want %q dp %d accumulate %d, %q",
+				len(tt.nodes), tt.saved, c.Engine.SaveLoad.CkptDir, c.Distributed.DPDegree, g.LocalBatchSize/g.MicroBatchSize, g.GlobalBatchSize, how, tt.ckpt, tt.dp, tt.accum, tt.how)
+		}
+	}
+	if cfg.Distributed.DPDegree != 4 || cfg.Engine.SaveLoad.CkptDir != "" {
+		t.Errorf("the job's own config was changed: dp %d ckpt_dir %q", cfg.Distributed.DPDegree, cfg.Engine.SaveLoad.CkptDir)
+	}
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// restartArgs is a job of tiny as dp4 (global batch 4 of 16 tokens) that
+// saves a checkpoint every 5 steps into out and runs 30 steps.
+func restartArgs(out string) []string {
+	return append(restartJob[:len(restartJob):len(restartJob)], "-o", "Engine.save_load.output_dir="+out)
+}
+
+var restartJob = []string{"-c", "tiny", "-o", "Engine.max_steps=30", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+	"-o", "Distributed.dp_degree=4", "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=1", "-o", "Global.micro_batch_size=1",
+	"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5"}
+
+// uninterruptedRun is rank 0's losses of restartJob run without a stop,
+// shared by the tests.
+var uninterruptedRun struct {
+	once   sync.Once
+	losses map[int]float64
+	err    error
+}
+
+// rank0Losses returns the loss of each step that rank 0 logged in out (the
+// last time it logged the step); a line prefix of "" takes gptui run's
+// local lines.
+func rank0Losses(t *testing.T, out string) map[int]float64 {
+	t.Helper()
+	losses := map[int]float64{}
+	for _, l := range strings.Split(out, "\n") {
+		i := strings.Index(l, "[train] epoch: ")
+		if i < 0 || !(strings.HasPrefix(l, "[0] ") || strings.Contains(l, "/0] ")) {
+			continue
+		}
+		f := strings.Fields(l[i:])
+		var step int
+		var loss float64
+		for k := 0; k+1 < len(f); k++ {
+			switch f[k] {
+			case "step:":
+				step, _ = strconv.Atoi(f[k+1])
+			case "loss:":
+				loss, _ = strconv.ParseFloat(f[k+1], 64)
+			}
+		}
+		losses[step] = loss
+	}
+	return losses
+}
+
+// uninterrupted runs restartJob on this machine with --nproc 4, once, and
+// returns rank 0's losses.
+func uninterrupted(t *testing.T) map[int]float64 {
+	t.Helper()
+	exe := builtGPTUI(t)
+	u := &uninterruptedRun
+	u.once.Do(func() {
+		dir, err := os.MkdirTemp("", "gptui-uninterrupted-")
+		if err != nil {
+			u.err = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		cmd := exec.Command(exe, append(append([]string{"run", "--no-tui", "--nproc", "4"}, restartArgs(filepath.Join(dir, "out"))...),
+			"-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
+		cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			u.err = fmt.Errorf("uninterrupted run: %v\n%s", err, out)
+			return
+		}
+		u.losses = rank0Losses(t, string(out))
+	})
+	if u.err != nil {
+		t.Fatal(u.err)
+	}
+	return u.losses
+}
+
+// compareLosses checks that got has steps from..to-1 with the losses of
+// want within 1e-5 relative.
+func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
+	t.Helper()
+	for s := from; s < to; s++ {
+		g, ok := got[s]
+		w := want[s]
+		if !ok || math.Abs(g-w) > 1e-5*math.Abs(w) {
+			t.Errorf("step %d: loss %v (logged %v) after the restart, %v uninterrupted", s, g, ok, w)
+		}
+	}
+}
+
+// TestRestartWorkerKilled: two sshd nodes, tiny as dp4 saving every 5
+// steps; a worker of the second node is SIGKILLed after step 12 and, with
+// --max-restarts 1, the job resumes on both nodes from step 10 and runs to
+// the end with the losses of an uninterrupted run. The checkpoints go to a
+// directory both nodes see (a shared filesystem).
+func TestRestartWorkerKilled(t *testing.T) {
+	restartWorkerKilled(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+}
+
+// TestRestartWorkerKilledPerNodeCheckpoints is TestRestartWorkerKilled
+// with each node's checkpoints in its own workdir (output_dir relative):
+// it needs the launcher to copy rank 0's checkpoint to the other node
+// before a resuming job starts, which another branch adds.
+func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
+	restartWorkerKilled(t, restartArgs("output"))
+}
+
+func restartWorkerKilled(t *testing.T, args []string) {
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+
+	var stdout, stderr syncBuffer
+	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, args...)...)
+	launched := time.Now()
+	first := stdout.await("/3] [backend] ")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	// The first start, for comparison with the restart: from the launch to
+	// rank 3 about to train.
+	for i, s := range []string{"/3] [backend] ", "/0] [train] epoch: 0 step: 12 "} {
+		seen := first
+		if i > 0 {
+			seen = stdout.await(s)
+		}
+		select {
+		case <-seen:
+		case err := <-done:
+			t.Fatalf("the job ended before %q: exit %d\n%s\n%s", s, exitStatus(err), stdout.String(), stderr.String())
+		case <-time.After(120 * time.Second):
+			t.Fatalf("no %q after 120 s:\n%s\n%s", s, stdout.String(), stderr.String())
+		}
+		if i == 0 {
+			t.Logf("first start: rank 3 about to train %v after the launch", time.Since(launched))
+		}
+	}
+	pid := c.workerPID(3)
+	if pid == 0 {
+		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
+	}
+	killed := time.Now()
+	syscall.Kill(pid, syscall.SIGKILL)
+	// The restart's stages, as the launcher prints them: the failure
+	// noticed and the gang stopped, the new attempt's agents started, rank
+	// 3 running from the checkpoint.
+	var stages []time.Duration
+	for _, s := range []string{"[restart] 1/1: ", "-r1: 4 ranks on 2 nodes", "/3] [checkpoint] resumed from "} {
+		seen := stdout.await(s)
+		select {
+		case <-seen:
+			stages = append(stages, time.Since(killed))
+		case <-done:
+			t.Fatalf("the job ended without %q:\n%s\n%s", s, stdout.String(), stderr.String())
+		case <-time.After(120 * time.Second):
+			t.Fatalf("no %q 120 s after the kill:\n%s\n%s", s, stdout.String(), stderr.String())
+		}
+	}
+	t.Logf("after the kill: restart line %v, agents started %v, rank 3 resumed %v", stages[0], stages[1], stages[2])
+	resumed := stages[2]
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(240 * time.Second):
+		t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
+	}
+	t.Logf("rank 3 resumed %v after the kill; the job ended %v after it", resumed, time.Since(killed))
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "[restart] ") {
+			t.Log(l)
+		}
+	}
+	if !strings.Contains(out, "[restart] 1/1: ") || !strings.Contains(out, "; resuming from step 10\n") {
+		t.Errorf("no [restart] line resuming from step 10:\n%s", out)
+	}
+	for r := range 4 {
+		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
+		if w := fmt.Sprintf("[%s/%d] [checkpoint] resumed from ", node, r); !strings.Contains(out, w) || !strings.Contains(out[strings.Index(out, w):], " at step 10\n") {
+			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
+		}
+	}
+	if n := strings.Count(out, "[job] started"); n != 2 {
+		t.Errorf("%d [job] started lines, want 2 (the start and the restart)", n)
+	}
+	compareLosses(t, rank0Losses(t, out), want, 10, 30)
+}
+
+// TestElasticNodeLost: as TestRestartWorkerKilled, but the second node's
+// sshd, agent and workers are killed after step 12; with --min-nodes 1 the
+// restart gives the node up after its tries and re-plans for the first
+// node's two ranks (dp2, accumulating 2 micro-batches: the global batch
+// kept), resumes from step 10 and ends with the losses of the
+// uninterrupted dp4 run.
+func TestElasticNodeLost(t *testing.T) {
+	elasticNodeLost(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+}
+
+// TestElasticNodeLostPerNodeCheckpoints is TestElasticNodeLost with each
+// node's checkpoints in its own workdir: the node left is rank 0's, which
+// has them.
+func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
+	elasticNodeLost(t, restartArgs("output"))
+}
+
+func elasticNodeLost(t *testing.T, args []string) {
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+
+	var stdout, stderr syncBuffer
+	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
+	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-step12:
+	case err := <-done:
+		t.Fatalf("the job ended before step 12: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("no step 12 after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	killed := time.Now()
+	// sshd's listener ends on the SIGTERM that Stop sends first (Stop then
+	// waits for its output to close).
+	stopped := make(chan struct{})
+	go func() { c.servers[1].Stop(); close(stopped) }()
+	defer func() { <-stopped }()
+	node2 := c.workdirs[1] + string(filepath.Separator)
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	running := stdout.await("/1] [checkpoint] resumed from ")
+	var resumed time.Duration
+	select {
+	case <-running:
+		resumed = time.Since(killed)
+	case <-done:
+		t.Fatalf("the job ended without resuming:\n%s\n%s", stdout.String(), stderr.String())
+	case <-time.After(120 * time.Second):
+		t.Fatalf("rank 1 has not resumed 120 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(240 * time.Second):
+		t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
+	}
+	t.Logf("rank 1 resumed %v after the kill; the job ended %v after it", resumed, time.Since(killed))
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "[restart] ") || strings.HasPrefix(l, "[elastic] ") {
+			t.Log(l)
+		}
+	}
+	for _, w := range []string{"[restart] 1/1: ", "; resuming from step 10\n",
+		"[elastic] 127.0.0.3 unreachable (", "): 1 node left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)\n",
+		"[127.0.0.2/0] [batch] global: 4 local: 2 micro: 1 accumulate: 2 "} {
+		if !strings.Contains(out, w) {
+			t.Errorf("stdout lacks %q", w)
+		}
+	}
+	after := out[strings.Index(out, "[elastic] "):]
+	for r := range 2 {
+		if w := fmt.Sprintf("[127.0.0.2/%d] [checkpoint] resumed from ", r); !strings.Contains(after, w) || !strings.Contains(after[strings.Index(after, w):], " at step 10\n") {
+			t.Errorf("rank %d did not log that it resumed from step 10", r)
+		}
+	}
+	if strings.Contains(after, "[127.0.0.3/") {
+		t.Errorf("the second node still has ranks after the re-plan:\n%s", after)
+	}
+	compareLosses(t, rank0Losses(t, out), want, 10, 30)
+}
+
+// TestBadInputRestarts: --max-restarts, --min-nodes and --max-nodes out of
+// range exit 2 with one line naming the flag, before any node is reached.
+func TestBadInputRestarts(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts.txt")
+	if err := os.WriteFile(hosts, []byte("node1 devices=cpu:1\nnode2 devices=cpu:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"negative restarts", []string{"--hosts", hosts, "--max-restarts", "-1"}, []string{"--max-restarts -1", "0 (never restart) or more"}},
+		{"min nodes above inventory", []string{"--hosts", hosts, "--min-nodes", "3"}, []string{"--min-nodes 3", "want 1 to 2", hosts}},
+		{"min nodes zero", []string{"--hosts", hosts, "--min-nodes", "0"}, []string{"--min-nodes 0", "want 1 to 2"}},
+		{"max nodes above inventory", []string{"--hosts", hosts, "--max-nodes", "5"}, []string{"--max-nodes 5", "want 1 to 2"}},
+		{"max below min", []string{"--hosts", hosts, "--min-nodes", "2", "--max-nodes", "1"}, []string{"--max-nodes 1 is below --min-nodes 2"}},
+		{"restarts without hosts", []string{"--max-restarts", "1"}, []string{"--max-restarts", "need --hosts FILE"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, append(append([]string{"run", "--no-tui"}, tt.args...), "-c", "tiny")...)
+			lines := strings.Split(strings.TrimSpace(stderr), "\n")
+			if code != 2 || len(lines) != 1 {
+				t.Errorf("exit %d, stderr %q; want exit 2 and one line", code, stderr)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("error line %q lacks %q", lines[0], w)
+				}
+			}
+		})
+	}
+}
