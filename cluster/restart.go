@@ -230,12 +230,18 @@ func (s *Supervisor) Start(ctx context.Context) error {
 
 // Stop stops the job, or the restart under way; Wait then returns an
 // error wrapping ErrStopped.
+//
+// A Stop while the workers save after an interrupt (the end of Start's
+// context) kills them, as [Job.Stop] does.
 func (s *Supervisor) Stop() {
 	s.mu.Lock()
-	cancel := s.cancel
+	cancel, j := s.cancel, s.job
 	s.mu.Unlock()
 	if cancel != nil {
 		cancel(ErrStopped)
+	}
+	if j != nil {
+		j.Stop()
 	}
 }
 
