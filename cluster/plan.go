@@ -53,10 +53,13 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	configYAML := o.Config.YAML()
 	configRel := path.Join("jobs", o.JobID, "config.yaml")
 
-	// The first node that fails stops the others' setup: its error is the
-	// plan's.
+	// The first node that fails stops the others' setup. The plan's error
+	// is that of the first node in the inventory whose own setup failed
+	// (several may fail before the stop reaches them), so it does not
+	// depend on timing.
 	setupCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	own := make([]bool, len(nodes))
 	errs := sshexec.ForEach(setupCtx, len(nodes), o.Parallel, func(sctx context.Context, i int) error {
 		n, err := j.setUp(sctx, o.Nodes[i], names[i], exe, configRel, configYAML, &plans[i])
 		if n != nil {
@@ -69,6 +72,7 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 				j.nodeEvent(names[i], event.NodeFailed, "setup stopped: "+context.Cause(sctx).Error())
 				return context.Cause(sctx)
 			}
+			own[i] = true
 			stop(err)
 			j.nodeEvent(names[i], event.NodeFailed, err.Error())
 			return err
@@ -76,6 +80,11 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 		return nil
 	})
 	if cause := context.Cause(setupCtx); ctx.Err() == nil && cause != nil {
+		for i, err := range errs {
+			if own[i] && err != nil {
+				return nil, err
+			}
+		}
 		return nil, cause
 	}
 	if err := errorsFirst(errs); err != nil {

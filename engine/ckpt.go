@@ -232,13 +232,8 @@ func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []floa
 	for _, t := range ts {
 		// A tensor missing or of another shape than the config's model is
 		// a checkpoint whose tensors do not match its config.
-		manifest := filepath.Join(c.Dir, checkpoint.ManifestFile)
-		ct, ok := c.Tensor(prefix + t.Name)
-		if !ok {
-			return &checkpoint.FormatError{File: manifest, Msg: fmt.Sprintf("no tensor %q, which the model of its config needs; the checkpoint is incomplete: use another one", prefix+t.Name)}
-		}
-		if !slices.Equal(ct.Shape, t.Global) {
-			return &checkpoint.FormatError{File: manifest, Msg: fmt.Sprintf("tensor %q has shape %v, where the model of its config needs %v; its config and tensors do not match: use another checkpoint", prefix+t.Name, ct.Shape, t.Global)}
+		if msg := tensorMismatch(c, prefix+t.Name, t.Global); msg != "" {
+			return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: msg}
 		}
 		local := buf[t.Offset : t.Offset+t.Size]
 		for _, pc := range t.Pieces {
@@ -264,18 +259,26 @@ func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []floa
 func holds(c *checkpoint.Checkpoint, shape ModelConfig, prefix string) error {
 	ts, _ := Layout(shape)
 	for _, t := range ts {
-		ct, ok := c.Tensor(prefix + t.Name)
-		if !ok || !slices.Equal(ct.Shape, t.Global) {
-			have := "no such tensor"
-			if ok {
-				have = fmt.Sprintf("shape %v", ct.Shape)
-			}
+		if msg := tensorMismatch(c, prefix+t.Name, t.Global); msg != "" {
 			return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: fmt.Sprintf(
-				"its config's Model.* (num_layers %d, hidden_size %d, ffn_hidden_size %d, vocab_size %d, max_position_embeddings %d) need tensor %s of shape %v, the checkpoint has %s",
-				shape.L, shape.C, shape.F, shape.V, shape.MaxT, prefix+t.Name, t.Global, have)}
+				"its config's Model.* (num_layers %d, hidden_size %d, ffn_hidden_size %d, vocab_size %d, max_position_embeddings %d): %s",
+				shape.L, shape.C, shape.F, shape.V, shape.MaxT, msg)}
 		}
 	}
 	return nil
+}
+
+// tensorMismatch says how c's tensor name differs from the global shape
+// the model of its config needs, or returns "" when it has that shape.
+func tensorMismatch(c *checkpoint.Checkpoint, name string, global []int) string {
+	ct, ok := c.Tensor(name)
+	if !ok {
+		return fmt.Sprintf("no tensor %q, which the model of its config needs; the checkpoint is incomplete: use another one", name)
+	}
+	if !slices.Equal(ct.Shape, global) {
+		return fmt.Sprintf("tensor %q has shape %v, where the model of its config needs %v; its config and tensors do not match: use another checkpoint", name, ct.Shape, global)
+	}
+	return ""
 }
 
 // hasTensor reports whether c holds a tensor called name.

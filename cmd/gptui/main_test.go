@@ -65,7 +65,7 @@ func TestBadInput(t *testing.T) {
 		{"pp does not divide layers", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.pp_degree=3"}, []string{"num_layers", "pp_degree (3)"}},
 		{"mp2 in one process", []string{"train", "-c", "tiny", "-o", logs, "-o", "Distributed.mp_degree=2"}, []string{"mp_degree 2", "gptui run --no-tui --nproc 2"}},
 		{"keep-jobs zero", []string{"run", "--no-tui", "--hosts", filepath.Join(dir, "hosts.txt"), "-c", "tiny", "--keep-jobs", "0"}, []string{"--keep-jobs 0", "-1 for all"}},
-		{"keep-jobs without hosts", []string{"run", "--no-tui", "-c", "tiny", "--keep-jobs", "3"}, []string{"--keep-jobs need --hosts FILE"}},
+		{"keep-jobs without hosts", []string{"run", "--no-tui", "-c", "tiny", "--keep-jobs", "3"}, []string{"--keep-jobs", "need --hosts FILE"}},
 		{"stray argument after flags", []string{"train", "-c", "tiny", "extra"}, []string{`unexpected argument "extra"`}},
 		{"hf n_layer 1e9", []string{"import", "--from", "hf", "--out", out, h.hfDir}, []string{"config.json", "n_layer 1000000000"}},
 		{"llm.c C=262144 in 64 KiB", []string{"import", "--from", "llmc", "--out", out, h.llmc}, []string{"wide.bin", "C (header[6]) 262144"}},
