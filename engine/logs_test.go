@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -64,12 +65,13 @@ func TestResumeKeepsLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first run's lines through its step-3 save, unchanged.
-	saved := "[checkpoint] saved step 2 to " + ckpt + "\n"
+	saved := "[checkpoint] saved step 2 to " + ckpt
 	i := bytes.Index(firstLog, []byte(saved))
 	if i < 0 {
 		t.Fatalf("first run's log lacks %q:\n%s", saved, firstLog)
 	}
-	if keep := firstLog[:i+len(saved)]; !bytes.HasPrefix(log, keep) {
+	i += bytes.IndexByte(firstLog[i:], '\n') // the end of that line
+	if keep := firstLog[:i+1]; !bytes.HasPrefix(log, keep) {
 		t.Errorf("the resumed log does not start with the first run's lines through step 1:\n%s", log)
 	}
 	if !strings.Contains(string(log), "[resume] resumed from step 2 ("+ckpt+")") {
@@ -191,8 +193,8 @@ func TestKeepMetrics(t *testing.T) {
 }
 
 // TestLogFile: a failed write is reported once and breaks the file (later
-// writes are counted, not tried); a record left out (a NaN) is reported
-// and counted but later writes go on.
+// writes are counted, not tried); a record with a NaN is written with
+// the figure named in non_finite.
 func TestLogFile(t *testing.T) {
 	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
 	if err != nil {
@@ -221,13 +223,18 @@ func TestLogFile(t *testing.T) {
 	stderr.Reset()
 	m := &logFile{f: f, stderr: &stderr}
 	tr := &Trainer{metrics: m}
-	tr.writeMetrics(Metrics{Step: 1, Loss: math.NaN()})
+	tr.writeMetrics(Metrics{Step: 1, Loss: math.NaN(), GradNorm: math.Inf(1)})
 	tr.writeMetrics(Metrics{Step: 2, Loss: 1})
 	b, _ := os.ReadFile(f.Name())
-	if m.broken || m.err == nil || m.err.Lost != 1 || !strings.HasPrefix(string(b), `{"step":2,`) {
-		t.Errorf("NaN record: broken %v, err %v, file %q; want the next record written", m.broken, m.err, b)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if m.broken || m.err != nil || len(lines) != 2 || !strings.HasPrefix(lines[1], `{"step":2,`) {
+		t.Fatalf("after a NaN record: broken %v, err %v, file %q; want both records written", m.broken, m.err, b)
 	}
-	if !strings.Contains(stderr.String(), "step 1's record: json: unsupported value: NaN; the record is left out") {
-		t.Errorf("stderr %q", stderr.String())
+	var rec Metrics
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil || rec.Step != 1 || rec.Loss != 0 || !slices.Equal(rec.NonFinite, []string{"loss", "grad_norm"}) {
+		t.Errorf("NaN record %q: %+v, %v; want step 1 with non_finite [loss grad_norm]", lines[0], rec, err)
+	}
+	if stderr.Len() != 0 {
+		t.Errorf("stderr %q, want nothing", stderr.String())
 	}
 }

@@ -60,6 +60,26 @@ type Metrics struct {
 	// and the steps skipped for gradient overflow so far.
 	LossScale    float64 `json:"loss_scale,omitempty"`
 	SkippedSteps int     `json:"skipped_steps,omitempty"`
+	// NonFinite names the figures that were NaN or infinite (a skipped
+	// fp16 step's gradient norm, a diverged loss): JSON has no such
+	// numbers, so they are written as 0 and named here.
+	NonFinite []string `json:"non_finite,omitempty"`
+}
+
+// finite returns m with its NaN and infinite figures set to 0 and named in
+// NonFinite, so that it encodes as JSON.
+func (m Metrics) finite() Metrics {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"loss", &m.Loss}, {"lr", &m.LR}, {"grad_norm", &m.GradNorm}, {"tokens_per_s", &m.TokensPerS},
+		{"step_time_s", &m.StepTimeS}, {"reader_cost_s", &m.ReaderS}, {"mfu", &m.MFU}, {"eval_loss", &m.EvalLoss}, {"loss_scale", &m.LossScale}} {
+		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
+			*f.v = 0
+			m.NonFinite = append(m.NonFinite, f.name)
+		}
+	}
+	return m
 }
 
 // Result summarises a finished run.
@@ -792,9 +812,8 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 }
 
 func (tr *Trainer) writeMetrics(m Metrics) {
-	b, err := json.Marshal(m)
+	b, err := json.Marshal(m.finite())
 	if err != nil {
-		// A NaN or infinite figure: the record is lost like a failed write.
 		tr.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
 		return
 	}
