@@ -618,7 +618,7 @@ func TestSetupFailsFast(t *testing.T) {
 	}
 	var stopped bool
 	for _, e := range es {
-		if e.Kind == event.KindNode && e.Node == "127.0.0.4" && e.State == event.NodeFailed {
+		if e.Kind == event.KindNode && e.Node == "127.0.0.4" && e.State == event.NodeStopped {
 			stopped = strings.HasPrefix(e.Message, "setup stopped: ") && strings.Contains(e.Message, "127.0.0.3")
 		}
 	}

@@ -69,7 +69,7 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 		}
 		if err != nil {
 			if ctx.Err() == nil && sctx.Err() != nil {
-				j.nodeEvent(names[i], event.NodeFailed, "setup stopped: "+context.Cause(sctx).Error())
+				j.nodeEvent(names[i], event.NodeStopped, "setup stopped: "+context.Cause(sctx).Error())
 				return context.Cause(sctx)
 			}
 			own[i] = true

@@ -66,9 +66,10 @@ const (
 	NodeProbed     = "probed"
 	NodePushing    = "pushing"
 	NodeReady      = "ready"
-	NodeFailed     = "failed" // Message says why (a host-key problem names the fingerprints)
-	NodeLost       = "lost"   // its connection dropped during the job
-	NodePruned     = "pruned" // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
+	NodeFailed     = "failed"  // Message says why (a host-key problem names the fingerprints)
+	NodeLost       = "lost"    // its connection dropped during the job
+	NodeStopped    = "stopped" // its setup was stopped because another node failed (Message says which)
+	NodePruned     = "pruned"  // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
 
 	// worker
 	WorkerStarting = "starting"

@@ -252,7 +252,7 @@ func (m *nodesModel) view(st styles, w, h int) []string {
 			mark = "› "
 		}
 		text := r.devicesText()
-		if r.msg != "" && (r.state == event.NodeFailed || r.state == event.NodeLost || r.probe == nil) {
+		if r.msg != "" && (r.state == event.NodeFailed || r.state == event.NodeStopped || r.state == event.NodeLost || r.probe == nil) {
 			text = r.msg
 		}
 		state := r.stateText()
