@@ -20,6 +20,11 @@ import (
 // MemoryEvery is how often Run reports each worker's memory.
 const MemoryEvery = time.Second
 
+// HeartbeatEvery is how often Run sends a heartbeat event, whatever the
+// workers do, so that the launcher can tell a silent agent (a stopped or
+// frozen process, a dead network) from a quiet job.
+const HeartbeatEvery = time.Second
+
 // ErrLauncherGone is the cause of a job that Run stopped because its
 // standard input reached end of file or its events could not be written:
 // the launcher closed the connection, or lost it.
@@ -48,7 +53,7 @@ func Run(ctx context.Context, spec *Spec, stdin io.Reader, out *event.Writer) er
 			cancel(ErrLauncherGone)
 		}()
 	}
-	a := &agent{spec: spec, out: out, cancel: cancel, interrupt: interrupt, pids: map[int]int{}, tails: map[int]chan struct{}{}}
+	a := &agent{spec: spec, out: out, cancel: cancel, interrupt: interrupt, pids: map[int]int{}, tails: map[int]chan struct{}{}, metricsFrom: map[int]int64{}}
 	return a.run(ctx)
 }
 
@@ -59,10 +64,14 @@ type agent struct {
 	cancel    context.CancelCauseFunc
 	interrupt chan struct{} // closed when the launcher forwards an interrupt
 
-	mu     sync.Mutex
-	pids   map[int]int           // rank -> pid (process group) of a running worker
-	tails  map[int]chan struct{} // rank -> closed to stop tailing its metrics
-	tailWG sync.WaitGroup
+	mu    sync.Mutex
+	pids  map[int]int           // rank -> pid (process group) of a running worker
+	tails map[int]chan struct{} // rank -> closed to stop tailing its metrics
+	// metricsFrom is, by rank, the size of the metrics file before the
+	// worker started: where tailing starts. Written before the workers
+	// start.
+	metricsFrom map[int]int64
+	tailWG      sync.WaitGroup
 }
 
 // emit writes e with the node's name; a failed write means the launcher is
@@ -91,8 +100,13 @@ func (a *agent) run(ctx context.Context) error {
 			env = append(env, "GPTUI_DEVICE="+strconv.Itoa(w.Device))
 		}
 		workers[i] = launch.Worker{Rank: w.Rank, LocalRank: w.LocalRank, Args: w.Args, Env: env}
-		// A metrics file of an earlier run must not be taken for this one's.
-		_ = os.Remove(a.metricsPath(w.Rank))
+		// The records of an earlier run are not this one's: tailing starts
+		// at the file's end. (A resumed run keeps the file, dropping the
+		// records past its step, and a new run empties it: both shrink
+		// it, and tailMetrics then reads it from the start.)
+		if fi, err := os.Stat(a.metricsPath(w.Rank)); err == nil {
+			a.metricsFrom[w.Rank] = fi.Size()
+		}
 	}
 	for _, w := range spec.Workers {
 		a.emit(a.workerEvent(w.Rank, event.WorkerStarting))
@@ -100,6 +114,10 @@ func (a *agent) run(ctx context.Context) error {
 	started := event.New(event.KindJob)
 	started.State, started.Message = event.JobStarted, fmt.Sprintf("job %s: %d workers", spec.Job, len(workers))
 	a.emit(started)
+
+	beatDone := make(chan struct{})
+	defer close(beatDone)
+	go a.heartbeat(beatDone)
 
 	memDone := make(chan struct{})
 	memStopped := make(chan struct{})
@@ -189,7 +207,7 @@ func (a *agent) started(w launch.Worker, pid int) {
 	a.tailWG.Add(1)
 	go func() {
 		defer a.tailWG.Done()
-		tailMetrics(a.metricsPath(w.Rank), done, func(m event.Metrics) {
+		tailMetrics(a.metricsPath(w.Rank), a.metricsFrom[w.Rank], done, func(m event.Metrics) {
 			e := event.New(event.KindMetrics)
 			e.Rank, e.Metrics = w.Rank, &m
 			a.emit(e)
@@ -215,6 +233,21 @@ func (a *agent) exited(r launch.Result) {
 		e.Message = r.Err.Error()
 	}
 	a.emit(e)
+}
+
+// heartbeat sends a heartbeat event every HeartbeatEvery until done is
+// closed.
+func (a *agent) heartbeat(done <-chan struct{}) {
+	t := time.NewTicker(HeartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			a.emit(event.New(event.KindHeartbeat))
+		}
+	}
 }
 
 // sampleMemory reports every MemoryEvery the memory of each running

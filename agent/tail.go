@@ -14,14 +14,16 @@ import (
 const tailEvery = 200 * time.Millisecond
 
 // tailMetrics reads the JSON lines that a worker appends to the file at
-// path and calls emit with each one, until done is closed; it then reads
-// what is left and returns. A file that does not exist yet is waited for;
-// one that shrinks (rewritten by a new run) is read again from the start.
+// path, from offset from on, and calls emit with each one, until done is
+// closed; it then reads what is left and returns. A file that does not
+// exist yet is waited for; one that shrinks below what was read (emptied
+// by a new run, or cut back by a resumed one) is read again from the
+// start.
 // Lines that are not metrics objects are skipped.
-func tailMetrics(path string, done <-chan struct{}, emit func(event.Metrics)) {
+func tailMetrics(path string, from int64, done <-chan struct{}, emit func(event.Metrics)) {
 	var (
 		f    *os.File
-		off  int64
+		off  = from
 		part []byte // an unfinished last line
 		buf  = make([]byte, 64<<10)
 	)

@@ -66,6 +66,9 @@ const (
 	// KeepAlive is the SSH keepalive interval: a node whose connection
 	// stops answering is lost after three intervals.
 	KeepAlive = 2 * time.Second
+	// DefaultAgentTimeout is how long an agent may be silent before its
+	// node is lost, unless Options.AgentTimeout says otherwise.
+	DefaultAgentTimeout = 10 * time.Second
 )
 
 // DefaultParallel is how many nodes Plan sets up at once unless
@@ -108,6 +111,10 @@ type Options struct {
 	// named like the job ids New makes are removed. 0 means
 	// DefaultKeepJobs; a negative number keeps them all.
 	KeepJobs int
+	// AgentTimeout is how long an agent may be silent (it sends a
+	// heartbeat every agent.HeartbeatEvery) before its node is taken for
+	// lost; 0 means DefaultAgentTimeout.
+	AgentTimeout time.Duration
 }
 
 // Plan is what a job will run where.

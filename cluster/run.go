@@ -194,7 +194,20 @@ func (j *Job) supervise(r *runState) {
 		nodeOf    = map[int]string{}
 		agentEnd  = make([]string, len(nodes)) // each agent's final job state
 		ended     = make([]bool, len(nodes))
+		heard     = make([]time.Time, len(nodes)) // each agent's last event
+		killed    = make([]bool, len(nodes))      // silent agents killed
+		silence   = j.opts.AgentTimeout
 	)
+	if silence <= 0 {
+		silence = DefaultAgentTimeout
+	}
+	for i := range heard {
+		heard[i] = time.Now()
+	}
+	// Agents send a heartbeat every second: one that has been silent for
+	// longer than silence is lost, and so is its node.
+	liveness := time.NewTicker(silence / 10)
+	defer liveness.Stop()
 	for i, np := range p.Nodes {
 		for _, w := range np.Spec.Workers {
 			nodeOf[w.Rank] = nodes[i].name
@@ -254,8 +267,28 @@ func (j *Job) supervise(r *runState) {
 					ap.kill()
 				}
 			}
+		case now := <-liveness.C:
+			for i, ap := range r.procs {
+				if ap == nil || ended[i] || killed[i] || now.Sub(heard[i]) <= silence {
+					continue
+				}
+				killed[i] = true
+				if stopping {
+					// Stopping already: don't wait for the silent agent.
+					ap.kill()
+					continue
+				}
+				why := fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat; the agent is stopped, frozen or cut off)", now.Sub(heard[i]).Seconds())
+				j.nodeEvent(nodes[i].name, event.NodeLost, why)
+				if failure == nil && stopCause == nil {
+					failure = &Failure{Rank: -1, Node: nodes[i].name, Code: -1, Lost: true, Msg: why}
+				}
+				beginStop(StopTimeout)
+				ap.kill()
+			}
 		case m := <-r.in:
 			name := nodes[m.node].name
+			heard[m.node] = time.Now()
 			if m.end {
 				running--
 				ended[m.node] = true
@@ -277,6 +310,8 @@ func (j *Job) supervise(r *runState) {
 			e := m.ev
 			e.Node = name
 			switch e.Kind {
+			case event.KindHeartbeat:
+				continue
 			case event.KindJob:
 				// The agent's view of its part; the job's events are the
 				// launcher's.

@@ -13,12 +13,13 @@
 // Kinds and the fields each one uses:
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
-//	node     Node, State, Message            connecting, pushing, probed, ready, failed, lost
+//	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
 //	worker   Node, Rank, State, Code, Signal starting, running, exited, failed
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line                one line of a worker's output
 //	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
+//	heartbeat Node                           an agent is alive: sent every second while it runs
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
 // worker event "running" has the pid in Message ("pid 4242"); a job event
@@ -29,6 +30,10 @@
 // agent) sends its node's part of the job as job events with its Node set;
 // the launcher (package cluster) keeps those to itself and sends the job's
 // own.
+//
+// The launcher expects an agent's events, heartbeats included, at least
+// every few seconds (package cluster, Options.AgentTimeout) and takes
+// silence for a lost node; it keeps heartbeats to itself.
 //
 // Ranks are global; Node is the inventory name of the node. Times are the
 // sender's clock.
@@ -57,6 +62,9 @@ const (
 	KindMemory  = "memory"
 	KindLog     = "log"
 	KindJob     = "job"
+	// KindHeartbeat is an agent's sign of life, sent every second
+	// whatever its workers do.
+	KindHeartbeat = "heartbeat"
 )
 
 // States of nodes, workers and jobs.

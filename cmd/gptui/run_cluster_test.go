@@ -387,3 +387,73 @@ func TestRunHostsBadInput(t *testing.T) {
 		t.Errorf("known_hosts after --accept-new-host-keys:\n%s", known)
 	}
 }
+
+// agentPID returns the pid of the agent of the node whose workdir is
+// c.workdirs[node].
+func (c *sshCluster) agentPID(node int) int {
+	for _, pid := range c.jobProcesses() {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasPrefix(exe, c.workdirs[node]+string(filepath.Separator)) && bytes.Equal(bytes.Split(cmdline, []byte{0})[1], []byte("agent")) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestRunHostsAgentStopped: a node's agent stopped (SIGSTOP) sends no
+// heartbeat; the launcher takes the node for lost after --agent-timeout,
+// stops the job naming the node and how long it was silent, and kills the
+// stopped agent, so nothing is left once it is continued.
+func TestRunHostsAgentStopped(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	training := stdout.await("] [train] epoch")
+	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "--agent-timeout", "3s", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var stopped int
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if stopped != 0 {
+			syscall.Kill(stopped, syscall.SIGCONT)
+		}
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no training after 60 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if stopped = c.agentPID(1); stopped == 0 {
+		t.Fatalf("no agent of node 1 among %v", c.jobProcesses())
+	}
+	syscall.Kill(stopped, syscall.SIGSTOP)
+	at := time.Now()
+	// The bound: 3 s of silence, checked every 0.3 s, then the kill.
+	const bound = 15 * time.Second
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(bound):
+		t.Fatalf("the launcher still runs %v after node 1's agent was stopped\n%s", bound, stderr.String())
+	}
+	took := time.Since(at)
+	syscall.Kill(stopped, syscall.SIGCONT)
+	gone := c.awaitGone(t, at, 20*time.Second)
+	stopped = 0
+	t.Logf("launcher exited %v after the SIGSTOP; every process gone after %v", took, gone)
+	msg := stderr.String()
+	if exitStatus(err) == 0 || !strings.Contains(msg, "node 127.0.0.3 lost: its agent has been silent for ") {
+		t.Errorf("exit %d, stderr:\n%s", exitStatus(err), msg)
+	}
+	if took < 3*time.Second {
+		t.Errorf("the node was lost %v after the SIGSTOP, before its 3 s of silence", took)
+	}
+}
