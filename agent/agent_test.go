@@ -103,7 +103,7 @@ func spec(t *testing.T, scripts ...[]string) *Spec {
 	s := &Spec{Job: "j1", Node: "n1", Exe: exe, LogDir: t.TempDir(), GraceS: 0.5}
 	for r, sc := range scripts {
 		s.Workers = append(s.Workers, WorkerSpec{Rank: r + 10, LocalRank: r, Device: -1, Args: sc,
-			Env: append(launch.Env(r+10, r, len(scripts), "127.0.0.1", 1), "AGENT_TEST_WORKER=1")})
+			Env: append(launch.Env(r+10, r, len(scripts), "127.0.0.1", 1, "s"), "AGENT_TEST_WORKER=1")})
 	}
 	return s
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/ranktable"
@@ -100,7 +101,9 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err := j.pickMaster(ctx, p, nodes, workers); err != nil {
 		return nil, err
 	}
-	j.specs(p, nodes, workers, configRel)
+	if err := j.specs(p, nodes, workers, configRel); err != nil {
+		return nil, err
+	}
 	for i := range nodes {
 		j.nodeEvent(names[i], event.NodeReady, fmt.Sprintf("%d workers", len(p.Nodes[i].Spec.Workers)))
 	}
@@ -404,7 +407,7 @@ func (j *Job) pickMaster(ctx context.Context, p *Plan, nodes []*node, workers []
 }
 
 // specs makes each node's job spec and agent command.
-func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) {
+func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) error {
 	o := j.opts
 	var env []string
 	for _, kv := range os.Environ() {
@@ -413,6 +416,11 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		}
 	}
 	env = append(env, o.Env...)
+	// A new secret for every plan: each start of the job, a restart too.
+	secret, err := comm.NewSecret()
+	if err != nil {
+		return err
+	}
 	threadsSet := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GPTUI_THREADS=") })
 	for i, n := range nodes {
 		np := &p.Nodes[i]
@@ -422,7 +430,7 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		}
 		slices.SortFunc(workers[i], func(a, b slot) int { return a.localRank - b.localRank })
 		for _, w := range workers[i] {
-			wenv := launch.Env(w.rank, w.localRank, p.World, p.MasterAddr, p.MasterPort)
+			wenv := launch.Env(w.rank, w.localRank, p.World, p.MasterAddr, p.MasterPort, secret)
 			wenv = append(wenv, "GPTUI_JOB="+p.JobID)
 			if !threadsSet {
 				// The node's workers share its cores.
@@ -442,6 +450,7 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 			np.Command = n.command(true, "agent")
 		}
 	}
+	return nil
 }
 
 // specLine is the spec as the agent reads it: one JSON line.

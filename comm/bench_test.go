@@ -75,7 +75,7 @@ func startBenchRanks(b *testing.B, s int) (*World, func()) {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperRank$")
 		cmd.Env = append(os.Environ(), "GPTUI_COMM_HELPER=bench",
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(s),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GPTUI_JOB_SECRET=test",
 			"GPTUI_COMM_TIMEOUT=60s")
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -83,7 +83,7 @@ func startBenchRanks(b *testing.B, s int) (*World, func()) {
 		}
 		cmds = append(cmds, cmd)
 	}
-	w, err := Connect(context.Background(), Config{Rank: 0, WorldSize: s, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 60 * time.Second})
+	w, err := Connect(context.Background(), Config{Rank: 0, WorldSize: s, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 60 * time.Second, Secret: []byte("test")})
 	if err != nil {
 		for _, c := range cmds {
 			c.Process.Kill()

@@ -11,6 +11,11 @@
 // ranks register with it, and the ranks then connect into a full mesh: one
 // TCP connection per pair of ranks, shared by every group.
 //
+// Every connection is authenticated with the job's secret ([Config.Secret],
+// [SecretEnv]) before anything of the job crosses it; a peer that does not
+// hold it is dropped and takes no rank's place. The traffic after that is
+// not encrypted.
+//
 // A [World] hands out communicators for subsets of the ranks with
 // [World.Group]. Groups are matched across processes by their member list
 // and by the order in which they are created: every member of a group must

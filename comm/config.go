@@ -34,13 +34,21 @@ type Config struct {
 	// failed. Zero means DefaultTimeout.
 	Timeout time.Duration
 
+	// Secret is the job's secret, the same on every rank (SecretEnv):
+	// every connection of the job proves that its peer holds it. Required
+	// when WorldSize > 1.
+	Secret []byte
+	// Logf, if not nil, reports peers that were refused (they failed the
+	// authentication): who, and why.
+	Logf func(format string, args ...any)
 	// chunkBytes overrides defaultChunkBytes (tests use tiny chunks to
 	// exercise the pipelining with small buffers).
 	chunkBytes int
 }
 
 // ConfigFromEnv reads a Config from the variables torchrun sets for each
-// worker: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and the timeout
+// worker: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, the job's secret
+// from GPTUI_JOB_SECRET (SecretEnv; required with WORLD_SIZE > 1), and the timeout
 // from GPTUI_COMM_TIMEOUT (a Go duration such as "90s"; unset means
 // DefaultTimeout). An unset WORLD_SIZE means 1; RANK, MASTER_ADDR and
 // MASTER_PORT may be left unset only when WORLD_SIZE is 1. Errors name the
@@ -92,6 +100,11 @@ func configFrom(lookup func(string) (string, bool)) (Config, error) {
 	if c.MasterPort < 0 || c.MasterPort > 65535 || (multi && c.MasterPort == 0) {
 		return Config{}, fmt.Errorf("comm: MASTER_PORT=%d is not a TCP port", c.MasterPort)
 	}
+	if v, ok := lookup(SecretEnv); ok && v != "" {
+		c.Secret = []byte(v)
+	} else if multi {
+		return Config{}, ErrNoSecret
+	}
 	if v, ok := lookup("GPTUI_COMM_TIMEOUT"); ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -114,6 +127,8 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("comm: rank %d is outside [0, %d)", c.Rank, c.WorldSize)
 	case c.Timeout < 0:
 		return c, fmt.Errorf("comm: negative timeout %v", c.Timeout)
+	case c.WorldSize > 1 && len(c.Secret) == 0:
+		return c, ErrNoSecret
 	case c.WorldSize > 1 && c.MasterAddr == "":
 		return c, errors.New("comm: no master address")
 	case c.WorldSize > 1 && (c.MasterPort <= 0 || c.MasterPort > 65535):

@@ -2,8 +2,11 @@ package comm
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,21 +20,50 @@ import (
 
 // protocolVersion names the bootstrap protocol; ranks of different builds
 // refuse each other.
-const protocolVersion = "gptui-comm/1"
+const protocolVersion = "gptui-comm/2"
 
 // helloMagic starts the first message on every mesh connection.
-const helloMagic = "GPTUIHI1"
+const helloMagic = "GPTUIHI2"
+
+// handshakeTimeout bounds the join handshake of one connection to the
+// master, so that a peer that connects and says nothing holds nothing.
+const handshakeTimeout = 10 * time.Second
+
+// Size limits of the messages read during a join: what an unauthenticated
+// peer sends, and the rank table the authenticated master sends.
+const (
+	smallMsg = 4 << 10
+	tableMsg = 16 << 20
+)
+
+// sha256Size is the size of an HMAC-SHA256.
+const sha256Size = sha256.Size
 
 // socketBuffer is the send and receive buffer size asked of the kernel for
 // mesh connections.
 const socketBuffer = 4 << 20
 
-// registration is what a rank tells the master.
+// registration is what a rank tells the master first.
 type registration struct {
 	Version   string `json:"version"`
 	Rank      int    `json:"rank"`
 	WorldSize int    `json:"world_size"`
-	Addr      string `json:"addr"` // the rank's mesh listener
+	Addr      string `json:"addr"`  // the rank's mesh listener
+	Nonce     string `json:"nonce"` // the rank's challenge to the master, hex
+}
+
+// challenge is the master's answer to a registration: its proof of the
+// secret over the rank's nonce and its own, and its own nonce for the
+// rank's proof; or why the rank was refused.
+type challenge struct {
+	Error string `json:"error,omitempty"`
+	Nonce string `json:"nonce,omitempty"`
+	MAC   string `json:"mac,omitempty"`
+}
+
+// proof is the rank's proof of the secret, over both nonces.
+type proof struct {
+	MAC string `json:"mac"`
 }
 
 // rankTable is the master's answer: every rank's mesh address and a token
@@ -47,7 +79,16 @@ type rankTable struct {
 // local address it reaches the master from, on a port the system picks),
 // registers with rank 0, receives the table of all ranks' addresses, and
 // the ranks then connect into a full mesh: rank i dials every rank below
-// it. The mesh connections have Nagle's algorithm off and 4 MiB socket
+// it.
+//
+// Every connection is authenticated with the job's secret (cfg.Secret)
+// before anything of the job crosses it: at registration the rank and the
+// master each prove, by an HMAC-SHA256 over random challenges of both
+// sides, the rank and the world size, that they know the secret; a mesh
+// connection proves it over a challenge of the accepting rank. A peer that
+// fails is dropped (and reported through cfg.Logf) and takes no rank's
+// place: the master waits on for the real rank. Traffic is authenticated
+// when it is set up, not encrypted. The mesh connections have Nagle's algorithm off and 4 MiB socket
 // buffers. Connecting to the master is retried, so the ranks may start in
 // any order; Connect fails when ctx ends or cfg.Timeout has passed first,
 // with an error that wraps ctx's error or context.DeadlineExceeded. A World
@@ -122,12 +163,29 @@ func join(ctx context.Context, cfg Config, master string) ([]string, []*net.TCPC
 	}
 	defer ln.Close()
 	self := ln.Addr().String()
-	reg := registration{Version: protocolVersion, Rank: cfg.Rank, WorldSize: cfg.WorldSize, Addr: self}
+	nonce := newNonce()
+	reg := registration{Version: protocolVersion, Rank: cfg.Rank, WorldSize: cfg.WorldSize, Addr: self, Nonce: hex.EncodeToString(nonce)}
 	if err := writeMsg(bc, reg); err != nil {
 		return nil, nil, fmt.Errorf("%s: registering with the master at %s: %w", me, master, ctxErr(ctx, err))
 	}
+	var ch challenge
+	if err := readMsg(bc, &ch, smallMsg); err != nil {
+		return nil, nil, fmt.Errorf("%s: registering with the master at %s: %w", me, master, ctxErr(ctx, err))
+	}
+	if ch.Error != "" {
+		return nil, nil, fmt.Errorf("%s: the master at %s refused: %s", me, master, ch.Error)
+	}
+	masterNonce, ok := decodeHex(ch.Nonce, nonceBytes)
+	got, ok2 := decodeHex(ch.MAC, sha256Size)
+	wantMaster, rankMAC := joinMACs(cfg.Secret, nonce, masterNonce, cfg.Rank, cfg.WorldSize, self)
+	if !ok || !ok2 || !hmac.Equal(got, wantMaster) {
+		return nil, nil, fmt.Errorf("%s: the master at %s failed authentication: it does not hold this job's secret (%s); a process that is not this job's rank 0 answers there", me, master, SecretEnv)
+	}
+	if err := writeMsg(bc, proof{MAC: hex.EncodeToString(rankMAC)}); err != nil {
+		return nil, nil, fmt.Errorf("%s: registering with the master at %s: %w", me, master, ctxErr(ctx, err))
+	}
 	var tab rankTable
-	if err := readMsg(bc, &tab); err != nil {
+	if err := readMsg(bc, &tab, tableMsg); err != nil {
 		return nil, nil, fmt.Errorf("%s: waiting for the master at %s to hear from all %d ranks: %w", me, master, cfg.WorldSize, ctxErr(ctx, err))
 	}
 	if tab.Error != "" {
@@ -165,11 +223,22 @@ func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 				return
 			}
 			wg.Go(func() {
+				dl := time.Now().Add(handshakeTimeout)
+				if cdl, ok := ctx.Deadline(); ok && cdl.Before(dl) {
+					dl = cdl
+				}
+				c.SetDeadline(dl)
+				var a arrival
+				a.c = c
+				a.reg, a.err = authenticate(c, cfg)
+				if a.err != nil && cfg.Logf != nil {
+					cfg.Logf("comm: master: refused a connection from %s: %v", c.RemoteAddr(), a.err)
+				}
 				if dl, ok := ctx.Deadline(); ok {
 					c.SetDeadline(dl)
+				} else {
+					c.SetDeadline(time.Time{})
 				}
-				var a arrival
-				a.c, a.err = c, readMsg(c, &a.reg)
 				select {
 				case arrivals <- a:
 				case <-quit:
@@ -204,14 +273,7 @@ func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 				continue
 			}
 			refuse := ""
-			switch r := a.reg; {
-			case r.Version != protocolVersion:
-				refuse = fmt.Sprintf("protocol %q, want %q", r.Version, protocolVersion)
-			case r.WorldSize != cfg.WorldSize:
-				refuse = fmt.Sprintf("rank %d says the world size is %d, rank 0 says %d", r.Rank, r.WorldSize, cfg.WorldSize)
-			case r.Rank < 0 || r.Rank >= cfg.WorldSize:
-				refuse = fmt.Sprintf("rank %d is outside [0, %d)", r.Rank, cfg.WorldSize)
-			case conns[r.Rank] != nil:
+			if r := a.reg; conns[r.Rank] != nil {
 				refuse = fmt.Sprintf("rank %d registered twice (from %s and %s)", r.Rank, addrs[r.Rank], r.Addr)
 			}
 			if refuse != "" {
@@ -235,6 +297,47 @@ func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 	return nil
 }
 
+// authenticate runs the master's side of a join on c: it reads the
+// registration, answers with its proof and challenge, and checks the
+// rank's proof. It returns the registration of a rank that knows the
+// secret; any other peer gets an error (and, for a registration of the
+// wrong protocol or shape, a refusal it can print).
+func authenticate(c net.Conn, cfg Config) (registration, error) {
+	var r registration
+	if err := readMsg(c, &r, smallMsg); err != nil {
+		return r, fmt.Errorf("reading its registration: %w", err)
+	}
+	refuse := ""
+	rankNonce, ok := decodeHex(r.Nonce, nonceBytes)
+	switch {
+	case r.Version != protocolVersion:
+		refuse = fmt.Sprintf("protocol %q, want %q (gptui builds differ)", r.Version, protocolVersion)
+	case r.WorldSize != cfg.WorldSize:
+		refuse = fmt.Sprintf("rank %d says the world size is %d, rank 0 says %d", r.Rank, r.WorldSize, cfg.WorldSize)
+	case r.Rank < 0 || r.Rank >= cfg.WorldSize:
+		refuse = fmt.Sprintf("rank %d is outside [0, %d)", r.Rank, cfg.WorldSize)
+	case !ok:
+		refuse = "a registration without a valid challenge"
+	}
+	if refuse != "" {
+		writeMsg(c, challenge{Error: refuse})
+		return r, errors.New(refuse)
+	}
+	masterNonce := newNonce()
+	masterMAC, rankMAC := joinMACs(cfg.Secret, rankNonce, masterNonce, r.Rank, r.WorldSize, r.Addr)
+	if err := writeMsg(c, challenge{Nonce: hex.EncodeToString(masterNonce), MAC: hex.EncodeToString(masterMAC)}); err != nil {
+		return r, fmt.Errorf("answering rank %d: %w", r.Rank, err)
+	}
+	var p proof
+	if err := readMsg(c, &p, smallMsg); err != nil {
+		return r, fmt.Errorf("waiting for the proof of rank %d: %w", r.Rank, err)
+	}
+	if got, ok := decodeHex(p.MAC, sha256Size); !ok || !hmac.Equal(got, rankMAC) {
+		return r, fmt.Errorf("it claimed rank %d without this job's secret (%s)", r.Rank, SecretEnv)
+	}
+	return r, nil
+}
+
 // mesh connects this rank to every other: it dials the ranks below it and
 // accepts the ranks above it. The first message on each connection is a
 // hello: helloMagic, the job's token, and the dialer's rank.
@@ -251,7 +354,7 @@ func mesh(ctx context.Context, cfg Config, ln net.Listener, tab rankTable) ([]*n
 			break
 		}
 		ncs[r] = c
-		if err = writeHello(c, tab.Token, cfg.Rank); err != nil {
+		if err = writeHello(c, cfg.Secret, tab.Token, cfg.Rank); err != nil {
 			err = fmt.Errorf("greeting rank %d at %s: %w", r, tab.Addrs[r], ctxErr(ctx, err))
 		}
 	}
@@ -309,7 +412,10 @@ func acceptPeers(ctx context.Context, cfg Config, ln net.Listener, token string,
 				if dl, ok := ctx.Deadline(); ok {
 					c.SetDeadline(dl)
 				}
-				r, err := readHello(c, token)
+				r, err := readHello(c, cfg.Secret, token)
+				if err != nil && cfg.Logf != nil {
+					cfg.Logf("comm: rank %d: refused a mesh connection from %s: %v", cfg.Rank, c.RemoteAddr(), err)
+				}
 				select {
 				case hellos <- hello{c.(*net.TCPConn), r, err}:
 				case <-quit:
@@ -339,26 +445,37 @@ func acceptPeers(ctx context.Context, cfg Config, ln net.Listener, token string,
 	return nil
 }
 
-func writeHello(c net.Conn, token string, rank int) error {
-	b := make([]byte, 0, len(helloMagic)+len(token)+4)
+// writeHello answers the accepting rank's challenge on a mesh connection
+// it dialed: helloMagic, the dialer's rank, and its proof of the secret.
+func writeHello(c net.Conn, secret []byte, token string, rank int) error {
+	nonce := make([]byte, nonceBytes)
+	if _, err := io.ReadFull(c, nonce); err != nil {
+		return fmt.Errorf("reading the challenge: %w", err)
+	}
+	b := make([]byte, 0, len(helloMagic)+4+sha256Size)
 	b = append(b, helloMagic...)
-	b = append(b, token...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(rank))
+	b = append(b, meshMAC(secret, token, nonce, rank)...)
 	_, err := c.Write(b)
 	return err
 }
 
-// readHello reads exactly the hello, nothing after it, and returns the
-// dialer's rank.
-func readHello(c net.Conn, token string) (int, error) {
-	b := make([]byte, len(helloMagic)+len(token)+4)
+// readHello challenges the dialer of an accepted mesh connection, reads
+// exactly its hello, nothing after it, and returns the dialer's rank.
+func readHello(c net.Conn, secret []byte, token string) (int, error) {
+	nonce := newNonce()
+	if _, err := c.Write(nonce); err != nil {
+		return 0, err
+	}
+	b := make([]byte, len(helloMagic)+4+sha256Size)
 	if _, err := io.ReadFull(c, b); err != nil {
 		return 0, err
 	}
-	if string(b[:len(helloMagic)]) != helloMagic || string(b[len(helloMagic):len(helloMagic)+len(token)]) != token {
+	rank := int(binary.LittleEndian.Uint32(b[len(helloMagic):]))
+	if string(b[:len(helloMagic)]) != helloMagic || !hmac.Equal(b[len(helloMagic)+4:], meshMAC(secret, token, nonce, rank)) {
 		return 0, errors.New("not a member of this job")
 	}
-	return int(binary.LittleEndian.Uint32(b[len(b)-4:])), nil
+	return rank, nil
 }
 
 // dialRetry dials addr until it answers or ctx ends.
@@ -424,15 +541,16 @@ func writeMsg(c net.Conn, v any) error {
 	return err
 }
 
-// readMsg reads a message of writeMsg into v.
-func readMsg(c net.Conn, v any) error {
+// readMsg reads a message of writeMsg into v; a message longer than
+// limit bytes is an error, read no further.
+func readMsg(c net.Conn, v any, limit int) error {
 	var n [4]byte
 	if _, err := io.ReadFull(c, n[:]); err != nil {
 		return err
 	}
 	size := binary.LittleEndian.Uint32(n[:])
-	if size > 1<<20 {
-		return fmt.Errorf("message of %d bytes", size)
+	if int64(size) > int64(limit) {
+		return fmt.Errorf("message of %d bytes (at most %d)", size, limit)
 	}
 	b := make([]byte, size)
 	if _, err := io.ReadFull(c, b); err != nil {

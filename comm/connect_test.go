@@ -2,8 +2,11 @@ package comm
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,10 +21,10 @@ func TestConfigFromEnv(t *testing.T) {
 		want    Config
 		wantErr string // a substring of the error; "" for none
 	}{
-		{"torchrun", map[string]string{"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "LOCAL_RANK": "1"},
-			Config{Rank: 3, WorldSize: 8, MasterAddr: "node0", MasterPort: 29500}, ""},
-		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", "GPTUI_COMM_TIMEOUT": "90s"},
-			Config{Rank: 0, WorldSize: 2, MasterAddr: "h", MasterPort: 1, Timeout: 90 * time.Second}, ""},
+		{"torchrun", map[string]string{"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "LOCAL_RANK": "1", "GPTUI_JOB_SECRET": "s3"},
+			Config{Rank: 3, WorldSize: 8, MasterAddr: "node0", MasterPort: 29500, Secret: []byte("s3")}, ""},
+		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", "GPTUI_COMM_TIMEOUT": "90s", "GPTUI_JOB_SECRET": "x"},
+			Config{Rank: 0, WorldSize: 2, MasterAddr: "h", MasterPort: 1, Timeout: 90 * time.Second, Secret: []byte("x")}, ""},
 		{"nothing set", map[string]string{}, Config{WorldSize: 1}, ""},
 		{"world of one", map[string]string{"WORLD_SIZE": "1"}, Config{WorldSize: 1}, ""},
 		{"no rank", map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "RANK is not set"},
@@ -32,6 +35,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"no address", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, Config{}, "MASTER_ADDR"},
 		{"no port", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h"}, Config{}, "MASTER_PORT is not set"},
 		{"bad port", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, Config{}, "MASTER_PORT=70000"},
+		{"no secret", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "GPTUI_JOB_SECRET is not set"},
 		{"bad timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "30"}, Config{}, "GPTUI_COMM_TIMEOUT"},
 		{"negative timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "-1s"}, Config{}, "GPTUI_COMM_TIMEOUT"},
 	} {
@@ -43,7 +47,7 @@ func TestConfigFromEnv(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
@@ -54,8 +58,9 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Setenv("MASTER_ADDR", "10.0.0.1")
 	t.Setenv("MASTER_PORT", "1234")
 	t.Setenv("GPTUI_COMM_TIMEOUT", "2m")
+	t.Setenv("GPTUI_JOB_SECRET", "k")
 	got, err := ConfigFromEnv()
-	if want := (Config{Rank: 1, WorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234, Timeout: 2 * time.Minute}); err != nil || got != want {
+	if want := (Config{Rank: 1, WorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234, Timeout: 2 * time.Minute, Secret: []byte("k")}); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ConfigFromEnv: %+v, %v; want %+v", got, err, want)
 	}
 }
@@ -66,6 +71,7 @@ func TestConnectInvalidConfig(t *testing.T) {
 		{Rank: 2, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1},
 		{Rank: 0, WorldSize: 2, MasterPort: 1},
 		{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1"},
+		{Rank: 0, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: 1}, // no secret
 		{Rank: 0, WorldSize: 1, Timeout: -time.Second},
 	} {
 		if w, err := Connect(context.Background(), cfg); err == nil {
@@ -90,7 +96,7 @@ func TestConnectTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			port := freePort(t)
 			start := time.Now()
-			w, err := Connect(context.Background(), Config{Rank: tc.rank, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: timeout})
+			w, err := Connect(context.Background(), Config{Rank: tc.rank, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: timeout, Secret: []byte("test")})
 			d := time.Since(start)
 			if err == nil {
 				w.Close()
@@ -111,7 +117,7 @@ func TestConnectCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(100*time.Millisecond, cancel)
 	start := time.Now()
-	_, err := Connect(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: freePort(t)})
+	_, err := Connect(ctx, Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: freePort(t), Secret: []byte("test")})
 	if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
 		t.Errorf("got %v after %v, want context.Canceled at once", err, time.Since(start))
 	}
@@ -129,7 +135,7 @@ func TestConnectLateMaster(t *testing.T) {
 			if r == 0 {
 				time.Sleep(300 * time.Millisecond)
 			}
-			worlds[r], errs[r] = Connect(context.Background(), Config{Rank: r, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second})
+			worlds[r], errs[r] = Connect(context.Background(), Config{Rank: r, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte("test")})
 		})
 	}
 	wg.Wait()
@@ -148,7 +154,7 @@ func TestConnectRefusals(t *testing.T) {
 	port := freePort(t)
 	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cfg := func(rank, size int) Config {
-		return Config{Rank: rank, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second}
+		return Config{Rank: rank, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte("test")}
 	}
 	worlds := make([]*World, 3)
 	errs := make([]error, 3)
@@ -181,4 +187,98 @@ func TestConnectRefusals(t *testing.T) {
 	}
 	gs := groups(t, worlds, allRanks(3))
 	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+}
+
+// TestConnectAuthentication checks that a peer without the job's secret
+// takes no rank's place: a forger that speaks the protocol and claims rank
+// 1 before the real rank 1, and a rank started with another secret, are
+// refused and reported, and the job then forms from its own ranks.
+func TestConnectAuthentication(t *testing.T) {
+	port := freePort(t)
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var mu sync.Mutex
+	var refusals []string
+	cfg := func(rank int, secret string) Config {
+		return Config{Rank: rank, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte(secret),
+			Logf: func(format string, args ...any) {
+				mu.Lock()
+				defer mu.Unlock()
+				refusals = append(refusals, fmt.Sprintf(format, args...))
+			}}
+	}
+	worlds := make([]*World, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	join := func(r int) { wg.Go(func() { worlds[r], errs[r] = Connect(context.Background(), cfg(r, "job")) }) }
+	join(0)
+
+	// A forger that knows the protocol but not the secret registers as
+	// rank 1 and answers the challenge with a made-up proof.
+	var c net.Conn
+	for i := 0; c == nil && i < 100; i++ {
+		c, _ = net.Dial("tcp", master)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c == nil {
+		t.Fatal("the master does not listen")
+	}
+	if err := writeMsg(c, registration{Version: protocolVersion, Rank: 1, WorldSize: 3, Addr: "127.0.0.1:1", Nonce: hex.EncodeToString(newNonce())}); err != nil {
+		t.Fatal(err)
+	}
+	var ch challenge
+	if err := readMsg(c, &ch, smallMsg); err != nil || ch.Error != "" {
+		t.Fatalf("the master's challenge: %+v, %v", ch, err)
+	}
+	if err := writeMsg(c, proof{MAC: hex.EncodeToString(make([]byte, sha256Size))}); err != nil {
+		t.Fatal(err)
+	}
+	var tab rankTable
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := readMsg(c, &tab, tableMsg); err == nil {
+		t.Fatalf("the forger got a rank table: %+v", tab)
+	}
+	c.Close()
+
+	// A rank with another secret is refused too, and refuses the master.
+	if _, err := Connect(context.Background(), cfg(2, "another job")); err == nil || !strings.Contains(err.Error(), "failed authentication") {
+		t.Errorf("a rank with another secret: %v", err)
+	}
+	join(1)
+	join(2)
+	wg.Wait()
+	t.Cleanup(func() { closeWorlds(worlds) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	gs := groups(t, worlds, allRanks(3))
+	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(refusals) != 2 || !strings.Contains(refusals[0], "claimed rank 1 without this job's secret") {
+		t.Errorf("refusals reported: %q, want the forger's and the other job's rank's", refusals)
+	}
+}
+
+// TestMeshHelloAuthentication checks a mesh connection's hello: the
+// accepting rank takes the dialer's rank only from a dialer that holds the
+// secret.
+func TestMeshHelloAuthentication(t *testing.T) {
+	for _, tc := range []struct {
+		name, secret string
+		ok           bool
+	}{{"same secret", "job", true}, {"another secret", "other", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := net.Pipe()
+			defer a.Close()
+			defer b.Close()
+			go writeHello(a, []byte(tc.secret), "token", 2)
+			r, err := readHello(b, []byte("job"), "token")
+			if tc.ok && (err != nil || r != 2) {
+				t.Errorf("readHello = %d, %v; want 2", r, err)
+			}
+			if !tc.ok && err == nil {
+				t.Errorf("readHello took rank %d from a dialer without the secret", r)
+			}
+		})
+	}
 }

@@ -34,7 +34,7 @@ func connectWorlds(t testing.TB, size int, edit func(*Config)) []*World {
 		var wg sync.WaitGroup
 		for r := range size {
 			wg.Go(func() {
-				cfg := Config{Rank: r, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 20 * time.Second}
+				cfg := Config{Rank: r, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 20 * time.Second, Secret: []byte("test")}
 				if edit != nil {
 					edit(&cfg)
 				}

@@ -108,7 +108,7 @@ func startRanks(t *testing.T, n int, timeout time.Duration) []*rankProcess {
 		p.cmd = exec.Command(os.Args[0], "-test.run=^TestHelperRank$")
 		p.cmd.Env = append(os.Environ(), "GPTUI_COMM_HELPER=loop", "GPTUI_COMM_RESULT="+p.result,
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(n),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "GPTUI_JOB_SECRET=test",
 			"GPTUI_COMM_TIMEOUT="+timeout.String())
 		p.cmd.Stderr = &p.stderr
 		out, err := p.cmd.StdoutPipe()

@@ -51,7 +51,7 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: world, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 60 * time.Second})
+			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: world, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 60 * time.Second, Secret: []byte("test")})
 			if err != nil {
 				errs[r] = err
 				return

@@ -26,10 +26,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gptui/gptui/comm"
 )
 
 // DefaultInterruptGrace is how long workers have, after an interrupt, to
@@ -139,15 +143,30 @@ func (e *JobError) Unwrap() error { return e.cause }
 
 // Env returns the environment that tells a worker its place in the job,
 // under the names torchrun uses: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR
-// and MASTER_PORT.
-func Env(rank, localRank, world int, masterAddr string, masterPort int) []string {
+// and MASTER_PORT; and the job's secret (comm.SecretEnv), with which the
+// ranks prove to each other that they belong to the job. Make the secret
+// with comm.NewSecret, one for each start of a job, and print the
+// environment through Redact.
+func Env(rank, localRank, world int, masterAddr string, masterPort int, secret string) []string {
 	return []string{
 		"RANK=" + strconv.Itoa(rank),
 		"WORLD_SIZE=" + strconv.Itoa(world),
 		"LOCAL_RANK=" + strconv.Itoa(localRank),
 		"MASTER_ADDR=" + masterAddr,
 		"MASTER_PORT=" + strconv.Itoa(masterPort),
+		comm.SecretEnv + "=" + secret,
 	}
+}
+
+// Redact returns a copy of env with the job's secret hidden, for printing.
+func Redact(env []string) []string {
+	out := slices.Clone(env)
+	for i, kv := range out {
+		if strings.HasPrefix(kv, comm.SecretEnv+"=") {
+			out[i] = comm.SecretEnv + "=(hidden)"
+		}
+	}
+	return out
 }
 
 // FreePort returns a TCP port that was free on host ("" for every

@@ -133,7 +133,7 @@ func launcher(dir string) int {
 func job(scripts ...[]string) []Worker {
 	ws := make([]Worker, len(scripts))
 	for r, s := range scripts {
-		ws[r] = Worker{Rank: r, LocalRank: r, Args: s, Env: append(Env(r, r, len(scripts), "127.0.0.1", 1), workerEnv)}
+		ws[r] = Worker{Rank: r, LocalRank: r, Args: s, Env: append(Env(r, r, len(scripts), "127.0.0.1", 1, "s"), workerEnv)}
 	}
 	return ws
 }
@@ -217,10 +217,16 @@ func stamp(t *testing.T, file string) time.Time {
 }
 
 func TestEnv(t *testing.T) {
-	got := Env(3, 1, 8, "10.0.0.1", 29500)
-	want := []string{"RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500"}
+	got := Env(3, 1, 8, "10.0.0.1", 29500, "k3y")
+	want := []string{"RANK=3", "WORLD_SIZE=8", "LOCAL_RANK=1", "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "GPTUI_JOB_SECRET=k3y"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Env = %q, want %q", got, want)
+	}
+	if r := strings.Join(Redact(got), " "); strings.Contains(r, "k3y") || !strings.Contains(r, "RANK=3") {
+		t.Errorf("Redact = %q: the secret is shown or the rest is not", r)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("Redact changed its argument: %q", got)
 	}
 }
 

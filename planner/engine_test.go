@@ -44,7 +44,7 @@ func measureEngine(t *testing.T, world int, overrides []string) (engine.Memory, 
 	var wg sync.WaitGroup
 	for r := range world {
 		wg.Go(func() {
-			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: world, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 30 * time.Second})
+			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: world, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 30 * time.Second, Secret: []byte("test")})
 			if err != nil {
 				errs[r] = err
 				return

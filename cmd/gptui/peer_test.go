@@ -37,7 +37,7 @@ func TestPeerDeath(t *testing.T) {
 			"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 			"-o", "Engine.log_dir="+filepath.Join(dir, "log"))
 		c.Env = append(os.Environ(), "GPTUI_RUN_HELPER=1", "GPTUI_THREADS=1", "GPTUI_COMM_TIMEOUT=20s")
-		c.Env = append(c.Env, launch.Env(r, r, world, "127.0.0.1", port)...)
+		c.Env = append(c.Env, launch.Env(r, r, world, "127.0.0.1", port, "peer-test-secret")...)
 		outs[r] = new(bytes.Buffer)
 		c.Stdout, c.Stderr = outs[r], outs[r]
 		if err := c.Start(); err != nil {

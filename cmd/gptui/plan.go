@@ -338,15 +338,19 @@ func measureLocalLink(ctx context.Context) (float64, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	secret, err := comm.NewSecret()
+	if err != nil {
+		return 0, err
+	}
 	peer := make(chan error, 1)
 	go func() {
 		_, err := launch.Run(ctx, launch.Options{Exe: exe, Workers: []launch.Worker{{
 			Rank: 1, LocalRank: 1, Args: []string{planLinkPeer},
-			Env: launch.Env(1, 1, 2, masterAddr, port),
+			Env: launch.Env(1, 1, 2, masterAddr, port, secret),
 		}}})
 		peer <- err
 	}()
-	w, err := comm.Connect(ctx, comm.Config{Rank: 0, WorldSize: 2, MasterAddr: masterAddr, MasterPort: port, Timeout: time.Minute})
+	w, err := comm.Connect(ctx, comm.Config{Rank: 0, WorldSize: 2, MasterAddr: masterAddr, MasterPort: port, Timeout: time.Minute, Secret: []byte(secret)})
 	if err != nil {
 		cancel()
 		return 0, errors.Join(fmt.Errorf("plan: connecting to the link peer: %w", err), <-peer)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/ranktable"
@@ -119,13 +120,17 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	if os.Getenv("GPTUI_THREADS") == "" {
 		threads = []string{fmt.Sprintf("GPTUI_THREADS=%d", max(1, runtime.NumCPU() / *nproc))}
 	}
+	secret, err := comm.NewSecret()
+	if err != nil {
+		return err
+	}
 	workers := make([]launch.Worker, *nproc)
 	for r := range workers {
 		workers[r] = launch.Worker{
 			Rank:      r,
 			LocalRank: r,
 			Args:      append(append([]string(nil), self[1:]...), train...),
-			Env:       append(launch.Env(r, r, *nproc, masterAddr, *port), threads...),
+			Env:       append(launch.Env(r, r, *nproc, masterAddr, *port, secret), threads...),
 		}
 	}
 	// An interrupt reaches the workers as SIGTERM, on which they save and
@@ -353,7 +358,7 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 			if n.Spec.Exe != "" {
 				exe = n.Spec.Exe
 			}
-			fmt.Fprintf(w, "[%s/%d] %s: %s %s %s\n", n.Name, wk.Rank, dev, strings.Join(wk.Env, " "), exe, strings.Join(wk.Args, " "))
+			fmt.Fprintf(w, "[%s/%d] %s: %s %s %s\n", n.Name, wk.Rank, dev, strings.Join(launch.Redact(wk.Env), " "), exe, strings.Join(wk.Args, " "))
 		}
 	}
 	return nil

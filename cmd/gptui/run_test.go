@@ -3,15 +3,20 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/launch"
 )
 
 // TestRunHelper is the gptui binary for the workers that runJob starts in
@@ -254,5 +259,55 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "dp2", f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}
+	}
+}
+
+// TestRunRefusesForgedJoin races a forger against the workers of a local
+// data-parallel job: it claims rank 1 at the master's port without the
+// job's secret. The master refuses it and says so, and the job trains as
+// one process would (the forger's place in the job would change the loss).
+func TestRunRefusesForgedJoin(t *testing.T) {
+	dir := t.TempDir()
+	common := []string{"-c", "tiny", "-o", "Engine.max_steps=3", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4"}
+	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
+	if code != 0 {
+		t.Fatalf("single process: %s", e)
+	}
+	want := finalLoss(t, out)
+	port, err := launch.FreePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forger watches the port closely and joins the moment the master
+	// listens, ahead of the real rank 1 (whose retries are 10 ms apart or
+	// more).
+	forged := make(chan error, 1)
+	go func() {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				break
+			}
+		}
+		_, err := comm.Connect(context.Background(), comm.Config{Rank: 1, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port,
+			Timeout: 10 * time.Second, Secret: []byte("a guess")})
+		forged <- err
+	}()
+	var stdout syncBuffer
+	code, stderr := runHelper(t, context.Background(), &stdout, append([]string{"--no-tui", "--nproc", "2", "--show-ranks", "all",
+		"--master-port", strconv.Itoa(port), "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4",
+		"-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, common...)...)
+	if code != 0 {
+		t.Fatalf("dp2: exit %d, stderr %q", code, stderr)
+	}
+	if err := <-forged; err == nil || !strings.Contains(err.Error(), "failed authentication") {
+		t.Errorf("the forger: %v, want it refused", err)
+	}
+	if got := finalLoss(t, stdout.String()); got != want {
+		t.Errorf("dp2 final loss %s, one process %s", got, want)
+	}
+	if all := stdout.String() + stderr; !strings.Contains(all, "[comm] comm: master: refused a connection from 127.0.0.1") {
+		t.Errorf("the master did not report the forger:\n%s", all)
 	}
 }

@@ -98,6 +98,8 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return usageError{err}
 		}
 		if cc.WorldSize > 1 {
+			// Peers that fail the job's authentication are dropped; say so.
+			cc.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "[comm] "+format+"\n", args...) }
 			if world, err = comm.Connect(ctx, cc); err != nil {
 				return fmt.Errorf("rank %d: joining the job: %w", cc.Rank, err)
 			}

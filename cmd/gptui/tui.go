@@ -18,6 +18,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/presets"
@@ -193,10 +194,14 @@ func (l *localLauncher) Start(ctx context.Context, job tui.Job) (tui.Runner, err
 	if os.Getenv("GPTUI_THREADS") == "" {
 		threads = []string{"GPTUI_THREADS=" + strconv.Itoa(max(1, runtime.NumCPU()/world))}
 	}
+	secret, err := comm.NewSecret()
+	if err != nil {
+		return nil, err
+	}
 	for i, d := range devs {
 		spec.Workers = append(spec.Workers, agent.WorkerSpec{
 			Rank: d.RankID, LocalRank: i, Device: -1, Args: args,
-			Env: append(launch.Env(d.RankID, i, world, masterAddr, port), threads...),
+			Env: append(launch.Env(d.RankID, i, world, masterAddr, port, secret), threads...),
 		})
 	}
 	if err := spec.Check(); err != nil {
