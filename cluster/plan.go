@@ -91,6 +91,9 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err := errorsFirst(errs); err != nil {
 		return nil, err
 	}
+	if err := j.syncCheckpoints(ctx, nodes); err != nil {
+		return nil, err
+	}
 
 	p := &Plan{JobID: o.JobID, Nodes: plans}
 	workers, err := j.assign(p, nodes)

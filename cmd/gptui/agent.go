@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
 )
@@ -21,6 +25,10 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	probe := fs.Bool("probe", false, "print one probe event describing this machine (cores, memory, GPUs) and exit")
 	specFile := fs.String("spec", "-", "the job spec `FILE` (one JSON line); - reads it from standard input")
 	freePort := fs.String("free-port", "", "print a TCP port free on the local address `HOST` and exit")
+	ckptSummary := fs.String("checkpoint-summary", "", "print the newest complete checkpoint of the output directory `DIR` as one JSON line and exit (launcher use)")
+	ckptInstall := fs.String("checkpoint-install", "", "verify the copied checkpoint `TMPDIR` and publish it in its output directory, then exit (launcher use)")
+	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
+	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -37,6 +45,11 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			return err
 		}
 		_, err = fmt.Fprintln(stdout, port)
+		return err
+	case *ckptSummary != "":
+		return printCheckpointSummary(stdout, *ckptSummary)
+	case *ckptInstall != "":
+		_, err := checkpoint.Install(filepath.Dir(filepath.Clean(*ckptInstall)), *ckptInstall, *ckptManifest, *keepLast)
 		return err
 	}
 
@@ -63,4 +76,26 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	signal.Ignore(syscall.SIGPIPE)
 	defer signal.Reset(syscall.SIGPIPE)
 	return agent.Run(ctx, spec, stdin, w)
+}
+
+// printCheckpointSummary prints the checkpoint.Summary of the newest
+// checkpoint of outputDir that checkpoint.Latest accepts, or of none.
+func printCheckpointSummary(stdout io.Writer, outputDir string) error {
+	sum := checkpoint.None
+	c, _, err := checkpoint.Latest(outputDir)
+	switch {
+	case err == nil:
+		if sum, err = checkpoint.Summarize(c); err != nil {
+			return err
+		}
+	case errors.Is(err, checkpoint.ErrNoCheckpoint):
+	default:
+		// Only damaged checkpoints: none to offer.
+	}
+	b, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
 }

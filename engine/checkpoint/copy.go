@@ -1,0 +1,101 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Summary identifies a complete checkpoint for comparing and copying it
+// between machines: its step, directory name, the SHA-256 of its manifest
+// and the files it consists of.
+type Summary struct {
+	Step     int      `json:"step"`               // -1: no checkpoint
+	Name     string   `json:"name,omitempty"`     // step_NNNNNNNN
+	Manifest string   `json:"manifest,omitempty"` // hex SHA-256 of manifest.json
+	Files    []string `json:"files,omitempty"`    // manifest.json first, then the data files
+}
+
+// None is the Summary of an output directory without a checkpoint.
+var None = Summary{Step: -1}
+
+// Summarize describes the loaded checkpoint c.
+func Summarize(c *Checkpoint) (Summary, error) {
+	b, err := os.ReadFile(filepath.Join(c.Dir, ManifestFile))
+	if err != nil {
+		return None, fmt.Errorf("checkpoint: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	files := append([]string{ManifestFile}, slices.Sorted(maps.Keys(c.Manifest.Files))...)
+	return Summary{Step: c.Manifest.Step, Name: filepath.Base(c.Dir), Manifest: hex.EncodeToString(sum[:]), Files: files}, nil
+}
+
+// TempCopyName returns a fresh name, in an output directory, for a
+// checkpoint being copied there. [Latest] ignores it; [Install] publishes
+// it.
+func TempCopyName(name string) string {
+	return filepath.Base(tempName(".", "copy-"+name))
+}
+
+// Install publishes the checkpoint directory tmp, a copy made in outputDir
+// under a [TempCopyName], as a checkpoint of outputDir: it loads tmp
+// (verifying every data file against the manifest), checks that the
+// manifest's SHA-256 is wantManifest, renames tmp to its step_ name, points
+// latest at it if it is the newest and removes old checkpoints beyond
+// keepLast (<= 0 keeps all). On error tmp is removed: what Latest would
+// accept is only ever a complete, verified copy.
+func Install(outputDir, tmp, wantManifest string, keepLast int) (dir string, err error) {
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if filepath.Dir(filepath.Clean(tmp)) != filepath.Clean(outputDir) || !strings.HasPrefix(filepath.Base(tmp), tmpPrefix) {
+		return "", fmt.Errorf("checkpoint: %s is not a temporary copy in %s", tmp, outputDir)
+	}
+	c, err := Load(tmp)
+	if err != nil {
+		return "", err
+	}
+	s, err := Summarize(c)
+	if err != nil {
+		return "", err
+	}
+	if s.Manifest != wantManifest {
+		return "", &FormatError{File: filepath.Join(tmp, ManifestFile), Msg: fmt.Sprintf("SHA-256 %s, the copied checkpoint's is %s: the copy was altered", s.Manifest, wantManifest)}
+	}
+	if err := syncDir(tmp); err != nil {
+		return "", err
+	}
+	name := DirName(c.Manifest.Step)
+	dir = filepath.Join(outputDir, name)
+	if _, err := os.Lstat(dir); err == nil {
+		// Already there (a copy that raced with another): keep it.
+		os.RemoveAll(tmp)
+		return dir, nil
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", err
+	}
+	if err := syncDir(outputDir); err != nil {
+		return dir, err
+	}
+	steps, err := listSteps(outputDir)
+	if err != nil {
+		return dir, err
+	}
+	if len(steps) > 0 && steps[0] == name {
+		if err := writeLatest(outputDir, name); err != nil {
+			return dir, err
+		}
+	}
+	if err := rotate(outputDir, steps[0], keepLast); err != nil {
+		return dir, fmt.Errorf("checkpoint: installed %s but could not remove old checkpoints: %w", dir, err)
+	}
+	return dir, nil
+}
