@@ -249,6 +249,9 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if err != nil {
 		return nil, err
 	}
+	if err := agreeResume(context.Background(), opts.World, ck); err != nil {
+		return nil, err
+	}
 	if ck != nil {
 		if err := tr.restore(ck); err != nil {
 			return nil, err
