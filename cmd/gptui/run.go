@@ -47,6 +47,7 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	nproc := fs.Int("nproc", 1, "number of worker processes to start on this machine")
 	show := fs.String("show-ranks", "0", "whose output to print: 'all' or a comma-separated list of ranks")
 	port := fs.Int("master-port", 0, "MASTER_PORT for the workers; 0 picks a free port")
+	resume := fs.Bool("resume", false, "resume from the newest checkpoint of Engine.save_load.output_dir (the same as -o Engine.save_load.ckpt_dir=auto); with --hosts, nodes without it get a copy first")
 	var cf clusterFlags
 	fs.StringVar(&cf.hosts, "hosts", "", "run on the nodes of the inventory `FILE` over SSH (one node per line: [user@]host[:port] devices=0-7 ...)")
 	fs.StringVar(&cf.rankTable, "rank-table", "", "with --hosts: take ranks and devices from the rank table `FILE` instead of the inventory and probes")
@@ -60,6 +61,9 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if *resume {
+		*o = append(*o, "Engine.save_load.ckpt_dir=auto")
 	}
 	if *preset != "" {
 		if *c != "" && *c != *preset {

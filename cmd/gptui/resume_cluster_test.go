@@ -1,0 +1,77 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestResumeHostsSync: two sshd nodes with separate workdirs, tiny as dp4
+// (two ranks per node) saving every 5 steps into the relative output dir,
+// so only rank 0's node holds the checkpoints. A planted older checkpoint
+// on the second node is refused before anything starts, naming the nodes
+// and steps (exit 2); without it, `run --resume` copies step 10 to the
+// second node, every rank resumes from step 10 and steps 10–19 have the
+// losses of an uninterrupted run. (decay_steps stays the uninterrupted
+// run's 30, whose default follows max_steps.)
+func TestResumeHostsSync(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	run := func(args ...string) (string, error) {
+		var stdout, stderr syncBuffer
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs("output")...), append([]string{"-o", "Optimizer.lr.decay_steps=30"}, args...)...)...)
+		err := cmd.Run()
+		return stdout.String() + stderr.String(), err
+	}
+	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
+		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
+	}
+	out0 := filepath.Join(c.workdirs[0], "output")
+	out1 := filepath.Join(c.workdirs[1], "output")
+	if _, err := os.Stat(filepath.Join(out1, "step_00000010")); err == nil {
+		t.Fatalf("the second node holds step 10 before the resume")
+	}
+
+	// An older checkpoint on the second node: refused before any worker.
+	if err := os.MkdirAll(out1, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("cp", "-r", filepath.Join(out0, "step_00000005"), out1).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, b)
+	}
+	out, err := run("--resume", "-o", "Engine.max_steps=20")
+	if exitStatus(err) != 2 {
+		t.Fatalf("planted mismatch: exit %d, want 2\n%s", exitStatus(err), out)
+	}
+	msg := "resume: 127.0.0.2 would start from step 10, 127.0.0.3 would start from step 5 in output: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR"
+	if !strings.Contains(out, msg) {
+		t.Errorf("planted mismatch: no %q in\n%s", msg, out)
+	}
+	if strings.Contains(out, "[job] started") || strings.Contains(out, "[train]") {
+		t.Errorf("planted mismatch: the job started:\n%s", out)
+	}
+	if err := os.RemoveAll(filepath.Join(out1, "step_00000005")); err != nil {
+		t.Fatal(err)
+	}
+
+	out, err = run("--resume", "-o", "Engine.max_steps=20")
+	if err != nil {
+		t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
+	}
+	if !strings.Contains(out, "copying checkpoint output/step_00000010 from 127.0.0.2") {
+		t.Errorf("no copy of step 10 reported:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(out1, "step_00000010", "manifest.json")); err != nil {
+		t.Errorf("the second node has no copy of step 10: %v", err)
+	}
+	for r := range 4 {
+		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
+		w := "[" + node + "/" + string(rune('0'+r)) + "] [checkpoint] resumed from "
+		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], " at step 10\n") {
+			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
+		}
+	}
+	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+}
