@@ -17,46 +17,35 @@ import (
 )
 
 // syncCheckpoints makes every node hold the checkpoint a resuming job
-// (Engine.save_load.ckpt_dir: auto) starts from, before any worker starts:
-// it asks each node for the newest complete checkpoint of its output
-// directory, refuses nodes whose newest checkpoints differ (an *InputError
-// naming the nodes and steps), and copies the checkpoint to each node that
-// has none, streamed through the launcher from the first node that has it.
-// A job that does not resume is left alone.
+// (Engine.save_load.ckpt_dir: auto) starts from, before any worker starts.
+// It asks each node for its newest complete checkpoint and the list of its
+// checkpoints; the job resumes from the newest of all. A node whose newest
+// is older, and which the newest's node also holds (the same step and
+// manifest: one run, the node is only behind), or which has none, gets a
+// copy, streamed through the launcher. A node holding a checkpoint of
+// another run (its newest is unknown to the newest's node, or a step with
+// another manifest) is refused, before anything starts, with an
+// *InputError naming the nodes and steps. A job that does not resume is
+// left alone.
 func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) error {
 	sl := j.opts.Config.Engine.SaveLoad
 	if sl.CkptDir != "auto" {
 		return nil
 	}
-	sums := make([]checkpoint.Summary, len(nodes))
-	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
-		out, err := nodes[i].gptui(ctx, "agent", "--checkpoint-summary", sl.OutputDir)
-		if err != nil {
-			return fmt.Errorf("node %s: listing the checkpoints of %s: %w", nodes[i].name, sl.OutputDir, err)
-		}
-		if err := json.Unmarshal(out, &sums[i]); err != nil {
-			return fmt.Errorf("node %s: listing the checkpoints of %s: %w", nodes[i].name, sl.OutputDir, err)
-		}
-		return nil
-	})
-	if err := errorsFirst(errs); err != nil {
+	sums, err := j.summaries(ctx, nodes, sl.OutputDir)
+	if err != nil {
 		return err
 	}
-	src := -1
-	for i, s := range sums {
-		if s.Step >= 0 && (src < 0 || s.Step > sums[src].Step) {
-			src = i
-		}
-	}
+	src := newestOf(sums)
 	if src < 0 {
 		return nil // nothing to resume from anywhere: every rank starts at step 0
 	}
-	if err := agreeCheckpoints(nodes, sums, sl.OutputDir); err != nil {
+	if err := agreeCheckpoints(nodes, sums, src, sl.OutputDir); err != nil {
 		return err
 	}
 	want := sums[src]
-	errs = sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
-		if sums[i].Step >= 0 {
+	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		if sums[i].Step == want.Step {
 			return nil
 		}
 		j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("copying checkpoint %s/%s from %s", sl.OutputDir, want.Name, nodes[src].name))
@@ -68,32 +57,59 @@ func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) error {
 	return errorsFirst(errs)
 }
 
-// agreeCheckpoints returns an *InputError if the nodes that hold a
-// checkpoint do not all hold the same newest one.
-func agreeCheckpoints(nodes []*node, sums []checkpoint.Summary, outputDir string) error {
-	var groups []string // "node1 from step 20"
-	var first *checkpoint.Summary
+// summaries asks every node for the checkpoint.Summary of outputDir.
+func (j *Job) summaries(ctx context.Context, nodes []*node, outputDir string) ([]checkpoint.Summary, error) {
+	sums := make([]checkpoint.Summary, len(nodes))
+	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		out, err := nodes[i].gptui(ctx, "agent", "--checkpoint-summary", outputDir)
+		if err == nil {
+			err = json.Unmarshal(out, &sums[i])
+		}
+		if err != nil {
+			return fmt.Errorf("node %s: listing the checkpoints of %s: %w", nodes[i].name, outputDir, err)
+		}
+		return nil
+	})
+	return sums, errorsFirst(errs)
+}
+
+// newestOf returns the index of the summary with the highest step, the
+// first of equals; -1 if none has a checkpoint.
+func newestOf(sums []checkpoint.Summary) int {
+	src := -1
+	for i, s := range sums {
+		if s.Step >= 0 && (src < 0 || s.Step > sums[src].Step) {
+			src = i
+		}
+	}
+	return src
+}
+
+// agreeCheckpoints returns an *InputError if a node holds a checkpoint
+// that sums[src], the newest, does not also hold: a checkpoint of another
+// run.
+func agreeCheckpoints(nodes []*node, sums []checkpoint.Summary, src int, outputDir string) error {
+	var parts []string // "node1 would start from step 20"
 	differ := false
-	for i := range sums {
-		s := &sums[i]
+	for i, s := range sums {
 		if s.Step < 0 {
 			continue
 		}
-		if first == nil {
-			first = s
-		} else if s.Step != first.Step || s.Manifest != first.Manifest {
-			differ = true
-		}
 		what := "step " + strconv.Itoa(s.Step)
-		if first != nil && s.Step == first.Step && s.Manifest != first.Manifest {
-			what += " (a different checkpoint)"
+		if !sums[src].Holds(s) {
+			differ = true
+			if _, ok := sums[src].History[s.Step]; ok || s.Step == sums[src].Step {
+				what += " (another checkpoint: manifest " + s.Manifest[:min(12, len(s.Manifest))] + ")"
+			} else {
+				what += " (not of this run: " + nodes[src].name + " has no such checkpoint)"
+			}
 		}
-		groups = append(groups, nodes[i].name+" would start from "+what)
+		parts = append(parts, nodes[i].name+" would start from "+what)
 	}
 	if !differ {
 		return nil
 	}
-	return inputErrorf("resume: %s in %s: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR", strings.Join(groups, ", "), outputDir)
+	return inputErrorf("resume: %s in %s: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR", strings.Join(parts, ", "), outputDir)
 }
 
 // copyCheckpoint copies the checkpoint s of outputDir from node src to

@@ -434,7 +434,7 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		slices.SortFunc(workers[i], func(a, b slot) int { return a.localRank - b.localRank })
 		for _, w := range workers[i] {
 			wenv := launch.Env(w.rank, w.localRank, p.World, p.MasterAddr, p.MasterPort, secret)
-			wenv = append(wenv, "GPTUI_JOB="+p.JobID)
+			wenv = append(wenv, "GPTUI_JOB="+p.JobID, "GPTUI_NODE="+n.name)
 			if !threadsSet {
 				// The node's workers share its cores.
 				wenv = append(wenv, "GPTUI_THREADS="+strconv.Itoa(max(1, np.Probe.Cores/len(workers[i]))))

@@ -32,7 +32,7 @@ type resumePoint struct {
 // agreeResume checks, before any compute, that every rank of the world
 // starts from the same checkpoint: the ranks all-gather the step and
 // manifest hash of what they resume from (ck, nil for none) and their
-// host names. Ranks that would start from different steps, or from the
+// node names (GPTUI_NODE, which the cluster launcher sets, else the host name). Ranks that would start from different steps, or from the
 // same step with different manifests, get a *ConfigError naming them.
 // It costs one all-gather of a few hundred bytes per rank.
 func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) error {
@@ -40,7 +40,10 @@ func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) 
 		return nil
 	}
 	self := resumePoint{step: -1}
-	self.host, _ = os.Hostname()
+	// The node's name in the launcher's inventory, else the host name.
+	if self.host = os.Getenv("GPTUI_NODE"); self.host == "" {
+		self.host, _ = os.Hostname()
+	}
 	if ck != nil {
 		s, err := checkpoint.Summarize(ck)
 		if err != nil {

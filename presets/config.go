@@ -86,6 +86,7 @@ type SaveLoad struct {
 	CkptDir   string `yaml:"ckpt_dir"`   // checkpoint to resume from; empty starts afresh
 	KeepLast  int    `yaml:"keep_last"`  // checkpoints kept; 0 keeps all
 	Async     bool   `yaml:"async"`      // write checkpoints in the background
+	Replicas  int    `yaml:"replicas"`   // nodes each checkpoint is kept on (launcher with --hosts)
 }
 
 // Model describes the GPT-2 network.

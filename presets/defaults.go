@@ -146,6 +146,7 @@ func applyDefaults(c *Config, set map[string]pos) {
 	intDef("Engine.save_load.save_steps", &sl.SaveSteps, 0)
 	strDef("Engine.save_load.output_dir", &sl.OutputDir, defaultOutputDir)
 	intDef("Engine.save_load.keep_last", &sl.KeepLast, defaultKeepLast)
+	intDef("Engine.save_load.replicas", &sl.Replicas, 1)
 
 	m := &c.Model
 	intDef("Model.vocab_size", &m.VocabSize, defaultVocabSize)

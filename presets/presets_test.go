@@ -489,7 +489,7 @@ func TestDefaults(t *testing.T) {
 		Global: Global{Seed: 1234, GlobalBatchSize: 8, LocalBatchSize: 8, MicroBatchSize: 8, Device: "cpu"},
 		Engine: Engine{MaxSteps: 1000, LoggingFreq: 1, EvalFreq: 0, EvalIters: 10, LogDir: "log",
 			RecomputeGranularity: "full", MixPrecision: MixPrecision{Dtype: "fp32", ScaleLoss: 1},
-			SaveLoad: SaveLoad{OutputDir: "output", KeepLast: 3}},
+			SaveLoad: SaveLoad{OutputDir: "output", KeepLast: 3, Replicas: 1}},
 		Model: Model{VocabSize: 50257, HiddenSize: 48, NumLayers: 2, NumAttentionHeads: 3, FFNHiddenSize: 192,
 			HiddenDropoutProb: 0.1, AttentionProbsDropoutProb: 0.1, MaxPositionEmbeddings: 1024, InitializerRange: 0.02},
 		Data: Data{

@@ -204,6 +204,7 @@ func checks() []check {
 			return "", ""
 		},
 		nonNegative("Engine.save_load.keep_last", "keep every checkpoint", func(c *Config) int { return c.Engine.SaveLoad.KeepLast }),
+		positive("Engine.save_load.replicas", func(c *Config) int { return c.Engine.SaveLoad.Replicas }),
 
 		positive("Model.vocab_size", func(c *Config) int { return c.Model.VocabSize }),
 		positive("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize }),

@@ -81,7 +81,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 // printCheckpointSummary prints the checkpoint.Summary of the newest
 // checkpoint of outputDir that checkpoint.Latest accepts, or of none.
 func printCheckpointSummary(stdout io.Writer, outputDir string) error {
-	sum := checkpoint.None
+	sum := checkpoint.None()
 	c, _, err := checkpoint.Latest(outputDir)
 	switch {
 	case err == nil:
@@ -92,6 +92,7 @@ func printCheckpointSummary(stdout io.Writer, outputDir string) error {
 	default:
 		// Only damaged checkpoints: none to offer.
 	}
+	sum.History = checkpoint.History(outputDir)
 	b, err := json.Marshal(sum)
 	if err != nil {
 		return err

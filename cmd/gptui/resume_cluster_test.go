@@ -10,10 +10,10 @@ import (
 
 // TestResumeHostsSync: two sshd nodes with separate workdirs, tiny as dp4
 // (two ranks per node) saving every 5 steps into the relative output dir,
-// so only rank 0's node holds the checkpoints. A planted older checkpoint
-// on the second node is refused before anything starts, naming the nodes
-// and steps (exit 2); without it, `run --resume` copies step 10 to the
-// second node, every rank resumes from step 10 and steps 10–19 have the
+// so only rank 0's node holds the checkpoints. A planted checkpoint of
+// another run on the second node is refused before anything starts,
+// naming the nodes and steps (exit 2); with the first node's own older
+// checkpoint there instead, `run --resume` copies step 10 to the second node, every rank resumes from step 10 and steps 10–19 have the
 // losses of an uninterrupted run. (decay_steps stays the uninterrupted
 // run's 30, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
@@ -34,27 +34,39 @@ func TestResumeHostsSync(t *testing.T) {
 		t.Fatalf("the second node holds step 10 before the resume")
 	}
 
-	// An older checkpoint on the second node: refused before any worker.
+	// A checkpoint of another run (another seed) on the second node:
+	// refused before any worker.
+	foreign := t.TempDir()
+	if code, _, e := runCLI(t, "train", "-c", "tiny", "-o", "Global.seed=7", "-o", "Engine.max_steps=5", "-o", "Engine.eval_freq=0",
+		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5",
+		"-o", "Engine.save_load.output_dir="+filepath.Join(foreign, "out"), "-o", "Engine.log_dir="+filepath.Join(foreign, "log")); code != 0 {
+		t.Fatalf("foreign run: %s", e)
+	}
 	if err := os.MkdirAll(out1, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := exec.Command("cp", "-r", filepath.Join(out0, "step_00000005"), out1).CombinedOutput(); err != nil {
-		t.Fatalf("cp: %v: %s", err, b)
+	plant := func(from string) {
+		t.Helper()
+		os.RemoveAll(filepath.Join(out1, "step_00000005"))
+		if b, err := exec.Command("cp", "-r", filepath.Join(from, "step_00000005"), out1).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, b)
+		}
 	}
+	plant(filepath.Join(foreign, "out"))
 	out, err := run("--resume", "-o", "Engine.max_steps=20")
 	if exitStatus(err) != 2 {
 		t.Fatalf("planted mismatch: exit %d, want 2\n%s", exitStatus(err), out)
 	}
-	msg := "resume: 127.0.0.2 would start from step 10, 127.0.0.3 would start from step 5 in output: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR"
-	if !strings.Contains(out, msg) {
+	msg := "resume: 127.0.0.2 would start from step 10, 127.0.0.3 would start from step 5 (another checkpoint: manifest "
+	if !strings.Contains(out, msg) || !strings.Contains(out, ") in output: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR") {
 		t.Errorf("planted mismatch: no %q in\n%s", msg, out)
 	}
 	if strings.Contains(out, "[job] started") || strings.Contains(out, "[train]") {
 		t.Errorf("planted mismatch: the job started:\n%s", out)
 	}
-	if err := os.RemoveAll(filepath.Join(out1, "step_00000005")); err != nil {
-		t.Fatal(err)
-	}
+	// The first node's own step 5 there instead: the second node is only
+	// behind, and gets step 10.
+	plant(out0)
 
 	out, err = run("--resume", "-o", "Engine.max_steps=20")
 	if err != nil {

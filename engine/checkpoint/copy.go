@@ -13,22 +13,50 @@ import (
 
 // Summary identifies a complete checkpoint for comparing and copying it
 // between machines: its step, directory name, the SHA-256 of its manifest
-// and the files it consists of.
+// and the files it consists of; and the other checkpoints of its output
+// directory, by which two machines tell whether their checkpoints come
+// from one run.
 type Summary struct {
-	Step     int      `json:"step"`               // -1: no checkpoint
-	Name     string   `json:"name,omitempty"`     // step_NNNNNNNN
-	Manifest string   `json:"manifest,omitempty"` // hex SHA-256 of manifest.json
-	Files    []string `json:"files,omitempty"`    // manifest.json first, then the data files
+	Step     int            `json:"step"`               // -1: no checkpoint
+	Name     string         `json:"name,omitempty"`     // step_NNNNNNNN
+	Manifest string         `json:"manifest,omitempty"` // hex SHA-256 of manifest.json
+	Files    []string       `json:"files,omitempty"`    // manifest.json first, then the data files
+	History  map[int]string `json:"history,omitempty"`  // step → manifest SHA-256 of every checkpoint directory, this one's included
 }
 
-// None is the Summary of an output directory without a checkpoint.
-var None = Summary{Step: -1}
+// Holds reports whether the output directory s describes holds the
+// checkpoint o (the same step and manifest).
+func (s Summary) Holds(o Summary) bool {
+	h, ok := s.History[o.Step]
+	return o.Step >= 0 && ok && h == o.Manifest
+}
+
+// History returns the step and manifest SHA-256 of every checkpoint
+// directory of outputDir whose manifest can be read. It verifies nothing
+// else: it tells where checkpoints come from, not whether they load.
+func History(outputDir string) map[int]string {
+	steps, _ := listSteps(outputDir)
+	h := make(map[int]string, len(steps))
+	for _, name := range steps {
+		n, _ := stepOf(name)
+		b, err := os.ReadFile(filepath.Join(outputDir, name, ManifestFile))
+		if err != nil {
+			continue
+		}
+		sum := sha256.Sum256(b)
+		h[n] = hex.EncodeToString(sum[:])
+	}
+	return h
+}
+
+// None returns the Summary of an output directory without a checkpoint.
+func None() Summary { return Summary{Step: -1} }
 
 // Summarize describes the loaded checkpoint c.
 func Summarize(c *Checkpoint) (Summary, error) {
 	b, err := os.ReadFile(filepath.Join(c.Dir, ManifestFile))
 	if err != nil {
-		return None, fmt.Errorf("checkpoint: %w", err)
+		return None(), fmt.Errorf("checkpoint: %w", err)
 	}
 	sum := sha256.Sum256(b)
 	files := append([]string{ManifestFile}, slices.Sorted(maps.Keys(c.Manifest.Files))...)
