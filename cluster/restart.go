@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
@@ -113,6 +114,9 @@ func (s *Supervisor) nodes() []sshexec.Node {
 // Plan plans the first attempt on every node (up to MaxNodes), as
 // [Job.Plan] does.
 func (s *Supervisor) Plan(ctx context.Context) (*Plan, error) {
+	if r, n := s.opts.Config.Engine.SaveLoad.Replicas, len(s.nodes()); r > n {
+		return nil, inputErrorf("Engine.save_load.replicas: %d, but the job has %d %s: want 1 to %d (each checkpoint on that many nodes)", r, n, plural(n, "node"), n)
+	}
 	j := s.attempt(s.nodes(), s.opts.Config, 0)
 	p, err := j.Plan(ctx)
 	if err == nil {
@@ -160,7 +164,7 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 			case e.Kind == event.KindNode && e.State == event.NodeFailed:
 				f.failed = append(f.failed, nodeError{e.Node, e.Message})
 			case e.Kind == event.KindLog:
-				if n, ok := savedStep(e.Line); ok && n > f.saved {
+				if n, ok := checkpoint.ParseSaved(e.Line); ok && n > f.saved {
 					f.saved = n
 				}
 			}
@@ -169,17 +173,6 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 		ch <- f
 	}()
 	return ch
-}
-
-// savedStep reads the step of a worker's "[checkpoint] saved step N to
-// DIR" line (package engine).
-func savedStep(line string) (int, bool) {
-	rest, ok := strings.CutPrefix(line, "[checkpoint] saved step ")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(strings.Fields(rest + " ")[0])
-	return n, err == nil
 }
 
 // Close ends a supervisor that was planned but not started, or stops a

@@ -72,24 +72,6 @@ func TestRestartLine(t *testing.T) {
 	}
 }
 
-// TestSavedStep: the engine's checkpoint line gives the step; other lines
-// none.
-func TestSavedStep(t *testing.T) {
-	for _, tt := range []struct {
-		line string
-		step int
-		ok   bool
-	}{
-		{"[checkpoint] saved step 10 to output/step_00000010", 10, true},
-		{"[checkpoint] resumed from output/step_00000010 at step 10", 0, false},
-		{"[train] epoch: 0 step: 10", 0, false},
-	} {
-		if step, ok := savedStep(tt.line); step != tt.step || ok != tt.ok {
-			t.Errorf("savedStep(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
-		}
-	}
-}
-
 // TestSupervisorNoRestart: with restarts allowed, a worker's exit status 2
 // (bad input: here Model.init_from is not a model file) ends the job at
 // once with that failure, and a Stop ends it as stopped; neither is

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -204,6 +205,7 @@ func (j *Job) supervise(r *runState) {
 	for i := range heard {
 		heard[i] = time.Now()
 	}
+	rep := newReplicator(j, nodes) // nil without Engine.save_load.replicas > 1
 	// Agents send a heartbeat every second: one that has been silent for
 	// longer than silence is lost, and so is its node.
 	liveness := time.NewTicker(silence / 10)
@@ -320,6 +322,9 @@ func (j *Job) supervise(r *runState) {
 				}
 				continue
 			case event.KindLog:
+				if _, ok := checkpoint.ParseSaved(e.Line); ok {
+					rep.saved(m.node)
+				}
 				t := append(tails[e.Rank], e.Line)
 				if len(t) > tailLines {
 					t = t[len(t)-tailLines:]
@@ -335,6 +340,9 @@ func (j *Job) supervise(r *runState) {
 		}
 	}
 
+	// A failed or stopped job's copy in flight is abandoned: the next
+	// attempt's sync copies what it needs.
+	rep.close(failure != nil || stopCause != nil)
 	end := event.New(event.KindJob)
 	switch {
 	case failure != nil:

@@ -468,8 +468,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			return fmt.Errorf("saving checkpoint in the background: %w", p.err)
 		}
 		res.Checkpoint = p.dir
-		tr.logf("[checkpoint] saved step %d to %s (blocked the step %.1f ms; write %.1f ms in background)",
-			p.step, p.dir, ms(p.blocked), ms(p.write))
+		tr.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
 		return nil
 	}
 	defer func() {
@@ -500,7 +499,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		}
 		if dir != "" {
 			res.Checkpoint = dir
-			tr.logf("[checkpoint] saved step %d to %s (blocked the step %.1f ms)", step+1, dir, ms(time.Since(t0)))
+			tr.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
 		}
 		return nil
 	}

@@ -78,6 +78,7 @@ const (
 	NodeLost       = "lost"    // its connection dropped during the job
 	NodeStopped    = "stopped" // its setup was stopped because another node failed (Message says which)
 	NodePruned     = "pruned"  // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
+	NodeReplica    = "replica" // during a job: a replica of a new checkpoint was copied to the node (Message says which, or why not)
 
 	// worker
 	WorkerStarting = "starting"

@@ -87,3 +87,54 @@ func TestResumeHostsSync(t *testing.T) {
 	}
 	compareLosses(t, rank0Losses(t, out), want, 10, 20)
 }
+
+// TestReplicasSurviveNodeLoss: with Engine.save_load.replicas: 2 on two
+// sshd nodes, each checkpoint rank 0's node saves is copied to the second
+// node during the run; with rank 0's node's output directory then deleted,
+// `run --resume` takes step 10 from the replica and every rank resumes
+// from it with the uninterrupted losses. Replicas above the node count are
+// refused (exit 2).
+func TestReplicasSurviveNodeLoss(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	run := func(args ...string) (string, error) {
+		var stdout, stderr syncBuffer
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs("output")...),
+			append([]string{"-o", "Optimizer.lr.decay_steps=30", "-o", "Engine.save_load.replicas=2"}, args...)...)...)
+		err := cmd.Run()
+		return stdout.String() + stderr.String(), err
+	}
+	out, err := run("-o", "Engine.save_load.replicas=3")
+	if msg := "Engine.save_load.replicas: 3, but the job has 2 nodes: want 1 to 2"; exitStatus(err) != 2 || !strings.Contains(out, msg) {
+		t.Errorf("replicas 3 on 2 nodes: exit %d, want 2 and %q\n%s", exitStatus(err), msg, out)
+	}
+	if out, err = run("-o", "Engine.max_steps=10"); err != nil {
+		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
+	}
+	if !strings.Contains(out, "[127.0.0.3] replica: replica of checkpoint output/step_00000010 from 127.0.0.2 in ") {
+		t.Errorf("no replica of step 10 reported:\n%s", out)
+	}
+	out0 := filepath.Join(c.workdirs[0], "output")
+	out1 := filepath.Join(c.workdirs[1], "output")
+	if _, err := os.Stat(filepath.Join(out1, "step_00000010", "manifest.json")); err != nil {
+		t.Fatalf("the second node holds no replica of step 10: %v", err)
+	}
+	if err := os.RemoveAll(out0); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("--resume", "-o", "Engine.max_steps=20")
+	if err != nil {
+		t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
+	}
+	if !strings.Contains(out, "[127.0.0.2] pushing: copying checkpoint output/step_00000010 from 127.0.0.3") {
+		t.Errorf("step 10 not copied back from the replica:\n%s", out)
+	}
+	for r := range 4 {
+		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
+		w := "[" + node + "/" + string(rune('0'+r)) + "] [checkpoint] resumed from "
+		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], " at step 10\n") {
+			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
+		}
+	}
+	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -126,4 +127,29 @@ func Install(outputDir, tmp, wantManifest string, keepLast int) (dir string, err
 		return dir, fmt.Errorf("checkpoint: installed %s but could not remove old checkpoints: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// savedPrefix starts the log line a trainer writes after each checkpoint
+// it saved (SavedLine); launchers watch for it (ParseSaved).
+const savedPrefix = "[checkpoint] saved step "
+
+// SavedLine returns the log line for a checkpoint of step saved in dir,
+// with detail (how much the save cost the step) after it in parentheses.
+func SavedLine(step int, dir, detail string) string {
+	return fmt.Sprintf("%s%d to %s (%s)", savedPrefix, step, dir, detail)
+}
+
+// ParseSaved returns the step of a SavedLine; ok is false for any other
+// line.
+func ParseSaved(line string) (step int, ok bool) {
+	rest, found := strings.CutPrefix(line, savedPrefix)
+	if !found {
+		return 0, false
+	}
+	n, _, found := strings.Cut(rest, " to ")
+	if !found {
+		return 0, false
+	}
+	step, err := strconv.Atoi(n)
+	return step, err == nil && step >= 0
 }
