@@ -95,6 +95,7 @@ func (a *agent) run(ctx context.Context) error {
 	devices := map[int]int{} // rank -> device, for GPU workers
 	for i, w := range spec.Workers {
 		env := append([]string{}, w.Env...)
+		env = append(env, ProgressEnv+"=1")
 		if w.Device >= 0 {
 			devices[w.Rank] = w.Device
 			env = append(env, "GPTUI_DEVICE="+strconv.Itoa(w.Device))
@@ -133,6 +134,12 @@ func (a *agent) run(ctx context.Context) error {
 		Interrupt: a.interrupt,
 		OnStart:   a.started,
 		OnLine: func(rank int, _ bool, line []byte) {
+			if p, ok := parseProgress(line); ok {
+				e := event.New(event.KindProgress)
+				e.Rank, e.Progress = rank, &p
+				a.emit(e)
+				return
+			}
 			e := event.New(event.KindLog)
 			e.Rank, e.Line = rank, string(line)
 			a.emit(e)

@@ -115,6 +115,23 @@ type Options struct {
 	// heartbeat every agent.HeartbeatEvery) before its node is taken for
 	// lost; 0 means DefaultAgentTimeout.
 	AgentTimeout time.Duration
+	// HangTimeout is how long the job may go without progress before it
+	// is taken for hung: a worker whose progress reports (every
+	// agent.ProgressEvery) stop for that long, or ranks waiting that long
+	// in one communicator operation. The stuck rank is named, with every
+	// rank's operation, and the gang stopped. 0 means DefaultHangTimeout.
+	// Unless GPTUI_COMM_TIMEOUT is given, the workers' communicator
+	// timeout is set to 2·HangTimeout+10 s, so that the launcher, which
+	// sees every rank, is the first to notice.
+	HangTimeout time.Duration
+}
+
+// hangTimeout returns Options.HangTimeout or its default.
+func (o *Options) hangTimeout() time.Duration {
+	if o.HangTimeout > 0 {
+		return o.HangTimeout
+	}
+	return DefaultHangTimeout
 }
 
 // Plan is what a job will run where.
@@ -172,6 +189,7 @@ type Failure struct {
 	Signal string   // the signal that killed it
 	Tail   []string // the last lines of its output (for a lost node, of its agent's)
 	Lost   bool     // the node's agent or connection was lost
+	Hung   bool     // the job made no progress for Options.HangTimeout; Rank is the rank that was stuck
 	Msg    string   // why, in words
 }
 
@@ -179,6 +197,8 @@ func (f *Failure) Error() string {
 	switch {
 	case f.Lost:
 		return fmt.Sprintf("node %s lost: %s", f.Node, f.Msg)
+	case f.Hung:
+		return "job hung: " + f.Msg
 	case f.Signal != "":
 		return fmt.Sprintf("rank %d on %s was killed by %s", f.Rank, f.Node, f.Signal)
 	}

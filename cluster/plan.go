@@ -425,6 +425,10 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		return err
 	}
 	threadsSet := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GPTUI_THREADS=") })
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GPTUI_COMM_TIMEOUT=") }) {
+		// The launcher's hang diagnosis comes before a rank's own timeout.
+		env = append(env, "GPTUI_COMM_TIMEOUT="+(2*o.hangTimeout()+10*time.Second).String())
+	}
 	for i, n := range nodes {
 		np := &p.Nodes[i]
 		spec := agent.Spec{Job: p.JobID, Node: n.name, LogDir: o.Config.Engine.LogDir}

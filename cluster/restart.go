@@ -157,7 +157,7 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 		f := forwarded{saved: -1}
 		for e := range j.Events() {
 			switch {
-			case e.Kind == event.KindJob && e.State != event.JobStarted:
+			case e.Ends():
 				end := e
 				f.end = &end
 				continue

@@ -206,6 +206,9 @@ func (j *Job) supervise(r *runState) {
 		heard[i] = time.Now()
 	}
 	rep := newReplicator(j, nodes) // nil without Engine.save_load.replicas > 1
+	// Each running rank's last progress report, for the hang diagnosis.
+	reports := map[int]*rankProgress{}
+	hangBound := j.opts.hangTimeout()
 	// Agents send a heartbeat every second: one that has been silent for
 	// longer than silence is lost, and so is its node.
 	liveness := time.NewTicker(silence / 10)
@@ -270,6 +273,13 @@ func (j *Job) supervise(r *runState) {
 				}
 			}
 		case now := <-liveness.C:
+			if h := diagnoseHang(reports, nodeOf, now, hangBound); h != nil && !stopping && failure == nil && stopCause == nil {
+				e := event.New(event.KindJob)
+				e.State, e.Rank, e.Node, e.Message = event.JobHung, h.rank, nodeOf[h.rank], h.msg
+				j.emit(e)
+				failure = &Failure{Rank: h.rank, Node: nodeOf[h.rank], Code: -1, Hung: true, Msg: h.msg}
+				beginStop(StopTimeout)
+			}
 			for i, ap := range r.procs {
 				if ap == nil || ended[i] || killed[i] || now.Sub(heard[i]) <= silence {
 					continue
@@ -330,7 +340,14 @@ func (j *Job) supervise(r *runState) {
 					t = t[len(t)-tailLines:]
 				}
 				tails[e.Rank] = t
+			case event.KindProgress:
+				if e.Progress != nil && e.Rank >= 0 {
+					reports[e.Rank] = &rankProgress{heard: time.Now(), p: *e.Progress}
+				}
 			case event.KindWorker:
+				if e.State == event.WorkerExited || e.State == event.WorkerFailed {
+					delete(reports, e.Rank)
+				}
 				if e.State == event.WorkerFailed && failure == nil && stopCause == nil && !stopping {
 					failure = &Failure{Rank: e.Rank, Node: name, Code: e.Code, Signal: e.Signal}
 					beginStop(StopTimeout)

@@ -26,6 +26,7 @@ import (
 type Group struct {
 	w     *World
 	id    uint64
+	name  string // for diagnostics: World.NamedGroup
 	ranks []int
 	rank  int
 	conns []*conn  // by group rank; nil for this process
@@ -40,14 +41,16 @@ type Group struct {
 	// per peer and direction.
 	collSeq          uint32
 	sendSeq, recvSeq []uint32
+	opSeq            int64 // operations run, for Progress
 
 	sent, recvd atomic.Int64
 }
 
-func newGroup(w *World, id uint64, ranks []int, self int) *Group {
+func newGroup(w *World, id uint64, name string, ranks []int, self int) *Group {
 	g := &Group{
 		w:       w,
 		id:      id,
+		name:    name,
 		ranks:   ranks,
 		rank:    self,
 		conns:   make([]*conn, len(ranks)),
@@ -193,7 +196,10 @@ func (g *Group) work() {
 			continue
 		}
 		p.reset(r.ctx)
+		g.opSeq++
+		g.w.progress.start(g, r.name, g.opSeq)
 		err := r.run(p)
+		g.w.progress.finish(g)
 		if err != nil {
 			err = p.fail(r.name, err)
 		}

@@ -30,6 +30,8 @@ type World struct {
 	groups  map[uint64]*Group
 	created map[string]int // groups made per member list
 
+	progress progress // operations done and in flight, for Progress
+
 	closeOnce sync.Once
 }
 
@@ -161,7 +163,12 @@ func (w *World) Close() error {
 // list the member created before; no messages are exchanged. Each call
 // makes a new communicator (with its own operation order), also for a list
 // seen before.
-func (w *World) Group(ranks []int) (*Group, error) {
+func (w *World) Group(ranks []int) (*Group, error) { return w.NamedGroup("", ranks) }
+
+// NamedGroup is Group with a name, such as "dp", by which Progress tells
+// the group's operations apart; "" names it by its ranks.
+// The name plays no part in matching groups across processes.
+func (w *World) NamedGroup(name string, ranks []int) (*Group, error) {
 	if len(ranks) == 0 {
 		return nil, errors.New("comm: Group: no ranks")
 	}
@@ -194,7 +201,10 @@ func (w *World) Group(ranks []int) (*Group, error) {
 		return nil, fmt.Errorf("comm: Group: id collision for %v", ranks)
 	}
 	w.created[key] = n + 1
-	g := newGroup(w, id, slices.Clone(ranks), self)
+	if name == "" {
+		name = key
+	}
+	g := newGroup(w, id, name, slices.Clone(ranks), self)
 	w.groups[id] = g
 	go g.work()
 	return g, nil

@@ -55,7 +55,7 @@ func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) 
 	for i := range all {
 		all[i] = i
 	}
-	g, err := w.Group(all)
+	g, err := w.NamedGroup("resume", all)
 	if err != nil {
 		return err
 	}

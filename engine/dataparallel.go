@@ -37,13 +37,13 @@ type dataParallel struct {
 func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, error) {
 	d := &dataParallel{topo: topo}
 	var err error
-	if d.all, err = w.Group(topo.replicaGroup()); err != nil {
+	if d.all, err = w.NamedGroup("dp", topo.replicaGroup()); err != nil {
 		return nil, err
 	}
-	if d.shard, err = w.Group(topo.shardGroup()); err != nil {
+	if d.shard, err = w.NamedGroup("sharding", topo.shardGroup()); err != nil {
 		return nil, err
 	}
-	if d.dp, err = w.Group(topo.dpGroup()); err != nil {
+	if d.dp, err = w.NamedGroup("dp-shard", topo.dpGroup()); err != nil {
 		return nil, err
 	}
 	d.lo, d.hi = 0, len(m.Params)

@@ -118,15 +118,15 @@ func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, 
 	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1, free: make([][]*activations, topo.VPP)}
 	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
 	var err error
-	if p.acts, err = w.Group(topo.ppGroup()); err != nil {
+	if p.acts, err = w.NamedGroup("pp", topo.ppGroup()); err != nil {
 		return nil, err
 	}
-	if p.grads, err = w.Group(topo.ppGroup()); err != nil {
+	if p.grads, err = w.NamedGroup("pp grads", topo.ppGroup()); err != nil {
 		return nil, err
 	}
 	if m.Part.Embed || m.Part.Head {
 		pg := topo.ppGroup()
-		if p.tied, err = w.Group([]int{pg[0], pg[len(pg)-1]}); err != nil {
+		if p.tied, err = w.NamedGroup("tied", []int{pg[0], pg[len(pg)-1]}); err != nil {
 			return nil, err
 		}
 	}

@@ -46,7 +46,7 @@ func newStopper(w *comm.World, stop <-chan struct{}) (*stopper, error) {
 	for i := range all {
 		all[i] = i
 	}
-	g, err := w.Group(all)
+	g, err := w.NamedGroup("stop", all)
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/gptui/gptui/comm"
@@ -112,9 +113,10 @@ type Trainer struct {
 	snap        [][]float32 // an asynchronous save's copies of the state
 	train, eval *data.Loader
 	B, T, Accum int
-	start       int      // first step to run: 0, or the step a checkpoint ends at
-	resumedFrom string   // the checkpoint resumed from, if any
-	warnings    []string // logged when the run starts
+	start       int          // first step to run: 0, or the step a checkpoint ends at
+	current     atomic.Int64 // the step Run is in, for Step
+	resumedFrom string       // the checkpoint resumed from, if any
+	warnings    []string     // logged when the run starts
 	flopsPerTok float64
 	out         io.Writer // stdout and the worker log
 	metrics     *logFile
@@ -219,14 +221,14 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			tr.Opt = newAdamWOn(be, ocfg, lo, hi)
 		}
 		if topo.MP > 1 {
-			g, err := opts.World.Group(topo.mpGroup())
+			g, err := opts.World.NamedGroup("mp", topo.mpGroup())
 			if err != nil {
 				return nil, err
 			}
 			m.tp = &tensorParallel{g: g}
 		}
 		if topo.MP*topo.PP > 1 {
-			if tr.model, err = opts.World.Group(topo.modelGroup()); err != nil {
+			if tr.model, err = opts.World.NamedGroup("model", topo.modelGroup()); err != nil {
 				return nil, err
 			}
 		}
@@ -513,6 +515,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	}
 	var tps, times []float64
 	for step := tr.start; step < e.MaxSteps; step++ {
+		tr.current.Store(int64(step))
 		if err := collect(false); err != nil {
 			return res, err
 		}
@@ -729,6 +732,10 @@ func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
 	}
 	return b[0], nil
 }
+
+// Step returns the step Run is in (0 before Run). It is safe to call
+// from any goroutine while Run runs.
+func (tr *Trainer) Step() int { return int(tr.current.Load()) }
 
 // stepTraffic returns the bytes sent per group and step, averaged over the
 // steps since the last call.

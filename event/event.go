@@ -65,6 +65,9 @@ const (
 	// KindHeartbeat is an agent's sign of life, sent every second
 	// whatever its workers do.
 	KindHeartbeat = "heartbeat"
+	// KindProgress is a worker's progress (Progress), sent every second by
+	// the worker itself: a worker that stops sending is stopped or frozen.
+	KindProgress = "progress"
 )
 
 // States of nodes, workers and jobs.
@@ -97,6 +100,10 @@ const (
 	// JobReplanned: nodes stayed unreachable at a restart and the job was
 	// re-planned for those left; Message says how.
 	JobReplanned = "replanned"
+	// JobHung: the job made no progress for the launcher's hang bound;
+	// Rank is the stuck rank and Message the diagnosis (every rank's
+	// operation). The job then fails (or restarts).
+	JobHung = "hung"
 )
 
 // Event is one fact about the job.
@@ -118,6 +125,8 @@ type Event struct {
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`
 	Restart *Restart `json:"restart,omitempty"`
+	// Progress is a worker's progress, for KindProgress.
+	Progress *Progress `json:"progress,omitempty"`
 
 	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
 	Used   int64 `json:"used,omitempty"`   // bytes
@@ -153,6 +162,26 @@ type Restart struct {
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
 }
 
+// Progress is where a worker is: its step and its communicator's
+// operations (comm.Progress). Comparing the ranks' tells a stuck rank from
+// those waiting for it.
+type Progress struct {
+	Step     int   `json:"step"`                // the training step it is in
+	Ops      int64 `json:"ops"`                 // communicator operations done
+	InFlight []Op  `json:"in_flight,omitempty"` // operations running, the longest first
+}
+
+// Op is a communicator operation in flight.
+type Op struct {
+	Group string  `json:"group"` // "dp", "mp", ...
+	Op    string  `json:"op"`    // "AllReduce", ...
+	Seq   int64   `json:"seq"`   // its number in the group, the same on every member
+	WaitS float64 `json:"wait_s"`
+}
+
+// String formats o as "AllReduce #12 (dp)".
+func (o Op) String() string { return fmt.Sprintf("%s #%d (%s)", o.Op, o.Seq, o.Group) }
+
 // Metrics is one line of a worker's metrics.<rank>.jsonl (see
 // engine.Metrics), the fields a front end shows.
 type Metrics struct {
@@ -166,6 +195,12 @@ type Metrics struct {
 	StepTimeS  float64 `json:"step_time_s"`
 	MFU        float64 `json:"mfu"`
 	MemBytes   int64   `json:"mem_bytes"`
+}
+
+// Ends reports whether e is the last event of a job: done, failed or
+// stopped.
+func (e Event) Ends() bool {
+	return e.Kind == KindJob && (e.State == JobDone || e.State == JobFailed || e.State == JobStopped)
 }
 
 // New returns an event of the given kind, stamped now, with no rank.

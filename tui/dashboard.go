@@ -198,6 +198,9 @@ func (m *dashModel) apply(ev event.Event) {
 		case event.JobReplanned:
 			m.replan = clean(ev.Message)
 			return
+		case event.JobHung:
+			// The job's failure, which follows, carries the diagnosis.
+			return
 		}
 		m.state, m.message = ev.State, clean(ev.Message)
 		switch ev.State {

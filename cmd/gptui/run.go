@@ -55,6 +55,7 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
 	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "with --hosts: a node whose agent sends nothing (not even its heartbeat, every second) for this long is lost")
+	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "with --hosts: the job is hung when a worker sends no progress report (every second) for this long, or ranks wait this long in one collective; the stuck rank is named and the job stopped (or restarted)")
 	fs.IntVar(&cf.keepJobs, "keep-jobs", cluster.DefaultKeepJobs, "with --hosts: after a successful job, each node keeps the newest `K` jobs/<id> directories (this job's included; -1 keeps all)")
 	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
 	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
@@ -85,14 +86,17 @@ func runJob(ctx context.Context, self, args []string, stdout, stderr io.Writer) 
 		if cf.agentTimeout < 2*time.Second {
 			return usagef("run: --agent-timeout %v: want at least 2s (agents send a heartbeat every second)", cf.agentTimeout)
 		}
+		if cf.hangTimeout < 2*time.Second {
+			return usagef("run: --hang-timeout %v: want at least 2s (workers report their progress every second)", cf.hangTimeout)
+		}
 		if cf.keepJobs < -1 || cf.keepJobs == 0 {
 			return usagef("run: --keep-jobs %d: keep at least 1 job directory, or -1 for all", cf.keepJobs)
 		}
 		cf.show, cf.set = *show, set
 		return runCluster(ctx, cf, *c, *o, stdout, stderr)
 	}
-	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.restarts != (cluster.Restarts{}) {
-		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --max-restarts, --min-nodes and --max-nodes need --hosts FILE")
+	if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.hangTimeout != cluster.DefaultHangTimeout || cf.restarts != (cluster.Restarts{}) {
+		return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --hang-timeout, --max-restarts, --min-nodes and --max-nodes need --hosts FILE")
 	}
 	if *nproc < 1 {
 		return usagef("run: --nproc %d: need at least one worker", *nproc)
@@ -200,6 +204,7 @@ type clusterFlags struct {
 	summaryEvery     time.Duration
 	keepJobs         int
 	agentTimeout     time.Duration
+	hangTimeout      time.Duration
 	restarts         cluster.Restarts
 	set              map[string]bool // the flags given
 }
@@ -251,6 +256,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		SSH:          sshexec.ClientConfig{AcceptNewHostKeys: cf.acceptNew},
 		KeepJobs:     cf.keepJobs,
 		AgentTimeout: cf.agentTimeout,
+		HangTimeout:  cf.hangTimeout,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)
@@ -453,6 +459,9 @@ func (p *printer) event(e event.Event) {
 			return
 		case event.JobReplanned:
 			p.printf("[elastic] %s", e.Message)
+			return
+		case event.JobHung:
+			p.printf("[hang] %s", e.Message)
 			return
 		}
 		msg := e.Message

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -455,5 +456,73 @@ func TestRunHostsAgentStopped(t *testing.T) {
 	}
 	if took < 3*time.Second {
 		t.Errorf("the node was lost %v after the SIGSTOP, before its 3 s of silence", took)
+	}
+}
+
+// TestRunHostsWorkerStopped: one worker of a 2×2 job stopped (SIGSTOP)
+// stops reporting its progress while its agent stays well; after
+// --hang-timeout the launcher names it as the stuck rank, before which
+// collective, and the ranks waiting in it, then stops the gang: the
+// stopped worker is killed, so nothing is left once it is continued.
+func TestRunHostsWorkerStopped(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	training := stdout.await("/3] [train] epoch: 0 step: 3 ")
+	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "--hang-timeout", "3s", "--show-ranks", "all", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var stopped int
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if stopped != 0 {
+			syscall.Kill(stopped, syscall.SIGCONT)
+		}
+		c.awaitGone(t, time.Now(), 10*time.Second)
+	})
+	select {
+	case <-training:
+	case err := <-done:
+		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("no training after 60 s:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if stopped = c.workerPID(3); stopped == 0 {
+		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
+	}
+	syscall.Kill(stopped, syscall.SIGSTOP)
+	at := time.Now()
+	// The bound: 3 s without a report, checked every second, then the
+	// gang stop (SIGTERM, SIGKILL after the agent's grace).
+	const bound = 20 * time.Second
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(bound):
+		t.Fatalf("the launcher still runs %v after rank 3 was stopped\n%s", bound, stderr.String())
+	}
+	took := time.Since(at)
+	syscall.Kill(stopped, syscall.SIGCONT)
+	gone := c.awaitGone(t, at, 20*time.Second)
+	stopped = 0
+	out := stdout.String() + stderr.String()
+	i := strings.Index(out, "[hang] ")
+	if i < 0 {
+		t.Fatalf("no [hang] line: exit %d\n%s", exitStatus(err), out)
+	}
+	line, _, _ := strings.Cut(out[i:], "\n")
+	t.Logf("launcher exited %v after the SIGSTOP; every process gone after %v\n%s", took, gone, line)
+	want := regexp.MustCompile(`^\[hang\] rank 3 on 127\.0\.0\.3 stuck: no progress report for \d+ s \(the process is stopped or frozen\); ranks 0–2 waiting in \w+ #\d+ \([\w-]+\) for \d+ s$`)
+	if !want.MatchString(line) {
+		t.Errorf("the diagnosis %q does not match %s", line, want)
+	}
+	if exitStatus(err) == 0 || !strings.Contains(stderr.String(), "job hung: rank 3 on 127.0.0.3 stuck") {
+		t.Errorf("exit %d, stderr:\n%s", exitStatus(err), stderr.String())
+	}
+	if took < 3*time.Second {
+		t.Errorf("the hang was called %v after the SIGSTOP, before its 3 s", took)
 	}
 }

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/gptui/gptui"
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
@@ -130,6 +132,11 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err != nil {
 		return err
 	}
+	// Under an agent the worker says where it is every second, so that a
+	// hang can be told from a slow step, and who is stuck.
+	published := make(chan struct{})
+	defer close(published)
+	go agent.PublishProgress(stderr, published, func() event.Progress { return agent.ProgressOf(tr.Step(), world) })
 	res, err := tr.Run(ctx)
 	var pe *comm.PeerError
 	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {

@@ -226,7 +226,7 @@ func (l *localLauncher) Start(ctx context.Context, job tui.Job) (tui.Runner, err
 			if err != nil {
 				break
 			}
-			ended = ended || e.Kind == event.KindJob && e.State != event.JobStarted
+			ended = ended || e.Ends()
 			r.events <- e
 		}
 		pr.Close()

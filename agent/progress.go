@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/event"
+)
+
+// ProgressEnv is set to "1" by the agent for each worker it starts: the
+// worker then publishes its progress (PublishProgress) every ProgressEvery
+// on its standard error, in lines the agent takes out of the log and sends
+// on as KindProgress events. The worker sends them itself, so a stopped or
+// frozen worker falls silent even while its agent is well.
+const ProgressEnv = "GPTUI_PROGRESS"
+
+// ProgressEvery is how often a worker publishes its progress.
+const ProgressEvery = time.Second
+
+// progressPrefix starts a progress line; the record separator keeps it
+// apart from anything a worker logs.
+const progressPrefix = "\x1egptui-progress "
+
+// PublishProgress writes a progress line with get's progress to w every
+// ProgressEvery until done is closed, if the worker was started by an
+// agent (ProgressEnv); otherwise it returns at once.
+func PublishProgress(w io.Writer, done <-chan struct{}, get func() event.Progress) {
+	if os.Getenv(ProgressEnv) != "1" {
+		return
+	}
+	t := time.NewTicker(ProgressEvery)
+	defer t.Stop()
+	for {
+		b, err := json.Marshal(get())
+		if err != nil {
+			return
+		}
+		if _, err := fmt.Fprintf(w, "%s%s\n", progressPrefix, b); err != nil {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// ProgressOf is a worker's progress: its step and its communicator's
+// operations (a nil world has none).
+func ProgressOf(step int, w *comm.World) event.Progress {
+	p := event.Progress{Step: step}
+	if w == nil {
+		return p
+	}
+	cp := w.Progress()
+	p.Ops = cp.Done
+	for _, s := range cp.InFlight {
+		p.InFlight = append(p.InFlight, event.Op{Group: s.Group, Op: s.Op, Seq: s.Seq, WaitS: time.Since(s.Since).Seconds()})
+	}
+	return p
+}
+
+// parseProgress returns the progress of a progress line; ok is false for
+// any other line.
+func parseProgress(line []byte) (p event.Progress, ok bool) {
+	rest, found := strings.CutPrefix(string(line), progressPrefix)
+	if !found {
+		return p, false
+	}
+	return p, json.Unmarshal([]byte(rest), &p) == nil
+}
