@@ -405,3 +405,47 @@ func TestDropoutIndependentOfStrategy(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeAcrossWorldSizeKeepsDataAndDropout: with dropout and shuffled
+// data on, a run saved by two data-parallel ranks and resumed by four (the
+// elastic grow), by one (the shrink) and by two sharded ranks sees the
+// batches and dropout masks of the uninterrupted run: steps 5–9 have its
+// losses.
+func TestResumeAcrossWorldSizeKeepsDataAndDropout(t *testing.T) {
+	base := func(extra ...string) []string {
+		o := append(parityOverrides(t), "Engine.max_steps=10", "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1",
+			"Data.Train.dataset.shuffle=true")
+		return append(o, extra...)
+	}
+	_, straight := trainPreset(t, "tiny", base("Global.local_batch_size=8", "Global.micro_batch_size=4")...)
+	out := t.TempDir()
+	runRanks(t, 2, base("Engine.max_steps=5", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
+		"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"))
+	resume := "Engine.save_load.ckpt_dir=" + filepath.Join(out, "step_00000005")
+	check := func(name string, got []float32) {
+		t.Helper()
+		if len(got) != 5 {
+			t.Fatalf("%s: %d steps after resume, want 5", name, len(got))
+		}
+		for i, l := range got {
+			want := straight.Losses[5+i]
+			if d := math.Abs(float64(l-want)) / float64(want); d > 1e-5 {
+				t.Errorf("%s: step %d loss %.7f, uninterrupted %.7f", name, 5+i, l, want)
+			}
+		}
+	}
+	_, res := runRanks(t, 4, base(resume, "Distributed.dp_degree=4", "Global.local_batch_size=2", "Global.micro_batch_size=1"))
+	check("dp2 → dp4", res.Losses)
+	_, res = trainPreset(t, "tiny", base(resume, "Global.local_batch_size=8", "Global.micro_batch_size=2")...)
+	check("dp2 → one process, accumulating 4", res.Losses)
+	_, res = runRanks(t, 2, base(resume, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2",
+		"Global.local_batch_size=4", "Global.micro_batch_size=4"))
+	check("dp2 → sharding2 stage2", res.Losses)
+	// The test means something only if dropout and shuffling change the
+	// losses.
+	_, plain := trainPreset(t, "tiny", base("Global.local_batch_size=8", "Global.micro_batch_size=4",
+		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Data.Train.dataset.shuffle=false")...)
+	if plain.Losses[7] == straight.Losses[7] {
+		t.Errorf("step 7 loss %.7f with and without dropout and shuffling", plain.Losses[7])
+	}
+}
