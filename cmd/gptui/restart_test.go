@@ -112,8 +112,8 @@ func TestRestartWorkerKilled(t *testing.T) {
 
 // TestRestartWorkerKilledPerNodeCheckpoints is TestRestartWorkerKilled
 // with each node's checkpoints in its own workdir (output_dir relative):
-// it needs the launcher to copy rank 0's checkpoint to the other node
-// before a resuming job starts, which another branch adds.
+// the launcher copies rank 0's checkpoint to the other node before the
+// resumed attempt starts.
 func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
 	restartWorkerKilled(t, restartArgs("output"))
 }
