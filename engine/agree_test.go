@@ -64,7 +64,10 @@ func TestAgreeRefusesDifferentSteps(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	trainTiny(t, "Engine.max_steps=4", "Engine.save_load.save_steps=4", "Engine.save_load.output_dir="+dirs[0])
 	trainTiny(t, "Engine.max_steps=2", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+dirs[1])
-	host, _ := os.Hostname()
+	host := os.Getenv("GPTUI_NODE")
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -74,7 +77,7 @@ func TestAgreeRefusesDifferentSteps(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 30 * time.Second})
+			w, err := comm.Connect(ctx, comm.Config{Rank: r, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 30 * time.Second, Secret: []byte("test")})
 			if err != nil {
 				errs[r] = err
 				return
