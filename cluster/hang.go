@@ -64,18 +64,6 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 	in := func(r int, op event.Op) bool {
 		return slices.ContainsFunc(reports[r].p.InFlight, func(o event.Op) bool { return o.Group == op.Group && o.Seq == op.Seq && o.Op == op.Op })
 	}
-	var waiters []int // the ranks still reporting that wait in it
-	if waited > 0 {
-		for _, r := range ranks {
-			if in(r, oldest) && now.Sub(reports[r].heard) <= bound {
-				waiters = append(waiters, r)
-			}
-		}
-	}
-	waiting := ""
-	if len(waiters) > 0 {
-		waiting = fmt.Sprintf("; %s waiting in %s for %.0f s", rankList(waiters), oldest, waited)
-	}
 
 	for _, r := range ranks {
 		rp := reports[r]
@@ -83,17 +71,18 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 		if silent <= bound {
 			continue
 		}
+		others, waiting := describeOthers(reports, ranks, r, now)
 		// Its last report is up to a second older than the stop: where
-		// it was then is a hint, what the others wait in is the fact.
-		last := fmt.Sprintf("; its last report: step %d, computing", rp.p.Step)
-		if len(rp.p.InFlight) > 0 {
-			last = fmt.Sprintf("; its last report: step %d, in %s", rp.p.Step, rp.p.InFlight[0])
-		}
-		if waiting != "" {
-			last = ""
+		// it was then is only a hint when nobody waits for it.
+		last := ""
+		if !waiting {
+			last = fmt.Sprintf("; its last report: step %d, computing", rp.p.Step)
+			if len(rp.p.InFlight) > 0 {
+				last = fmt.Sprintf("; its last report: step %d, in %s", rp.p.Step, rp.p.InFlight[0])
+			}
 		}
 		return &hang{r, fmt.Sprintf("rank %d on %s stuck: no progress report for %.0f s (the process is stopped or frozen)%s%s",
-			r, nodeOf[r], silent.Seconds(), waiting, last)}
+			r, nodeOf[r], silent.Seconds(), last, others)}
 	}
 	if waited <= bound.Seconds() {
 		return nil
@@ -121,8 +110,48 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 	if in(stuck, oldest) {
 		where = "in " + oldest.String() + " (every rank is; it has done the fewest operations)"
 	}
-	return &hang{stuck, fmt.Sprintf("rank %d on %s stuck %s at step %d%s",
-		stuck, nodeOf[stuck], where, p.Step, waiting)}
+	others, _ := describeOthers(reports, ranks, stuck, now)
+	return &hang{stuck, fmt.Sprintf("rank %d on %s stuck %s at step %d%s", stuck, nodeOf[stuck], where, p.Step, others)}
+}
+
+// describeOthers says where every rank but stuck is, runs of ranks in the
+// same place grouped: "; ranks 0–1 waiting in AllReduce64 #5 (stop) for
+// 3 s; rank 2 waiting in AllReduce #12 (dp) for 2 s". waiting reports
+// whether any of them waits in an operation.
+func describeOthers(reports map[int]*rankProgress, ranks []int, stuck int, now time.Time) (string, bool) {
+	type place struct {
+		where string
+		ranks []int
+		wait  float64
+	}
+	var places []*place
+	waiting := false
+	for _, r := range ranks {
+		if r == stuck {
+			continue
+		}
+		rp := reports[r]
+		where, wait := fmt.Sprintf("computing step %d", rp.p.Step), 0.0
+		if len(rp.p.InFlight) > 0 {
+			op := rp.p.InFlight[0]
+			where, wait, waiting = "waiting in "+op.String(), op.WaitS+now.Sub(rp.heard).Seconds(), true
+		}
+		k := slices.IndexFunc(places, func(p *place) bool { return p.where == where })
+		if k < 0 {
+			places = append(places, &place{where: where})
+			k = len(places) - 1
+		}
+		places[k].ranks = append(places[k].ranks, r)
+		places[k].wait = max(places[k].wait, wait)
+	}
+	var b strings.Builder
+	for _, p := range places {
+		fmt.Fprintf(&b, "; %s %s", rankList(p.ranks), p.where)
+		if p.wait > 0 {
+			fmt.Fprintf(&b, " for %.0f s", p.wait)
+		}
+	}
+	return b.String(), waiting
 }
 
 // rankList formats ascending ranks as "rank 3", "ranks 0–2" or

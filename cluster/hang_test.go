@@ -34,7 +34,11 @@ func TestDiagnoseHang(t *testing.T) {
 			"rank 1 on node1 stuck: no progress report for 40 s (the process is stopped or frozen); rank 0 waiting in AllReduce #41 (dp) for 30 s"},
 		{"one rank silent, none waiting", map[int]*rankProgress{
 			0: rep(0, 12, 40, nil), 1: rep(40*time.Second, 11, 38, ar(39, 1))}, 1,
-			"rank 1 on node1 stuck: no progress report for 40 s (the process is stopped or frozen); its last report: step 11, in AllReduce #39 (dp)"},
+			"rank 1 on node1 stuck: no progress report for 40 s (the process is stopped or frozen); its last report: step 11, in AllReduce #39 (dp); rank 0 computing step 12"},
+		{"one rank silent, the others in two places", map[int]*rankProgress{
+			0: rep(0, 4, 20, []event.Op{{Group: "stop", Op: "AllReduce64", Seq: 5, WaitS: 3}}), 1: rep(0, 4, 20, []event.Op{{Group: "stop", Op: "AllReduce64", Seq: 5, WaitS: 2}}),
+			2: rep(0, 4, 19, ar(12, 2)), 3: rep(31*time.Second, 4, 19, nil)}, 3,
+			"rank 3 on node2 stuck: no progress report for 31 s (the process is stopped or frozen); ranks 0–1 waiting in AllReduce64 #5 (stop) for 3 s; rank 2 waiting in AllReduce #12 (dp) for 2 s"},
 		{"a straggler computing", map[int]*rankProgress{
 			0: rep(0, 7, 20, ar(21, 45)), 1: rep(0, 7, 20, nil)}, 1,
 			"rank 1 on node1 stuck before AllReduce #21 (dp) at step 7; rank 0 waiting in AllReduce #21 (dp) for 45 s"},
