@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -197,7 +196,7 @@ func stopReason(ctx context.Context) string {
 }
 
 func (a *agent) metricsPath(rank int) string {
-	return filepath.Join(a.spec.LogDir, fmt.Sprintf("metrics.%d.jsonl", rank))
+	return event.MetricsFile(a.spec.LogDir, rank)
 }
 
 // started is launch's OnStart: it reports the worker running and starts

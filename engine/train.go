@@ -16,6 +16,7 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/presets"
 )
@@ -384,7 +385,7 @@ func (tr *Trainer) openLogs() error {
 	if err != nil {
 		return err
 	}
-	mf, err := openLog(filepath.Join(dir, fmt.Sprintf("metrics.%d.jsonl", tr.opts.Rank)), tr.start, keepMetrics, tr.opts.Stderr)
+	mf, err := openLog(event.MetricsFile(dir, tr.opts.Rank), tr.start, keepMetrics, tr.opts.Stderr)
 	if err != nil {
 		wl.f.Close()
 		return err

@@ -1,0 +1,38 @@
+package event
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestMetricsFiles: the files MetricsFile names are found again by rank,
+// and ReadMetrics reads their records by step, skipping a torn line.
+func TestMetricsFiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, r := range []int{0, 3, 12} {
+		if err := os.WriteFile(MetricsFile(dir, r), []byte(`{"step":1,"loss":2.5}`+"\n"+`{"step":0,"loss":3}`+"\n"+`{"step":2,"lo`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "metrics.x.jsonl"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "workerlog.0"), nil, 0o644)
+	files, err := MetricsFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[int]string{0: MetricsFile(dir, 0), 3: MetricsFile(dir, 3), 12: MetricsFile(dir, 12)}; !reflect.DeepEqual(files, want) {
+		t.Errorf("MetricsFiles = %v, want %v", files, want)
+	}
+	f, _ := os.Open(files[3])
+	defer f.Close()
+	ms, err := ReadMetrics(files[3], f)
+	if err != nil || len(ms) != 2 || ms[0].Step != 0 || ms[1].Loss != 2.5 {
+		t.Errorf("ReadMetrics = %+v, %v", ms, err)
+	}
+	if _, err := ReadMetrics("big", strings.NewReader(strings.Repeat("x", maxMetricsLine+1))); err == nil || !strings.Contains(err.Error(), "big") {
+		t.Errorf("a line over the limit: %v", err)
+	}
+}
