@@ -96,6 +96,7 @@ Commands:
   plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
            rank the parallel strategies by predicted memory and step time
   gpu      check | bench                                 check the GPU backend against the CPU one; time the GPU's GEMMs
+  report   --log-dir DIR [--log-dir DIR2 ...] [-o report.png]   draw loss, lr, step time and tokens/s of a run as a PNG
 
 Run 'gptui COMMAND -h' for a command's flags.
 `
@@ -135,6 +136,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdGenerate(ctx, args[1:], stdout, stderr)
 	case "gpu":
 		return cmdGPU(ctx, args[1:], stdout, stderr)
+	case "report":
+		return cmdReport(args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

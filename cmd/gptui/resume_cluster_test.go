@@ -1,6 +1,7 @@
 package main
 
 import (
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,4 +138,59 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 		}
 	}
 	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+}
+
+// TestReportTwoNodeRun: `gptui report` over the log directories of a
+// finished two-node run (tiny dp4 with evals) writes a PNG of the asked
+// size, with the four panels; a missing log directory is exit 2.
+func TestReportTwoNodeRun(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run: exit %d\n%s", exitStatus(err), stderr.String())
+	}
+	out := filepath.Join(t.TempDir(), "report.png")
+	logs := []string{"--log-dir", filepath.Join(c.workdirs[0], "log"), "--log-dir", filepath.Join(c.workdirs[1], "log")}
+	code, so, se := runCLI(t, append([]string{"report", "-o", out, "--width", "1000", "--height", "700"}, logs...)...)
+	if code != 0 || !strings.Contains(so, "1000×700 pixels, 4 ranks") {
+		t.Fatalf("report: exit %d, %q %q", code, so, se)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("the report does not decode as PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1000 || b.Dy() != 700 {
+		t.Errorf("the report is %d×%d, want 1000×700", b.Dx(), b.Dy())
+	}
+	// Four panels: each quadrant has drawn pixels (axes, lines, text).
+	b := img.Bounds()
+	for q := range 4 {
+		x0, y0 := b.Min.X+(q%2)*b.Dx()/2, b.Min.Y+(q/2)*b.Dy()/2
+		dark := 0
+		for y := y0; y < y0+b.Dy()/2; y += 2 {
+			for x := x0; x < x0+b.Dx()/2; x += 2 {
+				if r, g, bl, _ := img.At(x, y).RGBA(); r+g+bl < 3*0xe000 {
+					dark++
+				}
+			}
+		}
+		if dark < 1000 {
+			t.Errorf("quadrant %d has %d drawn pixels: no panel there?", q, dark)
+		}
+	}
+	if os.Getenv("GPTUI_KEEP_REPORT") != "" {
+		b, _ := os.ReadFile(out)
+		os.WriteFile(os.Getenv("GPTUI_KEEP_REPORT"), b, 0o644)
+	}
+	code, _, se = runCLI(t, "report", "--log-dir", filepath.Join(t.TempDir(), "none"))
+	if code != 2 || !strings.Contains(se, "none") {
+		t.Errorf("a missing log directory: exit %d, %q", code, se)
+	}
 }

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gptui/gptui/report"
+)
+
+// cmdReport is 'gptui report': a PNG of a run's metrics.
+func cmdReport(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("report", stderr)
+	var dirs listFlag
+	fs.Var(&dirs, "log-dir", "a log `DIR` of the run (Engine.log_dir); repeat it for each node of a multi-node run")
+	out := fs.String("o", "report.png", "the PNG `FILE` to write")
+	title := fs.String("title", "", "a title above the panels (default: the log directories)")
+	width := fs.Int("width", 1200, "the picture's width in `PIXELS`")
+	height := fs.Int("height", 900, "the picture's height in `PIXELS`")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case len(dirs) == 0:
+		return usagef("report: no --log-dir DIR given")
+	case *width < 200 || *height < 150 || *width > 10000 || *height > 10000:
+		return usagef("report: --width %d --height %d: want 200–10000 × 150–10000 pixels", *width, *height)
+	}
+	runs, err := report.Load(dirs...)
+	if err != nil {
+		return usageError{err}
+	}
+	if *title == "" {
+		*title = fmt.Sprint(dirs)
+	}
+	// Written under a temporary name and renamed: never a half picture.
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".report-*.png")
+	if err != nil {
+		return usageError{fmt.Errorf("report: %w", err)}
+	}
+	defer os.Remove(tmp.Name())
+	err = report.Draw(tmp, runs, report.Options{Width: *width, Height: *height, Title: *title})
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), *out)
+	}
+	if err != nil {
+		return fmt.Errorf("report: writing %s: %w", *out, err)
+	}
+	fmt.Fprintf(stdout, "wrote %s: %d×%d pixels, %d ranks\n", *out, *width, *height, len(runs))
+	return nil
+}
