@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -256,10 +257,11 @@ func (a *agent) heartbeat(done <-chan struct{}) {
 	}
 }
 
-// sampleMemory reports every MemoryEvery the memory of each running
-// worker until done is closed: the used memory of its GPU (devices maps
-// rank to device) from NVML, or else the resident memory of its process
-// group, with the machine's memory as the total.
+// sampleMemory reports every MemoryEvery, until done is closed, the
+// node's health (event.Health: CPU, memory, the workers' resident memory,
+// their GPUs' load) and the memory of each running worker: the used memory
+// of its GPU (devices maps rank to device) from NVML, or else the resident
+// memory of its process group, with the machine's memory as the total.
 func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 	var lib *nvml.Lib
 	if len(devices) > 0 {
@@ -269,6 +271,14 @@ func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 		}
 	}
 	total := memTotal()
+	var cpu cpuTimes // the last reading, for the node's CPU utilisation
+	var gpus []int   // the devices of this node's workers
+	for _, d := range devices {
+		if !slices.Contains(gpus, d) {
+			gpus = append(gpus, d)
+		}
+	}
+	slices.Sort(gpus)
 	t := time.NewTicker(MemoryEvery)
 	defer t.Stop()
 	for {
@@ -284,12 +294,14 @@ func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 		}
 		a.mu.Unlock()
 		var groups []int
-		for r, pid := range ranks {
-			if _, gpu := devices[r]; !gpu || lib == nil {
-				groups = append(groups, pid)
-			}
+		for _, pid := range ranks {
+			groups = append(groups, pid)
 		}
 		rss := groupRSS(groups)
+		he := event.New(event.KindHealth)
+		hv := health(&cpu, rss, lib, gpus)
+		he.Health = &hv
+		a.emit(he)
 		for r, pid := range ranks {
 			e := event.New(event.KindMemory)
 			e.Rank, e.Device = r, -1

@@ -155,6 +155,10 @@ func TestRunReportsEvents(t *testing.T) {
 	if e := find(es, event.KindMemory, "", 10); e == nil || e.Used <= 0 || e.Total < e.Used || e.Device != -1 {
 		t.Errorf("memory event of rank 10: %+v", e)
 	}
+	if e := find(es, event.KindHealth, "", -1); e == nil || e.Health == nil || e.Health.MemTotal <= 0 || e.Health.MemUsed <= 0 ||
+		e.Health.WorkersRSS <= 0 || e.Health.CPUPercent < 0 || e.Health.CPUPercent > 100 || e.Health.Cores < 1 {
+		t.Errorf("the node's health event: %+v", e)
+	}
 	if last := es[len(es)-1]; last.Kind != event.KindJob || last.State != event.JobDone {
 		t.Errorf("last event %+v, want job done", last)
 	}

@@ -68,6 +68,8 @@ const (
 	// KindProgress is a worker's progress (Progress), sent every second by
 	// the worker itself: a worker that stops sending is stopped or frozen.
 	KindProgress = "progress"
+	// KindHealth is a node's load (Health), from its agent every second.
+	KindHealth = "health"
 )
 
 // States of nodes, workers and jobs.
@@ -127,6 +129,8 @@ type Event struct {
 	Restart *Restart `json:"restart,omitempty"`
 	// Progress is a worker's progress, for KindProgress.
 	Progress *Progress `json:"progress,omitempty"`
+	// Health is a node's load, for KindHealth.
+	Health *Health `json:"health,omitempty"`
 
 	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
 	Used   int64 `json:"used,omitempty"`   // bytes
@@ -160,6 +164,27 @@ type Restart struct {
 	Max   int    `json:"max"`   // the most restarts allowed
 	Cause string `json:"cause"` // the failure that caused it
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
+}
+
+// Health is a node's load, as its agent sees it.
+type Health struct {
+	CPUPercent float64     `json:"cpu_percent"` // the node's CPU utilisation over the last second, 0–100
+	Cores      int         `json:"cores"`
+	MemUsed    int64       `json:"mem_used"`    // bytes of the node's memory in use (total − available)
+	MemTotal   int64       `json:"mem_total"`   // bytes
+	WorkersRSS int64       `json:"workers_rss"` // resident bytes of this job's worker processes on the node
+	GPUs       []GPUHealth `json:"gpus,omitempty"`
+}
+
+// GPUHealth is one GPU's load, through NVML. A figure NVML cannot give is
+// -1.
+type GPUHealth struct {
+	Index       int     `json:"index"`
+	UtilPercent int     `json:"util_percent"`
+	MemUsed     int64   `json:"mem_used"`
+	MemTotal    int64   `json:"mem_total"`
+	PowerW      float64 `json:"power_w"`
+	TempC       int     `json:"temp_c"`
 }
 
 // Progress is where a worker is: its step and its communicator's

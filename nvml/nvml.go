@@ -10,7 +10,9 @@
 //
 // Only the calls gptui needs are bound: nvmlInit_v2, nvmlShutdown,
 // nvmlErrorString, nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2,
-// nvmlDeviceGetName, nvmlDeviceGetUUID and nvmlDeviceGetMemoryInfo.
+// nvmlDeviceGetName, nvmlDeviceGetUUID and nvmlDeviceGetMemoryInfo, and
+// where the driver has them nvmlDeviceGetUtilizationRates,
+// nvmlDeviceGetPowerUsage and nvmlDeviceGetTemperature.
 package nvml
 
 import (
@@ -80,6 +82,11 @@ type Lib struct {
 	getName       func(device uintptr, name *byte, length uint32) int32
 	getUUID       func(device uintptr, uuid *byte, length uint32) int32
 	getMemoryInfo func(device uintptr, mem *memory) int32
+
+	// Optional (nil where the driver lacks them): for Health.
+	getUtilization func(device uintptr, util *[2]uint32) int32   // nvmlUtilization_t: gpu, memory (%)
+	getPower       func(device uintptr, milliwatts *uint32) int32 // nvmlDeviceGetPowerUsage
+	getTemperature func(device uintptr, sensor int32, c *uint32) int32
 }
 
 // Open loads NVML from the first of the standard places that has it and
@@ -139,6 +146,16 @@ func openAt(path string) (*Lib, error) {
 			_ = purego.Dlclose(h)
 			return nil, err
 		}
+	}
+	for _, b := range []struct {
+		fn   any
+		name string
+	}{
+		{&l.getUtilization, "nvmlDeviceGetUtilizationRates"},
+		{&l.getPower, "nvmlDeviceGetPowerUsage"},
+		{&l.getTemperature, "nvmlDeviceGetTemperature"},
+	} {
+		_ = bind(b.fn, b.name) // optional: Health leaves out what is missing
 	}
 	if ret := init(); ret != nvmlSuccess {
 		err := fmt.Errorf("nvml: nvmlInit_v2 (%s): %s", path, l.errorString(ret))
@@ -202,6 +219,45 @@ func (l *Lib) Memory(index int) (used, total int64, err error) {
 	}
 	return int64(m.Used), int64(m.Total), nil
 }
+
+// Health is a GPU's load: what NVML reports of it. A figure NVML cannot
+// give (an old driver, a GPU without the sensor) is -1.
+type Health struct {
+	UtilPercent int     // the share of the last sample period a kernel ran
+	PowerW      float64 // power draw, watts
+	TempC       int     // GPU temperature, °C
+}
+
+// Health returns GPU index's load.
+func (l *Lib) Health(index int) (Health, error) {
+	h, err := l.handle(index)
+	if err != nil {
+		return Health{}, err
+	}
+	out := Health{UtilPercent: -1, PowerW: -1, TempC: -1}
+	if l.getUtilization != nil {
+		var u [2]uint32
+		if l.getUtilization(h, &u) == nvmlSuccess {
+			out.UtilPercent = int(u[0])
+		}
+	}
+	if l.getPower != nil {
+		var mw uint32
+		if l.getPower(h, &mw) == nvmlSuccess {
+			out.PowerW = float64(mw) / 1000
+		}
+	}
+	if l.getTemperature != nil {
+		var c uint32
+		if l.getTemperature(h, nvmlTemperatureGPU, &c) == nvmlSuccess {
+			out.TempC = int(c)
+		}
+	}
+	return out, nil
+}
+
+// nvmlTemperatureGPU is NVML_TEMPERATURE_GPU, the GPU die's sensor.
+const nvmlTemperatureGPU = 0
 
 // Device describes GPU index.
 func (l *Lib) Device(index int) (Device, error) {
