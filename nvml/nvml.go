@@ -84,7 +84,7 @@ type Lib struct {
 	getMemoryInfo func(device uintptr, mem *memory) int32
 
 	// Optional (nil where the driver lacks them): for Health.
-	getUtilization func(device uintptr, util *[2]uint32) int32   // nvmlUtilization_t: gpu, memory (%)
+	getUtilization func(device uintptr, util *[2]uint32) int32    // nvmlUtilization_t: gpu, memory (%)
 	getPower       func(device uintptr, milliwatts *uint32) int32 // nvmlDeviceGetPowerUsage
 	getTemperature func(device uintptr, sensor int32, c *uint32) int32
 }
