@@ -282,17 +282,7 @@ func TestCrossStrategyResume(t *testing.T) {
 	runRanks(t, 4, base("Engine.max_steps=5", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
 		"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2",
 		"Global.local_batch_size=2", "Global.micro_batch_size=1"))
-	check := func(name string, got []float32) {
-		if len(got) != 5 {
-			t.Fatalf("%s: %d steps after resume, want 5", name, len(got))
-		}
-		for i, l := range got {
-			want := straight.Losses[5+i]
-			if d := math.Abs(float64(l-want)) / float64(want); d > 1e-5 {
-				t.Errorf("%s: step %d loss %.7f, uninterrupted %.7f", name, 5+i, l, want)
-			}
-		}
-	}
+	check := func(name string, got []float32) { t.Helper(); checkResumed(t, name, got, straight.Losses, 5) }
 	resume := []string{"Engine.save_load.ckpt_dir=" + filepath.Join(out, "step_00000005")}
 	check("single process", single(resume...).Losses)
 	_, res := runRanks(t, 2, base(append(resume, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1",
@@ -422,18 +412,7 @@ func TestResumeAcrossWorldSizeKeepsDataAndDropout(t *testing.T) {
 	runRanks(t, 2, base("Engine.max_steps=5", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
 		"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"))
 	resume := "Engine.save_load.ckpt_dir=" + filepath.Join(out, "step_00000005")
-	check := func(name string, got []float32) {
-		t.Helper()
-		if len(got) != 5 {
-			t.Fatalf("%s: %d steps after resume, want 5", name, len(got))
-		}
-		for i, l := range got {
-			want := straight.Losses[5+i]
-			if d := math.Abs(float64(l-want)) / float64(want); d > 1e-5 {
-				t.Errorf("%s: step %d loss %.7f, uninterrupted %.7f", name, 5+i, l, want)
-			}
-		}
-	}
+	check := func(name string, got []float32) { t.Helper(); checkResumed(t, name, got, straight.Losses, 5) }
 	_, res := runRanks(t, 4, base(resume, "Distributed.dp_degree=4", "Global.local_batch_size=2", "Global.micro_batch_size=1"))
 	check("dp2 → dp4", res.Losses)
 	_, res = trainPreset(t, "tiny", base(resume, "Global.local_batch_size=8", "Global.micro_batch_size=2")...)
@@ -447,5 +426,20 @@ func TestResumeAcrossWorldSizeKeepsDataAndDropout(t *testing.T) {
 		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Data.Train.dataset.shuffle=false")...)
 	if plain.Losses[7] == straight.Losses[7] {
 		t.Errorf("step 7 loss %.7f with and without dropout and shuffling", plain.Losses[7])
+	}
+}
+
+// checkResumed checks that the losses of a run resumed at step from are
+// those of the uninterrupted run straight, within 1e-5 relative.
+func checkResumed(t *testing.T, name string, got, straight []float32, from int) {
+	t.Helper()
+	if len(got) != len(straight)-from {
+		t.Fatalf("%s: %d steps after resume, want %d", name, len(got), len(straight)-from)
+	}
+	for i, l := range got {
+		want := straight[from+i]
+		if d := math.Abs(float64(l-want)) / float64(want); d > 1e-5 {
+			t.Errorf("%s: step %d loss %.7f, uninterrupted %.7f", name, from+i, l, want)
+		}
 	}
 }

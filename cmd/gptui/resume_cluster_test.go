@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
@@ -79,14 +80,7 @@ func TestResumeHostsSync(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out1, "step_00000010", "manifest.json")); err != nil {
 		t.Errorf("the second node has no copy of step 10: %v", err)
 	}
-	for r := range 4 {
-		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
-		w := "[" + node + "/" + string(rune('0'+r)) + "] [checkpoint] resumed from "
-		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], " at step 10\n") {
-			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
-		}
-	}
-	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+	checkResumedEverywhere(t, out, want, 10, 20)
 }
 
 // TestReplicasSurviveNodeLoss: with Engine.save_load.replicas: 2 on two
@@ -130,14 +124,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	if !strings.Contains(out, "[127.0.0.2] pushing: copying checkpoint output/step_00000010 from 127.0.0.3") {
 		t.Errorf("step 10 not copied back from the replica:\n%s", out)
 	}
-	for r := range 4 {
-		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
-		w := "[" + node + "/" + string(rune('0'+r)) + "] [checkpoint] resumed from "
-		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], " at step 10\n") {
-			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
-		}
-	}
-	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+	checkResumedEverywhere(t, out, want, 10, 20)
 }
 
 // TestReportTwoNodeRun: `gptui report` over the log directories of a
@@ -193,4 +180,19 @@ func TestReportTwoNodeRun(t *testing.T) {
 	if code != 2 || !strings.Contains(se, "none") {
 		t.Errorf("a missing log directory: exit %d, %q", code, se)
 	}
+}
+
+// checkResumedEverywhere checks the output of a 2×2 job on the two sshd
+// nodes: every rank logged that it resumed from step from, and rank 0's
+// losses of steps from to to-1 are want's.
+func checkResumedEverywhere(t *testing.T, out string, want map[int]float64, from, to int) {
+	t.Helper()
+	for r := range 4 {
+		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
+		w := fmt.Sprintf("[%s/%d] [checkpoint] resumed from ", node, r)
+		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], fmt.Sprintf(" at step %d\n", from)) {
+			t.Errorf("rank %d on %s did not log that it resumed from step %d", r, node, from)
+		}
+	}
+	compareLosses(t, rank0Losses(t, out), want, from, to)
 }

@@ -402,26 +402,25 @@ func (c *sshCluster) agentPID(node int) int {
 	return 0
 }
 
-// TestRunHostsAgentStopped: a node's agent stopped (SIGSTOP) sends no
-// heartbeat; the launcher takes the node for lost after --agent-timeout,
-// stops the job naming the node and how long it was silent, and kills the
-// stopped agent, so nothing is left once it is continued.
-func TestRunHostsAgentStopped(t *testing.T) {
-	c := newSSHCluster(t, "cpu:2")
-	var stdout, stderr syncBuffer
-	training := stdout.await("] [train] epoch")
-	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "--agent-timeout", "3s", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+// startTraining starts an endless tiny dp4 job on c's two nodes with the
+// launcher flags args, and waits for stdout to show await. The job's end
+// comes on the channel returned. When the test ends the launcher is
+// killed, the process *stopped names (if not 0) is continued, and every
+// process of the job must be gone within 10 s.
+func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, await string, stopped *int, args ...string) <-chan error {
+	t.Helper()
+	training := stdout.await(await)
+	cmd := c.command(t, stdout, stderr, append(args, "-c", "tiny", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var stopped int
 	t.Cleanup(func() {
 		cmd.Process.Kill()
-		if stopped != 0 {
-			syscall.Kill(stopped, syscall.SIGCONT)
+		if *stopped != 0 {
+			syscall.Kill(*stopped, syscall.SIGCONT)
 		}
 		c.awaitGone(t, time.Now(), 10*time.Second)
 	})
@@ -432,6 +431,18 @@ func TestRunHostsAgentStopped(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("no training after 60 s:\n%s\n%s", stdout.String(), stderr.String())
 	}
+	return done
+}
+
+// TestRunHostsAgentStopped: a node's agent stopped (SIGSTOP) sends no
+// heartbeat; the launcher takes the node for lost after --agent-timeout,
+// stops the job naming the node and how long it was silent, and kills the
+// stopped agent, so nothing is left once it is continued.
+func TestRunHostsAgentStopped(t *testing.T) {
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	var stopped int
+	done := startTraining(t, c, &stdout, &stderr, "] [train] epoch", &stopped, "--agent-timeout", "3s")
 	if stopped = c.agentPID(1); stopped == 0 {
 		t.Fatalf("no agent of node 1 among %v", c.jobProcesses())
 	}
@@ -467,29 +478,8 @@ func TestRunHostsAgentStopped(t *testing.T) {
 func TestRunHostsWorkerStopped(t *testing.T) {
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
-	training := stdout.await("/3] [train] epoch: 0 step: 3 ")
-	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "--hang-timeout", "3s", "--show-ranks", "all", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	var stopped int
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if stopped != 0 {
-			syscall.Kill(stopped, syscall.SIGCONT)
-		}
-		c.awaitGone(t, time.Now(), 10*time.Second)
-	})
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no training after 60 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	done := startTraining(t, c, &stdout, &stderr, "/3] [train] epoch: 0 step: 3 ", &stopped, "--hang-timeout", "3s", "--show-ranks", "all")
 	if stopped = c.workerPID(3); stopped == 0 {
 		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
 	}
