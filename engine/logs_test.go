@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gptui/gptui/event"
 	"math"
 	"os"
 	"path/filepath"
@@ -236,5 +237,27 @@ func TestLogFile(t *testing.T) {
 	}
 	if stderr.Len() != 0 {
 		t.Errorf("stderr %q, want nothing", stderr.String())
+	}
+}
+
+// TestMetricsReadBack: the records the engine writes are what event's
+// reader (the agent's, the UI's, gptui report's) reads: every step, its
+// loss as the run returned it, its learning rate.
+func TestMetricsReadBack(t *testing.T) {
+	dir := t.TempDir()
+	_, res := trainTiny(t, "Engine.max_steps=3", "Engine.log_dir="+dir)
+	f, err := os.Open(event.MetricsFile(dir, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ms, err := event.ReadMetrics(f.Name(), f)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("read %d records, %v; want 3", len(ms), err)
+	}
+	for i, m := range ms {
+		if m.Step != i || float32(m.Loss) != res.Losses[i] || m.LR <= 0 || m.TokensPerS <= 0 {
+			t.Errorf("record %d: %+v; the run's loss %v", i, m, res.Losses[i])
+		}
 	}
 }

@@ -43,46 +43,10 @@ type Options struct {
 	Stop <-chan struct{}
 }
 
-// Metrics is one logged training step, as written to metrics.<rank>.jsonl.
-type Metrics struct {
-	Step       int     `json:"step"`
-	Epoch      int     `json:"epoch"`
-	Loss       float64 `json:"loss"`
-	LR         float64 `json:"lr"`
-	GradNorm   float64 `json:"grad_norm"`
-	TokensPerS float64 `json:"tokens_per_s"`
-	StepTimeS  float64 `json:"step_time_s"`
-	ReaderS    float64 `json:"reader_cost_s"`
-	// CommBytes counts the bytes this rank sent in the step, per group.
-	CommBytes map[string]int64 `json:"comm_bytes,omitempty"`
-	MFU       float64          `json:"mfu"`
-	MemBytes  int64            `json:"mem_bytes"`
-	EvalLoss  float64          `json:"eval_loss,omitempty"`
-	// LossScale and SkippedSteps are fp16's loss scale for the next step
-	// and the steps skipped for gradient overflow so far.
-	LossScale    float64 `json:"loss_scale,omitempty"`
-	SkippedSteps int     `json:"skipped_steps,omitempty"`
-	// NonFinite names the figures that were NaN or infinite (a skipped
-	// fp16 step's gradient norm, a diverged loss): JSON has no such
-	// numbers, so they are written as 0 and named here.
-	NonFinite []string `json:"non_finite,omitempty"`
-}
-
-// finite returns m with its NaN and infinite figures set to 0 and named in
-// NonFinite, so that it encodes as JSON.
-func (m Metrics) finite() Metrics {
-	for _, f := range []struct {
-		name string
-		v    *float64
-	}{{"loss", &m.Loss}, {"lr", &m.LR}, {"grad_norm", &m.GradNorm}, {"tokens_per_s", &m.TokensPerS},
-		{"step_time_s", &m.StepTimeS}, {"reader_cost_s", &m.ReaderS}, {"mfu", &m.MFU}, {"eval_loss", &m.EvalLoss}, {"loss_scale", &m.LossScale}} {
-		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
-			*f.v = 0
-			m.NonFinite = append(m.NonFinite, f.name)
-		}
-	}
-	return m
-}
+// Metrics is one logged training step, as written to metrics.<rank>.jsonl:
+// the record event owns, so that what the engine writes is what the
+// agent, the UI and `gptui report` read.
+type Metrics = event.Metrics
 
 // Result summarises a finished run.
 type Result struct {
@@ -822,7 +786,7 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 }
 
 func (tr *Trainer) writeMetrics(m Metrics) {
-	b, err := json.Marshal(m.finite())
+	b, err := json.Marshal(m.Finite())
 	if err != nil {
 		tr.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
 		return

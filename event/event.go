@@ -207,21 +207,6 @@ type Op struct {
 // String formats o as "AllReduce #12 (dp)".
 func (o Op) String() string { return fmt.Sprintf("%s #%d (%s)", o.Op, o.Seq, o.Group) }
 
-// Metrics is one line of a worker's metrics.<rank>.jsonl (see
-// engine.Metrics), the fields a front end shows.
-type Metrics struct {
-	Step       int     `json:"step"`
-	Epoch      int     `json:"epoch"`
-	Loss       float64 `json:"loss"`
-	EvalLoss   float64 `json:"eval_loss,omitempty"`
-	LR         float64 `json:"lr"`
-	GradNorm   float64 `json:"grad_norm"`
-	TokensPerS float64 `json:"tokens_per_s"`
-	StepTimeS  float64 `json:"step_time_s"`
-	MFU        float64 `json:"mfu"`
-	MemBytes   int64   `json:"mem_bytes"`
-}
-
 // Ends reports whether e is the last event of a job: done, failed or
 // stopped.
 func (e Event) Ends() bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,8 +13,52 @@ import (
 	"strconv"
 )
 
+// Metrics is one record of a worker's metrics file (MetricsFile): one
+// logged training step, or an evaluation (EvalLoss set, the other figures
+// of the step it followed). The engine writes them; the agent, the UI and
+// `gptui report` read them.
+type Metrics struct {
+	Step       int     `json:"step"`
+	Epoch      int     `json:"epoch"`
+	Loss       float64 `json:"loss"`
+	LR         float64 `json:"lr"`
+	GradNorm   float64 `json:"grad_norm"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	StepTimeS  float64 `json:"step_time_s"`
+	ReaderS    float64 `json:"reader_cost_s"`
+	// CommBytes counts the bytes this rank sent in the step, per group.
+	CommBytes map[string]int64 `json:"comm_bytes,omitempty"`
+	MFU       float64          `json:"mfu"`
+	MemBytes  int64            `json:"mem_bytes"`
+	EvalLoss  float64          `json:"eval_loss,omitempty"`
+	// LossScale and SkippedSteps are fp16's loss scale for the next step
+	// and the steps skipped for gradient overflow so far.
+	LossScale    float64 `json:"loss_scale,omitempty"`
+	SkippedSteps int     `json:"skipped_steps,omitempty"`
+	// NonFinite names the figures that were NaN or infinite (a skipped
+	// fp16 step's gradient norm, a diverged loss): JSON has no such
+	// numbers, so they are written as 0 and named here.
+	NonFinite []string `json:"non_finite,omitempty"`
+}
+
+// Finite returns m with its NaN and infinite figures set to 0 and named
+// in NonFinite, so that it encodes as JSON.
+func (m Metrics) Finite() Metrics {
+	for _, f := range []struct {
+		name string
+		v    *float64
+	}{{"loss", &m.Loss}, {"lr", &m.LR}, {"grad_norm", &m.GradNorm}, {"tokens_per_s", &m.TokensPerS},
+		{"step_time_s", &m.StepTimeS}, {"reader_cost_s", &m.ReaderS}, {"mfu", &m.MFU}, {"eval_loss", &m.EvalLoss}, {"loss_scale", &m.LossScale}} {
+		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
+			*f.v = 0
+			m.NonFinite = append(m.NonFinite, f.name)
+		}
+	}
+	return m
+}
+
 // MetricsFile returns the path of rank's metrics file in the log
-// directory dir: metrics.<rank>.jsonl, one engine.Metrics record per line,
+// directory dir: metrics.<rank>.jsonl, one Metrics record per line,
 // which the engine writes, the agent tails and `gptui report` reads.
 func MetricsFile(dir string, rank int) string {
 	return filepath.Join(dir, "metrics."+strconv.Itoa(rank)+".jsonl")
