@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gptui/gptui/event"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
 )
