@@ -205,48 +205,13 @@ func join(ctx context.Context, cfg Config, master string) ([]string, []*net.TCPC
 // rank table.
 func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
-	type arrival struct {
-		c   net.Conn
-		reg registration
-		err error
-	}
-	arrivals := make(chan arrival)
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(quit)
-	defer ln.Close() // first: ends the accept loop
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
+	arrivals, stop := acceptAll(ctx, ln, func(c net.Conn) (registration, error) { return authenticate(c, cfg) },
+		func(addr net.Addr, err error) {
+			if cfg.Logf != nil {
+				cfg.Logf("comm: master: refused a connection from %s: %v", addr, err)
 			}
-			wg.Go(func() {
-				dl := time.Now().Add(handshakeTimeout)
-				if cdl, ok := ctx.Deadline(); ok && cdl.Before(dl) {
-					dl = cdl
-				}
-				c.SetDeadline(dl)
-				var a arrival
-				a.c = c
-				a.reg, a.err = authenticate(c, cfg)
-				if a.err != nil && cfg.Logf != nil {
-					cfg.Logf("comm: master: refused a connection from %s: %v", c.RemoteAddr(), a.err)
-				}
-				if dl, ok := ctx.Deadline(); ok {
-					c.SetDeadline(dl)
-				} else {
-					c.SetDeadline(time.Time{})
-				}
-				select {
-				case arrivals <- a:
-				case <-quit:
-					c.Close()
-				}
-			})
-		}
-	})
+		})
+	defer stop()
 	conns := make([]net.Conn, cfg.WorldSize)
 	addrs := make([]string, cfg.WorldSize)
 	closeAll := func() {
@@ -268,12 +233,15 @@ func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 			}
 			return fmt.Errorf("comm: master: ranks %v did not register: %w", missing, context.Cause(ctx))
 		case a := <-arrivals:
+			if a.c == nil { // the listener closed: ctx ended
+				continue
+			}
 			if a.err != nil { // not a rank of ours
 				a.c.Close()
 				continue
 			}
 			refuse := ""
-			if r := a.reg; conns[r.Rank] != nil {
+			if r := a.v; conns[r.Rank] != nil {
 				refuse = fmt.Sprintf("rank %d registered twice (from %s and %s)", r.Rank, addrs[r.Rank], r.Addr)
 			}
 			if refuse != "" {
@@ -281,7 +249,7 @@ func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 				a.c.Close()
 				continue
 			}
-			conns[a.reg.Rank], addrs[a.reg.Rank] = a.c, a.reg.Addr
+			conns[a.v.Rank], addrs[a.v.Rank] = a.c, a.v.Addr
 			n++
 		}
 	}
@@ -387,43 +355,13 @@ func acceptPeers(ctx context.Context, cfg Config, ln net.Listener, token string,
 		return nil
 	}
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
-	type hello struct {
-		c    *net.TCPConn
-		rank int
-		err  error
-	}
-	hellos := make(chan hello)
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(quit)
-	defer ln.Close() // first: ends the accept loop
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				select {
-				case hellos <- hello{err: err}:
-				case <-quit:
-				}
-				return
+	hellos, stop := acceptAll(ctx, ln, func(c net.Conn) (int, error) { return readHello(c, cfg.Secret, token) },
+		func(addr net.Addr, err error) {
+			if cfg.Logf != nil {
+				cfg.Logf("comm: rank %d: refused a mesh connection from %s: %v", cfg.Rank, addr, err)
 			}
-			wg.Go(func() {
-				if dl, ok := ctx.Deadline(); ok {
-					c.SetDeadline(dl)
-				}
-				r, err := readHello(c, cfg.Secret, token)
-				if err != nil && cfg.Logf != nil {
-					cfg.Logf("comm: rank %d: refused a mesh connection from %s: %v", cfg.Rank, c.RemoteAddr(), err)
-				}
-				select {
-				case hellos <- hello{c.(*net.TCPConn), r, err}:
-				case <-quit:
-					c.Close()
-				}
-			})
-		}
-	})
+		})
+	defer stop()
 	for got := 0; got < want; {
 		h := <-hellos
 		switch {
@@ -435,14 +373,74 @@ func acceptPeers(ctx context.Context, cfg Config, ln net.Listener, token string,
 				}
 			}
 			return fmt.Errorf("ranks %v did not connect: %w", missing, ctxErr(ctx, h.err))
-		case h.err != nil || h.rank <= cfg.Rank || h.rank >= cfg.WorldSize || conns[h.rank] != nil:
+		case h.err != nil || h.v <= cfg.Rank || h.v >= cfg.WorldSize || conns[h.v] != nil:
 			h.c.Close()
 		default:
-			conns[h.rank] = h.c
+			conns[h.v] = h.c.(*net.TCPConn)
 			got++
 		}
 	}
 	return nil
+}
+
+// accepted is a connection acceptAll took, with what its handshake found;
+// c is nil when the listener failed (err says why), which ends acceptAll.
+type accepted[T any] struct {
+	c   net.Conn
+	v   T
+	err error
+}
+
+// acceptAll accepts connections on ln and runs handshake on each in a
+// goroutine of its own, the connection's deadline at most
+// handshakeTimeout away (and no later than ctx's), so that a peer that
+// connects and says nothing holds nothing for long. Each outcome arrives
+// on the channel returned, with the connection's deadline then set to
+// ctx's; a failed handshake is also reported through refused. stop closes
+// ln, closes the connections no one received, and waits for the
+// goroutines.
+func acceptAll[T any](ctx context.Context, ln net.Listener, handshake func(net.Conn) (T, error), refused func(net.Addr, error)) (<-chan accepted[T], func()) {
+	out := make(chan accepted[T])
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	deadline := func(limit time.Duration) time.Time {
+		dl, ok := ctx.Deadline()
+		if limit > 0 && (!ok || time.Now().Add(limit).Before(dl)) {
+			return time.Now().Add(limit)
+		}
+		return dl // the zero time (no deadline) without one
+	}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				select {
+				case out <- accepted[T]{err: err}:
+				case <-quit:
+				}
+				return
+			}
+			wg.Go(func() {
+				c.SetDeadline(deadline(handshakeTimeout))
+				v, err := handshake(c)
+				if err != nil {
+					refused(c.RemoteAddr(), err)
+				}
+				c.SetDeadline(deadline(0))
+				select {
+				case out <- accepted[T]{c, v, err}:
+				case <-quit:
+					c.Close()
+				}
+			})
+		}
+	})
+	stop := func() {
+		ln.Close() // first: ends the accept loop
+		close(quit)
+		wg.Wait()
+	}
+	return out, stop
 }
 
 // writeHello answers the accepting rank's challenge on a mesh connection
