@@ -65,6 +65,10 @@ func (j *Job) summaries(ctx context.Context, nodes []*node, outputDir string) ([
 		if err == nil {
 			err = json.Unmarshal(out, &sums[i])
 		}
+		if err == nil {
+			// The names become paths on the nodes: trust none of them.
+			err = sums[i].Check()
+		}
 		if err != nil {
 			return fmt.Errorf("node %s: listing the checkpoints of %s: %w", nodes[i].name, outputDir, err)
 		}

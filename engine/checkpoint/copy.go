@@ -25,6 +25,34 @@ type Summary struct {
 	History  map[int]string `json:"history,omitempty"`  // step → manifest SHA-256 of every checkpoint directory, this one's included
 }
 
+// Check returns an error if s, which came from another machine, is not
+// the summary of a checkpoint: its name is not a step directory's, its
+// manifest hash is not hex SHA-256, or one of its files is not a plain
+// file name (a "../" would reach outside the checkpoint). None passes.
+func (s Summary) Check() error {
+	if s.Step < 0 {
+		return nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("checkpoint summary of step %d: "+format, append([]any{s.Step}, args...)...)
+	}
+	if n, ok := stepOf(s.Name); !ok || n != s.Step {
+		return bad("name %q is not %s", s.Name, DirName(s.Step))
+	}
+	if b, err := hex.DecodeString(s.Manifest); err != nil || len(b) != sha256.Size {
+		return bad("manifest hash %q is not a SHA-256", s.Manifest)
+	}
+	if len(s.Files) == 0 || s.Files[0] != ManifestFile {
+		return bad("files %q do not start with %s", s.Files, ManifestFile)
+	}
+	for _, f := range s.Files[1:] {
+		if msg := checkFileName(f); msg != "" {
+			return bad("file %q: %s", f, msg)
+		}
+	}
+	return nil
+}
+
 // Holds reports whether the output directory s describes holds the
 // checkpoint o (the same step and manifest).
 func (s Summary) Holds(o Summary) bool {

@@ -1,6 +1,9 @@
 package checkpoint
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestParseSaved: the line SavedLine writes gives its step back; other
 // lines give none.
@@ -39,6 +42,34 @@ func TestHolds(t *testing.T) {
 	} {
 		if got := s.Holds(tt.o); got != tt.want {
 			t.Errorf("Holds(%+v) = %v, want %v", tt.o, got, tt.want)
+		}
+	}
+}
+
+// TestSummaryCheck: a summary from another machine names a step
+// directory, a SHA-256 and plain file names, or is refused.
+func TestSummaryCheck(t *testing.T) {
+	h := "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
+	good := Summary{Step: 10, Name: "step_00000010", Manifest: h, Files: []string{ManifestFile, "rank_00000.safetensors"}}
+	for _, tt := range []struct {
+		name string
+		edit func(*Summary)
+		want string // "" for none
+	}{
+		{"good", func(*Summary) {}, ""},
+		{"none", func(s *Summary) { *s = None() }, ""},
+		{"other step's name", func(s *Summary) { s.Name = "step_00000011" }, "is not step_00000010"},
+		{"path as name", func(s *Summary) { s.Name = "../step_00000010" }, "is not step_00000010"},
+		{"short hash", func(s *Summary) { s.Manifest = "abc" }, "not a SHA-256"},
+		{"file with a path", func(s *Summary) { s.Files = append(s.Files, "../../.ssh/authorized_keys") }, "not a plain file name"},
+		{"no manifest first", func(s *Summary) { s.Files = s.Files[1:] }, "do not start with"},
+	} {
+		s := good
+		s.Files = append([]string(nil), good.Files...)
+		tt.edit(&s)
+		err := s.Check()
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
 		}
 	}
 }
