@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -72,4 +73,27 @@ func TestSummaryCheck(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
 		}
 	}
+}
+
+// FuzzSummary: whatever a node answers for its checkpoints, decoding and
+// checking it neither panics nor lets a path through.
+func FuzzSummary(f *testing.F) {
+	f.Add([]byte(`{"step":10,"name":"step_00000010","manifest":"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08","files":["manifest.json","rank_00000.safetensors"],"history":{"5":"ab","10":"cd"}}`))
+	f.Add([]byte(`{"step":-1}`))
+	f.Add([]byte(`{"step":3,"name":"step_3","files":["manifest.json","../x"]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s Summary
+		if json.Unmarshal(b, &s) != nil {
+			return
+		}
+		if s.Check() != nil || s.Step < 0 {
+			return
+		}
+		for _, name := range append([]string{s.Name}, s.Files...) {
+			if strings.ContainsAny(name, `/\`) || name == ".." || name == "." {
+				t.Fatalf("Check passed a summary naming %q", name)
+			}
+		}
+		_ = s.Holds(s)
+	})
 }
