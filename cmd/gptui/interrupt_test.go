@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -8,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -76,12 +78,8 @@ func checkResume(t *testing.T, dir string, step int, ckpt string, job map[int]fl
 	t.Helper()
 	one := append(interruptArgs(filepath.Join(dir, "ref-out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
 		"-o", "Engine.max_steps="+strconv.Itoa(step+2))
-	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "ref-log")}, one...)...)
-	if code != 0 {
-		t.Fatalf("reference run: exit %d: %s", code, e)
-	}
-	ref := stepLosses(out)
-	code, out, e = runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "resume-log"), "-o", "Engine.save_load.ckpt_dir=" + ckpt}, one...)...)
+	ref := referenceLosses(t, max(step+2, len(job)))
+	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "resume-log"), "-o", "Engine.save_load.ckpt_dir=" + ckpt}, one...)...)
 	if code != 0 {
 		t.Fatalf("resumed run: exit %d: %s", code, e)
 	}
@@ -98,13 +96,55 @@ func checkResume(t *testing.T, dir string, step int, ckpt string, job map[int]fl
 	}
 	compare("the interrupted job", job)
 	compare("resumed", resumed)
-	t.Logf("checkpoint at step %d; resumed losses %v, uninterrupted %v", step, resumed, ref)
+	t.Logf("checkpoint at step %d; resumed losses %v, uninterrupted %v", step, resumed, map[int]float64{step: ref[step], step + 1: ref[step+1]})
 }
 
-// TestRunInterruptSaves: SIGTERM to 'gptui run --nproc 4' makes the 4
-// workers agree on a step, save it and exit; the launcher exits 143, and a
-// resume from the checkpoint is exact.
+// reference holds the losses of one uninterrupted process of
+// interruptArgs, shared by the tests (the learning rate's schedule is fixed
+// by decay_steps, so a step's loss does not depend on max_steps).
+var reference struct {
+	sync.Mutex
+	losses map[int]float64
+}
+
+// referenceLosses returns the losses of steps 0 to at least steps-1 of one
+// process that was never interrupted, training it the first time (and
+// again only for more steps).
+func referenceLosses(t *testing.T, steps int) map[int]float64 {
+	t.Helper()
+	reference.Lock()
+	defer reference.Unlock()
+	if len(reference.losses) >= steps {
+		return reference.losses
+	}
+	dir := t.TempDir()
+	args := append(interruptArgs(filepath.Join(dir, "out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
+		"-o", "Engine.max_steps="+strconv.Itoa(max(steps, 12)))
+	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "log")}, args...)...)
+	if code != 0 {
+		t.Fatalf("reference run: exit %d: %s", code, e)
+	}
+	reference.losses = stepLosses(out)
+	return reference.losses
+}
+
+// stopSignals are the signals that stop a job with a save, and the exit
+// status of each.
+var stopSignals = []struct {
+	sig  syscall.Signal
+	code int
+}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}, {syscall.SIGHUP, 129}}
+
+// TestRunInterruptSaves: SIGINT, SIGTERM or SIGHUP to 'gptui run --nproc 4' makes the 4
+// workers agree on a step, save it and exit; the launcher exits 130, 143
+// or 129, and a resume from the checkpoint is exact.
 func TestRunInterruptSaves(t *testing.T) {
+	for _, tc := range stopSignals {
+		t.Run(tc.sig.String(), func(t *testing.T) { runInterruptSaves(t, tc.sig, tc.code) })
+	}
+}
+
+func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	var stdout, stderr syncBuffer
@@ -128,16 +168,16 @@ func TestRunInterruptSaves(t *testing.T) {
 		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
 	}
 	sent := time.Now()
-	cmd.Process.Signal(syscall.SIGTERM)
+	cmd.Process.Signal(sig)
 	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the launcher still runs 60 s after SIGTERM\n%s\n%s", stdout.String(), stderr.String())
+		t.Fatalf("the launcher still runs 60 s after %v\n%s\n%s", sig, stdout.String(), stderr.String())
 	}
-	t.Logf("launcher exited %v after SIGTERM", time.Since(sent))
-	if code := exitStatus(err); code != 143 || !strings.Contains(stderr.String(), "interrupted") {
-		t.Fatalf("exit %d, want 143; stderr:\n%s", code, stderr.String())
+	t.Logf("launcher exited %v after %v", time.Since(sent), sig)
+	if code := exitStatus(err); code != want || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, want, stderr.String())
 	}
 	step, ckpt := interruptedCheckpoint(t, out)
 	if !strings.Contains(stdout.String(), "[0] [checkpoint] saved step "+strconv.Itoa(step)+" ") {
@@ -150,16 +190,25 @@ func TestRunInterruptSaves(t *testing.T) {
 	checkResume(t, dir, step, ckpt, job)
 }
 
-// TestRunHostsInterruptSaves: SIGINT to 'gptui run --hosts' (two sshd
-// nodes × 2 workers) reaches every worker through its agent; they agree on
-// a step, rank 0 saves it on its node and every process exits; the
-// launcher exits 130, and a resume from the checkpoint is exact.
+// TestRunHostsInterruptSaves: SIGINT, SIGTERM or SIGHUP to 'gptui run
+// --hosts' (two sshd nodes × 2 workers) reaches every worker through its
+// agent; they agree on a step, rank 0 saves it on its node and every
+// process exits; the launcher exits 130, 143 or 129, and a resume from the
+// checkpoint is exact.
 func TestRunHostsInterruptSaves(t *testing.T) {
 	c := newSSHCluster(t, "cpu:2")
+	for _, tc := range stopSignals {
+		t.Run(tc.sig.String(), func(t *testing.T) { runHostsInterruptSaves(t, c, tc.sig, tc.code) })
+	}
+}
+
+func runHostsInterruptSaves(t *testing.T, c *sshCluster, sig syscall.Signal, want int) {
 	dir := t.TempDir()
 	var stdout, stderr syncBuffer
 	training := stdout.await("/0] [train] epoch: 0 step: 1 ")
-	cmd := c.command(t, &stdout, &stderr, append(interruptArgs("out"), parallelArgs...)...)
+	// Each signal's job saves into its own directory of the workdirs.
+	out := fmt.Sprintf("out-%d", int(sig))
+	cmd := c.command(t, &stdout, &stderr, append(interruptArgs(out), parallelArgs...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -177,24 +226,24 @@ func TestRunHostsInterruptSaves(t *testing.T) {
 		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
 	}
 	sent := time.Now()
-	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Process.Signal(sig)
 	var err error
 	select {
 	case err = <-done:
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the launcher still runs 60 s after SIGINT\n%s", stderr.String())
+		t.Fatalf("the launcher still runs 60 s after %v\n%s", sig, stderr.String())
 	}
 	took := time.Since(sent)
 	gone := c.awaitGone(t, sent, 60*time.Second)
-	t.Logf("launcher exited %v after SIGINT; every process gone after %v", took, gone)
-	if exitStatus(err) != 130 || !strings.Contains(stderr.String(), "interrupted") {
-		t.Fatalf("exit %d, stderr %q; want 130, interrupted", exitStatus(err), stderr.String())
+	t.Logf("launcher exited %v after %v; every process gone after %v", took, sig, gone)
+	if exitStatus(err) != want || !strings.Contains(stderr.String(), "interrupted") {
+		t.Fatalf("exit %d, stderr %q; want %d, interrupted", exitStatus(err), stderr.String(), want)
 	}
 	if !strings.Contains(stdout.String(), "[job] stopped") {
 		t.Errorf("no job stopped line in:\n%s", stdout.String())
 	}
 	// Rank 0 runs on the first node: the checkpoint is in its workdir.
-	step, ckpt := interruptedCheckpoint(t, filepath.Join(c.workdirs[0], "out"))
+	step, ckpt := interruptedCheckpoint(t, filepath.Join(c.workdirs[0], out))
 	job := stepLosses(stdout.String())
 	if len(job) != step {
 		t.Errorf("the job logged %d steps but saved step %d", len(job), step)

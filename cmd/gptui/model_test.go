@@ -56,7 +56,8 @@ func TestRoundTrips(t *testing.T) {
 	if err := hf.Export(a, shape, m.Params); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, e := runCLI(t, "import", "--from", "hf", "--out", filepath.Join(dir, "c2"), a); code != 0 {
+	// The README's order: the directory before --out.
+	if code, _, e := runCLI(t, "import", "--from", "hf", a, "--out", filepath.Join(dir, "c2")); code != 0 {
 		t.Fatalf("import hf: %s", e)
 	}
 	b := filepath.Join(dir, "hfB")
