@@ -407,6 +407,9 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
 	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
 	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
+	for _, n := range tr.Cfg.Notes {
+		tr.logf("[config] %s", n)
+	}
 	tr.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
 		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
 	tr.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)

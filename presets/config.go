@@ -35,6 +35,11 @@ type Config struct {
 	Data        Data        `yaml:"Data"`
 	Optimizer   Optimizer   `yaml:"Optimizer"`
 	Distributed Distributed `yaml:"Distributed"`
+
+	// Notes says, a line each, what loading derived that the user may not
+	// expect (a batch size re-derived for the overrides' degrees); the
+	// trainer logs them.
+	Notes []string `yaml:"-"`
 }
 
 // Global holds the run-wide settings: random seed, batch sizes and device.

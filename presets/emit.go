@@ -33,6 +33,9 @@ func (c *Config) YAML() []byte {
 		p.Content = append(p.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, valueNode(f.ref(c)))
 	}
 	var buf bytes.Buffer
+	for _, n := range c.Notes {
+		fmt.Fprintf(&buf, "# %s\n", strings.ReplaceAll(n, "\n", " "))
+	}
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(root); err != nil {

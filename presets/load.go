@@ -108,7 +108,15 @@ func Load(nameOrFile string, overrides []string) (*Config, error) {
 			return nil, err
 		}
 	}
-	return l.finish(t)
+	note := l.deriveBatch(t)
+	c, err := l.finish(t)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		c.Notes = append(c.Notes, note)
+	}
+	return c, nil
 }
 
 // Parse parses data, a single YAML document in the same shape as the files

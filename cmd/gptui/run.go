@@ -242,6 +242,9 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	if err != nil {
 		return err
 	}
+	for _, n := range cfg.Notes {
+		fmt.Fprintf(stdout, "[config] %s\n", n)
+	}
 	nodes, err := sshexec.LoadInventory(cf.hosts)
 	if err != nil {
 		return usageError{fmt.Errorf("run: %w", err)}
