@@ -220,6 +220,9 @@ func TestParallelParity(t *testing.T) {
 	}
 	singles := map[string]*Trainer{}
 	sress := map[string]*Result{}
+	// Every run evaluates after its last step: the evaluation draws global
+	// batches, so its loss is the single process's too.
+	eval := []string{"Engine.eval_freq=5", "Engine.eval_iters=2"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			layers := "Model.num_layers=2"
@@ -229,14 +232,20 @@ func TestParallelParity(t *testing.T) {
 				}
 			}
 			if singles[layers] == nil {
-				singles[layers], sress[layers] = trainPreset(t, "tiny", append(parityOverrides(t), "Global.local_batch_size=8", "Global.micro_batch_size=2", layers)...)
+				singles[layers], sress[layers] = trainPreset(t, "tiny", append(append(parityOverrides(t), eval...), "Global.local_batch_size=8", "Global.micro_batch_size=2", layers)...)
 			}
 			single, sres := singles[layers], sress[layers]
-			tr, res := runRanks(t, tc.world, append(parityOverrides(t), tc.o...))
+			tr, res := runRanks(t, tc.world, append(append(parityOverrides(t), eval...), tc.o...))
 			for i, l := range res.Losses {
 				if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {
 					t.Errorf("step %d: loss %.7f, single process %.7f (rel %.2g)", i, l, sres.Losses[i], d)
 				}
+			}
+			if len(res.EvalLosses) != 1 || len(sres.EvalLosses) != 1 {
+				t.Fatalf("eval losses %v, single process %v: want one each", res.EvalLosses, sres.EvalLosses)
+			}
+			if g, w := res.EvalLosses[0], sres.EvalLosses[0]; math.Abs(g-w) > 1e-5*w {
+				t.Errorf("eval loss %.7f, single process %.7f", g, w)
 			}
 			// Weights are compared by ‖Δ‖/‖w‖ over the whole parameter
 			// vector. Element by element is meaningless for some: the key

@@ -305,7 +305,9 @@ func (tr *Trainer) openData() error {
 			}
 		}
 		r := data.SplitRanges(len(etoks), ed.Split)
-		tr.eval, err = data.NewLoader(etoks[r[1][0]:r[1][1]], tr.B, tr.T, false, seed)
+		// Evaluation draws global batches as training does, so its loss
+		// is the same under any split into ranks and micro-batches.
+		tr.eval, err = data.NewLoader(etoks[r[1][0]:r[1][1]], tr.Cfg.Global.GlobalBatchSize, tr.T, false, seed)
 		if err != nil {
 			return &ConfigError{fmt.Sprintf("validation split of %s is too small for one batch (%v); lower Engine.eval_freq to 0 or give more data", orBuiltin(ed.InputDir), err)}
 		}
@@ -737,42 +739,54 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 	return out
 }
 
-// Evaluate returns the mean loss over eval_iters batches read from the start
-// of the validation range, without dropout. In a parallel job every rank
-// calls it; every rank of a pipeline gets the last stage's loss.
+// Evaluate returns the mean loss over eval_iters global batches read from
+// the start of the validation range, without dropout. As in a training
+// step, every rank reads each global batch and evaluates the micro-batches
+// of its data index, and the replicas' sums are added up, so the loss is
+// that of one process whatever the strategy. In a parallel job every rank
+// calls it and gets the same loss.
 func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	tr.eval.Reset()
-	inputs := make([]int32, tr.B*tr.T)
-	targets := make([]int32, tr.B*tr.T)
+	D, d, bt := tr.topo.Replicas(), tr.topo.DataIndex(), tr.B*tr.T
+	inputs := make([]int32, bt*tr.Accum*D)
+	targets := make([]int32, bt*tr.Accum*D)
 	n := max(1, tr.Cfg.Engine.EvalIters)
 	m := tr.Model
 	m.tp.begin(ctx)
 	m.z3.begin(ctx)
 	m.z3.gather(m, 0)
 	defer m.z3.drop(m, 0)
-	var sum float64
+	var sum float64 // of the micro-batches' mean losses
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
-		if tr.pp == nil {
-			sum += float64(m.Forward(inputs, targets, tr.B, tr.T, Pass{}, false, 0))
-			continue
+		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
+			in, tg := inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt]
+			if tr.pp == nil {
+				sum += float64(m.Forward(in, tg, tr.B, tr.T, Pass{}, false, 0))
+				continue
+			}
+			l, err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T)
+			if err != nil {
+				return 0, err
+			}
+			sum += l / float64(bt)
 		}
-		l, err := tr.pp.evaluate(ctx, m, inputs, targets, tr.B, tr.T)
-		if err != nil {
-			return 0, err
-		}
-		sum += l / float64(tr.B*tr.T)
 	}
 	if err := errors.Join(m.tp.failed(), m.z3.failed()); err != nil {
 		return 0, err
 	}
+	var err error
 	if tr.pp != nil {
-		var err error
 		if sum, err = tr.lastStageSum(ctx, sum); err != nil {
 			return 0, err
 		}
 	}
-	return sum / float64(n), nil
+	if tr.dp != nil {
+		if sum, err = tr.dp.sumLoss(ctx, sum); err != nil {
+			return 0, err
+		}
+	}
+	return sum / float64(n*tr.Accum*D), nil
 }
 
 // lastStageSum gives every rank of the model group the value x of the
