@@ -407,6 +407,12 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		tr.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
 	}
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
+	if tr.start >= e.MaxSteps {
+		// Every rank resumed from the same step (NewTrainer checked), so
+		// every rank stops here.
+		tr.logf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
+		return res, nil
+	}
 	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
 	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
 	for _, n := range tr.Cfg.Notes {

@@ -70,6 +70,14 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
+	// Without a driver or a device nothing below can run: say so at once
+	// rather than after the CPU references of the parity checks.
+	switch n, err := cuda.DeviceCount(); {
+	case err != nil:
+		return usagef("gpu %s: %s", args[0], oneLine(err))
+	case n == 0:
+		return usagef("gpu %s: the CUDA driver sees no GPU on this machine", args[0])
+	}
 	var t gpuTable
 	if args[0] == "check" {
 		gpuCheck(ctx, stdout, &t, *steps)
