@@ -519,7 +519,9 @@ func (k *chunker) send() error {
 	return nil
 }
 
-// addDoc adds a document read from n bytes of input.
+// addDoc adds a document read from n bytes of input. A long document goes
+// out in several chunks, each credited with the input bytes of its text,
+// so that progress moves within one large file.
 func (k *chunker) addDoc(doc string, n int64) error {
 	k.c.docs++
 	for i, seg := range splitDoc(doc, segmentBytes) {
@@ -530,8 +532,11 @@ func (k *chunker) addDoc(doc string, n int64) error {
 		}
 		k.c.segs = append(k.c.segs, segment{text: seg, first: i == 0})
 		k.c.text += len(seg)
+		b := min(int64(len(seg)), n)
+		k.c.bytes += b
+		n -= b
 	}
-	k.c.bytes += n
+	k.c.bytes += n // what the text does not account for: a BOM, JSON syntax
 	if k.c.text >= chunkText || len(k.c.segs) >= chunkDocs {
 		return k.send()
 	}

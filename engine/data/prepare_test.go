@@ -366,3 +366,41 @@ func TestPrepareLongDocument(t *testing.T) {
 		t.Errorf("stats = %+v, want 2 files, 2 documents, %d tokens", stats, len(want))
 	}
 }
+
+// TestProgressWithinAFile: a .txt file of several segments is sent in
+// chunks that each carry the input bytes of their text, so the progress
+// line moves while one large file is tokenized; together they carry the
+// whole file.
+func TestProgressWithinAFile(t *testing.T) {
+	line := strings.Repeat("word ", 20) + "x\ny"
+	doc := "\ufeff" + strings.Repeat(line, 3*segmentBytes/len(line)+10)
+	path := filepath.Join(t.TempDir(), "big.txt")
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jobs := make(chan chunk, 16)
+	tickets := make(chan struct{}, 16)
+	k := &chunker{ctx: context.Background(), jobs: jobs, tickets: tickets}
+	if err := readText(path, k); err != nil {
+		t.Fatal(err)
+	}
+	close(jobs)
+	var got []int64
+	var sum int64
+	for c := range jobs {
+		got = append(got, c.bytes)
+		sum += c.bytes
+	}
+	// The last segment is still in the chunker, waiting for more text.
+	if len(got) < 3 {
+		t.Fatalf("%d chunks sent for a %d-byte file, want at least 3", len(got), len(doc))
+	}
+	for i, b := range got {
+		if b < segmentBytes {
+			t.Errorf("chunk %d carries %d input bytes, want at least a segment's %d", i, b, segmentBytes)
+		}
+	}
+	if sum+k.c.bytes != int64(len(doc)) {
+		t.Errorf("the chunks carry %d + %d bytes of a %d-byte file", sum, k.c.bytes, len(doc))
+	}
+}
