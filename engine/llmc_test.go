@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"testing"
@@ -27,7 +28,7 @@ type llmcExpected struct {
 // 0.9/0.999, eps 1e-8, no decay, no clipping, no dropout, sequential data)
 // and compares the 10 step losses and samples of the final weights.
 func TestLLMCCompatibility(t *testing.T) {
-	raw, err := os.ReadFile("testdata/llmc/expected.json")
+	raw, err := os.ReadFile(filepath.Join(srcDir, "testdata/llmc/expected.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,9 +37,9 @@ func TestLLMCCompatibility(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg, err := presets.Load("tiny", []string{
-		"Model.init_from=testdata/llmc/model.bin",
+		"Model.init_from=" + filepath.Join(srcDir, "testdata/llmc/model.bin"),
 		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0",
-		"Data.Train.dataset.input_dir=testdata/llmc/data",
+		"Data.Train.dataset.input_dir=" + filepath.Join(srcDir, "testdata/llmc/data"),
 		"Data.Train.dataset.split=[1,0,0]", "Data.Train.dataset.shuffle=false",
 		"Data.Train.dataset.max_seq_len=64",
 		"Global.global_batch_size=4", "Global.local_batch_size=4", "Global.micro_batch_size=4",

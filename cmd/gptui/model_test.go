@@ -34,7 +34,7 @@ func sameFile(t *testing.T, a, b string) {
 // byte-identical through the import and export commands.
 func TestRoundTrips(t *testing.T) {
 	dir := t.TempDir()
-	src := "../../engine/testdata/llmc/model.bin"
+	src := filepath.Join(srcDir, "../../engine/testdata/llmc/model.bin")
 	if code, _, e := runCLI(t, "import", "--from", "llmc", "--out", filepath.Join(dir, "c1"), src); code != 0 {
 		t.Fatalf("import llmc: %s", e)
 	}

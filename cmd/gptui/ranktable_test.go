@@ -41,7 +41,7 @@ func TestRanktableGolden(t *testing.T) {
 10.155.111.142 devices=0-7   # the third
 10.155.111.143 devices=0-7
 `)
-	want, err := ranktable.Read("../../ranktable/testdata/mindformers_gpt2_13b_4x8.json")
+	want, err := ranktable.Read(filepath.Join(srcDir, "../../ranktable/testdata/mindformers_gpt2_13b_4x8.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

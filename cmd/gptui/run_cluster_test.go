@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/internal/sshtest"
+	"github.com/gptui/gptui/internal/testwd"
 )
 
 // The tests of 'gptui run --hosts' run a real gptui binary, built once, as
@@ -35,7 +36,9 @@ func builtGPTUI(t *testing.T) string {
 		if gptuiBin.err != nil {
 			return
 		}
-		out, err := exec.Command("go", "build", "-o", filepath.Join(gptuiBin.dir, "gptui"), ".").CombinedOutput()
+		build := exec.Command("go", "build", "-o", filepath.Join(gptuiBin.dir, "gptui"), ".")
+		build.Dir = srcDir
+		out, err := build.CombinedOutput()
 		if err != nil {
 			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
 		}
@@ -46,8 +49,13 @@ func builtGPTUI(t *testing.T) string {
 	return filepath.Join(gptuiBin.dir, "gptui")
 }
 
+// srcDir is the package's source directory: the tests run in a temporary
+// directory of their own (testwd), so that what the commands write to
+// relative paths (tiny's output_dir, log_dir) stays out of the source tree.
+var srcDir string
+
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testwd.Main(m, &srcDir)
 	if gptuiBin.dir != "" {
 		os.RemoveAll(gptuiBin.dir)
 	}
