@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The newcomer tests follow the README's first steps as a new user would
+// take them: each example works as written, and each wrong step is a
+// one-line answer.
+
+// TestReadmeRunExample: the README's 'gptui run --no-tui --nproc 2 -c tiny
+// -o Distributed.dp_degree=2' works as written (tiny fixes its batch sizes
+// for one process: the local batch is derived from the global one, and the
+// run says so), here for 2 steps.
+func TestReadmeRunExample(t *testing.T) {
+	dir := t.TempDir()
+	// The launcher starts its own executable as the workers: the binary.
+	cmd := exec.Command(builtGPTUI(t), "run", "--no-tui", "--nproc", "2", "-c", "tiny", "-o", "Distributed.dp_degree=2",
+		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0")
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, w := range []string{
+		"[0] [config] Global.local_batch_size 4 derived from global_batch_size 8 ÷ (dp_degree 2 × sharding_degree 1)",
+		"[0] [batch] global: 8 local: 4 micro: 4 accumulate: 1 ",
+		"[0] [done] steps: 2 ",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestQuickstartCheckpoint: tiny as it is saves a checkpoint at its last
+// step, so that 'gptui generate --ckpt output' works right after the
+// quickstart. (Its 200 steps here on a batch of one short sequence.)
+func TestQuickstartCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "output")
+	code, stdout, e := runCLI(t, "train", "-c", "tiny", "-o", "Global.global_batch_size=1", "-o", "Global.local_batch_size=1",
+		"-o", "Global.micro_batch_size=1", "-o", "Data.Train.dataset.max_seq_len=8", "-o", "Engine.eval_freq=0",
+		"-o", "Engine.logging_freq=100", "-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Engine.save_load.output_dir="+out)
+	if code != 0 {
+		t.Fatalf("train: exit %d\n%s\n%s", code, stdout, e)
+	}
+	if w := "[done] checkpoint: " + filepath.Join(out, "step_00000200"); !strings.Contains(stdout, w) {
+		t.Errorf("train's output lacks %q:\n%s", w, stdout)
+	}
+	code, stdout, e = runCLI(t, "generate", "--ckpt", out, "--prompt", "The", "--max-new-tokens", "4", "--temperature", "0")
+	if code != 0 || !strings.HasPrefix(stdout, "The") {
+		t.Errorf("generate --ckpt %s: exit %d\n%s\n%s", out, code, stdout, e)
+	}
+}
+
+// TestGPUCheckWithoutDriver: 'gptui gpu check' and 'gpu bench' on a
+// machine without the CUDA driver say so in one line, exit 2, at once:
+// none of the checks' CPU references is computed first.
+func TestGPUCheckWithoutDriver(t *testing.T) {
+	for _, sub := range []string{"check", "bench"} {
+		code, out, e := runCLI(t, "gpu", sub)
+		checkUserError(t, code, e, []string{"gpu " + sub + ": ", "libcuda", "install the NVIDIA driver"})
+		if out != "" {
+			t.Errorf("gpu %s printed %q before its error", sub, out)
+		}
+	}
+}
+
+// TestTUIWithoutTerminal: the terminal UI started without a terminal (a
+// script, a pipe) is a one-line error pointing at 'run --no-tui', exit 2.
+func TestTUIWithoutTerminal(t *testing.T) {
+	cmd := exec.Command(builtGPTUI(t), "--nproc", "2", "-c", "tiny")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr // no terminal; stdin is /dev/null
+	err := cmd.Run()
+	checkUserError(t, exitStatus(err), stderr.String(), []string{"needs a terminal", "gptui run --no-tui"})
+}
+
+// TestResumeAtMaxSteps: '--resume' from a checkpoint at Engine.max_steps
+// says there is nothing to do and how to train further, exit 0.
+func TestResumeAtMaxSteps(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.save_load.save_steps=2",
+		"-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.output_dir=" + filepath.Join(dir, "out")}
+	if code, out, e := runCLI(t, args...); code != 0 {
+		t.Fatalf("train: exit %d\n%s\n%s", code, out, e)
+	}
+	code, out, e := runCLI(t, append(args, "--resume")...)
+	if w := "[done] nothing to do: the checkpoint is at step 2 and Engine.max_steps is 2; raise Engine.max_steps"; code != 0 || !strings.Contains(out, w) {
+		t.Errorf("resume: exit %d, want 0 and %q\n%s\n%s", code, w, out, e)
+	}
+	if strings.Contains(out, "[train] ") {
+		t.Errorf("resume trained:\n%s", out)
+	}
+}
