@@ -19,6 +19,7 @@ import (
 
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/internal/sshtest"
+	"github.com/gptui/gptui/internal/testwd"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
@@ -32,8 +33,13 @@ var gptuiBin struct {
 	err  error
 }
 
+// srcDir is the package's source directory; the tests run in a temporary
+// directory of their own (testwd), where a local node's relative output_dir
+// lands.
+var srcDir string
+
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testwd.Main(m, &srcDir)
 	if gptuiBin.path != "" {
 		os.RemoveAll(filepath.Dir(gptuiBin.path))
 	}
