@@ -154,31 +154,47 @@ func LayoutPart(cfg ModelConfig, part Part) ([]Tensor, int) {
 		}
 		runs = append(runs, [3]int{i, l, 1})
 	}
-	// layered returns the pieces of a layered tensor whose per-layer block
-	// is split along dimension dim (0: not split) into blocks of size w at
-	// the global offsets offs.
-	layered := func(local []int, dim, w int, offs ...int) []Piece {
+	// A split says which slice of a layered tensor's per-layer block this
+	// rank holds: along dimension dim (of the local shape, 0 being the
+	// layer), blocks of width elements taken from the global offsets at.
+	type split struct {
+		dim, width int
+		at         []int
+	}
+	var (
+		whole = split{} // every rank of the group holds the tensor whole
+		// Column-parallel: this rank's heads of q, k and v (three blocks of
+		// Cl rows of the QKV projection) and its Fl hidden units of fc.
+		qkvHeads = split{1, Cl, []int{r * Cl, C + r*Cl, 2*C + r*Cl}}
+		fcUnits  = split{1, Fl, []int{r * Fl}}
+		// Row-parallel: the input columns of attproj that this rank's heads
+		// produce, and those of fcproj from its hidden units.
+		attprojIn = split{2, Cl, []int{r * Cl}}
+		fcprojIn  = split{2, Fl, []int{r * Fl}}
+	)
+	// layered returns the pieces of a layered tensor split as sp.
+	layered := func(local []int, sp split) []Piece {
 		var ps []Piece
 		for _, run := range runs {
-			if dim == 0 {
+			if sp.dim == 0 {
 				lo, gl := make([]int, len(local)), make([]int, len(local))
 				lo[0], gl[0] = run[0], run[1]
 				sh := append([]int{run[2]}, local[1:]...)
 				ps = append(ps, Piece{lo, gl, sh})
 				continue
 			}
-			for j, o := range offs {
+			for j, o := range sp.at {
 				lo, gl := make([]int, len(local)), make([]int, len(local))
 				lo[0], gl[0] = run[0], run[1]
-				lo[dim], gl[dim] = j*w, o
+				lo[sp.dim], gl[sp.dim] = j*sp.width, o
 				sh := append([]int{run[2]}, local[1:]...)
-				sh[dim] = w
+				sh[sp.dim] = sp.width
 				ps = append(ps, Piece{lo, gl, sh})
 			}
 		}
 		return ps
 	}
-	whole := func(shape []int) []Piece {
+	wholeTensor := func(shape []int) []Piece {
 		return []Piece{{make([]int, len(shape)), make([]int, len(shape)), shape}}
 	}
 	type spec struct {
@@ -189,27 +205,28 @@ func LayoutPart(cfg ModelConfig, part Part) ([]Tensor, int) {
 		decay, split  bool
 	}
 	L := cfg.L
-	lay := func(name string, local, global []int, dim, w int, decay bool, offs ...int) spec {
-		return spec{name, Ll > 0, local, global, layered(local, dim, w, offs...), decay, dim != 0 && M > 1}
+	lay := func(name string, local, global []int, sp split, decay bool) spec {
+		return spec{name, Ll > 0, local, global, layered(local, sp), decay, sp.dim != 0 && M > 1}
 	}
 	specs := []spec{
+		// Vocabulary-parallel: this rank's Vpl rows of the embedding.
 		{"wte", part.Embed || part.Head, []int{Vpl, C}, []int{cfg.Vp, C},
 			[]Piece{{[]int{0, 0}, []int{r * Vpl, 0}, []int{Vpl, C}}}, true, M > 1},
-		{"wpe", part.Embed, []int{cfg.MaxT, C}, []int{cfg.MaxT, C}, whole([]int{cfg.MaxT, C}), true, false},
-		lay("ln1w", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		lay("ln1b", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		lay("qkvw", []int{Ll, 3 * Cl, C}, []int{L, 3 * C, C}, 1, Cl, true, r*Cl, C+r*Cl, 2*C+r*Cl),
-		lay("qkvb", []int{Ll, 3 * Cl}, []int{L, 3 * C}, 1, Cl, false, r*Cl, C+r*Cl, 2*C+r*Cl),
-		lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, 2, Cl, true, r*Cl),
-		lay("attprojb", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		lay("ln2w", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		lay("ln2b", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		lay("fcw", []int{Ll, Fl, C}, []int{L, F, C}, 1, Fl, true, r*Fl),
-		lay("fcb", []int{Ll, Fl}, []int{L, F}, 1, Fl, false, r*Fl),
-		lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, 2, Fl, true, r*Fl),
-		lay("fcprojb", []int{Ll, C}, []int{L, C}, 0, 0, false),
-		{"lnfw", part.Head, []int{C}, []int{C}, whole([]int{C}), false, false},
-		{"lnfb", part.Head, []int{C}, []int{C}, whole([]int{C}), false, false},
+		{"wpe", part.Embed, []int{cfg.MaxT, C}, []int{cfg.MaxT, C}, wholeTensor([]int{cfg.MaxT, C}), true, false},
+		lay("ln1w", []int{Ll, C}, []int{L, C}, whole, false),
+		lay("ln1b", []int{Ll, C}, []int{L, C}, whole, false),
+		lay("qkvw", []int{Ll, 3 * Cl, C}, []int{L, 3 * C, C}, qkvHeads, true),
+		lay("qkvb", []int{Ll, 3 * Cl}, []int{L, 3 * C}, qkvHeads, false),
+		lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, attprojIn, true),
+		lay("attprojb", []int{Ll, C}, []int{L, C}, whole, false),
+		lay("ln2w", []int{Ll, C}, []int{L, C}, whole, false),
+		lay("ln2b", []int{Ll, C}, []int{L, C}, whole, false),
+		lay("fcw", []int{Ll, Fl, C}, []int{L, F, C}, fcUnits, true),
+		lay("fcb", []int{Ll, Fl}, []int{L, F}, fcUnits, false),
+		lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, fcprojIn, true),
+		lay("fcprojb", []int{Ll, C}, []int{L, C}, whole, false),
+		{"lnfw", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
+		{"lnfb", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
 	}
 	var ts []Tensor
 	off := 0

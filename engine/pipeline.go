@@ -7,36 +7,6 @@ import (
 	"github.com/gptui/gptui/comm"
 )
 
-// Pipeline parallelism cuts the blocks into pp·vpp chunks of equal size:
-// virtual stage v = k·pp + s is chunk k of pipeline rank s (rank s holds
-// chunks s, s+pp, s+2pp, …; with vpp = 1 it is simply stage s). The first
-// stage also runs the embedding, the last the final LayerNorm, the tied
-// head and the loss; both hold wte, and after the backward passes they sum
-// its gradients (as ColossalAI's PipelineSharedModuleWrapper does), so the
-// two copies stay equal. The micro-batches of a step are the gradient
-// accumulation steps.
-//
-// Between virtual stages flow the (B,T,C) residual stream forward and its
-// gradient backward, point to point: activations on one communicator and
-// gradients on another, so that on each pair of ranks each kind arrives in
-// the order it was sent. Sends return once the data is queued, so a
-// schedule that is deadlock-free with buffered sends runs as written.
-//
-// Schedules (each rank runs its list of forward and backward passes in
-// order):
-//
-//	gpipe        every forward, then every backward
-//	1f1b         pp−s−1 warm-up forwards on stage s, then one forward, one
-//	             backward, …, then the remaining backwards: at most pp−s
-//	             micro-batches in flight (Megatron, PipeDream-Flush)
-//	interleaved  1F1B over virtual stages in Megatron's order: groups of pp
-//	             micro-batches go through chunk 0, then chunk 1, …; warm-up
-//	             (pp−s−1)·2 + (vpp−1)·pp; the bubble shrinks by vpp
-//
-// The losses, gradients and dropout masks are those of one process: each
-// micro-batch keeps its Pass, and the order of the micro-batches' gradient
-// sums is the same.
-
 // pipeOp is one pass of a schedule: the forward or backward pass of
 // micro-batch mb through local chunk chunk.
 type pipeOp struct {
@@ -46,7 +16,21 @@ type pipeOp struct {
 }
 
 // pipeSchedule lists the passes stage s of a pp-stage pipeline with vpp
-// chunks per rank runs for m micro-batches.
+// chunks per rank runs for m micro-batches, in order:
+//
+//	gpipe        every forward, then every backward
+//	1f1b         pp−s−1 warm-up forwards on stage s, then one forward, one
+//	             backward, …, then the remaining backwards: at most pp−s
+//	             micro-batches in flight (Megatron, PipeDream-Flush)
+//	interleaved  1F1B over virtual stages in Megatron's order: groups of pp
+//	             micro-batches go through chunk 0, then chunk 1, …; warm-up
+//	             (pp−s−1)·2 + (vpp−1)·pp; the bubble shrinks by vpp
+//
+// Virtual stage v = k·pp + s is chunk k of pipeline rank s (rank s holds
+// chunks s, s+pp, s+2pp, …; with vpp = 1 it is simply stage s). The losses,
+// gradients and dropout masks are those of one process: each micro-batch
+// keeps its Pass, and the order of the micro-batches' gradient sums is the
+// same.
 func pipeSchedule(kind string, pp, vpp, s, m int) []pipeOp {
 	var ops []pipeOp
 	switch {
@@ -99,7 +83,14 @@ func pipeSchedule(kind string, pp, vpp, s, m int) []pipeOp {
 	return ops
 }
 
-// pipeline runs the schedule of one pipeline rank.
+// pipeline runs the schedule of one pipeline rank. Between virtual stages
+// flow the (B,T,C) residual stream forward and its gradient backward, point
+// to point: activations on one communicator and gradients on another, so
+// that on each pair of ranks each kind arrives in the order it was sent.
+// Sends return once the data is queued, so a schedule that is
+// deadlock-free with buffered sends runs as written. The first and last
+// stages both hold wte and sum its gradients after the backward passes
+// (sumTied), as ColossalAI's PipelineSharedModuleWrapper does.
 type pipeline struct {
 	topo  Topology
 	acts  *comm.Group // activations, forward: member i is stage i

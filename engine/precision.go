@@ -2,20 +2,6 @@ package engine
 
 import "math"
 
-// Mixed precision (Engine.mix_precision): the backend runs the GEMMs in
-// bf16 or fp16 and keeps fp32 master weights, gradients and optimizer
-// state (kernels/cuda); the engine's part is fp16's loss scaling.
-//
-// fp16 has 5 exponent bits: gradients below 2⁻²⁴ flush to zero. The loss is
-// multiplied by a scale S before the backward pass (through the logits'
-// gradient, dscale), so the gradients come out S times larger, and divided
-// again inside the update (AdamW's gscale), where S is exact: a power of
-// two changes no bits unless something overflows. An overflow shows as a
-// non-finite global gradient norm: the step is skipped (the parameters and
-// moments are left as they are), counted and logged, and S halves. After
-// growthInterval good steps in a row S doubles again. bf16 has fp32's
-// exponent range and needs no scaling.
-
 // Dynamic loss scaling constants, as PaddlePaddle's and PyTorch's AMP
 // defaults: halve on overflow, double after 1000 clean steps.
 const (
@@ -27,6 +13,16 @@ const (
 
 // lossScaler is fp16's dynamic loss scale. A nil *lossScaler scales by 1
 // and never skips.
+//
+// fp16 has 5 exponent bits: gradients below 2⁻²⁴ flush to zero. The loss is
+// multiplied by a scale S before the backward pass (through the logits'
+// gradient, dscale), so the gradients come out S times larger, and divided
+// again inside the update (AdamW's gscale), where S is exact: a power of
+// two changes no bits unless something overflows. An overflow shows as a
+// non-finite global gradient norm: the step is skipped (the parameters and
+// moments are left as they are), counted and logged, and S halves. After
+// growthInterval good steps in a row S doubles again. bf16 has fp32's
+// exponent range and needs no scaling.
 type lossScaler struct {
 	scale   float64 // the current S
 	good    int     // clean steps since the last change

@@ -7,21 +7,10 @@ import (
 	"github.com/gptui/gptui/comm"
 )
 
-// Sharding (ZeRO) splits the flat parameter buffer into sharding_degree equal
-// shards (padded with zeros to divide evenly); each rank of a sharding group
-// keeps the AdamW moments of its shard only and updates only its shard of the
-// parameters, then the group all-gathers the updated parameters.
-//
-//	stage 1: gradients are all-reduced in full; optimizer state is 1/S per rank
-//	stage 2: gradients are reduce-scattered, so each rank sums only its shard
-//	stage 3: parameters too are sharded, gathered unit by unit (below)
-//
-// The update is the one a single process would make: the global gradient
-// norm is the norm of the full summed gradient (stage 2 adds up the shards'
-// squares across the group), and each element sees the same AdamW step.
-
 // shardedUpdate clips and applies one AdamW step to this rank's shard and
-// all-gathers the parameters. It returns the global gradient norm.
+// all-gathers the parameters (the package doc's "Data parallel and
+// sharding"). It returns the global gradient norm: that of the full summed
+// gradient, as one process would compute it.
 func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, error) {
 	d, m := tr.dp, tr.Model
 	n := m.NumParams()
@@ -86,19 +75,17 @@ func (tr *Trainer) fullMoments(ctx context.Context) (mo, vo []float32, err error
 	return mo, vo, err
 }
 
-// Stage 3 (ZeRO-3) also shards the parameters. A rank keeps its shard of
-// the flat buffer [lo, hi) for good; the parameters of a unit — one block,
-// or the tensors outside the blocks (wte, wpe, lnf) — are all-gathered
-// into the model's buffer just before the unit is used and given back
-// right after: a block's for its forward pass, again for its backward pass
+// zero3 gathers and releases a model's units for sharding stage 3, which
+// also shards the parameters. A rank keeps its shard of the flat buffer
+// [lo, hi) for good; the parameters of a unit — one block, or the tensors
+// outside the blocks (wte, wpe, lnf) — are all-gathered into the model's
+// buffer just before the unit is used and given back right after: a block's for its forward pass, again for its backward pass
 // (whose gradients are then reduce-scattered, each rank adding its shard's
 // sums to its reduced gradients), the outer tensors for the whole step.
 // The model's Params and Grads are anonymous mappings whose pages are
 // returned to the system when a unit is released, so a rank holds its
 // shard plus the outer tensors and one block at a time. The update and the
 // checkpoints are stage 2's, on the same shards.
-
-// zero3 gathers and releases a model's units for sharding stage 3.
 type zero3 struct {
 	g       *comm.Group // the sharding group
 	rank    int         // this rank's place in it

@@ -7,29 +7,10 @@ import (
 	"github.com/gptui/gptui/comm"
 )
 
-// Tensor parallelism (Megatron-LM's 1D scheme) splits every block over the
-// mp_degree ranks of a tensor-parallel group; Part and LayoutPart say which
-// slice of each tensor a rank holds, and the model's passes (gpt2.go) run
-// on the slices:
-//
-//	qkv, fc        column-parallel: each rank computes its heads / hidden units
-//	attproj, fcproj row-parallel: each rank's output is a partial sum, all-reduced
-//	wte            vocabulary-parallel: the embedding sums the ranks' lookups,
-//	               the loss crosses the group only as per-row maxima and sums
-//
-// Per block that is two all-reduces of (B,T,C) in the forward pass (after
-// attproj and fcproj) and two in the backward pass (the input gradients of
-// qkv and fc), plus one each for the embedding and the head's input
-// gradient. LayerNorms, the row-parallel biases and wpe are held whole by
-// every rank of the group; their gradients come out identical on every rank,
-// so they need no communication, and the gradient norm counts them once.
-//
-// Dropout draws the masks one process would: the residual-stream sites act
-// on whole (B,T,C) tensors after the all-reduce, and the attention
-// probabilities' mask is placed by global head (cpu.Dropout.Heads).
-
-// tensorParallel is the communication of a model's tensor-parallel group.
-// A nil *tensorParallel does nothing: the model is not split.
+// tensorParallel is the communication of a model's tensor-parallel group
+// (the package doc's "Tensor parallel" says what crosses it and when; the
+// slices each rank holds are in LayoutPart). A nil *tensorParallel does
+// nothing: the model is not split.
 type tensorParallel struct {
 	g   *comm.Group
 	ctx context.Context

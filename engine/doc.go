@@ -1,0 +1,107 @@
+// Package engine trains GPT-2 models: the model with its forward and backward
+// passes written out layer by layer (as llm.c's train_gpt2.c), the AdamW
+// optimizer and learning-rate schedule, the training loop with evaluation,
+// logging and checkpoints, every parallel dimension, and generation.
+//
+// The model keeps its parameters in one flat buffer and its gradients in
+// another, laid out tensor by tensor in llm.c's order ([Layout]); each layer
+// runs on a [kernels.Backend] (kernels/cpu or kernels/cuda). A [Trainer]
+// owns a model, its optimizer, the data and the communication groups of
+// one rank, and [Trainer.Run] trains it.
+//
+// # The life of a step
+//
+// Every rank runs the same loop ([Trainer.Run], trainStep in train.go):
+//
+//  1. data: every rank reads the whole global batch (engine/data's loader
+//     serves global batches, so the samples do not depend on the split)
+//     and keeps the micro-batches of its data index;
+//  2. forward: embedding, the blocks, the final LayerNorm, the tied head
+//     and the cross-entropy (gpt2.go: embedForward, blockForward,
+//     headForward), keeping what backward needs;
+//  3. loss: the logits' gradient is left in place, scaled so that the
+//     accumulated gradient is that of the mean loss of the global batch;
+//  4. backward: headBackward, blockBackward from the last block down,
+//     embedBackward, accumulating into the gradient buffer;
+//  5. reduce: the gradients are summed over the replicas (dataparallel.go),
+//     block by block while the blocks below still compute;
+//  6. update: the global gradient norm is clipped and AdamW applied
+//     (optimizer.go), on a shard of the buffer under sharding.
+//
+// The losses, gradients, dropout masks and updates are those of one process
+// training on the whole batch, whatever the parallel layout: the parity
+// tests (parallel_test.go) check every layout against one process.
+//
+// # Where is
+//
+//	a layer's forward and backward   gpt2.go: blockForward / blockBackward, side by side;
+//	                                 the kernels themselves in kernels/cpu, one file per family
+//	the parameter layout             params.go: Layout, LayoutPart, Tensor, Part
+//	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
+//	data parallel                    dataParallel (dataparallel.go)
+//	sharding (ZeRO stages 1-3)       shardedUpdate, zero3 (sharding.go)
+//	tensor parallel                  tensorParallel (tensorparallel.go), the slices in LayoutPart
+//	pipeline parallel                pipeSchedule, pipeline (pipeline.go)
+//	recompute                        Recompute (gpt2.go), Engine.use_recompute
+//	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
+//	checkpoints, resume              ckpt.go (save, restore), agree.go (every rank resumes the same step),
+//	                                 engine/checkpoint (the format)
+//	interrupts and async saves       stop.go
+//	training logs and metrics        logs.go, event.Metrics
+//	llm.c and Hugging Face files     llmc.go, engine/hf
+//	generation                       generate.go (key/value cache)
+//
+// # Data parallel and sharding
+//
+// Ranks that hold the same part of the model and read different
+// micro-batches are replicas. Data parallelism all-reduces their gradients.
+// Sharding (ZeRO) splits the flat parameter buffer into sharding_degree
+// equal shards (padded with zeros to divide evenly); each rank of a
+// sharding group keeps the AdamW moments of its shard only, updates only
+// its shard of the parameters, and the group then all-gathers them:
+//
+//	stage 1  gradients all-reduced in full; optimizer state 1/S per rank
+//	stage 2  gradients reduce-scattered, so each rank sums only its shard
+//	stage 3  parameters sharded too: each block gathered for its forward and
+//	         backward pass and given back after (see zero3)
+//
+// The global gradient norm is the norm of the full summed gradient (stage 2
+// adds up the shards' squares across the group), so each element sees the
+// update one process would make.
+//
+// # Tensor parallel
+//
+// Megatron-LM's 1D scheme splits every block over the mp_degree ranks of a
+// tensor-parallel group:
+//
+//	qkv, fc          column-parallel: each rank computes its heads / hidden units
+//	attproj, fcproj  row-parallel: each rank's output is a partial sum, all-reduced
+//	wte              vocabulary-parallel: the embedding sums the ranks' lookups,
+//	                 the loss crosses the group only as per-row maxima and sums
+//
+// Per block that is two all-reduces of (B,T,C) in the forward pass (after
+// attproj and fcproj) and two in the backward pass (the input gradients of
+// qkv and fc), plus one each for the embedding and the head's input
+// gradient. LayerNorms, the row-parallel biases and wpe are held whole by
+// every rank of the group; their gradients come out identical on every
+// rank, so they need no communication, and the gradient norm counts them
+// once. Dropout draws the masks one process would: the residual-stream sites
+// act on whole (B,T,C) tensors after the all-reduce, and the attention
+// probabilities' mask is placed by global head.
+//
+// # Pipeline parallel
+//
+// The blocks are cut into pp·vpp chunks of equal size: virtual stage
+// v = k·pp + s is chunk k of pipeline rank s. The first stage also runs the
+// embedding, the last the final LayerNorm, the tied head and the loss; both
+// hold wte, and after the backward passes they sum its gradients, so the two
+// copies stay equal. The micro-batches of a step are the gradient
+// accumulation steps, and a schedule (gpipe, 1f1b, interleaved) is a list of
+// forward and backward passes each rank runs in order (pipeSchedule).
+//
+// # Mixed precision
+//
+// Engine.mix_precision.dtype bf16 or fp16 runs the GEMMs in that type and
+// keeps fp32 master weights, gradients and optimizer state (the backend's
+// part); fp16 adds dynamic loss scaling (lossScaler in precision.go).
+package engine
