@@ -12,6 +12,7 @@ import (
 
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
@@ -438,9 +439,6 @@ func reshape(c *presets.Config, ranks int) error {
 		return fmt.Errorf("mp %d × pp %d does not divide them", mp, pp)
 	}
 	replicas := ranks / (mp * pp)
-	if g.GlobalBatchSize%replicas != 0 {
-		return fmt.Errorf("the global batch %d does not divide into %d replicas", g.GlobalBatchSize, replicas)
-	}
 	sh := max(d.Sharding.ShardingDegree, 1)
 	if replicas%sh != 0 {
 		sh = gcd(sh, replicas)
@@ -449,9 +447,15 @@ func reshape(c *presets.Config, ranks int) error {
 	if sh == 1 {
 		d.Sharding.ShardingStage = 1
 	}
+	if p := layout.Check(c.LayoutModel(), c.Layout(), layout.Batch{Global: g.GlobalBatchSize}); p != nil {
+		return errors.New(p.Msg)
+	}
 	g.LocalBatchSize = g.GlobalBatchSize / replicas
 	if g.MicroBatchSize <= 0 || g.LocalBatchSize%g.MicroBatchSize != 0 {
 		g.MicroBatchSize = gcd(max(g.MicroBatchSize, 1), g.LocalBatchSize)
+	}
+	if p := layout.Check(c.LayoutModel(), c.Layout(), c.Batch()); p != nil {
+		return p
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -64,6 +65,11 @@ func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 	return nil
 }
 
+// layoutModel is what the layout rule reads of the shape.
+func (c ModelConfig) layoutModel() layout.Model {
+	return layout.Model{Layers: c.L, Heads: c.NH, FFN: c.F, PaddedVocab: c.Vp}
+}
+
 // Tensor is one named parameter: a view into the model's single buffer.
 // Layered tensors (qkvw, …) hold all the rank's layers, layer-major, as
 // llm.c does.
@@ -117,12 +123,9 @@ func (p Part) check(cfg ModelConfig) error {
 	switch {
 	case p.MP < 1 || p.MPRank < 0 || p.MPRank >= p.MP:
 		return fmt.Errorf("tensor-parallel rank %d of %d", p.MPRank, p.MP)
-	case cfg.NH%p.MP != 0:
-		return fmt.Errorf("mp_degree %d does not divide num_attention_heads %d", p.MP, cfg.NH)
-	case cfg.F%p.MP != 0:
-		return fmt.Errorf("mp_degree %d does not divide ffn_hidden_size %d", p.MP, cfg.F)
-	case cfg.Vp%p.MP != 0:
-		return fmt.Errorf("mp_degree %d does not divide the padded vocabulary %d", p.MP, cfg.Vp)
+	}
+	if pr := layout.Check(cfg.layoutModel(), layout.Layout{DP: 1, Sharding: 1, MP: p.MP, PP: 1, VPP: 1, Stage: 1}, layout.Batch{}); pr != nil {
+		return pr
 	}
 	for i, l := range p.Layers {
 		if l < 0 || l >= cfg.L || i > 0 && l <= p.Layers[i-1] {

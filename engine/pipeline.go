@@ -103,9 +103,6 @@ type pipeline struct {
 }
 
 func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, error) {
-	if topo.Schedule == "interleaved" && accum%topo.PP != 0 {
-		return nil, &ConfigError{fmt.Sprintf("the interleaved schedule needs the micro-batches per step (local_batch_size / micro_batch_size = %d) to be a multiple of pp_degree %d", accum, topo.PP)}
-	}
 	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1, free: make([][]*activations, topo.VPP)}
 	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
 	var err error

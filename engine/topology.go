@@ -3,7 +3,7 @@ package engine
 import (
 	"fmt"
 
-	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/layout"
 )
 
 // Topology is one rank's place in the parallel layout.
@@ -35,37 +35,21 @@ type Topology struct {
 	DPIndex, ShardIndex, PPIndex, MPIndex int
 }
 
-// NewTopology checks the degrees of d against the world size and the model
-// (mp must divide heads, ffn and the padded vocabulary; pp·vpp the layers)
-// and places rank in the grid.
-func NewTopology(d presets.Distributed, cfg ModelConfig, rank, world int) (Topology, error) {
-	s, dp, mp, pp, vpp := max(d.Sharding.ShardingDegree, 1), max(d.DPDegree, 1), max(d.MPDegree, 1), max(d.PPDegree, 1), max(d.VPPDegree, 1)
+// NewTopology checks layout l and batch b against the world size and the
+// model (the one rule, [layout.Check]) and places rank in the grid.
+func NewTopology(l layout.Layout, b layout.Batch, cfg ModelConfig, rank, world int) (Topology, error) {
+	if p := layout.Check(cfg.layoutModel(), l, b); p != nil {
+		return Topology{}, &ConfigError{p.Error()}
+	}
+	s, dp, mp, pp, vpp := l.Sharding, l.DP, l.MP, l.PP, l.VPP
 	if n := dp * s * mp * pp; n != world {
 		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: dp_degree %d × sharding_degree %d × mp_degree %d × pp_degree %d = %d ranks, but the job has %d process(es); start them with `gptui run --no-tui --nproc %d` or change the degrees", dp, s, mp, pp, n, world, n)}
 	}
-	switch {
-	case cfg.NH%mp != 0:
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide Model.num_attention_heads %d; pick a divisor", mp, cfg.NH)}
-	case cfg.F%mp != 0:
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide Model.ffn_hidden_size %d; pick a divisor", mp, cfg.F)}
-	case cfg.Vp%mp != 0:
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.mp_degree %d does not divide the padded vocabulary %d; pick a divisor", mp, cfg.Vp)}
-	case cfg.L%(pp*vpp) != 0:
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: pp_degree %d × vpp_degree %d = %d does not divide Model.num_layers %d; pick degrees whose product divides it", pp, vpp, pp*vpp, cfg.L)}
-	case vpp > 1 && pp == 1:
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.vpp_degree %d needs pp_degree > 1", vpp)}
-	}
-	sched := d.PPSchedule
-	if sched == "" {
-		sched = "1f1b"
-	}
-	if vpp > 1 && sched != "interleaved" {
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed.vpp_degree %d needs pp_schedule: interleaved (it is %s)", vpp, sched)}
-	}
-	if sched == "interleaved" && vpp == 1 && pp > 1 {
+	sched := l.Schedule
+	if sched == "" || sched == "interleaved" && vpp == 1 {
 		sched = "1f1b" // one chunk per rank: interleaving is 1F1B
 	}
-	stage := d.Sharding.ShardingStage
+	stage := l.Stage
 	if s == 1 {
 		stage = 0
 	}

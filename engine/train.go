@@ -149,7 +149,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if err := shape.Validate(); err != nil {
 		return nil, &ConfigError{err.Error()}
 	}
-	topo, err := NewTopology(cfg.Distributed, shape, rank, world)
+	topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
 	if err != nil {
 		return nil, err
 	}

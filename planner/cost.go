@@ -3,6 +3,8 @@ package planner
 import (
 	"fmt"
 	"math"
+
+	"github.com/gptui/gptui/layout"
 )
 
 // Memory is the bytes one device holds, by component.
@@ -86,9 +88,6 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 	case s.PP > 1 && mb < s.PP:
 		p.Feasible = false
 		p.Reason = fmt.Sprintf("pipeline never fills: %d micro-batch(es) per step for %d stages", mb, s.PP)
-	case s.VPP > 1 && mb%s.PP != 0:
-		p.Feasible = false
-		p.Reason = fmt.Sprintf("interleaved schedule: the micro-batches per step (%d) are not a multiple of pp (%d)", mb, s.PP)
 	}
 	return p
 }
@@ -98,22 +97,13 @@ func invalid(m Model, c Cluster, s Strategy) string {
 	switch {
 	case s.Devices() != c.Size():
 		return fmt.Sprintf("dp %d × sharding %d × mp %d × pp %d = %d devices, the cluster has %d", s.DP, s.ShardingDegree, s.MP, s.PP, s.Devices(), c.Size())
-	case s.ShardingStage < 1 || s.ShardingStage > 3:
-		return fmt.Sprintf("sharding stage %d: want 1, 2 or 3", s.ShardingStage)
-	case m.GlobalBatch%s.Replicas() != 0:
-		return fmt.Sprintf("global batch %d does not divide into %d replicas (dp × sharding)", m.GlobalBatch, s.Replicas())
-	case (m.GlobalBatch/s.Replicas())%s.MicroBatch != 0:
-		return fmt.Sprintf("local batch %d is not a multiple of micro-batch %d", m.GlobalBatch/s.Replicas(), s.MicroBatch)
-	case m.Heads%s.MP != 0 || m.FFN%s.MP != 0 || m.PaddedVocab%s.MP != 0:
-		return fmt.Sprintf("mp %d does not divide the heads (%d), ffn (%d) and padded vocabulary (%d)", s.MP, m.Heads, m.FFN, m.PaddedVocab)
 	case s.MP > c.DevicesPerNode:
 		return fmt.Sprintf("mp %d exceeds the %d devices of a node", s.MP, c.DevicesPerNode)
-	case m.Layers%s.PP != 0:
-		return fmt.Sprintf("pp %d does not divide the %d layers", s.PP, m.Layers)
-	case s.VPP > 1 && (s.PP <= 2 || m.Layers%(s.PP*s.VPP) != 0):
-		return fmt.Sprintf("vpp %d needs pp > 2 and layers (%d) divisible by pp × vpp", s.VPP, m.Layers)
 	case s.Recompute != RecomputeNone && s.Recompute != RecomputeFull && s.Recompute != RecomputeOnlyAttn:
 		return fmt.Sprintf("recompute %q: want none, full or only_attn", s.Recompute)
+	}
+	if p := layout.Check(m.layout(), s.layout(), s.batch(m)); p != nil {
+		return p.Error()
 	}
 	return ""
 }

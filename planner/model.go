@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 
+	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -29,6 +30,11 @@ func ModelOf(cfg *presets.Config) Model {
 		SeqLen: cfg.Data.Train.Dataset.MaxSeqLen, GlobalBatch: cfg.Global.GlobalBatchSize,
 		Dtype: cfg.Engine.MixPrecision.Dtype,
 	}
+}
+
+// layout is m as the layout rule reads it.
+func (m Model) layout() layout.Model {
+	return layout.Model{Layers: m.Layers, Heads: m.Heads, FFN: m.FFN, PaddedVocab: m.PaddedVocab}
 }
 
 // String describes the model in one line.

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/gptui/gptui/layout"
 )
 
 // Fixed holds the parts of a strategy the user chose (semi-auto); zero
@@ -63,12 +65,11 @@ type Options struct {
 	Caps Capabilities
 }
 
-// Search evaluates every valid strategy for m on c that agrees with
-// o.Fixed: each split of the devices into dp × sharding × mp × pp (mp
-// dividing the heads, the ffn size and the padded vocabulary and at most
-// the devices of a node; pp dividing the layers), each sharding stage, each
-// virtual pipeline degree (with pp > 2 and the layers divisible by pp·vpp),
-// each micro-batch size dividing the local batch and each recompute
+// Search evaluates every valid strategy for m on c ([layout.Check]) that
+// agrees with o.Fixed: each split of the devices into dp × sharding × mp ×
+// pp (mp at most the devices of a node), each sharding stage, each virtual
+// pipeline degree (searched on pipelines of more than two stages), each
+// micro-batch size dividing the local batch and each recompute
 // granularity. It returns them ranked: the feasible ones fastest first,
 // then the infeasible ones with their reasons. It fails only when no
 // layout is valid at all.
@@ -86,25 +87,31 @@ func Search(m Model, c Cluster, o Options) ([]Plan, error) {
 	if f.Recompute != "" {
 		recomputes = []string{f.Recompute}
 	}
+	// valid asks the layout rule about the degrees chosen so far (the
+	// others 1) and the global batch over dp replicas.
+	valid := func(mp, pp, vpp, dp int) bool {
+		s := Strategy{DP: dp, ShardingDegree: 1, ShardingStage: 1, MP: mp, PP: pp, VPP: vpp}
+		return layout.Check(m.layout(), s.layout(), layout.Batch{Global: m.GlobalBatch}) == nil
+	}
 	var plans []Plan
 	for _, mp := range divisors(n) {
-		if !fits(f.MP, mp) || mp > c.DevicesPerNode || m.Heads%mp != 0 || m.FFN%mp != 0 || m.PaddedVocab%mp != 0 {
+		if !fits(f.MP, mp) || mp > c.DevicesPerNode || !valid(mp, 1, 1, 1) {
 			continue
 		}
 		for _, pp := range divisors(n / mp) {
-			if !fits(f.PP, pp) || m.Layers%pp != 0 {
+			if !fits(f.PP, pp) || !valid(mp, pp, 1, 1) {
 				continue
 			}
+			// Virtual stages only on pipelines of more than two stages,
+			// as Megatron-LM interleaves: a search choice, not a rule.
 			vpps := []int{1}
-			if pp > 2 {
-				for v := 2; v <= m.Layers/pp; v++ {
-					if m.Layers%(pp*v) == 0 {
-						vpps = append(vpps, v)
-					}
+			for v := 2; pp > 2 && v <= m.Layers/pp; v++ {
+				if valid(mp, pp, v, 1) {
+					vpps = append(vpps, v)
 				}
 			}
 			R := n / (mp * pp)
-			if m.GlobalBatch%R != 0 {
+			if !valid(mp, pp, 1, R) {
 				continue
 			}
 			local := m.GlobalBatch / R

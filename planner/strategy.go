@@ -2,8 +2,10 @@ package planner
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/presets"
 	"strings"
+
+	"github.com/gptui/gptui/layout"
+	"github.com/gptui/gptui/presets"
 )
 
 // Recompute granularities, as Engine.recompute_granularity spells them.
@@ -28,6 +30,20 @@ type Strategy struct {
 	VPP            int    `json:"vpp"` // virtual stages per pipeline rank; > 1 is interleaved 1F1B
 	MicroBatch     int    `json:"micro_batch_size"`
 	Recompute      string `json:"recompute"` // RecomputeNone, RecomputeFull or RecomputeOnlyAttn
+}
+
+// layout is s as the layout rule reads it.
+func (s Strategy) layout() layout.Layout {
+	sched := "1f1b"
+	if s.VPP > 1 {
+		sched = "interleaved"
+	}
+	return layout.Layout{DP: s.DP, Sharding: s.ShardingDegree, MP: s.MP, PP: s.PP, VPP: s.VPP, Stage: s.ShardingStage, Schedule: sched}
+}
+
+// batch is m's global batch in s's micro-batches (the local batch derived).
+func (s Strategy) batch(m Model) layout.Batch {
+	return layout.Batch{Global: m.GlobalBatch, Micro: s.MicroBatch}
 }
 
 // Devices is the number of devices the strategy uses.

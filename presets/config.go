@@ -24,6 +24,8 @@
 // line and dotted key it concerns.
 package presets
 
+import "github.com/gptui/gptui/layout"
+
 // Config is a complete gptui training configuration. Its YAML keys are the
 // snake_case names of PaddleFleetX (see the yaml struct tags and the package
 // documentation); configurations returned by [Load] and [Parse] have all
@@ -202,4 +204,23 @@ func (c *Config) PaddedVocab() int {
 		return 0
 	}
 	return (v + align - 1) / align * align
+}
+
+// LayoutModel is what the layout rule ([layout.Check]) reads of c's model.
+func (c *Config) LayoutModel() layout.Model {
+	m := c.Model
+	return layout.Model{Layers: m.NumLayers, Heads: m.NumAttentionHeads, FFN: m.FFNHiddenSize, PaddedVocab: c.PaddedVocab()}
+}
+
+// Layout is c's parallel layout.
+func (c *Config) Layout() layout.Layout {
+	d := c.Distributed
+	return layout.Layout{DP: d.DPDegree, Sharding: d.Sharding.ShardingDegree, MP: d.MPDegree, PP: d.PPDegree,
+		VPP: d.VPPDegree, Stage: d.Sharding.ShardingStage, Schedule: d.PPSchedule}
+}
+
+// Batch is c's batch sizes.
+func (c *Config) Batch() layout.Batch {
+	g := c.Global
+	return layout.Batch{Global: g.GlobalBatchSize, Local: g.LocalBatchSize, Micro: g.MicroBatchSize}
 }

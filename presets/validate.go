@@ -3,6 +3,8 @@ package presets
 import (
 	"fmt"
 	"math"
+
+	"github.com/gptui/gptui/layout"
 )
 
 // maxSize bounds every size, count and degree, so that products of a few of
@@ -15,14 +17,15 @@ const maxSize = 1<<31 - 1
 // positions. [Load] and [Parse] validate for you and fill them in.
 //
 // Validate checks: positive sizes, steps and degrees; hidden_size divisible
-// by num_attention_heads (and heads by mp_degree, layers by pp_degree);
+// by num_attention_heads; the parallel layout ([layout.Check]: mp_degree
+// dividing the heads, ffn_hidden_size and the padded vocabulary, pp_degree ×
+// vpp_degree the layers, the batch sizes, the sharding stage, the pipeline
+// schedule);
 // max_seq_len ≤ max_position_embeddings; at most [MaxLayers] layers, [MaxElements]
 // parameters and [MaxElements] elements in the largest activation tensor of a
-// micro-batch ([ActivationBound]); global_batch_size =
-// local_batch_size × dp_degree × sharding_degree; local_batch_size divisible
-// by micro_batch_size; probabilities and rates in [0, 1); learning rates ≥ 0
+// micro-batch ([ActivationBound]); probabilities and rates in [0, 1); learning rates ≥ 0
 // with min_lr ≤ max_lr; betas in [0, 1); epsilon > 0; the enumerations
-// device, dtype, recompute_granularity and sharding_stage; and data splits of
+// device, dtype and recompute_granularity; and data splits of
 // three non-negative numbers with a positive sum.
 func (c *Config) Validate() error {
 	if err := c.validate(); err != nil {
@@ -151,25 +154,6 @@ func checks() []check {
 		positive("Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
 		positive("Distributed.vpp_degree", func(c *Config) int { return c.Distributed.VPPDegree }),
 		positive("Distributed.sharding.sharding_degree", func(c *Config) int { return c.Distributed.Sharding.ShardingDegree }),
-		func(c *Config) (string, string) {
-			if s := c.Distributed.Sharding.ShardingStage; s < 1 || s > 3 {
-				return "Distributed.sharding.sharding_stage", fmt.Sprintf("got %d; set it to 1, 2 or 3", s)
-			}
-			return "", ""
-		},
-
-		func(c *Config) (string, string) {
-			g, d := c.Global, c.Distributed
-			want := mulPositive(mulPositive(g.LocalBatchSize, d.DPDegree), d.Sharding.ShardingDegree)
-			if g.GlobalBatchSize != want {
-				return "Global.global_batch_size", fmt.Sprintf(
-					"%d is not local_batch_size (%d) × dp_degree (%d) × sharding_degree (%d); set it to %d or leave it unset to derive it",
-					g.GlobalBatchSize, g.LocalBatchSize, d.DPDegree, d.Sharding.ShardingDegree, want)
-			}
-			return "", ""
-		},
-		divisible("Global.local_batch_size", func(c *Config) int { return c.Global.LocalBatchSize },
-			"micro_batch_size", func(c *Config) int { return c.Global.MicroBatchSize }),
 
 		positive("Engine.max_steps", func(c *Config) int { return c.Engine.MaxSteps }),
 		positive("Engine.logging_freq", func(c *Config) int { return c.Engine.LoggingFreq }),
@@ -184,7 +168,6 @@ func checks() []check {
 			}
 			return "", ""
 		},
-		oneOf("Distributed.pp_schedule", func(c *Config) string { return c.Distributed.PPSchedule }, "1f1b", "interleaved", "gpipe"),
 		oneOf("Engine.recompute_granularity", func(c *Config) string { return c.Engine.RecomputeGranularity }, "full", "only_attn"),
 		oneOf("Engine.mix_precision.dtype", func(c *Config) string { return c.Engine.MixPrecision.Dtype }, "fp32", "bf16", "fp16"),
 		func(c *Config) (string, string) {
@@ -214,10 +197,14 @@ func checks() []check {
 		positive("Model.max_position_embeddings", func(c *Config) int { return c.Model.MaxPositionEmbeddings }),
 		divisible("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize },
 			"num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads }),
-		divisible("Model.num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads },
-			"Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
-		divisible("Model.num_layers", func(c *Config) int { return c.Model.NumLayers },
-			"Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
+		// The parallel layout: the one rule the engine and the planner
+		// also follow.
+		func(c *Config) (string, string) {
+			if p := layout.Check(c.LayoutModel(), c.Layout(), c.Batch()); p != nil {
+				return p.Key, p.Msg
+			}
+			return "", ""
+		},
 		func(c *Config) (string, string) {
 			m := c.Model
 			if m.NumLayers > MaxLayers {
