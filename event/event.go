@@ -198,6 +198,7 @@ type Progress struct {
 	Step     int   `json:"step"`                // the training step it is in
 	Ops      int64 `json:"ops"`                 // communicator operations done
 	InFlight []Op  `json:"in_flight,omitempty"` // operations running, the longest first
+	Last     *Op   `json:"last,omitempty"`      // the operation completed last (WaitS unset)
 }
 
 // Op is a communicator operation in flight.
