@@ -456,6 +456,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			}
 			if j != nil {
 				pending = startSave(j, time.Since(t0))
+				tr.logf("%s", checkpoint.SavingLine(pending.step))
 			}
 			return nil
 		}
