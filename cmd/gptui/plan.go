@@ -762,16 +762,8 @@ func shellWord(s string) string {
 func gpuProfile(probes map[string]*event.Probe) string {
 	for _, p := range probes {
 		for _, d := range p.Devices {
-			n := strings.ToUpper(d.Name)
-			switch {
-			case strings.Contains(n, "H200"):
-				return "H200-141G"
-			case strings.Contains(n, "H100"):
-				return "H100-80G"
-			case strings.Contains(n, "A100") && d.MemTotal > 60<<30:
-				return "A100-80G"
-			case strings.Contains(n, "A100"):
-				return "A100-40G"
+			if name := planner.ProfileForGPU(d.Name, d.MemTotal); name != "" {
+				return name
 			}
 		}
 	}
