@@ -14,6 +14,7 @@ import (
 	"image/color"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"gonum.org/v1/plot"
@@ -150,6 +151,28 @@ func Draw(w io.Writer, runs Runs, o Options) error {
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
 		return fmt.Errorf("report: writing the PNG: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes the PNG picture of runs to path: under a temporary name
+// in its directory, renamed when complete, so that there is never half a
+// picture at path.
+func WriteFile(path string, runs Runs, o Options) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.png")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	err = Draw(tmp, runs, o)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("report: writing %s: %w", path, err)
 	}
 	return nil
 }
