@@ -185,3 +185,27 @@ func clean(s string) string {
 	}
 	return b.String()
 }
+
+// trunc cuts s to n cells with an ellipsis.
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fit(s, n)
+}
+
+// wrap breaks s into lines of at most w cells (at least 10): at spaces
+// where it can, inside a word longer than a line where it must, so that
+// nothing is cut off. Escape sequences are kept.
+func wrap(s string, w int) []string {
+	w = max(w, 10)
+	return strings.Split(ansi.Wrap(s, w, ""), "\n")
+}
+
+// plural returns w, with an s unless n is 1.
+func plural(n int, w string) string {
+	if n == 1 {
+		return w
+	}
+	return w + "s"
+}
