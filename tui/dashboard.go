@@ -217,6 +217,9 @@ func (m *dashModel) apply(ev event.Event) {
 // onMemory keeps a memory report: the rank's own figure and the bar of its
 // device.
 func (m *dashModel) onMemory(ev event.Event) {
+	if ev.Device < 0 && ev.Used <= 0 {
+		return // a worker that has just exited: its last figure stands
+	}
 	if r := m.rank(ev.Rank); r != nil {
 		r.mem, r.memTotal = ev.Used, ev.Total
 	}

@@ -45,8 +45,9 @@ func ended(s string) bool {
 const recentSteps = 64
 
 // slowWindow is how many of its latest steps decide which rank is the
-// slowest: the median of their compute times.
-const slowWindow = 5
+// slowest: the median of their compute times (one odd step does not
+// name a rank; two slow ones do).
+const slowWindow = 3
 
 // sample is one training step of a rank, as the dashboard keeps it.
 type sample struct {
@@ -182,7 +183,8 @@ func (s slowest) ratio() float64 {
 
 // findSlowest names the rank whose median compute time (step time less
 // the time in collectives, event.Metrics.ComputeS) over its last
-// slowWindow steps is the longest, among the running ranks. In a
+// slowWindow steps is the longest, among the running ranks (or all, once
+// fewer than two run). In a
 // synchronous job every rank's step takes the slowest's time, so the step
 // time alone names no one: the others wait for the straggler in their
 // collectives.
@@ -190,9 +192,17 @@ func findSlowest(ranks []rankState) slowest {
 	s := slowest{rank: -1}
 	var meds []float64
 	at := -1 // the slowest's place in meds
+	// The running ranks; when fewer than two run (the job has ended),
+	// every rank's last steps, so the verdict outlives the job.
+	live := 0
+	for i := range ranks {
+		if ranks[i].state == rankRunning && len(ranks[i].recent) > 0 {
+			live++
+		}
+	}
 	for i := range ranks {
 		r := &ranks[i]
-		if r.state != rankRunning || len(r.recent) == 0 {
+		if len(r.recent) == 0 || live >= 2 && r.state != rankRunning {
 			continue
 		}
 		var cs []float64
