@@ -202,7 +202,7 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 		used += c.w + 1
 	}
 	heatW := max(w-used, 0)
-	head.WriteString(fit("compute per step, last steps (▁ median … █ ≥3×)", heatW))
+	head.WriteString(fit("compute per step vs others (█ ≥3×)", heatW))
 	out = append(out, st.Dim.r(fit(head.String(), w)))
 
 	rows := h - 2

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/ranktable"
@@ -584,5 +585,29 @@ func TestDashboardRestart(t *testing.T) {
 	}
 	if !d.running() || !d.start.Equal(start) || d.failure != nil {
 		t.Errorf("state %q, start %v (was %v), failure %v: want running since the first start", d.state, d.start, start, d.failure)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		w    int
+		want []string
+	}{
+		{"unknown host key for 10.0.0.12:22 (SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A); verify it", 40,
+			[]string{"unknown host key for 10.0.0.12:22", "(SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK", "6k1eX7qzZ0A); verify it"}},
+		{"a  b", 10, []string{"a b"}},
+		{"", 10, []string{""}},
+		{"0123456789abcdefghij0123456789 x", 10, []string{"0123456789", "abcdefghij", "0123456789", "x"}},
+	} {
+		got := wrap(tc.s, tc.w)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("wrap(%q, %d) = %q, want %q", tc.s, tc.w, got, tc.want)
+		}
+		for _, l := range got {
+			if n := ansi.StringWidth(l); n > max(tc.w, 10) {
+				t.Errorf("wrap(%q, %d): %q is %d cells", tc.s, tc.w, l, n)
+			}
+		}
 	}
 }
