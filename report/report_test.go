@@ -3,9 +3,12 @@ package report
 import (
 	"errors"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"gonum.org/v1/plot/plotter"
 
 	"github.com/gptui/gptui/event"
 )
@@ -46,5 +49,20 @@ func TestWriteFile(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".report-*"))
 	if len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestPadFlat: a panel of one value (a constant learning rate) gets ±10%
+// around it, not the plot's ±1 that shows it as 0.
+func TestPadFlat(t *testing.T) {
+	for _, v := range []float64{1e-3, 0, -2} {
+		p := newPlot("lr", "")
+		if err := addLine(p, "", plotter.XYs{{X: 0, Y: v}, {X: 10, Y: v}}, 0); err != nil {
+			t.Fatal(err)
+		}
+		padFlat(p)
+		if !(p.Y.Min < v && v < p.Y.Max) || v != 0 && p.Y.Max-p.Y.Min > 0.21*math.Abs(v)+1e-15 {
+			t.Errorf("%g: range [%g, %g]", v, p.Y.Min, p.Y.Max)
+		}
 	}
 }

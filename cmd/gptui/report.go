@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/gptui/gptui/report"
 )
@@ -32,7 +33,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if *title == "" {
-		*title = fmt.Sprint(dirs)
+		*title = "gptui report " + strings.Join(dirs, " ")
 	}
 	if err := report.WriteFile(*out, runs, report.Options{Width: *width, Height: *height, Title: *title}); err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
