@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -539,7 +540,7 @@ func (m *dashModel) summary(nodes []sshexec.Node) []string {
 	}
 	var seen []string
 	for _, r := range m.ranks {
-		if r.node != "" && !contains(seen, r.node) {
+		if r.node != "" && !slices.Contains(seen, r.node) {
 			seen = append(seen, r.node)
 		}
 	}
@@ -559,13 +560,4 @@ func (m *dashModel) summary(nodes []sshexec.Node) []string {
 		out = append(out, "gptui: no checkpoint was saved")
 	}
 	return out
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

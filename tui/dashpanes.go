@@ -43,12 +43,12 @@ func (m *dashModel) nodesLines(st styles, w, h int) []string {
 func (m *dashModel) nodeNames() []string {
 	var names, only []string
 	for _, r := range m.mem {
-		if !contains(names, r.node) {
+		if !slices.Contains(names, r.node) {
 			names = append(names, r.node)
 		}
 	}
 	for n := range m.health {
-		if !contains(names, n) {
+		if !slices.Contains(names, n) {
 			only = append(only, n)
 		}
 	}
