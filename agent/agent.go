@@ -232,7 +232,12 @@ func (a *agent) exited(r launch.Result) {
 	}
 	a.mu.Unlock()
 	e := a.workerEvent(r.Rank, event.WorkerExited)
-	if r.ExitCode != 0 || r.Err != nil {
+	switch {
+	case r.Stopped:
+		// The job's stop ended it: another worker's failure, the
+		// launcher's stop or an interrupt, not its own doing.
+		e.State = event.WorkerStopped
+	case r.ExitCode != 0 || r.Err != nil:
 		e.State = event.WorkerFailed
 	}
 	e.Code, e.Signal = r.ExitCode, r.Signal

@@ -180,6 +180,10 @@ func TestWorkerFailureStopsTheNode(t *testing.T) {
 	if e := find(es, event.KindWorker, event.WorkerFailed, 11); e == nil || e.Code != 3 {
 		t.Errorf("failed event of rank 11: %+v", e)
 	}
+	// The worker the failure's stop ended is stopped, not failed.
+	if e := find(es, event.KindWorker, event.WorkerStopped, 10); e == nil || e.Signal != "SIGTERM" || find(es, event.KindWorker, event.WorkerFailed, 10) != nil {
+		t.Errorf("stopped event of rank 10: %+v", e)
+	}
 	last := es[len(es)-1]
 	if last.State != event.JobFailed || last.Rank != 11 || last.Code != 3 || len(last.Tail) != 1 || last.Tail[0] != "dying" {
 		t.Errorf("last event %+v, want job failed naming rank 11 with its tail", last)

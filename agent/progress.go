@@ -63,6 +63,9 @@ func ProgressOf(step int, w *comm.World) event.Progress {
 	for _, s := range cp.InFlight {
 		p.InFlight = append(p.InFlight, event.Op{Group: s.Group, Op: s.Op, Seq: s.Seq, WaitS: time.Since(s.Since).Seconds()})
 	}
+	if l := cp.Last; l.Seq > 0 {
+		p.Last = &event.Op{Group: l.Group, Op: l.Op, Seq: l.Seq}
+	}
 	return p
 }
 

@@ -345,7 +345,7 @@ func (j *Job) supervise(r *runState) {
 					reports[e.Rank] = &rankProgress{heard: time.Now(), p: *e.Progress}
 				}
 			case event.KindWorker:
-				if e.State == event.WorkerExited || e.State == event.WorkerFailed {
+				if e.State == event.WorkerExited || e.State == event.WorkerFailed || e.State == event.WorkerStopped {
 					delete(reports, e.Rank)
 				}
 				if e.State == event.WorkerFailed && failure == nil && stopCause == nil && !stopping {

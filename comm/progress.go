@@ -16,6 +16,13 @@ type Progress struct {
 	// InFlight lists the operations running now, one per group at most,
 	// the longest-running first.
 	InFlight []OpStatus
+	// Last is the operation this rank completed last (zero before the
+	// first); its Since is when it started.
+	Last OpStatus
+	// Busy is the time this rank's operations have run, in all groups,
+	// waiting for their peers included: a rank that others wait for spends
+	// less of its step in them.
+	Busy time.Duration
 }
 
 // OpStatus is an operation in flight.
@@ -33,6 +40,8 @@ func (s OpStatus) String() string { return fmt.Sprintf("%s #%d (%s)", s.Op, s.Se
 type progress struct {
 	mu       sync.Mutex
 	done     int64
+	busy     time.Duration
+	last     OpStatus
 	inFlight map[*Group]OpStatus
 }
 
@@ -50,6 +59,10 @@ func (p *progress) start(g *Group, op string, seq int64) {
 func (p *progress) finish(g *Group) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s, ok := p.inFlight[g]; ok {
+		p.busy += time.Since(s.Since)
+		p.last = s
+	}
 	delete(p.inFlight, g)
 	p.done++
 }
@@ -60,7 +73,7 @@ func (w *World) Progress() Progress {
 	p := &w.progress
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := Progress{Done: p.done}
+	out := Progress{Done: p.done, Last: p.last, Busy: p.busy}
 	for _, s := range p.inFlight {
 		out.InFlight = append(out.InFlight, s)
 	}

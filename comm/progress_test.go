@@ -40,8 +40,12 @@ func TestProgress(t *testing.T) {
 	if err := req.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if p := worlds[0].Progress(); len(p.InFlight) != 0 || p.Done != 2 {
-		t.Errorf("rank 0 after: %+v, want 2 done", p)
+	if p := worlds[0].Progress(); len(p.InFlight) != 0 || p.Done != 2 || p.Last.String() != "AllReduce #2 (dp)" {
+		t.Errorf("rank 0 after: %+v, want 2 done, the last AllReduce #2 (dp)", p)
+	}
+	// Rank 0 waited in #2 for rank 1: it has spent longer in operations.
+	if b0, b1 := worlds[0].Progress().Busy, worlds[1].Progress().Busy; b0 <= b1 || b1 <= 0 {
+		t.Errorf("time in operations: rank 0 %v, rank 1 %v; want rank 0's longer", b0, b1)
 	}
 	if g, _ := worlds[0].Group([]int{0, 1}); g.name != "[0 1]" {
 		t.Errorf("an unnamed group is named %q, want its ranks", g.name)

@@ -467,6 +467,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			}
 			if j != nil {
 				pending = startSave(j, time.Since(t0))
+				tr.logf("%s", checkpoint.SavingLine(pending.step))
 			}
 			return nil
 		}
@@ -486,8 +487,15 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	inputs := make([]int32, G*tr.T)
 	targets := make([]int32, G*tr.T)
 	var window struct {
-		n             int
-		reader, batch float64
+		n                   int
+		reader, batch, comm float64
+	}
+	// busy is the time this rank's communicator operations have run.
+	busy := func() time.Duration {
+		if tr.opts.World == nil {
+			return 0
+		}
+		return tr.opts.World.Progress().Busy
 	}
 	var tps, times []float64
 	for step := tr.start; step < e.MaxSteps; step++ {
@@ -522,7 +530,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			}
 			return res, err
 		}
-		t0 := time.Now()
+		t0, busy0 := time.Now(), busy()
 		lr := tr.Sched.LR(step)
 		loss, norm, reader, err := tr.trainStep(ctx, step, lr, inputs, targets)
 		if err != nil {
@@ -538,6 +546,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		window.n++
 		window.reader += reader.Seconds()
 		window.batch += dt
+		window.comm += (busy() - busy0).Seconds()
 
 		last := step == e.MaxSteps-1
 		if e.LoggingFreq > 0 && (step%e.LoggingFreq == 0 || last) {
@@ -550,12 +559,13 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 				tr.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
 			}
 			mt := Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
-				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n)}
+				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n),
+				CommS: window.comm / float64(window.n)}
 			if sc := tr.scaler; sc != nil {
 				mt.LossScale, mt.SkippedSteps = sc.Scale(), sc.skipped
 			}
 			tr.writeMetrics(mt)
-			window.n, window.reader, window.batch = 0, 0, 0
+			window.n, window.reader, window.batch, window.comm = 0, 0, 0, 0
 		}
 		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
 			el, err := tr.Evaluate(ctx)

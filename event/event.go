@@ -14,7 +14,7 @@
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
 //	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
-//	worker   Node, Rank, State, Code, Signal starting, running, exited, failed
+//	worker   Node, Rank, State, Code, Signal starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line                one line of a worker's output
@@ -89,7 +89,11 @@ const (
 	WorkerStarting = "starting"
 	WorkerRunning  = "running"
 	WorkerExited   = "exited" // exit code 0
-	WorkerFailed   = "failed" // non-zero code, or a signal
+	WorkerFailed   = "failed" // non-zero code, or a signal, of its own doing
+	// WorkerStopped: the job's stop ended the worker (its agent signalled
+	// it after another worker failed, the launcher stopped the job, or an
+	// interrupt); Code and Signal say how it exited.
+	WorkerStopped = "stopped"
 
 	// job
 	JobStarted = "started"
@@ -194,6 +198,7 @@ type Progress struct {
 	Step     int   `json:"step"`                // the training step it is in
 	Ops      int64 `json:"ops"`                 // communicator operations done
 	InFlight []Op  `json:"in_flight,omitempty"` // operations running, the longest first
+	Last     *Op   `json:"last,omitempty"`      // the operation completed last (WaitS unset)
 }
 
 // Op is a communicator operation in flight.

@@ -28,9 +28,12 @@ type Metrics struct {
 	ReaderS    float64 `json:"reader_cost_s"`
 	// CommBytes counts the bytes this rank sent in the step, per group.
 	CommBytes map[string]int64 `json:"comm_bytes,omitempty"`
-	MFU       float64          `json:"mfu"`
-	MemBytes  int64            `json:"mem_bytes"`
-	EvalLoss  float64          `json:"eval_loss,omitempty"`
+	// CommS is how long this rank's communicator operations ran per step,
+	// waiting for their peers included (see ComputeS).
+	CommS    float64 `json:"comm_s,omitempty"`
+	MFU      float64 `json:"mfu"`
+	MemBytes int64   `json:"mem_bytes"`
+	EvalLoss float64 `json:"eval_loss,omitempty"`
 	// LossScale and SkippedSteps are fp16's loss scale for the next step
 	// and the steps skipped for gradient overflow so far.
 	LossScale    float64 `json:"loss_scale,omitempty"`
@@ -48,7 +51,7 @@ func (m Metrics) Finite() Metrics {
 		name string
 		v    *float64
 	}{{"loss", &m.Loss}, {"lr", &m.LR}, {"grad_norm", &m.GradNorm}, {"tokens_per_s", &m.TokensPerS},
-		{"step_time_s", &m.StepTimeS}, {"reader_cost_s", &m.ReaderS}, {"mfu", &m.MFU}, {"eval_loss", &m.EvalLoss}, {"loss_scale", &m.LossScale}} {
+		{"step_time_s", &m.StepTimeS}, {"reader_cost_s", &m.ReaderS}, {"comm_s", &m.CommS}, {"mfu", &m.MFU}, {"eval_loss", &m.EvalLoss}, {"loss_scale", &m.LossScale}} {
 		if math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
 			*f.v = 0
 			m.NonFinite = append(m.NonFinite, f.name)
@@ -56,6 +59,13 @@ func (m Metrics) Finite() Metrics {
 	}
 	return m
 }
+
+// ComputeS is the part of the step this rank spent on its own work: the
+// step time less the time in communicator operations (CommS), at least 0.
+// In a synchronous job every rank's step takes as long as the slowest's,
+// since the others wait for it in the collectives; the slowest rank is the
+// one with the longest ComputeS.
+func (m Metrics) ComputeS() float64 { return max(m.StepTimeS-m.CommS, 0) }
 
 // MetricsFile returns the path of rank's metrics file in the log
 // directory dir: metrics.<rank>.jsonl, one Metrics record per line,

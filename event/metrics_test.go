@@ -36,3 +36,18 @@ func TestMetricsFiles(t *testing.T) {
 		t.Errorf("a line over the limit: %v", err)
 	}
 }
+
+func TestComputeS(t *testing.T) {
+	for _, tc := range []struct {
+		m    Metrics
+		want float64
+	}{
+		{Metrics{StepTimeS: 0.5, CommS: 0.2}, 0.3},
+		{Metrics{StepTimeS: 0.5}, 0.5},
+		{Metrics{StepTimeS: 0.5, CommS: 0.7}, 0}, // operations overlapping the compute
+	} {
+		if got := tc.m.ComputeS(); got < tc.want-1e-12 || got > tc.want+1e-12 {
+			t.Errorf("%+v: ComputeS %g, want %g", tc.m, got, tc.want)
+		}
+	}
+}

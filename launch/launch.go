@@ -113,6 +113,10 @@ type Result struct {
 	Signal   string   // the signal that killed it, such as "SIGKILL"; empty if it exited
 	Err      error    // why the worker could not be started or waited for, if so
 	Tail     []string // its last TailLines lines of output, stdout and stderr together
+	// Stopped reports that Run signalled the worker (the job's stop after
+	// another worker failed, a cancellation or an interrupt) while it was
+	// still running: it was ended by the stop, whatever its exit status.
+	Stopped bool
 }
 
 // JobError reports a job that did not succeed: the first worker that failed,
@@ -353,6 +357,7 @@ type proc struct {
 
 	mu      sync.Mutex // guards exited and serialises log writes and tail
 	exited  bool       // the process has been reaped: its pid may be reused
+	stopped bool       // signal reached the worker before it was reaped
 	log     *os.File
 	scratch []byte   // a line and its newline, for log
 	tail    []string // ring of the last TailLines lines
@@ -449,6 +454,7 @@ func (p *proc) wait(exited chan<- *proc, onExit func(Result)) {
 	// can have been given it since.
 	syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	p.exited = true
+	p.res.Stopped = p.stopped
 	p.mu.Unlock()
 
 	drained := make(chan struct{})
@@ -506,6 +512,7 @@ func (p *proc) signal(sig syscall.Signal) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.exited {
+		p.stopped = true
 		syscall.Kill(-p.cmd.Process.Pid, sig)
 	}
 }

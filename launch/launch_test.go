@@ -431,6 +431,10 @@ func TestFailure(t *testing.T) {
 				if r != 1 && (res.Signal != wantSig[r] || res.ExitCode != -1) {
 					t.Errorf("rank %d ended %+v, want killed by %s", r, res, wantSig[r])
 				}
+				// The failed rank ended on its own; the stop ended the others.
+				if res.Stopped != (r != 1) {
+					t.Errorf("rank %d: Stopped %v", r, res.Stopped)
+				}
 			}
 			checkGone(t, await(t, dir, 4))
 		})
@@ -465,8 +469,8 @@ func TestCancel(t *testing.T) {
 		t.Errorf("the job ended %v after cancellation, want under %v", took, grace+time.Second)
 	}
 	for r, res := range res {
-		if want := []string{"SIGTERM", "SIGKILL", "SIGTERM"}[r]; res.Signal != want {
-			t.Errorf("rank %d ended %+v, want killed by %s", r, res, want)
+		if want := []string{"SIGTERM", "SIGKILL", "SIGTERM"}[r]; res.Signal != want || !res.Stopped {
+			t.Errorf("rank %d ended %+v, want stopped, killed by %s", r, res, want)
 		}
 	}
 	checkGone(t, await(t, dir, 4))

@@ -135,6 +135,26 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("unknown device %q; use one of %s", name, strings.Join(names, ", "))
 }
 
+// ProfileForGPU returns the name of the built-in profile for a GPU as
+// NVML names it, with its memory: "H100-80G" for an "NVIDIA H100 80GB
+// HBM3"; "" for a GPU it does not know.
+func ProfileForGPU(name string, memBytes int64) string {
+	n := strings.ToUpper(name)
+	switch {
+	case strings.Contains(n, "H200"):
+		return "H200-141G"
+	case strings.Contains(n, "H100"):
+		return "H100-80G"
+	case strings.Contains(n, "A100") && memBytes > 60*gib:
+		return "A100-80G"
+	case strings.Contains(n, "A100"):
+		return "A100-40G"
+	case strings.Contains(n, "V100"):
+		return "V100-32G"
+	}
+	return ""
+}
+
 // Cluster is the hardware a plan runs on: Nodes nodes of DevicesPerNode
 // devices of one kind.
 type Cluster struct {

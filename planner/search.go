@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/gptui/gptui/layout"
 )
@@ -13,6 +14,24 @@ import (
 type Fixed struct {
 	DP, ShardingDegree, ShardingStage, MP, PP, VPP, MicroBatch int
 	Recompute                                                  string
+}
+
+// String lists the fixed degrees in words, such as "dp 2, mp 4,
+// micro-batch 2"; "" when none is fixed.
+func (f Fixed) String() string {
+	var parts []string
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"dp", f.DP}, {"sharding", f.ShardingDegree}, {"sharding stage", f.ShardingStage}, {"mp", f.MP}, {"pp", f.PP}, {"vpp", f.VPP}, {"micro-batch", f.MicroBatch}} {
+		if d.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", d.name, d.v))
+		}
+	}
+	if f.Recompute != "" {
+		parts = append(parts, "recompute "+f.Recompute)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // All reports whether every degree is fixed, so that the search has one
@@ -150,7 +169,11 @@ func Search(m Model, c Cluster, o Options) ([]Plan, error) {
 		}
 	}
 	if len(plans) == 0 {
-		return nil, fmt.Errorf("no valid layout of %s for %d devices with global batch %d (and the fixed degrees %+v)", m, n, m.GlobalBatch, f)
+		fixed := ""
+		if s := f.String(); s != "" {
+			fixed = " and " + s + " fixed"
+		}
+		return nil, fmt.Errorf("no valid layout of %s for %d devices with global batch %d%s: change the global batch or the number of devices", m, n, m.GlobalBatch, fixed)
 	}
 	Rank(plans)
 	return plans, nil

@@ -155,3 +155,42 @@ func TestSemiAutoAndCapabilities(t *testing.T) {
 		t.Error("no best plan under the engine's capabilities")
 	}
 }
+
+// TestSearchErrorIsASentence: a search with no layout says so in words,
+// naming what was fixed, never printing a struct.
+func TestSearchErrorIsASentence(t *testing.T) {
+	m := ModelOf(mustLoad(t, "tiny"))
+	c := Cluster{Nodes: 1, DevicesPerNode: 3, Device: device(t, "cpu")}
+	_, err := Search(m, c, Options{})
+	if err == nil || strings.ContainsAny(err.Error(), "{}") || strings.Contains(err.Error(), "fixed") {
+		t.Errorf("nothing fixed: %v", err)
+	}
+	_, err = Search(m, Cluster{Nodes: 1, DevicesPerNode: 2, Device: device(t, "cpu")}, Options{Fixed: Fixed{DP: 3, MicroBatch: 2}})
+	if err == nil || strings.ContainsAny(err.Error(), "{}") || !strings.Contains(err.Error(), "and dp 3, micro-batch 2 fixed") {
+		t.Errorf("dp 3 fixed on 2 devices: %v", err)
+	}
+}
+
+func TestProfileForGPU(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mem  int64
+		want string
+	}{
+		{"NVIDIA H100 80GB HBM3", 80 << 30, "H100-80G"},
+		{"NVIDIA A100-SXM4-80GB", 80 << 30, "A100-80G"},
+		{"NVIDIA A100-SXM4-40GB", 40 << 30, "A100-40G"},
+		{"Tesla V100-SXM2-32GB", 32 << 30, "V100-32G"},
+		{"NVIDIA H200", 141e9, "H200-141G"},
+		{"NVIDIA GeForce RTX 4090", 24 << 30, ""},
+	} {
+		if got := ProfileForGPU(tc.name, tc.mem); got != tc.want {
+			t.Errorf("ProfileForGPU(%q) = %q, want %q", tc.name, got, tc.want)
+		}
+		if tc.want != "" {
+			if _, err := LookupDevice(tc.want); err != nil {
+				t.Errorf("%s: %v", tc.want, err)
+			}
+		}
+	}
+}

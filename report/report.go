@@ -13,7 +13,9 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"gonum.org/v1/plot"
@@ -126,6 +128,9 @@ func Draw(w io.Writer, runs Runs, o Options) error {
 		}
 	}
 
+	for _, p := range []*plot.Plot{loss, lr, stepTime, tps} {
+		padFlat(p)
+	}
 	width := vg.Length(o.Width) * vg.Inch / dpi
 	height := vg.Length(o.Height) * vg.Inch / dpi
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(dpi))
@@ -152,6 +157,43 @@ func Draw(w io.Writer, runs Runs, o Options) error {
 		return fmt.Errorf("report: writing the PNG: %w", err)
 	}
 	return nil
+}
+
+// WriteFile writes the PNG picture of runs to path: under a temporary name
+// in its directory, renamed when complete, so that there is never half a
+// picture at path.
+func WriteFile(path string, runs Runs, o Options) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.png")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	err = Draw(tmp, runs, o)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("report: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// padFlat gives a panel whose values are all one (a constant learning
+// rate) a range of ±10% around it, where the plot would centre it in
+// ±1 and label its ticks as 0.
+func padFlat(p *plot.Plot) {
+	if p.Y.Max > p.Y.Min {
+		return
+	}
+	v := p.Y.Min
+	d := 0.1 * math.Abs(v)
+	if d == 0 {
+		d = 1
+	}
+	p.Y.Min, p.Y.Max = v-d, v+d
 }
 
 // newPlot returns a panel titled title with the step on X.

@@ -51,6 +51,12 @@ type ClientConfig struct {
 	// and appends it to KnownHostsFile (trust on first use). A key that
 	// differs from a recorded one is refused regardless.
 	AcceptNewHostKeys bool
+	// AcceptHostKey, a SHA-256 fingerprint ("SHA256:...", as ssh-keygen
+	// -l prints it), accepts that one key of a host the file does not
+	// know and appends it to KnownHostsFile, as AcceptNewHostKeys does
+	// for any key: a person compared the fingerprint and said yes. A host
+	// offering another key is refused as unknown.
+	AcceptHostKey string
 	// IdentityFiles are private key files (OpenSSH or PEM format, without
 	// a passphrase), tried in order before the agent's keys. Each must
 	// exist. When empty, the default files in ~/.ssh that exist are used.
@@ -118,6 +124,7 @@ func Dial(ctx context.Context, host string, port int, cfg ClientConfig) (*Client
 	if err != nil {
 		return nil, fmt.Errorf("ssh %s: %w", addr, err)
 	}
+	known.acceptKey = cfg.AcceptHostKey
 
 	dialCtx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()

@@ -108,6 +108,8 @@ func algorithmsForKeyType(keyType string) []string {
 type knownHosts struct {
 	file   string
 	accept bool
+	// acceptKey is the fingerprint of the one unknown key to accept.
+	acceptKey string
 	// check is the parsed file's callback; nil when the file does not
 	// exist, in which case every host is unknown.
 	check ssh.HostKeyCallback
@@ -197,7 +199,7 @@ func (k *knownHosts) hostKeyCallback() ssh.HostKeyCallback {
 			hkErr.Kind = HostKeyRevoked
 			return hkErr
 		case errors.As(err, &keyErr) && len(keyErr.Want) == 0:
-			if k.accept {
+			if k.accept || k.acceptKey != "" && k.acceptKey == hkErr.Fingerprint {
 				return appendKnownHost(k.file, hostport, key)
 			}
 			hkErr.Kind = HostKeyUnknown

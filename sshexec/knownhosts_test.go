@@ -91,6 +91,35 @@ func TestUnknownHostKey(t *testing.T) {
 	}
 }
 
+// TestAcceptHostKey: a fingerprint a person checked accepts that key and
+// records it as AcceptNewHostKeys would (the line ssh-keyscan writes);
+// another fingerprint accepts nothing.
+func TestAcceptHostKey(t *testing.T) {
+	t.Parallel()
+	srv, cfg := startNode(t, testAddrs[0])
+	cfg.KnownHostsFile = filepath.Join(t.TempDir(), "known_hosts")
+	other := cfg
+	other.AcceptHostKey = "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	var hk *HostKeyError
+	if err := dialErr(t, srv, other); !errors.As(err, &hk) || hk.Kind != HostKeyUnknown {
+		t.Fatalf("Dial with another fingerprint: %v, want the unknown key refused", err)
+	}
+	if _, err := os.Stat(cfg.KnownHostsFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused key was recorded: %v", err)
+	}
+	this := cfg
+	this.AcceptHostKey = ssh.FingerprintSHA256(srv.HostKey)
+	if err := dialErr(t, srv, this); err != nil {
+		t.Fatalf("Dial accepting its fingerprint: %v", err)
+	}
+	if data, err := os.ReadFile(cfg.KnownHostsFile); err != nil || string(data) != srv.KnownHostsLine()+"\n" {
+		t.Errorf("known_hosts = %q, %v; want %q", data, err, srv.KnownHostsLine()+"\n")
+	}
+	if err := dialErr(t, srv, cfg); err != nil {
+		t.Errorf("the recorded key is not trusted: %v", err)
+	}
+}
+
 func TestChangedHostKey(t *testing.T) {
 	t.Parallel()
 	other := sshtest.Start(t, "127.0.0.3")

@@ -3,6 +3,7 @@ package tui
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -10,11 +11,58 @@ import (
 // row y (0-3) of its cell.
 var brailleBit = [2][4]rune{{0x01, 0x02, 0x04, 0x40}, {0x08, 0x10, 0x20, 0x80}}
 
+// window returns the points of pts from step from on (pts are in step
+// order).
+func window(pts []point, from int) []point {
+	i, _ := slices.BinarySearchFunc(pts, from, func(p point, s int) int { return p.step - s })
+	return pts[i:]
+}
+
+// smooth returns the exponential moving average of pts with weight alpha
+// on each new point (TensorBoard's smoothing 0.9 is alpha 0.1).
+func smooth(pts []point, alpha float64) []point {
+	out := make([]point, len(pts))
+	var ema float64
+	for i, p := range pts {
+		if i == 0 {
+			ema = p.v
+		} else {
+			ema += alpha * (p.v - ema)
+		}
+		out[i] = point{p.step, ema}
+	}
+	return out
+}
+
+// sparkBlocks are the eight heights of a sparkline.
+var sparkBlocks = []rune("▁▂▃▄▅▆▇█")
+
+// sparkline draws vs (oldest first) as one line of block heights between
+// their least and greatest, in at most w cells (the newest kept).
+func sparkline(vs []float64, w int) string {
+	if len(vs) > w {
+		vs = vs[len(vs)-w:]
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range vs {
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	var b strings.Builder
+	for _, v := range vs {
+		i := 0
+		if hi > lo {
+			i = int((v - lo) / (hi - lo) * float64(len(sparkBlocks)-1))
+		}
+		b.WriteRune(sparkBlocks[min(max(i, 0), len(sparkBlocks)-1)])
+	}
+	return b.String()
+}
+
 // lossChart draws the train loss as a line of braille dots (2×4 dots per
 // cell) and the evaluations as • marks, in w×h cells: a y axis with three
-// labels on the left and the steps along the bottom row. xmax is the last
-// step of the run (0: the last step seen).
-func lossChart(st styles, train, eval []point, xmax, w, h int) []string {
+// labels on the left and the steps along the bottom row, from xmin to xmax
+// (0: the last step seen). The y range is that of the points given.
+func lossChart(st styles, train, eval []point, xmin, xmax, w, h int) []string {
 	const labelW = 7 // "10.83 ┤"
 	pw, ph := w-labelW, h-1
 	if pw < 4 || ph < 2 {
@@ -25,8 +73,8 @@ func lossChart(st styles, train, eval []point, xmax, w, h int) []string {
 		out[h/2] = fit(strings.Repeat(" ", max(0, (w-26)/2))+"waiting for the first loss", w)
 		return out
 	}
-	// The ranges: steps from 0 to the end of the run, losses padded by 5%.
-	xmin := 0
+	// The ranges: steps from xmin to the end of the run, losses padded by
+	// 5%.
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range [][]point{train, eval} {
 		for _, p := range s {

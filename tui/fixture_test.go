@@ -44,17 +44,21 @@ func keyMsg(s string) tea.KeyPressMsg {
 }
 
 // press sends keys to m; each string is one key, except that a string
-// starting with "'" types its remaining characters one by one.
+// starting with "'" types its remaining characters one by one. After each
+// key the planner answers (settle), as the command Update returned would;
+// press returns the last key's command.
 func press(m *Model, keys ...string) tea.Cmd {
 	var last tea.Cmd
 	for _, k := range keys {
 		if len(k) > 1 && k[0] == '\'' {
 			for _, r := range k[1:] {
 				_, last = m.Update(keyMsg(string(r)))
+				settle(m)
 			}
 			continue
 		}
 		_, last = m.Update(keyMsg(k))
+		settle(m)
 	}
 	return last
 }
@@ -97,17 +101,18 @@ func h100(host string) *event.Probe {
 }
 
 // probedNodes returns a model of four nodes in the states a probe leaves
-// them: one probed, one connecting, one with an unknown host key, one
+// them: one ready, one connecting, one with an unknown host key, one
 // unreachable.
 func probedNodes(t testing.TB, w, h int) *Model {
 	t.Helper()
 	t.Chdir(t.TempDir()) // the rank table is written here, and its path shown
-	m := New(Options{Nodes: inventory(4), Config: "13b-4node", Plan: fixturePlanner})
+	m := New(Options{Nodes: inventory(4), Config: "13b-4node", Plan: fixturePlanner, Launcher: &testLauncher{}})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
 	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
 		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "gpu0", event.NodeConnecting }),
 		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "gpu1", event.NodeConnecting }),
 		ev(event.KindProbe, 1, func(e *event.Event) { e.Node, e.Probe = "gpu0", h100("gpu0") }),
+		ev(event.KindNode, 1, func(e *event.Event) { e.Node, e.State = "gpu0", event.NodeReady }),
 		ev(event.KindNode, 1, func(e *event.Event) {
 			e.Node, e.State = "gpu2", event.NodeFailed
 			e.Message = "unknown host key for 10.0.0.12:22 (SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A); verify it and rerun with --accept-new-host-keys"
@@ -117,7 +122,39 @@ func probedNodes(t testing.TB, w, h int) *Model {
 			e.Message = "dial tcp 10.0.0.13:22: connect: connection refused"
 		}),
 	}})
+	settle(m)
 	return m
+}
+
+// readyNodes returns a model of four nodes of eight H100s, all ready.
+func readyNodes(t testing.TB, w, h int) *Model {
+	t.Helper()
+	t.Chdir(t.TempDir())
+	m := New(Options{Nodes: inventory(4), Config: "13b-4node", Plan: fixturePlanner, Launcher: &testLauncher{}})
+	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	var evs []event.Event
+	for i := range 4 {
+		name := fmt.Sprintf("gpu%d", i)
+		evs = append(evs, ev(event.KindNode, 1, func(e *event.Event) { e.Node, e.State, e.Probe = name, event.NodeProbed, h100(name) }),
+			ev(event.KindNode, 2, func(e *event.Event) { e.Node, e.State = name, event.NodeReady }))
+	}
+	m.Update(eventsMsg{stream: probeStream, events: evs})
+	settle(m)
+	return m
+}
+
+// settle runs the planner for the request the model asked about last, as
+// the command Update returned would, so that the Job screen has its plans.
+func settle(m *Model) {
+	if !m.plan.pending() {
+		return
+	}
+	req, key, _ := m.planRequest()
+	if key != m.plan.asked {
+		panic("settle: the request changed since it was asked")
+	}
+	r, err := m.opt.Plan(req)
+	m.Update(planMsg{key: key, report: r, err: err})
 }
 
 // trainingJob returns a model of a 2-rank local job 120 steps into a
@@ -131,11 +168,13 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 	t.Chdir(t.TempDir())
 	m := New(Options{Launcher: l, Nodes: nodes, Config: "tiny", Overrides: over, LogLines: 500})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
+	m.Update(tickMsg(t0.Add(time.Duration(points+1) * time.Second)))
 	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
 		ev(event.KindProbe, 0, func(e *event.Event) {
 			e.Node = "localhost"
 			e.Probe = &event.Probe{Hostname: "build1", OS: "linux/amd64", Cores: 16, MemBytes: 64 << 30, NoGPU: "no NVML"}
 		}),
+		ev(event.KindNode, 0, func(e *event.Event) { e.Node, e.State = "localhost", event.NodeReady }),
 	}})
 	cmd := press(m, "enter") // the Launch row is selected at first
 	if cmd == nil {
@@ -150,10 +189,19 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 	for i := 1; i <= points; i++ {
 		step := i
 		loss := 4 + 6.8*math.Exp(-float64(step)/25) + 0.05*math.Sin(float64(step))
-		for r := range min(ranks, 2) {
+		for r := range ranks {
+			if r >= 2 && step <= points-recentSteps {
+				continue // the first two ranks log every step, the others only the last ones
+			}
+			// Rank 1 is the straggler: the others wait for it in their
+			// collectives.
+			comm := 0.10 + 0.002*float64((r*7+step)%5)
+			if r == 1 {
+				comm = 0.01
+			}
 			evs = append(evs, ev(event.KindMetrics, float64(step), func(e *event.Event) {
 				e.Node, e.Rank = "localhost", r
-				e.Metrics = &event.Metrics{Step: step, Loss: loss, LR: 1e-3, TokensPerS: 12345, StepTimeS: 0.25, MFU: 0.0123}
+				e.Metrics = &event.Metrics{Step: step, Loss: loss, LR: 1e-3, GradNorm: 0.5, TokensPerS: 12345, StepTimeS: 0.25, CommS: comm, MFU: 0.0123}
 			}))
 		}
 		if step%25 == 0 {
@@ -163,9 +211,20 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 			}))
 		}
 	}
+	evs = append(evs, ev(event.KindHealth, 60, func(e *event.Event) {
+		e.Node = "localhost"
+		e.Health = &event.Health{CPUPercent: 87, Cores: 16, MemUsed: 12 << 30, MemTotal: 64 << 30, WorkersRSS: int64(ranks*300) << 20}
+	}))
 	for r := range ranks {
 		evs = append(evs, ev(event.KindMemory, 60, func(e *event.Event) {
 			e.Node, e.Rank, e.Device, e.Used, e.Total = "localhost", r, -1, int64(300+10*r)<<20, 64<<30
+		}), ev(event.KindProgress, float64(points), func(e *event.Event) {
+			e.Node, e.Rank = "localhost", r
+			e.Progress = &event.Progress{Step: points + 1, Ops: int64(2 * points), InFlight: []event.Op{{Group: "dp", Op: "AllReduce", Seq: int64(2*points + 1), WaitS: 0.2}}}
+			if r == 1 {
+				e.Progress.InFlight = nil
+				e.Progress.Last = &event.Op{Group: "dp", Op: "AllReduce", Seq: int64(2 * points)}
+			}
 		}))
 		for i := range 30 {
 			evs = append(evs, ev(event.KindLog, 60, func(e *event.Event) {
@@ -182,10 +241,14 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 type testLauncher struct {
 	mu     sync.Mutex
 	jobs   []Job
+	probes []ProbeRequest
 	runner *testRunner
 }
 
-func (l *testLauncher) Probe(ctx context.Context) <-chan event.Event {
+func (l *testLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan event.Event {
+	l.mu.Lock()
+	l.probes = append(l.probes, req)
+	l.mu.Unlock()
 	ch := make(chan event.Event)
 	close(ch)
 	return ch

@@ -107,6 +107,45 @@ func TestGolden(t *testing.T) {
 			return m
 		}},
 		{"dashboard-64", func(t *testing.T, w, h int) *Model { return trainingJob(t, 64, 1000, w, h) }},
+		{"dashboard-hung", func(t *testing.T, w, h int) *Model {
+			m := trainingJob(t, 4, 60, w, h)
+			diag := "rank 2 on localhost stuck: no progress report for 4 s (the process is stopped or frozen); ranks 0–1, 3 waiting in AllReduce #121 (dp) for 4 s"
+			feed(m,
+				ev(event.KindJob, 70, func(e *event.Event) { e.State, e.Rank, e.Node, e.Message = event.JobHung, 2, "localhost", diag }),
+				worker(71, "localhost", 2, event.WorkerStopped, -1, "SIGKILL"),
+				worker(71, "localhost", 0, event.WorkerStopped, -1, "SIGTERM"),
+				worker(71, "localhost", 1, event.WorkerStopped, -1, "SIGTERM"),
+				worker(71, "localhost", 3, event.WorkerStopped, -1, "SIGTERM"),
+				ev(event.KindJob, 72, func(e *event.Event) {
+					e.State, e.Rank, e.Node, e.Code, e.Message = event.JobFailed, 2, "localhost", -1, "job hung: "+diag
+				}))
+			return m
+		}},
+		{"dashboard-lost", func(t *testing.T, w, h int) *Model {
+			m := trainingJob(t, 2, 60, w, h)
+			feed(m,
+				ev(event.KindNode, 70, func(e *event.Event) {
+					e.Node, e.State, e.Message = "localhost", event.NodeLost, "its agent has been silent for 3 s (no heartbeat; the agent is stopped, frozen or cut off)"
+				}),
+				ev(event.KindJob, 71, func(e *event.Event) {
+					e.State, e.Rank, e.Node, e.Code = event.JobFailed, -1, "localhost", -1
+					e.Message = "node localhost lost: its agent has been silent for 3 s (no heartbeat; the agent is stopped, frozen or cut off)"
+				}))
+			return m
+		}},
+		{"dashboard-log-wrapped", func(t *testing.T, w, h int) *Model {
+			m := trainingJob(t, 2, 60, w, h)
+			feed(m, ev(event.KindLog, 70, func(e *event.Event) {
+				e.Rank, e.Line = 0, "gptui: data parallel: gradient all-reduce: comm: rank 1 (127.0.0.1:37433): read: read tcp 127.0.0.1:35065->127.0.0.1:37433: read: connection reset by peer"
+			}))
+			press(m, "W", "z")
+			return m
+		}},
+		{"nodes-accept", func(t *testing.T, w, h int) *Model {
+			m := probedNodes(t, w, h)
+			press(m, "j", "j", "a")
+			return m
+		}},
 		{"help", func(t *testing.T, w, h int) *Model {
 			m := probedNodes(t, w, h)
 			press(m, "?")

@@ -37,23 +37,29 @@ type point struct {
 	v    float64
 }
 
-// series is a loss curve with bounded memory: when it holds cap points it
+func (p point) stepOf() int { return p.step }
+
+// stepped is a value at a training step.
+type stepped interface{ stepOf() int }
+
+// series is a curve with bounded memory: when it holds cap points it
 // drops every other one and from then on keeps only every stride-th point
 // added, so a run of any length keeps its whole shape in at most cap
 // points.
-type series struct {
-	pts    []point
+type series[T stepped] struct {
+	pts    []T
 	cap    int
 	stride int // keep one point in stride
 	skip   int // points skipped since the last one kept
 }
 
-func newSeries(n int) *series { return &series{cap: max(n, 2), stride: 1} }
+func newSeries[T stepped](n int) *series[T] { return &series[T]{cap: max(n, 2), stride: 1} }
 
-// add appends a point. A step at or before the last one (a job restarted
-// from a checkpoint) first drops the points from that step on.
-func (s *series) add(p point) {
-	for len(s.pts) > 0 && s.pts[len(s.pts)-1].step >= p.step {
+// add appends a point. A step before the last one (a job restarted from a
+// checkpoint) first drops the points from that step on; a point at the
+// last one's step replaces it.
+func (s *series[T]) add(p T) {
+	for len(s.pts) > 0 && s.pts[len(s.pts)-1].stepOf() >= p.stepOf() {
 		s.pts = s.pts[:len(s.pts)-1]
 		s.skip = 0
 	}
@@ -74,9 +80,10 @@ func (s *series) add(p point) {
 }
 
 // last returns the newest point and whether there is one.
-func (s *series) last() (point, bool) {
+func (s *series[T]) last() (T, bool) {
 	if len(s.pts) == 0 {
-		return point{}, false
+		var zero T
+		return zero, false
 	}
 	return s.pts[len(s.pts)-1], true
 }

@@ -6,7 +6,6 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 )
@@ -83,9 +82,34 @@ func (m *jobModel) selectedPlan() int {
 	return -1
 }
 
-// update handles a key, with plans the number of ranked plans below the
-// launch row; it reports whether it used the key.
-func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap, plans, page int) bool {
+// update handles a key of the Job screen; it reports whether it used it,
+// and what follows.
+func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap, page int, h host) (bool, tea.Cmd) {
+	switch {
+	case is(msg, k.Add):
+		return true, h.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(m.overrides)))
+	case is(msg, k.Apply) || (is(msg, k.Open) && m.selectedPlan() >= 0):
+		h.applyPlan()
+		return true, nil
+	case is(msg, k.Open, k.Edit):
+		switch {
+		case m.sel == 0:
+			return true, h.openPrompt(promptConfig, "config or preset: ", m.source, "")
+		case m.sel <= len(m.overrides):
+			return true, h.openPrompt(promptOverride, "-o ", m.overrides[m.sel-1], fmt.Sprint(m.sel-1))
+		case m.sel == m.addRow():
+			return true, h.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(m.overrides)))
+		case is(msg, k.Open) && m.sel == m.launchRow():
+			return true, h.launch(false)
+		}
+	}
+	return m.move(msg, k, h.plans(), page), nil
+}
+
+// move handles the keys that move the selection and delete an override,
+// with plans the number of ranked plans below the launch row.
+func (m *jobModel) move(msg tea.KeyPressMsg, k keyMap, plans, page int) bool {
+	m.sel = min(m.sel, m.launchRow()+plans) // the plans may have changed
 	last := m.launchRow() + plans
 	switch {
 	case is(msg, k.Up):
@@ -117,50 +141,64 @@ func (m *jobModel) applyPlan(r *PlanReport, i int) {
 	m.sel = m.planRow(i)
 }
 
-// strategy describes the parallel layout in one line.
-func (m *jobModel) strategy(tableRanks int) string {
+// strategy describes the parallel layout in one line, against the rank
+// table of the ready nodes (ready of all).
+func (m *jobModel) strategy(tableRanks, ready, all int) string {
 	if m.cfg == nil {
 		return ""
 	}
 	d := m.cfg.Distributed
 	s := fmt.Sprintf("dp %d × sharding %d (stage %d) × mp %d × pp %d = %d ranks",
 		max(d.DPDegree, 1), max(d.Sharding.ShardingDegree, 1), max(d.Sharding.ShardingStage, 1), max(d.MPDegree, 1), max(d.PPDegree, 1), m.ranks())
-	if tableRanks == m.ranks() {
-		return s + fmt.Sprintf(" · rank table: %d ✓", tableRanks)
+	nodes := ""
+	if ready < all {
+		nodes = fmt.Sprintf(" (ready nodes only: %d of %d)", ready, all)
 	}
-	return s + fmt.Sprintf(" · rank table has %d: set -o Distributed.dp_degree or edit the rank table", tableRanks)
+	if tableRanks == m.ranks() {
+		return s + fmt.Sprintf(" · rank table: %d ✓%s", tableRanks, nodes)
+	}
+	return s + fmt.Sprintf(" · rank table has %d%s: set -o Distributed.dp_degree or edit the rank table", tableRanks, nodes)
 }
 
-// request is what the planner is asked about the job.
-func (m *jobModel) request(table *ranktable.Table, probes map[string]*event.Probe) PlanRequest {
-	return PlanRequest{Config: m.source, Overrides: m.overrides, Resolved: m.cfg, Table: table, Probes: probes}
+// jobView is what the Job screen shows besides its own model.
+type jobView struct {
+	table      *ranktable.Table
+	ready, all int    // nodes ready, and in the inventory
+	blocked    string // why the job cannot be launched; "" when it can
+	planner    bool   // there is a planner
+	plan       *planState
 }
 
-// view draws the screen in w×h cells, with the planner's report (nil
-// when there is no planner or no config) or its error. When the plans
-// would get fewer than three lines, the part above them is drawn compact:
-// the overrides on one line (unless one of them is selected), the
-// strategy's lines truncated rather than wrapped, no blank lines.
-func (m *jobModel) view(st styles, table *ranktable.Table, plan Planner, report *PlanReport, planErr error, w, h int) []string {
-	top := m.upperLines(st, table, w, false)
+// view draws the screen in w×h cells, with the planner's kept answer.
+// When the plans would get fewer than three lines, the part above them is
+// drawn compact: the overrides on one line (unless one of them is
+// selected), the strategy's lines truncated rather than wrapped, no blank
+// lines.
+func (m *jobModel) view(st styles, v jobView, w, h int) []string {
+	report := v.plan.report
+	top := m.upperLines(st, v, w, false)
 	if report != nil && len(report.Plans) > 0 {
 		if _, n := m.planLines(st, report, w, h-len(top)-2); n < min(3, len(report.Plans)) {
-			top = m.upperLines(st, table, w, true)
+			top = m.upperLines(st, v, w, true)
 		}
 	}
 	lines := top
-	lines = append(lines, rule(st, "Plan", w, false))
+	title := "Plan"
+	if v.plan.pending() && v.plan.asked != "" {
+		title += "  (planning…)"
+	}
+	lines = append(lines, rule(st, title, w, false))
 	add := func(s string) {
 		for _, l := range wrap(s, w-2) {
 			lines = append(lines, fit("  "+l, w))
 		}
 	}
 	switch {
-	case plan == nil:
+	case !v.planner:
 		add(st.Dim.r("no planner: run 'gptui plan' for the ranked strategies and the per-device memory"))
 	case m.cfg == nil:
-	case planErr != nil:
-		add(st.Bad.r("✗ ") + planErr.Error())
+	case v.plan.err != nil:
+		add(st.Bad.r("✗ ") + v.plan.err.Error())
 	case report != nil:
 		pl, _ := m.planLines(st, report, w, h-len(lines))
 		lines = append(lines, pl...)
@@ -173,7 +211,7 @@ func (m *jobModel) view(st styles, table *ranktable.Table, plan Planner, report 
 
 // upperLines draws the rows (config, overrides, add, launch) and the
 // strategy, ending with a blank line unless compact.
-func (m *jobModel) upperLines(st styles, table *ranktable.Table, w int, compact bool) []string {
+func (m *jobModel) upperLines(st styles, v jobView, w int, compact bool) []string {
 	var lines []string
 	row := func(i int, label, text string) {
 		mark := "  "
@@ -195,7 +233,14 @@ func (m *jobModel) upperLines(st styles, table *ranktable.Table, w int, compact 
 	if m.sel == m.launchRow() {
 		launch = st.Sel.r(launch)
 	}
-	row(m.launchRow(), "", launch+st.Dim.r("   (enter)"))
+	if v.blocked == "" {
+		row(m.launchRow(), "", launch+st.Dim.r("   (enter)"))
+	} else {
+		row(m.launchRow(), "", launch+"   "+st.Bad.r("✗ off:"))
+		for _, l := range wrap(v.blocked, w-15) {
+			lines = append(lines, fit(strings.Repeat(" ", 15)+st.Bad.r(l), w))
+		}
+	}
 
 	if !compact {
 		lines = append(lines, "")
@@ -214,7 +259,7 @@ func (m *jobModel) upperLines(st styles, table *ranktable.Table, w int, compact 
 		add(st.Bad.r("✗ ") + m.err.Error())
 	} else {
 		c := m.cfg
-		add(m.strategy(table.RankSize()))
+		add(m.strategy(v.table.RankSize(), v.ready, v.all))
 		add(fmt.Sprintf("model: %d layers, hidden %d, %d heads, seq %d, vocab %d · batch: global %d, local %d, micro %d",
 			c.Model.NumLayers, c.Model.HiddenSize, c.Model.NumAttentionHeads, c.Data.Train.Dataset.MaxSeqLen, c.Model.VocabSize,
 			c.Global.GlobalBatchSize, c.Global.LocalBatchSize, c.Global.MicroBatchSize))

@@ -10,6 +10,10 @@ type keyMap struct {
 	Help, Quit, Next, Prev, Up, Down, PageUp, PageDown, Top, Bottom       key.Binding
 	Open, Back, Filter, Stop, Restart, Screen1, Screen2, Screen3, Screen4 key.Binding
 	Follow, NextMatch, PrevMatch, Edit, Add, Delete, Save, Apply, Yes, No key.Binding
+	// The Nodes screen's.
+	Retry, Accept key.Binding
+	// The dashboard's.
+	Wrap, Zoom, Window, EMA, Order, Report key.Binding
 }
 
 func newKeyMap() keyMap {
@@ -39,11 +43,19 @@ func newKeyMap() keyMap {
 		Follow:    b([]string{"f"}, "f", "follow the log on/off"),
 		NextMatch: b([]string{"n"}, "n", "next (older) match"),
 		PrevMatch: b([]string{"N"}, "N", "previous (newer) match"),
-		Edit:      b([]string{"e"}, "e", "edit the selected row"),
-		Add:       b([]string{"a"}, "a", "add an -o override"),
-		Delete:    b([]string{"d", "delete"}, "d", "delete an override"),
-		Save:      b([]string{"w"}, "w", "write the rank table"),
-		Apply:     b([]string{"p"}, "p", "apply the selected plan"),
+		Edit:      b([]string{"e"}, "e", "job: edit the selected row"),
+		Add:       b([]string{"a"}, "a", "job: add an -o override"),
+		Delete:    b([]string{"d", "delete"}, "d", "job: delete an override"),
+		Save:      b([]string{"w"}, "w", "rank table: write it"),
+		Apply:     b([]string{"p"}, "p", "job: apply the plan"),
+		Retry:     b([]string{"R"}, "R", "nodes: set the node up again"),
+		Accept:    b([]string{"a"}, "a", "nodes: accept new host key"),
+		Wrap:      b([]string{"W"}, "W", "log: wrap lines on/off"),
+		Zoom:      b([]string{"z"}, "z", "pane full screen on/off"),
+		Window:    b([]string{"l"}, "l", "loss: all/last 1000/200/50"),
+		EMA:       b([]string{"e"}, "e", "loss: EMA on/off"),
+		Order:     b([]string{"o"}, "o", "ranks: slowest first on/off"),
+		Report:    b([]string{"w"}, "w", "dashboard: write report.png"),
 		Yes:       b([]string{"y", "Y"}, "y", "yes"),
 		No:        b([]string{"n", "N", "esc"}, "n", "no"),
 	}
@@ -54,7 +66,8 @@ func (k keyMap) helpGroups() [][]key.Binding {
 	return [][]key.Binding{
 		{k.Help, k.Quit, k.Screen1, k.Screen2, k.Screen3, k.Screen4, k.Next, k.Prev, k.Back},
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, k.Open, k.Filter},
-		{k.Stop, k.Restart, k.Follow, k.NextMatch, k.PrevMatch, k.Edit, k.Add, k.Delete, k.Save, k.Apply},
+		{k.Stop, k.Restart, k.Edit, k.Add, k.Delete, k.Save, k.Apply, k.Retry, k.Accept},
+		{k.Follow, k.NextMatch, k.PrevMatch, k.Wrap, k.Zoom, k.Window, k.EMA, k.Order, k.Report},
 	}
 }
 

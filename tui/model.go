@@ -1,16 +1,19 @@
 // Package tui is gptui's interactive terminal UI: the nodes of the
-// inventory as they are probed, the rank table, the job's config and
-// strategy, and a live dashboard of the running job (memory, loss, figures,
-// the state of every rank and any rank's log).
+// inventory as they are set up, the rank table, the job's config, strategy
+// and plans, and a live dashboard of the running job.
 //
-// It follows the Elm architecture of Bubble Tea: Model is the root model,
-// with one child model per screen (nodes.go, ranktable.go, job.go,
-// dashboard.go). Everything from outside — probe results, the job's
-// events, ticks — arrives as a message through a command; nothing changes
-// the model from another goroutine. The UI only renders state: what to
-// probe and run is a Launcher's business, the same launcher `gptui run
-// --no-tui` prints from, and what it reports is the event stream of
-// package event.
+// It follows the Elm architecture of Bubble Tea: Model (model.go) is the
+// root model, with one child model per screen, each in its own file and
+// handling its own keys: nodes.go, ranktable.go, job.go and the dashboard
+// (dashboard.go: its model and events; dashview.go and dashpanes.go: how
+// it is drawn; ranks.go: the ranks' states and pace). Everything from
+// outside — the nodes' and the job's events, the planner's answer
+// (plan.go), a written report (report.go), ticks — arrives as a message
+// through a command; nothing changes the model from another goroutine, and
+// drawing reads the model and does nothing else. The UI only renders
+// state: what to set up and run is a Launcher's business (launcher.go:
+// ClusterLauncher, the launcher `gptui run --no-tui` prints from), and
+// what it reports is the event stream of package event.
 package tui
 
 import (
@@ -63,6 +66,9 @@ type Options struct {
 	// LogLines is how many lines of each rank's log are kept (2000 if 0);
 	// LossPoints how many points of each loss curve (2048 if 0).
 	LogLines, LossPoints int
+	// ReportPath is where w on the dashboard writes the report picture
+	// (report.png if empty).
+	ReportPath string
 }
 
 // Prompt purposes.
@@ -112,12 +118,14 @@ type Model struct {
 	arg     string // the node or override index the prompt is about
 	status  string // a one-line message, until the next key
 
-	probeCh   <-chan event.Event
-	jobN      int    // number of the current (or last) job
-	runner    Runner // the running job; nil when none runs
-	launching bool   // Start was called and has not answered yet
-	quitting  bool   // quit once the job has stopped
-	restart   bool   // restart from the checkpoint once the job has stopped
+	probes    map[int]<-chan event.Event // the probes under way, by stream
+	probeN    int                        // the stream of the latest probe
+	plan      planState                  // the planner's answer for the Job screen
+	jobN      int                        // number of the current (or last) job
+	runner    Runner                     // the running job; nil when none runs
+	launching bool                       // Start was called and has not answered yet
+	quitting  bool                       // quit once the job has stopped
+	restart   bool                       // restart from the checkpoint once the job has stopped
 }
 
 // New returns the UI's model.
@@ -131,21 +139,25 @@ func New(opt Options) *Model {
 	if opt.LossPoints <= 0 {
 		opt.LossPoints = 2048
 	}
+	if opt.ReportPath == "" {
+		opt.ReportPath = "report.png"
+	}
 	in := textinput.New()
 	in.SetVirtualCursor(false)
 	in.SetStyles(textinput.Styles{})
 	m := &Model{
-		opt:   opt,
-		ctx:   opt.Context,
-		st:    newStyles(opt.Colour),
-		keys:  newKeyMap(),
-		w:     80,
-		h:     24,
-		nodes: newNodesModel(opt.Nodes),
-		ranks: newRankModel(opt.RankTablePath),
-		job:   newJobModel(opt.Config, opt.Overrides),
-		dash:  newDashModel(opt.LogLines, opt.LossPoints),
-		input: in,
+		opt:    opt,
+		ctx:    opt.Context,
+		st:     newStyles(opt.Colour),
+		keys:   newKeyMap(),
+		w:      80,
+		h:      24,
+		nodes:  newNodesModel(opt.Nodes),
+		ranks:  newRankModel(opt.RankTablePath),
+		job:    newJobModel(opt.Config, opt.Overrides),
+		dash:   newDashModel(opt.LogLines, opt.LossPoints),
+		input:  in,
+		probes: make(map[int]<-chan event.Event),
 	}
 	// Start where there is something to look at: the nodes while they are
 	// probed, the job when there is only this machine.
@@ -160,20 +172,31 @@ func New(opt Options) *Model {
 
 // Init starts probing the nodes and the clock.
 func (m *Model) Init() tea.Cmd {
-	cmds := []tea.Cmd{tick()}
-	if m.opt.Launcher != nil {
-		m.probeCh = m.opt.Launcher.Probe(m.ctx)
-		cmds = append(cmds, readEvents(probeStream, m.probeCh))
+	return tea.Batch(tick(), m.probe(ProbeRequest{}))
+}
+
+// probe asks the launcher to set nodes up and returns the command that
+// reads what it reports.
+func (m *Model) probe(req ProbeRequest) tea.Cmd {
+	if m.opt.Launcher == nil {
+		return nil
 	}
-	return tea.Batch(cmds...)
+	m.probeN--
+	ch := m.opt.Launcher.Probe(m.ctx, req)
+	m.probes[m.probeN] = ch
+	return readEvents(m.probeN, ch)
 }
 
 // Runner returns the running job, if any: after the program ends, the
 // caller stops it and waits for it, so that no worker outlives the UI.
 func (m *Model) Runner() Runner { return m.runner }
 
-// Update handles a message.
+// Update handles a message. After one that may change what the planner
+// is asked (a key, the nodes' events), it asks the planner again if the
+// job, the rank table or the nodes have changed.
 func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
+	var cmd tea.Cmd
+	replan := false
 	switch msg := msg.(type) {
 	case tea.WindowSizeMsg:
 		m.w, m.h = max(msg.Width, 20), max(msg.Height, 8)
@@ -183,24 +206,32 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.now = time.Time(msg)
 		return m, tick()
 	case eventsMsg:
-		return m, m.onEvents(msg)
+		cmd, replan = m.onEvents(msg)
 	case startedMsg:
-		return m, m.onStarted(msg)
+		cmd = m.onStarted(msg)
+	case planMsg:
+		m.onPlan(msg)
+	case reportMsg:
+		m.onReport(msg)
 	case tea.KeyPressMsg:
-		return m, m.onKey(msg)
+		cmd, replan = m.onKey(msg), true
 	case tea.PasteMsg:
 		if m.inputOn {
-			var cmd tea.Cmd
 			m.input, cmd = m.input.Update(msg)
-			return m, cmd
 		}
 	}
-	return m, nil
+	if replan {
+		if p := m.replan(); p != nil {
+			cmd = tea.Batch(cmd, p)
+		}
+	}
+	return m, cmd
 }
 
-// onEvents applies a batch of events from the probe or the job.
-func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
-	if msg.stream == probeStream {
+// onEvents applies a batch of events from a probe or the job; nodes
+// reports whether node events were among them.
+func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
+	if msg.stream <= probeStream {
 		for _, ev := range msg.events {
 			m.nodes.apply(ev)
 			if ev.Kind == event.KindJob && ev.State == event.JobFailed {
@@ -208,36 +239,37 @@ func (m *Model) onEvents(msg eventsMsg) tea.Cmd {
 			}
 		}
 		if msg.closed {
-			return nil
+			delete(m.probes, msg.stream)
+			return nil, true
 		}
-		return readEvents(probeStream, m.probeCh)
+		return readEvents(msg.stream, m.probes[msg.stream]), true
 	}
 	if msg.stream != m.jobN {
-		return nil // a job that was replaced; its channel is drained elsewhere
+		return nil, false // a job that was replaced; its channel is drained elsewhere
 	}
 	for _, ev := range msg.events {
 		switch ev.Kind {
 		case event.KindProbe, event.KindNode:
 			m.nodes.apply(ev)
+			nodes = true
 		}
 		m.dash.apply(ev)
 	}
+	m.dash.settle()
 	if !msg.closed {
-		return readEvents(m.jobN, m.runner.Events())
+		return readEvents(m.jobN, m.runner.Events()), nodes
 	}
 	// The job is over and its workers are gone.
 	m.runner = nil
-	if m.dash.state == event.JobStarted || m.dash.state == "stopping" || m.dash.state == "" {
-		m.dash.state = event.JobStopped
-	}
+	m.dash.over()
 	switch {
 	case m.quitting:
-		return tea.Quit
+		return tea.Quit, nodes
 	case m.restart:
 		m.restart = false
-		return m.launch(true)
+		return m.launch(true), nodes
 	}
-	return nil
+	return nil, nodes
 }
 
 // onStarted takes the answer of Launcher.Start.
@@ -267,25 +299,39 @@ func (m *Model) onStarted(msg startedMsg) tea.Cmd {
 // busy reports whether a job runs or is being started.
 func (m *Model) busy() bool { return m.runner != nil || m.launching }
 
-// launch starts the job as configured, or resumes it.
-func (m *Model) launch(resume bool) tea.Cmd {
+// launchProblem says why the job cannot be launched now, in a sentence;
+// "" when it can.
+func (m *Model) launchProblem() string {
 	switch {
 	case m.opt.Launcher == nil:
-		m.status = "nothing can be launched: no launcher (start gptui with --hosts or --nproc)"
-		return nil
+		return "nothing can be launched: no launcher (start gptui with --hosts or --nproc)"
 	case m.busy():
-		m.status = "a job is running: s stops it"
-		return nil
+		return "a job is running: s stops it"
 	case m.job.cfg == nil:
-		m.status = "the config does not resolve: see the Job screen"
-		m.screen = screenJob
+		return "the config does not resolve (see above)"
+	}
+	if nr := m.nodes.notReady(); nr != "" {
+		return "every node must be ready, and " + nr + ": retry a node with R on the Nodes screen (1), or leave it out of the inventory"
+	}
+	if _, err := planDevice(m.job.cfg, m.nodes.readyNames(), m.nodes.readyProbes()); err != nil {
+		return err.Error()
+	}
+	if n, want := m.ranks.table(m.nodes.rows).RankSize(), m.job.ranks(); n != want {
+		return fmt.Sprintf("the strategy needs %d ranks, the rank table has %d: fix one of them", want, n)
+	}
+	return ""
+}
+
+// launch starts the job as configured, or resumes it.
+func (m *Model) launch(resume bool) tea.Cmd {
+	if p := m.launchProblem(); p != "" {
+		m.status = p
+		if m.job.cfg == nil {
+			m.screen = screenJob
+		}
 		return nil
 	}
 	t := m.ranks.table(m.nodes.rows)
-	if t.RankSize() != m.job.ranks() {
-		m.status = fmt.Sprintf("the strategy needs %d ranks, the rank table has %d: fix one of them", m.job.ranks(), t.RankSize())
-		return nil
-	}
 	if err := m.ranks.write(t); err != nil {
 		m.status = "rank table: " + err.Error()
 		return nil
@@ -300,7 +346,7 @@ func (m *Model) launch(resume bool) tea.Cmd {
 	}
 	m.jobN++
 	m.launching = true
-	m.dash.reset(m.job.cfg.Engine.MaxSteps, resume)
+	m.dash.reset(m.job.cfg, resume)
 	m.dash.message = "starting"
 	m.go2(screenDash)
 	n, l, ctx := m.jobN, m.opt.Launcher, m.ctx
@@ -308,6 +354,24 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		r, err := l.Start(ctx, job)
 		return startedMsg{job: n, runner: r, err: err}
 	}
+}
+
+// retry sets a node up again, accepting the host key with fingerprint
+// key if it is not "".
+func (m *Model) retry(node, key string) tea.Cmd {
+	switch {
+	case m.opt.Launcher == nil:
+		m.status = "no launcher to set the node up with"
+		return nil
+	case m.busy():
+		m.status = "a job is running: it sets its nodes up itself"
+		return nil
+	}
+	m.status = "setting " + node + " up again…"
+	if key != "" {
+		m.status = "accepting " + key + " for " + node + " and setting it up again…"
+	}
+	return m.probe(ProbeRequest{Nodes: []string{node}, AcceptHostKey: key})
 }
 
 // stopJob asks the running job to stop.
@@ -331,8 +395,25 @@ func (m *Model) go2(s int) {
 	}
 }
 
+// host is what a screen may ask of the root model while it handles one
+// of its keys: the screens' models say what a key means, the root does
+// what concerns more than one screen.
+type host interface {
+	openPrompt(purpose int, label, value, arg string) tea.Cmd
+	ask(question string, yes func() tea.Cmd)
+	say(status string)
+	launch(resume bool) tea.Cmd
+	retry(node, key string) tea.Cmd
+	applyPlan()
+	plans() int
+	reportPath() string
+}
+
 // ask puts a yes/no question on the bottom line.
 func (m *Model) ask(q string, yes func() tea.Cmd) { m.confirm = &confirmation{question: q, yes: yes} }
+
+// say puts a message on the bottom line until the next key.
+func (m *Model) say(s string) { m.status = s }
 
 // openPrompt opens the input line.
 func (m *Model) openPrompt(purpose int, label, value, arg string) tea.Cmd {
@@ -343,7 +424,9 @@ func (m *Model) openPrompt(purpose int, label, value, arg string) tea.Cmd {
 	return m.input.Focus()
 }
 
-// onKey handles a key press.
+// onKey handles a key press: the question or the input line if one is
+// open, the help, the keys of every screen (quit, help, the screens, stop,
+// restart), then the current screen's own, then moving between screens.
 func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 	k := m.keys
 	m.status = ""
@@ -406,72 +489,27 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 			m.status = "no job is running"
 			return nil
 		}
-		m.ask("Stop the job? Its workers get SIGTERM, then SIGKILL.", m.stopJob)
+		m.ask("Stop the job? Its workers get SIGTERM (they save and exit), then SIGKILL.", m.stopJob)
 		return nil
-	case is(msg, k.Restart) && m.screen != screenJob:
+	case is(msg, k.Restart):
 		return m.askRestart()
 	}
+	var (
+		used bool
+		cmd  tea.Cmd
+	)
 	switch m.screen {
 	case screenNodes:
-		if is(msg, k.Filter) {
-			return m.openPrompt(promptFilter, "filter nodes: ", m.nodes.filter, "")
-		}
-		if m.nodes.update(msg, k) {
-			return nil
-		}
+		used, cmd = m.nodes.update(msg, k, m)
 	case screenRanks:
-		switch {
-		case is(msg, k.Open, k.Edit) && len(m.nodes.rows) > 0:
-			r := m.nodes.rows[m.ranks.sel]
-			return m.openPrompt(promptDevices, "devices of "+r.node.Name+": ", m.ranks.devices(r).String(), r.node.Name)
-		case is(msg, k.Save):
-			if err := m.ranks.write(m.ranks.table(m.nodes.rows)); err != nil {
-				m.status = "rank table: " + err.Error()
-			} else {
-				m.status = "wrote " + m.ranks.path
-			}
-			return nil
-		}
-		if m.ranks.update(msg, k, len(m.nodes.rows)) {
-			return nil
-		}
+		used, cmd = m.ranks.update(msg, k, m.nodes.rows, m)
 	case screenJob:
-		j := &m.job
-		switch {
-		case is(msg, k.Restart):
-			return m.askRestart()
-		case is(msg, k.Add):
-			return m.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(j.overrides)))
-		case is(msg, k.Apply) || (is(msg, k.Open) && j.selectedPlan() >= 0):
-			m.applyPlan()
-			return nil
-		case is(msg, k.Open, k.Edit):
-			switch {
-			case j.sel == 0:
-				return m.openPrompt(promptConfig, "config or preset: ", j.source, "")
-			case j.sel <= len(j.overrides):
-				return m.openPrompt(promptOverride, "-o ", j.overrides[j.sel-1], fmt.Sprint(j.sel-1))
-			case j.sel == j.addRow():
-				return m.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(j.overrides)))
-			case is(msg, k.Open) && j.sel == j.launchRow():
-				return m.launch(false)
-			}
-		}
-		plans := 0
-		if r, err := m.planReport(); err == nil && r != nil {
-			plans = len(r.Plans)
-		}
-		j.sel = min(j.sel, j.launchRow()+plans) // the plans may have changed
-		if j.update(msg, k, plans, max(m.h/3, 1)) {
-			return nil
-		}
+		used, cmd = m.job.update(msg, k, max(m.h/3, 1), m)
 	case screenDash:
-		if is(msg, k.Filter) {
-			return m.openPrompt(promptSearch, "search the log: ", m.dash.search, "")
-		}
-		if m.dash.update(msg, k, max(m.h/3, 1)) {
-			return nil
-		}
+		used, cmd = m.dash.update(msg, k, max(m.h/3, 1), m)
+	}
+	if used {
+		return cmd
 	}
 	switch {
 	case is(msg, k.Next):
@@ -485,15 +523,6 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 	return nil
 }
 
-// planReport asks the planner about the job as the Job screen has it; nil
-// without a planner or a config that resolves.
-func (m *Model) planReport() (*PlanReport, error) {
-	if m.opt.Plan == nil || m.job.cfg == nil {
-		return nil, nil
-	}
-	return m.opt.Plan(m.job.request(m.ranks.table(m.nodes.rows), m.nodes.probes()))
-}
-
 // applyPlan applies the selected plan of the Job screen: its overrides
 // replace the job's.
 func (m *Model) applyPlan() {
@@ -503,10 +532,10 @@ func (m *Model) applyPlan() {
 		m.status = "select a plan first: ↓ past [ Launch ] moves into the plans"
 		return
 	}
-	r, err := m.planReport()
+	r := m.plan.report
 	switch {
-	case err != nil:
-		m.status = "plan: " + err.Error()
+	case m.plan.err != nil:
+		m.status = "plan: " + m.plan.err.Error()
 		return
 	case r == nil || i >= len(r.Plans):
 		m.status = "no plan to apply"
@@ -592,6 +621,16 @@ func (m *Model) submit(v string) tea.Cmd {
 	return nil
 }
 
+// Summary says where the last job left its logs and its newest
+// checkpoint, for the terminal after the UI has quit; nil when no job
+// ran.
+func (m *Model) Summary() []string {
+	if m.jobN == 0 {
+		return nil
+	}
+	return m.dash.summary(m.opt.Nodes)
+}
+
 // View draws the UI.
 func (m *Model) View() tea.View {
 	v := tea.NewView(m.Render())
@@ -611,7 +650,8 @@ func (m *Model) Render() string {
 	w, h := m.w, m.h
 	lines := make([]string, 0, h)
 	lines = append(lines, m.titleLine(w))
-	body := h - 2
+	bottom := m.bottomLines(w)
+	body := h - 1 - len(bottom)
 	var b []string
 	switch {
 	case m.help:
@@ -621,8 +661,10 @@ func (m *Model) Render() string {
 	case m.screen == screenRanks:
 		b = m.ranks.view(m.st, m.nodes.rows, w, body)
 	case m.screen == screenJob:
-		r, err := m.planReport()
-		b = m.job.view(m.st, m.ranks.table(m.nodes.rows), m.opt.Plan, r, err, w, body)
+		b = m.job.view(m.st, jobView{
+			table: m.ranks.table(m.nodes.rows), ready: len(m.nodes.readyNames()), all: len(m.nodes.rows),
+			blocked: m.launchProblem(), planner: m.opt.Plan != nil, plan: &m.plan,
+		}, w, body)
 	default:
 		b = m.dash.view(m.st, w, body, m.now)
 	}
@@ -633,7 +675,7 @@ func (m *Model) Render() string {
 			lines = append(lines, strings.Repeat(" ", w))
 		}
 	}
-	lines = append(lines, m.bottomLine(w))
+	lines = append(lines, bottom...)
 	return strings.Join(lines, "\n")
 }
 
@@ -670,28 +712,45 @@ func (m *Model) titleLine(w int) string {
 	return fit(left+strings.Repeat(" ", pad)+m.st.state(strings.TrimPrefix(state, "job ")).r(state)+" ", w)
 }
 
-// bottomLine is the input line, a question, a message or the key hints.
-func (m *Model) bottomLine(w int) string {
+// bottomLines are the input line, a question or a message (wrapped,
+// up to a third of the screen, so that a long one is read whole), or the
+// key hints.
+func (m *Model) bottomLines(w int) []string {
+	long := func(s string) []string {
+		ls := wrap(s, w-2)
+		if n := max(m.h/3, 1); len(ls) > n {
+			ls = ls[:n]
+		}
+		for i := range ls {
+			ls[i] = fit(" "+ls[i], w)
+		}
+		return ls
+	}
 	switch {
 	case m.inputOn:
-		return fit(m.input.View(), w)
+		return []string{fit(m.input.View(), w)}
 	case m.confirm != nil:
-		return fit(m.st.Warn.r(m.confirm.question+" [y/N]"), w)
+		return long(m.st.Warn.r(m.confirm.question + " [y/N]"))
 	case m.status != "":
-		return fit(" "+m.status, w)
+		return long(m.status)
 	}
+	return []string{m.hintLine(w)}
+}
+
+// hintLine is the current screen's main keys.
+func (m *Model) hintLine(w int) string {
 	var hints string
 	switch {
 	case m.help:
 		hints = "esc or ? closes the help"
 	case m.screen == screenNodes:
-		hints = "↑↓ select  enter details  / filter  1-4 screens  ? help  q quit"
+		hints = "↑↓ select  enter details  R retry  a accept key  / filter  ? help  q quit"
 	case m.screen == screenRanks:
 		hints = "↑↓ select  enter edit devices  w write  1-4 screens  ? help  q quit"
 	case m.screen == screenJob:
 		hints = "↑↓ select  enter edit/launch/apply  a add -o  d delete  p apply  ? help  q quit"
 	default:
-		hints = "tab pane  ↑↓ move  / search  f follow  s stop  r restart  ? help  q quit"
+		hints = "tab pane  z zoom  W wrap  / search  w report  s stop  r restart  ? help  q quit"
 	}
 	return m.st.Dim.r(fit(" "+hints, w))
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/ranktable"
@@ -23,7 +24,7 @@ func isQuit(cmd tea.Cmd) bool {
 
 func TestNodesProbe(t *testing.T) {
 	m := probedNodes(t, 80, 24)
-	want := map[string]string{"gpu0": "probed", "gpu1": "connecting", "gpu2": "host key", "gpu3": "failed"}
+	want := map[string]string{"gpu0": "ready", "gpu1": "connecting", "gpu2": "host key", "gpu3": "failed"}
 	for _, r := range m.nodes.rows {
 		if got := r.stateText(); got != want[r.node.Name] {
 			t.Errorf("%s: state %q, want %q", r.node.Name, got, want[r.node.Name])
@@ -86,7 +87,7 @@ func TestHostKeyChanged(t *testing.T) {
 }
 
 func TestRankTableEditAndWrite(t *testing.T) {
-	m := probedNodes(t, 80, 24)
+	m := readyNodes(t, 80, 24)
 	press(m, "2")
 	if n := m.ranks.table(m.nodes.rows).RankSize(); n != 32 {
 		t.Fatalf("world size %d, want 32", n)
@@ -126,6 +127,14 @@ func TestJobOverridesAndLaunch(t *testing.T) {
 	t.Chdir(t.TempDir())
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	press(m, "3")
+	// Nothing launches before the node is ready.
+	press(m, "enter")
+	if !strings.Contains(m.status, "every node must be ready, and gpu0 waiting") || len(l.jobs) != 0 {
+		t.Fatalf("launch before the node is ready: status %q, %d jobs", m.status, len(l.jobs))
+	}
+	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
+		ev(event.KindNode, 1, func(e *event.Event) { e.Node, e.State, e.Probe = "gpu0", event.NodeReady, h100("gpu0") }),
+	}})
 	if got := m.job.ranks(); got != 1 {
 		t.Fatalf("tiny: %d ranks", got)
 	}
@@ -178,21 +187,22 @@ func TestJobOverridesAndLaunch(t *testing.T) {
 func TestDashboardEvents(t *testing.T) {
 	m := trainingJob(t, 4, 120, 80, 24)
 	d := &m.dash
-	if d.last.Step != 120 || d.metricsRank != 0 || len(d.train.pts) != 120 || len(d.eval.pts) != 4 {
-		t.Errorf("metrics: step %d rank %d train %d eval %d", d.last.Step, d.metricsRank, len(d.train.pts), len(d.eval.pts))
+	if d.lead().last.Step != 120 || d.charted != 0 || len(d.train.pts) != 120 || len(d.eval.pts) != 4 {
+		t.Errorf("metrics: step %d rank %d train %d eval %d", d.lead().last.Step, d.charted, len(d.train.pts), len(d.eval.pts))
 	}
 	// Rank 1's metrics do not add points while rank 0 sends them.
 	feed(m, ev(event.KindMetrics, 121, func(e *event.Event) {
 		e.Rank, e.Metrics = 1, &event.Metrics{Step: 121, Loss: 99}
 	}))
-	if d.last.Step != 120 {
+	if p, _ := d.train.last(); p.step != 120 || d.lead().last.Step != 120 {
 		t.Errorf("rank 1's metrics charted")
 	}
 	if len(d.mem) != 4 || d.mem[3].used != 330<<20 {
 		t.Errorf("memory rows %+v", d.mem)
 	}
+	m.Update(tea.WindowSizeMsg{Width: 140, Height: 40})
 	out := m.Render()
-	for _, s := range []string{"loss 4.0850", "12.3k tok/s", "MFU 1.2%", "ETA 20s", "step 120/200", "4 running", "r3", "300M/64.0G", "rank 0 step 116 loss"} {
+	for _, s := range []string{"loss 4.0850", "12.3k tok/s", "MFU 1.2%", "ETA 1m19s", "step 120/200", "ranks: 4 running", "r3", "300M/64.0G", "rank 0 step 116 loss"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("dashboard lacks %q:\n%s", s, out)
 		}
@@ -381,7 +391,7 @@ func TestStopAndRestart(t *testing.T) {
 }
 
 func TestBoundedHistory(t *testing.T) {
-	s := newSeries(100)
+	s := newSeries[point](100)
 	for i := 1; i <= 100000; i++ {
 		s.add(point{i, float64(i)})
 		if len(s.pts) > 100 {
@@ -483,7 +493,7 @@ func TestNoColour(t *testing.T) {
 // job's, the config resolves to its strategy and it becomes the marked
 // one), G goes back to the launch row, and a planner error is shown.
 func TestJobPlans(t *testing.T) {
-	m := probedNodes(t, 80, 24)
+	m := readyNodes(t, 80, 24)
 	press(m, "3")
 	scr := m.Render()
 	for _, w := range []string{"strategy (*: config's)", "3 *dp4 mp2 pp4 mb1 full", "3023 rejected (2950 out of memory", "list them all: gptui plan -c 13b-4node",
@@ -542,8 +552,10 @@ func TestJobPlans(t *testing.T) {
 	}
 
 	// A planner that fails says why, and no plan can be applied.
-	m = probedNodes(t, 80, 24)
+	m = readyNodes(t, 80, 24)
 	m.opt.Plan = func(PlanRequest) (*PlanReport, error) { return nil, fmt.Errorf("no valid layout for 32 devices") }
+	m.plan.asked = ""
+	m.Update(m.replan()())
 	press(m, "3", "down", "p")
 	if scr := m.Render(); !strings.Contains(scr, "✗ no valid layout for 32 devices") || m.job.sel != m.job.launchRow() {
 		t.Errorf("planner error (selection %d):\n%s", m.job.sel, scr)
@@ -573,5 +585,29 @@ func TestDashboardRestart(t *testing.T) {
 	}
 	if !d.running() || !d.start.Equal(start) || d.failure != nil {
 		t.Errorf("state %q, start %v (was %v), failure %v: want running since the first start", d.state, d.start, start, d.failure)
+	}
+}
+
+func TestWrap(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		w    int
+		want []string
+	}{
+		{"unknown host key for 10.0.0.12:22 (SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A); verify it", 40,
+			[]string{"unknown host key for 10.0.0.12:22", "(SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK", "6k1eX7qzZ0A); verify it"}},
+		{"a  b", 10, []string{"a b"}},
+		{"", 10, []string{""}},
+		{"0123456789abcdefghij0123456789 x", 10, []string{"0123456789", "abcdefghij", "0123456789", "x"}},
+	} {
+		got := wrap(tc.s, tc.w)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("wrap(%q, %d) = %q, want %q", tc.s, tc.w, got, tc.want)
+		}
+		for _, l := range got {
+			if n := ansi.StringWidth(l); n > max(tc.w, 10) {
+				t.Errorf("wrap(%q, %d): %q is %d cells", tc.s, tc.w, l, n)
+			}
+		}
 	}
 }

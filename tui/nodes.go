@@ -17,7 +17,26 @@ type nodeRow struct {
 	node  sshexec.Node
 	state string // an event.Node* state; empty until the launcher reports
 	msg   string
+	note  string // the last pruned or replica message, which changes no state
 	probe *event.Probe
+}
+
+// ready reports whether the node is set up for a job.
+func (r nodeRow) ready() bool { return r.state == event.NodeReady }
+
+// broken reports whether the node needs the user: its setup failed, it
+// was lost, or its setup was stopped.
+func (r nodeRow) broken() bool {
+	return r.state == event.NodeFailed || r.state == event.NodeLost || r.state == event.NodeStopped
+}
+
+// unknownKey returns the fingerprint of the host key the node offered that
+// known_hosts does not know; "" when that is not why it failed.
+func (r nodeRow) unknownKey() string {
+	if r.state != event.NodeFailed || !strings.Contains(r.msg, "unknown host key") {
+		return ""
+	}
+	return fingerprintRE.FindString(r.msg)
 }
 
 // stateText is the state as shown: a failure because of the host key is
@@ -77,6 +96,10 @@ func (m *nodesModel) apply(ev event.Event) {
 		}
 	case event.KindNode:
 		r := m.row(ev.Node)
+		if ev.State == event.NodePruned || ev.State == event.NodeReplica {
+			r.note = ev.State + ": " + clean(ev.Message) // news, not a state
+			return
+		}
 		r.state, r.msg = ev.State, clean(ev.Message)
 		if ev.Probe != nil { // the cluster runner reports its probe this way
 			r.probe = ev.Probe
@@ -84,15 +107,41 @@ func (m *nodesModel) apply(ev event.Event) {
 	}
 }
 
-// probes returns what the probes found, by node name.
-func (m *nodesModel) probes() map[string]*event.Probe {
+// readyNames returns the names of the ready nodes, in inventory order.
+func (m *nodesModel) readyNames() []string {
+	var names []string
+	for _, r := range m.rows {
+		if r.ready() {
+			names = append(names, r.node.Name)
+		}
+	}
+	return names
+}
+
+// readyProbes returns what the probes of the ready nodes found, by name.
+func (m *nodesModel) readyProbes() map[string]*event.Probe {
 	p := make(map[string]*event.Probe)
 	for _, r := range m.rows {
-		if r.probe != nil {
+		if r.ready() && r.probe != nil {
 			p[r.node.Name] = r.probe
 		}
 	}
 	return p
+}
+
+// notReady says which nodes are not ready and why, in a few words ("gpu3
+// failed, gpu1 connecting"); "" when all are.
+func (m *nodesModel) notReady() string {
+	var parts []string
+	for _, r := range m.rows {
+		if !r.ready() {
+			parts = append(parts, r.node.Name+" "+r.stateText())
+		}
+	}
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("%d more", len(parts)-3))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // visible returns the indices of the rows that pass the filter.
@@ -116,8 +165,39 @@ func (m *nodesModel) selected() *nodeRow {
 	return &m.rows[v[m.sel]]
 }
 
-// update handles a key; it reports whether it used it.
-func (m *nodesModel) update(msg tea.KeyPressMsg, k keyMap) bool {
+// update handles a key of the Nodes screen; it reports whether it used
+// it, and what follows.
+func (m *nodesModel) update(msg tea.KeyPressMsg, k keyMap, h host) (bool, tea.Cmd) {
+	switch {
+	case is(msg, k.Filter):
+		return true, h.openPrompt(promptFilter, "filter nodes: ", m.filter, "")
+	case is(msg, k.Retry):
+		r := m.selected()
+		if r == nil {
+			return true, nil
+		}
+		return true, h.retry(r.node.Name, "")
+	case is(msg, k.Accept):
+		r := m.selected()
+		if r == nil {
+			return true, nil
+		}
+		fp := r.unknownKey()
+		if fp == "" {
+			h.say(r.node.Name + " has no new host key to accept (a changed or revoked key is never accepted here: see its details)")
+			return true, nil
+		}
+		m.detail = true // the fingerprint and how to check it stay in view
+		name := r.node.Name
+		h.ask(fmt.Sprintf("Trust %s's host key %s and add it to ~/.ssh/known_hosts? Only if it matches the node's own ssh-keygen -lf.", name, fp),
+			func() tea.Cmd { return h.retry(name, fp) })
+		return true, nil
+	}
+	return m.move(msg, k), nil
+}
+
+// move handles the keys that move the selection and open or close things.
+func (m *nodesModel) move(msg tea.KeyPressMsg, k keyMap) bool {
 	n := len(m.visible())
 	switch {
 	case is(msg, k.Up):
@@ -214,9 +294,9 @@ func (r nodeRow) hostKeyAdvice() []string {
 		keyscan = fmt.Sprintf("ssh-keyscan -p %d %s >> ~/.ssh/known_hosts", r.node.Port, r.node.Host)
 	}
 	return []string{
-		"Its key " + offered + " is not in known_hosts. Compare it with what  ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub  prints on the node itself; if they are equal, accept it with:",
+		"Its key " + offered + " is not in known_hosts. Compare it with what  ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub  prints on the node itself; if they are equal, press a to accept it (asks first; the line is added to ~/.ssh/known_hosts as",
 		"  " + keyscan,
-		"(or rerun with --accept-new-host-keys).",
+		"would add it, and the node is set up again).",
 	}
 }
 
@@ -296,6 +376,12 @@ func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 	if r.msg != "" {
 		add(r.msg)
 	}
+	if r.broken() {
+		add("R sets the node up again (connect, push, probe).")
+	}
+	if r.note != "" {
+		add(r.note)
+	}
 	if r.stateText() == "host key" {
 		for _, l := range r.hostKeyAdvice() {
 			add(l)
@@ -306,38 +392,6 @@ func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 		for _, d := range p.Devices {
 			add(fmt.Sprintf("  %d  %s  %s free of %s  %s", d.Index, d.Name, bytesize(d.MemFree), bytesize(d.MemTotal), d.PCIBusID))
 		}
-	}
-	return out
-}
-
-// trunc cuts s to n cells with an ellipsis.
-func trunc(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return fit(s, n)
-}
-
-// wrap breaks s into lines of at most w cells at spaces.
-func wrap(s string, w int) []string {
-	if w < 10 {
-		w = 10
-	}
-	var out []string
-	line := ""
-	for _, word := range strings.Fields(s) {
-		switch {
-		case line == "":
-			line = word
-		case len(line)+1+len(word) <= w:
-			line += " " + word
-		default:
-			out = append(out, line)
-			line = word
-		}
-	}
-	if line != "" || len(out) == 0 {
-		out = append(out, line)
 	}
 	return out
 }

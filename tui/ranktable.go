@@ -60,10 +60,14 @@ func (m *rankModel) setDevices(node, text string) error {
 	return nil
 }
 
-// table builds the rank table of the nodes.
+// table builds the rank table of the ready nodes: a node that failed, was
+// lost or is still being set up has no ranks.
 func (m *rankModel) table(rows []nodeRow) *ranktable.Table {
 	var in []ranktable.ServerInput
 	for _, r := range rows {
+		if !r.ready() {
+			continue
+		}
 		d := m.devices(r)
 		s := ranktable.ServerInput{ServerID: r.node.Host}
 		if d.CPU > 0 {
@@ -100,8 +104,26 @@ func (m *rankModel) dirty(t *ranktable.Table) bool {
 	return string(b) != m.saved
 }
 
-// update handles a key; it reports whether it used it.
-func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, n int) bool {
+// update handles a key of the Rank table screen; it reports whether it
+// used it, and what follows.
+func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, rows []nodeRow, h host) (bool, tea.Cmd) {
+	switch {
+	case is(msg, k.Open, k.Edit) && len(rows) > 0:
+		r := rows[min(m.sel, len(rows)-1)]
+		return true, h.openPrompt(promptDevices, "devices of "+r.node.Name+": ", m.devices(r).String(), r.node.Name)
+	case is(msg, k.Save):
+		if err := m.write(m.table(rows)); err != nil {
+			h.say("rank table: " + err.Error())
+		} else {
+			h.say("wrote " + m.path)
+		}
+		return true, nil
+	}
+	return m.move(msg, k, len(rows)), nil
+}
+
+// move handles the keys that move the selection.
+func (m *rankModel) move(msg tea.KeyPressMsg, k keyMap, n int) bool {
 	switch {
 	case is(msg, k.Up):
 		m.sel = max(m.sel-1, 0)
@@ -128,18 +150,35 @@ func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
 	lines := []string{st.Bold.r(fit(head, w))}
 	m.sel = min(m.sel, max(len(rows)-1, 0))
 
+	// Each row's server in the table: only ready nodes have one.
+	server := make([]int, len(rows))
+	k := 0
+	for i, r := range rows {
+		server[i] = -1
+		if r.ready() {
+			server[i] = k
+			k++
+		}
+	}
 	// The selected node's devices, one per line, below the nodes.
 	var detail []string
 	if len(rows) > 0 {
-		srv := t.Servers[m.sel]
 		detail = append(detail, rule(st, "Devices of "+rows[m.sel].node.Name+"  (enter: edit the range, e.g. 0-7, 0-3,6 or cpu:4)", w, false))
-		var cells []string
-		for _, d := range srv.Devices {
-			cells = append(cells, fmt.Sprintf("dev %d → rank %d", d.DeviceID, d.RankID))
+		if si := server[m.sel]; si >= 0 {
+			var cells []string
+			for _, d := range t.Servers[si].Devices {
+				cells = append(cells, fmt.Sprintf("dev %d → rank %d", d.DeviceID, d.RankID))
+			}
+			detail = append(detail, columns(cells, w, 2)...)
+		} else {
+			detail = append(detail, fit("  no ranks: the node is "+rows[m.sel].stateText()+", not ready (the Nodes screen retries it with R)", w))
 		}
-		detail = append(detail, columns(cells, w, 2)...)
 	}
-	status := fmt.Sprintf("world size %d on %d nodes · ", t.RankSize(), len(t.Servers))
+	status := fmt.Sprintf("world size %d on the %d ready %s of %d", t.RankSize(), len(t.Servers), plural(len(t.Servers), "node"), len(rows))
+	if nr := (&nodesModel{rows: rows}).notReady(); nr != "" {
+		status += " (not ready: " + nr + ")"
+	}
+	status += " · "
 	if errs := ranktable.Check(t); len(errs) > 0 && t.RankSize() > 0 {
 		status += "problem: " + errs[0].Error() + " · "
 	}
@@ -154,18 +193,21 @@ func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
 		top = m.sel - room + 1
 	}
 	for i := top; i < len(rows) && i < top+room; i++ {
-		r, srv := rows[i], t.Servers[i]
+		r := rows[i]
 		mark := "  "
 		if i == m.sel {
 			mark = st.Sel.r("› ")
 		}
-		ranks := "-"
-		if lo, hi := t.DeviceRange(i); hi > lo {
-			ranks = fmt.Sprintf("%d-%d", lo, hi-1)
-		}
-		ip := "-"
-		if len(srv.Devices) > 0 {
-			ip = srv.Devices[0].DeviceIP
+		id, ranks, ip := r.node.Host, st.state(r.stateText()).r(r.stateText()), "-"
+		if si := server[i]; si >= 0 {
+			srv := t.Servers[si]
+			id, ranks = srv.ServerID, "-"
+			if lo, hi := t.DeviceRange(si); hi > lo {
+				ranks = fmt.Sprintf("%d-%d", lo, hi-1)
+			}
+			if len(srv.Devices) > 0 {
+				ip = srv.Devices[0].DeviceIP
+			}
 		}
 		dev := m.devices(r).String()
 		if _, ok := m.edited[r.node.Name]; ok {
@@ -174,12 +216,15 @@ func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
 		if dev == "" {
 			dev = "none"
 		}
-		lines = append(lines, fit(mark+fmt.Sprintf("%-*s %-18s %-14s %-11s %s", nameW, trunc(r.node.Name, nameW), trunc(srv.ServerID, 18), trunc(dev, 14), ranks, ip), w))
+		lines = append(lines, fit(mark+fmt.Sprintf("%-*s %-18s %-14s ", nameW, trunc(r.node.Name, nameW), trunc(id, 18), trunc(dev, 14))+fit(ranks, 11)+" "+ip, w))
 	}
 	if len(rows) == 0 {
 		lines = append(lines, fit("  no nodes", w))
 	}
-	lines = append(lines, "", fit("  "+status, w))
+	lines = append(lines, "")
+	for _, l := range wrap(status, w-2) {
+		lines = append(lines, fit("  "+l, w))
+	}
 	for len(lines) < h-len(detail) {
 		lines = append(lines, "")
 	}

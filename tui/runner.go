@@ -14,14 +14,27 @@ import (
 // only renders what it reports: the same launcher serves the headless
 // `gptui run --no-tui`.
 type Launcher interface {
-	// Probe probes every node and reports on the channel, as events of
-	// kinds probe and node (a node event may carry the Probe), what it
-	// finds; it closes the channel when every node has answered or failed.
-	// A job event in state failed reports a mistake that is no one node's.
-	Probe(ctx context.Context) <-chan event.Event
+	// Probe sets up and probes the nodes req names (every node when it
+	// names none) and reports on the channel, as events of kinds probe and
+	// node (a node event may carry the Probe), what it finds; a node is
+	// ready for a job once it reports state ready. It closes the channel
+	// when every node asked has answered or failed. A job event in state
+	// failed reports a mistake that is no one node's.
+	Probe(ctx context.Context, req ProbeRequest) <-chan event.Event
 	// Start starts a job. It returns once the job is under way; what
 	// happens next arrives on the Runner's Events.
 	Start(ctx context.Context, job Job) (Runner, error)
+}
+
+// ProbeRequest says which nodes Launcher.Probe sets up.
+type ProbeRequest struct {
+	// Nodes are the inventory names of the nodes; none means every node.
+	Nodes []string
+	// AcceptHostKey is the SHA-256 fingerprint of a host key a person
+	// checked and accepted on the Nodes screen: with one node in Nodes, a
+	// key that known_hosts does not know is trusted and recorded if it
+	// has this fingerprint (sshexec.ClientConfig.AcceptHostKey).
+	AcceptHostKey string
 }
 
 // Runner is one running job.
@@ -52,9 +65,12 @@ type Job struct {
 // screen shows the answer under the strategy: the estimate of the config's
 // own strategy, the ranked plans (the config's marked), and a plan's
 // overrides when the user applies it. cmd/gptui wires it to planner.Search;
-// without one the screen says there is no planner. The UI calls it from
-// its goroutine whenever it draws the Job screen or takes a key there, so
-// it should remember its answer for the same request.
+// without one the screen says there is no planner.
+//
+// The UI calls it in a command (tea.Cmd), off its own goroutine, once for
+// each new request (the job, the rank table or the nodes changed), and
+// keeps the answer in its model: it is never called to draw a frame. It
+// must be safe to call from several goroutines.
 type Planner func(req PlanRequest) (*PlanReport, error)
 
 // PlanRequest is the job the planner is asked about.
@@ -62,8 +78,11 @@ type PlanRequest struct {
 	Config    string                  // preset name or config file, as for -c
 	Overrides []string                // its -o overrides
 	Resolved  *presets.Config         // Config with Overrides applied
-	Table     *ranktable.Table        // the ranks: which devices of which nodes
-	Probes    map[string]*event.Probe // what the probes found, by node name
+	Table     *ranktable.Table        // the ranks of the ready nodes: which devices of which nodes
+	Probes    map[string]*event.Probe // what the probes of the ready nodes found, by node name
+	// Device is the planner's device profile for the nodes the probes
+	// reported ("cpu", "H100-80G", ...; see planDevice).
+	Device string
 }
 
 // PlanReport is the planner's answer for one job.
@@ -108,12 +127,13 @@ type PlanRow struct {
 // log lines is drawn in a few frames rather than one per line.
 const maxBatch = 1024
 
-// Stream ids of eventsMsg: the probe stream, and jobs from 1 on.
+// Stream ids of eventsMsg: probes count down from probeStream, jobs up
+// from 1.
 const probeStream = 0
 
 // eventsMsg carries the events read from a stream in one go.
 type eventsMsg struct {
-	stream int // probeStream, or the job's number
+	stream int // a probe's (≤ probeStream), or the job's number
 	events []event.Event
 	closed bool // the stream has ended
 }

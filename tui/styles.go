@@ -185,3 +185,47 @@ func clean(s string) string {
 	}
 	return b.String()
 }
+
+// trunc cuts s to n cells with an ellipsis.
+func trunc(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fit(s, n)
+}
+
+// wrap breaks s into lines of at most w cells (at least 10): at spaces
+// where it can, inside a word longer than a line where it must, so that
+// nothing is cut off. Escape sequences are kept; runs of spaces become one.
+func wrap(s string, w int) []string {
+	w = max(w, 10)
+	var out []string
+	line, lw := "", 0
+	for _, word := range strings.Split(s, " ") {
+		ww := ansi.StringWidth(word)
+		if ww == 0 {
+			continue
+		}
+		if lw > 0 && lw+1+ww > w {
+			out = append(out, line)
+			line, lw = "", 0
+		}
+		for ww > w { // a word longer than a line (lw is 0 here)
+			out = append(out, ansi.Cut(word, 0, w))
+			word, ww = ansi.Cut(word, w, ww), ww-w
+		}
+		if lw > 0 {
+			line, lw = line+" ", lw+1
+		}
+		line, lw = line+word, lw+ww
+	}
+	return append(out, line)
+}
+
+// plural returns w, with an s unless n is 1.
+func plural(n int, w string) string {
+	if n == 1 {
+		return w
+	}
+	return w + "s"
+}

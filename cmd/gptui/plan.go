@@ -569,36 +569,24 @@ func worldSize(w *comm.World) int {
 }
 
 // newPlanner returns the Job screen's planner: the strategies of the job's
-// config on the rank table's devices, ranked as 'gptui plan' ranks them
-// with no degree fixed, the config's own marked, each with the overrides
-// that select it. It keeps the device profiles it has loaded and its last
-// answer: the UI asks on every frame of the Job screen, always from the
-// UI's goroutine, and a search takes up to a few tenths of a second.
+// config on the rank table's devices, with the device profile the UI
+// picked from the nodes' probes, ranked as 'gptui plan' ranks them with no
+// degree fixed, the config's own marked, each with the overrides that
+// select it. The UI calls it in a command when the job changes.
 func newPlanner() tui.Planner {
-	profiles := map[string]planner.Device{}
-	var (
-		lastKey string
-		last    *tui.PlanReport
-		lastErr error
-	)
 	return func(req tui.PlanRequest) (*tui.PlanReport, error) {
-		cl, err := jobCluster(profiles, req)
+		cl, err := jobCluster(req)
 		if err != nil {
 			return nil, err
 		}
-		key := fmt.Sprintf("%q %q %s", req.Config, req.Overrides, cl)
-		if key != lastKey || (last == nil && lastErr == nil) {
-			lastKey = key
-			last, lastErr = planReport(req, cl)
-		}
-		return last, lastErr
+		return planReport(req, cl)
 	}
 }
 
 // jobCluster is the cluster of a job's rank table: its nodes and devices
-// per node, with the profile of the config's device (the cpu profile
-// measured by --profile when there is one).
-func jobCluster(profiles map[string]planner.Device, req tui.PlanRequest) (planner.Cluster, error) {
+// per node, with the profile req names (the cpu profile measured by
+// --profile when there is one).
+func jobCluster(req tui.PlanRequest) (planner.Cluster, error) {
 	t := req.Table
 	if t == nil || len(t.Servers) == 0 {
 		return planner.Cluster{}, errors.New("no devices in the rank table")
@@ -609,18 +597,10 @@ func jobCluster(profiles map[string]planner.Device, req tui.PlanRequest) (planne
 			return planner.Cluster{}, fmt.Errorf("the planner needs the same number of devices on every node (%s has %d, %s %d)", t.Servers[0].ServerID, per, s.ServerID, len(s.Devices))
 		}
 	}
-	name := "cpu"
-	if req.Resolved.Global.Device != "cpu" {
-		name = gpuProfile(req.Probes)
-	}
-	dev, ok := profiles[name]
-	if !ok {
-		path, _ := planner.DefaultProfilePath()
-		d, err := deviceProfile(name, path, nil)
-		if err != nil {
-			return planner.Cluster{}, err
-		}
-		profiles[name], dev = d, d
+	path, _ := planner.DefaultProfilePath()
+	dev, err := deviceProfile(req.Device, path, nil)
+	if err != nil {
+		return planner.Cluster{}, err
 	}
 	cl := planner.Cluster{Nodes: len(t.Servers), DevicesPerNode: per, Device: dev}
 	return cl, cl.Validate()
@@ -755,25 +735,4 @@ func shellWord(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// gpuProfile picks the planner's device profile for the GPUs the probes
-// found; V100-32G, as 'gptui plan' does, when none is recognised.
-func gpuProfile(probes map[string]*event.Probe) string {
-	for _, p := range probes {
-		for _, d := range p.Devices {
-			n := strings.ToUpper(d.Name)
-			switch {
-			case strings.Contains(n, "H200"):
-				return "H200-141G"
-			case strings.Contains(n, "H100"):
-				return "H100-80G"
-			case strings.Contains(n, "A100") && d.MemTotal > 60<<30:
-				return "A100-80G"
-			case strings.Contains(n, "A100"):
-				return "A100-40G"
-			}
-		}
-	}
-	return "V100-32G"
 }

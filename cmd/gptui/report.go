@@ -1,10 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"strings"
 
 	"github.com/gptui/gptui/report"
 )
@@ -32,23 +33,13 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	if *title == "" {
-		*title = fmt.Sprint(dirs)
+		*title = "gptui report " + strings.Join(dirs, " ")
 	}
-	// Written under a temporary name and renamed: never a half picture.
-	tmp, err := os.CreateTemp(filepath.Dir(*out), ".report-*.png")
-	if err != nil {
-		return usageError{fmt.Errorf("report: %w", err)}
-	}
-	defer os.Remove(tmp.Name())
-	err = report.Draw(tmp, runs, report.Options{Width: *width, Height: *height, Title: *title})
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), *out)
-	}
-	if err != nil {
-		return fmt.Errorf("report: writing %s: %w", *out, err)
+	if err := report.WriteFile(*out, runs, report.Options{Width: *width, Height: *height, Title: *title}); err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+			return usageError{err} // -o names no writable directory
+		}
+		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d×%d pixels, %d ranks\n", *out, *width, *height, len(runs))
 	return nil

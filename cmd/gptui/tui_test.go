@@ -2,15 +2,20 @@ package main
 
 import (
 	"fmt"
+	"image/png"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -96,13 +101,13 @@ func processesOf(exe string) []int {
 	return pids
 }
 
-// awaitNoProcess waits for every process running exe to end; it fails the
-// test, and kills them, if some remain after limit.
-func awaitNoProcess(t *testing.T, exe string, limit time.Duration) {
+// awaitNoProcess waits for every process running exe but those of keep
+// to end; it fails the test, and kills them, if some remain after limit.
+func awaitNoProcess(t *testing.T, exe string, limit time.Duration, keep ...int) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		left := processesOf(exe)
+		left := slices.DeleteFunc(processesOf(exe), func(pid int) bool { return slices.Contains(keep, pid) })
 		if len(left) == 0 {
 			return
 		}
@@ -119,97 +124,356 @@ func awaitNoProcess(t *testing.T, exe string, limit time.Duration) {
 
 var (
 	lossRE    = regexp.MustCompile(`step \d+/\d+  loss \d+\.\d{4}`)
-	memBarRE  = regexp.MustCompile(`(localhost|127\.0\.0\.[23]) +r[01] +[█░]+ \d+M/\d+\.\dG`)
+	memBarRE  = regexp.MustCompile(`(?m)^.*  r[0-3] +[█░]+ \d+M/\d+\.\dG`)
 	logTailRE = regexp.MustCompile(`(?m)^ \[train\] epoch: \d+ step: \d+ lr: \S+ loss: \d+\.\d+`)
 	exitRE    = regexp.MustCompile(`gptui-exit=(\d+)`)
 )
 
+// localCommand is the shell command line of 'gptui --nproc 2' training
+// tiny dp2 without end, one thread per worker, with extra flags.
+func localCommand(exe string, extra ...string) string {
+	return "NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) + " --nproc 2 --preset tiny" +
+		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
+		" -o Engine.max_steps=100000 -o Engine.eval_freq=0 " + strings.Join(extra, " ")
+}
+
+// localPID returns the pid of this machine's gptui process exe running
+// what (the "agent", or "train" for the worker of rank), 0 if none.
+func localPID(exe, what string, rank int) int {
+	for _, pid := range processesOf(exe) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 2 || args[1] != what {
+			continue
+		}
+		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if what == "agent" || strings.Contains("\x00"+string(env), fmt.Sprintf("\x00RANK=%d\x00", rank)) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// throttle gives the process pid half a CPU, as cpulimit does: stopped
+// 100 ms of every 200 ms, until the function it returns is called.
+func throttle(pid int) (stop func()) {
+	done, over := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(over)
+		for {
+			syscall.Kill(pid, syscall.SIGSTOP)
+			time.Sleep(100 * time.Millisecond)
+			syscall.Kill(pid, syscall.SIGCONT)
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-over }) }
+}
+
+var headerStepRE = regexp.MustCompile(`step (\d+)/\d+  loss`)
+
+// headerStep returns the step the dashboard's header shows, -1 if none.
+func headerStep(scr string) int {
+	m := headerStepRE.FindStringSubmatch(scr)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// rankRow returns the ranks pane's row of rank r, "" if it is not shown.
+func rankRow(scr string, r int) string {
+	re := regexp.MustCompile(fmt.Sprintf(`(?m)^[ ›]%d +(waiting|starting|running|done|stopped|failed|lost|hung|restarting).*$`, r))
+	return re.FindString(scr)
+}
+
 // TestTUILocal runs 'gptui --nproc 2 --preset tiny' in tmux: it launches
 // the job from the Job screen, waits for a loss in the dashboard, checks
-// the memory bars and the log tail, quits with q (confirmed with y) and
-// checks that no worker remains.
+// every rank's row, the memory bars and the log tail, writes the report
+// picture with w, stops the job with s (every rank stopped, none failed),
+// quits with q, and reads where the logs and the checkpoint are.
 func TestTUILocal(t *testing.T) {
 	exe := builtGPTUI(t)
 	dir := t.TempDir()
-	cmd := "NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) + " --nproc 2 --preset tiny" +
-		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
-		" -o Engine.max_steps=100000 -o Engine.logging_freq=2"
-	s := startTmux(t, dir, 100, 30, cmd)
+	s := startTmux(t, dir, 120, 32, localCommand(exe, "-o Engine.logging_freq=2 -o Engine.save_load.save_steps=4"))
 
 	s.await(regexp.MustCompile(`dp 2 × sharding 1 \(stage 1\) × mp 1 × pp 1 = 2 ranks · rank table: 2 ✓`), 30*time.Second)
 	// The planner's ranked table for 2 CPU workers.
 	s.await(regexp.MustCompile(`(?s)✓ fits: config's strategy dp2 mb4: .*strategy \(\*: config's\).* 1  \S.*\d+ feasible, \d+ rejected`), 10*time.Second)
 	s.keys("Enter") // the Launch row is selected
 	scr := s.await(lossRE, 120*time.Second)
-	// Memory is sampled each second; the log shows rank 0's steps.
+	// Memory is sampled each second; the log shows rank 0's steps; a
+	// checkpoint every 4 steps.
 	scr = s.await(memBarRE, 20*time.Second)
 	scr = s.await(logTailRE, 20*time.Second)
-	if !strings.Contains(scr, "2 running") || !strings.Contains(scr, "Log  rank 0 on localhost · follow") {
+	scr = s.await(regexp.MustCompile(`checkpoint step \d+`), 60*time.Second)
+	if !strings.Contains(scr, "ranks: 2 running") || !strings.Contains(scr, "Log  rank 0 on localhost · follow") {
 		t.Errorf("the dashboard lacks the ranks' states or the log pane:\n%s", scr)
+	}
+	for r := range 2 {
+		if row := rankRow(scr, r); !strings.Contains(row, "running     localhost") {
+			t.Errorf("rank %d's row %q", r, row)
+		}
 	}
 	if strings.Contains(scr, "\x1b") {
 		t.Errorf("escape sequences on screen with NO_COLOR")
 	}
-	if len(processesOf(exe)) < 3 {
-		t.Errorf("expected the UI and two workers running, found %v", processesOf(exe))
+	if len(processesOf(exe)) < 4 {
+		t.Errorf("expected the UI, the agent and two workers running, found %v", processesOf(exe))
 	}
 	if _, err := os.Stat(filepath.Join(dir, "rank_table.json")); err != nil {
 		t.Errorf("the launch did not write the rank table: %v", err)
 	}
 
-	s.keys("q")
-	s.await(regexp.MustCompile(`A job is running: stop it and quit\? \[y/N\]`), 10*time.Second)
+	// w: the report picture of the ranks' steps so far.
+	s.keys("w")
+	s.await(regexp.MustCompile(`wrote .*report\.png: 1200×900 pixels, 2 ranks`), 30*time.Second)
+	if f, err := os.Open(filepath.Join(dir, "report.png")); err != nil {
+		t.Error(err)
+	} else if _, err := png.Decode(f); err != nil {
+		t.Errorf("report.png: %v", err)
+	}
+
+	// s: the job stops; every rank is stopped, none failed.
+	s.keys("s")
+	s.await(regexp.MustCompile(`Stop the job\?`), 10*time.Second)
 	s.keys("y")
+	scr = s.await(regexp.MustCompile(`job stopped`), 60*time.Second)
+	t.Logf("after s:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 2 stopped") || strings.Contains(scr, "failed") || strings.Contains(scr, "✗") {
+		t.Errorf("after s, want every rank stopped and none failed:\n%s", scr)
+	}
+	awaitNoProcess(t, exe, 20*time.Second, os.Getpid(), uiPID(exe))
+
+	s.keys("q")
 	scr = s.await(exitRE, 30*time.Second)
 	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
 		t.Errorf("gptui exited with status %s:\n%s", code, scr)
 	}
+	flat := strings.Join(strings.Fields(scr), " ")
+	if !regexp.MustCompile(`gptui: the job's logs \(workerlog.<rank>, metrics.<rank>.jsonl\): localhost:log gptui: the newest checkpoint: localhost:\S*output/step_\d+ \(step \d+\)`).MatchString(flat) {
+		t.Errorf("quitting does not say where the logs and the checkpoint are:\n%s", scr)
+	}
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
+// uiPID returns the pid of the UI among exe's processes: the one that is
+// neither an agent nor a worker.
+func uiPID(exe string) int {
+	for _, pid := range processesOf(exe) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) > 1 && args[1] != "agent" && args[1] != "train" {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestTUILocalStraggler: one worker of a local dp2 job given half a CPU is
+// named the slowest rank in the header within 5 steps, though both ranks'
+// steps take as long (one waits for the other); kill -9 of it then shows
+// it failed by SIGKILL, the cause, and the other rank stopped.
+func TestTUILocalStraggler(t *testing.T) {
+	exe := builtGPTUI(t)
+	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1"))
+	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
+	s.keys("Enter")
+	// Past the first steps, whose times the start-up skews.
+	s.await(regexp.MustCompile(`step ([5-9]|\d\d+)/100000  loss`), 120*time.Second)
+	pid := localPID(exe, "train", 1)
+	if pid == 0 {
+		t.Fatalf("no worker of rank 1 among %v", processesOf(exe))
+	}
+	before := s.screen()
+	from := headerStep(before)
+	t.Logf("before: %s", regexp.MustCompile(`slowest rank \d+ ×\S+`).FindString(before))
+	stop := throttle(pid)
+	defer stop()
+	named := regexp.MustCompile(`slowest rank 1 ×(\d+\.\d)`)
+	var scr string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		scr = s.screen()
+		if m := named.FindStringSubmatch(scr); m != nil {
+			if x, _ := strconv.ParseFloat(m[1], 64); x >= 1.5 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 1 not named the slowest 60 s after it was slowed at step %d:\n%s", from, scr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	at := headerStep(scr)
+	t.Logf("slowed at step %d, named at step %d: %s", from, at, named.FindString(scr))
+	if at-from > 5 {
+		t.Errorf("rank 1 named %d steps after it was slowed, want at most 5:\n%s", at-from, scr)
+	}
+	stop()
+
+	syscall.Kill(pid, syscall.SIGKILL)
+	scr = s.await(regexp.MustCompile(`job failed`), 30*time.Second)
+	t.Logf("after kill -9 of rank 1:\n%s", scr)
+	if row := rankRow(scr, 1); !strings.Contains(row, "failed ✗") || !strings.Contains(row, "killed by SIGKILL") {
+		t.Errorf("rank 1's row %q, want failed ✗, killed by SIGKILL", row)
+	}
+	if row := rankRow(scr, 0); !strings.Contains(row, "stopped") {
+		t.Errorf("rank 0's row %q, want stopped", row)
+	}
+	if !strings.Contains(scr, "ranks: 1 stopped · 1 failed (cause)") || !strings.Contains(scr, "✗ rank 1 on localhost failed: killed by SIGKILL") {
+		t.Errorf("the header or the banner:\n%s", scr)
+	}
+	s.keys("q")
+	s.await(exitRE, 30*time.Second)
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// TestTUILocalHang: a worker stopped with SIGSTOP shows hung within the
+// hang bound (3 s, checked every second) and the other stopped; the
+// stopped worker is killed with the gang.
+func TestTUILocalHang(t *testing.T) {
+	exe := builtGPTUI(t)
+	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 3s"))
+	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
+	s.keys("Enter")
+	s.await(regexp.MustCompile(`step ([2-9]|\d\d+)/100000  loss`), 120*time.Second)
+	pid := localPID(exe, "train", 0)
+	if pid == 0 {
+		t.Fatalf("no worker of rank 0 among %v", processesOf(exe))
+	}
+	syscall.Kill(pid, syscall.SIGSTOP)
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	at := time.Now()
+	scr := s.await(regexp.MustCompile(`ranks: 1 stopped · 1 hung \(cause\)`), 30*time.Second)
+	t.Logf("hung %v after the SIGSTOP:\n%s", time.Since(at).Round(100*time.Millisecond), scr)
+	if time.Since(at) < 3*time.Second {
+		t.Errorf("hung %v after the SIGSTOP, before the 3 s bound", time.Since(at))
+	}
+	flat := strings.Join(strings.Fields(scr), " ")
+	if row := rankRow(scr, 0); !strings.Contains(row, "hung ✗") || !strings.Contains(flat, "✗ the job hung: rank 0 on localhost stuck: no progress report for") {
+		t.Errorf("rank 0's row %q, or the banner:\n%s", row, scr)
+	}
+	s.keys("q")
+	s.await(exitRE, 30*time.Second)
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// hostsCommand is the shell command line of 'gptui --hosts' on c's
+// nodes, training tiny dp2 without end, with extra flags.
+func hostsCommand(c *sshCluster, exe string, extra ...string) string {
+	return "HOME=" + shellQuoteTest(c.home) + " SSH_AUTH_SOCK= NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) +
+		" --hosts " + shellQuoteTest(c.hosts) + " --preset tiny" +
+		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
+		" -o Engine.max_steps=100000 -o Engine.logging_freq=2 " + strings.Join(extra, " ")
+}
+
+var bothReadyRE = regexp.MustCompile(`(?s)127\.0\.0\.2 .* ready .*127\.0\.0\.3 .* ready `)
+
+// launchHosts launches the job from the Job screen and waits for its
+// first loss, the memory bars and a log tail; it returns the screen.
+func launchHosts(t *testing.T, s *tmuxSession) string {
+	t.Helper()
+	s.keys("3")
+	s.await(regexp.MustCompile(`dp 2 × sharding 1 \(stage 1\) × mp 1 × pp 1 = 2 ranks · rank table: 2 ✓`), 10*time.Second)
+	s.keys("G", "Enter")
+	s.await(lossRE, 120*time.Second)
+	s.await(memBarRE, 20*time.Second)
+	return s.await(logTailRE, 20*time.Second)
+}
+
 // TestTUIHosts runs 'gptui --hosts FILE --preset tiny' in tmux against two
-// sshd nodes on 127.0.0.2 and 127.0.0.3 with one CPU worker each: the
-// nodes screen shows both probed and ready, the job is launched from the
-// Job screen, a loss, the memory bars and a log tail show in the
-// dashboard, and q (confirmed) stops it: no agent or worker remains on
-// either node, and the UI exits 0.
+// sshd nodes on 127.0.0.2 and 127.0.0.3 with one CPU worker each, the
+// second's host key unknown: the Nodes screen shows it, a accepts it after
+// asking with its fingerprint (the line recorded is ssh-keyscan's), and
+// both nodes become ready. The job is launched from the Job screen: a
+// loss, the memory bars, both nodes' health and a log tail show in the
+// dashboard. kill -9 of rank 1 shows it failed by SIGKILL, the cause, and
+// rank 0 stopped. q quits: no agent or worker remains on either node, and
+// the UI exits 0.
 func TestTUIHosts(t *testing.T) {
 	exe := builtGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
-	dir := t.TempDir()
-	cmd := "HOME=" + shellQuoteTest(c.home) + " SSH_AUTH_SOCK= NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) +
-		" --hosts " + shellQuoteTest(c.hosts) + " --preset tiny" +
-		" -o Distributed.dp_degree=2 -o Global.local_batch_size=4 -o Global.micro_batch_size=4" +
-		" -o Engine.max_steps=100000 -o Engine.logging_freq=2"
-	s := startTmux(t, dir, 120, 32, cmd)
+	known := filepath.Join(c.home, ".ssh", "known_hosts")
+	if err := os.WriteFile(known, []byte(c.servers[0].KnownHostsLine()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTmux(t, t.TempDir(), 120, 32, hostsCommand(c, exe))
 
-	scr := s.await(regexp.MustCompile(`(?s)127\.0\.0\.2 .* ready .*127\.0\.0\.3 .* ready `), 90*time.Second)
-	if !strings.Contains(scr, "[1 Nodes]") || strings.Contains(scr, "failed") {
+	scr := s.await(regexp.MustCompile(`(?s)127\.0\.0\.2 .* ready .*127\.0\.0\.3 .* host key `), 90*time.Second)
+	if !strings.Contains(scr, "[1 Nodes]") {
 		t.Errorf("the nodes screen:\n%s", scr)
 	}
-	s.keys("3")
-	s.await(regexp.MustCompile(`dp 2 × sharding 1 \(stage 1\) × mp 1 × pp 1 = 2 ranks · rank table: 2 ✓`), 10*time.Second)
-	s.keys("Enter")
-	s.await(lossRE, 120*time.Second)
-	s.await(memBarRE, 20*time.Second)
-	scr = s.await(logTailRE, 20*time.Second)
+	fp := ssh.FingerprintSHA256(c.servers[1].HostKey)
+	s.keys("j", "a")
+	s.await(regexp.MustCompile(`Trust 127\.0\.0\.3's host key `+regexp.QuoteMeta(fp)), 10*time.Second)
+	s.keys("y")
+	s.await(bothReadyRE, 90*time.Second)
+	if b, _ := os.ReadFile(known); !strings.Contains(string(b), c.servers[1].KnownHostsLine()+"\n") {
+		t.Errorf("known_hosts after accepting:\n%s\nwant the line %s", b, c.servers[1].KnownHostsLine())
+	}
+
+	scr = launchHosts(t, s)
 	t.Logf("the dashboard:\n%s", scr)
-	if !strings.Contains(scr, "2 running") || !strings.Contains(scr, "Log  rank 0 on 127.0.0.2 · follow") {
-		t.Errorf("the dashboard lacks the ranks' states or the log pane:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 2 running") || !strings.Contains(scr, "Log  rank 0 on 127.0.0.2 · follow") || !strings.Contains(scr, "127.0.0.3  cpu ") {
+		t.Errorf("the dashboard lacks the ranks' states, the log pane or the nodes' health:\n%s", scr)
 	}
 	if n := len(c.jobProcesses()); n < 4 {
 		t.Errorf("expected two agents and two workers on the nodes, found %d processes", n)
 	}
 
+	// kill -9 of rank 1, on the second node.
+	syscall.Kill(c.workerPID(1), syscall.SIGKILL)
+	scr = s.await(regexp.MustCompile(`job failed`), 30*time.Second)
+	t.Logf("after kill -9 of rank 1:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 1 stopped · 1 failed (cause)") || !strings.Contains(rankRow(scr, 1), "failed ✗") ||
+		!strings.Contains(rankRow(scr, 1), "killed by SIGKILL") || !strings.Contains(rankRow(scr, 0), "stopped") {
+		t.Errorf("after kill -9 of rank 1:\n%s", scr)
+	}
+
 	s.keys("q")
-	s.await(regexp.MustCompile(`A job is running: stop it and quit\? \[y/N\]`), 10*time.Second)
-	s.keys("y")
 	quit := time.Now()
 	scr = s.await(exitRE, 30*time.Second)
 	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
 		t.Errorf("gptui exited with status %s:\n%s", code, scr)
 	}
 	c.awaitGone(t, quit, 10*time.Second)
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// TestTUIHostsNodeLost: the second node's agent killed during a job shows
+// its rank lost and rank 0 stopped; Launch is then off, naming the lost
+// node, until R on the Nodes screen sets it up again.
+func TestTUIHostsNodeLost(t *testing.T) {
+	exe := builtGPTUI(t)
+	c := newSSHCluster(t, "cpu:1")
+	s := startTmux(t, t.TempDir(), 120, 32, hostsCommand(c, exe, "--agent-timeout 3s"))
+	s.await(bothReadyRE, 90*time.Second)
+	launchHosts(t, s)
+
+	syscall.Kill(c.agentPID(1), syscall.SIGKILL)
+	scr := s.await(regexp.MustCompile(`job failed`), 30*time.Second)
+	t.Logf("after kill -9 of node 127.0.0.3's agent:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 1 stopped · 1 lost") || !strings.Contains(rankRow(scr, 1), "lost") || !strings.Contains(rankRow(scr, 0), "stopped") ||
+		!strings.Contains(scr, "✗ node 127.0.0.3 lost") {
+		t.Errorf("after the agent was killed:\n%s", scr)
+	}
+	c.awaitGone(t, time.Now(), 20*time.Second)
+	s.keys("3")
+	s.await(regexp.MustCompile(`(?s)\[ Launch \] +✗ off:.*127\.0\.0\.3 lost`), 10*time.Second)
+	s.keys("1", "j", "R")
+	s.await(bothReadyRE, 90*time.Second)
+	s.keys("3")
+	s.await(regexp.MustCompile(`\[ Launch \]   \(enter\)`), 10*time.Second)
+
+	s.keys("q")
+	s.await(exitRE, 30*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 

@@ -170,14 +170,46 @@ func SavedLine(step int, dir, detail string) string {
 // ParseSaved returns the step of a SavedLine; ok is false for any other
 // line.
 func ParseSaved(line string) (step int, ok bool) {
+	step, _, ok = ParseSavedDir(line)
+	return step, ok
+}
+
+// ParseSavedDir returns the step and the directory of a SavedLine; ok is
+// false for any other line.
+func ParseSavedDir(line string) (step int, dir string, ok bool) {
 	rest, found := strings.CutPrefix(line, savedPrefix)
 	if !found {
-		return 0, false
+		return 0, "", false
 	}
-	n, _, found := strings.Cut(rest, " to ")
+	n, rest, found := strings.Cut(rest, " to ")
+	if !found {
+		return 0, "", false
+	}
+	step, err := strconv.Atoi(n)
+	if i := strings.LastIndex(rest, " ("); i >= 0 {
+		rest = rest[:i]
+	}
+	return step, rest, err == nil && step >= 0
+}
+
+// savingPrefix starts the log line of a save that goes on in the
+// background (SavingLine); its SavedLine follows when it is written.
+const savingPrefix = "[checkpoint] saving step "
+
+// SavingLine returns the log line a trainer writes when the save of
+// step begins in the background.
+func SavingLine(step int) string {
+	return fmt.Sprintf("%s%d in the background", savingPrefix, step)
+}
+
+// ParseSaving returns the step of a SavingLine; ok is false for any other
+// line.
+func ParseSaving(line string) (step int, ok bool) {
+	rest, found := strings.CutPrefix(line, savingPrefix)
 	if !found {
 		return 0, false
 	}
+	n, _, _ := strings.Cut(rest, " ")
 	step, err := strconv.Atoi(n)
 	return step, err == nil && step >= 0
 }

@@ -24,6 +24,15 @@ func TestParseSaved(t *testing.T) {
 		if step, ok := ParseSaved(tt.line); step != tt.step && ok || ok != tt.ok {
 			t.Errorf("ParseSaved(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
 		}
+		if _, dir, ok := ParseSavedDir(tt.line); ok && dir != "output/step_00000010" {
+			t.Errorf("ParseSavedDir(%q): dir %q", tt.line, dir)
+		}
+		if _, ok := ParseSaving(tt.line); ok {
+			t.Errorf("ParseSaving(%q) took a line that is no SavingLine", tt.line)
+		}
+	}
+	if step, ok := ParseSaving(SavingLine(20)); !ok || step != 20 {
+		t.Errorf("ParseSaving(SavingLine(20)) = %d, %v", step, ok)
 	}
 }
 
