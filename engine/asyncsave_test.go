@@ -19,30 +19,12 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/engine/checkpoint"
-	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
 )
 
 // asyncHelperEnv carries "<output dir>|<log dir>" to TestAsyncSaveHelper.
 const asyncHelperEnv = "GPTUI_ASYNC_SAVE_HELPER"
-
-// fixedPeak is a CPU backend whose peak is not measured (the measurement
-// takes seconds, which a process killed within a second cannot spare).
-type fixedPeak struct{ kernels.Backend }
-
-func (fixedPeak) PeakFLOPS() float64 { return 1e9 }
-
-// smallTokens is a corpus for a 96-token vocabulary: a fixed pseudo-random
-// walk, so that there is something to learn and no tokenizer to run.
-func smallTokens() ([]uint16, error) {
-	r := rand.New(rand.NewPCG(1, 2))
-	toks := make([]uint16, 20000)
-	for i := 1; i < len(toks); i++ {
-		toks[i] = uint16((int(toks[i-1]) + 1 + r.IntN(3)) % 96)
-	}
-	return toks, nil
-}
 
 // smallConfig is a model small enough for a step of a few milliseconds,
 // saving every step in the background and resuming from the newest

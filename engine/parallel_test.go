@@ -19,7 +19,7 @@ import (
 // parityOverrides is the small fp32 setup of the parity matrix: no dropout,
 // 5 steps, sequential data, a global batch of 8.
 func parityOverrides(t *testing.T) []string {
-	return []string{"Engine.max_steps=5", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(),
+	return []string{"Engine.max_steps=5", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(), "Model.vocab_size=96",
 		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Model.hidden_size=32", "Model.num_layers=2",
 		"Data.Train.dataset.max_seq_len=32", "Data.Train.dataset.shuffle=false", "Optimizer.lr.decay_steps=20",
 		"Global.global_batch_size=8", "Optimizer.lr.max_lr=1e-2", "Optimizer.lr.min_lr=1e-3"}
@@ -62,7 +62,7 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 				errs[r] = err
 				return
 			}
-			tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin, World: w})
+			tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, Options{Builtin: corpusFor(cfg), World: w})
 			if err != nil {
 				errs[r] = err
 				return
@@ -182,6 +182,15 @@ func maxRelDiff(a, b []float32) float64 {
 	return m
 }
 
+// stage3Vocab is the vocabulary of the sharding stage 3 cases, GPT-2's
+// rather than the matrix's 96 tokens: a model that small is a few dozen
+// pages, most of them shared between neighbouring units (which stay
+// mapped), so the release check would measure page rounding rather than
+// the release; and its weights' norm is too small for the 1e-5 tolerance
+// of the relative L2 (AdamW turns the rounding noise of the zero key-bias
+// gradient into lr-sized steps).
+const stage3Vocab = "Model.vocab_size=50257"
+
 // TestParallelParity: each layout gives the single process's losses within
 // 1e-5 relative over 5 steps, and its weights within 1e-5.
 func TestParallelParity(t *testing.T) {
@@ -194,8 +203,8 @@ func TestParallelParity(t *testing.T) {
 		{"sharding2 stage1", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
-		{"sharding2 stage3", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage3 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
+		{"sharding2 stage3", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2", stage3Vocab}},
+		{"sharding2 stage3 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2", "Global.micro_batch_size=1", stage3Vocab}},
 		{"mp2", 2, []string{"Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
 		{"dp2 mp2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2 mp2", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
@@ -204,7 +213,7 @@ func TestParallelParity(t *testing.T) {
 		{"pp2 interleaved vpp2", 2, []string{"Distributed.pp_degree=2", "Distributed.vpp_degree=2", "Model.num_layers=4", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
 		{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
 		{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2", stage3Vocab}},
 		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 	}
 	// Every layout runs once without and once with recompute, alternating
@@ -225,16 +234,18 @@ func TestParallelParity(t *testing.T) {
 	eval := []string{"Engine.eval_freq=5", "Engine.eval_iters=2"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			layers := "Model.num_layers=2"
+			// The single process has the case's model shape.
+			var shape []string
 			for _, o := range tc.o {
-				if strings.HasPrefix(o, "Model.num_layers=") {
-					layers = o
+				if strings.HasPrefix(o, "Model.") {
+					shape = append(shape, o)
 				}
 			}
-			if singles[layers] == nil {
-				singles[layers], sress[layers] = trainPreset(t, "tiny", append(append(parityOverrides(t), eval...), "Global.local_batch_size=8", "Global.micro_batch_size=2", layers)...)
+			key := strings.Join(shape, " ")
+			if singles[key] == nil {
+				singles[key], sress[key] = trainPreset(t, "tiny", append(append(append(parityOverrides(t), eval...), "Global.local_batch_size=8", "Global.micro_batch_size=2"), shape...)...)
 			}
-			single, sres := singles[layers], sress[layers]
+			single, sres := singles[key], sress[key]
 			tr, res := runRanks(t, tc.world, append(append(parityOverrides(t), eval...), tc.o...))
 			for i, l := range res.Losses {
 				if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {
