@@ -55,7 +55,9 @@ func buildGPTUI(t *testing.T) string {
 			return
 		}
 		gptuiBin.path = filepath.Join(dir, "gptui")
-		out, err := exec.Command("go", "build", "-o", gptuiBin.path, "github.com/gptui/gptui/cmd/gptui").CombinedOutput()
+		build := exec.Command("go", "build", "-o", gptuiBin.path, "github.com/gptui/gptui/cmd/gptui")
+		build.Dir = srcDir // the tests run outside the module (testwd)
+		out, err := build.CombinedOutput()
 		if err != nil {
 			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
 		}
