@@ -43,6 +43,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/launch"
@@ -175,6 +177,9 @@ type InputError struct{ Err error }
 
 func (e *InputError) Error() string { return e.Err.Error() }
 func (e *InputError) Unwrap() error { return e.Err }
+
+// Is reports that an InputError is bad input (badinput.Err).
+func (e *InputError) Is(target error) bool { return badinput.Is(target) }
 
 func inputErrorf(format string, args ...any) error {
 	return &InputError{fmt.Errorf(format, args...)}

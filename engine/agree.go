@@ -147,5 +147,5 @@ func resumeDisagreement(points []resumePoint) error {
 		parts = append(parts, ranks+" on "+p.host+" "+verb+what)
 		lo = hi + 1
 	}
-	return &ConfigError{"resume: " + strings.Join(parts, ", ") + ": remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR"}
+	return &ConfigError{Msg: "resume: " + strings.Join(parts, ", ") + ": remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR"}
 }

@@ -188,7 +188,7 @@ func latestError(err error, warn []string) error {
 	if err == nil || len(warn) == 0 {
 		return err
 	}
-	return &ConfigError{fmt.Sprintf("%v: %s", err, strings.Join(warn, "; "))}
+	return &ConfigError{Msg: fmt.Sprintf("%v: %s", err, strings.Join(warn, "; ")), Err: err}
 }
 
 // shapeKeys are the config keys that fix the model's shape.
@@ -222,7 +222,7 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 		return nil
 	}
 	sortStrings(diff)
-	return &ConfigError{fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop Engine.save_load.ckpt_dir", dir, strings.Join(diff, ", "))}
+	return &ConfigError{Msg: fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop Engine.save_load.ckpt_dir", dir, strings.Join(diff, ", "))}
 }
 
 // readParams fills buf, laid out by ts, with the tensors prefix+name of c:
@@ -321,7 +321,7 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 		return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: "data state: " + err.Error()}
 	}
 	if err := tr.train.Restore(st.Loader); err != nil {
-		return &ConfigError{fmt.Sprintf("checkpoint %s: data position does not fit this run's data (%v); resume with the same data and batch sizes", c.Dir, err)}
+		return &ConfigError{Err: err, Msg: fmt.Sprintf("checkpoint %s: data position does not fit this run's data (%v); resume with the same data and batch sizes", c.Dir, err)}
 	}
 	tr.Opt.Step = st.AdamStep
 	tr.start = c.Manifest.Step

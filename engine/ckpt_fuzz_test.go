@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/internal/allocbound"
 	"github.com/gptui/gptui/presets"
@@ -68,7 +70,7 @@ func FuzzLoadModel(f *testing.F) {
 		if limit := allocbound.Limit(len(b) + 4*m.NumParams()); used > limit {
 			t.Errorf("LoadModel allocated %d bytes (limit %d); error %v", used, limit, err)
 		}
-		if err != nil && (!IsUserError(err) || strings.Contains(err.Error(), "\n")) {
+		if err != nil && (!errors.Is(err, badinput.Err) || strings.Contains(err.Error(), "\n")) {
 			var pe *presets.Error
 			if !errors.As(err, &pe) { // presets' errors may quote a multi-line value
 				t.Errorf("error %q (%T) is not a one-line user error", err, err)

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/kernels"
 )
 
@@ -28,6 +30,9 @@ type FormatError struct {
 
 func (e *FormatError) Error() string { return e.File + ": " + e.Msg }
 
+// Is reports that a FormatError is bad input (badinput.Err).
+func (e *FormatError) Is(target error) bool { return badinput.Is(target) }
+
 // llmcNames name the sizes of an llm.c header by their field and place.
 var llmcNames = ShapeNames{MaxT: "maxT (header[2])", V: "V (header[3])", L: "L (header[4])", NH: "NH (header[5])", C: "C (header[6])", F: "4·C"}
 
@@ -36,12 +41,12 @@ var llmcNames = ShapeNames{MaxT: "maxT (header[2])", V: "V (header[3])", L: "L (
 func LLMCHeader(path string) (ModelConfig, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return ModelConfig{}, fmt.Errorf("model file: %w", err)
+		return ModelConfig{}, badinput.Wrap(fmt.Errorf("model file: %w", err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return ModelConfig{}, fmt.Errorf("model file: %w", err)
+		return ModelConfig{}, badinput.Wrap(fmt.Errorf("model file: %w", err))
 	}
 	return readLLMCHeader(path, f, fi.Size())
 }
@@ -80,12 +85,12 @@ func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*Model, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("model file: %w", err)
+		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("model file: %w", err)
+		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
 	}
 	return loadLLMC(be, path, f, fi.Size(), drop, seed)
 }

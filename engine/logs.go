@@ -121,7 +121,7 @@ func resumeLog(f *os.File, start int, keep func([]byte, int) []byte) error {
 func logOpenError(err error) error {
 	if errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist) ||
 		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.EROFS) {
-		return &ConfigError{fmt.Sprintf("Engine.log_dir: %v; set Engine.log_dir to a directory gptui can write", err)}
+		return &ConfigError{Err: err, Msg: fmt.Sprintf("Engine.log_dir: %v; set Engine.log_dir to a directory gptui can write", err)}
 	}
 	return fmt.Errorf("Engine.log_dir: %w", err)
 }

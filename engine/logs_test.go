@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
@@ -170,7 +172,7 @@ func TestLogDirNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := tr.Run(context.Background())
-	if !IsUserError(err) || !strings.Contains(err.Error(), "Engine.log_dir") || res != nil {
+	if !errors.Is(err, badinput.Err) || !strings.Contains(err.Error(), "Engine.log_dir") || res != nil {
 		t.Errorf("Run = %v, %v; want a user error naming Engine.log_dir and no result", res, err)
 	}
 }

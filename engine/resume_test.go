@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gptui/gptui/badinput"
 
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
@@ -56,7 +59,7 @@ func TestResumeShapeMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
-	if err == nil || !strings.Contains(err.Error(), "Model.hidden_size=32 (checkpoint 64)") || !IsUserError(err) {
+	if err == nil || !strings.Contains(err.Error(), "Model.hidden_size=32 (checkpoint 64)") || !errors.Is(err, badinput.Err) {
 		t.Fatalf("err = %v, want a user error naming Model.hidden_size", err)
 	}
 }

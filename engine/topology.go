@@ -39,11 +39,11 @@ type Topology struct {
 // model (the one rule, [layout.Check]) and places rank in the grid.
 func NewTopology(l layout.Layout, b layout.Batch, cfg ModelConfig, rank, world int) (Topology, error) {
 	if p := layout.Check(cfg.layoutModel(), l, b); p != nil {
-		return Topology{}, &ConfigError{p.Error()}
+		return Topology{}, &ConfigError{Err: p}
 	}
 	s, dp, mp, pp, vpp := l.Sharding, l.DP, l.MP, l.PP, l.VPP
 	if n := dp * s * mp * pp; n != world {
-		return Topology{}, &ConfigError{fmt.Sprintf("Distributed: dp_degree %d × sharding_degree %d × mp_degree %d × pp_degree %d = %d ranks, but the job has %d process(es); start them with `gptui run --no-tui --nproc %d` or change the degrees", dp, s, mp, pp, n, world, n)}
+		return Topology{}, &ConfigError{Msg: fmt.Sprintf("Distributed: dp_degree %d × sharding_degree %d × mp_degree %d × pp_degree %d = %d ranks, but the job has %d process(es); start them with `gptui run --no-tui --nproc %d` or change the degrees", dp, s, mp, pp, n, world, n)}
 	}
 	sched := l.Schedule
 	if sched == "" || sched == "interleaved" && vpp == 1 {

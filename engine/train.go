@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
@@ -98,10 +99,26 @@ type Memory struct {
 func (m Memory) Total() int64 { return m.Params + m.Grads + m.Optimizer + m.Activations }
 
 // ConfigError is an input problem found while setting up a run (data or
-// model files that do not fit the config); the CLI reports it with exit 2.
-type ConfigError struct{ Msg string }
+// model files that do not fit the config): bad input (badinput.Err), which
+// the CLI reports with exit 2. Msg says what is wrong and what to do; Err,
+// when set, is the cause, and Msg defaults to its message.
+type ConfigError struct {
+	Msg string
+	Err error
+}
 
-func (e *ConfigError) Error() string { return e.Msg }
+func (e *ConfigError) Error() string {
+	if e.Msg == "" && e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Msg
+}
+
+// Unwrap returns the cause.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Is reports that a ConfigError is bad input (badinput.Err).
+func (e *ConfigError) Is(target error) bool { return badinput.Is(target) }
 
 // NewTrainer builds the model (fresh or from Model.init_from), the optimizer,
 // the schedule and the data loaders of cfg.
@@ -142,12 +159,12 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			return nil, err
 		}
 		if T > whole.Cfg.MaxT {
-			return nil, &ConfigError{fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
+			return nil, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
 		}
 		shape = whole.Cfg
 	}
 	if err := shape.Validate(); err != nil {
-		return nil, &ConfigError{err.Error()}
+		return nil, &ConfigError{Err: err}
 	}
 	topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
 	if err != nil {
@@ -157,10 +174,10 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	var m *Model
 	if whole != nil {
 		if m, err = whole.partOf(part); err != nil {
-			return nil, &ConfigError{err.Error()}
+			return nil, &ConfigError{Err: err}
 		}
 	} else if m, err = NewModelPart(be, shape, part, mc.InitializerRange, uint64(cfg.Global.Seed)); err != nil {
-		return nil, &ConfigError{err.Error()}
+		return nil, &ConfigError{Err: err}
 	}
 	if cfg.Engine.UseRecompute {
 		switch cfg.Engine.RecomputeGranularity {
@@ -265,13 +282,13 @@ func (tr *Trainer) openData() error {
 	load := func(ds presets.Dataset) ([]uint16, error) {
 		if ds.InputDir == "" {
 			if tr.opts.Builtin == nil {
-				return nil, &ConfigError{"Data.Train.dataset.input_dir is empty and no built-in corpus is available; set it to a directory made by `gptui data prepare`"}
+				return nil, &ConfigError{Msg: "Data.Train.dataset.input_dir is empty and no built-in corpus is available; set it to a directory made by `gptui data prepare`"}
 			}
 			return tr.opts.Builtin()
 		}
 		toks, err := data.Load(ds.InputDir)
 		if err != nil {
-			return nil, fmt.Errorf("Data.*.dataset.input_dir %s (make it with `gptui data prepare`): %w", ds.InputDir, err)
+			return nil, badinput.Wrap(fmt.Errorf("Data.*.dataset.input_dir %s (make it with `gptui data prepare`): %w", ds.InputDir, err))
 		}
 		return toks, nil
 	}
@@ -291,7 +308,7 @@ func (tr *Trainer) openData() error {
 	// any layout with the same global batch size.
 	tr.train, err = data.NewLoader(toks[r[0][0]:r[0][1]], tr.Cfg.Global.GlobalBatchSize, tr.T, td.Shuffle, seed)
 	if err != nil {
-		return &ConfigError{fmt.Sprintf("training split of %s: %v", orBuiltin(td.InputDir), err)}
+		return &ConfigError{Err: err, Msg: fmt.Sprintf("training split of %s: %v", orBuiltin(td.InputDir), err)}
 	}
 	if tr.Cfg.Engine.EvalFreq > 0 {
 		ed := tr.Cfg.Data.Eval.Dataset
@@ -309,7 +326,7 @@ func (tr *Trainer) openData() error {
 		// is the same under any split into ranks and micro-batches.
 		tr.eval, err = data.NewLoader(etoks[r[1][0]:r[1][1]], tr.Cfg.Global.GlobalBatchSize, tr.T, false, seed)
 		if err != nil {
-			return &ConfigError{fmt.Sprintf("validation split of %s is too small for one batch (%v); lower Engine.eval_freq to 0 or give more data", orBuiltin(ed.InputDir), err)}
+			return &ConfigError{Err: err, Msg: fmt.Sprintf("validation split of %s is too small for one batch (%v); lower Engine.eval_freq to 0 or give more data", orBuiltin(ed.InputDir), err)}
 		}
 	}
 	return nil
@@ -320,7 +337,7 @@ func (tr *Trainer) openData() error {
 func checkVocab(ds presets.Dataset, toks []uint16, V int) error {
 	if ds.InputDir == "" {
 		if i := slices.IndexFunc(toks, func(t uint16) bool { return int(t) >= V }); i >= 0 {
-			return &ConfigError{fmt.Sprintf("token %d at position %d of the built-in corpus is outside the model's vocabulary of %d; check Model.vocab_size", toks[i], i, V)}
+			return &ConfigError{Msg: fmt.Sprintf("token %d at position %d of the built-in corpus is outside the model's vocabulary of %d; check Model.vocab_size", toks[i], i, V)}
 		}
 		return nil
 	}
@@ -840,16 +857,3 @@ func (tr *Trainer) recomputeName() string {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func gb(n int64) string { return fmt.Sprintf("%.3f GB", float64(n)/1e9) }
-
-// IsUserError reports whether err is a problem with the user's input
-// (config, data, model file) rather than a failure of gptui.
-func IsUserError(err error) bool {
-	var ce *ConfigError
-	var fe *FormatError
-	var de *data.FormatError
-	var pe *presets.Error
-	var ke *checkpoint.FormatError
-	return errors.As(err, &ce) || errors.As(err, &fe) || errors.As(err, &de) || errors.As(err, &pe) || errors.As(err, &ke) ||
-		errors.Is(err, os.ErrNotExist) || errors.Is(err, checkpoint.ErrNoCheckpoint) ||
-		errors.Is(err, data.ErrNoShards)
-}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/kernels"
 )
@@ -207,6 +209,9 @@ type ProfileError struct {
 func (e *ProfileError) Error() string {
 	return fmt.Sprintf("%s: %s; run 'gptui plan --profile' to measure it again", e.Path, e.Msg)
 }
+
+// Is reports that a ProfileError is bad input (badinput.Err).
+func (e *ProfileError) Is(target error) bool { return badinput.Is(target) }
 
 // LoadProfile reads a profile saved by SaveProfile. A missing file is
 // reported as fs.ErrNotExist (wrapped); a file that is not a valid

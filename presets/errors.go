@@ -3,6 +3,8 @@ package presets
 import (
 	"strconv"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // Error reports a problem with user input: a configuration file, a preset,
@@ -55,6 +57,9 @@ func (e *Error) Error() string {
 	}
 	return b.String()
 }
+
+// Is reports that an Error is bad input (badinput.Err).
+func (e *Error) Is(target error) bool { return badinput.Is(target) }
 
 // Unwrap returns the underlying error, if any.
 func (e *Error) Unwrap() error { return e.Err }

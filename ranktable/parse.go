@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // ParseError is a mistake in the text of a rank table or of an hccn.conf
@@ -45,6 +47,9 @@ func (e *ParseError) Error() string {
 	b.WriteString(e.Msg)
 	return b.String()
 }
+
+// Is reports that a ParseError is bad input (badinput.Err).
+func (e *ParseError) Is(target error) bool { return badinput.Is(target) }
 
 // maxDigits bounds the numbers of a rank table: ids and counts have at
 // most this many significant digits.

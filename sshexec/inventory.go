@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // DefaultWorkdir is a node's directory for gptui when its inventory line
@@ -155,6 +157,9 @@ func (e *InventoryError) Error() string {
 	}
 	return e.File + ": " + e.Msg
 }
+
+// Is reports that an InventoryError is bad input (badinput.Err).
+func (e *InventoryError) Is(target error) bool { return badinput.Is(target) }
 
 // inventoryKeys are the keys an inventory line may set, in the order
 // errors list them.

@@ -32,14 +32,17 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gptui/gptui/badinput"
+
 	"github.com/gptui/gptui/engine"
 )
 
-// usageError is a mistake on the command line or in the user's files.
+// usageError is a mistake on the command line: bad input (badinput.Err).
 type usageError struct{ err error }
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return badinput.Is(target) }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
@@ -71,8 +74,7 @@ func exitCode(err error, stderr io.Writer) int {
 		return 130
 	}
 	fmt.Fprintln(stderr, "gptui: "+strings.ReplaceAll(err.Error(), "\n", " "))
-	var ue usageError
-	if errors.As(err, &ue) || isUserError(err) {
+	if errors.Is(err, badinput.Err) {
 		return 2
 	}
 	return 1

@@ -20,8 +20,6 @@ import (
 	"github.com/gptui/gptui/presets"
 )
 
-func isUserError(err error) bool { return engine.IsUserError(err) }
-
 // peerFailureWait is how long a worker that failed because another rank
 // did waits before it exits (unless stopped first).
 const peerFailureWait = 3 * time.Second

@@ -64,9 +64,6 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *nproc < 1 {
 		return usagef("--nproc %d: need at least one worker", *nproc)
 	}
-	if !term.IsTerminal(os.Stdin.Fd()) || !term.IsTerminal(os.Stdout.Fd()) {
-		return usagef("the terminal UI needs a terminal, and standard input or output is not one: use 'gptui run --no-tui' with the same flags")
-	}
 	opt := tui.Options{
 		Context:       ctx,
 		Config:        *c,
@@ -96,6 +93,9 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		l.Nodes = []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Workdir: ".", Devices: sshexec.Devices{CPU: *nproc}}}
 	}
 	opt.Nodes, opt.Launcher = l.Nodes, l
+	if !term.IsTerminal(os.Stdin.Fd()) || !term.IsTerminal(os.Stdout.Fd()) {
+		return usagef("the terminal UI needs a terminal, and standard input or output is not one: use 'gptui run --no-tui' with the same flags")
+	}
 	return runTUI(ctx, opt, os.Stdin, stdout)
 }
 

@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // ErrNoCheckpoint is returned, wrapped, by [Latest] when the output
 // directory holds no checkpoint at all (as opposed to only damaged ones).
-var ErrNoCheckpoint = errors.New("no checkpoint")
+var ErrNoCheckpoint = badinput.New("no checkpoint")
 
 // A Checkpoint is a loaded, verified checkpoint directory.
 type Checkpoint struct {

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // FormatVersion is the manifest format this package writes and the newest it
@@ -91,6 +93,9 @@ func (e *FormatError) Error() string {
 	}
 	return s
 }
+
+// Is reports that a FormatError is bad input (badinput.Err).
+func (e *FormatError) Is(target error) bool { return badinput.Is(target) }
 
 // Unwrap returns the underlying error.
 func (e *FormatError) Unwrap() error { return e.Err }

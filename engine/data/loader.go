@@ -1,7 +1,6 @@
 package data
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,11 +8,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // ErrNoShards is returned, wrapped, by [Load] for a directory without
 // token shards.
-var ErrNoShards = errors.New("no token shards")
+var ErrNoShards = badinput.New("no token shards")
 
 // Load reads every *.bin shard in dir, in sorted name order, and returns
 // their tokens concatenated. Names beginning with a dot are skipped. It

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // Defaults for [PrepareOptions].
@@ -175,11 +177,11 @@ func collectInputs(inputs []string) ([]inputFile, int64, error) {
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return nil, 0, fmt.Errorf("data: input %s: %w", in, err)
+			return nil, 0, badinput.Wrap(fmt.Errorf("data: input %s: %w", in, err))
 		}
 		if !fi.IsDir() {
 			if ok, _ := inputKind(in); !ok || !fi.Mode().IsRegular() {
-				return nil, 0, fmt.Errorf("data: input %s: not a .txt or .jsonl file", in)
+				return nil, 0, badinput.Wrap(fmt.Errorf("data: input %s: not a .txt or .jsonl file", in))
 			}
 			add(in, fi)
 			continue

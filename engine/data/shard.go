@@ -8,6 +8,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // Shard format constants. A shard is a header of HeaderInts little-endian
@@ -53,6 +55,9 @@ func (e *FormatError) Error() string {
 	}
 	return where + ": " + e.Msg
 }
+
+// Is reports that a FormatError is bad input (badinput.Err).
+func (e *FormatError) Is(target error) bool { return badinput.Is(target) }
 
 // Unwrap returns e.Err.
 func (e *FormatError) Unwrap() error { return e.Err }

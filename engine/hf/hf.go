@@ -46,6 +46,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/engine"
 )
 
@@ -201,14 +202,15 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 // *engine.FormatError.
 func Import(dir string) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
+	// The directory the user named must hold both files.
 	cfg, untied, err := readConfig(confPath)
 	if err != nil {
-		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
 	path := filepath.Join(dir, ModelFile)
 	st, err := openSafetensors(path)
 	if err != nil {
-		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
 	defer st.Close()
 	if err := fits(st, cfg, confPath); err != nil {
