@@ -20,8 +20,7 @@ func benchStep(b *testing.B, shape ModelConfig, B, T int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.ZeroGrad()
-		m.Forward(in, tg, B, T, Pass{Step: i}, true, 1/float32(B*T))
-		m.Backward(Pass{Step: i})
+		trainPass(b, m, in, tg, B, T, Pass{Step: i}, 1/float32(B*T))
 		opt.Update(be, m, 1e-4)
 	}
 	b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")

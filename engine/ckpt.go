@@ -61,10 +61,9 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 	kernels.Sync(tr.be) // the last update may still be running
 	if z := tr.Model.z3; z != nil {
 		// Stage 3: the whole model for the writer, briefly.
-		z.begin(ctx)
-		z.gatherAll(tr.Model)
+		err := z.gatherAll(ctx, tr.Model)
 		defer z.dropAll(tr.Model)
-		if err := z.failed(); err != nil {
+		if err != nil {
 			return nil, err
 		}
 	}

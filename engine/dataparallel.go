@@ -13,7 +13,7 @@ import (
 //
 // Plain data parallel and sharding stage 1 all-reduce the gradients over
 // every replica. The all-reduce of a block's gradients starts as soon as the
-// last micro-batch's backward pass has finished that block (Model.gradHook),
+// last micro-batch's backward pass has finished that block (the pass's onGrads),
 // so communication runs while the blocks below are still computing; each
 // tensor of the block is one bucket, and the embeddings and final LayerNorm,
 // complete only at the end of the backward pass, go last.
@@ -66,7 +66,7 @@ func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, err
 // parameters that exist.
 func (d *dataParallel) shardOf(n int) (int, int) { return min(d.lo, n), min(d.hi, n) }
 
-// hook returns the Model.gradHook that starts block l's all-reduce, or nil
+// hook returns the onGrads of a pass that starts block l's all-reduce, or nil
 // when the gradients are reduced in one piece at the end (stage 2).
 func (d *dataParallel) hook(m *Model) func(int) {
 	if d.topo.Stage >= 2 {

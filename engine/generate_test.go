@@ -30,7 +30,7 @@ func TestGenerateKVCacheMatchesRecompute(t *testing.T) {
 			for j, v := range seq {
 				in[j] = int32(v)
 			}
-			logits := m.Logits(in, 1, len(seq))
+			logits := logitsOf(t, m, in, 1, len(seq))
 			last := logits[(len(seq)-1)*shape.V : len(seq)*shape.V]
 			want := sample(last, SampleOptions{}, nil, nil)
 			if got[b][i] != want {
@@ -62,4 +62,14 @@ func TestSampleOptions(t *testing.T) {
 	if len(seen) != 1 || seen[1] != 2000 {
 		t.Errorf("top-p 0.3 drew %v, want only token 1", seen)
 	}
+}
+
+// logitsOf runs m on inputs (B,T) without dropout and returns the logits
+// (B,T,V) of every position (a view valid until the next pass).
+func logitsOf(t *testing.T, m *Model, inputs []int32, B, T int) []float32 {
+	t.Helper()
+	if _, err := m.Loss(context.Background(), inputs, make([]int32, B*T), B, T); err != nil {
+		t.Fatal(err)
+	}
+	return m.acts.logits
 }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 )
@@ -40,11 +42,6 @@ type Model struct {
 	sc        *scratch
 	tp        *tensorParallel // nil without tensor parallelism
 	z3        *zero3          // nil unless sharding stage 3 shards the parameters
-
-	// gradHook, when set, is called by Backward as soon as the parameter
-	// gradients of local block li are complete for this pass (data parallel
-	// starts their all-reduce while the blocks below are still computing).
-	gradHook func(li int)
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank holds.
@@ -292,30 +289,56 @@ func (m *Model) dropout(p float32, ps Pass, l, site int) cpu.Dropout {
 	return cpu.Dropout{P: p, Key: cpu.SiteKey(m.seed, uint64(ps.Step), uint64(l), uint64(site))}
 }
 
-// Forward runs the model on inputs (B,T) and returns the mean cross-entropy
-// against targets (B,T). With train set, dropout is on and the gradient of
-// dscale·Σ losses with respect to the logits is left in place for Backward
-// (dscale = 1/(B·T·accumulation) makes the accumulated gradient that of the
-// mean loss). The model must hold the embeddings and the head (no pipeline
-// parallelism); under tensor parallelism every rank of the group calls it.
-func (m *Model) Forward(inputs, targets []int32, B, T int, ps Pass, train bool, dscale float32) float32 {
+// Forward runs a training pass of the model on inputs (B,T): dropout on,
+// and the gradient of dscale·Σ losses with respect to the logits left in
+// place for Backward (dscale = 1/(B·T·accumulation) makes the accumulated
+// gradient that of the mean loss). It returns the mean cross-entropy
+// against targets (B,T). The model must hold the embeddings and the head
+// (no pipeline parallelism); under tensor parallelism every rank of the
+// group calls it, and a failure of the group's communication under ctx is
+// the error.
+func (m *Model) Forward(ctx context.Context, inputs, targets []int32, B, T int, ps Pass, dscale float32) (float32, error) {
+	p := &pass{ctx: ctx, Pass: ps, train: true, dscale: dscale}
+	return m.forward(p, inputs, targets, B, T), p.err
+}
+
+// Backward accumulates into Grads the gradient of the loss of the last
+// Forward, whose pass ps must be given again. onGrads, if not nil, is
+// called as soon as the parameter gradients of local block li are
+// complete, from the last block down (data parallel starts their
+// all-reduce there while the blocks below still compute).
+func (m *Model) Backward(ctx context.Context, ps Pass, onGrads func(li int)) error {
+	p := &pass{ctx: ctx, Pass: ps, train: true, onGrads: onGrads}
+	m.backward(p)
+	return p.err
+}
+
+// Loss runs the model on inputs (B,T) without dropout and returns the mean
+// cross-entropy against targets (B,T): an evaluation, leaving no gradient.
+func (m *Model) Loss(ctx context.Context, inputs, targets []int32, B, T int) (float32, error) {
+	p := &pass{ctx: ctx}
+	return m.forward(p, inputs, targets, B, T), p.err
+}
+
+// forward runs pass p of the whole model on a (B,T) batch and returns its
+// mean loss.
+func (m *Model) forward(p *pass, inputs, targets []int32, B, T int) float32 {
 	m.ensureActs(B, T)
 	a := m.acts
 	kernels.Sync(m.be) // the last pass's kernels may still read a.inputs
 	copy(a.inputs, inputs)
 	copy(a.targets, targets)
-	m.embedForward(a, ps, train)
-	m.blocksForward(a, 0, m.numLayers(), ps, train)
-	return float32(m.headForward(a, dscale, train) / float64(B*T))
+	m.embedForward(a, p)
+	m.blocksForward(a, 0, m.numLayers(), p)
+	return float32(m.headForward(a, p) / float64(B*T))
 }
 
-// Backward accumulates into Grads the gradient of the loss of the last
-// training Forward (its logits already hold dloss/dlogits).
-func (m *Model) Backward(ps Pass) {
+// backward runs the backward pass p of the whole model after forward.
+func (m *Model) backward(p *pass) {
 	a := m.acts
-	m.headBackward(a)
-	m.blocksBackward(a, 0, m.numLayers(), ps)
-	m.embedBackward(a, ps)
+	m.headBackward(a, p)
+	m.blocksBackward(a, 0, m.numLayers(), p)
+	m.embedBackward(a, p)
 }
 
 // embedForward writes the embeddings of a.inputs to a.resid[0].
@@ -324,11 +347,11 @@ func (m *Model) Backward(ps Pass) {
 //
 // Vocabulary-parallel: each rank looks up the tokens of its rows (zeros
 // for the others), the first adds the positions, and the group sums.
-func (m *Model) embedForward(a *activations, ps Pass, train bool) {
+func (m *Model) embedForward(a *activations, ps *pass) {
 	be, c, p, d := m.be, m.Cfg, m.p, m.d
 	B, T, C := a.B, a.T, c.C
 	hd := float32(0)
-	if train {
+	if ps.train {
 		hd = c.HiddenDropout
 	}
 	if m.Part.MP == 1 {
@@ -339,16 +362,16 @@ func (m *Model) embedForward(a *activations, ps Pass, train bool) {
 			wpe = nil
 		}
 		be.EncoderShardForward(a.resid[0], a.inputs, p.wte, d.vlo, wpe, B, T, C)
-		m.tp.allReduce(a.resid[0])
+		m.tp.allReduce(ps, a.resid[0])
 	}
-	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.Pass, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 }
 
 // embedBackward accumulates the embedding gradients from sc.dresid.
-func (m *Model) embedBackward(a *activations, ps Pass) {
+func (m *Model) embedBackward(a *activations, ps *pass) {
 	be, c, g, d, sc := m.be, m.Cfg, m.g, m.d, m.sc
 	B, T, C := a.B, a.T, c.C
-	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.Pass, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 	if m.Part.MP == 1 {
 		be.EncoderBackward(g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
 		return
@@ -357,32 +380,33 @@ func (m *Model) embedBackward(a *activations, ps Pass) {
 }
 
 // blocksForward runs local blocks lo … hi−1: resid[lo] → resid[hi].
-func (m *Model) blocksForward(a *activations, lo, hi int, ps Pass, train bool) {
+func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 	hd, ad := float32(0), float32(0)
-	if train {
+	if ps.train {
 		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	}
 	for li := lo; li < hi; li++ {
-		m.z3.gather(m, 1+li)
+		m.z3.gather(ps, m, 1+li)
 		m.blockForward(a, li, ps, hd, ad)
 		m.z3.drop(m, 1+li)
 	}
 }
 
 // blocksBackward takes sc.dresid = dL/d resid[hi] back to dL/d resid[lo],
-// accumulating the blocks' parameter gradients.
-func (m *Model) blocksBackward(a *activations, lo, hi int, ps Pass) {
+// accumulating the blocks' parameter gradients, and tells ps.onGrads of
+// each block done.
+func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	for li := hi - 1; li >= lo; li-- {
-		m.z3.gather(m, 1+li)
+		m.z3.gather(ps, m, 1+li)
 		if m.recompute == RecomputeFull {
 			m.blockForward(a, li, ps, hd, ad)
 		}
 		m.blockBackward(a, li, ps, hd, ad)
-		m.z3.reduce(m, 1+li)
+		m.z3.reduce(ps, m, 1+li)
 		m.z3.drop(m, 1+li)
-		if m.gradHook != nil {
-			m.gradHook(li)
+		if ps.onGrads != nil {
+			ps.onGrads(li)
 		}
 	}
 }
@@ -394,7 +418,7 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps Pass) {
 //
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
 // never the logits.
-func (m *Model) headForward(a *activations, dscale float32, train bool) float64 {
+func (m *Model) headForward(a *activations, ps *pass) float64 {
 	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
 	N, C := a.B*a.T, c.C
 	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
@@ -403,19 +427,19 @@ func (m *Model) headForward(a *activations, dscale float32, train bool) float64 
 		be.MatmulForward(a.logits, a.lnf, p.wte[:d.Vl*C], nil, N, C, d.Vl)
 	}
 	if m.Part.MP == 1 {
-		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, dscale, train)
+		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, ps.dscale, ps.train)
 	} else {
 		be.ClassifierMax(sc.maxes, a.logits, N, d.Vl)
 		kernels.Sync(be)
-		m.tp.allGather(sc.maxes, sc.gmax)
+		m.tp.allGather(ps, sc.maxes, sc.gmax)
 		for r := range sc.maxes {
 			for k := 0; k < m.Part.MP; k++ {
 				sc.maxes[r] = max(sc.maxes[r], sc.gmax[k*N+r])
 			}
 		}
 		be.ClassifierExp(sc.stats, a.logits, a.targets, sc.maxes, N, d.Vl, d.vlo)
-		m.tp.allReduce64(sc.stats)
-		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, dscale, train)
+		m.tp.allReduce64(ps, sc.stats)
+		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, ps.dscale, ps.train)
 	}
 	kernels.Sync(be)
 	var sum float64
@@ -427,7 +451,7 @@ func (m *Model) headForward(a *activations, dscale float32, train bool) float64 
 
 // headBackward starts the backward pass: from the logits' gradient to
 // sc.dresid = dL/d resid[Ll].
-func (m *Model) headBackward(a *activations) {
+func (m *Model) headBackward(a *activations, ps *pass) {
 	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
 	N, C := a.B*a.T, c.C
 	if d.Vl > 0 {
@@ -436,7 +460,7 @@ func (m *Model) headBackward(a *activations) {
 		be.Zero(sc.dln)
 	}
 	if m.Part.MP > 1 {
-		m.tp.allReduce(sc.dln)
+		m.tp.allReduce(ps, sc.dln)
 	}
 	be.Zero(sc.dresid)
 	be.LayerNormBackward(sc.dresid, g.lnfw, g.lnfb, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
@@ -469,7 +493,7 @@ func (m *Model) rowBias(b []float32) []float32 {
 // Tensor-parallel: qkv and fc are column-parallel (this rank's heads and
 // hidden units), attproj and fcproj row-parallel (partial sums, all-reduced
 // before the bias-free dropout and the residual add).
-func (m *Model) blockForward(a *activations, li int, ps Pass, hd, ad float32) {
+func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
@@ -478,18 +502,18 @@ func (m *Model) blockForward(a *activations, li int, ps Pass, hd, ad float32) {
 
 	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], layer(p.ln1w, li, C), layer(p.ln1b, li, C), N, C)
 	be.MatmulForward(la.qkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), layer(p.qkvb, li, 3*Cl), N, C, 3*Cl)
-	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps, l), uint64(ps.Sample)*uint64(c.NH*T*T))
+	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.Pass, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, layer(p.attprojw, li, C*Cl), m.rowBias(layer(p.attprojb, li, C)), N, Cl, C)
-	m.tp.allReduce(sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps, l, siteAttnOut), off)
+	m.tp.allReduce(ps, sc.proj)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
 	be.ResidualForward(la.res2, a.resid[li], sc.proj)
 
 	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, layer(p.ln2w, li, C), layer(p.ln2b, li, C), N, C)
 	be.MatmulForward(la.fch, la.ln2, layer(p.fcw, li, Fl*C), layer(p.fcb, li, Fl), N, C, Fl)
 	be.GeluForward(la.fchGelu, la.fch)
 	be.MatmulForward(sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), m.rowBias(layer(p.fcprojb, li, C)), N, Fl, C)
-	m.tp.allReduce(sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps, l, siteMLPOut), off)
+	m.tp.allReduce(ps, sc.proj)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
 	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
 }
 
@@ -497,32 +521,32 @@ func (m *Model) blockForward(a *activations, li int, ps Pass, hd, ad float32) {
 // place, accumulating local block li's parameter gradients.
 // Tensor-parallel: the input gradients of the column-parallel qkv and fc
 // are partial sums, all-reduced before their LayerNorm's backward.
-func (m *Model) blockBackward(a *activations, li int, ps Pass, hd, ad float32) {
+func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
 	la, att := &a.layers[li], a.att[li]
 	off := uint64(ps.Sample) * uint64(T*C)
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
-	dropAttn := m.attnDropout(ad, ps, l)
+	dropAttn := m.attnDropout(ad, ps.Pass, l)
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps, l, siteMLPOut), off)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
 	be.MatmulBackward(sc.dfchG, layer(g.fcprojw, li, C*Fl), layer(g.fcprojb, li, C), sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
 	be.MatmulBackward(sc.dln, layer(g.fcw, li, Fl*C), layer(g.fcb, li, Fl), sc.dfch, la.ln2, layer(p.fcw, li, Fl*C), N, C, Fl)
-	m.tp.allReduce(sc.dln)
+	m.tp.allReduce(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, layer(g.ln2w, li, C), layer(g.ln2b, li, C), sc.dln, la.res2, layer(p.ln2w, li, C), la.ln2Mean, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps, l, siteAttnOut), off)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
 	be.MatmulBackward(sc.datty, layer(g.attprojw, li, C*Cl), layer(g.attprojb, li, C), sc.proj, la.atty, layer(p.attprojw, li, C*Cl), N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
 	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
 	be.MatmulBackward(sc.dln, layer(g.qkvw, li, 3*Cl*C), layer(g.qkvb, li, 3*Cl), sc.dqkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), N, C, 3*Cl)
-	m.tp.allReduce(sc.dln)
+	m.tp.allReduce(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, layer(g.ln1w, li, C), layer(g.ln1b, li, C), sc.dln, a.resid[li], layer(p.ln1w, li, C), la.ln1Mean, la.ln1Rstd, N, C)
 }
 

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -76,8 +77,7 @@ func TestModelGradient(t *testing.T) {
 	in, tg := randomBatch(r, B*T, testShape.V)
 
 	m.ZeroGrad()
-	loss := m.Forward(in, tg, B, T, Pass{}, true, 1/float32(B*T))
-	m.Backward(Pass{})
+	loss := trainPass(t, m, in, tg, B, T, Pass{}, 1/float32(B*T))
 	p64 := ref.To64(m.Params)
 	want := refLoss(m.Cfg, m.Tensors, p64, in, tg, B, T)
 	if d := float64(loss) - want; d > 1e-5 || d < -1e-5 {
@@ -141,8 +141,7 @@ func TestRecomputeIsExact(t *testing.T) {
 		var loss float32
 		for micro := 0; micro < 2; micro++ {
 			ps := Pass{Step: 3, Sample: micro * B}
-			loss += m.Forward(in, tg, B, T, ps, true, 1/float32(2*B*T))
-			m.Backward(ps)
+			loss += trainPass(t, m, in, tg, B, T, ps, 1/float32(2*B*T))
 		}
 		return run{loss, slices.Clone(m.Grads), m.ActivationBytes(B, T)}
 	}
@@ -171,15 +170,13 @@ func TestDropoutDependsOnSamplesNotSplit(t *testing.T) {
 	in, tg := randomBatch(r, 4*T, shape.V)
 	whole, _ := NewModel(cpu.New(), shape, 0.02, 5)
 	whole.ZeroGrad()
-	lw := whole.Forward(in, tg, 4, T, Pass{Step: 1}, true, 1/float32(4*T))
-	whole.Backward(Pass{Step: 1})
+	lw := trainPass(t, whole, in, tg, 4, T, Pass{Step: 1}, 1/float32(4*T))
 	split, _ := NewModel(cpu.New(), shape, 0.02, 5)
 	split.ZeroGrad()
 	var ls float32
 	for k := 0; k < 2; k++ {
 		ps := Pass{Step: 1, Sample: 2 * k}
-		ls += split.Forward(in[2*k*T:(2*k+2)*T], tg[2*k*T:(2*k+2)*T], 2, T, ps, true, 1/float32(4*T)) / 2
-		split.Backward(ps)
+		ls += trainPass(t, split, in[2*k*T:(2*k+2)*T], tg[2*k*T:(2*k+2)*T], 2, T, ps, 1/float32(4*T)) / 2
 	}
 	if d := lw - ls; d > 1e-5 || d < -1e-5 {
 		t.Errorf("loss %v whole vs %v split", lw, ls)
@@ -222,4 +219,19 @@ func TestLayoutMatchesLLMC(t *testing.T) {
 			t.Errorf("tensor %d is %s, want %s", i, tn.Name, names[i])
 		}
 	}
+}
+
+// trainPass runs the forward and backward pass of one micro-batch of a
+// model of one process (no communication to fail) and returns its loss.
+func trainPass(t testing.TB, m *Model, in, tg []int32, B, T int, ps Pass, dscale float32) float32 {
+	t.Helper()
+	ctx := context.Background()
+	loss, err := m.Forward(ctx, in, tg, B, T, ps, dscale)
+	if err == nil {
+		err = m.Backward(ctx, ps, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loss
 }

@@ -72,9 +72,7 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 			if z := tr.Model.z3; z != nil && errs[r] == nil {
 				released[r] = zeroOutsideShard(tr)
 				// Stage 3 keeps shards: gather the whole model to compare it.
-				z.begin(ctx)
-				z.gatherAll(tr.Model)
-				errs[r] = z.failed()
+				errs[r] = z.gatherAll(ctx, tr.Model)
 			}
 		}(r)
 	}

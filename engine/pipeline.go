@@ -152,8 +152,9 @@ func (p *pipeline) holder(v int) int { return v % p.topo.PP }
 // step runs the forward and backward passes of this rank's micro-batches
 // (micro-batch j is micro-batch first+j of the global batch in inputs and
 // targets) and returns the sum of their mean losses on the last stage, 0 on the
-// others. hook, if not nil, is called before each backward pass of the last
-// micro-batch, which completes the gradients of the chunk it goes through.
+// others. hook, if not nil, is the onGrads of the backward passes of the
+// last micro-batch, which complete the gradients of the chunks they go
+// through.
 func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, targets []int32, B, T int, dscale float32, hook func(int)) (float64, error) {
 	nv := p.topo.PP * p.topo.VPP
 	live := map[[2]int]*activations{} // by micro-batch and chunk
@@ -163,7 +164,7 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 		v := p.virtual(op.chunk)
 		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
 		gm := first + op.mb
-		ps := Pass{Step: step, Sample: gm * B}
+		ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * B}, train: true, dscale: dscale}
 		key := [2]int{op.mb, op.chunk}
 		if !op.backward {
 			a := p.get(m, B, T, op.chunk)
@@ -171,29 +172,27 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
 			copy(a.targets, targets[gm*bt:(gm+1)*bt])
 			if v == 0 {
-				m.embedForward(a, ps, true)
+				m.embedForward(a, ps)
 			} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
 				return 0, fmt.Errorf("pipeline: receiving activations of micro-batch %d: %w", op.mb, err)
 			}
-			m.blocksForward(a, lo, hi, ps, true)
+			m.blocksForward(a, lo, hi, ps)
 			if v == nv-1 {
-				loss += m.headForward(a, dscale, true) / float64(bt)
+				loss += m.headForward(a, ps) / float64(bt)
 			} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
 				return 0, fmt.Errorf("pipeline: sending activations of micro-batch %d: %w", op.mb, err)
 			}
 		} else {
 			a := live[key]
+			if op.mb == p.last {
+				ps.onGrads = hook
+			}
 			if v == nv-1 {
-				m.headBackward(a)
+				m.headBackward(a, ps)
 			} else if err := p.grads.Recv(ctx, m.sc.dresid, p.holder(v+1)); err != nil {
 				return 0, fmt.Errorf("pipeline: receiving gradients of micro-batch %d: %w", op.mb, err)
 			}
-			m.gradHook = nil
-			if op.mb == p.last {
-				m.gradHook = hook
-			}
 			m.blocksBackward(a, lo, hi, ps)
-			m.gradHook = nil
 			if v == 0 {
 				m.embedBackward(a, ps)
 			} else if err := p.grads.Send(ctx, m.sc.dresid, p.holder(v-1)); err != nil {
@@ -202,8 +201,8 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			delete(live, key)
 			p.free[op.chunk] = append(p.free[op.chunk], a)
 		}
-		if err := m.tp.failed(); err != nil {
-			return 0, err
+		if ps.err != nil {
+			return 0, ps.err
 		}
 	}
 	return loss, nil
@@ -243,20 +242,21 @@ func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int
 	copy(a.inputs, inputs)
 	copy(a.targets, targets)
 	var loss float64
+	ps := &pass{ctx: ctx}
 	for k := 0; k < p.topo.VPP; k++ {
 		v := p.virtual(k)
 		lo, hi := k*p.lc, (k+1)*p.lc
 		if v == 0 {
-			m.embedForward(a, Pass{}, false)
+			m.embedForward(a, ps)
 		} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
 			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
 		}
-		m.blocksForward(a, lo, hi, Pass{}, false)
+		m.blocksForward(a, lo, hi, ps)
 		if v == nv-1 {
-			loss = m.headForward(a, 0, false)
+			loss = m.headForward(a, ps)
 		} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
 			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 	}
-	return loss, m.tp.failed()
+	return loss, ps.err
 }

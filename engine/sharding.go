@@ -93,9 +93,6 @@ type zero3 struct {
 	units   []unit      // 0: the tensors outside the blocks; 1+li: local block li
 	grads   []float32   // this rank's reduced gradients of Params[lo:hi] (dataParallel.grads)
 	in, out []float32   // packing buffers
-
-	ctx context.Context
-	err error // the first failure; later calls do nothing
 }
 
 // unit is a set of ranges of the flat buffer gathered together.
@@ -146,9 +143,10 @@ func (z *zero3) unitSize(i int) int {
 	return n
 }
 
-// gather all-gathers unit i's parameters into m.Params.
-func (z *zero3) gather(m *Model, i int) {
-	if z == nil || z.err != nil {
+// gather all-gathers unit i's parameters into m.Params, under ps's
+// context; a failure fails ps, and a failed ps communicates no more.
+func (z *zero3) gather(ps *pass, m *Model, i int) {
+	if z == nil || ps.err != nil {
 		return
 	}
 	u, S := &z.units[i], z.g.Size()
@@ -161,8 +159,8 @@ func (z *zero3) gather(m *Model, i int) {
 		n += copy(in[n:], m.Params[s[0]:s[1]])
 	}
 	clear(in[n:])
-	if err := z.g.AllGather(z.ctx, in, out); err != nil {
-		z.err = fmt.Errorf("sharding stage 3: gathering parameters: %w", err)
+	if err := z.g.AllGather(ps.ctx, in, out); err != nil {
+		ps.fail(fmt.Errorf("sharding stage 3: gathering parameters: %w", err))
 		return
 	}
 	for k := range S {
@@ -195,9 +193,10 @@ func (z *zero3) drop(m *Model, i int) {
 
 // reduce reduce-scatters unit i's gradients: each member adds the sums of
 // its shard's elements to its reduced gradients. The unit's gradients in
-// m.Grads are then zeroed and their memory given back.
-func (z *zero3) reduce(m *Model, i int) {
-	if z == nil || z.err != nil {
+// m.Grads are then zeroed and their memory given back. It communicates as
+// gather.
+func (z *zero3) reduce(ps *pass, m *Model, i int) {
+	if z == nil || ps.err != nil {
 		return
 	}
 	u, S := &z.units[i], z.g.Size()
@@ -212,8 +211,8 @@ func (z *zero3) reduce(m *Model, i int) {
 		}
 		clear(in[n : (k+1)*u.width])
 	}
-	if err := z.g.ReduceScatter(z.ctx, in, out); err != nil {
-		z.err = fmt.Errorf("sharding stage 3: reduce-scatter of gradients: %w", err)
+	if err := z.g.ReduceScatter(ps.ctx, in, out); err != nil {
+		ps.fail(fmt.Errorf("sharding stage 3: reduce-scatter of gradients: %w", err))
 		return
 	}
 	n, lo := 0, z.lo[z.rank]
@@ -230,12 +229,14 @@ func (z *zero3) reduce(m *Model, i int) {
 	}
 }
 
-// gatherAll all-gathers every unit (for a checkpoint); dropAll gives them
-// back.
-func (z *zero3) gatherAll(m *Model) {
+// gatherAll all-gathers every unit (for a checkpoint) under ctx; dropAll
+// gives them back.
+func (z *zero3) gatherAll(ctx context.Context, m *Model) error {
+	ps := &pass{ctx: ctx}
 	for i := range z.units {
-		z.gather(m, i)
+		z.gather(ps, m, i)
 	}
+	return ps.err
 }
 
 func (z *zero3) dropAll(m *Model) {
@@ -245,19 +246,4 @@ func (z *zero3) dropAll(m *Model) {
 	for i := range z.units {
 		z.drop(m, i)
 	}
-}
-
-// begin readies the passes of one step under ctx.
-func (z *zero3) begin(ctx context.Context) {
-	if z != nil {
-		z.ctx = ctx
-	}
-}
-
-// failed returns the first communication failure.
-func (z *zero3) failed() error {
-	if z == nil {
-		return nil
-	}
-	return z.err
 }

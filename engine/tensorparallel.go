@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/gptui/gptui/comm"
@@ -12,54 +11,39 @@ import (
 // slices each rank holds are in LayoutPart). A nil *tensorParallel does
 // nothing: the model is not split.
 type tensorParallel struct {
-	g   *comm.Group
-	ctx context.Context
-	err error // the first failure; later calls do nothing
+	g *comm.Group
 }
 
-// allReduce sums x over the group in place.
-func (tp *tensorParallel) allReduce(x []float32) {
-	if tp == nil || tp.err != nil {
+// allReduce sums x over the group in place, under ps's context; a failure
+// fails ps, and a failed ps communicates no more.
+func (tp *tensorParallel) allReduce(ps *pass, x []float32) {
+	if tp == nil || ps.err != nil {
 		return
 	}
-	if err := tp.g.AllReduce(tp.ctx, x); err != nil {
-		tp.err = fmt.Errorf("tensor parallel: all-reduce: %w", err)
+	if err := tp.g.AllReduce(ps.ctx, x); err != nil {
+		ps.fail(fmt.Errorf("tensor parallel: all-reduce: %w", err))
 	}
 }
 
-// allReduce64 sums x over the group in place.
-func (tp *tensorParallel) allReduce64(x []float64) {
-	if tp == nil || tp.err != nil {
+// allReduce64 sums x over the group in place, as allReduce.
+func (tp *tensorParallel) allReduce64(ps *pass, x []float64) {
+	if tp == nil || ps.err != nil {
 		return
 	}
-	if err := tp.g.AllReduce64(tp.ctx, x); err != nil {
-		tp.err = fmt.Errorf("tensor parallel: all-reduce: %w", err)
+	if err := tp.g.AllReduce64(ps.ctx, x); err != nil {
+		ps.fail(fmt.Errorf("tensor parallel: all-reduce: %w", err))
 	}
 }
 
-// allGather concatenates every rank's in into out, in group order.
-func (tp *tensorParallel) allGather(in, out []float32) {
-	if tp == nil || tp.err != nil {
+// allGather concatenates every rank's in into out, in group order, as
+// allReduce.
+func (tp *tensorParallel) allGather(ps *pass, in, out []float32) {
+	if tp == nil || ps.err != nil {
 		return
 	}
-	if err := tp.g.AllGather(tp.ctx, in, out); err != nil {
-		tp.err = fmt.Errorf("tensor parallel: all-gather: %w", err)
+	if err := tp.g.AllGather(ps.ctx, in, out); err != nil {
+		ps.fail(fmt.Errorf("tensor parallel: all-gather: %w", err))
 	}
-}
-
-// begin readies the group for the passes of one step under ctx.
-func (tp *tensorParallel) begin(ctx context.Context) {
-	if tp != nil {
-		tp.ctx = ctx
-	}
-}
-
-// failed returns the first communication failure of the passes.
-func (tp *tensorParallel) failed() error {
-	if tp == nil {
-		return nil
-	}
-	return tp.err
 }
 
 // gradSquares is Σ g² over the gradients grads of the flat buffer range

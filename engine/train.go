@@ -256,7 +256,6 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if z := m.z3; z != nil {
 		// Stage 3 holds its shard, the outer tensors and one block.
 		z.dropAll(m)
-		z.begin(context.Background())
 		most := 0
 		for i := 1; i < len(z.units); i++ {
 			most = max(most, z.unitSize(i))
@@ -622,14 +621,18 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 	r0 := time.Now()
 	tr.train.Next(inputs, targets)
 	reader = time.Since(r0)
-	m.tp.begin(ctx)
+	// outer is the work on the tensors outside the blocks that brackets
+	// the step's passes (stage 3 gathers them for the step).
+	outer := &pass{ctx: ctx}
 	if z := m.z3; z != nil {
 		// Stage 3: the released gradients are zero already; the reduced
 		// shard accumulates the micro-batches. The outer tensors stay
 		// gathered for the step.
-		z.begin(ctx)
 		clear(z.grads)
-		z.gather(m, 0)
+		z.gather(outer, m, 0)
+		if outer.err != nil {
+			return 0, 0, reader, outer.err
+		}
 	} else {
 		m.ZeroGrad()
 	}
@@ -648,18 +651,16 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		}
 	} else {
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-			ps := Pass{Step: step, Sample: gm * tr.B}
-			m.gradHook = nil
+			ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale}
 			if gm == (d+1)*tr.Accum-1 {
-				m.gradHook = hook
+				ps.onGrads = hook // the last micro-batch completes each block's gradients
 			}
-			loss += float64(m.Forward(inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T, ps, true, dscale))
-			m.Backward(ps)
+			loss += float64(m.forward(ps, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T))
+			m.backward(ps)
+			if ps.err != nil {
+				return 0, 0, reader, ps.err
+			}
 		}
-		m.gradHook = nil
-	}
-	if err := errors.Join(m.tp.failed(), m.z3.failed()); err != nil {
-		return 0, 0, reader, err
 	}
 	if tr.dp != nil {
 		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
@@ -675,10 +676,10 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		}
 	}
 	if z := m.z3; z != nil {
-		z.reduce(m, 0)
+		z.reduce(outer, m, 0)
 		z.drop(m, 0)
-		if err := z.failed(); err != nil {
-			return 0, 0, reader, err
+		if outer.err != nil {
+			return 0, 0, reader, outer.err
 		}
 	}
 	if tr.dp != nil {
@@ -785,9 +786,8 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	targets := make([]int32, bt*tr.Accum*D)
 	n := max(1, tr.Cfg.Engine.EvalIters)
 	m := tr.Model
-	m.tp.begin(ctx)
-	m.z3.begin(ctx)
-	m.z3.gather(m, 0)
+	ps := &pass{ctx: ctx} // an evaluation: no dropout, no gradient
+	m.z3.gather(ps, m, 0)
 	defer m.z3.drop(m, 0)
 	var sum float64 // of the micro-batches' mean losses
 	for i := 0; i < n; i++ {
@@ -795,7 +795,7 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
 			in, tg := inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt]
 			if tr.pp == nil {
-				sum += float64(m.Forward(in, tg, tr.B, tr.T, Pass{}, false, 0))
+				sum += float64(m.forward(ps, in, tg, tr.B, tr.T))
 				continue
 			}
 			l, err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T)
@@ -805,8 +805,8 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 			sum += l / float64(bt)
 		}
 	}
-	if err := errors.Join(m.tp.failed(), m.z3.failed()); err != nil {
-		return 0, err
+	if ps.err != nil {
+		return 0, ps.err
 	}
 	var err error
 	if tr.pp != nil {

@@ -228,8 +228,13 @@ func gradParity(ctx context.Context, w io.Writer, preset string, o []string) err
 			return nil, nil, 0, err
 		}
 		m.ZeroGrad()
-		loss := m.Forward(inputs, targets, B, T, engine.Pass{}, true, 1/float32(B*T))
-		m.Backward(engine.Pass{})
+		loss, err := m.Forward(ctx, inputs, targets, B, T, engine.Pass{}, 1/float32(B*T))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if err := m.Backward(ctx, engine.Pass{}, nil); err != nil {
+			return nil, nil, 0, err
+		}
 		if err := kernels.Sync(be); err != nil {
 			return nil, nil, 0, err
 		}

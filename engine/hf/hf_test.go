@@ -2,6 +2,7 @@ package hf
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -719,7 +720,10 @@ func TestReference(t *testing.T) {
 		in[i], tg[i] = int32(r.IntN(cfg.V)), int32(r.IntN(cfg.V))
 		ins, tgs = append(ins, strconv.Itoa(int(in[i]))), append(tgs, strconv.Itoa(int(tg[i])))
 	}
-	loss := m.Forward(in, tg, B, T, engine.Pass{}, false, 1)
+	loss, err := m.Loss(context.Background(), in, tg, B, T)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	dir := t.TempDir()
 	if err := Export(dir, cfg, m.Params); err != nil {
