@@ -8,9 +8,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"syscall"
+
+	"github.com/gptui/gptui/event"
 )
 
 // LogWriteError is a failed write to a log file (workerlog.<rank> or
@@ -91,6 +94,71 @@ func openLog(name string, start int, keep func(b []byte, start int) []byte, stde
 		}
 	}
 	return &logFile{f: f, stderr: stderr}, nil
+}
+
+// runLog is where a run's record goes: its log lines to stdout and
+// workerlog.<rank>, its metrics to metrics.<rank>.jsonl, both in log_dir.
+type runLog struct {
+	out     io.Writer // stdout and the worker log
+	metrics *logFile
+	files   []*logFile // the worker log and the metrics file
+}
+
+// openRunLog opens rank's files in dir: anew for a fresh run; for one that
+// resumes at step start, keeping the lines of the steps before it, so that
+// the files read as one run. Lines also go to stdout; a file's first lost
+// write is reported on stderr.
+func openRunLog(dir string, rank, start int, stdout, stderr io.Writer) (*runLog, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, logOpenError(err)
+	}
+	wl, err := openLog(filepath.Join(dir, fmt.Sprintf("workerlog.%d", rank)), start, keepWorkerLog, stderr)
+	if err != nil {
+		return nil, err
+	}
+	mf, err := openLog(event.MetricsFile(dir, rank), start, keepMetrics, stderr)
+	if err != nil {
+		wl.f.Close()
+		return nil, err
+	}
+	return &runLog{out: io.MultiWriter(stdout, wl), metrics: mf, files: []*logFile{wl, mf}}, nil
+}
+
+// logf writes one line to stdout and the worker log.
+func (l *runLog) logf(format string, args ...any) {
+	fmt.Fprintf(l.out, format+"\n", args...)
+}
+
+// writeMetrics appends one record to the metrics file.
+func (l *runLog) writeMetrics(m Metrics) {
+	b, err := json.Marshal(m.Finite())
+	if err != nil {
+		l.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
+		return
+	}
+	l.metrics.Write(append(b, '\n'))
+}
+
+// Close closes the files and returns the first error of closing one.
+func (l *runLog) Close() error {
+	var first error
+	for _, f := range l.files {
+		if err := f.f.Close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// lost joins the write errors of the files (*LogWriteError each).
+func (l *runLog) lost() error {
+	var errs []error
+	for _, f := range l.files {
+		if f.err != nil {
+			errs = append(errs, f.err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // resumeLog cuts f to what keep leaves of it and moves to its end.

@@ -225,9 +225,9 @@ func TestLogFile(t *testing.T) {
 	defer f.Close()
 	stderr.Reset()
 	m := &logFile{f: f, stderr: &stderr}
-	tr := &Trainer{metrics: m}
-	tr.writeMetrics(Metrics{Step: 1, Loss: math.NaN(), GradNorm: math.Inf(1)})
-	tr.writeMetrics(Metrics{Step: 2, Loss: 1})
+	rl := &runLog{metrics: m}
+	rl.writeMetrics(Metrics{Step: 1, Loss: math.NaN(), GradNorm: math.Inf(1)})
+	rl.writeMetrics(Metrics{Step: 2, Loss: 1})
 	b, _ := os.ReadFile(f.Name())
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	if m.broken || m.err != nil || len(lines) != 2 || !strings.HasPrefix(lines[1], `{"step":2,`) {

@@ -2,13 +2,11 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -67,15 +65,13 @@ type Trainer struct {
 	Sched  Schedule
 	Memory Memory
 
-	be          kernels.Backend
-	opts        Options
-	topo        Topology
-	dp          *dataParallel // nil for one replica
-	model       *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
-	pp          *pipeline     // nil without pipeline parallelism
-	scaler      *lossScaler   // fp16's loss scale; nil otherwise
+	be   kernels.Backend
+	opts Options
+	topo Topology
+	groups
+
+	scaler      *lossScaler // fp16's loss scale; nil otherwise
 	lastTraffic map[string]int64
-	stop        *stopper
 	snap        [][]float32 // an asynchronous save's copies of the state
 	train, eval *data.Loader
 	B, T, Accum int
@@ -84,10 +80,7 @@ type Trainer struct {
 	resumedFrom string       // the checkpoint resumed from, if any
 	warnings    []string     // logged when the run starts
 	flopsPerTok float64
-	out         io.Writer // stdout and the worker log
-	metrics     *logFile
-	logs        []*logFile // the worker log and the metrics file
-	closers     []io.Closer
+	log         *runLog // opened by Run
 }
 
 // Memory is the engine's own account of the bytes one process holds.
@@ -120,8 +113,10 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // Is reports that a ConfigError is bad input (badinput.Err).
 func (e *ConfigError) Is(target error) bool { return badinput.Is(target) }
 
-// NewTrainer builds the model (fresh or from Model.init_from), the optimizer,
-// the schedule and the data loaders of cfg.
+// NewTrainer builds one rank's part of the model (fresh or from
+// Model.init_from), its communication groups, the optimizer, the schedule
+// and the data loaders of cfg, and restores the checkpoint it resumes
+// from, if any.
 func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer, error) {
 	if opts.Stdout == nil {
 		opts.Stdout = io.Discard
@@ -129,15 +124,52 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if opts.Stderr == nil {
 		opts.Stderr = io.Discard
 	}
-	mc := cfg.Model
-	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
-	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
 	rank, world := opts.Rank, 1
 	if opts.World != nil {
 		rank, world = opts.World.Rank(), opts.World.Size()
 	}
-	// The whole model when it comes from a file (each rank then keeps its
-	// part), else just its shape.
+	opts.Rank = rank
+	m, topo, err := newRankModel(cfg, be, rank, world)
+	if err != nil {
+		return nil, err
+	}
+	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
+	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
+	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
+	if tr.groups, err = newGroups(opts.World, topo, m, tr.Accum, opts.Stop); err != nil {
+		return nil, err
+	}
+	o := cfg.Optimizer
+	lo, hi := 0, m.NumParams()
+	if tr.dp != nil {
+		lo, hi = tr.dp.shardOf(hi) // sharding: the moments of this rank's shard
+	}
+	tr.Opt = newAdamWOn(be, AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon),
+		WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, lo, hi)
+	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
+	if err := tr.openData(); err != nil {
+		return nil, err
+	}
+	if err := tr.resume(); err != nil {
+		return nil, err
+	}
+	if z := m.z3; z != nil {
+		z.dropAll(m) // stage 3 keeps its shard only, from here on
+	}
+	tr.Memory = tr.memory()
+	tr.flopsPerTok = flopsPerToken(m.Cfg, T)
+	return tr, nil
+}
+
+// newRankModel builds rank's part of the model of cfg: its shape from the
+// config or from Model.init_from (a gptui checkpoint's weights, or an llm.c
+// model file, of which each rank keeps its part), its place in the layout,
+// and recompute.
+func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Model, Topology, error) {
+	mc := cfg.Model
+	T := cfg.Data.Train.Dataset.MaxSeqLen
+	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
+	// The whole model when it comes from a file, else just its shape.
 	var whole *Model
 	var err error
 	shape := ShapeOf(cfg)
@@ -145,39 +177,39 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		// Weights only, from a gptui checkpoint of the same shape.
 		var saved *presets.Config
 		if whole, saved, err = LoadModel(be, mc.InitFrom); err != nil {
-			return nil, err
+			return nil, Topology{}, err
 		}
 		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
-			return nil, err
+			return nil, Topology{}, err
 		}
 		whole.Cfg.HiddenDropout, whole.Cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
 		whole.SetDropoutSeed(uint64(cfg.Global.Seed))
 		shape = whole.Cfg
 	} else if mc.InitFrom != "" {
-		whole, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed))
-		if err != nil {
-			return nil, err
+		if whole, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed)); err != nil {
+			return nil, Topology{}, err
 		}
 		if T > whole.Cfg.MaxT {
-			return nil, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
+			return nil, Topology{}, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
 		}
 		shape = whole.Cfg
 	}
 	if err := shape.Validate(); err != nil {
-		return nil, &ConfigError{Err: err}
+		return nil, Topology{}, &ConfigError{Err: err}
 	}
 	topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
 	if err != nil {
-		return nil, err
+		return nil, Topology{}, err
 	}
 	part := topo.part(shape)
 	var m *Model
 	if whole != nil {
-		if m, err = whole.partOf(part); err != nil {
-			return nil, &ConfigError{Err: err}
-		}
-	} else if m, err = NewModelPart(be, shape, part, mc.InitializerRange, uint64(cfg.Global.Seed)); err != nil {
-		return nil, &ConfigError{Err: err}
+		m, err = whole.partOf(part)
+	} else {
+		m, err = NewModelPart(be, shape, part, mc.InitializerRange, uint64(cfg.Global.Seed))
+	}
+	if err != nil {
+		return nil, Topology{}, &ConfigError{Err: err}
 	}
 	if cfg.Engine.UseRecompute {
 		switch cfg.Engine.RecomputeGranularity {
@@ -187,92 +219,29 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			m.SetRecompute(RecomputeFull)
 		}
 	}
-	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
-	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
-	tr.opts.Rank = rank
-	o := cfg.Optimizer
-	ocfg := AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}
-	tr.Opt = newAdamWOn(be, ocfg, 0, m.NumParams())
-	if world > 1 {
-		// Groups are created in the same order on every rank.
-		if topo.Replicas() > 1 {
-			if tr.dp, err = newDataParallel(opts.World, topo, m); err != nil {
-				return nil, err
-			}
-			lo, hi := tr.dp.shardOf(m.NumParams())
-			tr.Opt = newAdamWOn(be, ocfg, lo, hi)
-		}
-		if topo.MP > 1 {
-			g, err := opts.World.NamedGroup("mp", topo.mpGroup())
-			if err != nil {
-				return nil, err
-			}
-			m.tp = &tensorParallel{g: g}
-		}
-		if topo.MP*topo.PP > 1 {
-			if tr.model, err = opts.World.NamedGroup("model", topo.modelGroup()); err != nil {
-				return nil, err
-			}
-		}
-		if topo.PP > 1 {
-			if tr.pp, err = newPipeline(opts.World, topo, m, tr.Accum); err != nil {
-				return nil, err
-			}
-		}
-	}
-	// Created after the others, in the same order on every rank.
-	if tr.stop, err = newStopper(opts.World, opts.Stop); err != nil {
-		return nil, err
-	}
-	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
-	if err := tr.openData(); err != nil {
-		return nil, err
-	}
-	ck, warn, err := openCheckpoint(cfg)
+	return m, topo, nil
+}
+
+// resume finds the checkpoint the run resumes from (Engine.save_load.ckpt_dir),
+// checks that every rank resumes from the same one, and restores it.
+func (tr *Trainer) resume() error {
+	ck, warn, err := openCheckpoint(tr.Cfg)
 	tr.warnings = warn
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := agreeResume(context.Background(), opts.World, ck); err != nil {
-		return nil, err
+	if err := agreeResume(context.Background(), tr.opts.World, ck); err != nil {
+		return err
 	}
-	if ck != nil {
-		if err := tr.restore(ck); err != nil {
-			return nil, err
-		}
-		tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
-		tr.resumedFrom = ck.Dir
+	if ck == nil {
+		return nil
 	}
-	n := int64(4 * m.NumParams())
-	tr.Memory = Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V)))}
-	if tr.pp != nil {
-		tr.Memory.Activations = tr.pp.activationBytes(m, B, T) // the micro-batches in flight
-	} else {
-		tr.Memory.Activations = int64(m.ActivationBytes(B, T))
+	if err := tr.restore(ck); err != nil {
+		return err
 	}
-	if tr.topo.Stage >= 2 {
-		tr.Memory.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
-	}
-	if z := m.z3; z != nil {
-		// Stage 3 holds its shard, the outer tensors and one block.
-		z.dropAll(m)
-		most := 0
-		for i := 1; i < len(z.units); i++ {
-			most = max(most, z.unitSize(i))
-		}
-		work := int64(4 * (z.unitSize(0) + most))
-		tr.Memory.Params = int64(4*len(tr.dp.grads)) + work
-		tr.Memory.Grads = int64(4*len(tr.dp.grads)) + work
-	}
-	// FLOPs per token: 6·N for the matrix multiplies of forward and backward
-	// (N: every parameter but the position embedding and the padded
-	// vocabulary rows) plus 6·L·C·T for attention's scores and weighted sums
-	// (causal, so half of 12·L·C·T).
-	c := m.Cfg
-	_, total := Layout(c)
-	N := total - c.MaxT*c.C - (c.Vp-c.V)*c.C
-	tr.flopsPerTok = 6*float64(N) + 6*float64(c.L*c.C*T)
-	return tr, nil
+	tr.warnings = append(tr.warnings, fmt.Sprintf("resumed from %s at step %d", ck.Dir, tr.start))
+	tr.resumedFrom = ck.Dir
+	return nil
 }
 
 // openData reads the token shards (or the built-in corpus) and carves the
@@ -350,46 +319,6 @@ func orBuiltin(dir string) string {
 	return dir
 }
 
-// logf writes one line to stdout and the worker log.
-func (tr *Trainer) logf(format string, args ...any) {
-	fmt.Fprintf(tr.out, format+"\n", args...)
-}
-
-// openLogs opens workerlog.<rank> and metrics.<rank>.jsonl in log_dir:
-// anew for a fresh run; for a resumed one, keeping the lines of the steps
-// before the one it resumes at, so that the files read as one run.
-func (tr *Trainer) openLogs() error {
-	dir := tr.Cfg.Engine.LogDir
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return logOpenError(err)
-	}
-	wl, err := openLog(filepath.Join(dir, fmt.Sprintf("workerlog.%d", tr.opts.Rank)), tr.start, keepWorkerLog, tr.opts.Stderr)
-	if err != nil {
-		return err
-	}
-	mf, err := openLog(event.MetricsFile(dir, tr.opts.Rank), tr.start, keepMetrics, tr.opts.Stderr)
-	if err != nil {
-		wl.f.Close()
-		return err
-	}
-	tr.closers = append(tr.closers, wl.f, mf.f)
-	tr.logs = []*logFile{wl, mf}
-	tr.out = io.MultiWriter(tr.opts.Stdout, wl)
-	tr.metrics = mf
-	return nil
-}
-
-// logErrors joins the write errors of the log files.
-func (tr *Trainer) logErrors() error {
-	var errs []error
-	for _, l := range tr.logs {
-		if l.err != nil {
-			errs = append(errs, l.err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Run trains for Engine.max_steps steps, logging every logging_freq steps and
 // evaluating every eval_freq steps. It stops early, with ctx's error, when
 // ctx is cancelled.
@@ -406,42 +335,40 @@ func (tr *Trainer) logErrors() error {
 // flight, the next one waits for it, and its error is returned by the next
 // save or the end of the run, which waits for it.
 func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
-	if err := tr.openLogs(); err != nil {
+	if tr.log, err = openRunLog(tr.Cfg.Engine.LogDir, tr.opts.Rank, tr.start, tr.opts.Stdout, tr.opts.Stderr); err != nil {
 		return nil, err
 	}
 	defer func() {
-		for _, c := range tr.closers {
-			if cerr := c.Close(); cerr != nil && err == nil {
-				err = cerr
-			}
+		if cerr := tr.log.Close(); cerr != nil && err == nil {
+			err = cerr
 		}
 		// A log that lost writes fails the run, once it has finished.
-		err = errors.Join(err, tr.logErrors())
+		err = errors.Join(err, tr.log.lost())
 	}()
 	res = &Result{}
 	if tr.start > 0 {
-		tr.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
+		tr.log.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
 	}
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
 	if tr.start >= e.MaxSteps {
 		// Every rank resumed from the same step (NewTrainer checked), so
 		// every rank stops here.
-		tr.logf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
+		tr.log.logf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
 		return res, nil
 	}
-	tr.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
-	tr.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
+	tr.log.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
+	tr.log.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
 	for _, n := range tr.Cfg.Notes {
-		tr.logf("[config] %s", n)
+		tr.log.logf("[config] %s", n)
 	}
-	tr.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
+	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
 		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
-	tr.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+	tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
 	if sc := tr.scaler; sc != nil {
-		tr.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
+		tr.log.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
 	}
 	for _, w := range tr.warnings {
-		tr.logf("[checkpoint] %s", w)
+		tr.log.logf("[checkpoint] %s", w)
 	}
 	saveSteps := tr.Cfg.Engine.SaveLoad.SaveSteps
 	saved := -1 // the last step saved
@@ -453,7 +380,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			return nil
 		}
 		if !pending.finished() {
-			tr.logf("[checkpoint] waiting for the save of step %d in flight", pending.step)
+			tr.log.logf("[checkpoint] waiting for the save of step %d in flight", pending.step)
 		}
 		<-pending.done
 		p := pending
@@ -462,7 +389,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			return fmt.Errorf("saving checkpoint in the background: %w", p.err)
 		}
 		res.Checkpoint = p.dir
-		tr.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
+		tr.log.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
 		return nil
 	}
 	defer func() {
@@ -483,7 +410,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			}
 			if j != nil {
 				pending = startSave(j, time.Since(t0))
-				tr.logf("%s", checkpoint.SavingLine(pending.step))
+				tr.log.logf("%s", checkpoint.SavingLine(pending.step))
 			}
 			return nil
 		}
@@ -494,7 +421,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		}
 		if dir != "" {
 			res.Checkpoint = dir
-			tr.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
+			tr.log.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
 		}
 		return nil
 	}
@@ -532,7 +459,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			if err := collect(true); err != nil {
 				return res, err
 			}
-			tr.logf("[stop] stopped before step %d", step)
+			tr.log.logf("[stop] stopped before step %d", step)
 			return res, &StopError{Step: step, Checkpoint: res.Checkpoint}
 		}
 		if err := ctx.Err(); err != nil {
@@ -569,10 +496,10 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			avgBatch := window.batch / float64(window.n)
 			ips := tokens / avgBatch
 			mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
-			tr.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
+			tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
 				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
 			if sc := tr.scaler; sc != nil {
-				tr.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
+				tr.log.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
 			}
 			mt := Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
 				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n),
@@ -580,7 +507,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			if sc := tr.scaler; sc != nil {
 				mt.LossScale, mt.SkippedSteps = sc.Scale(), sc.skipped
 			}
-			tr.writeMetrics(mt)
+			tr.log.writeMetrics(mt)
 			window.n, window.reader, window.batch, window.comm = 0, 0, 0, 0
 		}
 		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
@@ -589,8 +516,8 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 				return res, err
 			}
 			res.EvalLosses = append(res.EvalLosses, el)
-			tr.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
-			tr.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
+			tr.log.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
+			tr.log.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
 		}
 		if saveSteps > 0 && ((step+1)%saveSteps == 0 || last) {
 			if err := save(step); err != nil {
@@ -717,7 +644,7 @@ func (tr *Trainer) apply(grads []float32, sq float64, lr float32) float64 {
 	s := tr.scaler.Scale()
 	norm := math.Sqrt(sq) / s
 	if !tr.scaler.update(norm) {
-		tr.logf("[amp] gradient overflow at loss scale %g: step skipped, loss scale now %g (skipped steps: %d)", s, tr.scaler.Scale(), tr.scaler.skipped)
+		tr.log.logf("[amp] gradient overflow at loss scale %g: step skipped, loss scale now %g (skipped steps: %d)", s, tr.scaler.Scale(), tr.scaler.skipped)
 		return norm
 	}
 	tr.Opt.Apply(tr.be, tr.Model, grads, tr.Opt.ClipScale(norm)/float32(s), lr)
@@ -833,15 +760,6 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 		return 0, fmt.Errorf("pipeline: loss: %w", err)
 	}
 	return b[0], nil
-}
-
-func (tr *Trainer) writeMetrics(m Metrics) {
-	b, err := json.Marshal(m.Finite())
-	if err != nil {
-		tr.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
-		return
-	}
-	tr.metrics.Write(append(b, '\n'))
 }
 
 func (tr *Trainer) recomputeName() string {

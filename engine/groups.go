@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"github.com/gptui/gptui/comm"
+)
+
+// groups are the communication groups of one rank of a parallel job, the
+// tensor-parallel one held by the model (Model.tp). Every rank creates
+// its groups in the same order (comm.World.NamedGroup matches them up by
+// that order), so newGroups is the one place that creates them.
+type groups struct {
+	dp    *dataParallel // the replicas' gradients; nil for one replica
+	model *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
+	pp    *pipeline     // nil without pipeline parallelism
+	stop  *stopper      // agrees on a stop at step boundaries
+}
+
+// newGroups creates the groups of m's rank at topo in w (nil for one
+// process): data parallel and sharding, tensor parallel (set on m), the
+// model's group, the pipeline, then the stop agreement.
+func newGroups(w *comm.World, topo Topology, m *Model, accum int, stop <-chan struct{}) (groups, error) {
+	var g groups
+	var err error
+	if w != nil && w.Size() > 1 {
+		if topo.Replicas() > 1 {
+			if g.dp, err = newDataParallel(w, topo, m); err != nil {
+				return g, err
+			}
+		}
+		if topo.MP > 1 {
+			tg, err := w.NamedGroup("mp", topo.mpGroup())
+			if err != nil {
+				return g, err
+			}
+			m.tp = &tensorParallel{g: tg}
+		}
+		if topo.MP*topo.PP > 1 {
+			if g.model, err = w.NamedGroup("model", topo.modelGroup()); err != nil {
+				return g, err
+			}
+		}
+		if topo.PP > 1 {
+			if g.pp, err = newPipeline(w, topo, m, accum); err != nil {
+				return g, err
+			}
+		}
+	}
+	// Created after the others, in the same order on every rank.
+	g.stop, err = newStopper(w, stop)
+	return g, err
+}
