@@ -238,6 +238,9 @@ func packPanelB(kern *gemmKernel, g *gemmArgs, dst []float32, p0, kc, j0, cols i
 // 8 columns go to packColsVec where the CPU has one.
 func packCols(d []float32, w int, x []float32, ld, p0, kc, c0, n int) {
 	from := packColsVec(d, w, x, ld, p0, kc, c0, n)
+	if from == w {
+		return
+	}
 	for p := range kc {
 		dd := d[p*w : p*w+w]
 		copy(dd[from:], x[(p0+p)*ld+c0+from:][:n-from])
@@ -278,7 +281,11 @@ func packRows(d []float32, w int, x []float32, ld, p0, kc, c0, n int) {
 // where the CPU has one.
 func packPairsCols(d []uint32, w int, x []float32, ld, p0, kc, k, c0, n int) {
 	cols, steps := packPairsColsVec(d, w, x, ld, p0, kc, k, c0, n)
-	for q := range kc {
+	q0 := 0
+	if cols == w {
+		q0 = steps // those steps are done
+	}
+	for q := q0; q < kc; q++ {
 		from := 0
 		if q < steps {
 			from = cols
