@@ -47,10 +47,11 @@ func gpt2StepShapes() []stepShape {
 }
 
 // BenchmarkGemmStep times each GEMM of the GPT-2 124M B=4 T=64 step (and
-// 1024³) on OpenBLAS, the built-in GEMM and, on CPUs with AVX512_BF16, the
-// built-in bf16 GEMM, alternating them call by call so that all see the
-// same machine, and reports each one's median rate and the ratios. Run
-// with
+// 1024³) on OpenBLAS, the built-in GEMM, its AVX2 kernel (where the best
+// is AVX-512) and, on CPUs with AVX512_BF16, the built-in bf16 GEMM (on
+// the matmuls' shapes, the ones that run in bf16), alternating them call
+// by call so that all see the same machine, and reports each one's median
+// rate and the ratios. Run with
 //
 //	GPTUI_THREADS=2 go test ./kernels/cpu -run XXX -bench GemmStep -benchtime 15x
 func BenchmarkGemmStep(b *testing.B) {
@@ -66,6 +67,10 @@ func BenchmarkGemmStep(b *testing.B) {
 		b.Logf("no OpenBLAS: %v", err)
 	}
 	paths = append(paths, path{"builtin", testBackend(b, config{blas: "go", threads: envConfig().threads}), false})
+	if best := fp32Kernels()[0]; best.name != "avx2" && slices.ContainsFunc(fp32Kernels(), func(k *gemmKernel) bool { return k.name == "avx2" }) {
+		// What a CPU without AVX-512 gets.
+		paths = append(paths, path{"avx2", testBackend(b, config{blas: "go", kernel: "avx2", threads: envConfig().threads}), false})
+	}
 	if be, err := newBackend(config{blas: "go", threads: envConfig().threads, bf16: true}); err == nil {
 		paths = append(paths, path{"bf16", be, true})
 	}
@@ -82,6 +87,7 @@ func BenchmarkGemmStep(b *testing.B) {
 			if sh.transB {
 				ldb = sh.k
 			}
+			paths := slices.DeleteFunc(slices.Clone(paths), func(p path) bool { return p.bf16 && !sh.matmul })
 			times := make([][]time.Duration, len(paths))
 			run := func(i int) {
 				p := paths[i]
@@ -111,6 +117,9 @@ func BenchmarkGemmStep(b *testing.B) {
 			}
 			if rate["openblas"] > 0 {
 				b.ReportMetric(rate["builtin"]/rate["openblas"], "builtin/openblas")
+				if rate["avx2"] > 0 {
+					b.ReportMetric(rate["avx2"]/rate["openblas"], "avx2/openblas")
+				}
 			}
 			if rate["bf16"] > 0 {
 				b.ReportMetric(rate["bf16"]/rate["builtin"], "bf16/builtin")
