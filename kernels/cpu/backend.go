@@ -86,9 +86,9 @@ func envConfig() config {
 // The thread count is runtime.GOMAXPROCS(0) unless GPTUI_THREADS holds a
 // positive integer (other values are ignored). GPTUI_BLAS chooses the GEMM:
 //
-//	(unset)    the built-in GEMM where it has an AVX2 or AVX-512 kernel
-//	           (faster than OpenBLAS there, see docs/training.md); on
-//	           other CPUs OpenBLAS if it can be found, else the built-in
+//	(unset)    the built-in GEMM where it has an AVX-512 kernel (faster
+//	           than OpenBLAS there, see docs/training.md); on other CPUs
+//	           OpenBLAS if it can be found, else the built-in
 //	go         the built-in GEMM
 //	openblas   OpenBLAS, searched for where distributions install it
 //	<file>     that library, by name or path (it must export cblas_sgemm)
@@ -135,8 +135,11 @@ func newBackend(cfg config) (*Backend, error) {
 	switch spec := strings.TrimSpace(cfg.blas); spec {
 	case "go":
 	case "":
-		if !b.kernel().fast {
+		if k := b.kernel(); k.vsBLAS != blasSlower {
 			b.blas, b.note = findBLAS(false)
+			if k.vsBLAS == blasNear {
+				b.note = "" // the built-in GEMM is nearly as fast
+			}
 		}
 	case "openblas":
 		lib, reason := findBLAS(true)

@@ -14,7 +14,7 @@ type stepShape struct {
 	transA, transB bool
 	m, n, k        int
 	beta           float32
-	matmul         bool // a MatmulForward/Backward product (bf16 under Options.BF16)
+	matmul         bool // a MatmulForward/Backward product (bf16 under Options.BF16), or 1024³
 }
 
 // gpt2StepShapes lists the distinct GEMMs of one GPT-2 124M step at
@@ -42,7 +42,7 @@ func gpt2StepShapes() []stepShape {
 		stepShape{"att-qk-NT", false, true, T, T, hs, 0, false},
 		stepShape{"att-pv-NN", false, false, T, hs, T, 0, false},
 		stepShape{"att-dv-TN", true, false, T, hs, T, 0, false},
-		stepShape{"square-1024-NN", false, false, 1024, 1024, 1024, 0, false},
+		stepShape{"square-1024-NN", false, false, 1024, 1024, 1024, 0, true},
 	)
 }
 

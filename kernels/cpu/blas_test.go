@@ -329,7 +329,7 @@ func TestNewEnvironment(t *testing.T) {
 		{"go", "many", gomax, best, ""},
 		{"/nonexistent/libnothing.so", "", gomax, best, "GPTUI_BLAS=/nonexistent/libnothing.so: dlopen:"},
 	}
-	if fp32Kernels()[0].fast {
+	if fp32Kernels()[0].vsBLAS == blasSlower {
 		tests = append(tests, envCase{"", "", gomax, best, ""})
 	}
 	if runtime.GOOS == "linux" {

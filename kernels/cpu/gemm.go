@@ -39,10 +39,11 @@ type gemmKernel struct {
 	mc     int    // rows of op(A) per packed block, a multiple of mr
 	nc     int    // columns of op(B) per packed panel, a multiple of nr
 	bf16   bool   // operands are packed as bf16 pairs
-	// fast marks the kernels that beat OpenBLAS on the CPUs that run them
-	// (docs/training.md): where the best kernel is fast, the built-in GEMM
-	// is the default.
-	fast bool
+	// vsBLAS is how the kernel compares with OpenBLAS on the CPUs that run
+	// it (measured: docs/training.md, BENCHMARKS.md), which decides the
+	// default GEMM: the built-in one where the best kernel is blasSlower,
+	// otherwise OpenBLAS when it is installed.
+	vsBLAS blasRank
 
 	// fn computes the mr×nr tile C = alpha·Σ_p a[p·mr:]ᵀ·b[p·nr:] +
 	// beta·C from k ≥ 1 packed steps (see gemm_gen.go); C is not read
@@ -55,6 +56,15 @@ type gemmKernel struct {
 	lanes  int
 	narrow []gemmFunc
 }
+
+// blasRank places a kernel against OpenBLAS on the same CPU.
+type blasRank int
+
+const (
+	blasSlower blasRank = iota // OpenBLAS is slower: the built-in GEMM is the default
+	blasNear                   // OpenBLAS is a little faster: used when installed, silently missed
+	blasFaster                 // OpenBLAS is much faster: used when installed, and suggested when not
+)
 
 // gemmFunc is a micro-kernel: see gemmKernel.fn.
 type gemmFunc func(k int, a, b, c *float32, ldc int, alpha, beta float32)

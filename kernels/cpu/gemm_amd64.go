@@ -36,11 +36,11 @@ func bgemmAVX512n32(k int, a, b, c *float32, ldc int, alpha, beta float32)
 func bgemmAVX512n16(k int, a, b, c *float32, ldc int, alpha, beta float32)
 
 var (
-	kernAVX512 = &gemmKernel{name: "avx512", mr: 8, nr: 48, lanes: 16, kc: 256, mc: 256, nc: 1536, fast: true,
+	kernAVX512 = &gemmKernel{name: "avx512", mr: 8, nr: 48, lanes: 16, kc: 256, mc: 256, nc: 1536, vsBLAS: blasSlower,
 		fn: sgemmAVX512, narrow: []gemmFunc{sgemmAVX512n16, sgemmAVX512n32}}
-	kernAVX2 = &gemmKernel{name: "avx2", mr: 6, nr: 16, lanes: 8, kc: 256, mc: 120, nc: 1024, fast: true,
+	kernAVX2 = &gemmKernel{name: "avx2", mr: 6, nr: 16, lanes: 8, kc: 256, mc: 120, nc: 1024, vsBLAS: blasNear,
 		fn: sgemmAVX2, narrow: []gemmFunc{sgemmAVX2n8}}
-	kernSSE = &gemmKernel{name: "sse2", mr: 4, nr: 8, lanes: 4, kc: 256, mc: 128, nc: 1024,
+	kernSSE = &gemmKernel{name: "sse2", mr: 4, nr: 8, lanes: 4, kc: 256, mc: 128, nc: 1024, vsBLAS: blasFaster,
 		fn: sgemmSSE, narrow: []gemmFunc{sgemmSSEn4}}
 	kernBF16 = &gemmKernel{name: "avx512-bf16", mr: 8, nr: 48, lanes: 16, kc: 256, mc: 256, nc: 1536, bf16: true,
 		fn: bgemmAVX512, narrow: []gemmFunc{bgemmAVX512n16, bgemmAVX512n32}}

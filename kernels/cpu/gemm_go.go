@@ -5,7 +5,7 @@ import "unsafe"
 // kernGo is the micro-kernel in plain Go, for CPUs without an assembly one.
 // Its 2×4 tile was chosen by measurement: the Go compiler keeps a 2×4 block
 // of accumulators in registers, whereas larger blocks spill to the stack.
-var kernGo = &gemmKernel{name: "go", mr: 2, nr: 4, lanes: 4, kc: 256, mc: 64, nc: 1024, fn: sgemmGoKernel}
+var kernGo = &gemmKernel{name: "go", mr: 2, nr: 4, lanes: 4, kc: 256, mc: 64, nc: 1024, vsBLAS: blasFaster, fn: sgemmGoKernel}
 
 // sgemmGoKernel is gemmKernel.fn for the 2×4 tile.
 func sgemmGoKernel(k int, ap, bp, cp *float32, ldc int, alpha, beta float32) {
