@@ -167,12 +167,15 @@ func newBackend(cfg config) (*Backend, error) {
 	return b, nil
 }
 
+// bestKernel is the fastest fp32 kernel this CPU runs.
+var bestKernel = sync.OnceValue(func() *gemmKernel { return fp32Kernels()[0] })
+
 // kernel returns the built-in fp32 kernel.
 func (b *Backend) kernel() *gemmKernel {
 	if b.kern != nil {
 		return b.kern
 	}
-	return fp32Kernels()[0]
+	return bestKernel()
 }
 
 // BLAS describes the GEMM Sgemm uses: "built-in" and its kernel ("avx512",

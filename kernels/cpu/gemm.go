@@ -22,9 +22,14 @@ import (
 //
 // Threads split the larger of C's two dimensions into contiguous ranges of
 // strips, and each packs its own A blocks and B panels: no thread waits on
-// another between the start and the end of the product. The operand that
-// is not split is packed by every thread, a cost of one pack per T/(2·n)
-// FLOP, small at the shapes where threads pay.
+// another between the start and the end of the product. The operand along
+// the other dimension is packed by every thread: one packed element per
+// 2·n/T FLOP of a thread's work (n the split dimension, T threads), little
+// at the shapes where threads pay.
+//
+// Each element of C is one dot product summed in k order, block by block,
+// whatever the threads, the tile it falls in or the kernel width: results
+// do not depend on the thread count.
 //
 // In bf16 (the bgemm kernels) a "step" of the inner dimension is a pair:
 // packing rounds op(A) and op(B) to bfloat16 (bf16Bits) and stores each
