@@ -511,3 +511,31 @@ func TestBLASScalars(t *testing.T) {
 		}
 	}
 }
+
+// TestSgemmThreadsBitEqual: each kernel gives the same bits with 1, 2 and
+// 3 threads (they split C differently, and its last strip may fall to a
+// narrower kernel, but every element is the same dot product in the same
+// order), on a tall and a wide product with several k blocks.
+func TestSgemmThreadsBitEqual(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, sh := range []struct{ m, n, k int }{{300, 67, 513}, {67, 300, 300}} {
+		a, b := newStored(r, sh.m, sh.k, 1, 0), newStored(r, sh.n, sh.k, 2, 0)
+		for _, kern := range fp32Kernels() {
+			var want []float32
+			for _, th := range []string{"1", "2", "3"} {
+				be := testBackend(t, config{blas: "go", kernel: kern.name, threads: th})
+				c := make([]float32, sh.m*sh.n)
+				be.Sgemm(false, true, sh.m, sh.n, sh.k, 1, a.data, a.ld, b.data, b.ld, 0, c, sh.n)
+				if want == nil {
+					want = c
+					continue
+				}
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s %dx%dx%d: element %d is %v with %s threads, %v with 1", kern.name, sh.m, sh.n, sh.k, i, c[i], th, want[i])
+					}
+				}
+			}
+		}
+	}
+}
