@@ -320,3 +320,60 @@ func TestBgemmBlocks(t *testing.T) {
 
 // isNaN32 reports whether u are the bits of a float32 NaN.
 func isNaN32(u uint32) bool { return u&0x7fffffff > 0x7f800000 }
+
+// TestBF16PackBits: the bf16 packs (VCVTNEPS2BF16 where the CPU has it,
+// bf16Bits otherwise) round every float32 as bf16Bits does — random bit
+// patterns, so denormals, NaNs, infinities and ties among them — in both
+// layouts, with a ragged edge of rows, columns and an odd k.
+func TestBF16PackBits(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	special := []uint32{0x00000001, 0x807fffff, 0x7f800001, 0xffc00000, 0x7f800000, 0x3f808000, 0x3f818000, 0x7f7fffff, 0x00800000}
+	const rows, k, ld = 45, 37, 40 // 45 = 5·8 + 5 strip rows, k odd
+	x := make([]float32, rows*ld)
+	for i := range x {
+		u := r.Uint32()
+		if i%7 == 0 {
+			u = special[(i/7)%len(special)]
+		}
+		x[i] = math.Float32frombits(u)
+	}
+	const w, p0 = 48, 1 // pairs from the second one on
+	kc := (k+1)/2 - p0
+	pair := func(lo float32, hiOK bool, hi float32) uint32 {
+		v := bf16Bits(lo)
+		if hiOK {
+			v |= bf16Bits(hi) << 16
+		}
+		return v
+	}
+	// Pairs along rows of x: row j is strip column j.
+	d := make([]uint32, kc*w)
+	packPairsRows(d, w, x, ld, p0, kc, k, 0, rows)
+	for q := range kc {
+		for j := range w {
+			want := uint32(0)
+			if j < rows {
+				p := 2 * (p0 + q)
+				want = pair(x[j*ld+p], p+1 < k, x[j*ld+min(p+1, k-1)])
+			}
+			if d[q*w+j] != want {
+				t.Fatalf("packPairsRows: step %d column %d = %#08x, want %#08x", q, j, d[q*w+j], want)
+			}
+		}
+	}
+	// Pairs down the columns of x: the first k rows, columns 0…ld-1.
+	d = make([]uint32, kc*w)
+	packPairsCols(d, w, x, ld, p0, kc, k, 0, ld)
+	for q := range kc {
+		for j := range w {
+			want := uint32(0)
+			if j < ld {
+				p := 2 * (p0 + q)
+				want = pair(x[p*ld+j], p+1 < k, x[min(p+1, k-1)*ld+j])
+			}
+			if d[q*w+j] != want {
+				t.Fatalf("packPairsCols: step %d column %d = %#08x, want %#08x", q, j, d[q*w+j], want)
+			}
+		}
+	}
+}
