@@ -125,6 +125,10 @@ func TestTrainTinyLossFalls(t *testing.T) {
 				t.Errorf("metrics line lacks %q: %s", k, sc.Text())
 			}
 		}
+		// The peak is the GEMM kernel's own rate: no step reaches it.
+		if mfu, _ := m["mfu"].(float64); !(mfu > 0 && mfu < 1) {
+			t.Errorf("mfu %v, want it in (0, 1): %s", m["mfu"], sc.Text())
+		}
 	}
 	if train != 5 || eval != 2 { // steps 0, 10, 20, 30, 39; evals after 20 and 40
 		t.Errorf("metrics: %d train and %d eval lines, want 5 and 2", train, eval)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,9 +26,9 @@ import (
 // usage error (exit 2) saying why.
 func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kernels.Backend, func(), error) {
 	if cfg.Global.Device != "gpu" {
-		be := cpu.New()
-		if r := be.FallbackReason(); r != "" {
-			fmt.Fprintln(stderr, "gptui: "+r)
+		be, err := cpuBackend(cpu.Options{BF16: cfg.Engine.MixPrecision.Dtype == "bf16"}, stderr)
+		if err != nil {
+			return nil, nil, err
 		}
 		return be, func() {}, nil
 	}
@@ -43,6 +44,25 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
 	}
 	return be, func() { be.Close() }, nil
+}
+
+// cpuBackend opens the CPU backend (cpu.Open) and prints its note, if it
+// has one, to stderr. A GEMM library that GPTUI_BLAS names but that cannot
+// be loaded, and bf16 on a CPU without AVX512_BF16, are one-line usage
+// errors (exit 2).
+func cpuBackend(opts cpu.Options, stderr io.Writer) (*cpu.Backend, error) {
+	be, err := cpu.Open(opts)
+	var fe *cpu.FeatureError
+	switch {
+	case errors.As(err, &fe):
+		return nil, usagef("Engine.mix_precision.dtype: bf16 on Global.device=cpu needs a CPU with %s, which this one lacks; use dtype fp32", fe.Feature)
+	case err != nil:
+		return nil, usagef("%s", oneLine(err))
+	}
+	if r := be.FallbackReason(); r != "" {
+		fmt.Fprintln(stderr, "gptui: "+r)
+	}
+	return be, nil
 }
 
 // gpuOrdinal is the GPU a worker uses: GPTUI_DEVICE (set by the cluster

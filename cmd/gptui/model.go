@@ -140,7 +140,11 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// The whole model in one process: its parameters and the gradient
 	// buffer the engine allocates beside them.
 	one := planner.Strategy{DP: 1, ShardingDegree: 1, ShardingStage: 1, MP: 1, PP: 1, VPP: 1, MicroBatch: 1, Recompute: planner.RecomputeNone}
-	m, _, err := engine.LoadModelChecked(cpu.New(), *ckpt, func(cfg *presets.Config) error {
+	be, err := cpuBackend(cpu.Options{}, stderr)
+	if err != nil {
+		return err
+	}
+	m, _, err := engine.LoadModelChecked(be, *ckpt, func(cfg *presets.Config) error {
 		c := *cfg
 		c.Global.Device = "cpu" // generate runs on the CPU whatever the config trained on
 		return checkMemory(&c, one, 1, "the model", func(m planner.Memory) int64 { return m.Params + m.Grads })

@@ -310,9 +310,9 @@ func fixedByOverrides(cfg *presets.Config, overrides []string) planner.Fixed {
 // process and a second one (this binary re-executed as planLinkPeer,
 // started by the launcher) over loopback TCP.
 func measureProfile(ctx context.Context, stderr io.Writer) (planner.Device, error) {
-	be := cpu.New()
-	if r := be.FallbackReason(); r != "" {
-		fmt.Fprintln(stderr, "gptui: "+r)
+	be, err := cpuBackend(cpu.Options{}, stderr)
+	if err != nil {
+		return planner.Device{}, err
 	}
 	fmt.Fprintln(stderr, "gptui plan: measuring sgemm and AdamW ...")
 	d := planner.MeasureCompute(be, runtime.NumCPU(), planner.MemTotal())

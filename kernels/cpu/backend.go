@@ -12,104 +12,189 @@ import (
 	"time"
 )
 
-// Backend is the CPU compute backend: a matrix multiply (OpenBLAS when it
-// could be loaded, pure Go otherwise), a fork-join helper and the layer
-// kernels built on them.
+// Backend is the CPU compute backend: a matrix multiply (the built-in
+// SIMD GEMM, or OpenBLAS where that is faster or asked for), a fork-join
+// helper and the layer kernels built on them.
 //
-// A Backend holds no per-call state: after [New] returns, its methods may be
-// called from several goroutines at once (pure-Go Sgemm calls draw their
-// packing buffers from a pool; OpenBLAS is thread-safe), although a training
-// loop normally calls it from one goroutine and lets ParallelFor and the BLAS
-// library spread the work. The zero Backend is usable: it runs the pure-Go
-// GEMM on one thread. A Backend must not be copied after first use.
+// A Backend holds no per-call state: after [New] or [Open] returns, its
+// methods may be called from several goroutines at once (the built-in
+// GEMM draws its packing buffers from a pool; OpenBLAS is thread-safe),
+// although a training loop normally calls it from one goroutine and lets
+// ParallelFor and the GEMM spread the work. The zero Backend is usable: it
+// runs the built-in GEMM with the CPU's best kernel on one thread. A
+// Backend must not be copied after first use.
 type Backend struct {
 	threads int
 
-	// blas is the loaded BLAS library, or nil for the pure-Go GEMM.
+	// kern is the built-in fp32 micro-kernel; nil means the CPU's best.
+	kern *gemmKernel
+	// bf16 is the bf16 micro-kernel the matmuls run on, or nil for fp32.
+	bf16 *gemmKernel
+	// blas is the loaded BLAS library Sgemm calls, or nil for the
+	// built-in GEMM.
 	blas *blasLib
-	// fallback says why blas is nil; empty when a library is loaded.
-	fallback string
+	// note is one line for the user about the GEMM in use (see
+	// FallbackReason), or "".
+	note string
 
-	// packs pools *packBufs for the pure-Go GEMM.
-	packs sync.Pool
+	// gemmPool pools *gemmBufs for the built-in GEMM.
+	gemmPool sync.Pool
 
 	// scalarAdamW turns the vector AdamW loop off (tests compare the two).
 	scalarAdamW bool
 
-	// peak caches the measured sgemm rate (see PeakFLOPS).
+	// peak caches the measured peak (see PeakFLOPS).
 	peakOnce sync.Once
 	peak     float64
 }
 
-// config holds what New reads from the environment.
-type config struct {
-	blas    string // GPTUI_BLAS: "" (search), "go", or a library name or path
-	threads string // GPTUI_THREADS: "" or a positive integer
+// Options are the settings of [Open] that do not come from the
+// environment.
+type Options struct {
+	// BF16 runs the matmuls' GEMMs (MatmulForward, MatmulBackward) with
+	// their inputs rounded to bfloat16 and fp32 accumulation (VDPBF16PS),
+	// as Engine.mix_precision.dtype: bf16 asks; everything else stays
+	// fp32, Sgemm included. It needs AVX512_BF16.
+	BF16 bool
 }
 
-// New returns a Backend configured from the environment. It never fails:
-// when no BLAS library can be loaded it uses the pure-Go GEMM and records why
-// in [Backend.FallbackReason].
+// FeatureError is Open's error for an option the CPU cannot do: bf16
+// matmuls without AVX512_BF16.
+type FeatureError struct {
+	Feature string // the missing instruction set, as "AVX512_BF16"
+}
+
+func (e *FeatureError) Error() string {
+	return fmt.Sprintf("bf16 matrix multiplies on the CPU need %s, which this CPU lacks", e.Feature)
+}
+
+// config holds what newBackend reads from the environment and Options.
+type config struct {
+	blas    string // GPTUI_BLAS: "" (choose), "go", "openblas", or a library name or path
+	threads string // GPTUI_THREADS: "" or a positive integer
+	kernel  string // a built-in kernel by name ("avx2", …), for tests; "" for the best
+	bf16    bool   // Options.BF16
+}
+
+// envConfig reads the environment variables that steer New and Open.
+func envConfig() config {
+	return config{blas: os.Getenv("GPTUI_BLAS"), threads: os.Getenv("GPTUI_THREADS")}
+}
+
+// Open returns a Backend configured from the environment and opts.
 //
 // The thread count is runtime.GOMAXPROCS(0) unless GPTUI_THREADS holds a
-// positive integer (other values are ignored). GPTUI_BLAS=go selects the
-// pure-Go GEMM; GPTUI_BLAS=<file> loads that library instead of searching
-// the usual OpenBLAS locations. When OpenBLAS is loaded, New sets its thread
-// count with openblas_set_num_threads; that setting is process-wide, so the
-// most recently created Backend decides it.
-func New() *Backend {
-	return newBackend(config{
-		blas:    os.Getenv("GPTUI_BLAS"),
-		threads: os.Getenv("GPTUI_THREADS"),
-	})
+// positive integer (other values are ignored). GPTUI_BLAS chooses the GEMM:
+//
+//	(unset)    the built-in GEMM where it has an AVX-512 kernel (faster
+//	           than OpenBLAS there, see docs/training.md); on other CPUs
+//	           OpenBLAS if it can be found, else the built-in
+//	go         the built-in GEMM
+//	openblas   OpenBLAS, searched for where distributions install it
+//	<file>     that library, by name or path (it must export cblas_sgemm)
+//
+// Open fails, with a one-line error, when GPTUI_BLAS names a library that
+// cannot be loaded or opts asks for what the CPU lacks. When OpenBLAS is
+// loaded, Open sets its thread count with openblas_set_num_threads; that
+// setting is process-wide, so the most recently created Backend decides
+// it.
+func Open(opts Options) (*Backend, error) {
+	cfg := envConfig()
+	cfg.bf16 = opts.BF16
+	return newBackend(cfg)
 }
 
-// newBackend is New with the environment given as cfg.
-func newBackend(cfg config) *Backend {
+// New is [Open] with fp32 matmuls that never fails: when GPTUI_BLAS names
+// a library that cannot be loaded it uses the built-in GEMM and says so in
+// [Backend.FallbackReason].
+func New() *Backend {
+	b, err := newBackend(envConfig())
+	if err != nil {
+		b = &Backend{threads: b.threads, note: err.Error() + "; using the built-in GEMM"}
+	}
+	return b
+}
+
+// newBackend is Open with the environment and options given as cfg. On
+// error it still returns a Backend holding the thread count.
+func newBackend(cfg config) (*Backend, error) {
 	b := &Backend{threads: runtime.GOMAXPROCS(0)}
 	if n, err := strconv.Atoi(strings.TrimSpace(cfg.threads)); err == nil && n > 0 {
 		b.threads = n
 	}
+	if cfg.kernel != "" {
+		for _, k := range fp32Kernels() {
+			if k.name == cfg.kernel {
+				b.kern = k
+			}
+		}
+		if b.kern == nil {
+			return b, fmt.Errorf("built-in GEMM kernel %q: not available on this CPU", cfg.kernel)
+		}
+	}
 	switch spec := strings.TrimSpace(cfg.blas); spec {
 	case "go":
-		b.fallback = "pure-Go GEMM selected by GPTUI_BLAS=go"
 	case "":
-		b.blas, b.fallback = findBLAS()
+		if k := b.kernel(); k.vsBLAS != blasSlower {
+			b.blas, b.note = findBLAS(false)
+			if k.vsBLAS == blasNear {
+				b.note = "" // the built-in GEMM is nearly as fast
+			}
+		}
+	case "openblas":
+		lib, reason := findBLAS(true)
+		if lib == nil {
+			return b, fmt.Errorf("GPTUI_BLAS=openblas: %s", reason)
+		}
+		b.blas = lib
 	default:
 		lib, err := openBLAS(spec)
 		if err != nil {
-			b.fallback = fmt.Sprintf("GPTUI_BLAS=%s: %v; using pure-Go GEMM", spec, err)
+			return b, fmt.Errorf("GPTUI_BLAS=%s: %w", spec, err)
 		}
 		b.blas = lib
 	}
 	if b.blas != nil && b.blas.setThreads != nil {
 		b.blas.setThreads(int32(min(b.threads, math.MaxInt32)))
 	}
-	return b
+	if cfg.bf16 {
+		k, missing := bf16Kernel()
+		if k == nil {
+			return b, &FeatureError{Feature: missing}
+		}
+		b.bf16 = k
+	}
+	return b, nil
 }
 
-// BLAS describes the GEMM in use: the library kind ("openblas", or "cblas"
+// bestKernel is the fastest fp32 kernel this CPU runs.
+var bestKernel = sync.OnceValue(func() *gemmKernel { return fp32Kernels()[0] })
+
+// kernel returns the built-in fp32 kernel.
+func (b *Backend) kernel() *gemmKernel {
+	if b.kern != nil {
+		return b.kern
+	}
+	return bestKernel()
+}
+
+// BLAS describes the GEMM Sgemm uses: "built-in" and its kernel ("avx512",
+// "avx2", "sse2" or "go"), or the library kind ("openblas", or "cblas"
 // for another library exporting cblas_sgemm) followed by its file, for
 // example "openblas /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblasp-r0.3.21.so"
-// (a library found by soname is reported by the file the loader mapped), or
-// "pure-go".
+// (a library found by soname is reported by the file the loader mapped).
 func (b *Backend) BLAS() string {
 	if b.blas == nil {
-		return "pure-go"
+		return "built-in " + b.kernel().name
 	}
 	return b.blas.kind + " " + b.blas.path
 }
 
-// FallbackReason returns "" when a BLAS library is loaded, and otherwise one
-// line saying why the pure-Go GEMM is in use and how to get a faster one.
+// FallbackReason returns one line saying why the GEMM in use is not the
+// one asked for, or is slower than one that could be installed; "" when
+// there is nothing to say.
 func (b *Backend) FallbackReason() string {
-	if b.blas != nil {
-		return ""
-	}
-	if b.fallback == "" {
-		return "pure-Go GEMM (zero Backend)"
-	}
-	return b.fallback
+	return b.note
 }
 
 // Threads returns the number of threads the Backend spreads work over: the
@@ -145,12 +230,30 @@ func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 		b.blas.sgemm(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
 		return
 	}
-	b.sgemmGo(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
+	b.gemm(b.kernel(), &gemmArgs{transA, transB, m, n, k, alpha, beta, a, lda, bm, ldb, c, ldc})
 }
 
-// blasMinWork is the m·n·k below which Sgemm stays in Go even when a BLAS
-// library is loaded. A call through purego costs about 2µs, twice what the
-// pure-Go GEMM spends on an 8×8×8 product; the two break even near 12×12×12.
+// matmulGemm is Sgemm for the matmuls: in bf16 when the Backend was opened
+// with Options.BF16, otherwise Sgemm itself.
+func (b *Backend) matmulGemm(transA, transB bool, m, n, k int, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
+	if b.bf16 == nil {
+		b.Sgemm(transA, transB, m, n, k, 1, a, lda, bm, ldb, beta, c, ldc)
+		return
+	}
+	checkSgemm(transA, transB, m, n, k, a, lda, bm, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 {
+		b.scaleC(m, n, beta, c, ldc)
+		return
+	}
+	b.gemm(b.bf16, &gemmArgs{transA, transB, m, n, k, 1, beta, a, lda, bm, ldb, c, ldc})
+}
+
+// blasMinWork is the m·n·k below which Sgemm uses the built-in GEMM even
+// when a BLAS library is loaded: a call through purego costs about 2µs,
+// more than a product this small takes.
 const blasMinWork = 12 * 12 * 12
 
 // checkSgemm panics unless the arguments describe matrices that lie inside

@@ -79,22 +79,26 @@ func openBLAS(path string) (*blasLib, error) {
 	return lib, nil
 }
 
-// findBLAS loads the first usable library among blasCandidates. When none
-// loads it returns nil and a one-line explanation.
-func findBLAS() (*blasLib, string) {
+// findBLAS loads the first usable library among blasCandidates, only
+// OpenBLAS when openblasOnly is set. When none loads it returns nil and a
+// one-line explanation that ends with what to install.
+func findBLAS(openblasOnly bool) (*blasLib, string) {
 	cands := blasCandidates()
 	var firstErr error
 	for _, c := range cands {
 		lib, err := openBLAS(c)
-		if err == nil {
+		if err == nil && (lib.kind == "openblas" || !openblasOnly) {
 			return lib, ""
+		}
+		if err == nil {
+			err = fmt.Errorf("%s is not OpenBLAS", c)
 		}
 		if firstErr == nil {
 			firstErr = err
 		}
 	}
 	return nil, fmt.Sprintf("no BLAS library found (%v; %d other locations tried); "+
-		"using pure-Go GEMM: install OpenBLAS (Debian/Ubuntu: apt install libopenblas0) for 10-30x faster matrix multiplies",
+		"install OpenBLAS (Debian/Ubuntu: apt install libopenblas0) for faster matrix multiplies on this CPU",
 		firstErr, len(cands)-1)
 }
 

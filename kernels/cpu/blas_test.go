@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/gptui/gptui/kernels/ref"
 )
 
 // sgemmTol bounds |got−want| / (|alpha|·Σ_p|op(A)_ip·op(B)_pj| + |beta·C_ij|),
@@ -26,21 +28,32 @@ var padValue = float32(math.NaN())
 
 const cPad = float32(12345)
 
-// gemmBackends returns the backends whose Sgemm the tests check: pure Go
-// with one and with three threads (three splits work unevenly), and the
-// BLAS library New finds, when there is one.
+// gemmBackends returns the backends whose Sgemm the tests check: each
+// built-in kernel this CPU can run, with one thread and with three (three
+// split the work unevenly), and OpenBLAS when it can be loaded.
 func gemmBackends(t testing.TB) map[string]*Backend {
 	t.Helper()
-	bs := map[string]*Backend{
-		"go-1thread":  newBackend(config{blas: "go", threads: "1"}),
-		"go-3threads": newBackend(config{blas: "go", threads: "3"}),
+	bs := make(map[string]*Backend)
+	for _, k := range fp32Kernels() {
+		bs[k.name+"-1thread"] = testBackend(t, config{blas: "go", kernel: k.name, threads: "1"})
+		bs[k.name+"-3threads"] = testBackend(t, config{blas: "go", kernel: k.name, threads: "3"})
 	}
-	if be := newBackend(config{}); be.blas != nil {
-		bs["blas"] = be
+	if be, err := newBackend(config{blas: "openblas"}); err == nil {
+		bs["openblas"] = be
 	} else {
-		t.Logf("BLAS path not tested: %s", be.FallbackReason())
+		t.Logf("OpenBLAS path not tested: %v", err)
 	}
 	return bs
+}
+
+// testBackend is newBackend for a configuration that must work.
+func testBackend(t testing.TB, cfg config) *Backend {
+	t.Helper()
+	be, err := newBackend(cfg)
+	if err != nil {
+		t.Fatalf("newBackend(%+v): %v", cfg, err)
+	}
+	return be
 }
 
 // stored is a row-major rows×cols test matrix with stride ld ≥ cols whose
@@ -70,41 +83,32 @@ func newStored(r *rand.Rand, rows, cols, extra int, pad float32) stored {
 
 func (s stored) at(i, j int) float64 { return float64(s.data[i*s.ld+j]) }
 
-// refGemm returns, in float64, op(A)·op(B) and Σ_p |op(A)_ip·op(B)_pj|.
+// refGemm returns, in float64 (ref.Gemm), op(A)·op(B) and
+// Σ_p |op(A)_ip·op(B)_pj|, the product of the magnitudes.
 func refGemm(transA, transB bool, m, n, k int, a, b stored) (prod, mag []float64) {
-	prod, mag = make([]float64, m*n), make([]float64, m*n)
-	for i := range m {
-		for j := range n {
-			var s, sa float64
-			for p := range k {
-				var av, bv float64
-				if transA {
-					av = a.at(p, i)
-				} else {
-					av = a.at(i, p)
-				}
-				if transB {
-					bv = b.at(j, p)
-				} else {
-					bv = b.at(p, j)
-				}
-				s += av * bv
-				sa += math.Abs(av * bv)
-			}
-			prod[i*n+j], mag[i*n+j] = s, sa
-		}
+	a64, b64 := ref.To64(a.data), ref.To64(b.data)
+	prod = ref.Gemm(transA, transB, m, n, k, a64, a.ld, b64, b.ld)
+	for i := range a64 {
+		a64[i] = math.Abs(a64[i])
 	}
-	return prod, mag
+	for i := range b64 {
+		b64[i] = math.Abs(b64[i])
+	}
+	return prod, ref.Gemm(transA, transB, m, n, k, a64, a.ld, b64, b.ld)
 }
 
 func TestSgemm(t *testing.T) {
 	shapes := []struct{ m, n, k int }{
 		{1, 1, 1},
 		{3, 5, 7},
-		{2, 4, 256},    // exactly one micro-tile, one k block
+		{17, 17, 17},
+		{2, 4, 256},    // exactly one micro-tile of the Go kernel, one k block
+		{8, 48, 256},   // exactly one AVX-512 tile
 		{64, 128, 96},  // whole tiles
 		{130, 67, 200}, // ragged everywhere
 		{67, 300, 513}, // several k blocks and several tiles per dimension
+		{257, 3, 257},  // tall: threads split the rows
+		{3, 1600, 17},  // wide: two column panels, a narrow last strip
 		{1, 1000, 3},   // a row vector times a matrix
 		{200, 1, 9},    // a matrix times a column vector
 		{0, 5, 3},
@@ -191,29 +195,34 @@ func checkGemm(t *testing.T, c, c0 stored, prod, mag []float64, alpha, beta floa
 	}
 }
 
-// TestSgemmMatchesAcrossBackends checks the BLAS and pure-Go paths against
-// each other on a GPT-2-shaped product with the matmul-backward beta of 1.
+// TestSgemmMatchesAcrossBackends checks OpenBLAS and each built-in kernel
+// against each other on a GPT-2-shaped product with the matmul-backward
+// beta of 1.
 func TestSgemmMatchesAcrossBackends(t *testing.T) {
 	bs := gemmBackends(t)
-	if len(bs) < 3 {
-		t.Skip("no BLAS library")
+	ob, ok := bs["openblas"]
+	if !ok {
+		t.Skip("no OpenBLAS to compare with")
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	const m, n, k = 96, 768, 320
 	a := newStored(r, k, m, 0, 0) // transA: stored k×m
 	b := newStored(r, k, n, 0, 0)
 	c0 := newStored(r, m, n, 0, 0)
-	cb, cg := slices.Clone(c0.data), slices.Clone(c0.data)
-	bs["blas"].Sgemm(true, false, m, n, k, 1, a.data, m, b.data, n, 1, cb, n)
-	bs["go-3threads"].Sgemm(true, false, m, n, k, 1, a.data, m, b.data, n, 1, cg, n)
-	var num, den float64
-	for i := range cb {
-		d := float64(cb[i]) - float64(cg[i])
-		num += d * d
-		den += float64(cb[i]) * float64(cb[i])
-	}
-	if e := math.Sqrt(num / den); !(e < sgemmTol) {
-		t.Errorf("BLAS and pure Go differ: relative Frobenius error %.3g, want < %g", e, sgemmTol)
+	cb := slices.Clone(c0.data)
+	ob.Sgemm(true, false, m, n, k, 1, a.data, m, b.data, n, 1, cb, n)
+	for name, be := range bs {
+		cg := slices.Clone(c0.data)
+		be.Sgemm(true, false, m, n, k, 1, a.data, m, b.data, n, 1, cg, n)
+		var num, den float64
+		for i := range cb {
+			d := float64(cb[i]) - float64(cg[i])
+			num += d * d
+			den += float64(cb[i]) * float64(cb[i])
+		}
+		if e := math.Sqrt(num / den); !(e < sgemmTol) {
+			t.Errorf("OpenBLAS and %s differ: relative Frobenius error %.3g, want < %g", name, e, sgemmTol)
+		}
 	}
 }
 
@@ -304,32 +313,45 @@ func TestSgemmEmptyOperands(t *testing.T) {
 
 func TestNewEnvironment(t *testing.T) {
 	gomax := runtime.GOMAXPROCS(0)
+	best := "built-in " + fp32Kernels()[0].name
 	type envCase struct {
 		blas, threads string
 		wantThreads   int
-		wantBLAS      string
-		wantReason    string // substring; "" requires no reason
+		wantBLAS      string // New's GEMM
+		wantErr       string // substring of Open's error; "" for none
 	}
 	tests := []envCase{
-		{"go", "", gomax, "pure-go", "GPTUI_BLAS=go"},
-		{"go", "3", 3, "pure-go", "GPTUI_BLAS=go"},
-		{"go", " 5 ", 5, "pure-go", "GPTUI_BLAS=go"},
-		{"go", "0", gomax, "pure-go", "GPTUI_BLAS=go"},
-		{"go", "-2", gomax, "pure-go", "GPTUI_BLAS=go"},
-		{"go", "many", gomax, "pure-go", "GPTUI_BLAS=go"},
-		{"/nonexistent/libnothing.so", "", gomax, "pure-go", "GPTUI_BLAS=/nonexistent/libnothing.so: dlopen:"},
+		{"go", "", gomax, best, ""},
+		{"go", "3", 3, best, ""},
+		{"go", " 5 ", 5, best, ""},
+		{"go", "0", gomax, best, ""},
+		{"go", "-2", gomax, best, ""},
+		{"go", "many", gomax, best, ""},
+		{"/nonexistent/libnothing.so", "", gomax, best, "GPTUI_BLAS=/nonexistent/libnothing.so: dlopen:"},
+	}
+	if fp32Kernels()[0].vsBLAS == blasSlower {
+		tests = append(tests, envCase{"", "", gomax, best, ""})
 	}
 	if runtime.GOOS == "linux" {
 		// A real library without cblas_sgemm.
-		tests = append(tests, envCase{"libm.so.6", "", gomax, "pure-go", "does not export cblas_sgemm"})
+		tests = append(tests, envCase{"libm.so.6", "", gomax, best, "does not export cblas_sgemm"})
 	}
-	if be := newBackend(config{}); be.blas != nil {
-		tests = append(tests, envCase{be.blas.path, "2", 2, be.BLAS(), ""})
+	if lib, _ := findBLAS(true); lib != nil {
+		tests = append(tests,
+			envCase{lib.path, "2", 2, "openblas " + lib.path, ""},
+			envCase{"openblas", "2", 2, "openblas " + lib.path, ""})
 	}
 	for _, tt := range tests {
 		t.Run(tt.blas+"/"+tt.threads, func(t *testing.T) {
 			t.Setenv("GPTUI_BLAS", tt.blas)
 			t.Setenv("GPTUI_THREADS", tt.threads)
+			_, err := Open(Options{})
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("Open: error %v, want one containing %q", err, tt.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "\n") {
+				t.Errorf("Open: error %q spans several lines", err)
+			}
 			be := New()
 			if got := be.Threads(); got != tt.wantThreads {
 				t.Errorf("Threads() = %d, want %d", got, tt.wantThreads)
@@ -337,21 +359,30 @@ func TestNewEnvironment(t *testing.T) {
 			if got := be.BLAS(); got != tt.wantBLAS {
 				t.Errorf("BLAS() = %q, want %q", got, tt.wantBLAS)
 			}
-			got := be.FallbackReason()
-			if tt.wantReason == "" && got != "" || !strings.Contains(got, tt.wantReason) {
-				t.Errorf("FallbackReason() = %q, want it to contain %q", got, tt.wantReason)
-			}
-			if strings.Contains(got, "\n") {
-				t.Errorf("FallbackReason() = %q spans several lines", got)
+			if got := be.FallbackReason(); !strings.Contains(got, tt.wantErr) || (tt.wantErr == "") != (got == "") {
+				t.Errorf("FallbackReason() = %q, want it to contain %q", got, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestOpenOpenBLASMissing: GPTUI_BLAS=openblas where OpenBLAS cannot be
+// found is an error naming the package to install.
+func TestOpenOpenBLASMissing(t *testing.T) {
+	if lib, _ := findBLAS(true); lib != nil {
+		t.Skipf("OpenBLAS is installed (%s)", lib.path)
+	}
+	t.Setenv("GPTUI_BLAS", "openblas")
+	_, err := Open(Options{})
+	if err == nil || !strings.Contains(err.Error(), "GPTUI_BLAS=openblas") || !strings.Contains(err.Error(), "libopenblas0") {
+		t.Errorf("Open: %v, want an error naming GPTUI_BLAS=openblas and libopenblas0", err)
 	}
 }
 
 // TestFindBLAS checks that the search finds OpenBLAS where Debian installs
 // it, when it is installed there, and that it explains itself otherwise.
 func TestFindBLAS(t *testing.T) {
-	lib, reason := findBLAS()
+	lib, reason := findBLAS(true)
 	if lib == nil {
 		if reason == "" || !strings.Contains(reason, "libopenblas0") {
 			t.Errorf("findBLAS() = nil, %q; want a reason naming the package to install", reason)
@@ -428,7 +459,7 @@ func TestMappedFile(t *testing.T) {
 
 func TestZeroBackend(t *testing.T) {
 	var be Backend
-	if be.Threads() != 1 || be.BLAS() != "pure-go" || be.FallbackReason() == "" {
+	if be.Threads() != 1 || be.BLAS() != "built-in "+fp32Kernels()[0].name || be.FallbackReason() != "" {
 		t.Errorf("zero Backend: Threads %d, BLAS %q, FallbackReason %q", be.Threads(), be.BLAS(), be.FallbackReason())
 	}
 	c := []float32{float32(math.NaN())}
@@ -458,9 +489,9 @@ func TestMeasureSgemmFLOPS(t *testing.T) {
 // size at which Sgemm would use it, to check that purego passes the float32
 // alpha and beta and the strides in the right registers.
 func TestBLASScalars(t *testing.T) {
-	be := newBackend(config{})
-	if be.blas == nil {
-		t.Skipf("no BLAS: %s", be.FallbackReason())
+	be, err := newBackend(config{blas: "openblas"})
+	if err != nil {
+		t.Skipf("no OpenBLAS: %v", err)
 	}
 	tests := []struct {
 		transA, transB    bool
@@ -477,6 +508,34 @@ func TestBLASScalars(t *testing.T) {
 		be.blas.sgemm(tt.transA, tt.transB, 1, 1, 1, tt.alpha, []float32{tt.a}, 1, []float32{tt.b}, 1, tt.beta, c, 1)
 		if c[0] != tt.want {
 			t.Errorf("%g·%g·%g + %g·%g = %g, want %g", tt.alpha, tt.a, tt.b, tt.beta, tt.c, c[0], tt.want)
+		}
+	}
+}
+
+// TestSgemmThreadsBitEqual: each kernel gives the same bits with 1, 2 and
+// 3 threads (they split C differently, and its last strip may fall to a
+// narrower kernel, but every element is the same dot product in the same
+// order), on a tall and a wide product with several k blocks.
+func TestSgemmThreadsBitEqual(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	for _, sh := range []struct{ m, n, k int }{{300, 67, 513}, {67, 300, 300}} {
+		a, b := newStored(r, sh.m, sh.k, 1, 0), newStored(r, sh.n, sh.k, 2, 0)
+		for _, kern := range fp32Kernels() {
+			var want []float32
+			for _, th := range []string{"1", "2", "3"} {
+				be := testBackend(t, config{blas: "go", kernel: kern.name, threads: th})
+				c := make([]float32, sh.m*sh.n)
+				be.Sgemm(false, true, sh.m, sh.n, sh.k, 1, a.data, a.ld, b.data, b.ld, 0, c, sh.n)
+				if want == nil {
+					want = c
+					continue
+				}
+				for i := range c {
+					if math.Float32bits(c[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s %dx%dx%d: element %d is %v with %s threads, %v with 1", kern.name, sh.m, sh.n, sh.k, i, c[i], th, want[i])
+					}
+				}
+			}
 		}
 	}
 }

@@ -5,8 +5,11 @@ package cpu
 //	out  (N,OC) = inp (N,IC) · wᵀ + bias
 //	w    (OC,IC), as torch.nn.Linear and llm.c store it
 //	bias (OC) or nil
+//
+// With Options.BF16 the product's inputs are rounded to bf16 and it
+// accumulates in fp32; the bias is added in fp32.
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
-	b.Sgemm(false, true, N, OC, IC, 1, inp, IC, w, IC, 0, out, OC)
+	b.matmulGemm(false, true, N, OC, IC, inp, IC, w, IC, 0, out, OC)
 	if bias != nil {
 		b.ParallelFor(N, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -25,11 +28,14 @@ func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 //	dinp  (N,IC)  = dout (N,OC) · w          (skipped when dinp is nil)
 //	dw    (OC,IC) += doutᵀ · inp
 //	dbias (OC)    += Σ_rows dout              (skipped when dbias is nil)
+//
+// With Options.BF16 both products take bf16 inputs and accumulate in fp32
+// (into dw's fp32 values); dbias is summed in fp32.
 func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
 	if dinp != nil {
-		b.Sgemm(false, false, N, IC, OC, 1, dout, OC, w, IC, 0, dinp, IC)
+		b.matmulGemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	}
-	b.Sgemm(true, false, OC, IC, N, 1, dout, OC, inp, IC, 1, dw, IC)
+	b.matmulGemm(true, false, OC, IC, N, dout, OC, inp, IC, 1, dw, IC)
 	if dbias != nil {
 		b.ParallelFor(OC, 64, func(lo, hi int) {
 			for r := 0; r < N; r++ {

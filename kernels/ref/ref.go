@@ -56,6 +56,34 @@ func Matmul(inp, w, bias []float64, N, IC, OC int) []float64 {
 	return out
 }
 
+// Gemm: C (m,n) = op(A)·op(B) for row-major A and B with row strides lda
+// and ldb, op(A) = A (m,k) or Aᵀ when transA (A stored (k,m)), op(B) = B
+// (k,n) or Bᵀ when transB (B stored (n,k)): Sgemm's product.
+func Gemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int) []float64 {
+	c := make([]float64, m*n)
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			s := 0.0
+			for p := 0; p < k; p++ {
+				var av, bv float64
+				if transA {
+					av = a[p*lda+i]
+				} else {
+					av = a[i*lda+p]
+				}
+				if transB {
+					bv = b[j*ldb+p]
+				} else {
+					bv = b[p*ldb+j]
+				}
+				s += av * bv
+			}
+			c[i*n+j] = s
+		}
+	}
+	return c
+}
+
 // Attention is causal multi-head attention on packed qkv (B,T,3C); keep, when
 // not nil, says whether probability (b,h,t,t2) survives dropout p (index
 // ((b·NH+h)·T+t)·T+t2).
