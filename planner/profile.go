@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -258,4 +260,26 @@ func MemTotal() int64 {
 		}
 	}
 	return 0
+}
+
+// ProfileFor returns the device profile called name (see [LookupDevice]);
+// for the CPU, the one measured by 'gptui plan --profile' when the file at
+// profilePath holds one. note, when not empty, says that the CPU's
+// measured profile is missing and the built-in one is used. An unknown
+// name or a profile file that cannot be used is bad input.
+func ProfileFor(name, profilePath string) (d Device, note string, err error) {
+	if d, err = LookupDevice(name); err != nil {
+		return d, "", badinput.Wrap(err)
+	}
+	if d.Accounting != AccountingEngine {
+		return d, "", nil
+	}
+	m, err := LoadProfile(profilePath)
+	switch {
+	case err == nil:
+		return m, "", nil
+	case errors.Is(err, fs.ErrNotExist):
+		return d, fmt.Sprintf("no measured cpu profile at %s (run 'gptui plan --profile'); using the built-in one", profilePath), nil
+	}
+	return d, "", err
 }

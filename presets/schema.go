@@ -87,6 +87,11 @@ func fields() []field {
 	)
 }
 
+// CanonicalKey is the schema's spelling of a dotted config key: the seeds'
+// alternative spellings (PaddleNLP's tensor_parallel_degree, Megatron's
+// adam_beta1, …) map to it, any other key to itself.
+func CanonicalKey(key string) string { return canonical(key) }
+
 // canonical maps the seeds' alternative spellings of a key to the schema's.
 func canonical(path string) string {
 	switch path {

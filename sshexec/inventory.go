@@ -181,7 +181,7 @@ func LoadInventory(path string) ([]Node, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, badinput.Wrap(err) // the inventory the user named
 	}
 	defer f.Close()
 	return ParseInventory(path, f, cfg)
@@ -447,4 +447,22 @@ func inventoryLoopback(host string) bool {
 	}
 	a, err := netip.ParseAddr(host)
 	return err == nil && a.IsLoopback()
+}
+
+// UniformDevices returns the number of devices each node of an inventory
+// read from path lists, which must be the same on every node, and whether
+// they are CPU workers (devices=cpu:N). A node that lists none, or a count
+// that differs from the nodes' before it, is an *InventoryError.
+func UniformDevices(path string, nodes []Node) (perNode int, cpu bool, err error) {
+	for _, n := range nodes {
+		d := n.Devices.Count()
+		if d == 0 {
+			return 0, false, &InventoryError{path, n.Line, n.Name + " lists no devices; add devices=0-7 or devices=cpu:N"}
+		}
+		if perNode != 0 && d != perNode {
+			return 0, false, &InventoryError{path, n.Line, fmt.Sprintf("%s has %d devices, the nodes before it %d; the planner needs the same number on every node", n.Name, d, perNode)}
+		}
+		perNode, cpu = d, n.Devices.CPU > 0
+	}
+	return perNode, cpu, nil
 }

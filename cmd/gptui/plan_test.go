@@ -311,7 +311,7 @@ func TestPlanProfile(t *testing.T) {
 // seeds' spellings of the keys they set.
 func TestTUIPlanner(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the built-in cpu profile
-	plan := newPlanner()
+	plan := tui.NewPlanner()
 	two := ranktable.Build([]ranktable.ServerInput{{ServerID: "127.0.0.1", DeviceIDs: []int{0, 1}}})
 	for _, tc := range []struct {
 		name      string
@@ -359,7 +359,7 @@ func TestTUIPlanner(t *testing.T) {
 				}
 				dpKeys := 0
 				for _, o := range p.Overrides {
-					if overrideKey(o) == "Distributed.dp_degree" {
+					if k, _, _ := strings.Cut(o, "="); presets.CanonicalKey(k) == "Distributed.dp_degree" {
 						dpKeys++
 					}
 				}

@@ -70,7 +70,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Overrides:     *o,
 		RankTablePath: *table,
 		Colour:        os.Getenv("NO_COLOR") == "",
-		Plan:          newPlanner(),
+		Plan:          tui.NewPlanner(),
 	}
 	l := &tui.ClusterLauncher{Hosts: *hosts, Config: *c, Overrides: *o, SSH: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
 		Restarts: cf.restarts, AgentTimeout: cf.agentTimeout, HangTimeout: cf.hangTimeout}
