@@ -225,6 +225,17 @@ func TestParallelParity(t *testing.T) {
 			o     []string
 		}{tc.name + " recompute " + g, tc.world, append(slices.Clone(tc.o), "Engine.use_recompute=true", "Engine.recompute_granularity="+g)})
 	}
+	if testing.Short() {
+		// -short: one layout of each dimension and one with recompute.
+		keep := []string{"dp2", "sharding2 stage2", "sharding2 stage3", "mp2", "pp2 1f1b", "pp2 interleaved vpp2", "mp2 pp2 recompute full"}
+		cases = slices.DeleteFunc(cases, func(c struct {
+			name  string
+			world int
+			o     []string
+		}) bool {
+			return !slices.Contains(keep, c.name)
+		})
+	}
 	singles := map[string]*Trainer{}
 	sress := map[string]*Result{}
 	// Every run evaluates after its last step: the evaluation draws global

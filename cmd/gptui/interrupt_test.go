@@ -139,6 +139,7 @@ var stopSignals = []struct {
 // workers agree on a step, save it and exit; the launcher exits 130, 143
 // or 129, and a resume from the checkpoint is exact.
 func TestRunInterruptSaves(t *testing.T) {
+	long(t)
 	for _, tc := range stopSignals {
 		t.Run(tc.sig.String(), func(t *testing.T) { runInterruptSaves(t, tc.sig, tc.code) })
 	}
@@ -196,6 +197,7 @@ func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 // process exits; the launcher exits 130, 143 or 129, and a resume from the
 // checkpoint is exact.
 func TestRunHostsInterruptSaves(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	for _, tc := range stopSignals {
 		t.Run(tc.sig.String(), func(t *testing.T) { runHostsInterruptSaves(t, c, tc.sig, tc.code) })
@@ -255,6 +257,7 @@ func runHostsInterruptSaves(t *testing.T, c *sshCluster, sig syscall.Signal, wan
 // train' with asynchronous saves saves the finished steps, waits for the
 // write and exits 129; a resume from the checkpoint is exact.
 func TestTrainHangupSaves(t *testing.T) {
+	long(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out")
 	var stdout, stderr syncBuffer

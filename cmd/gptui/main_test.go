@@ -22,6 +22,16 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// long leaves a test out of 'go test -short', whose representative subset
+// of the end-to-end tests runs in well under a minute; the full suite runs
+// them all.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: one of the longer end-to-end tests")
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
 	// A shard cut short: its header promises more tokens than it holds.

@@ -72,6 +72,7 @@ func TestRoundTrips(t *testing.T) {
 // TestGenerateCLI: greedy generation from an imported checkpoint is
 // deterministic and streams the prompt then the continuation.
 func TestGenerateCLI(t *testing.T) {
+	long(t)
 	dir := t.TempDir()
 	code, out, e := runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0",
 		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Engine.save_load.save_steps=2", "-o", "Engine.save_load.output_dir="+filepath.Join(dir, "out"))

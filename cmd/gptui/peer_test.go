@@ -18,6 +18,7 @@ import (
 // directly, with no launcher to stop the rest): every other rank exits
 // non-zero within 30 s with an error naming the lost rank.
 func TestPeerDeath(t *testing.T) {
+	long(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

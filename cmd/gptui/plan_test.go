@@ -234,6 +234,7 @@ func TestTrainAuto(t *testing.T) {
 // and a profile saved without it still loads, with the built-in figure and
 // a note.
 func TestPlanProfile(t *testing.T) {
+	long(t)
 	bin := builtGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	env := append(os.Environ(), "HOME="+c.home, "SSH_AUTH_SOCK=", "GPTUI_THREADS=1")

@@ -116,6 +116,7 @@ func TestRestartWorkerKilled(t *testing.T) {
 // the launcher copies rank 0's checkpoint to the other node before the
 // resumed attempt starts.
 func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
+	long(t)
 	restartWorkerKilled(t, restartArgs("output"))
 }
 
@@ -215,6 +216,7 @@ func restartWorkerKilled(t *testing.T, args []string) {
 // kept), resumes from step 10 and ends with the losses of the
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
+	long(t)
 	elasticNodeLost(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
 }
 
@@ -222,6 +224,7 @@ func TestElasticNodeLost(t *testing.T) {
 // node's checkpoints in its own workdir: the node left is rank 0's, which
 // has them.
 func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
+	long(t)
 	elasticNodeLost(t, restartArgs("output"))
 }
 

@@ -19,6 +19,7 @@ import (
 // losses of an uninterrupted run. (decay_steps stays the uninterrupted
 // run's 30, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -90,6 +91,7 @@ func TestResumeHostsSync(t *testing.T) {
 // from it with the uninterrupted losses. Replicas above the node count are
 // refused (exit 2).
 func TestReplicasSurviveNodeLoss(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -131,6 +133,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 // finished two-node run (tiny dp4 with evals) writes a PNG of the asked
 // size, with the four panels; a missing log directory is exit 2.
 func TestReportTwoNodeRun(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",

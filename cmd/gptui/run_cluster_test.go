@@ -198,6 +198,9 @@ func TestRunHosts(t *testing.T) {
 		{"dp2xmp2", "cpu:2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.name != "dp4" {
+				long(t)
+			}
 			c := newSSHCluster(t, tt.devices)
 			args := []string{"-c", "tiny", "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1"}
 			for _, kv := range tt.overrides {
@@ -295,6 +298,7 @@ func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exe
 // 10 s, exits non-zero naming the rank and node with its last lines, and
 // leaves no process on either node.
 func TestRunHostsWorkerKilled(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	_, done := startLongJob(t, c, &stdout, &stderr)
@@ -322,6 +326,7 @@ func TestRunHostsWorkerKilled(t *testing.T) {
 // TestRunHostsLauncherKilled: with the launcher killed by SIGKILL its SSH
 // connections drop, and the agents stop their workers within 10 s.
 func TestRunHostsLauncherKilled(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd, done := startLongJob(t, c, &stdout, &stderr)
@@ -339,6 +344,7 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 // with the file and line; an unknown host key is refused naming its
 // fingerprint.
 func TestRunHostsBadInput(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:1")
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.txt")
@@ -447,6 +453,7 @@ func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, awai
 // stops the job naming the node and how long it was silent, and kills the
 // stopped agent, so nothing is left once it is continued.
 func TestRunHostsAgentStopped(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int
@@ -484,6 +491,7 @@ func TestRunHostsAgentStopped(t *testing.T) {
 // collective, and the ranks waiting in it, then stops the gang: the
 // stopped worker is killed, so nothing is left once it is continued.
 func TestRunHostsWorkerStopped(t *testing.T) {
+	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int

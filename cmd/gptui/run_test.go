@@ -205,6 +205,7 @@ func TestRunWorkerFails(t *testing.T) {
 
 // TestRunCancel: cancelling gptui run stops its workers, and it exits 130.
 func TestRunCancel(t *testing.T) {
+	long(t)
 	dir := t.TempDir()
 	var stdout syncBuffer
 	training := stdout.await("[train]")

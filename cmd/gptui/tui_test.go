@@ -281,6 +281,7 @@ func uiPID(exe string) int {
 // steps take as long (one waits for the other); kill -9 of it then shows
 // it failed by SIGKILL, the cause, and the other rank stopped.
 func TestTUILocalStraggler(t *testing.T) {
+	long(t)
 	exe := builtGPTUI(t)
 	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1"))
 	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
@@ -339,6 +340,7 @@ func TestTUILocalStraggler(t *testing.T) {
 // hang bound (3 s, checked every second) and the other stopped; the
 // stopped worker is killed with the gang.
 func TestTUILocalHang(t *testing.T) {
+	long(t)
 	exe := builtGPTUI(t)
 	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 3s"))
 	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
@@ -398,6 +400,7 @@ func launchHosts(t *testing.T, s *tmuxSession) string {
 // rank 0 stopped. q quits: no agent or worker remains on either node, and
 // the UI exits 0.
 func TestTUIHosts(t *testing.T) {
+	long(t)
 	exe := builtGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	known := filepath.Join(c.home, ".ssh", "known_hosts")
@@ -451,6 +454,7 @@ func TestTUIHosts(t *testing.T) {
 // its rank lost and rank 0 stopped; Launch is then off, naming the lost
 // node, until R on the Nodes screen sets it up again.
 func TestTUIHostsNodeLost(t *testing.T) {
+	long(t)
 	exe := builtGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	s := startTmux(t, t.TempDir(), 120, 32, hostsCommand(c, exe, "--agent-timeout 3s"))
