@@ -228,7 +228,7 @@ type Job struct {
 // New returns a job for opts. Nothing happens until Plan.
 func New(opts Options) *Job {
 	if opts.JobID == "" {
-		opts.JobID = newJobID()
+		opts.JobID = NewJobID()
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
@@ -242,8 +242,9 @@ func New(opts Options) *Job {
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
 }
 
-// newJobID returns a job ID made of the time and random digits.
-func newJobID() string {
+// NewJobID returns a new job ID, made of the time and random digits
+// (20261121-201141-455c59): the name of the job's jobs/<id> directories.
+func NewJobID() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	return time.Now().Format(jobIDTime) + "-" + hex.EncodeToString(b)

@@ -87,7 +87,7 @@ type nodeError struct{ name, msg string }
 // restart policy p. Nothing happens until Plan.
 func NewSupervisor(opts Options, p Restarts) *Supervisor {
 	if opts.JobID == "" {
-		opts.JobID = newJobID()
+		opts.JobID = NewJobID()
 	}
 	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}}
 }

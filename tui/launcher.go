@@ -102,7 +102,7 @@ func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
 	}
 	cj := cluster.NewSupervisor(cluster.Options{
 		Nodes: l.Nodes, Hosts: l.Hosts, Config: cfg, SSH: l.SSH,
-		RankTable: job.Table, RankTableFile: job.TablePath,
+		RankTable: job.Table, RankTableFile: job.TablePath, JobID: job.JobID,
 		AgentTimeout: l.AgentTimeout, HangTimeout: l.HangTimeout,
 	}, l.Restarts)
 	ctx, cancel := context.WithCancel(ctx)

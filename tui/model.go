@@ -28,6 +28,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -56,7 +57,8 @@ type Options struct {
 	Config    string
 	Overrides []string
 	// RankTablePath is where the rank table is written; empty means
-	// rank_table.json.
+	// jobs/<job id>/rank_table.json at a launch (the job's own directory)
+	// and rank_table.json when the Rank table screen saves it (w).
 	RankTablePath string
 	// Plan ranks the strategies for the Job screen (see Planner); nil
 	// shows none.
@@ -332,7 +334,9 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		return nil
 	}
 	t := m.ranks.table(m.nodes.rows)
-	if err := m.ranks.write(t); err != nil {
+	id := cluster.NewJobID()
+	path := m.ranks.jobPath(id)
+	if err := m.ranks.write(path, t); err != nil {
 		m.status = "rank table: " + err.Error()
 		return nil
 	}
@@ -341,7 +345,8 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		Overrides: append([]string(nil), m.job.overrides...),
 		Resume:    resume,
 		Table:     t,
-		TablePath: m.ranks.path,
+		TablePath: path,
+		JobID:     id,
 		Resolved:  m.job.cfg,
 	}
 	m.jobN++

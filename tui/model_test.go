@@ -106,7 +106,7 @@ func TestRankTableEditAndWrite(t *testing.T) {
 		t.Errorf("gpu2 ranks [%d,%d), want [12,20)", lo, hi)
 	}
 	press(m, "w")
-	got, err := ranktable.Read(m.ranks.path)
+	got, err := ranktable.Read(m.ranks.at)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package tui
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
@@ -17,15 +19,32 @@ import (
 type rankModel struct {
 	edited map[string]sshexec.Devices // device ranges typed in, by node name
 	sel    int
-	path   string // where w writes the table
+	path   string // where w writes the table, and a launch (Options.RankTablePath); "" for the defaults
 	saved  string // the table's JSON when it was last written
+	at     string // where it was last written
 }
 
 func newRankModel(path string) rankModel {
-	if path == "" {
-		path = "rank_table.json"
-	}
 	return rankModel{edited: make(map[string]sshexec.Devices), path: path}
+}
+
+// savePath is where w writes the table: the path given, else
+// rank_table.json.
+func (m *rankModel) savePath() string {
+	if m.path != "" {
+		return m.path
+	}
+	return "rank_table.json"
+}
+
+// jobPath is where a launch writes the table of job id: the path given,
+// else under the job's own directory, jobs/<id>/rank_table.json, as the
+// nodes keep the job's config in theirs.
+func (m *rankModel) jobPath(id string) string {
+	if m.path != "" {
+		return m.path
+	}
+	return filepath.Join("jobs", id, "rank_table.json")
 }
 
 // devices returns the devices a node contributes: as edited here, else as
@@ -88,11 +107,15 @@ func (m *rankModel) table(rows []nodeRow) *ranktable.Table {
 	return ranktable.Build(in)
 }
 
-// write saves the table to m.path.
-func (m *rankModel) write(t *ranktable.Table) error {
-	if err := ranktable.Write(m.path, t); err != nil {
+// write saves the table to path.
+func (m *rankModel) write(path string, t *ranktable.Table) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
+	if err := ranktable.Write(path, t); err != nil {
+		return err
+	}
+	m.at = path
 	b, _ := t.MarshalJSON()
 	m.saved = string(b)
 	return nil
@@ -112,10 +135,10 @@ func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, rows []nodeRow, h host
 		r := rows[min(m.sel, len(rows)-1)]
 		return true, h.openPrompt(promptDevices, "devices of "+r.node.Name+": ", m.devices(r).String(), r.node.Name)
 	case is(msg, k.Save):
-		if err := m.write(m.table(rows)); err != nil {
+		if err := m.write(m.savePath(), m.table(rows)); err != nil {
 			h.say("rank table: " + err.Error())
 		} else {
-			h.say("wrote " + m.path)
+			h.say("wrote " + m.at)
 		}
 		return true, nil
 	}
@@ -183,9 +206,9 @@ func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
 		status += "problem: " + errs[0].Error() + " · "
 	}
 	if m.dirty(t) {
-		status += "not saved (w writes " + m.path + ")"
+		status += "not saved (w writes " + m.savePath() + ")"
 	} else {
-		status += "saved in " + m.path
+		status += "saved in " + m.at
 	}
 	room := max(h-1-len(detail)-2, 1)
 	top := 0

@@ -42,7 +42,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	preset := fs.String("preset", "", "a preset name or config file (the same as -c)")
 	hosts := fs.String("hosts", "", "the host inventory: one node per line (see 'gptui ranktable --hosts')")
 	nproc := fs.Int("nproc", 1, "without --hosts: the number of CPU workers on this machine")
-	table := fs.String("rank-table", "rank_table.json", "where the rank table is written")
+	table := fs.String("rank-table", "", "where the rank table is written (default: jobs/<job>/rank_table.json at a launch, the job's directory; rank_table.json when saved with w)")
 	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
 	var cf clusterFlags
 	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (on the same nodes: the UI's rank table fixes them)")

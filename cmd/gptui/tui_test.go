@@ -227,8 +227,12 @@ func TestTUILocal(t *testing.T) {
 	if len(processesOf(exe)) < 4 {
 		t.Errorf("expected the UI, the agent and two workers running, found %v", processesOf(exe))
 	}
-	if _, err := os.Stat(filepath.Join(dir, "rank_table.json")); err != nil {
-		t.Errorf("the launch did not write the rank table: %v", err)
+	// The launch writes the rank table in the job's directory, not here.
+	if tables, _ := filepath.Glob(filepath.Join(dir, "jobs", "*", "rank_table.json")); len(tables) != 1 {
+		t.Errorf("the launch wrote rank tables %v; want one under jobs/<job>/", tables)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "rank_table.json")); err == nil {
+		t.Errorf("the launch wrote rank_table.json in the current directory")
 	}
 
 	// w: the report picture of the ranks' steps so far.
