@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/gptui/gptui/half"
 )
 
 // maxHeaderLen bounds the JSON header of a safetensors file (100 MiB, the
@@ -480,27 +482,9 @@ func decoder(dt string) func(dst []float32, src []byte) {
 	case "F16":
 		return func(dst []float32, src []byte) {
 			for i := range dst {
-				dst[i] = f16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
+				dst[i] = half.F16ToF32(binary.LittleEndian.Uint16(src[2*i:]))
 			}
 		}
 	}
 	return nil
-}
-
-// f16ToF32 converts an IEEE 754 half-precision value to float32 exactly.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	frac := uint32(h) & 0x3ff
-	switch exp {
-	case 0x1f: // infinity or NaN
-		return math.Float32frombits(sign | 0x7f800000 | frac<<13)
-	case 0: // zero or subnormal: frac · 2⁻²⁴
-		f := float32(frac) / (1 << 24)
-		if sign != 0 {
-			f = -f
-		}
-		return f
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gptui/gptui/half"
 )
 
 // stFile assembles a safetensors file from a header and data.
@@ -237,7 +239,7 @@ func TestReadSafetensorsDtypes(t *testing.T) {
 	if h, ok := st.Tensor("i"); !ok || h.Dtype != "I64" || h.Begin != 12 || h.End != 20 {
 		t.Errorf("Tensor(i) = %+v, %v", h, ok)
 	}
-	if f16ToF32(0x7e00) == f16ToF32(0x7e00) {
+	if half.F16ToF32(0x7e00) == half.F16ToF32(0x7e00) {
 		t.Error("F16 NaN did not convert to NaN")
 	}
 }

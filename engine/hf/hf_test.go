@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/kernels/cpu"
 )
 
@@ -441,11 +442,11 @@ func exported(t *testing.T) (string, []float32) {
 }
 
 // f16Bits maps a float32 that is exact in half precision to its bits,
-// through f16ToF32 (checked on its own by TestF16ToF32).
+// through half.F16ToF32 (checked on its own by package half).
 func f16Bits() map[uint32]uint16 {
 	m := make(map[uint32]uint16, 1<<16)
 	for h := range 1 << 16 {
-		if v := f16ToF32(uint16(h)); !math.IsNaN(float64(v)) {
+		if v := half.F16ToF32(uint16(h)); !math.IsNaN(float64(v)) {
 			m[math.Float32bits(v)] = uint16(h)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/half"
 )
 
 // A safetensors file is an 8-byte little-endian header length N, N bytes of
@@ -283,7 +284,7 @@ func (st *stFile) readFloat32(e stEntry, dst []float32) error {
 		}
 	case "F16":
 		for i := range dst {
-			dst[i] = f16ToF32(binary.LittleEndian.Uint16(buf[2*i:]))
+			dst[i] = half.F16ToF32(binary.LittleEndian.Uint16(buf[2*i:]))
 		}
 	case "BF16":
 		for i := range dst {
@@ -293,21 +294,4 @@ func (st *stFile) readFloat32(e stEntry, dst []float32) error {
 		return &engine.FormatError{File: st.path, Msg: fmt.Sprintf("tensor %s: dtype %s not supported (want F32, F16 or BF16)", e.Name, e.Dtype)}
 	}
 	return nil
-}
-
-// f16ToF32 converts an IEEE 754 half-precision value to float32. Every half
-// is exactly representable, so the conversion is exact; NaN payloads keep
-// their bits.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h) & 0x3ff
-	switch exp {
-	case 0: // zero or subnormal: mant · 2⁻²⁴
-		v := float32(mant) * (1.0 / (1 << 24))
-		return math.Float32frombits(math.Float32bits(v) | sign)
-	case 0x1f: // infinity or NaN
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | mant<<13)
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/gptui/gptui/half"
 )
 
 // selfTestSource is the self-test's kernel: each thread writes
@@ -478,67 +480,6 @@ func geluTanh(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
-// toBF16 rounds f to bfloat16 (nearest, ties to even).
-func toBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN
-		return uint16(b>>16) | 0x40
-	}
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
-}
-
-func fromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
-// toF16 rounds f to IEEE half (nearest, ties to even).
-func toF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23&0xff) - 127 + 15
-	mant := b & 0x7fffff
-	switch {
-	case b&0x7fffffff > 0x7f800000:
-		return sign | 0x7e00
-	case exp >= 31:
-		return sign | 0x7c00
-	case exp <= 0:
-		if exp < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint32(14 - exp)
-		half := uint32(1) << (shift - 1)
-		r := mant >> shift
-		if rem := mant & (1<<shift - 1); rem > half || rem == half && r&1 == 1 {
-			r++
-		}
-		return sign | uint16(r)
-	}
-	r := uint32(exp)<<10 | mant>>13
-	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && r&1 == 1 {
-		r++ // may carry into the exponent, which is right
-	}
-	return sign | uint16(r)
-}
-
-func fromF16(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch {
-	case exp == 0 && mant == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal: mant·2⁻²⁴
-		v := float32(mant) / (1 << 24)
-		if sign != 0 {
-			v = -v
-		}
-		return v
-	case exp == 31:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp-15+127)<<23 | mant<<13)
-}
-
 // operand is a GEMM input on the host and the device.
 type operand struct {
 	vals []float64 // the values as the device sees them (after rounding)
@@ -562,11 +503,11 @@ func randOperand(d *Device, r *rand.Rand, n int, t DataType) (operand, error) {
 		for i := range v {
 			x := r.Float32()*2 - 1
 			if t == BF16 {
-				v[i] = toBF16(x)
-				o.vals[i] = float64(fromBF16(v[i]))
+				v[i] = half.F32ToBF16(x)
+				o.vals[i] = float64(half.BF16ToF32(v[i]))
 			} else {
-				v[i] = toF16(x)
-				o.vals[i] = float64(fromF16(v[i]))
+				v[i] = half.F32ToF16(x)
+				o.vals[i] = float64(half.F16ToF32(v[i]))
 			}
 		}
 		o.p, err = upload(d, v)
@@ -595,9 +536,9 @@ func fetch(d *Device, p Ptr, n int, t DataType) ([]float64, error) {
 		}
 		for i, x := range v {
 			if t == BF16 {
-				out[i] = float64(fromBF16(x))
+				out[i] = float64(half.BF16ToF32(x))
 			} else {
-				out[i] = float64(fromF16(x))
+				out[i] = float64(half.F16ToF32(x))
 			}
 		}
 	default:
@@ -822,10 +763,10 @@ func MeasureGemm(ctx context.Context, d *Device, b *BLAS, t DataType, n int) (fl
 		x := r.Float32() - 0.5
 		switch t {
 		case BF16:
-			v := toBF16(x)
+			v := half.F32ToBF16(x)
 			chunk[i], chunk[i+1] = byte(v), byte(v>>8)
 		case F16:
-			v := toF16(x)
+			v := half.F32ToF16(x)
 			chunk[i], chunk[i+1] = byte(v), byte(v>>8)
 		case F32:
 			v := math.Float32bits(x)
