@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -412,12 +413,7 @@ func listSteps(outputDir string) ([]string, error) {
 			steps = append(steps, step{de.Name(), n})
 		}
 	}
-	slices.SortFunc(steps, func(a, b step) int {
-		if a.n != b.n {
-			return b.n - a.n
-		}
-		return strings.Compare(b.name, a.name)
-	})
+	slices.SortFunc(steps, func(a, b step) int { return cmp.Or(cmp.Compare(b.n, a.n), strings.Compare(b.name, a.name)) })
 	names := make([]string, len(steps))
 	for i, s := range steps {
 		names[i] = s.name

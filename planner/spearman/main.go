@@ -14,6 +14,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -191,7 +192,7 @@ func ranks(x []float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmpf(x[a], x[b]) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(x[a], x[b]) })
 	r := make([]float64, len(x))
 	for i := 0; i < len(idx); {
 		j := i
@@ -204,16 +205,6 @@ func ranks(x []float64) []float64 {
 		i = j + 1
 	}
 	return r
-}
-
-func cmpf(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // pearson is the correlation of a and b (of ranks: Spearman's).
