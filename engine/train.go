@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -819,12 +818,12 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 }
 
 func (tr *Trainer) writeMetrics(m Metrics) {
-	b, err := json.Marshal(m.Finite())
+	b, err := m.AppendLine(nil)
 	if err != nil {
 		tr.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
 		return
 	}
-	tr.metrics.Write(append(b, '\n'))
+	tr.metrics.Write(b)
 }
 
 func (tr *Trainer) recomputeName() string {
