@@ -55,7 +55,9 @@ func buildGPTUI(t *testing.T) string {
 			return
 		}
 		gptuiBin.path = filepath.Join(dir, "gptui")
-		out, err := exec.Command("go", "build", "-o", gptuiBin.path, "github.com/gptui/gptui/cmd/gptui").CombinedOutput()
+		cmd := exec.Command("go", "build", "-o", gptuiBin.path, "github.com/gptui/gptui/cmd/gptui")
+		cmd.Dir = srcDir // the tests' working directory is outside the module
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
 		}
