@@ -211,10 +211,3 @@ func sample(logits []float32, opt SampleOptions, rng *rand.Rand, probs []float64
 	}
 	return idx[len(idx)-1]
 }
-
-// Logits runs the model on inputs (B,T) without dropout and returns the
-// logits (B,T,V) of every position (a view valid until the next call).
-func (m *Model) Logits(inputs []int32, B, T int) []float32 {
-	m.Forward(inputs, make([]int32, B*T), B, T, Pass{}, false, 0)
-	return m.acts.logits
-}

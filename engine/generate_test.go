@@ -30,7 +30,7 @@ func TestGenerateKVCacheMatchesRecompute(t *testing.T) {
 			for j, v := range seq {
 				in[j] = int32(v)
 			}
-			logits := m.Logits(in, 1, len(seq))
+			logits := logitsOf(m, in, 1, len(seq))
 			last := logits[(len(seq)-1)*shape.V : len(seq)*shape.V]
 			want := sample(last, SampleOptions{}, nil, nil)
 			if got[b][i] != want {
@@ -39,6 +39,13 @@ func TestGenerateKVCacheMatchesRecompute(t *testing.T) {
 			seq = append(seq, want)
 		}
 	}
+}
+
+// logitsOf runs m on inputs (B,T) without dropout and returns the logits
+// (B,T,V) of every position (a view valid until the next call).
+func logitsOf(m *Model, inputs []int32, B, T int) []float32 {
+	m.Forward(inputs, make([]int32, B*T), B, T, Pass{}, false, 0)
+	return m.acts.logits
 }
 
 func TestSampleOptions(t *testing.T) {

@@ -174,7 +174,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	tr.opts.Rank = rank
 	o := cfg.Optimizer
 	ocfg := AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon), WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}
-	tr.Opt = newAdamWOn(be, ocfg, 0, m.NumParams())
+	tr.Opt = NewAdamW(be, ocfg, 0, m.NumParams())
 	if world > 1 {
 		// Groups are created in the same order on every rank.
 		if topo.Replicas() > 1 {
@@ -182,7 +182,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 				return nil, err
 			}
 			lo, hi := tr.dp.shardOf(m.NumParams())
-			tr.Opt = newAdamWOn(be, ocfg, lo, hi)
+			tr.Opt = NewAdamW(be, ocfg, lo, hi)
 		}
 		if topo.MP > 1 {
 			g, err := opts.World.NamedGroup("mp", topo.mpGroup())

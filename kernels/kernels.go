@@ -3,7 +3,7 @@
 // A backend provides the matrix multiply and the per-layer kernels the model
 // calls, each layer's forward beside its backward. The CPU backend lives in
 // kernels/cpu (OpenBLAS sgemm loaded at run time, a pure-Go fallback, and
-// goroutine-parallel kernels); the CUDA backend will live in kernels/cuda.
+// goroutine-parallel kernels); the CUDA backend lives in kernels/cuda.
 package kernels
 
 import "github.com/gptui/gptui/kernels/cpu"

@@ -178,21 +178,6 @@ next:
 	return nil
 }
 
-// ReadAll reads the whole of the named tensor and returns it with its
-// global shape.
-func (c *Checkpoint) ReadAll(name string) ([]float32, []int, error) {
-	t, ok := c.Tensor(name)
-	if !ok {
-		return nil, nil, fmt.Errorf("checkpoint: %s: no tensor %q", c.Dir, name)
-	}
-	n, _ := safetensors.Elements(t.Shape, 1) // validated by ParseManifest
-	dst := make([]float32, n)
-	if err := c.Read(name, make([]int, len(t.Shape)), t.Shape, dst); err != nil {
-		return nil, nil, err
-	}
-	return dst, slices.Clone(t.Shape), nil
-}
-
 // Latest loads the newest loadable checkpoint of outputDir: the one the
 // latest file names or, if that file or the checkpoint it names is missing
 // or does not load, the highest step_* directory that loads. Every
