@@ -126,8 +126,8 @@ func (sw *Writer) skipEmpty() {
 // into the next ones. Writing more values than the header declares is an
 // error.
 func (sw *Writer) Write(values []float32) error {
-	if sw.buf == nil && len(values) > 0 {
-		sw.buf = make([]byte, 4*min(len(values), chunkElems))
+	if n := 4 * min(len(values), chunkElems); len(sw.buf) < n {
+		sw.buf = make([]byte, n) // grows to chunkElems values at most
 	}
 	for len(values) > 0 {
 		if sw.cur == len(sw.tensors) {
