@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,8 +27,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// worker runs a script: "print TEXT", "metrics DIR N" (N lines of
-// metrics.<RANK>.jsonl in DIR), "sleep D", "exit N".
+// worker runs a script: "print TEXT", "metrics DIR N" (N records in
+// RANK's metrics file in DIR), "sleep D", "exit N".
 func worker(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	for len(args) >= 2 {
@@ -41,15 +40,14 @@ func worker(args []string) int {
 		case "metrics":
 			n, _ := strconv.Atoi(args[0])
 			args = args[1:]
-			f, err := os.Create(filepath.Join(arg, fmt.Sprintf("metrics.%d.jsonl", rank)))
-			if err != nil {
+			var b []byte
+			for i := range n {
+				b, _ = event.Metrics{Step: i, Loss: 10 - float64(i), TokensPerS: 100, CommBytes: map[string]int64{"dp": 1}}.AppendLine(b)
+			}
+			if err := os.WriteFile(event.MetricsFile(arg, rank), b, 0o644); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 100
 			}
-			for i := range n {
-				fmt.Fprintf(f, `{"step":%d,"loss":%g,"tokens_per_s":100,"comm_bytes":{"dp":1}}`+"\n", i, 10-float64(i))
-			}
-			f.Close()
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
@@ -121,7 +119,7 @@ func TestRunReportsEvents(t *testing.T) {
 	s := spec(t, []string{"print", "hello", "metrics", "", "3", "sleep", "1500ms"}, []string{"print", "world"})
 	s.Workers[0].Args[3] = s.LogDir
 	// A stale metrics file from an earlier run is not reported.
-	os.WriteFile(filepath.Join(s.LogDir, "metrics.11.jsonl"), []byte(`{"step":99}`+"\n"), 0o644)
+	os.WriteFile(event.MetricsFile(s.LogDir, 11), []byte(`{"step":99}`+"\n"), 0o644)
 	var out recorder
 	if err := Run(context.Background(), s, nil, event.NewWriter(&out)); err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"bytes"
-	"encoding/json"
 	"io"
 	"os"
 	"time"
@@ -52,8 +51,7 @@ func tailMetrics(path string, from int64, done <-chan struct{}, emit func(event.
 				if i < 0 {
 					break
 				}
-				var m event.Metrics
-				if json.Unmarshal(part[:i], &m) == nil {
+				if m, ok := event.DecodeMetrics(part[:i]); ok {
 					emit(m)
 				}
 				part = part[i+1:]

@@ -96,13 +96,6 @@ func NewSupervisor(opts Options, p Restarts) *Supervisor {
 // the job has ended (after Start) or has been closed (without Start).
 func (s *Supervisor) Events() <-chan event.Event { return s.events }
 
-// Restarts returns how many times the job has been restarted.
-func (s *Supervisor) Restarts() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.restarts
-}
-
 // nodes returns the inventory's nodes the job may use.
 func (s *Supervisor) nodes() []sshexec.Node {
 	n := s.opts.Nodes

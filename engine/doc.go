@@ -45,7 +45,7 @@
 //	recompute                        Recompute (gpt2.go), Engine.use_recompute
 //	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
 //	checkpoints, resume              ckpt.go (save, restore), agree.go (every rank resumes the same step),
-//	                                 engine/checkpoint (the format)
+//	                                 engine/checkpoint (the format), engine/safetensors (its data files)
 //	interrupts and async saves       stop.go
 //	training logs and metrics        logs.go, event.Metrics
 //	llm.c and Hugging Face files     llmc.go, engine/hf

@@ -36,21 +36,6 @@ func (e *FormatError) Is(target error) bool { return badinput.Is(target) }
 // llmcNames name the sizes of an llm.c header by their field and place.
 var llmcNames = ShapeNames{MaxT: "maxT (header[2])", V: "V (header[3])", L: "L (header[4])", NH: "NH (header[5])", C: "C (header[6])", F: "4·C"}
 
-// LLMCHeader reads the shape out of an llm.c model file header, checking
-// that the file holds the parameters of that shape.
-func LLMCHeader(path string) (ModelConfig, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return ModelConfig{}, badinput.Wrap(fmt.Errorf("model file: %w", err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return ModelConfig{}, badinput.Wrap(fmt.Errorf("model file: %w", err))
-	}
-	return readLLMCHeader(path, f, fi.Size())
-}
-
 // readLLMCHeader reads the header of the llm.c model file of size bytes
 // that r reads from its start; path is used in errors. The shape must be
 // valid and its parameters must fit the file (checked before anything of

@@ -131,12 +131,12 @@ func (l *runLog) logf(format string, args ...any) {
 
 // writeMetrics appends one record to the metrics file.
 func (l *runLog) writeMetrics(m Metrics) {
-	b, err := json.Marshal(m.Finite())
+	b, err := m.AppendLine(nil)
 	if err != nil {
 		l.metrics.lose(fmt.Errorf("step %d's record: %w", m.Step, err), "the record is left out")
 		return
 	}
-	l.metrics.Write(append(b, '\n'))
+	l.metrics.Write(b)
 }
 
 // Close closes the files and returns the first error of closing one.

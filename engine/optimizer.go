@@ -22,16 +22,9 @@ type AdamW struct {
 	Step   int       // updates applied so far
 }
 
-// NewAdamW allocates zero moments for n parameters.
-func NewAdamW(cfg AdamWConfig, n int) *AdamW { return NewShardAdamW(cfg, 0, n) }
-
-// NewShardAdamW allocates zero moments for Params[lo:hi].
-func NewShardAdamW(cfg AdamWConfig, lo, hi int) *AdamW {
-	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: make([]float32, hi-lo), V: make([]float32, hi-lo)}
-}
-
-// newAdamWOn is NewShardAdamW with the moments in be's memory.
-func newAdamWOn(be kernels.Backend, cfg AdamWConfig, lo, hi int) *AdamW {
+// NewAdamW returns the optimizer of Params[lo:hi] (0 and the parameter
+// count for all of them), with zero moments in be's memory.
+func NewAdamW(be kernels.Backend, cfg AdamWConfig, lo, hi int) *AdamW {
 	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: kernels.Float32s(be, hi-lo), V: kernels.Float32s(be, hi-lo)}
 }
 
@@ -42,15 +35,6 @@ func (o *AdamW) ClipScale(norm float64) float32 {
 		return float32(c / norm)
 	}
 	return 1
-}
-
-// Update clips the gradients to the global norm (inside the update, without
-// rewriting them) and applies one AdamW step to every parameter. It returns
-// the gradient norm before clipping.
-func (o *AdamW) Update(be kernels.Backend, m *Model, lr float32) float64 {
-	norm := math.Sqrt(be.SumSquares(m.Grads))
-	o.Apply(be, m, m.Grads[o.Lo:o.Hi], o.ClipScale(norm), lr)
-	return norm
 }
 
 // Apply runs one AdamW step on m.Params[Lo:Hi] with gradients grads

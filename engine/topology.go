@@ -128,11 +128,6 @@ func (t Topology) modelGroup() []int {
 	return r
 }
 
-// allRanks lists every rank.
-func (t Topology) allRanks() []int {
-	return t.group(t.World, func(i int) int { return i })
-}
-
 // part is the part of the model cfg this rank holds: its tensor-parallel
 // slice, and its pipeline stage's blocks. With vpp virtual stages per rank,
 // the model is cut into pp·vpp chunks of L/(pp·vpp) blocks and rank p holds

@@ -144,7 +144,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if tr.dp != nil {
 		lo, hi = tr.dp.shardOf(hi) // sharding: the moments of this rank's shard
 	}
-	tr.Opt = newAdamWOn(be, AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon),
+	tr.Opt = NewAdamW(be, AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon),
 		WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, lo, hi)
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {

@@ -60,6 +60,25 @@ func (m Metrics) Finite() Metrics {
 	return m
 }
 
+// AppendLine appends m to b as one line of a metrics file: its JSON
+// encoding, with its non-finite figures named (see Finite), and a newline.
+// The engine writes its records with it; [DecodeMetrics] reads them back.
+func (m Metrics) AppendLine(b []byte) ([]byte, error) {
+	j, err := json.Marshal(m.Finite())
+	if err != nil {
+		return b, err
+	}
+	return append(append(b, j...), '\n'), nil
+}
+
+// DecodeMetrics decodes one line of a metrics file (its newline may be
+// there or not). ok is false for a line that is not a record, such as the
+// torn last line of a killed run. ReadMetrics and the agent's tail read
+// the records with it.
+func DecodeMetrics(line []byte) (m Metrics, ok bool) {
+	return m, json.Unmarshal(line, &m) == nil
+}
+
 // ComputeS is the part of the step this rank spent on its own work: the
 // step time less the time in communicator operations (CommS), at least 0.
 // In a synchronous job every rank's step takes as long as the slowest's,
@@ -110,8 +129,7 @@ func ReadMetrics(name string, r io.Reader) ([]Metrics, error) {
 	sc.Buffer(make([]byte, 64<<10), maxMetricsLine)
 	var out []Metrics
 	for sc.Scan() {
-		var m Metrics
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
+		if m, ok := DecodeMetrics(sc.Bytes()); ok {
 			out = append(out, m)
 		}
 	}

@@ -1,6 +1,8 @@
 package event
 
 import (
+	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -34,6 +36,31 @@ func TestMetricsFiles(t *testing.T) {
 	}
 	if _, err := ReadMetrics("big", strings.NewReader(strings.Repeat("x", maxMetricsLine+1))); err == nil || !strings.Contains(err.Error(), "big") {
 		t.Errorf("a line over the limit: %v", err)
+	}
+}
+
+// TestMetricsLine: a record written by AppendLine is one line that
+// DecodeMetrics reads back, its NaN and infinite figures as 0 named in
+// NonFinite; a torn line is not a record.
+func TestMetricsLine(t *testing.T) {
+	m := Metrics{Step: 7, Epoch: 1, Loss: math.NaN(), LR: 3e-4, GradNorm: math.Inf(1), TokensPerS: 1234.5, StepTimeS: 0.25,
+		CommBytes: map[string]int64{"dp": 1 << 20}, CommS: 0.01, MFU: 0.3, MemBytes: 1 << 30, LossScale: 65536, SkippedSteps: 2}
+	b, err := m.AppendLine([]byte("previous\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, ok := bytes.CutPrefix(b, []byte("previous\n"))
+	if !ok || bytes.Count(line, []byte("\n")) != 1 || !bytes.HasSuffix(line, []byte("\n")) {
+		t.Fatalf("AppendLine wrote %q after what was there", b)
+	}
+	got, ok := DecodeMetrics(line)
+	want := m
+	want.Loss, want.GradNorm, want.NonFinite = 0, 0, []string{"loss", "grad_norm"}
+	if !ok || !reflect.DeepEqual(got, want) {
+		t.Errorf("DecodeMetrics(%q) = %+v, %v; want %+v", line, got, ok, want)
+	}
+	if _, ok := DecodeMetrics(line[:len(line)/2]); ok {
+		t.Errorf("a torn line %q decoded", line[:len(line)/2])
 	}
 }
 

@@ -1,6 +1,7 @@
 package tui
 
 import (
+	"cmp"
 	"fmt"
 	"path"
 	"slices"
@@ -231,15 +232,8 @@ func (m *dashModel) onMemory(ev event.Event) {
 	i, ok := m.memIdx[k]
 	if !ok {
 		m.mem = append(m.mem, memRow{memKey: k})
-		sort.Slice(m.mem, func(a, b int) bool {
-			x, y := m.mem[a], m.mem[b]
-			if x.node != y.node {
-				return x.node < y.node
-			}
-			if x.device != y.device {
-				return x.device < y.device
-			}
-			return x.rank < y.rank
+		slices.SortFunc(m.mem, func(x, y memRow) int {
+			return cmp.Or(strings.Compare(x.node, y.node), cmp.Compare(x.device, y.device), cmp.Compare(x.rank, y.rank))
 		})
 		for j, r := range m.mem {
 			m.memIdx[r.memKey] = j

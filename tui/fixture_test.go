@@ -157,18 +157,15 @@ func settle(m *Model) {
 	m.Update(planMsg{key: key, report: r, err: err})
 }
 
-// trainingJob returns a model of a 2-rank local job 120 steps into a
-// 200-step run, with evaluations, memory and logs.
-func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
+// launchedJob returns a model of a local job of the tiny preset with
+// overrides over on ranks CPU ranks, launched from the Job screen, at
+// clock t0+now; its events are fed by the test.
+func launchedJob(t testing.TB, ranks int, over []string, now time.Duration, w, h int) *Model {
 	t.Helper()
 	nodes := []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Devices: sshexec.Devices{CPU: ranks}}}
-	over := []string{fmt.Sprintf("Distributed.dp_degree=%d", ranks), "Global.local_batch_size=1", "Global.micro_batch_size=1",
-		fmt.Sprintf("Global.global_batch_size=%d", ranks), fmt.Sprintf("Engine.max_steps=%d", points*5/3)}
-	l := &testLauncher{}
-	t.Chdir(t.TempDir())
-	m := New(Options{Launcher: l, Nodes: nodes, Config: "tiny", Overrides: over, LogLines: 500})
+	m := New(Options{Launcher: &testLauncher{}, Nodes: nodes, Config: "tiny", Overrides: over, LogLines: 500})
 	m.Update(tea.WindowSizeMsg{Width: w, Height: h})
-	m.Update(tickMsg(t0.Add(time.Duration(points+1) * time.Second)))
+	m.Update(tickMsg(t0.Add(now)))
 	m.Update(eventsMsg{stream: probeStream, events: []event.Event{
 		ev(event.KindProbe, 0, func(e *event.Event) {
 			e.Node = "localhost"
@@ -181,6 +178,17 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 		t.Fatalf("enter on Launch did nothing: %q", m.status)
 	}
 	m.Update(cmd())
+	return m
+}
+
+// trainingJob returns a model of a 2-rank local job 120 steps into a
+// 200-step run, with evaluations, memory and logs.
+func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
+	t.Helper()
+	over := []string{fmt.Sprintf("Distributed.dp_degree=%d", ranks), "Global.local_batch_size=1", "Global.micro_batch_size=1",
+		fmt.Sprintf("Global.global_batch_size=%d", ranks), fmt.Sprintf("Engine.max_steps=%d", points*5/3)}
+	t.Chdir(t.TempDir())
+	m := launchedJob(t, ranks, over, time.Duration(points+1)*time.Second, w, h)
 	var evs []event.Event
 	evs = append(evs, ev(event.KindJob, 0, func(e *event.Event) { e.State = event.JobStarted }))
 	for r := range ranks {

@@ -18,6 +18,7 @@ import (
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/kernels/cuda/cudacheck"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -137,7 +138,7 @@ func (t *gpuTable) print(w io.Writer) {
 // and the model parity runs.
 func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	fmt.Fprintln(w, "== device self-test ==")
-	err := cuda.SelfTest(ctx, w)
+	err := cudacheck.SelfTest(ctx, w)
 	t.add("self-test (driver, NVRTC, cuBLAS, NCCL)", errText(err), err == nil)
 	for _, p := range []cuda.Precision{cuda.PrecisionFP32, cuda.PrecisionBF16} {
 		fmt.Fprintf(w, "== kernels, GEMMs in %s ==\n", p)
@@ -146,7 +147,7 @@ func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 			t.add("kernels "+p.String(), oneLine(err), false)
 			continue
 		}
-		err = cuda.CheckBackend(be, w)
+		err = cudacheck.CheckBackend(be, w)
 		t.add("kernels "+p.String()+" vs CPU", errText(err), err == nil)
 		be.Close()
 	}

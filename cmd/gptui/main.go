@@ -1,5 +1,5 @@
 // Command gptui trains GPT language models: one binary for the engine, the
-// data preparation, the configs and (later) the cluster runner and its UI.
+// data preparation, the configs, the cluster runner and its UI.
 //
 // Usage:
 //

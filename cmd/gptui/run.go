@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -517,16 +518,7 @@ func (p *printer) summary() {
 	}
 	slow := slices.MaxFunc(ranks, func(a, b int) int {
 		ma, mb := p.last[a], p.last[b]
-		if ma.Step != mb.Step {
-			return mb.Step - ma.Step // behind is slower
-		}
-		switch {
-		case ma.StepTimeS < mb.StepTimeS:
-			return -1
-		case ma.StepTimeS > mb.StepTimeS:
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(mb.Step, ma.Step), cmp.Compare(ma.StepTimeS, mb.StepTimeS)) // behind is slower
 	})
 	sm := p.last[slow]
 	p.printf("[summary] step %d loss %.4f tokens/s %.0f slowest rank %d (%s) step %d %.3f s/step elapsed %v",

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math"
 	"os"
@@ -11,7 +12,49 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gptui/gptui/engine/safetensors"
 )
+
+// specials are float32 values whose bits a round trip must keep.
+var specials = []float32{0, float32(math.Copysign(0, -1)), 1, -2.5, math.MaxFloat32, math.SmallestNonzeroFloat32,
+	float32(math.Inf(1)), float32(math.Inf(-1)), math.Float32frombits(0x7fc00001), math.Float32frombits(0xffbfffff)}
+
+func sameBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
+
+// count is the element count of shape.
+func count(shape []int) int64 {
+	n, _ := safetensors.Elements(shape, 0)
+	return n
+}
+
+// blockOffset returns where element i of the block start/ext, counted
+// row-major, lies in the row-major array of shape outer that holds it.
+func blockOffset(i int64, start, ext, outer []int) int64 {
+	var off, stride int64 = 0, 1
+	for d := len(ext) - 1; d >= 0; d-- {
+		off += (i%int64(ext[d]) + int64(start[d])) * stride
+		i /= int64(ext[d])
+		stride *= int64(outer[d])
+	}
+	return off
+}
+
+// readAll reads the whole of the named tensor of c with Read and returns
+// it with its global shape.
+func readAll(c *Checkpoint, name string) ([]float32, []int, error) {
+	t, ok := c.Tensor(name)
+	if !ok {
+		return nil, nil, fmt.Errorf("no tensor %q", name)
+	}
+	dst := make([]float32, count(t.Shape))
+	if err := c.Read(name, make([]int, len(t.Shape)), t.Shape, dst); err != nil {
+		return nil, nil, err
+	}
+	return dst, slices.Clone(t.Shape), nil
+}
 
 // wholeParts returns the parts of a single writer holding every tensor
 // whole, with values that depend on seed.
@@ -27,7 +70,7 @@ func wholeParts(seed int) []Part {
 	}
 	parts := make([]Part, len(shapes))
 	for i, s := range shapes {
-		n, _ := elements(s.shape, 1)
+		n := count(s.shape)
 		data := make([]float32, n)
 		for j := range data {
 			data[j] = float32(seed*100000+i*1000+j) * 0.125
@@ -80,12 +123,12 @@ func checkParts(t *testing.T, c *Checkpoint, parts []Part) {
 		if c.Manifest.Tensors[i].Name != p.Name {
 			t.Errorf("tensor %d is %q, want %q", i, c.Manifest.Tensors[i].Name, p.Name)
 		}
-		got, shape, err := c.ReadAll(p.Name)
+		got, shape, err := readAll(c, p.Name)
 		if err != nil {
-			t.Fatalf("ReadAll(%q): %v", p.Name, err)
+			t.Fatalf("readAll(%q): %v", p.Name, err)
 		}
 		if !slices.Equal(shape, p.GlobalShape) || !sameBits(got, p.Data) {
-			t.Errorf("ReadAll(%q) = %v %v…, want %v %v…", p.Name, shape, got[:min(len(got), 12)], p.GlobalShape, p.Data[:min(len(p.Data), 12)])
+			t.Errorf("readAll(%q) = %v %v…, want %v %v…", p.Name, shape, got[:min(len(got), 12)], p.GlobalShape, p.Data[:min(len(p.Data), 12)])
 		}
 	}
 }
@@ -146,11 +189,17 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	checkParts(t, c, wholeParts(200))
 
 	// A checkpoint is also a set of ordinary safetensors files.
-	st, err := ReadSafetensors(filepath.Join(dir, "rank_00000.safetensors"))
+	raw, err := os.ReadFile(filepath.Join(dir, "rank_00000.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.ReadF32("params/lnfb"); err != nil || !sameBits(got, wholeParts(200)[2].Data) {
+	st, err := safetensors.Parse("rank_00000.safetensors", bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := st.Tensor("params/lnfb")
+	got := make([]float32, count(e.Shape))
+	if err := st.Read(bytes.NewReader(raw), e, got); err != nil || !sameBits(got, wholeParts(200)[2].Data) {
 		t.Errorf("params/lnfb read directly: %v, %v", got, err)
 	}
 }
@@ -232,7 +281,7 @@ func writeTwoRanks(t *testing.T, out string, step int) map[string]Part {
 		name  string
 		shape []int
 	}{{"w", []int{6, 10}}, {"q", []int{4, 6, 8}}, {"b", []int{7}}, {"s", []int{}}} {
-		n, _ := elements(g.shape, 1)
+		n := count(g.shape)
 		data := make([]float32, n)
 		for i := range data {
 			data[i] = float32(len(g.name)*1000+i) + 0.5
@@ -242,15 +291,9 @@ func writeTwoRanks(t *testing.T, out string, step int) map[string]Part {
 	// block cuts the block start/shape out of a global tensor.
 	block := func(name string, start, shape []int) Part {
 		g := global[name]
-		n, _ := elements(shape, 1)
-		p := Part{Name: name, GlobalShape: g.GlobalShape, Start: start, Shape: shape, Data: make([]float32, n)}
-		st, gst := strides(shape), strides(g.GlobalShape)
+		p := Part{Name: name, GlobalShape: g.GlobalShape, Start: start, Shape: shape, Data: make([]float32, count(shape))}
 		for i := range p.Data {
-			var off int64
-			for d := range shape {
-				off += (int64(i)/st[d]%int64(shape[d]) + int64(start[d])) * gst[d]
-			}
-			p.Data[i] = g.Data[off]
+			p.Data[i] = g.Data[blockOffset(int64(i), start, shape, g.GlobalShape)]
 		}
 		return p
 	}
@@ -308,21 +351,15 @@ func TestReadAcrossSlices(t *testing.T) {
 	// Every block of every tensor, read from whichever slices hold it.
 	for name, g := range global {
 		shape := g.GlobalShape
-		gst := strides(shape)
 		reads := 0
 		forEachBlock(shape, func(start, ext []int) {
 			reads++
-			n, _ := elements(ext, 0)
-			dst := make([]float32, n)
+			dst := make([]float32, count(ext))
 			if err := c.Read(name, start, ext, dst); err != nil {
 				t.Fatalf("Read(%q, %v, %v): %v", name, start, ext, err)
 			}
-			est := strides(ext)
 			for i := range dst {
-				var off int64
-				for d := range ext {
-					off += (int64(i)/est[d]%int64(ext[d]) + int64(start[d])) * gst[d]
-				}
+				off := blockOffset(int64(i), start, ext, shape)
 				if math.Float32bits(dst[i]) != math.Float32bits(g.Data[off]) {
 					t.Fatalf("Read(%q, %v, %v)[%d] = %v, want %v", name, start, ext, i, dst[i], g.Data[off])
 				}
@@ -331,9 +368,9 @@ func TestReadAcrossSlices(t *testing.T) {
 		if reads < 2 && len(shape) > 0 {
 			t.Errorf("%s: only %d blocks read", name, reads)
 		}
-		got, gotShape, err := c.ReadAll(name)
+		got, gotShape, err := readAll(c, name)
 		if err != nil || !sameBits(got, g.Data) || !slices.Equal(gotShape, shape) {
-			t.Errorf("ReadAll(%q) = %v %v, %v", name, gotShape, got, err)
+			t.Errorf("readAll(%q) = %v %v, %v", name, gotShape, got, err)
 		}
 	}
 }

@@ -26,8 +26,8 @@
 // the data loader and RNG states, the SHA-256 of every data file, and for
 // every tensor its global shape and the blocks ([Slice]) of it that each file
 // holds, in global coordinates. The data files are safetensors files
-// ([WriteSafetensors]): an 8-byte little-endian header length, a JSON header
-// and the raw little-endian values. A loader running under any parallel
+// (package safetensors): an 8-byte little-endian header length, a JSON
+// header and the raw little-endian values. A loader running under any parallel
 // layout asks [Checkpoint.Read] for exactly the block it needs and gets it
 // assembled from whichever files hold its pieces.
 //

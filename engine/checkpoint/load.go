@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/gptui/gptui/badinput"
+	"github.com/gptui/gptui/engine/safetensors"
 )
 
 // ErrNoCheckpoint is returned, wrapped, by [Latest] when the output
@@ -25,8 +26,8 @@ type Checkpoint struct {
 	Dir      string
 	Manifest Manifest
 
-	files   map[string]*Safetensors // by file name
-	tensors map[string]int          // index into Manifest.Tensors
+	files   map[string]*safetensors.File // by file name
+	tensors map[string]int               // index into Manifest.Tensors
 }
 
 // Load opens the checkpoint in dir. It parses the manifest (refusing a
@@ -45,7 +46,7 @@ func Load(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Checkpoint{Dir: dir, Manifest: *m, files: make(map[string]*Safetensors), tensors: make(map[string]int)}
+	c := &Checkpoint{Dir: dir, Manifest: *m, files: make(map[string]*safetensors.File), tensors: make(map[string]int)}
 	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
 		st, err := verifyFile(filepath.Join(dir, name), m.Files[name])
 		if err != nil {
@@ -72,7 +73,7 @@ func Load(dir string) (*Checkpoint, error) {
 
 // verifyFile checks the SHA-256 of the file at path against the hex digest
 // want and parses its safetensors header.
-func verifyFile(path, want string) (*Safetensors, error) {
+func verifyFile(path, want string) (*safetensors.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, &FormatError{File: path, Msg: "missing or unreadable", Err: err}
@@ -87,7 +88,18 @@ func verifyFile(path, want string) (*Safetensors, error) {
 		return nil, &FormatError{File: path, Msg: fmt.Sprintf(
 			"SHA-256 %s does not match the manifest's %s: the file was truncated or altered", got, want)}
 	}
-	return parseSafetensors(path, f, size)
+	st, err := safetensors.Parse(path, f, size)
+	return st, formatError(err)
+}
+
+// formatError returns err, a *safetensors.FormatError made a *FormatError,
+// so that every error about a checkpoint's content has one type.
+func formatError(err error) error {
+	var fe *safetensors.FormatError
+	if errors.As(err, &fe) {
+		return &FormatError{File: fe.File, Msg: fe.Msg, Err: fe.Err}
+	}
+	return err
 }
 
 // Tensor returns the manifest's description of the named tensor.
@@ -110,9 +122,9 @@ func (c *Checkpoint) Read(name string, start, shape []int, dst []float32) error 
 	if len(start) != len(t.Shape) || len(shape) != len(t.Shape) {
 		return fmt.Errorf("checkpoint: tensor %q has %d dimensions; block start %v shape %v", name, len(t.Shape), start, shape)
 	}
-	want, msg := elements(shape, 0)
-	if msg != "" {
-		return fmt.Errorf("checkpoint: tensor %q: block shape %v: %s", name, shape, msg)
+	want, err := safetensors.Elements(shape, 0)
+	if err != nil {
+		return fmt.Errorf("checkpoint: tensor %q: block shape %v: %w", name, shape, err)
 	}
 	for d, g := range t.Shape {
 		if start[d] < 0 || start[d] > g-shape[d] {
@@ -156,8 +168,8 @@ next:
 			open[s.File] = f
 		}
 		h, _ := st.Tensor(s.entry(name)) // checked by Load
-		if err := st.readBlock(f, h, srcLo, ext, dst, shape, dstLo); err != nil {
-			return err
+		if err := st.ReadBlock(f, h, srcLo, ext, dst, shape, dstLo); err != nil {
+			return formatError(err)
 		}
 		got += vol
 	}
@@ -165,21 +177,6 @@ next:
 		return fmt.Errorf("checkpoint: tensor %q: slices hold %d of the %d values of block start %v shape %v", name, got, want, start, shape)
 	}
 	return nil
-}
-
-// ReadAll reads the whole of the named tensor and returns it with its
-// global shape.
-func (c *Checkpoint) ReadAll(name string) ([]float32, []int, error) {
-	t, ok := c.Tensor(name)
-	if !ok {
-		return nil, nil, fmt.Errorf("checkpoint: %s: no tensor %q", c.Dir, name)
-	}
-	n, _ := elements(t.Shape, 1) // validated by ParseManifest
-	dst := make([]float32, n)
-	if err := c.Read(name, make([]int, len(t.Shape)), t.Shape, dst); err != nil {
-		return nil, nil, err
-	}
-	return dst, slices.Clone(t.Shape), nil
 }
 
 // Latest loads the newest loadable checkpoint of outputDir: the one the

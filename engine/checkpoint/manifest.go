@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gptui/gptui/badinput"
+	"github.com/gptui/gptui/engine/safetensors"
 )
 
 // FormatVersion is the manifest format this package writes and the newest it
@@ -21,10 +22,6 @@ const ManifestFile = "manifest.json"
 
 // DtypeF32 is the only tensor dtype a version 1 manifest may declare.
 const DtypeF32 = "F32"
-
-// maxElements bounds the element count of a tensor or block, so that sizes
-// in bytes and offsets never overflow int64.
-const maxElements = 1 << 58
 
 // A Slice is a block of a global tensor held by one data file, in global
 // coordinates: the elements from Start (inclusive) to Start+Shape
@@ -191,9 +188,9 @@ func checkTensors(tensors []TensorInfo, listed func(string) bool) string {
 		if t.Dtype != DtypeF32 {
 			return fmt.Sprintf("tensor %q: unsupported dtype %q (want %q)", t.Name, t.Dtype, DtypeF32)
 		}
-		total, msg := elements(t.Shape, 1)
-		if msg != "" {
-			return fmt.Sprintf("tensor %q: shape %v: %s", t.Name, t.Shape, msg)
+		total, err := safetensors.Elements(t.Shape, 1)
+		if err != nil {
+			return fmt.Sprintf("tensor %q: shape %v: %v", t.Name, t.Shape, err)
 		}
 		if len(t.Slices) == 0 {
 			return fmt.Sprintf("tensor %q has no slices", t.Name)
@@ -213,7 +210,7 @@ func checkTensors(tensors []TensorInfo, listed func(string) bool) string {
 					return fmt.Sprintf("tensor %q: slices %d and %d overlap", t.Name, k, j)
 				}
 			}
-			n, _ := elements(s.Shape, 1)
+			n, _ := safetensors.Elements(s.Shape, 1)
 			covered += n
 		}
 		if covered != total {
@@ -232,8 +229,8 @@ func checkSlice(global []int, s Slice, listed func(string) bool) string {
 	if len(s.Start) != len(global) || len(s.Shape) != len(global) {
 		return fmt.Sprintf("start %v and shape %v do not have the tensor's %d dimensions", s.Start, s.Shape, len(global))
 	}
-	if _, msg := elements(s.Shape, 1); msg != "" {
-		return fmt.Sprintf("shape %v: %s", s.Shape, msg)
+	if _, err := safetensors.Elements(s.Shape, 1); err != nil {
+		return fmt.Sprintf("shape %v: %v", s.Shape, err)
 	}
 	for d, g := range global {
 		if s.Start[d] < 0 || s.Start[d] > g-s.Shape[d] {
@@ -251,20 +248,4 @@ func overlaps(a, b Slice) bool {
 		}
 	}
 	return true
-}
-
-// elements returns the element count of shape, whose dimensions must be at
-// least minDim, or a message saying what is wrong with it.
-func elements(shape []int, minDim int) (int64, string) {
-	n := int64(1)
-	for _, d := range shape {
-		if d < minDim {
-			return 0, fmt.Sprintf("dimension %d is below %d", d, minDim)
-		}
-		if d > 0 && n > maxElements/int64(d) {
-			return 0, "too many elements"
-		}
-		n *= int64(d)
-	}
-	return n, ""
 }

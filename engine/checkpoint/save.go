@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gptui/gptui/engine/safetensors"
 )
 
 // LatestFile is the name of the file in the output directory that names
@@ -168,9 +171,9 @@ func planShard(rank int, parts []Part) ([]shardEntry, error) {
 			return nil, fmt.Errorf("tensor %q: parts disagree on the global shape: %v and %v", p.Name, g, p.GlobalShape)
 		}
 		global[p.Name] = p.GlobalShape
-		n, msg := elements(p.Shape, 1)
-		if msg != "" {
-			return nil, fmt.Errorf("tensor %q: shape %v: %s", p.Name, p.Shape, msg)
+		n, err := safetensors.Elements(p.Shape, 1)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %q: shape %v: %w", p.Name, p.Shape, err)
 		}
 		if int64(len(p.Data)) != n {
 			return nil, fmt.Errorf("tensor %q: shape %v needs %d values, have %d", p.Name, p.Shape, n, len(p.Data))
@@ -231,22 +234,12 @@ func writeShard(dir string, rank int, parts []Part, entries []shardEntry, opt sa
 	defer f.Close() // a second Close after the one below is harmless
 	h := sha256.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
-	tensors := make([]NamedTensor, len(parts))
+	tensors := make([]safetensors.Tensor, len(parts))
 	for i, p := range parts {
-		tensors[i] = NamedTensor{Name: entries[i].key, Shape: p.Shape, Data: p.Data}
+		tensors[i] = safetensors.Tensor{Name: entries[i].key, Shape: p.Shape}
 	}
 	md := map[string]string{"format": "gptui-checkpoint", "format_version": strconv.Itoa(FormatVersion), "rank": strconv.Itoa(rank)}
-	halfway := func() error {
-		if opt.at == nil {
-			return nil
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		opt.phase("tensors")
-		return nil
-	}
-	if err := encodeSafetensors(bw, tensors, md, halfway); err != nil {
+	if err := encodeShard(bw, tensors, parts, md, opt); err != nil {
 		return shardInfo{}, fmt.Errorf("writing %s: %w", name, err)
 	}
 	if err := bw.Flush(); err != nil {
@@ -259,6 +252,32 @@ func writeShard(dir string, rank int, parts []Part, entries []shardEntry, opt sa
 		return shardInfo{}, fmt.Errorf("writing %s: %w", name, err)
 	}
 	return shardInfo{file: name, sum: hex.EncodeToString(h.Sum(nil)), entries: entries}, nil
+}
+
+// encodeShard writes the parts, as tensors, as a safetensors file to bw.
+// A save that crash tests watch (opt.at set) flushes bw and enters its
+// "tensors" phase as soon as half of the tensor bytes are written.
+func encodeShard(bw *bufio.Writer, tensors []safetensors.Tensor, parts []Part, md map[string]string, opt saveOptions) error {
+	sw, err := safetensors.NewWriter(bw, tensors, md)
+	if err != nil {
+		return err
+	}
+	const step = 1 << 16 // values per Write: the granularity of "half"
+	for _, p := range parts {
+		for i := 0; i < len(p.Data); i += step {
+			before := sw.Written()
+			if err := sw.Write(p.Data[i:min(i+step, len(p.Data))]); err != nil {
+				return err
+			}
+			if total := sw.Size(); opt.at != nil && 2*before < total && 2*sw.Written() >= total {
+				if err := bw.Flush(); err != nil {
+					return err
+				}
+				opt.phase("tensors")
+			}
+		}
+	}
+	return sw.Close()
 }
 
 // commit writes the manifest of the data files that shards describe into
@@ -394,12 +413,7 @@ func listSteps(outputDir string) ([]string, error) {
 			steps = append(steps, step{de.Name(), n})
 		}
 	}
-	slices.SortFunc(steps, func(a, b step) int {
-		if a.n != b.n {
-			return b.n - a.n
-		}
-		return strings.Compare(b.name, a.name)
-	})
+	slices.SortFunc(steps, func(a, b step) int { return cmp.Or(cmp.Compare(b.n, a.n), strings.Compare(b.name, a.name)) })
 	names := make([]string, len(steps))
 	for i, s := range steps {
 		names[i] = s.name

@@ -264,16 +264,6 @@ func fill(in, tg []int32, window []uint16) {
 // and started over: 0 during the first pass.
 func (l *Loader) Epoch() int { return l.epoch }
 
-// BatchesPerEpoch returns the number of batches served before the loader
-// starts over: (n-1)/(B*T) in sequential mode, ((n-1)/T)/B in shuffle
-// mode, for n tokens.
-func (l *Loader) BatchesPerEpoch() int {
-	if l.shuffle {
-		return len(l.perm) / l.b
-	}
-	return (len(l.tokens) - 1) / (l.b * l.t)
-}
-
 // Reset returns the loader to its initial state: epoch 0, first batch.
 // Evaluation calls it before reading the validation range so that every
 // evaluation sees the same batches.

@@ -112,23 +112,6 @@ func checkSize(name string, size int64) error {
 	return nil
 }
 
-// DecodeShard decodes the shard b, which was read from the file name (used
-// only in error messages). Malformed input yields a *FormatError that says
-// what is wrong: a missing or short header, bad magic, unsupported version,
-// a token count that disagrees with the file length, or no tokens at all.
-func DecodeShard(name string, b []byte) ([]uint16, error) {
-	if err := checkSize(name, int64(len(b))); err != nil {
-		return nil, err
-	}
-	n, err := checkHeader(name, b[:HeaderBytes], int64(len(b)))
-	if err != nil {
-		return nil, err
-	}
-	tokens := make([]uint16, n)
-	decodeTokens(tokens, b[HeaderBytes:])
-	return tokens, nil
-}
-
 // decodeTokens fills dst from the little-endian uint16 values in src.
 func decodeTokens(dst []uint16, src []byte) {
 	for i := range dst {
@@ -136,8 +119,10 @@ func decodeTokens(dst []uint16, src []byte) {
 	}
 }
 
-// ReadShard reads the shard at path. Format problems are reported as
-// *FormatError; I/O problems are returned wrapped.
+// ReadShard reads the shard at path. Malformed input yields a *FormatError
+// that says what is wrong: a missing or short header, bad magic, an
+// unsupported version, a token count that disagrees with the file length,
+// or no tokens at all. I/O problems are returned wrapped.
 func ReadShard(path string) ([]uint16, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -6,8 +6,8 @@
 //     from tables compiled into the binary, so no network access is needed.
 //   - [Prepare] tokenizes .txt and .jsonl inputs into shards, and
 //     [BuiltinCorpus] tokenizes the project's own documentation.
-//   - [WriteShard], [ReadShard] and [DecodeShard] read and write llm.c's
-//     token shard format; malformed shards are reported as [*FormatError].
+//   - [WriteShard] and [ReadShard] write and read llm.c's token shard
+//     format; malformed shards are reported as [*FormatError].
 //   - [Load] concatenates the shards of a directory, [SplitRanges] carves
 //     the result into train, validation and test ranges, and [Loader]
 //     serves (input, target) batches from a range, either sequentially

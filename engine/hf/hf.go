@@ -37,7 +37,6 @@
 package hf
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -48,6 +47,7 @@ import (
 
 	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/safetensors"
 )
 
 // File names inside a checkpoint directory.
@@ -149,15 +149,14 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 		return fmt.Errorf("hf export: %w", err)
 	}
 
-	hdrs := make([]stHeader, len(ms))
+	tensors := make([]safetensors.Tensor, len(ms))
 	largest := 0
 	for i, m := range ms {
-		hdrs[i] = stHeader{Name: prefix + m.name, Dtype: "F32", Shape: m.shape}
+		tensors[i] = safetensors.Tensor{Name: prefix + m.name, Shape: m.shape}
 		largest = max(largest, m.size())
 	}
 	scratch := make([]float32, largest)
-	raw := make([]byte, 4*largest)
-	err = writeSafetensors(filepath.Join(dir, ModelFile), hdrs, func(i int, w io.Writer) error {
+	err = writeModel(filepath.Join(dir, ModelFile), tensors, func(i int) []float32 {
 		m := ms[i]
 		n := m.size()
 		src := params[m.off : m.off+n]
@@ -166,12 +165,7 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 			transpose(scratch[:n], src, m.shape[1], m.shape[0])
 			src = scratch[:n]
 		}
-		b := raw[:4*n]
-		for k, v := range src {
-			binary.LittleEndian.PutUint32(b[4*k:], math.Float32bits(v))
-		}
-		_, err := w.Write(b)
-		return err
+		return src
 	})
 	if err != nil {
 		return fmt.Errorf("hf export: %w", err)
@@ -208,7 +202,7 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
 	path := filepath.Join(dir, ModelFile)
-	st, err := openSafetensors(path)
+	st, err := openModel(path)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
@@ -228,24 +222,24 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 // tensors as layers (each has 12; [load] names the ones missing), and at
 // least 2 bytes (F16 or BF16) for each of its parameters but the padded
 // vocabulary rows.
-func fits(st *stFile, cfg engine.ModelConfig, confPath string) error {
+func fits(st *modelFile, cfg engine.ModelConfig, confPath string) error {
 	if len(st.entries) < cfg.L {
 		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d needs %d tensors but %s holds %d; fix n_layer or the model file",
-			cfg.L, 12*cfg.L+4, filepath.Base(st.path), len(st.entries))}
+			cfg.L, 12*cfg.L+4, filepath.Base(st.Path), len(st.entries))}
 	}
 	_, total := engine.Layout(cfg) // cfg is validated: no overflow
 	params := int64(total) - int64(cfg.Vp-cfg.V)*int64(cfg.C)
-	if data := st.dataLen(); 2*params > data {
+	if data := st.DataLen(); 2*params > data {
 		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d, n_embd %d, n_inner %d, vocab_size %d and n_positions %d make %d parameters, at least %d bytes, but %s holds %d bytes of tensor data; fix config.json or the model file",
-			cfg.L, cfg.C, cfg.F, cfg.V, cfg.MaxT, params, 2*params, filepath.Base(st.path), data)}
+			cfg.L, cfg.C, cfg.F, cfg.V, cfg.MaxT, params, 2*params, filepath.Base(st.Path), data)}
 	}
 	return nil
 }
 
 // load checks st's tensors against cfg and reads them into a new buffer.
-func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
+func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 	bad := func(format string, args ...any) error {
-		return &engine.FormatError{File: st.path, Msg: fmt.Sprintf(format, args...)}
+		return &engine.FormatError{File: st.Path, Msg: fmt.Sprintf(format, args...)}
 	}
 	ms, total := mappings(cfg)
 	want := make(map[string]int, len(ms)) // name → index in ms
@@ -258,8 +252,8 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 		ignored[fmt.Sprintf("h.%d.attn.masked_bias", l)] = true
 	}
 
-	found := make([]*stEntry, len(ms))
-	var head *stEntry
+	found := make([]*safetensors.Entry, len(ms))
+	var head *safetensors.Entry
 	var unknown []string
 	for i := range st.entries { // sorted by name: errors are deterministic
 		e := &st.entries[i]
@@ -282,7 +276,7 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 		if !slices.Equal(e.Shape, ms[k].shape) {
 			return nil, bad("tensor %s: shape %v, want %v for %s", e.Name, e.Shape, ms[k].shape, ConfigFile)
 		}
-		if !floatDtype(e.Dtype) {
+		if !safetensors.Float(e.Dtype) {
 			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", e.Name, e.Dtype)
 		}
 		found[k] = e
@@ -303,7 +297,7 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 		if !slices.Equal(head.Shape, ms[0].shape) {
 			return nil, bad("tensor %s: shape %v, want %v (tied to wte)", head.Name, head.Shape, ms[0].shape)
 		}
-		if !floatDtype(head.Dtype) {
+		if !safetensors.Float(head.Dtype) {
 			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", head.Name, head.Dtype)
 		}
 	} else if untied {
@@ -316,7 +310,7 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 		n := m.size()
 		dst := params[m.off : m.off+n]
 		if !m.transpose {
-			if err := st.readFloat32(*found[k], dst); err != nil {
+			if err := st.read(*found[k], dst); err != nil {
 				return nil, err
 			}
 			continue
@@ -324,7 +318,7 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 		if cap(scratch) < n {
 			scratch = make([]float32, n)
 		}
-		if err := st.readFloat32(*found[k], scratch[:n]); err != nil {
+		if err := st.read(*found[k], scratch[:n]); err != nil {
 			return nil, err
 		}
 		// The file holds [in, out] = shape; the buffer (out, in).
@@ -333,7 +327,7 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 	if head != nil {
 		n := ms[0].size()
 		lm := make([]float32, n)
-		if err := st.readFloat32(*head, lm); err != nil {
+		if err := st.read(*head, lm); err != nil {
 			return nil, err
 		}
 		wte := params[ms[0].off : ms[0].off+n]
@@ -345,8 +339,6 @@ func load(st *stFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 	}
 	return params, nil
 }
-
-func floatDtype(d string) bool { return d == "F32" || d == "F16" || d == "BF16" }
 
 // more describes n further items of a list cut to its first.
 func more(n int) string {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/kernels/cpu"
 )
 
@@ -397,19 +397,22 @@ func (f *tensorFile) rename(from, to string) {
 	f.names[slices.Index(f.names, from)] = to
 }
 
+// write writes the tensors in order, by hand: the package's writer writes
+// F32 alone, and refuses what some edits do.
 func (f *tensorFile) write(t *testing.T, path string) {
 	t.Helper()
-	hdrs := make([]stHeader, len(f.names))
-	for i, name := range f.names {
-		hdrs[i] = stHeader{Name: name, Dtype: f.ts[name].Dtype, Shape: f.ts[name].Shape}
+	var hdr bytes.Buffer
+	hdr.WriteString(`{"__metadata__":{"format":"pt"}`)
+	var data []byte
+	for _, name := range f.names {
+		x := f.ts[name]
+		shape, _ := json.Marshal(x.Shape)
+		fmt.Fprintf(&hdr, `,%q:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, name, x.Dtype, shape, len(data), len(data)+len(x.data))
+		data = append(data, x.data...)
 	}
-	err := writeSafetensors(path, hdrs, func(i int, w io.Writer) error {
-		_, err := w.Write(f.ts[f.names[i]].data)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hdr.WriteByte('}')
+	b := binary.LittleEndian.AppendUint64(nil, uint64(hdr.Len()))
+	writeBytes(t, filepath.Dir(path), filepath.Base(path), append(append(b, hdr.Bytes()...), data...))
 }
 
 // mapTensors converts every F32 tensor with conv, which returns the new
@@ -442,11 +445,11 @@ func exported(t *testing.T) (string, []float32) {
 }
 
 // f16Bits maps a float32 that is exact in half precision to its bits,
-// through f16ToF32 (checked on its own by TestF16ToF32).
+// through half.F16ToF32 (checked on its own by package half).
 func f16Bits() map[uint32]uint16 {
 	m := make(map[uint32]uint16, 1<<16)
 	for h := range 1 << 16 {
-		if v := f16ToF32(uint16(h)); !math.IsNaN(float64(v)) {
+		if v := half.F16ToF32(uint16(h)); !math.IsNaN(float64(v)) {
 			m[math.Float32bits(v)] = uint16(h)
 		}
 	}
@@ -626,19 +629,7 @@ func editTensors(edit func(f *tensorFile)) func(t *testing.T, dir string) {
 		path := filepath.Join(dir, ModelFile)
 		f := loadTensorFile(t, path)
 		edit(f)
-		// Write by hand: writeSafetensors rejects what some edits do.
-		var hdr bytes.Buffer
-		hdr.WriteString(`{"__metadata__":{"format":"pt"}`)
-		var data []byte
-		for _, name := range f.names {
-			x := f.ts[name]
-			shape, _ := json.Marshal(x.Shape)
-			fmt.Fprintf(&hdr, `,%q:{"dtype":%q,"shape":%s,"data_offsets":[%d,%d]}`, name, x.Dtype, shape, len(data), len(data)+len(x.data))
-			data = append(data, x.data...)
-		}
-		hdr.WriteByte('}')
-		b := binary.LittleEndian.AppendUint64(nil, uint64(hdr.Len()))
-		writeBytes(t, dir, ModelFile, append(append(b, hdr.Bytes()...), data...))
+		f.write(t, path)
 	}
 }
 

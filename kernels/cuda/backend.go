@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -290,7 +291,7 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 	}
 	b.mu.Lock()
 	b.allocs[uintptr(p)] = n
-	i, _ := slices.BinarySearchFunc(b.spans, uintptr(p), func(s span, x uintptr) int { return cmpUintptr(s.lo, x) })
+	i, _ := slices.BinarySearchFunc(b.spans, uintptr(p), func(s span, x uintptr) int { return cmp.Compare(s.lo, x) })
 	b.spans = slices.Insert(b.spans, i, span{uintptr(p), uintptr(p) + uintptr(n)})
 	b.mu.Unlock()
 	return ptrOf(p)
@@ -309,16 +310,6 @@ func (e *AllocError) Error() string {
 }
 
 func (e *AllocError) Unwrap() error { return e.Err }
-
-func cmpUintptr(a, b uintptr) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
 
 func memString(d *Device) string {
 	free, total, err := d.MemInfo()
@@ -360,7 +351,7 @@ func (b *Backend) Free(x any) {
 	_, ok := b.allocs[p]
 	if ok {
 		delete(b.allocs, p)
-		if i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmpUintptr(s.lo, x) }); found {
+		if i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmp.Compare(s.lo, x) }); found {
 			b.spans = slices.Delete(b.spans, i, i+1)
 		}
 	}
@@ -409,7 +400,7 @@ func (b *Backend) ptr64(x []float64) Ptr {
 
 func (b *Backend) check(p uintptr, n int) Ptr {
 	b.mu.Lock()
-	i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmpUintptr(s.lo, x) })
+	i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmp.Compare(s.lo, x) })
 	if !found {
 		i--
 	}

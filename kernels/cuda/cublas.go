@@ -373,6 +373,9 @@ func (b *BLAS) Version() (int, error) {
 	return int(v), nil
 }
 
+// Stream returns the stream b queues its work on.
+func (b *BLAS) Stream() Stream { return b.s }
+
 // Paths returns where cuBLAS and cuBLASLt were loaded from.
 func (b *BLAS) Paths() (cublas, cublasLt string) { return b.api.path, b.api.ltPath }
 

@@ -14,12 +14,14 @@
 //	args.go       kernel arguments, packed outside the Go heap
 //	nvrtc.go      compiling kernel sources, the on-disk cache
 //	cublas.go     GEMMs (cuBLAS, cuBLASLt)
+//	gemmrate.go   the measured GEMM rate, the peak of MFU figures
 //	nccl.go       the NCCL communicator
 //	kernels/*.cu  the kernel sources, one file per kernel family
 //	source.go     the sources as one NVRTC program
 //	launch*.go    each kernel's launch geometry and arguments
 //	emu/          a CPU emulator of CUDA that runs the sources in tests
 //	backend.go    kernels.Backend on the GPU, mixed precision
-//	selftest.go   the device self-test and the GEMM rate (gptui gpu)
-//	check.go      every Backend method on the GPU against the CPU backend
+//	cudacheck/    the device self-test and every Backend method on the GPU
+//	              against the CPU backend (gptui gpu check), apart from the
+//	              backend
 package cuda

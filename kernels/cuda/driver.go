@@ -419,6 +419,11 @@ func (d *Device) Arch() (major, minor int) { return d.major, d.minor }
 // SMs returns the number of streaming multiprocessors.
 func (d *Device) SMs() int { return d.sms }
 
+// ConcurrentManaged reports whether the device has concurrent managed
+// access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), without which
+// Prefetch does nothing.
+func (d *Device) ConcurrentManaged() bool { return d.concurrent }
+
 // TotalMemory returns the device memory in bytes.
 func (d *Device) TotalMemory() int64 { return d.total }
 

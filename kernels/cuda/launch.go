@@ -133,16 +133,6 @@ func LayerNormBackwardGeometry(N, C int) (grid, block Dim3, shared int) {
 // 6144) the backend must raise the function's limit before launching it.
 func LayerNormBackwardShared(C int) int { return 2 * C * 4 }
 
-// SharedNeeds maps each kernel of this file that needs more than 48 KiB of
-// dynamic shared memory for models of up to C channels to what it needs.
-func SharedNeeds(C int) map[string]int {
-	need := map[string]int{}
-	if n := LayerNormBackwardShared(C); n > 48<<10 {
-		need["layernorm_backward"] = n
-	}
-	return need
-}
-
 // BiasBackwardGeometry is blocks of 32 columns × 16 threads, bbRows rows
 // per block.
 func BiasBackwardGeometry(N, OC int) (grid, block Dim3) {
@@ -278,7 +268,7 @@ func (k *Kernels) LayerNormForward(s Stream, out, mean, rstd, inp, w, bias Ptr, 
 // LayerNormBackward accumulates dinp (N,C), dw and dbias (C) as
 // kernels/cpu. The dw and dbias sums take atomics: their last bits may
 // differ from run to run. It needs LayerNormBackwardShared(C) bytes of
-// dynamic shared memory (see SharedNeeds).
+// dynamic shared memory, whose limit the backend raises above 48 KiB.
 func (k *Kernels) LayerNormBackward(s Stream, dinp, dw, dbias, dout, inp, w, mean, rstd Ptr, N, C int) error {
 	if err := checkSizes("LayerNormBackward", N, C); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -260,9 +261,7 @@ func search(lib Library, env Env) (dirs []string, wheel map[string]bool) {
 // pattern with python3* in it, and maybe versions/*), newest Python first.
 func expandPython(pattern string) []string {
 	m, _ := filepath.Glob(pattern)
-	sort.SliceStable(m, func(i, j int) bool {
-		return versionLess(pyVersion(m[j]), pyVersion(m[i]))
-	})
+	slices.SortStableFunc(m, func(a, b string) int { return slices.Compare(pyVersion(b), pyVersion(a)) })
 	return m
 }
 
@@ -304,16 +303,6 @@ func parseVersion(s string) ([]int, bool) {
 		nums = append(nums, n)
 	}
 	return nums, true
-}
-
-// versionLess orders versions numerically; a prefix sorts first.
-func versionLess(a, b []int) bool {
-	for i := 0; i < len(a) && i < len(b); i++ {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return len(a) < len(b)
 }
 
 // inDir lists the files for lib in dir, newest soname version first:
@@ -474,7 +463,7 @@ func nvrtcBuiltins(path string) []string {
 			cs = append(cs, cand{e.Name(), v})
 		}
 	}
-	sort.SliceStable(cs, func(i, j int) bool { return versionLess(cs[j].v, cs[i].v) })
+	slices.SortStableFunc(cs, func(a, b cand) int { return slices.Compare(b.v, a.v) })
 	var out []string
 	for _, c := range cs {
 		out = append(out, filepath.Join(dir, c.name))

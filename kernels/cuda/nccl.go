@@ -89,8 +89,6 @@ type ncclAPI struct {
 	commSplit func(comm uintptr, color, key int32, newcomm *uintptr, config uintptr) int32
 	// ncclResult_t ncclCommDestroy(ncclComm_t comm);
 	commDestroy func(comm uintptr) int32
-	// ncclResult_t ncclCommAbort(ncclComm_t comm);
-	commAbort func(comm uintptr) int32
 	// ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 	commGetAsyncError func(comm uintptr, r *int32) int32
 	// ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
@@ -147,7 +145,6 @@ func LoadNCCL() (*NCCL, error) {
 		{&a.commInitRank, "ncclCommInitRank"},
 		{&a.commSplit, "ncclCommSplit"},
 		{&a.commDestroy, "ncclCommDestroy"},
-		{&a.commAbort, "ncclCommAbort"},
 		{&a.commGetAsyncError, "ncclCommGetAsyncError"},
 		{&a.commCount, "ncclCommCount"},
 		{&a.commUserRank, "ncclCommUserRank"},
@@ -395,17 +392,6 @@ func (c *Comm) Destroy() error {
 		return nil
 	}
 	err := c.call("ncclCommDestroy", func() int32 { return c.n.api.commDestroy(c.c) })
-	c.c = 0
-	return err
-}
-
-// Abort frees the communicator at once, abandoning queued work
-// (ncclCommAbort): for a rank whose peers failed.
-func (c *Comm) Abort() error {
-	if c.c == 0 {
-		return nil
-	}
-	err := c.call("ncclCommAbort", func() int32 { return c.n.api.commAbort(c.c) })
 	c.c = 0
 	return err
 }

@@ -1,7 +1,7 @@
 // Command spearman checks the planner's predicted order of strategies
 // against measured step times: it trains a small model with each strategy
 // as 'gptui run --no-tui --nproc N' local CPU workers, takes the median
-// step time of rank 0's metrics.0.jsonl (after the first steps), predicts
+// step time of rank 0's metrics file (after the first steps), predicts
 // each with the planner on the measured CPU profile ('gptui plan
 // --profile'), and prints a Markdown table with Spearman's rank
 // correlation between the two.
@@ -13,8 +13,7 @@
 package main
 
 import (
-	"bufio"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -118,7 +118,7 @@ func run(gptui string, steps, rounds, nproc int, profilePath string) error {
 			if err != nil {
 				return fmt.Errorf("%s: %v\n%s", s, err, out)
 			}
-			med, err := medianStep(filepath.Join(dir, "metrics.0.jsonl"), 5)
+			med, err := medianStep(event.MetricsFile(dir, 0), 5)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s, err)
 			}
@@ -155,25 +155,20 @@ func medianStep(path string, skip int) (float64, error) {
 		return 0, err
 	}
 	defer f.Close()
+	ms, err := event.ReadMetrics(path, f)
+	if err != nil {
+		return 0, err
+	}
 	var times []float64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var m struct {
-			Step     int      `json:"step"`
-			StepTime float64  `json:"step_time_s"`
-			Eval     *float64 `json:"eval_loss"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return 0, fmt.Errorf("%s: %w", path, err)
-		}
-		if m.Eval == nil && m.Step >= skip {
-			times = append(times, m.StepTime)
+	for _, m := range ms {
+		if m.EvalLoss == 0 && m.Step >= skip {
+			times = append(times, m.StepTimeS)
 		}
 	}
 	if len(times) == 0 {
 		return 0, fmt.Errorf("%s: no timed steps", path)
 	}
-	return median(times), sc.Err()
+	return median(times), nil
 }
 
 func median(x []float64) float64 {
@@ -191,7 +186,7 @@ func ranks(x []float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmpf(x[a], x[b]) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(x[a], x[b]) })
 	r := make([]float64, len(x))
 	for i := 0; i < len(idx); {
 		j := i
@@ -204,16 +199,6 @@ func ranks(x []float64) []float64 {
 		i = j + 1
 	}
 	return r
-}
-
-func cmpf(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // pearson is the correlation of a and b (of ranks: Spearman's).

@@ -1,4 +1,4 @@
-package cuda
+package cudacheck
 
 import (
 	"bytes"
@@ -7,80 +7,6 @@ import (
 	"strings"
 	"testing"
 )
-
-func TestBF16(t *testing.T) {
-	for _, tc := range []struct {
-		f    float32
-		want uint16
-	}{
-		{1, 0x3f80},
-		{-2, 0xc000},
-		{math.Float32frombits(0x3f808000), 0x3f80}, // halfway, to even (down)
-		{math.Float32frombits(0x3f818000), 0x3f82}, // halfway, to even (up)
-		{math.Float32frombits(0x3f808001), 0x3f81}, // above halfway
-		{float32(math.Inf(1)), 0x7f80},
-		{math.MaxFloat32, 0x7f80}, // rounds up to infinity
-	} {
-		if got := toBF16(tc.f); got != tc.want {
-			t.Errorf("toBF16(%g) = %#04x, want %#04x", tc.f, got, tc.want)
-		}
-	}
-	if !math.IsNaN(float64(fromBF16(toBF16(float32(math.NaN()))))) {
-		t.Error("NaN did not stay NaN")
-	}
-	for h := 0; h < 1<<16; h++ {
-		f := fromBF16(uint16(h))
-		if f != f {
-			continue
-		}
-		if got := toBF16(f); got != uint16(h) {
-			t.Fatalf("bf16 %#04x → %g → %#04x", h, f, got)
-		}
-	}
-}
-
-func TestF16(t *testing.T) {
-	for _, tc := range []struct {
-		f    float32
-		want uint16
-	}{
-		{1, 0x3c00},
-		{-2, 0xc000},
-		{0.1, 0x2e66},
-		{65504, 0x7bff},
-		{65520, 0x7c00},         // halfway to the next power: rounds to infinity
-		{6.1035156e-05, 0x0400}, // the smallest normal
-		{5.9604645e-08, 0x0001}, // the smallest subnormal
-		{2.9802322e-08, 0x0000}, // half of it: ties to even, zero
-		{4.4703484e-08, 0x0001}, // three quarters of it: up
-		{float32(math.Inf(-1)), 0xfc00},
-		{1e-10, 0},
-	} {
-		if got := toF16(tc.f); got != tc.want {
-			t.Errorf("toF16(%g) = %#04x, want %#04x", tc.f, got, tc.want)
-		}
-	}
-	for h := 0; h < 1<<16; h++ {
-		f := fromF16(uint16(h))
-		if f != f {
-			continue
-		}
-		if got := toF16(f); got != uint16(h) {
-			t.Fatalf("f16 %#04x → %g → %#04x", h, f, got)
-		}
-	}
-	// Ties between neighbours round to the even one.
-	for h := uint16(0x3c00); h < 0x3c10; h++ {
-		mid := (fromF16(h) + fromF16(h+1)) / 2
-		want := h
-		if h&1 == 1 {
-			want = h + 1
-		}
-		if got := toF16(mid); got != want {
-			t.Errorf("toF16(midpoint of %#04x and %#04x) = %#04x, want %#04x", h, h+1, got, want)
-		}
-	}
-}
 
 func TestRefGemm(t *testing.T) {
 	// Row-major matrices written out by hand: opA (2×3), opB (3×2).

@@ -1,4 +1,4 @@
-package cuda
+package cudacheck
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels/cuda"
 )
 
 // CheckBackend runs every method of kernels.Backend on the GPU backend g
@@ -18,10 +19,10 @@ import (
 // fp32 work, exact for dropout masks, 2e-2 for GEMMs with 16-bit inputs).
 // It returns an error naming the failed outputs. It is the device half of
 // the kernel tests, which run the same sources under an emulator in CI.
-func CheckBackend(g *Backend, w io.Writer) error {
+func CheckBackend(g *cuda.Backend, w io.Writer) error {
 	c := &checker{g: g, c: cpu.New(), w: w, rng: rand.New(rand.NewPCG(1, 2))}
 	gemmTol := 1e-5
-	if g.prec != PrecisionFP32 {
+	if g.Precision() != cuda.PrecisionFP32 {
 		gemmTol = 2e-2
 	}
 	const (
@@ -170,7 +171,7 @@ func CheckBackend(g *Backend, w io.Writer) error {
 
 // checker runs one method on both backends and compares the outputs.
 type checker struct {
-	g      *Backend
+	g      *cuda.Backend
 	c      *cpu.Backend
 	w      io.Writer
 	rng    *rand.Rand

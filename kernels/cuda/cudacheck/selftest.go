@@ -1,4 +1,4 @@
-package cuda
+package cudacheck
 
 import (
 	"bytes"
@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 	"unsafe"
+
+	"github.com/gptui/gptui/half"
+	"github.com/gptui/gptui/kernels/cuda"
 )
 
 // selfTestSource is the self-test's kernel: each thread writes
@@ -86,10 +89,10 @@ func SelfTest(ctx context.Context, w io.Writer) error {
 	defer func() {
 		fmt.Fprintf(w, "self-test: %d passed, %d failed in %.1fs\n", t.passed, len(t.failed), time.Since(t.start).Seconds())
 	}()
-	var d *Device
+	var d *cuda.Device
 	if !t.check("open device 0", func() (string, error) {
 		var err error
-		if d, err = Open(0); err != nil {
+		if d, err = cuda.Open(0); err != nil {
 			return "", err
 		}
 		major, minor := d.Arch()
@@ -97,7 +100,7 @@ func SelfTest(ctx context.Context, w io.Writer) error {
 		if err != nil {
 			return "", err
 		}
-		n, _ := DeviceCount()
+		n, _ := cuda.DeviceCount()
 		return fmt.Sprintf("%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free), driver CUDA %d.%d, %d device(s), %s",
 			d.Name(), major, minor, d.SMs(), gib(total), gib(free), d.DriverVersion()/1000, d.DriverVersion()%1000/10, n, d.LibraryPath()), nil
 	}) {
@@ -126,7 +129,7 @@ func (t *selfTest) result() error {
 func gib(b int64) float64 { return float64(b) / (1 << 30) }
 
 // upload copies host values to new device memory.
-func upload[T any](d *Device, v []T) (Ptr, error) {
+func upload[T any](d *cuda.Device, v []T) (cuda.Ptr, error) {
 	n := len(v) * int(unsafe.Sizeof(v[0]))
 	p, err := d.Alloc(n)
 	if err != nil {
@@ -140,17 +143,17 @@ func upload[T any](d *Device, v []T) (Ptr, error) {
 }
 
 // download copies n values from device memory.
-func download[T any](d *Device, p Ptr, n int) ([]T, error) {
+func download[T any](d *cuda.Device, p cuda.Ptr, n int) ([]T, error) {
 	v := make([]T, n)
 	return v, d.CopyDtoH(unsafe.Pointer(&v[0]), p, n*int(unsafe.Sizeof(v[0])))
 }
 
 // hostBytes views n bytes of managed memory at p from the host.
-func hostBytes(p Ptr, n int) []byte {
+func hostBytes(p cuda.Ptr, n int) []byte {
 	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), n)
 }
 
-func (t *selfTest) memory(d *Device) {
+func (t *selfTest) memory(d *cuda.Device) {
 	t.check("alloc/memset/free 256 MiB", func() (string, error) {
 		free0, _, err := d.MemInfo()
 		if err != nil {
@@ -208,7 +211,7 @@ func (t *selfTest) memory(d *Device) {
 			}
 		}
 		how := "prefetched (concurrent managed access)"
-		if !d.concurrent {
+		if !d.ConcurrentManaged() {
 			how = "no concurrent managed access: prefetch skipped"
 		}
 		return how + ", host writes read back on the device", nil
@@ -262,11 +265,11 @@ func (t *selfTest) memory(d *Device) {
 // compile loads NVRTC and compiles the self-test kernel through a Cache
 // in a fresh folder (a miss), then again (a hit); it returns the kernel,
 // or 0 when a step failed.
-func (t *selfTest) compile(d *Device) Function {
-	var c *Compiler
+func (t *selfTest) compile(d *cuda.Device) cuda.Function {
+	var c *cuda.Compiler
 	if !t.check("NVRTC load", func() (string, error) {
 		var err error
-		if c, err = LoadNVRTC(); err != nil {
+		if c, err = cuda.LoadNVRTC(); err != nil {
 			return "", err
 		}
 		major, minor := c.Version()
@@ -283,7 +286,7 @@ func (t *selfTest) compile(d *Device) Function {
 	}
 	defer os.RemoveAll(dir)
 	cache := c.NewCache(dir)
-	opts := []string{ArchFlag(d.Arch()), "-default-device"}
+	opts := []string{cuda.ArchFlag(d.Arch()), "-default-device"}
 	var image []byte
 	if !t.check("NVRTC compile (cache miss)", func() (string, error) {
 		start := time.Now()
@@ -294,7 +297,7 @@ func (t *selfTest) compile(d *Device) Function {
 		if hit {
 			return "", errors.New("a fresh cache reported a hit")
 		}
-		if !isELF(img) {
+		if !bytes.HasPrefix(img, []byte("\x7fELF")) {
 			return "", fmt.Errorf("the image is not a CUBIN (%q…)", img[:min(len(img), 16)])
 		}
 		image = img
@@ -314,7 +317,7 @@ func (t *selfTest) compile(d *Device) Function {
 		}
 		return fmt.Sprintf("in %v", time.Since(start).Round(time.Microsecond)), nil
 	})
-	var f Function
+	var f cuda.Function
 	t.check("module load", func() (string, error) {
 		m, err := d.Load(image)
 		if err != nil {
@@ -335,7 +338,7 @@ func (t *selfTest) compile(d *Device) Function {
 }
 
 // launch runs the self-test kernel and times launches with events.
-func (t *selfTest) launch(d *Device, f Function) {
+func (t *selfTest) launch(d *cuda.Device, f cuda.Function) {
 	if f == 0 {
 		t.skip("kernel launch (Ptr, int32, float32, uint64)", "no kernel")
 		t.skip("event timing", "no kernel")
@@ -343,7 +346,7 @@ func (t *selfTest) launch(d *Device, f Function) {
 	}
 	const n = 1<<20 + 3 // not a multiple of the block
 	const tag = uint64(0xfeedface_12345678)
-	var out, a, tagOut Ptr
+	var out, a, tagOut cuda.Ptr
 	t.check("kernel launch (Ptr, int32, float32, uint64)", func() (string, error) {
 		in := make([]float32, n)
 		for i := range in {
@@ -360,8 +363,8 @@ func (t *selfTest) launch(d *Device, f Function) {
 			return "", err
 		}
 		block := uint32(256)
-		grid := Dim3{X: (n + block - 1) / block, Y: 1, Z: 1}
-		if err := d.Launch(f, grid, Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, int32(n), float32(3), tag, tagOut); err != nil {
+		grid := cuda.Dim3{X: (n + block - 1) / block, Y: 1, Z: 1}
+		if err := d.Launch(f, grid, cuda.Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, int32(n), float32(3), tag, tagOut); err != nil {
 			return "", err
 		}
 		if err := d.Sync(0); err != nil {
@@ -383,7 +386,7 @@ func (t *selfTest) launch(d *Device, f Function) {
 		if gotTag[0] != tag {
 			return "", fmt.Errorf("the uint64 argument arrived as %#x, sent %#x", gotTag[0], tag)
 		}
-		if err := d.Launch(f, grid, Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, n, float32(3)); err == nil {
+		if err := d.Launch(f, grid, cuda.Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, n, float32(3)); err == nil {
 			return "", errors.New("a Go int argument was accepted")
 		}
 		return fmt.Sprintf("%d elements right, uint64 tag right", n), nil
@@ -404,13 +407,13 @@ func (t *selfTest) launch(d *Device, f Function) {
 		defer d.DestroyEvent(end)
 		const launches = 100
 		block := uint32(256)
-		grid := Dim3{X: (n + block - 1) / block, Y: 1, Z: 1}
+		grid := cuda.Dim3{X: (n + block - 1) / block, Y: 1, Z: 1}
 		wall := time.Now()
 		if err := d.Record(start, 0); err != nil {
 			return "", err
 		}
 		for range launches {
-			if err := d.Launch(f, grid, Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, int32(n), float32(3), tag, tagOut); err != nil {
+			if err := d.Launch(f, grid, cuda.Dim3{X: block, Y: 1, Z: 1}, 0, 0, out, a, int32(n), float32(3), tag, tagOut); err != nil {
 				return "", err
 			}
 		}
@@ -478,95 +481,34 @@ func geluTanh(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
-// toBF16 rounds f to bfloat16 (nearest, ties to even).
-func toBF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN
-		return uint16(b>>16) | 0x40
-	}
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
-}
-
-func fromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
-// toF16 rounds f to IEEE half (nearest, ties to even).
-func toF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int(b>>23&0xff) - 127 + 15
-	mant := b & 0x7fffff
-	switch {
-	case b&0x7fffffff > 0x7f800000:
-		return sign | 0x7e00
-	case exp >= 31:
-		return sign | 0x7c00
-	case exp <= 0:
-		if exp < -10 {
-			return sign
-		}
-		mant |= 0x800000
-		shift := uint32(14 - exp)
-		half := uint32(1) << (shift - 1)
-		r := mant >> shift
-		if rem := mant & (1<<shift - 1); rem > half || rem == half && r&1 == 1 {
-			r++
-		}
-		return sign | uint16(r)
-	}
-	r := uint32(exp)<<10 | mant>>13
-	if rem := mant & 0x1fff; rem > 0x1000 || rem == 0x1000 && r&1 == 1 {
-		r++ // may carry into the exponent, which is right
-	}
-	return sign | uint16(r)
-}
-
-func fromF16(h uint16) float32 {
-	sign := uint32(h&0x8000) << 16
-	exp := uint32(h>>10) & 0x1f
-	mant := uint32(h & 0x3ff)
-	switch {
-	case exp == 0 && mant == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal: mant·2⁻²⁴
-		v := float32(mant) / (1 << 24)
-		if sign != 0 {
-			v = -v
-		}
-		return v
-	case exp == 31:
-		return math.Float32frombits(sign | 0x7f800000 | mant<<13)
-	}
-	return math.Float32frombits(sign | (exp-15+127)<<23 | mant<<13)
-}
-
 // operand is a GEMM input on the host and the device.
 type operand struct {
 	vals []float64 // the values as the device sees them (after rounding)
-	p    Ptr
+	p    cuda.Ptr
 }
 
 // randOperand makes n random values in [-1, 1) of type t on the device.
-func randOperand(d *Device, r *rand.Rand, n int, t DataType) (operand, error) {
+func randOperand(d *cuda.Device, r *rand.Rand, n int, t cuda.DataType) (operand, error) {
 	o := operand{vals: make([]float64, n)}
 	var err error
 	switch t {
-	case F32:
+	case cuda.F32:
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = r.Float32()*2 - 1
 			o.vals[i] = float64(v[i])
 		}
 		o.p, err = upload(d, v)
-	case BF16, F16:
+	case cuda.BF16, cuda.F16:
 		v := make([]uint16, n)
 		for i := range v {
 			x := r.Float32()*2 - 1
-			if t == BF16 {
-				v[i] = toBF16(x)
-				o.vals[i] = float64(fromBF16(v[i]))
+			if t == cuda.BF16 {
+				v[i] = half.F32ToBF16(x)
+				o.vals[i] = float64(half.BF16ToF32(v[i]))
 			} else {
-				v[i] = toF16(x)
-				o.vals[i] = float64(fromF16(v[i]))
+				v[i] = half.F32ToF16(x)
+				o.vals[i] = float64(half.F16ToF32(v[i]))
 			}
 		}
 		o.p, err = upload(d, v)
@@ -577,10 +519,10 @@ func randOperand(d *Device, r *rand.Rand, n int, t DataType) (operand, error) {
 }
 
 // fetch reads n values of type t from the device as float64.
-func fetch(d *Device, p Ptr, n int, t DataType) ([]float64, error) {
+func fetch(d *cuda.Device, p cuda.Ptr, n int, t cuda.DataType) ([]float64, error) {
 	out := make([]float64, n)
 	switch t {
-	case F32:
+	case cuda.F32:
 		v, err := download[float32](d, p, n)
 		if err != nil {
 			return nil, err
@@ -588,16 +530,16 @@ func fetch(d *Device, p Ptr, n int, t DataType) ([]float64, error) {
 		for i, x := range v {
 			out[i] = float64(x)
 		}
-	case BF16, F16:
+	case cuda.BF16, cuda.F16:
 		v, err := download[uint16](d, p, n)
 		if err != nil {
 			return nil, err
 		}
 		for i, x := range v {
-			if t == BF16 {
-				out[i] = float64(fromBF16(x))
+			if t == cuda.BF16 {
+				out[i] = float64(half.BF16ToF32(x))
 			} else {
-				out[i] = float64(fromF16(x))
+				out[i] = float64(half.F16ToF32(x))
 			}
 		}
 	default:
@@ -611,16 +553,16 @@ type gemmCase struct {
 	name           string
 	transA, transB bool
 	m, n, k        int
-	in, out        DataType
+	in, out        cuda.DataType
 	exact          bool
 	tol            float64
-	lt             bool     // through Matmul (cuBLASLt) instead of Gemm
-	ep             Epilogue // for lt
-	batch          int      // > 1: GemmStridedBatched
+	lt             bool          // through Matmul (cuBLASLt) instead of Gemm
+	ep             cuda.Epilogue // for lt
+	batch          int           // > 1: GemmStridedBatched
 }
 
-func (t *selfTest) blas(d *Device) {
-	var b *BLAS
+func (t *selfTest) blas(d *cuda.Device) {
+	var b *cuda.BLAS
 	if !t.check("cuBLAS + cuBLASLt handles", func() (string, error) {
 		s, err := d.NewStream()
 		if err != nil {
@@ -634,45 +576,45 @@ func (t *selfTest) blas(d *Device) {
 			return "", err
 		}
 		cb, lt := b.Paths()
-		return fmt.Sprintf("cuBLAS %d, %s, %s, %d MiB workspace", v, cb, lt, WorkspaceBytes>>20), nil
+		return fmt.Sprintf("cuBLAS %d, %s, %s, %d MiB workspace", v, cb, lt, cuda.WorkspaceBytes>>20), nil
 	}) {
 		t.skip("cuBLAS GEMMs", "no cuBLAS")
 		return
 	}
 	defer func() {
 		b.Close()
-		d.DestroyStream(b.s)
+		d.DestroyStream(b.Stream())
 	}()
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, gc := range []gemmCase{
-		{name: "Gemm f32 exact 256×128×64", transB: true, m: 256, n: 128, k: 64, in: F32, out: F32, exact: true, tol: 1e-5},
-		{name: "Gemm f32 exact 256×128×64 (Aᵀ)", transA: true, m: 256, n: 128, k: 64, in: F32, out: F32, exact: true, tol: 1e-5},
-		{name: "Gemm bf16→f32 256×128×64", transB: true, m: 256, n: 128, k: 64, in: BF16, out: F32, tol: 1e-2},
-		{name: "Gemm f16→f32 256×128×64", transB: true, m: 256, n: 128, k: 64, in: F16, out: F32, tol: 1e-2},
-		{name: "Gemm bf16→bf16 256×128×64", m: 256, n: 128, k: 64, in: BF16, out: BF16, tol: 1e-2},
-		{name: "GemmStridedBatched f32 4×64×64×32", transA: true, m: 64, n: 64, k: 32, in: F32, out: F32, exact: true, tol: 1e-5, batch: 4},
-		{name: "GemmStridedBatched bf16→f32 4×64×64×32", m: 64, n: 64, k: 32, in: BF16, out: F32, tol: 1e-2, batch: 4},
-		{name: "Matmul f32 +bias 256×128×64", transA: true, m: 256, n: 128, k: 64, in: F32, out: F32, tol: 1e-5, lt: true, ep: EpilogueBias},
-		{name: "Matmul f32 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: F32, out: F32, tol: 1e-3, lt: true, ep: EpilogueGeluBias},
-		{name: "Matmul f32 gelu 256×128×64", transA: true, m: 256, n: 128, k: 64, in: F32, out: F32, tol: 1e-3, lt: true, ep: EpilogueGelu},
-		{name: "Matmul bf16 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: BF16, out: BF16, tol: 1e-2, lt: true, ep: EpilogueGeluBias},
-		{name: "Matmul f32 bias-grad (BGRADB) 256×128×64", transB: true, m: 256, n: 128, k: 64, in: F32, out: F32, tol: 1e-5, lt: true, ep: EpilogueBiasGrad},
-		{name: "Matmul bf16→f32 bias-grad 256×128×64", transB: true, m: 256, n: 128, k: 64, in: BF16, out: F32, tol: 1e-2, lt: true, ep: EpilogueBiasGrad},
+		{name: "Gemm f32 exact 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, exact: true, tol: 1e-5},
+		{name: "Gemm f32 exact 256×128×64 (Aᵀ)", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, exact: true, tol: 1e-5},
+		{name: "Gemm bf16→f32 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.F32, tol: 1e-2},
+		{name: "Gemm f16→f32 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.F16, out: cuda.F32, tol: 1e-2},
+		{name: "Gemm bf16→bf16 256×128×64", m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.BF16, tol: 1e-2},
+		{name: "GemmStridedBatched f32 4×64×64×32", transA: true, m: 64, n: 64, k: 32, in: cuda.F32, out: cuda.F32, exact: true, tol: 1e-5, batch: 4},
+		{name: "GemmStridedBatched bf16→f32 4×64×64×32", m: 64, n: 64, k: 32, in: cuda.BF16, out: cuda.F32, tol: 1e-2, batch: 4},
+		{name: "Matmul f32 +bias 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-5, lt: true, ep: cuda.EpilogueBias},
+		{name: "Matmul f32 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-3, lt: true, ep: cuda.EpilogueGeluBias},
+		{name: "Matmul f32 gelu 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-3, lt: true, ep: cuda.EpilogueGelu},
+		{name: "Matmul bf16 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.BF16, tol: 1e-2, lt: true, ep: cuda.EpilogueGeluBias},
+		{name: "Matmul f32 bias-grad (BGRADB) 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-5, lt: true, ep: cuda.EpilogueBiasGrad},
+		{name: "Matmul bf16→f32 bias-grad 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.F32, tol: 1e-2, lt: true, ep: cuda.EpilogueBiasGrad},
 	} {
 		t.check(gc.name, func() (string, error) { return runGemmCase(d, b, r, gc) })
 	}
-	for _, gt := range []DataType{BF16, F32} {
+	for _, gt := range []cuda.DataType{cuda.BF16, cuda.F32} {
 		n := 8192
-		if gt == F32 {
+		if gt == cuda.F32 {
 			n = 4096
 		}
 		t.check(fmt.Sprintf("measured %s GEMM rate (n=%d)", gt, n), func() (string, error) {
-			flops, err := MeasureGemm(t.ctx, d, b, gt, n)
+			flops, err := cuda.MeasureGemm(t.ctx, d, b, gt, n)
 			if err != nil {
 				return "", err
 			}
 			what := ""
-			if gt == F32 {
+			if gt == cuda.F32 {
 				what = " (TF32 allowed)"
 			}
 			return fmt.Sprintf("%.1f TFLOP/s%s, median of 10", flops/1e12, what), nil
@@ -681,7 +623,7 @@ func (t *selfTest) blas(d *Device) {
 }
 
 // runGemmCase runs one GEMM on the device and compares it with refGemm.
-func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) {
+func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (string, error) {
 	batch := max(gc.batch, 1)
 	rowsA, colsA := gc.m, gc.k
 	if gc.transA {
@@ -710,8 +652,8 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 	defer d.Free(C.p)
 	alpha, beta := float32(1.25), float32(0.5)
 	switch gc.ep {
-	case EpilogueNone:
-	case EpilogueBiasGrad:
+	case cuda.EpilogueNone:
+	case cuda.EpilogueBiasGrad:
 		alpha, beta = 1, 0 // as a weight gradient's first micro-batch
 	default:
 		beta = 0 // the epilogue's reference is simpler without C
@@ -723,7 +665,7 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 	var bias operand
 	var wantBias []float64
 	switch gc.ep {
-	case EpilogueBias, EpilogueGeluBias:
+	case cuda.EpilogueBias, cuda.EpilogueGeluBias:
 		if bias, err = randOperand(d, r, gc.m, gc.out); err != nil {
 			return "", err
 		}
@@ -733,7 +675,7 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 				want[i+j*ldc] += bias.vals[i]
 			}
 		}
-	case EpilogueBiasGrad:
+	case cuda.EpilogueBiasGrad:
 		if bias.p, err = d.Alloc(gc.n * gc.out.Size()); err != nil {
 			return "", err
 		}
@@ -751,7 +693,7 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 		}
 	}
 	var wantErf []float64 // GELU's erf form, to tell which one cuBLASLt computes
-	if gc.ep == EpilogueGelu || gc.ep == EpilogueGeluBias {
+	if gc.ep == cuda.EpilogueGelu || gc.ep == cuda.EpilogueGeluBias {
 		wantErf = make([]float64, len(want))
 		for i, x := range want {
 			want[i] = geluTanh(x)
@@ -769,7 +711,7 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 	if err != nil {
 		return "", err
 	}
-	if err := d.Sync(b.s); err != nil {
+	if err := d.Sync(b.Stream()); err != nil {
 		return "", err
 	}
 	got, err := fetch(d, C.p, sc*batch, gc.out)
@@ -798,107 +740,12 @@ func runGemmCase(d *Device, b *BLAS, r *rand.Rand, gc gemmCase) (string, error) 
 	return detail, nil
 }
 
-// MeasureGemm times an n×n×n GEMM with inputs of type t (output of the
-// same type, f32 for f32 inputs, which may then use TF32) on b's stream:
-// three warm-up runs, then the median of ten runs timed with events. It
-// returns the rate in FLOP/s (2n³ per run), the device's measured peak
-// for MFU figures (n=8192 for bf16).
-func MeasureGemm(ctx context.Context, d *Device, b *BLAS, t DataType, n int) (flops float64, err error) {
-	if t.Size() == 0 || n <= 0 {
-		return 0, fmt.Errorf("cuda: measuring a %s GEMM of %d", t, n)
-	}
-	bytes := n * n * t.Size()
-	var ptrs []Ptr
-	defer func() {
-		for _, p := range ptrs {
-			d.Free(p)
-		}
-	}()
-	// Inputs hold small random values (a GEMM of zeros draws less
-	// power and can clock higher): one random megabyte, repeated.
-	chunk := make([]byte, 1<<20)
-	r := rand.New(rand.NewPCG(uint64(n), 3))
-	for i := 0; i < len(chunk); i += t.Size() {
-		x := r.Float32() - 0.5
-		switch t {
-		case BF16:
-			v := toBF16(x)
-			chunk[i], chunk[i+1] = byte(v), byte(v>>8)
-		case F16:
-			v := toF16(x)
-			chunk[i], chunk[i+1] = byte(v), byte(v>>8)
-		case F32:
-			v := math.Float32bits(x)
-			chunk[i], chunk[i+1], chunk[i+2], chunk[i+3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
-		default:
-			return 0, fmt.Errorf("cuda: measuring a %s GEMM: use f32, f16 or bf16", t)
-		}
-	}
-	for range 3 {
-		p, err := d.Alloc(bytes)
-		if err != nil {
-			return 0, err
-		}
-		ptrs = append(ptrs, p)
-		for off := 0; off < bytes; off += len(chunk) {
-			if err := d.CopyHtoD(p+Ptr(off), unsafe.Pointer(&chunk[0]), min(len(chunk), bytes-off)); err != nil {
-				return 0, err
-			}
-		}
-	}
-	A, B, C := ptrs[0], ptrs[1], ptrs[2]
-	gemm := func() error {
-		return b.Gemm(false, false, n, n, n, 1, A, t, n, B, t, n, 0, C, t, n, false)
-	}
-	for range 3 {
-		if err := gemm(); err != nil {
-			return 0, err
-		}
-	}
-	start, err := d.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer d.DestroyEvent(start)
-	end, err := d.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer d.DestroyEvent(end)
-	var times []time.Duration
-	for range 10 {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		if err := d.Record(start, b.s); err != nil {
-			return 0, err
-		}
-		if err := gemm(); err != nil {
-			return 0, err
-		}
-		if err := d.Record(end, b.s); err != nil {
-			return 0, err
-		}
-		el, err := d.Elapsed(start, end)
-		if err != nil {
-			return 0, err
-		}
-		times = append(times, el)
-	}
-	slices.Sort(times)
-	med := (times[4] + times[5]) / 2
-	if med <= 0 {
-		return 0, fmt.Errorf("cuda: a %d³ GEMM timed at %v", n, med)
-	}
-	return 2 * float64(n) * float64(n) * float64(n) / med.Seconds(), nil
-}
-
 // nccl checks NCCL on one rank: the collectives copy their input.
-func (t *selfTest) nccl(d *Device) {
-	var n *NCCL
+func (t *selfTest) nccl(d *cuda.Device) {
+	var n *cuda.NCCL
 	if !t.check("NCCL load", func() (string, error) {
 		var err error
-		if n, err = LoadNCCL(); err != nil {
+		if n, err = cuda.LoadNCCL(); err != nil {
 			return "", err
 		}
 		v := n.Version()
@@ -907,13 +754,13 @@ func (t *selfTest) nccl(d *Device) {
 		t.skip("NCCL one rank", "no NCCL")
 		return
 	}
-	var c *Comm
+	var c *cuda.Comm
 	if !t.check("NCCL UniqueID + InitRank(1 rank)", func() (string, error) {
 		id, err := n.UniqueID()
 		if err != nil {
 			return "", err
 		}
-		if id == (UniqueID{}) {
+		if id == (cuda.UniqueID{}) {
 			return "", errors.New("the unique id is all zeros")
 		}
 		if c, err = n.InitRank(d, 1, id, 0); err != nil {
@@ -933,7 +780,7 @@ func (t *selfTest) nccl(d *Device) {
 	for i := range in {
 		in[i] = float32(i) - 0.5
 	}
-	same := func(p Ptr) error {
+	same := func(p cuda.Ptr) error {
 		if err := d.Sync(0); err != nil {
 			return err
 		}
@@ -962,19 +809,19 @@ func (t *selfTest) nccl(d *Device) {
 	defer d.Free(recv)
 	for _, op := range []struct {
 		name string
-		run  func(c *Comm) error
+		run  func(c *cuda.Comm) error
 	}{
-		{"AllReduce sum", func(c *Comm) error { return c.AllReduce(send, recv, count, F32, Sum, 0) }},
-		{"AllReduce max", func(c *Comm) error { return c.AllReduce(send, recv, count, F32, Max, 0) }},
-		{"AllGather", func(c *Comm) error { return c.AllGather(send, recv, count, F32, 0) }},
-		{"ReduceScatter", func(c *Comm) error { return c.ReduceScatter(send, recv, count, F32, Sum, 0) }},
-		{"Broadcast", func(c *Comm) error { return c.Broadcast(send, recv, count, F32, 0, 0) }},
-		{"Send/Recv to self in a group", func(c *Comm) error {
+		{"AllReduce sum", func(c *cuda.Comm) error { return c.AllReduce(send, recv, count, cuda.F32, cuda.Sum, 0) }},
+		{"AllReduce max", func(c *cuda.Comm) error { return c.AllReduce(send, recv, count, cuda.F32, cuda.Max, 0) }},
+		{"AllGather", func(c *cuda.Comm) error { return c.AllGather(send, recv, count, cuda.F32, 0) }},
+		{"ReduceScatter", func(c *cuda.Comm) error { return c.ReduceScatter(send, recv, count, cuda.F32, cuda.Sum, 0) }},
+		{"Broadcast", func(c *cuda.Comm) error { return c.Broadcast(send, recv, count, cuda.F32, 0, 0) }},
+		{"Send/Recv to self in a group", func(c *cuda.Comm) error {
 			if err := n.GroupStart(); err != nil {
 				return err
 			}
-			errS := c.Send(send, count, F32, 0, 0)
-			errR := c.Recv(recv, count, F32, 0, 0)
+			errS := c.Send(send, count, cuda.F32, 0, 0)
+			errR := c.Recv(recv, count, cuda.F32, 0, 0)
 			return errors.Join(errS, errR, n.GroupEnd())
 		}},
 	} {
@@ -1005,7 +852,7 @@ func (t *selfTest) nccl(d *Device) {
 		if err := d.Memset(recv, count*4, 0); err != nil {
 			return "", err
 		}
-		if err := sub.AllReduce(send, recv, count, F32, Sum, 0); err != nil {
+		if err := sub.AllReduce(send, recv, count, cuda.F32, cuda.Sum, 0); err != nil {
 			return "", err
 		}
 		if err := same(recv); err != nil {
@@ -1014,7 +861,7 @@ func (t *selfTest) nccl(d *Device) {
 		if err := sub.Destroy(); err != nil {
 			return "", err
 		}
-		none, err := c.Split(SplitNoColor, 0)
+		none, err := c.Split(cuda.SplitNoColor, 0)
 		if err != nil {
 			return "", err
 		}
