@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/gptui/gptui/kernels"
-	"github.com/gptui/gptui/kernels/cpu"
 )
 
 // Recompute says which activations the forward pass keeps for backward.
@@ -285,8 +284,8 @@ const (
 	siteMLPOut
 )
 
-func (m *Model) dropout(p float32, ps Pass, l, site int) cpu.Dropout {
-	return cpu.Dropout{P: p, Key: cpu.SiteKey(m.seed, uint64(ps.Step), uint64(l), uint64(site))}
+func (m *Model) dropout(p float32, ps Pass, l, site int) kernels.Dropout {
+	return kernels.Dropout{P: p, Key: kernels.SiteKey(m.seed, uint64(ps.Step), uint64(l), uint64(site))}
 }
 
 // Forward runs a training pass of the model on inputs (B,T): dropout on,
@@ -468,7 +467,7 @@ func (m *Model) headBackward(a *activations, ps *pass) {
 
 // attnDropout is the dropout of the attention probabilities of block l,
 // placing this rank's heads among all of them.
-func (m *Model) attnDropout(p float32, ps Pass, l int) cpu.Dropout {
+func (m *Model) attnDropout(p float32, ps Pass, l int) kernels.Dropout {
 	d := m.dropout(p, ps, l, siteAttnProbs)
 	if m.Part.MP > 1 {
 		d.Heads, d.Head0 = m.Cfg.NH, m.Part.MPRank*m.d.NHl

@@ -7,41 +7,119 @@
 // lives in kernels/cuda.
 package kernels
 
-import "github.com/gptui/gptui/kernels/cpu"
-
-// Backend is the set of operations the GPT engine runs. Shapes are given in
-// each method's documentation in kernels/cpu; tensors are row-major float32.
+// Backend is the set of operations the GPT engine runs. Tensors are
+// row-major float32 (shapes in parentheses, outermost first); B is the
+// batch, T the sequence length, C the channels, NH the attention heads,
+// Vp the padded vocabulary and N = B·T rows. "Accumulates" means the
+// method adds into its gradient outputs (+=); every other output is
+// overwritten. Buffers come from [Float32s] and its kin, so that a backend
+// whose kernels need their own memory (the GPU's) can address them.
+//
+// Each method's reference is the CPU backend (kernels/cpu), whose doc
+// comments give the formulas in full; every backend computes the same
+// results to float32 rounding, and draws the same dropout masks.
 type Backend interface {
 	// Name describes the backend and its GEMM library in one line.
 	Name() string
-	// PeakFLOPS is the rate MFU is measured against (FLOP/s).
+	// PeakFLOPS is the rate MFU is measured against (FLOP/s): the best the
+	// backend's matrix multiply reaches, so no step can exceed it.
 	PeakFLOPS() float64
 
+	// Sgemm is BLAS's C = alpha·op(A)·op(B) + beta·C, row-major: C (m,n)
+	// with row stride ldc, op(A) (m,k), op(B) (k,n); A is stored (k,m)
+	// when transA is set and B (n,k) when transB is set. With beta 0, C's
+	// previous contents are ignored.
 	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
 
+	// EncoderForward: out (B,T,C) = wte[inp[b,t]] + wpe[t], for token ids
+	// inp (B,T), wte (Vp,C) and wpe (maxT,C).
 	EncoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int)
+	// EncoderBackward accumulates dwte[inp[b,t]] += dout[b,t] and
+	// dwpe[t] += dout[b,t]; dout (B,T,C).
 	EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int)
+	// EncoderShardForward is the vocabulary-parallel embedding: wte holds
+	// rows vlo… of the token embedding and a token outside them adds zeros;
+	// wpe may be nil (no position embedding: another rank adds it).
 	EncoderShardForward(out []float32, inp []int32, wte []float32, vlo int, wpe []float32, B, T, C int)
+	// EncoderShardBackward accumulates EncoderShardForward's gradients:
+	// dwte for the tokens in this rank's rows, dwpe unless it is nil.
 	EncoderShardBackward(dwte []float32, vlo int, dwpe, dout []float32, inp []int32, B, T, C int)
+
+	// LayerNormForward normalises each of N rows of C channels:
+	// out (N,C) = (inp − mean)·rstd·w + bias, w and bias (C); it keeps
+	// mean (N) and rstd (N) for the backward pass.
 	LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int)
+	// LayerNormBackward accumulates dinp (N,C), dw (C) and dbias (C) from
+	// dout (N,C) and what the forward pass kept.
 	LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int)
+
+	// MatmulForward is a linear layer: out (N,OC) = inp (N,IC)·wᵀ + bias,
+	// w (OC,IC) as torch.nn.Linear and llm.c store it, bias (OC) or nil.
 	MatmulForward(out, inp, w, bias []float32, N, IC, OC int)
+	// MatmulBackward: dinp (N,IC) = dout (N,OC)·w, overwritten (skipped
+	// when nil); it accumulates dw (OC,IC) += doutᵀ·inp and dbias (OC) +=
+	// the column sums of dout (skipped when nil).
 	MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int)
-	AttentionForward(out, att, qkv []float32, B, T, C, NH int, d cpu.Dropout, off uint64)
-	AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d cpu.Dropout, off uint64)
+
+	// AttentionForward is causal multi-head attention over qkv (B,T,3C),
+	// queries, keys and values side by side: out (B,T,C), with att the
+	// softmax probabilities kept for the backward pass ((B,NH,T,T), or
+	// [AttentionFloats] values for a backend that keeps less). Dropout d
+	// applies to the probabilities, element indices offset by off.
+	AttentionForward(out, att, qkv []float32, B, T, C, NH int, d Dropout, off uint64)
+	// AttentionBackward writes dqkv (B,T,3C) from dout (B,T,C) and what the
+	// forward pass returned (out and att) and read (qkv), with the same
+	// dropout mask.
+	AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d Dropout, off uint64)
+	// AttentionDecode attends one new token per sequence, at position pos,
+	// to a key/value cache: q (B,C), kc and vc (B,maxT,C) filled in rows
+	// 0…pos; out (B,C). It generates text without re-running the context.
 	AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int)
+
+	// GeluForward applies GELU (GPT-2's tanh approximation) elementwise:
+	// out = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 	GeluForward(out, inp []float32)
+	// GeluBackward writes dinp from dout, the pre-activation inp and the
+	// forward output out (all of one length).
 	GeluBackward(dinp, inp, out, dout []float32)
+	// ResidualForward adds two streams: out = a + c; out may alias a.
 	ResidualForward(out, a, c []float32)
-	DropoutForward(out, inp []float32, d cpu.Dropout, off uint64)
-	DropoutBackward(dinp, dout []float32, d cpu.Dropout, off uint64)
+	// DropoutForward: out[i] = inp[i]·mask[i]/(1−P), mask element i the one
+	// d draws at index off+i; with P 0 it copies. out may alias inp.
+	DropoutForward(out, inp []float32, d Dropout, off uint64)
+	// DropoutBackward: dinp[i] = dout[i]·mask[i]/(1−P), the forward mask.
+	DropoutBackward(dinp, dout []float32, d Dropout, off uint64)
+
+	// CrossEntropy is the fused classifier over logits (N,V), the real
+	// vocabulary columns: losses (N) = −log softmax(logits)[targets], and
+	// when grad is set the logits are overwritten by
+	// dscale·(softmax − onehot(targets)).
 	CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool)
+	// ClassifierMax, ClassifierExp and ClassifierFinish are CrossEntropy in
+	// three passes over a vocabulary split between tensor-parallel ranks:
+	// logits (N,V) are this rank's columns, global ids vlo…vlo+V−1, and
+	// the engine sums maxes (N) and stats (N,2) between passes.
+	// ClassifierMax writes each row's maximum (−Inf for V 0).
 	ClassifierMax(maxes, logits []float32, N, V int)
+	// ClassifierExp exponentiates logits in place against the global row
+	// maxima and writes each row's partial sum and target logit to stats.
 	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int)
+	// ClassifierFinish writes losses (N) from the summed stats and, when
+	// grad is set, turns the exponentiated logits into dscale times the
+	// loss gradient.
 	ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool)
+
+	// AdamW updates params in place from grads, with moments m and v (all
+	// of one length), as torch.optim.AdamW does: g = gscale·grad (gscale
+	// the clipping factor), m = β1·m + (1−β1)·g, v = β2·v + (1−β2)·g²,
+	// p −= lr·(m̂/(√v̂ + ε) + wd·p), bias-corrected for the 1-based step.
 	AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int)
+	// SumSquares returns Σ x², accumulated in float64 in an order that does
+	// not depend on the number of threads.
 	SumSquares(x []float32) float64
+	// Zero sets every element of x to 0.
 	Zero(x []float32)
+	// Scale multiplies every element of x by s.
 	Scale(x []float32, s float32)
 }
 

@@ -188,121 +188,26 @@ func errText(err error) string {
 }
 
 // parityRun trains preset for steps steps on the CPU backend (fp32) and on
-// the GPU (GEMMs in prec) from the same initialisation and data, and
-// returns both loss curves.
+// the GPU (GEMMs in prec), on the built-in corpus, and returns both loss
+// curves.
 func parityRun(ctx context.Context, preset string, steps int, prec cuda.Precision, o []string) (cpuL, gpuL []float32, err error) {
 	o = append(o, fmt.Sprintf("Engine.max_steps=%d", steps), "Engine.save_load.save_steps=0", "Data.Train.dataset.input_dir=", "Engine.log_dir="+os.TempDir()+"/gptui-gpu-check")
-	run := func(be kernels.Backend) ([]float32, error) {
-		cfg, err := presets.Load(preset, o)
-		if err != nil {
-			return nil, err
-		}
-		tr, err := engine.NewTrainer(cfg, be, engine.Options{Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }})
-		if err != nil {
-			return nil, err
-		}
-		res, err := tr.Run(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return res.Losses, nil
-	}
-	if cpuL, err = run(cpu.New()); err != nil {
-		return nil, nil, fmt.Errorf("cpu: %w", err)
-	}
-	g, err := cuda.New(cuda.Options{Precision: prec})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer g.Close()
-	if gpuL, err = run(g); err != nil {
-		return nil, nil, fmt.Errorf("gpu: %w", err)
-	}
-	if len(gpuL) != len(cpuL) {
-		return nil, nil, fmt.Errorf("%d GPU steps, %d CPU steps", len(gpuL), len(cpuL))
-	}
-	return cpuL, gpuL, nil
+	load := func() (*presets.Config, error) { return presets.Load(preset, o) }
+	return cudacheck.LossParity(ctx, load, engine.Options{Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }}, prec)
 }
 
-// gradParity compares the gradients of one forward and backward pass on
-// the GPU in bf16 with the CPU's fp32 ones, tensor by tensor, as llm.c's
-// test_gpt2.cu does: every element within thr + |ref|·0.079 (bf16's
-// epsilon bound), thr being 5% of the tensor's largest reference gradient.
+// gradParity compares one pass's gradients on the GPU in bf16 with the
+// CPU's (cudacheck.GradParity) on the built-in corpus.
 func gradParity(ctx context.Context, w io.Writer, preset string, o []string) error {
 	cfg, err := presets.Load(preset, o)
 	if err != nil {
 		return err
 	}
-	mc := engine.ShapeOf(cfg)
-	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
 	toks, err := data.BuiltinCorpus(gptui.Docs)
 	if err != nil {
 		return err
 	}
-	inputs, targets := make([]int32, B*T), make([]int32, B*T)
-	for i := range inputs {
-		inputs[i], targets[i] = int32(toks[i]), int32(toks[i+1])
-	}
-	grads := func(be kernels.Backend) ([]float32, []engine.Tensor, float32, error) {
-		m, err := engine.NewModel(be, mc, cfg.Model.InitializerRange, uint64(cfg.Global.Seed))
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		m.ZeroGrad()
-		loss, err := m.Forward(ctx, inputs, targets, B, T, engine.Pass{}, 1/float32(B*T))
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		if err := m.Backward(ctx, engine.Pass{}, nil); err != nil {
-			return nil, nil, 0, err
-		}
-		if err := kernels.Sync(be); err != nil {
-			return nil, nil, 0, err
-		}
-		return append([]float32(nil), m.Grads...), m.Tensors, loss, nil
-	}
-	ref, ts, lref, err := grads(cpu.New())
-	if err != nil {
-		return err
-	}
-	g, err := cuda.New(cuda.Options{Precision: cuda.PrecisionBF16})
-	if err != nil {
-		return err
-	}
-	defer g.Close()
-	got, _, lgot, err := grads(g)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "loss: gpu %.6f cpu %.6f\n", lgot, lref)
-	var bad []string
-	for _, t := range ts {
-		r, x := ref[t.Offset:t.Offset+t.Size], got[t.Offset:t.Offset+t.Size]
-		var mx float64
-		for _, v := range r {
-			mx = max(mx, math.Abs(float64(v)))
-		}
-		thr := 0.05 * mx
-		worst, faults := 0.0, 0
-		for i := range r {
-			d := math.Abs(float64(x[i] - r[i]))
-			eff := thr + math.Abs(float64(r[i]))*0.079
-			worst = max(worst, d/eff)
-			if !(d <= eff) {
-				faults++
-			}
-		}
-		v := "ok"
-		if faults > 0 {
-			v = "NOT OK"
-			bad = append(bad, t.Name)
-		}
-		fmt.Fprintf(w, "  %-10s %s: thr %.2e, max diff/allowed %.3f, faults %d of %d\n", t.Name, v, thr, worst, faults, len(r))
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("gradients out of tolerance: %s", strings.Join(bad, ", "))
-	}
-	return nil
+	return cudacheck.GradParity(ctx, w, cfg, toks)
 }
 
 // gpuBench measures the device's GEMM rates with the binary's own cuBLAS

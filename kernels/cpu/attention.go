@@ -2,6 +2,8 @@ package cpu
 
 import (
 	"math"
+
+	"github.com/gptui/gptui/kernels"
 )
 
 // AttentionForward is causal multi-head self-attention on packed q, k, v.
@@ -19,7 +21,7 @@ import (
 // the upper triangle discarded: at CPU sizes the GEMM library's speed is
 // worth more than the skipped half. A flash-style kernel that never stores
 // att belongs to the GPU backend.
-func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d Dropout, off uint64) {
+func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	var pd []float32 // dropout(att) of one batch row, when dropout is on
@@ -44,7 +46,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d D
 				}
 				clear(row[t+1:])
 				if pd != nil {
-					d.apply(pd[r*T:(r+1)*T], row, d.attIndex(off, bb, NH, r, T))
+					d.Apply(pd[r*T:(r+1)*T], row, d.AttIndex(off, bb, NH, r, T))
 				}
 			}
 		})
@@ -68,7 +70,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d D
 //	dq = dS · k;  dk = dSᵀ · q
 //
 // In the same three phases per batch row as the forward pass.
-func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d Dropout, off uint64) {
+func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	hs := C / NH
 	scale := float32(1 / math.Sqrt(float64(hs)))
 	dp := make([]float32, NH*T*T)
@@ -81,7 +83,7 @@ func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C
 		if pd != nil {
 			b.ParallelFor(NH*T, 16, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
-					d.apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], d.attIndex(off, bb, NH, r, T))
+					d.Apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], d.AttIndex(off, bb, NH, r, T))
 				}
 			})
 		}
@@ -100,7 +102,7 @@ func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C
 				row := att[(bb*NH*T+r)*T : (bb*NH*T+r)*T+t+1]
 				g := dp[r*T : (r+1)*T]
 				if d.On() {
-					d.apply(g[:t+1], g[:t+1], d.attIndex(off, bb, NH, r, T))
+					d.Apply(g[:t+1], g[:t+1], d.AttIndex(off, bb, NH, r, T))
 				}
 				var dot float32
 				for i, p := range row {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gptui/gptui/kernels"
 )
 
 // The tensor-parallel kernels, run on the pieces of a split tensor and
@@ -112,7 +114,7 @@ func TestAttentionHeadsSplitDropout(t *testing.T) {
 	B, T, NH, hs := 2, 5, 4, 3
 	C := NH * hs
 	qkv := randn(r, B*T*3*C, 1)
-	d := Dropout{P: 0.3, Key: SiteKey(9)}
+	d := kernels.Dropout{P: 0.3, Key: kernels.SiteKey(9)}
 	const off = 7 * 4 * 5 * 5 // some sample offset · NH·T·T
 	out := make([]float32, B*T*C)
 	att := make([]float32, B*NH*T*T)

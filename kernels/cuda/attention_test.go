@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/kernels/cuda/emu"
@@ -131,7 +132,7 @@ func TestAttention(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(B*T), uint64(C*NH)))
 			qkv := attRandom(r, B*T*3*C)
 			dout := attRandom(r, B*T*C)
-			d := cpu.Dropout{P: c.p, Key: cpu.SiteKey(7, uint64(T)), Heads: c.heads, Head0: c.head0}
+			d := kernels.Dropout{P: c.p, Key: kernels.SiteKey(7, uint64(T)), Heads: c.heads, Head0: c.head0}
 			off := uint64(12345)
 
 			be := cpu.New()

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels"
 )
 
 // Precision is the element type the GEMMs multiply in. Everything else —
@@ -588,7 +588,7 @@ func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC,
 
 // AttentionForward is causal self-attention; att holds each row's
 // log-sum-exp (AttentionFloats), not the probabilities.
-func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d cpu.Dropout, off uint64) {
+func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	if b.ok() {
 		b.run("AttentionForward", b.k.AttentionForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
@@ -596,7 +596,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d c
 
 // AttentionBackward overwrites dqkv, recomputing the probabilities from qkv
 // and the log-sum-exps in att; out is the forward pass's output.
-func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d cpu.Dropout, off uint64) {
+func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	if b.ok() {
 		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
@@ -631,14 +631,14 @@ func (b *Backend) ResidualForward(out, a, c []float32) {
 }
 
 // DropoutForward draws the CPU backend's mask, element for element.
-func (b *Backend) DropoutForward(out, inp []float32, d cpu.Dropout, off uint64) {
+func (b *Backend) DropoutForward(out, inp []float32, d kernels.Dropout, off uint64) {
 	if b.ok() {
 		b.run("DropoutForward", b.k.DropoutForward(b.s, b.ptr(out), b.ptr(inp), len(inp), d.P, d.Key, off))
 	}
 }
 
 // DropoutBackward applies the forward pass's mask to dout.
-func (b *Backend) DropoutBackward(dinp, dout []float32, d cpu.Dropout, off uint64) {
+func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off uint64) {
 	if b.ok() {
 		b.run("DropoutBackward", b.k.DropoutBackward(b.s, b.ptr(dinp), b.ptr(dout), len(dout), d.P, d.Key, off))
 	}

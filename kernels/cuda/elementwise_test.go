@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels"
 )
 
 // sizes are element counts around the float4 and block boundaries.
@@ -108,7 +108,7 @@ func TestDropout(t *testing.T) {
 		t.Run(fmt.Sprintf("n%d_p%v_off%d_inplace%v", tc.n, tc.p, tc.off, tc.inPlace), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(7, uint64(tc.n)))
 			m, k := machine(t)
-			d := cpu.Dropout{P: tc.p, Key: cpu.SiteKey(42, 3, 1, 5, 2)}
+			d := kernels.Dropout{P: tc.p, Key: kernels.SiteKey(42, 3, 1, 5, 2)}
 			in, dout := randn(r, tc.n, 1), randn(r, tc.n, 1)
 			want, dwant := make([]float32, tc.n), make([]float32, tc.n)
 			cpuBackend.DropoutForward(want, in, d, tc.stream)

@@ -38,7 +38,7 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 		return x
 	}
 	inp := tok(N, V)
-	drop := cpu.Dropout{P: 0.1, Key: cpu.SiteKey(7, 1, 2, 3)}
+	drop := kernels.Dropout{P: 0.1, Key: kernels.SiteKey(7, 1, 2, 3)}
 
 	// Embedding, whole and vocabulary-parallel.
 	wte, wpe := c.randn(Vp*C, 0.02), c.randn(T*C, 0.02)
@@ -82,7 +82,7 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 
 	// Attention, with and without dropout, with tensor-parallel heads.
 	qkv := c.randn(N*3*C, 1)
-	for _, d := range []cpu.Dropout{{}, drop, {P: 0.1, Key: drop.Key, Heads: 2 * NH, Head0: NH}} {
+	for _, d := range []kernels.Dropout{{}, drop, {P: 0.1, Key: drop.Key, Heads: 2 * NH, Head0: NH}} {
 		name := fmt.Sprintf("Attention p=%g heads=%d", d.P, d.Heads)
 		c.compare(name+" forward", 1e-5, func(be kernels.Backend, a args) {
 			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, NH, T))
