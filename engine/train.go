@@ -722,7 +722,11 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
 			in, tg := inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt]
 			if tr.pp == nil {
-				sum += float64(m.forward(ps, in, tg, tr.B, tr.T))
+				l, err := m.Loss(ctx, in, tg, tr.B, tr.T)
+				if err != nil {
+					return 0, err
+				}
+				sum += float64(l)
 				continue
 			}
 			l, err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T)
