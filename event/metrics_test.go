@@ -78,3 +78,31 @@ func TestComputeS(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeMetrics: any line either is no record or decodes to a record
+// that AppendLine writes and DecodeMetrics reads back to the same line; a metrics
+// file of such lines reads without error.
+func FuzzDecodeMetrics(f *testing.F) {
+	good, _ := Metrics{Step: 3, Loss: 6.5, LR: 1e-3, GradNorm: math.NaN()}.AppendLine(nil)
+	for _, s := range []string{string(good), `{"step":1}`, `{"step":`, `{"non_finite":["loss","x"]}`, `[1,2]`, `null`, ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		m, ok := DecodeMetrics(line)
+		if !ok {
+			return
+		}
+		b, err := m.AppendLine(nil)
+		if err != nil {
+			t.Fatalf("%q decodes to %+v, which does not encode: %v", line, m, err)
+		}
+		again, ok := DecodeMetrics(b)
+		b2, _ := again.AppendLine(nil)
+		if !ok || !bytes.Equal(b2, b) {
+			t.Fatalf("%q: %+v written as %q reads back as %+v, written as %q (ok %v)", line, m, b, again, b2, ok)
+		}
+		if _, err := ReadMetrics("fuzz", bytes.NewReader(append(line, '\n'))); err != nil && len(line) < maxMetricsLine {
+			t.Fatalf("ReadMetrics(%q): %v", line, err)
+		}
+	})
+}
