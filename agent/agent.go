@@ -133,7 +133,7 @@ func (a *agent) run(ctx context.Context) error {
 		Grace:     spec.grace(),
 		Interrupt: a.interrupt,
 		OnStart:   a.started,
-		OnLine: func(rank int, _ bool, line []byte) {
+		OnLine: func(rank int, stderr bool, line []byte) {
 			if p, ok := parseProgress(line); ok {
 				e := event.New(event.KindProgress)
 				e.Rank, e.Progress = rank, &p
@@ -141,7 +141,7 @@ func (a *agent) run(ctx context.Context) error {
 				return
 			}
 			e := event.New(event.KindLog)
-			e.Rank, e.Line = rank, string(line)
+			e.Rank, e.Line, e.Stderr = rank, string(line), stderr
 			a.emit(e)
 		},
 		OnExit: a.exited,

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// worker runs a script: "print TEXT", "metrics DIR N" (N records in
+// worker runs a script: "print TEXT", "warn TEXT" (to stderr), "metrics DIR N" (N records in
 // RANK's metrics file in DIR), "sleep D", "exit N".
 func worker(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
@@ -37,6 +37,8 @@ func worker(args []string) int {
 		switch cmd {
 		case "print":
 			fmt.Println(arg)
+		case "warn":
+			fmt.Fprintln(os.Stderr, arg)
 		case "metrics":
 			n, _ := strconv.Atoi(args[0])
 			args = args[1:]
@@ -116,7 +118,7 @@ func find(es []event.Event, kind, state string, rank int) *event.Event {
 }
 
 func TestRunReportsEvents(t *testing.T) {
-	s := spec(t, []string{"print", "hello", "metrics", "", "3", "sleep", "1500ms"}, []string{"print", "world"})
+	s := spec(t, []string{"print", "hello", "metrics", "", "3", "sleep", "1500ms"}, []string{"print", "world", "warn", "careful"})
 	s.Workers[0].Args[3] = s.LogDir
 	// A stale metrics file from an earlier run is not reported.
 	os.WriteFile(event.MetricsFile(s.LogDir, 11), []byte(`{"step":99}`+"\n"), 0o644)
@@ -135,8 +137,21 @@ func TestRunReportsEvents(t *testing.T) {
 			t.Errorf("running event %+v does not give the pid", e)
 		}
 	}
-	if e := find(es, event.KindLog, "", 10); e == nil || e.Line != "hello" {
+	if e := find(es, event.KindLog, "", 10); e == nil || e.Line != "hello" || e.Stderr {
 		t.Errorf("rank 10's log line: %+v", e)
+	}
+	// A line of standard error is marked so; one of standard output not.
+	var warned bool
+	for _, e := range es {
+		if e.Kind == event.KindLog && e.Rank == 11 {
+			if e.Stderr != (e.Line == "careful") {
+				t.Errorf("rank 11's log line %q: Stderr %v", e.Line, e.Stderr)
+			}
+			warned = warned || e.Line == "careful"
+		}
+	}
+	if !warned {
+		t.Errorf("no log event of rank 11's line on standard error")
 	}
 	var steps []int
 	for _, e := range es {

@@ -1,16 +1,18 @@
 // Package cluster runs a training job on the nodes of an SSH host
-// inventory: the launcher side of `gptui run --hosts FILE`.
+// inventory, or on this machine as a node of its own: the launcher side of
+// `gptui run` (--hosts FILE or --nproc N) and of the terminal UI.
 //
 // A [Job] goes through two phases. [Job.Plan] connects to every node (one
 // SSH connection per node, reused for everything after; a local node runs
 // its commands without SSH), pushes the gptui executable and the resolved
 // config to the node's workdir (skipped when the remote SHA-256 matches),
 // probes the node with `gptui agent --probe`, checks that the config's data
-// paths exist there, builds the rank table (or maps a given one onto the
-// nodes), and picks MASTER_ADDR and MASTER_PORT. The resulting [Plan] is
-// what --dry-run shows. [Job.Start] then starts one agent per node
-// (`gptui agent`, package agent), which starts that node's workers, and
-// merges the agents' event streams into one.
+// paths exist there (on an SSH node: a local node's workers report a
+// missing path themselves), builds the rank table (or maps a given one
+// onto the nodes), and picks MASTER_ADDR and MASTER_PORT (Options.MasterPort
+// if given). The resulting [Plan] is what --dry-run shows. [Job.Start] then
+// starts one agent per node (`gptui agent`, package agent), which starts
+// that node's workers, and merges the agents' event streams into one.
 //
 // Everything the job does is reported on [Job.Events], as events of
 // package event: the node events of the setup (connecting, pushing,
@@ -117,6 +119,10 @@ type Options struct {
 	// heartbeat every agent.HeartbeatEvery) before its node is taken for
 	// lost; 0 means DefaultAgentTimeout.
 	AgentTimeout time.Duration
+	// MasterPort, if not 0, is MASTER_PORT, where rank 0 listens, instead
+	// of a port found free on rank 0's node; every start of the job
+	// (each restart) uses it.
+	MasterPort int
 	// HangTimeout is how long the job may go without progress before it
 	// is taken for hung: a worker whose progress reports (every
 	// agent.ProgressEvery) stop for that long, or ranks waiting that long

@@ -20,6 +20,7 @@ import (
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/internal/sshtest"
 	"github.com/gptui/gptui/internal/testwd"
+	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
@@ -495,7 +496,8 @@ func TestRankTableGiven(t *testing.T) {
 }
 
 // TestLocalNode: a localhost node runs its agent as a local process, next
-// to an SSH node, and the job trains to the end.
+// to an SSH node, and the job trains to the end, its rank 0 listening on
+// the MASTER_PORT given.
 func TestLocalNode(t *testing.T) {
 	tc := newCluster(t, "cpu:2")
 	local := filepath.Join(t.TempDir(), "local")
@@ -505,6 +507,11 @@ func TestLocalNode(t *testing.T) {
 	tc.workdirs = []string{local, tc.workdirs[0]}
 	o := tc.options(t, append([]string{"Engine.max_steps=2"}, dp4...)...)
 	o.KeepJobs = 2
+	port, err := launch.FreePort("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MasterPort = port
 	j := New(o)
 	events := collect(j)
 	p, err := j.Plan(context.Background())
@@ -512,7 +519,7 @@ func TestLocalNode(t *testing.T) {
 		j.Close()
 		t.Fatal(err)
 	}
-	if p.Nodes[0].Addr != "local" || p.MasterAddr == "" {
+	if p.Nodes[0].Addr != "local" || p.MasterAddr == "" || p.MasterPort != port {
 		t.Errorf("plan %+v", p)
 	}
 	// Earlier jobs' directories, and two that are not job ids: after the

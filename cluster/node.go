@@ -104,23 +104,10 @@ func (n *node) gptui(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // missingPaths returns those of paths (relative ones to the workdir) that
-// do not exist on the node.
+// do not exist on the SSH node n.
 func (n *node) missingPaths(ctx context.Context, paths []string) ([]string, error) {
 	if len(paths) == 0 {
 		return nil, nil
-	}
-	if n.local() {
-		var missing []string
-		for _, p := range paths {
-			q := p
-			if !filepath.IsAbs(q) {
-				q = filepath.Join(n.dir, q)
-			}
-			if _, err := os.Stat(q); err != nil {
-				missing = append(missing, p)
-			}
-		}
-		return missing, nil
 	}
 	var quoted []string
 	for _, p := range paths {

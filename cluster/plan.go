@@ -191,6 +191,12 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 	pe.Message = describeProbe(e.Probe)
 	j.emit(pe)
 
+	if n.local() {
+		// This machine's workers find a missing path themselves, as
+		// 'gptui train' does, and say which in their last lines (exit
+		// status 2): there is no other machine whose files could differ.
+		return n, nil
+	}
 	missing, err := n.missingPaths(ctx, dataPaths(o))
 	if err != nil {
 		return n, err
@@ -363,7 +369,8 @@ func serverMatches(id string, n *node) bool {
 }
 
 // pickMaster sets p.MasterAddr, the address of rank 0's node as the other
-// nodes reach it, and p.MasterPort, a port free there.
+// nodes reach it, and p.MasterPort, Options.MasterPort or a port free
+// there.
 func (j *Job) pickMaster(ctx context.Context, p *Plan, nodes []*node, workers [][]slot) error {
 	m := -1
 	for i, ws := range workers {
@@ -397,6 +404,10 @@ func (j *Job) pickMaster(ctx context.Context, p *Plan, nodes []*node, workers []
 				break
 			}
 		}
+	}
+	if j.opts.MasterPort != 0 {
+		p.MasterPort = j.opts.MasterPort
+		return nil
 	}
 	out, err := mn.gptui(ctx, "agent", "--free-port", p.MasterAddr)
 	if err != nil {

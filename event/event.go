@@ -17,7 +17,7 @@
 //	worker   Node, Rank, State, Code, Signal starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
-//	log      Node, Rank, Line                one line of a worker's output
+//	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
 //	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
 //	heartbeat Node                           an agent is alive: sent every second while it runs
 //
@@ -127,6 +127,7 @@ type Event struct {
 	Signal  string   `json:"signal,omitempty"` // signal that killed a worker, such as "SIGKILL"
 	Tail    []string `json:"tail,omitempty"`   // last lines of a failed worker's log
 	Line    string   `json:"line,omitempty"`
+	Stderr  bool     `json:"stderr,omitempty"` // a log line came from the worker's standard error
 
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`

@@ -40,6 +40,18 @@ type Node struct {
 	Line      int     // the line of the inventory file, from 1
 }
 
+// LocalHosts names the inventory of a job on LocalNode in messages, where
+// an inventory's file name would go: the flag that asks for such a job.
+const LocalHosts = "--nproc"
+
+// LocalNode is this machine as the one node of a job without an inventory
+// ('gptui run --nproc N', the UI's --nproc N): nproc CPU workers, run
+// without SSH in the current directory, so that the job's relative paths
+// (data, checkpoints, logs) are those of the command's working directory.
+func LocalNode(nproc int) Node {
+	return Node{Name: "localhost", Host: "127.0.0.1", Local: true, Workdir: ".", Devices: Devices{CPU: nproc}}
+}
+
 // Devices are the devices of a node that gptui uses: accelerator indices
 // or a number of CPU workers.
 type Devices struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -19,9 +20,9 @@ import (
 	"github.com/gptui/gptui/launch"
 )
 
-// TestRunHelper is the gptui binary for the workers that runJob starts in
-// these tests: with GPTUI_RUN_HELPER=1 it runs the command line after "--"
-// the way main does, and exits.
+// TestRunHelper is the gptui binary for the processes some tests start
+// from the test binary: with GPTUI_RUN_HELPER=1 it runs the command line
+// after "--" the way main does, and exits.
 func TestRunHelper(t *testing.T) {
 	if os.Getenv("GPTUI_RUN_HELPER") != "1" {
 		return
@@ -33,19 +34,20 @@ func TestRunHelper(t *testing.T) {
 	os.Exit(exitCode(err, os.Stderr))
 }
 
-// runHelper runs 'gptui run ARGS...' in-process with the test binary as the
-// workers' gptui, and returns the exit code, stdout and stderr.
+// runHelper runs 'gptui run ARGS...' (the built binary, which starts
+// itself as the agent and the workers) and returns the exit code, stdout
+// and stderr. The end of ctx is an interrupt: SIGINT to gptui run.
 func runHelper(t *testing.T, ctx context.Context, stdout *syncBuffer, args ...string) (int, string) {
 	t.Helper()
-	t.Setenv("GPTUI_RUN_HELPER", "1")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr syncBuffer
-	err = runJob(ctx, []string{exe, "-test.run=^TestRunHelper$", "--"}, args, stdout, &stderr)
-	code := exitCode(err, &stderr)
-	return code, stderr.String()
+	cmd := exec.CommandContext(ctx, builtGPTUI(t), append([]string{"run"}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.Stdout, cmd.Stderr = stdout, &stderr
+	err := cmd.Run()
+	if err != nil && exitStatus(err) < 0 {
+		t.Fatalf("gptui run: %v", err)
+	}
+	return exitStatus(err), stderr.String()
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use that can report when

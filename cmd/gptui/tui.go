@@ -89,8 +89,8 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		// This machine, run by the same launcher as a cluster: an agent
 		// process and its workers, in the current directory.
-		l.Hosts = "--nproc"
-		l.Nodes = []sshexec.Node{{Name: "localhost", Host: "127.0.0.1", Local: true, Workdir: ".", Devices: sshexec.Devices{CPU: *nproc}}}
+		l.Hosts = sshexec.LocalHosts
+		l.Nodes = []sshexec.Node{sshexec.LocalNode(*nproc)}
 	}
 	opt.Nodes, opt.Launcher = l.Nodes, l
 	if !term.IsTerminal(os.Stdin.Fd()) || !term.IsTerminal(os.Stdout.Fd()) {
