@@ -198,7 +198,6 @@ func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 // checkpoint is exact.
 func TestRunHostsInterruptSaves(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	for _, tc := range stopSignals {
 		t.Run(tc.sig.String(), func(t *testing.T) { runHostsInterruptSaves(t, c, tc.sig, tc.code) })

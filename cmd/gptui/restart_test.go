@@ -108,7 +108,6 @@ func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
 // the end with the losses of an uninterrupted run. The checkpoints go to a
 // directory both nodes see (a shared filesystem).
 func TestRestartWorkerKilled(t *testing.T) {
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	restartWorkerKilled(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
 }
 
@@ -118,7 +117,6 @@ func TestRestartWorkerKilled(t *testing.T) {
 // resumed attempt starts.
 func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	restartWorkerKilled(t, restartArgs("output"))
 }
 
@@ -219,7 +217,6 @@ func restartWorkerKilled(t *testing.T, args []string) {
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	elasticNodeLost(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
 }
 
@@ -228,7 +225,6 @@ func TestElasticNodeLost(t *testing.T) {
 // has them.
 func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	elasticNodeLost(t, restartArgs("output"))
 }
 
@@ -338,7 +334,6 @@ func resumedStep(t *testing.T, out string) int {
 // TestBadInputRestarts: --max-restarts, --min-nodes and --max-nodes out of
 // range exit 2 with one line naming the flag, before any node is reached.
 func TestBadInputRestarts(t *testing.T) {
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	hosts := filepath.Join(t.TempDir(), "hosts.txt")
 	if err := os.WriteFile(hosts, []byte("node1 devices=cpu:1\nnode2 devices=cpu:1\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 // run's 30, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -93,7 +92,6 @@ func TestResumeHostsSync(t *testing.T) {
 // refused (exit 2).
 func TestReplicasSurviveNodeLoss(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -136,7 +134,6 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 // size, with the four panels; a missing log directory is exit 2.
 func TestReportTwoNodeRun(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",

@@ -189,7 +189,6 @@ func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duratio
 // dry run before it pushed the binary, so the job's own setup skips the
 // push. Tensor parallel groups (mp2) hold ranks 0-1 and 2-3, one per node.
 func TestRunHosts(t *testing.T) {
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	for _, tt := range []struct {
 		name      string
 		devices   string
@@ -301,7 +300,6 @@ func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exe
 // leaves no process on either node.
 func TestRunHostsWorkerKilled(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	_, done := startLongJob(t, c, &stdout, &stderr)
@@ -330,7 +328,6 @@ func TestRunHostsWorkerKilled(t *testing.T) {
 // connections drop, and the agents stop their workers within 10 s.
 func TestRunHostsLauncherKilled(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd, done := startLongJob(t, c, &stdout, &stderr)
@@ -349,7 +346,6 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 // fingerprint.
 func TestRunHostsBadInput(t *testing.T) {
 	long(t)
-	t.Parallel() // its own sshd servers, ports and workdirs: it runs beside the other sshd jobs
 	c := newSSHCluster(t, "cpu:1")
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.txt")
