@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,6 +258,19 @@ func elasticNodeLost(t *testing.T, args []string) {
 	stopped := make(chan struct{})
 	go func() { c.servers[1].Stop(); close(stopped) }()
 	defer func() { <-stopped }()
+	// The listener must be gone before the agent dies: otherwise the
+	// restart can still reach the node and set it up on a new connection,
+	// and the node is not the one lost the test means.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", c.servers[1].HostPort(), time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the second node's sshd still listens 10 s after its stop")
+		}
+	}
 	node2 := c.workdirs[1] + string(filepath.Separator)
 	for _, pid := range c.jobProcesses() {
 		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
