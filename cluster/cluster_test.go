@@ -143,6 +143,9 @@ var dp4 = []string{"Distributed.dp_degree=4", "Global.local_batch_size=2", "Glob
 // TestPlan: the rank table of two nodes × cpu:2, the pushes (the second
 // plan with the same binary skips it), the agents' specs.
 func TestPlan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+	}
 	tc := newCluster(t, "cpu:2")
 	var took [2][]time.Duration
 	for round := range 2 {
@@ -463,6 +466,9 @@ func TestNodeLost(t *testing.T) {
 // TestRankTableGiven: a given rank table decides the ranks: here the
 // second node holds ranks 0 and 1, so MASTER_ADDR is its address.
 func TestRankTableGiven(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+	}
 	tc := newCluster(t, "cpu:2")
 	o := tc.options(t, dp4...)
 	tab, err := ranktable.Parse("given.json", []byte(`{"version":"1.0","server_count":"2","server_list":[
@@ -499,6 +505,9 @@ func TestRankTableGiven(t *testing.T) {
 // to an SSH node, and the job trains to the end, its rank 0 listening on
 // the MASTER_PORT given.
 func TestLocalNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+	}
 	tc := newCluster(t, "cpu:2")
 	local := filepath.Join(t.TempDir(), "local")
 	inv, _ := os.ReadFile(tc.hosts)

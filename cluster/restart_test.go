@@ -77,6 +77,9 @@ func TestRestartLine(t *testing.T) {
 // once with that failure, and a Stop ends it as stopped; neither is
 // restarted.
 func TestSupervisorNoRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+	}
 	tc := newCluster(t, "cpu:1")
 	notModel := filepath.Join(t.TempDir(), "notmodel.bin")
 	if err := os.WriteFile(notModel, make([]byte, 2048), 0o644); err != nil {

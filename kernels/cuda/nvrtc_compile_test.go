@@ -22,7 +22,11 @@ func TestSourceCompilesWithNVRTC(t *testing.T) {
 	major, minor := nv.Version()
 	t.Logf("NVRTC %d.%d from %s", major, minor, nv.Path())
 	cache := nv.NewCache(t.TempDir())
-	for _, arch := range [][2]int{{9, 0}, {8, 0}} {
+	archs := [][2]int{{9, 0}, {8, 0}}
+	if testing.Short() {
+		archs = archs[:1] // -short: Hopper only (each compile takes ~20 s here)
+	}
+	for _, arch := range archs {
 		opts := []string{ArchFlag(arch[0], arch[1]), "--std=c++17"}
 		start := time.Now()
 		img, hit, err := cache.Get(Source(), "gptui.cu", opts)
