@@ -122,18 +122,33 @@ func (cf clusterFlags) check() error {
 // parseRanks parses --show-ranks: "all" (nil: every rank) or a
 // comma-separated list of ranks below nproc.
 func parseRanks(s string, nproc int) (func(int) bool, error) {
+	set, err := rankSet(s, nproc)
+	if set == nil {
+		return nil, err
+	}
+	return func(r int) bool { return set[r] }, nil
+}
+
+// rankSet parses --show-ranks: nil for "all", else the set of ranks. With
+// world ≥ 0 (the job's size, when known) a rank of world or more is an
+// error too; the error is a usageError.
+func rankSet(s string, world int) (map[int]bool, error) {
 	if s == "all" {
 		return nil, nil
 	}
-	show := make([]bool, nproc)
+	want := "ranks separated by commas"
+	if world >= 0 {
+		want = fmt.Sprintf("ranks from 0 to %d separated by commas", world-1)
+	}
+	set := map[int]bool{}
 	for _, f := range strings.Split(s, ",") {
 		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r < 0 || r >= nproc {
-			return nil, usagef("run: --show-ranks %q: want 'all' or ranks from 0 to %d separated by commas", s, nproc-1)
+		if err != nil || r < 0 || (world >= 0 && r >= world) {
+			return nil, usagef("run: --show-ranks %q: want 'all' or %s", s, want)
 		}
-		show[r] = true
+		set[r] = true
 	}
-	return func(r int) bool { return r >= 0 && r < nproc && show[r] }, nil
+	return set, nil
 }
 
 // checkRestarts checks --max-restarts, --min-nodes and --max-nodes against
@@ -160,16 +175,17 @@ func (cf clusterFlags) checkRestarts(n int) error {
 // runs it, printing its events.
 func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
 	local := cf.local()
-	var show func(int) bool
-	var showSet map[int]bool // --hosts: checked once the job's size is known
-	var err error
+	world := -1 // --hosts: the ranks are checked once the job's size is known
 	if local {
-		show, err = parseRanks(cf.show, cf.nproc)
-	} else if showSet, err = parseRankList(cf.show); showSet != nil {
-		show = func(r int) bool { return showSet[r] }
+		world = cf.nproc
 	}
+	showSet, err := rankSet(cf.show, world)
 	if err != nil {
 		return err
+	}
+	var show func(int) bool // nil: every rank
+	if showSet != nil {
+		show = func(r int) bool { return showSet[r] }
 	}
 	cfg, err := loadConfig(c, o)
 	if err != nil {
@@ -231,12 +247,10 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		}
 		return fmt.Errorf("run: %w", err)
 	}
-	for r := range showSet {
-		if r >= plan.World {
-			job.Close()
-			<-printed
-			return usagef("run: --show-ranks %q: the job has ranks 0 to %d", cf.show, plan.World-1)
-		}
+	if _, err := rankSet(cf.show, plan.World); err != nil {
+		job.Close()
+		<-printed
+		return err
 	}
 	if cf.dryRun {
 		job.Close()
@@ -266,21 +280,4 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		return f
 	}
 	return err
-}
-
-// parseRankList parses --show-ranks for a job whose size is not known
-// yet: nil for "all", else the set of ranks.
-func parseRankList(s string) (map[int]bool, error) {
-	if s == "all" {
-		return nil, nil
-	}
-	set := map[int]bool{}
-	for _, f := range strings.Split(s, ",") {
-		r, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || r < 0 {
-			return nil, usagef("run: --show-ranks %q: want 'all' or ranks separated by commas", s)
-		}
-		set[r] = true
-	}
-	return set, nil
 }

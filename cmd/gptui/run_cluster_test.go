@@ -364,6 +364,7 @@ func TestRunHostsBadInput(t *testing.T) {
 		{"dry run without hosts", []string{"--dry-run", "-c", "tiny"}, 2, []string{"--hosts"}},
 		{"preset and -c", []string{"--hosts", c.hosts, "--preset", "tiny", "-c", "gpt2-124m"}, 2, []string{"--preset"}},
 		{"rank table of other nodes", []string{"--hosts", c.hosts, "--rank-table", table, "-c", "tiny"}, 2, []string{table, "10.9.9.9"}},
+		{"rank beyond the job", []string{"--hosts", c.hosts, "--show-ranks", "0,4", "-c", "tiny"}, 2, []string{`--show-ranks "0,4"`, "ranks from 0 to 1"}}, // one device a node
 		{"missing data", []string{"--hosts", c.hosts, "-c", "tiny", "-o", "Data.Train.dataset.input_dir=/no/such/shards"}, 2, []string{c.hosts + ":", "has no /no/such/shards"}},
 		{"unknown host key", []string{"--hosts", c.hosts, "-c", "tiny"}, 1, []string{"unknown host key", "SHA256:", "--accept-new-host-keys"}},
 	} {
