@@ -11,10 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gptui/gptui"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
-	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
@@ -193,7 +191,7 @@ func errText(err error) string {
 func parityRun(ctx context.Context, preset string, steps int, prec cuda.Precision, o []string) (cpuL, gpuL []float32, err error) {
 	o = append(o, fmt.Sprintf("Engine.max_steps=%d", steps), "Engine.save_load.save_steps=0", "Data.Train.dataset.input_dir=", "Engine.log_dir="+os.TempDir()+"/gptui-gpu-check")
 	load := func() (*presets.Config, error) { return presets.Load(preset, o) }
-	return cudacheck.LossParity(ctx, load, engine.Options{Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) }}, prec)
+	return cudacheck.LossParity(ctx, load, engine.Options{Builtin: builtinCorpus}, prec)
 }
 
 // gradParity compares one pass's gradients on the GPU in bf16 with the
@@ -203,7 +201,7 @@ func gradParity(ctx context.Context, w io.Writer, preset string, o []string) err
 	if err != nil {
 		return err
 	}
-	toks, err := data.BuiltinCorpus(gptui.Docs)
+	toks, err := builtinCorpus()
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gptui/gptui"
@@ -123,7 +124,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
 		Stderr:  stderr,
-		Builtin: func() ([]uint16, error) { return data.BuiltinCorpus(gptui.Docs) },
+		Builtin: builtinCorpus,
 		World:   world,
 		Stop:    stop,
 	})
@@ -177,4 +178,15 @@ func onlyLogErrors(err error) bool {
 	}
 	_, ok := err.(*engine.LogWriteError)
 	return ok
+}
+
+// builtinCorpus returns the tokens of the built-in corpus, kept in the
+// user's cache directory (gptui/corpus) so that the workers of a job, and
+// later jobs, read what the first one tokenized.
+func builtinCorpus() ([]uint16, error) {
+	dir, err := os.UserCacheDir()
+	if err == nil {
+		dir = filepath.Join(dir, "gptui", "corpus")
+	}
+	return data.CachedCorpus(gptui.Docs, dir)
 }

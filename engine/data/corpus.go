@@ -1,10 +1,15 @@
 package data
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 )
 
@@ -13,6 +18,56 @@ import (
 // same layout [Prepare] writes. The command line passes gptui.Docs, the
 // project's documentation, which serves as the quickstart training corpus.
 func BuiltinCorpus(fsys fs.FS) ([]uint16, error) {
+	docs, err := readCorpus(fsys)
+	if err != nil {
+		return nil, err
+	}
+	return docs.tokenize()
+}
+
+// CachedCorpus returns what [BuiltinCorpus] returns for fsys, read from a
+// token shard in dir that an earlier call wrote, when there is one, so that
+// every worker of a job does not tokenize the same documents again (the
+// BPE tables' load and the encoding are most of a small worker's start).
+//
+// The shard's name holds the SHA-256 of the tokenizer's name and every
+// document's path and bytes, so an edited document, or another build's
+// documents, is another shard. A shard that cannot be read, is malformed
+// or holds a token outside the vocabulary is ignored: the documents are
+// tokenized, and the result written over it. Failing to write the cache
+// (no dir, a read-only file system) is not an error; dir "" means no cache.
+// Concurrent callers may each tokenize; each writes a whole shard and
+// renames it into place, so a reader never sees a partial one.
+func CachedCorpus(fsys fs.FS, dir string) ([]uint16, error) {
+	docs, err := readCorpus(fsys)
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return docs.tokenize()
+	}
+	file := filepath.Join(dir, "corpus-"+docs.key()+".bin")
+	if toks, err := ReadShard(file); err == nil && inVocab(toks) {
+		return toks, nil
+	}
+	toks, err := docs.tokenize()
+	if err != nil {
+		return nil, err
+	}
+	if os.MkdirAll(dir, 0o755) == nil {
+		_ = WriteShard(file, toks) // a cache: a failed write costs the next start a tokenization
+	}
+	return toks, nil
+}
+
+// corpusSource is a corpus's documents, in the order they are tokenized.
+type corpusSource struct {
+	names []string
+	texts [][]byte
+}
+
+// readCorpus reads every *.md file of fsys in sorted path order.
+func readCorpus(fsys fs.FS) (*corpusSource, error) {
 	var names []string
 	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -30,17 +85,54 @@ func BuiltinCorpus(fsys fs.FS) ([]uint16, error) {
 		return nil, errors.New("data: built-in corpus: no .md files found")
 	}
 	sort.Strings(names)
-	tok, err := NewTokenizer()
-	if err != nil {
-		return nil, err
-	}
-	var tokens []uint16
+	docs := &corpusSource{names: names}
 	for _, name := range names {
 		b, err := fs.ReadFile(fsys, name)
 		if err != nil {
 			return nil, fmt.Errorf("data: built-in corpus: %w", err)
 		}
+		docs.texts = append(docs.texts, b)
+	}
+	return docs, nil
+}
+
+// tokenize encodes the documents, each after EOT.
+func (d *corpusSource) tokenize() ([]uint16, error) {
+	tok, err := NewTokenizer()
+	if err != nil {
+		return nil, err
+	}
+	var tokens []uint16
+	for _, b := range d.texts {
 		tokens = tok.appendEncoded(tokens, string(b))
 	}
 	return tokens, nil
+}
+
+// key is the hex SHA-256 of the tokenizer's name and the documents' paths
+// and contents, each length-prefixed so that no two corpora share a key.
+func (d *corpusSource) key() string {
+	h := sha256.New()
+	var n [8]byte
+	put := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	put([]byte(tokenizerName))
+	for i, name := range d.names {
+		put([]byte(name))
+		put(d.texts[i])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// inVocab reports whether every token is below VocabSize.
+func inVocab(toks []uint16) bool {
+	for _, t := range toks {
+		if t >= VocabSize {
+			return false
+		}
+	}
+	return true
 }

@@ -31,6 +31,11 @@ const EOT = 50256
 // below VocabSize.
 const VocabSize = 50257
 
+// tokenizerName is the tiktoken encoding NewTokenizer loads. It is part
+// of the key of every cached tokenization, so that another encoding never
+// reads tokens made by this one.
+const tokenizerName = tiktoken.MODEL_R50K_BASE
+
 // bpeLoaderOnce guards tiktoken.SetBpeLoader, which sets a variable global
 // to the tiktoken package. It is installed once, before the first encoding
 // is built, and never changed afterwards.
@@ -48,7 +53,7 @@ func NewTokenizer() (*Tokenizer, error) {
 	bpeLoaderOnce.Do(func() {
 		tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader())
 	})
-	enc, err := tiktoken.GetEncoding(tiktoken.MODEL_R50K_BASE)
+	enc, err := tiktoken.GetEncoding(tokenizerName)
 	if err != nil {
 		return nil, fmt.Errorf("data: loading GPT-2 tokenizer: %w", err)
 	}
