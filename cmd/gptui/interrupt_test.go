@@ -25,10 +25,10 @@ import (
 // moments) resumes to different losses.
 
 // interruptArgs are the training options of every run of these tests.
-func interruptArgs(out string) []string {
-	return []string{"-c", "tiny", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+func interruptArgs(t *testing.T, out string) []string {
+	return append(small(t), "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Global.global_batch_size=4",
-		"-o", "Optimizer.lr.decay_steps=50", "-o", "Engine.save_load.output_dir=" + out}
+		"-o", "Optimizer.lr.decay_steps=50", "-o", "Engine.save_load.output_dir="+out)
 }
 
 // parallelArgs make a 4-rank job of interruptArgs that runs until stopped.
@@ -76,7 +76,7 @@ func interruptedCheckpoint(t *testing.T, out string) (int, string) {
 // of the resumed run with one process trained from the start.
 func checkResume(t *testing.T, dir string, step int, ckpt string, job map[int]float64) {
 	t.Helper()
-	one := append(interruptArgs(filepath.Join(dir, "ref-out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
+	one := append(interruptArgs(t, filepath.Join(dir, "ref-out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
 		"-o", "Engine.max_steps="+strconv.Itoa(step+2))
 	ref := referenceLosses(t, max(step+2, len(job)))
 	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "resume-log"), "-o", "Engine.save_load.ckpt_dir=" + ckpt}, one...)...)
@@ -118,7 +118,7 @@ func referenceLosses(t *testing.T, steps int) map[int]float64 {
 		return reference.losses
 	}
 	dir := t.TempDir()
-	args := append(interruptArgs(filepath.Join(dir, "out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
+	args := append(interruptArgs(t, filepath.Join(dir, "out")), "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2",
 		"-o", "Engine.max_steps="+strconv.Itoa(max(steps, 12)))
 	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "log")}, args...)...)
 	if code != 0 {
@@ -150,7 +150,7 @@ func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 	out := filepath.Join(dir, "out")
 	var stdout, stderr syncBuffer
 	training := stdout.await("[0] [train] epoch: 0 step: 1 ")
-	args := append([]string{"run", "--no-tui", "--nproc", "4", "-o", "Engine.log_dir=" + filepath.Join(dir, "log")}, append(interruptArgs(out), parallelArgs...)...)
+	args := append([]string{"run", "--no-tui", "--nproc", "4", "-o", "Engine.log_dir=" + filepath.Join(dir, "log")}, append(interruptArgs(t, out), parallelArgs...)...)
 	cmd := exec.Command(builtGPTUI(t), args...)
 	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
 	cmd.Dir = dir
@@ -210,7 +210,7 @@ func runHostsInterruptSaves(t *testing.T, c *sshCluster, sig syscall.Signal, wan
 	training := stdout.await("/0] [train] epoch: 0 step: 1 ")
 	// Each signal's job saves into its own directory of the workdirs.
 	out := fmt.Sprintf("out-%d", int(sig))
-	cmd := c.command(t, &stdout, &stderr, append(interruptArgs(out), parallelArgs...)...)
+	cmd := c.command(t, &stdout, &stderr, append(interruptArgs(t, out), parallelArgs...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestTrainHangupSaves(t *testing.T) {
 	training := stdout.await("[train] epoch: 0 step: 1 ")
 	args := append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.async=true",
 		"-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=2", "-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=100000"},
-		interruptArgs(out)...)
+		interruptArgs(t, out)...)
 	cmd := exec.Command(builtGPTUI(t), args...)
 	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -16,17 +16,15 @@ import (
 	"time"
 )
 
-// restartArgs is a job of tiny as dp4 (global batch 4 of 16 tokens) that
+// restartArgs is a job of small as dp4 (global batch 4 of 16 tokens) that
 // saves a checkpoint every 5 steps into out and runs 30 steps.
-func restartArgs(out string) []string {
-	return append(restartJob[:len(restartJob):len(restartJob)], "-o", "Engine.save_load.output_dir="+out)
+func restartArgs(t *testing.T, out string) []string {
+	return append(small(t), "-o", "Engine.max_steps=30", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=1", "-o", "Global.micro_batch_size=1",
+		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5", "-o", "Engine.save_load.output_dir="+out)
 }
 
-var restartJob = []string{"-c", "tiny", "-o", "Engine.max_steps=30", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-	"-o", "Distributed.dp_degree=4", "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=1", "-o", "Global.micro_batch_size=1",
-	"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5"}
-
-// uninterruptedRun is rank 0's losses of restartJob run without a stop,
+// uninterruptedRun is rank 0's losses of restartArgs' job run without a stop,
 // shared by the tests.
 var uninterruptedRun struct {
 	once   sync.Once
@@ -61,7 +59,7 @@ func rank0Losses(t *testing.T, out string) map[int]float64 {
 	return losses
 }
 
-// uninterrupted runs restartJob on this machine with --nproc 4, once, and
+// uninterrupted runs restartArgs' job on this machine with --nproc 4, once, and
 // returns rank 0's losses.
 func uninterrupted(t *testing.T) map[int]float64 {
 	t.Helper()
@@ -74,7 +72,7 @@ func uninterrupted(t *testing.T) map[int]float64 {
 			return
 		}
 		defer os.RemoveAll(dir)
-		cmd := exec.Command(exe, append(append([]string{"run", "--no-tui", "--nproc", "4"}, restartArgs(filepath.Join(dir, "out"))...),
+		cmd := exec.Command(exe, append(append([]string{"run", "--no-tui", "--nproc", "4"}, restartArgs(t, filepath.Join(dir, "out"))...),
 			"-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
 		cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
 		out, err := cmd.CombinedOutput()
@@ -103,13 +101,13 @@ func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
 	}
 }
 
-// TestRestartWorkerKilled: two sshd nodes, tiny as dp4 saving every 5
+// TestRestartWorkerKilled: two sshd nodes, small as dp4 saving every 5
 // steps; a worker of the second node is SIGKILLed after step 12 and, with
 // --max-restarts 1, the job resumes on both nodes from step 10 and runs to
 // the end with the losses of an uninterrupted run. The checkpoints go to a
 // directory both nodes see (a shared filesystem).
 func TestRestartWorkerKilled(t *testing.T) {
-	restartWorkerKilled(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+	restartWorkerKilled(t, restartArgs(t, filepath.Join(t.TempDir(), "shared-out")))
 }
 
 // TestRestartWorkerKilledPerNodeCheckpoints is TestRestartWorkerKilled
@@ -118,7 +116,7 @@ func TestRestartWorkerKilled(t *testing.T) {
 // resumed attempt starts.
 func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
 	long(t)
-	restartWorkerKilled(t, restartArgs("output"))
+	restartWorkerKilled(t, restartArgs(t, "output"))
 }
 
 func restartWorkerKilled(t *testing.T, args []string) {
@@ -218,7 +216,7 @@ func restartWorkerKilled(t *testing.T, args []string) {
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
 	long(t)
-	elasticNodeLost(t, restartArgs(filepath.Join(t.TempDir(), "shared-out")))
+	elasticNodeLost(t, restartArgs(t, filepath.Join(t.TempDir(), "shared-out")))
 }
 
 // TestElasticNodeLostPerNodeCheckpoints is TestElasticNodeLost with each
@@ -226,7 +224,7 @@ func TestElasticNodeLost(t *testing.T) {
 // has them.
 func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
 	long(t)
-	elasticNodeLost(t, restartArgs("output"))
+	elasticNodeLost(t, restartArgs(t, "output"))
 }
 
 func elasticNodeLost(t *testing.T, args []string) {

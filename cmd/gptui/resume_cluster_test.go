@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestResumeHostsSync: two sshd nodes with separate workdirs, tiny as dp4
+// TestResumeHostsSync: two sshd nodes with separate workdirs, small as dp4
 // (two ranks per node) saving every 5 steps into the relative output dir,
 // so only rank 0's node holds the checkpoints. A planted checkpoint of
 // another run on the second node is refused before anything starts,
@@ -24,7 +24,7 @@ func TestResumeHostsSync(t *testing.T) {
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs("output")...), append([]string{"-o", "Optimizer.lr.decay_steps=30"}, args...)...)...)
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps=30"}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
@@ -40,9 +40,9 @@ func TestResumeHostsSync(t *testing.T) {
 	// A checkpoint of another run (another seed) on the second node:
 	// refused before any worker.
 	foreign := t.TempDir()
-	if code, _, e := runCLI(t, "train", "-c", "tiny", "-o", "Global.seed=7", "-o", "Engine.max_steps=5", "-o", "Engine.eval_freq=0",
+	if code, _, e := runCLI(t, append(append([]string{"train"}, small(t)...), "-o", "Global.seed=7", "-o", "Engine.max_steps=5", "-o", "Engine.eval_freq=0",
 		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5",
-		"-o", "Engine.save_load.output_dir="+filepath.Join(foreign, "out"), "-o", "Engine.log_dir="+filepath.Join(foreign, "log")); code != 0 {
+		"-o", "Engine.save_load.output_dir="+filepath.Join(foreign, "out"), "-o", "Engine.log_dir="+filepath.Join(foreign, "log"))...); code != 0 {
 		t.Fatalf("foreign run: %s", e)
 	}
 	if err := os.MkdirAll(out1, 0o755); err != nil {
@@ -96,7 +96,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs("output")...),
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
 			append([]string{"-o", "Optimizer.lr.decay_steps=30", "-o", "Engine.save_load.replicas=2"}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
@@ -130,14 +130,14 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 }
 
 // TestReportTwoNodeRun: `gptui report` over the log directories of a
-// finished two-node run (tiny dp4 with evals) writes a PNG of the asked
+// finished two-node run (small dp4 with evals) writes a PNG of the asked
 // size, with the four panels; a missing log directory is exit 2.
 func TestReportTwoNodeRun(t *testing.T) {
 	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
-	cmd := c.command(t, &stdout, &stderr, "-c", "tiny", "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",
-		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	cmd := c.command(t, &stdout, &stderr, append(small(t), "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("run: exit %d\n%s", exitStatus(err), stderr.String())
 	}

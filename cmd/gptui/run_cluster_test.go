@@ -57,8 +57,10 @@ var srcDir string
 
 func TestMain(m *testing.M) {
 	code := testwd.Main(m, &srcDir)
-	if gptuiBin.dir != "" {
-		os.RemoveAll(gptuiBin.dir)
+	for _, dir := range []string{gptuiBin.dir, smallFiles.dir} {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 	}
 	os.Exit(code)
 }
@@ -184,7 +186,7 @@ func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duratio
 	}
 }
 
-// TestRunHosts: two nodes × 2 CPU workers train tiny to the end; the job
+// TestRunHosts: two nodes × 2 CPU workers train small to the end; the job
 // exits 0 with the final loss of the same job run locally with --nproc; a
 // dry run before it pushed the binary, so the job's own setup skips the
 // push. Tensor parallel groups (mp2) hold ranks 0-1 and 2-3, one per node.
@@ -203,7 +205,7 @@ func TestRunHosts(t *testing.T) {
 				long(t)
 			}
 			c := newSSHCluster(t, tt.devices)
-			args := []string{"-c", "tiny", "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1"}
+			args := append(small(t), "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1")
 			for _, kv := range tt.overrides {
 				args = append(args, "-o", kv)
 			}
@@ -274,8 +276,8 @@ func TestRunHosts(t *testing.T) {
 func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exec.Cmd, chan error) {
 	t.Helper()
 	training := stdout.await("] [train] epoch")
-	cmd := c.command(t, stdout, stderr, "-c", "tiny", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")
+	cmd := c.command(t, stdout, stderr, append(small(t), "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +420,7 @@ func (c *sshCluster) agentPID(node int) int {
 	return 0
 }
 
-// startTraining starts an endless tiny dp4 job on c's two nodes with the
+// startTraining starts an endless small dp4 job on c's two nodes with the
 // launcher flags args, and waits for stdout to show await. The job's end
 // comes on the channel returned. When the test ends the launcher is
 // killed, the process *stopped names (if not 0) is continued, and every
@@ -426,7 +428,7 @@ func (c *sshCluster) agentPID(node int) int {
 func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, await string, stopped *int, args ...string) <-chan error {
 	t.Helper()
 	training := stdout.await(await)
-	cmd := c.command(t, stdout, stderr, append(args, "-c", "tiny", "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+	cmd := c.command(t, stdout, stderr, append(append(args, small(t)...), "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -218,8 +218,8 @@ func TestRunCancel(t *testing.T) {
 		cancel()
 	}()
 	start := time.Now()
-	code, stderr := runHelper(t, ctx, &stdout, "--no-tui", "--nproc", "1", "-c", "tiny",
-		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))
+	code, stderr := runHelper(t, ctx, &stdout, append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
+		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
 	if code != 130 || !strings.Contains(stderr, "interrupted") {
 		t.Errorf("exit code %d, stderr %q; want 130 and 'interrupted'", code, stderr)
 	}
@@ -242,8 +242,8 @@ func finalLoss(t *testing.T, out string) string {
 // with the loss of one process training on the same global batches.
 func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	dir := t.TempDir()
-	common := []string{"-c", "tiny", "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
-		"-o", "Model.hidden_dropout_prob=0.1", "-o", "Model.attention_probs_dropout_prob=0.1"}
+	common := append(small(t), "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
+		"-o", "Model.hidden_dropout_prob=0.1", "-o", "Model.attention_probs_dropout_prob=0.1")
 	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
 	if code != 0 {
 		t.Fatalf("single process: %s", e)
@@ -271,7 +271,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 // one process would (the forger's place in the job would change the loss).
 func TestRunRefusesForgedJoin(t *testing.T) {
 	dir := t.TempDir()
-	common := []string{"-c", "tiny", "-o", "Engine.max_steps=3", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4"}
+	common := append(small(t), "-o", "Engine.max_steps=3", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4")
 	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
 	if code != 0 {
 		t.Fatalf("single process: %s", e)
