@@ -45,9 +45,6 @@ func TestAdamW(t *testing.T) {
 
 func TestSumSquares(t *testing.T) {
 	for _, n := range []int{0, 1, 37, 4099, 30011} {
-		if testing.Short() && n > 4099 {
-			continue // -short: the emulator takes seconds over 30011 elements
-		}
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(11, uint64(n)))
 			m, k := machine(t)

@@ -55,12 +55,29 @@ extern "C" __global__ void broadcast(int* out) {
 	out[t] = v + 1000 * (int)threadIdx.y + 100000 * (int)threadIdx.z;
 }
 
+// unsynced reads its neighbours' writes to dynamic shared memory without
+// the __syncthreads it needs.
+extern "C" __global__ void unsynced(float* out) {
+	extern __shared__ float u[];
+	int t = threadIdx.x;
+	u[t] = (float)t;
+	out[t] = u[(t + 1) % blockDim.x] + u[(t + blockDim.x - 1) % blockDim.x];
+}
+
+// stuck has thread 0 wait at __syncthreads and the rest of its warp at the
+// warp's barrier: none can pass.
+extern "C" __global__ void stuck(int* x) {
+	if (threadIdx.x == 0) __syncthreads();
+	else __syncwarp();
+	x[threadIdx.x] = 1;
+}
+
 extern "C" __global__ void types(int a, unsigned int b, long long c, unsigned long long d, float e, double f, double* out) {
 	out[0] = a; out[1] = b; out[2] = (double)c; out[3] = (double)d; out[4] = e; out[5] = f;
 }
 `
 
-var testNames = []string{"block_sum", "reverse", "early", "broadcast", "types"}
+var testNames = []string{"block_sum", "reverse", "early", "broadcast", "unsynced", "stuck", "types"}
 
 func TestNames(t *testing.T) {
 	p := build(t)
@@ -187,6 +204,47 @@ func TestEmulator(t *testing.T) {
 		if v != wantTypes[i] {
 			t.Errorf("types[%d] = %v, want %v", i, v, wantTypes[i])
 		}
+	}
+}
+
+// TestMissingBarrier: a thread reading its neighbours' shared writes with
+// no __syncthreads between sees one of them before it is written (NaN),
+// whichever way the threads are ordered, so the missing barrier shows.
+func TestMissingBarrier(t *testing.T) {
+	p := build(t)
+	m := p.NewMachine()
+	f, _ := m.Lookup("unsynced")
+	out := m.Alloc(4 * 64)
+	if err := m.Launch(f, d3(1, 1, 1), d3(64, 1, 1), 4*64, 0, out); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	nan := 0
+	for _, v := range m.ReadFloat32s(out, 64) {
+		if v != v {
+			nan++
+		}
+	}
+	if nan == 0 {
+		t.Error("every thread read both neighbours' writes: the missing __syncthreads went unseen")
+	}
+}
+
+// TestStuckBarrier: threads that wait at barriers none can pass end the
+// run with a message, not a hang.
+func TestStuckBarrier(t *testing.T) {
+	p := build(t)
+	m := p.NewMachine()
+	f, _ := m.Lookup("stuck")
+	x := m.Alloc(4 * 64)
+	if err := m.Launch(f, d3(1, 1, 1), d3(64, 1, 1), 0, 0, x); err != nil {
+		t.Fatal(err)
+	}
+	err := m.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "1 of 64 threads wait at __syncthreads and 31 at a warp's barrier") {
+		t.Fatalf("stuck: %v, want the threads at their barriers named", err)
 	}
 }
 
