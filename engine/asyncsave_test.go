@@ -109,7 +109,10 @@ func TestAsyncSaveCrash(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(50+r.IntN(300)) * time.Millisecond)
+		// A step and its save take a few milliseconds: a kill 20 to 80 ms
+		// after the start lands a few steps in, more often than not with a
+		// write in progress (56-58 of 100 in two runs; 50-350 ms, 78).
+		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
 		cmd.Process.Kill()
 		err := cmd.Wait()
 		var ee *exec.ExitError
