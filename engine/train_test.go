@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,11 +40,22 @@ func smallTokens() ([]uint16, error) {
 }
 
 // corpusFor is the built-in corpus for a config: the small corpus for a
-// vocabulary of 96 tokens (the parity tests' smallest shape), else the
-// documentation's GPT-2 tokens.
+// vocabulary of 96 tokens (the parity tests' smallest shape), the
+// documentation's GPT-2 tokens modulo a vocabulary smaller than GPT-2's,
+// else those tokens.
 func corpusFor(cfg *presets.Config) func() ([]uint16, error) {
-	if cfg.Model.VocabSize <= 96 {
+	switch v := cfg.Model.VocabSize; {
+	case v <= 96:
 		return smallTokens
+	case v < data.VocabSize:
+		return func() ([]uint16, error) {
+			toks, err := builtin()
+			toks = slices.Clone(toks)
+			for i := range toks {
+				toks[i] %= uint16(v)
+			}
+			return toks, err
+		}
 	}
 	return builtin
 }
