@@ -109,10 +109,14 @@ func TestAsyncSaveCrash(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		// A step and its save take a few milliseconds: a kill 20 to 80 ms
-		// after the start lands a few steps in, more often than not with a
-		// write in progress (56-58 of 100 in two runs; 50-350 ms, 78).
-		time.Sleep(time.Duration(20+r.IntN(60)) * time.Millisecond)
+		// Kill it at a random moment of the 60 ms after its first step (a
+		// step and its save take a few milliseconds), whatever its start
+		// took: more often than not a write is in progress.
+		metrics := filepath.Join(logDir, "metrics.0.jsonl")
+		for start := time.Now(); len(stepLossesOf(t, metrics)) == 0 && time.Since(start) < time.Minute; {
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(r.IntN(60)) * time.Millisecond)
 		cmd.Process.Kill()
 		err := cmd.Wait()
 		var ee *exec.ExitError

@@ -16,10 +16,16 @@ import (
 	"time"
 )
 
+// restartSteps is the length of restartArgs' job. Its steps take tens of
+// milliseconds, and the tests stop it after step 12 as the launcher's
+// output shows it, which can be several steps late on a loaded machine:
+// the job must still be running then.
+const restartSteps = 40
+
 // restartArgs is a job of small as dp4 (global batch 4 of 16 tokens) that
-// saves a checkpoint every 5 steps into out and runs 30 steps.
+// saves a checkpoint every 5 steps into out and runs restartSteps steps.
 func restartArgs(t *testing.T, out string) []string {
-	return append(small(t), "-o", "Engine.max_steps=30", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+	return append(small(t), "-o", "Engine.max_steps="+strconv.Itoa(restartSteps), "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 		"-o", "Distributed.dp_degree=4", "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=1", "-o", "Global.micro_batch_size=1",
 		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5", "-o", "Engine.save_load.output_dir="+out)
 }
@@ -103,8 +109,9 @@ func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
 
 // TestRestartWorkerKilled: two sshd nodes, small as dp4 saving every 5
 // steps; a worker of the second node is SIGKILLed after step 12 and, with
-// --max-restarts 1, the job resumes on both nodes from step 10 and runs to
-// the end with the losses of an uninterrupted run. The checkpoints go to a
+// --max-restarts 1, the job resumes on both nodes from the newest save
+// (step 10, or a later one where the kill came steps late) and runs to the
+// end with the losses of an uninterrupted run. The checkpoints go to a
 // directory both nodes see (a shared filesystem).
 func TestRestartWorkerKilled(t *testing.T) {
 	restartWorkerKilled(t, restartArgs(t, filepath.Join(t.TempDir(), "shared-out")))
@@ -193,26 +200,24 @@ func restartWorkerKilled(t *testing.T, args []string) {
 			t.Log(l)
 		}
 	}
-	if !strings.Contains(out, "[restart] 1/1: ") || !strings.Contains(out, "; resuming from step 10\n") {
-		t.Errorf("no [restart] line resuming from step 10:\n%s", out)
-	}
+	from := resumedStep(t, out)
 	for r := range 4 {
 		node := []string{"127.0.0.2", "127.0.0.3"}[r/2]
-		if w := fmt.Sprintf("[%s/%d] [checkpoint] resumed from ", node, r); !strings.Contains(out, w) || !strings.Contains(out[strings.Index(out, w):], " at step 10\n") {
-			t.Errorf("rank %d on %s did not log that it resumed from step 10", r, node)
+		if w := fmt.Sprintf("[%s/%d] [checkpoint] resumed from ", node, r); !strings.Contains(out, w) || !strings.Contains(out[strings.Index(out, w):], fmt.Sprintf(" at step %d\n", from)) {
+			t.Errorf("rank %d on %s did not log that it resumed from step %d", r, node, from)
 		}
 	}
 	if n := strings.Count(out, "[job] started"); n != 2 {
 		t.Errorf("%d [job] started lines, want 2 (the start and the restart)", n)
 	}
-	compareLosses(t, rank0Losses(t, out), want, 10, 30)
+	compareLosses(t, rank0Losses(t, out), want, from, restartSteps)
 }
 
 // TestElasticNodeLost: as TestRestartWorkerKilled, but the second node's
 // sshd, agent and workers are killed after step 12; with --min-nodes 1 the
 // restart gives the node up after its tries and re-plans for the first
 // node's two ranks (dp2, accumulating 2 micro-batches: the global batch
-// kept), resumes from step 10 and ends with the losses of the
+// kept), resumes from the newest save and ends with the losses of the
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
 	long(t)
@@ -301,14 +306,11 @@ func elasticNodeLost(t *testing.T, args []string) {
 			t.Log(l)
 		}
 	}
-	// The restart resumes from step 10, the last save before the kill, or
-	// from the step the first node's ranks saved as they were stopped: the
-	// sshd's end can reach the second node's agent before its workers are
-	// killed, and a stop agreed by all four ranks saves the finished steps.
+	// The restart resumes from the last save before the kill, or from the
+	// step the first node's ranks saved as they were stopped: the sshd's
+	// end can reach the second node's agent before its workers are killed,
+	// and a stop agreed by all four ranks saves the finished steps.
 	from := resumedStep(t, out)
-	if from < 10 || from > 13 {
-		t.Errorf("resumed from step %d, want 10 (the last save before the kill) to 13 (saved at the stop)", from)
-	}
 	for _, w := range []string{"[restart] 1/1: ",
 		"[elastic] 127.0.0.3 unreachable (", "): 1 node left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)\n",
 		"[127.0.0.2/0] [batch] global: 4 local: 2 micro: 1 accumulate: 2 "} {
@@ -325,11 +327,12 @@ func elasticNodeLost(t *testing.T, args []string) {
 	if strings.Contains(after, "[127.0.0.3/") {
 		t.Errorf("the second node still has ranks after the re-plan:\n%s", after)
 	}
-	compareLosses(t, rank0Losses(t, out), want, from, 30)
+	compareLosses(t, rank0Losses(t, out), want, from, restartSteps)
 }
 
 // resumedStep returns the step the restart line of out resumes from, which
-// must be a step rank 0 logged saving.
+// must be the newest step rank 0 logged saving before that line, and at
+// least step 10 (the tests stop their jobs after step 12).
 func resumedStep(t *testing.T, out string) int {
 	t.Helper()
 	m := regexp.MustCompile(`(?m)^\[restart\] 1/1: .*; resuming from step (\d+)$`).FindStringSubmatch(out)
@@ -339,6 +342,14 @@ func resumedStep(t *testing.T, out string) int {
 	step, _ := strconv.Atoi(m[1])
 	if !strings.Contains(out, fmt.Sprintf("/0] [checkpoint] saved step %d to ", step)) {
 		t.Errorf("the restart resumes from step %d, which rank 0 did not log saving", step)
+	}
+	newest := 0
+	for _, s := range regexp.MustCompile(`/0\] \[checkpoint\] saved step (\d+) to `).FindAllStringSubmatch(out[:strings.Index(out, m[0])], -1) {
+		n, _ := strconv.Atoi(s[1])
+		newest = max(newest, n)
+	}
+	if step < max(newest, 10) {
+		t.Errorf("the restart resumes from step %d; rank 0 had logged saving step %d before it (and the stop came after step 12)", step, newest)
 	}
 	return step
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -17,14 +18,14 @@ import (
 // naming the nodes and steps (exit 2); with the first node's own older
 // checkpoint there instead, `run --resume` copies step 10 to the second node, every rank resumes from step 10 and steps 10–19 have the
 // losses of an uninterrupted run. (decay_steps stays the uninterrupted
-// run's 30, whose default follows max_steps.)
+// run's restartSteps, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
 	long(t)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps=30"}, args...)...)...)
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps="+strconv.Itoa(restartSteps)}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
@@ -97,7 +98,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
 		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
-			append([]string{"-o", "Optimizer.lr.decay_steps=30", "-o", "Engine.save_load.replicas=2"}, args...)...)...)
+			append([]string{"-o", "Optimizer.lr.decay_steps="+strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
