@@ -83,13 +83,13 @@ func TestAgreeRefusesDifferentSteps(t *testing.T) {
 				return
 			}
 			defer w.Close()
-			cfg, err := presets.Load("tiny", []string{"Engine.max_steps=6", "Engine.log_dir=" + t.TempDir(),
+			cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=6", "Engine.log_dir=" + t.TempDir(),
 				"Engine.save_load.output_dir=" + dirs[r], "Engine.save_load.ckpt_dir=auto", "Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"})
 			if err != nil {
 				errs[r] = err
 				return
 			}
-			_, errs[r] = NewTrainer(cfg, cpu.New(), Options{Builtin: builtin, World: w})
+			_, errs[r] = NewTrainer(cfg, cpu.New(), Options{Builtin: corpusFor(cfg), World: w})
 		}()
 	}
 	wg.Wait()

@@ -16,7 +16,7 @@ import (
 // update, so fp16's loss scaling on the CPU backend (which computes in
 // fp32) reproduces the fp32 run exactly, step for step.
 func TestLossScaleIsExact(t *testing.T) {
-	base := []string{"Engine.max_steps=4", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Engine.log_dir=" + t.TempDir()}
+	base := []string{smallVocab, "Engine.max_steps=4", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Engine.log_dir=" + t.TempDir()}
 	_, want := trainPreset(t, "tiny", append(base, "Engine.mix_precision.dtype=fp32")...)
 	tr, got := trainPreset(t, "tiny", append(base, "Engine.mix_precision.dtype=fp16", "Engine.mix_precision.scale_loss=32768")...)
 	if tr.scaler == nil || tr.scaler.skipped != 0 {
@@ -33,13 +33,13 @@ func TestLossScaleIsExact(t *testing.T) {
 // gradients; those steps are skipped (parameters untouched), logged and
 // counted, the scale backs off, and training goes on with finite losses.
 func TestLossScaleOverflowSkips(t *testing.T) {
-	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=6", "Engine.logging_freq=1", "Engine.mix_precision.dtype=fp16",
+	cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=6", "Engine.logging_freq=1", "Engine.mix_precision.dtype=fp16",
 		"Engine.mix_precision.scale_loss=1e39", "Engine.log_dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	tr, err := NewTrainer(cfg, cpu.New(), Options{Stdout: &out, Builtin: builtin})
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Stdout: &out, Builtin: corpusFor(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 func trainTiny(t *testing.T, overrides ...string) (*Trainer, *Result) {
 	t.Helper()
-	base := []string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(),
+	base := []string{smallVocab, "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(),
 		"Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1",
 		"Data.Train.dataset.shuffle=true", "Optimizer.lr.decay_steps=20", "Global.micro_batch_size=4"}
 	return trainPreset(t, "tiny", append(base, overrides...)...)
@@ -54,11 +54,11 @@ func TestExactResume(t *testing.T) {
 func TestResumeShapeMismatch(t *testing.T) {
 	out := t.TempDir()
 	trainTiny(t, "Engine.max_steps=1", "Engine.save_load.save_steps=1", "Engine.save_load.output_dir="+out)
-	cfg, err := presets.Load("tiny", []string{"Model.hidden_size=32", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir()})
+	cfg, err := presets.Load("tiny", []string{smallVocab, "Model.hidden_size=32", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	_, err = NewTrainer(cfg, cpu.New(), Options{Builtin: corpusFor(cfg)})
 	if err == nil || !strings.Contains(err.Error(), "Model.hidden_size=32 (checkpoint 64)") || !errors.Is(err, badinput.Err) {
 		t.Fatalf("err = %v, want a user error naming Model.hidden_size", err)
 	}
@@ -76,8 +76,8 @@ func TestResumeSkipsDamaged(t *testing.T) {
 	}
 	b[len(b)-1] ^= 1
 	os.WriteFile(f, b, 0o644)
-	cfg, _ := presets.Load("tiny", []string{"Engine.max_steps=4", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir(), "Global.micro_batch_size=4", "Optimizer.lr.decay_steps=20"})
-	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	cfg, _ := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=4", "Engine.save_load.ckpt_dir=auto", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir(), "Global.micro_batch_size=4", "Optimizer.lr.decay_steps=20"})
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: corpusFor(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +94,11 @@ func TestResumeSkipsDamaged(t *testing.T) {
 func TestInitFromCheckpoint(t *testing.T) {
 	out := t.TempDir()
 	first, _ := trainTiny(t, "Engine.max_steps=2", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out)
-	cfg, err := presets.Load("tiny", []string{"Model.init_from=" + filepath.Join(out, "step_00000002"), "Engine.log_dir=" + t.TempDir()})
+	cfg, err := presets.Load("tiny", []string{smallVocab, "Model.init_from=" + filepath.Join(out, "step_00000002"), "Engine.log_dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: builtin})
+	tr, err := NewTrainer(cfg, cpu.New(), Options{Builtin: corpusFor(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}
