@@ -19,10 +19,7 @@ import (
 // non-zero within 30 s with an error naming the lost rank.
 func TestPeerDeath(t *testing.T) {
 	long(t)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := builtGPTUI(t)
 	port, err := launch.FreePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -33,11 +30,11 @@ func TestPeerDeath(t *testing.T) {
 	outs := make([]*bytes.Buffer, world)
 	done := make([]chan error, world)
 	for r := 0; r < world; r++ {
-		c := exec.Command(exe, append(append([]string{"-test.run=^TestRunHelper$", "--", "train"}, small(t)...),
+		c := exec.Command(exe, append(append([]string{"train"}, small(t)...),
 			"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2",
 			"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 			"-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
-		c.Env = append(os.Environ(), "GPTUI_RUN_HELPER=1", "GPTUI_THREADS=1", "GPTUI_COMM_TIMEOUT=20s")
+		c.Env = append(os.Environ(), "GPTUI_THREADS=1", "GPTUI_COMM_TIMEOUT=20s")
 		c.Env = append(c.Env, launch.Env(r, r, world, "127.0.0.1", port, "peer-test-secret")...)
 		outs[r] = new(bytes.Buffer)
 		c.Stdout, c.Stderr = outs[r], outs[r]

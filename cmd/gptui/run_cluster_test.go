@@ -19,9 +19,9 @@ import (
 	"github.com/gptui/gptui/internal/testwd"
 )
 
-// The tests of 'gptui run --hosts' run a real gptui binary, built once, as
-// the launcher (the pushed executable is the launcher's own) against real
-// sshd servers on 127.0.0.2 and 127.0.0.3.
+// The tests of 'gptui run --hosts' run a real gptui binary as the launcher
+// (the pushed executable is the launcher's own) against real sshd servers
+// on 127.0.0.2 and 127.0.0.3.
 
 var gptuiBin struct {
 	once sync.Once
@@ -29,7 +29,11 @@ var gptuiBin struct {
 	err  error
 }
 
-// builtGPTUI returns the path of a gptui binary built for these tests.
+// builtGPTUI returns the path of the gptui binary for these tests: this
+// test binary, linked as dir/gptui, which TestMain runs as the command
+// (main, with its arguments) rather than as the tests. It holds the
+// command's own code, so no second build is needed; the cluster package's
+// tests run a binary built by 'go build'.
 func builtGPTUI(t *testing.T) string {
 	t.Helper()
 	gptuiBin.once.Do(func() {
@@ -37,12 +41,20 @@ func builtGPTUI(t *testing.T) string {
 		if gptuiBin.err != nil {
 			return
 		}
-		build := exec.Command("go", "build", "-o", filepath.Join(gptuiBin.dir, "gptui"), ".")
-		build.Dir = srcDir
-		out, err := build.CombinedOutput()
-		if err != nil {
-			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)
+		var self string
+		if self, gptuiBin.err = os.Executable(); gptuiBin.err != nil {
+			return
 		}
+		bin := filepath.Join(gptuiBin.dir, "gptui")
+		if os.Link(self, bin) == nil {
+			return
+		}
+		// Another file system: copy.
+		b, err := os.ReadFile(self)
+		if err == nil {
+			err = os.WriteFile(bin, b, 0o755)
+		}
+		gptuiBin.err = err
 	})
 	if gptuiBin.err != nil {
 		t.Fatal(gptuiBin.err)
@@ -56,6 +68,9 @@ func builtGPTUI(t *testing.T) string {
 var srcDir string
 
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "gptui" { // builtGPTUI's link: the command
+		main()
+	}
 	code := testwd.Main(m, &srcDir)
 	for _, dir := range []string{gptuiBin.dir, smallFiles.dir} {
 		if dir != "" {

@@ -6,33 +6,17 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/launch"
 )
-
-// TestRunHelper is the gptui binary for the processes some tests start
-// from the test binary: with GPTUI_RUN_HELPER=1 it runs the command line
-// after "--" the way main does, and exits.
-func TestRunHelper(t *testing.T) {
-	if os.Getenv("GPTUI_RUN_HELPER") != "1" {
-		return
-	}
-	i := slices.Index(os.Args, "--")
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[i+1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
-}
 
 // runHelper runs 'gptui run ARGS...' (the built binary, which starts
 // itself as the agent and the workers) and returns the exit code, stdout
