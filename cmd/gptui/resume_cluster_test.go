@@ -25,7 +25,7 @@ func TestResumeHostsSync(t *testing.T) {
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps="+strconv.Itoa(restartSteps)}, args...)...)...)
+		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps)}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
@@ -98,7 +98,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	run := func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
 		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
-			append([]string{"-o", "Optimizer.lr.decay_steps="+strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)...)
+			append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)...)
 		err := cmd.Run()
 		return stdout.String() + stderr.String(), err
 	}
