@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/smalljob"
 	"github.com/gptui/gptui/internal/sshtest"
 	"github.com/gptui/gptui/internal/testwd"
 	"github.com/gptui/gptui/launch"
@@ -44,7 +45,33 @@ func TestMain(m *testing.M) {
 	if gptuiBin.path != "" {
 		os.RemoveAll(filepath.Dir(gptuiBin.path))
 	}
+	if smallCfg.dir != "" {
+		os.RemoveAll(smallCfg.dir)
+	}
 	os.Exit(code)
+}
+
+// smallCfg is the config the jobs of the tests train (internal/smalljob),
+// written once.
+var smallCfg struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// small returns the path of the small config.
+func small(t *testing.T) string {
+	t.Helper()
+	smallCfg.once.Do(func() {
+		if smallCfg.dir, smallCfg.err = os.MkdirTemp("", "gptui-cluster-small-"); smallCfg.err == nil {
+			smallCfg.path, smallCfg.err = smalljob.Write(smallCfg.dir)
+		}
+	})
+	if smallCfg.err != nil {
+		t.Fatal(smallCfg.err)
+	}
+	return smallCfg.path
 }
 
 func buildGPTUI(t *testing.T) string {
@@ -102,8 +129,8 @@ func newCluster(t *testing.T, devices string) *testCluster {
 	return tc
 }
 
-// options returns the job options for the cluster and a tiny config with
-// the given overrides.
+// options returns the job options for the cluster and the small config
+// with the given overrides.
 func (tc *testCluster) options(t *testing.T, overrides ...string) Options {
 	t.Helper()
 	nodes, err := sshexec.LoadInventory(tc.hosts)
@@ -111,7 +138,7 @@ func (tc *testCluster) options(t *testing.T, overrides ...string) Options {
 		t.Fatal(err)
 	}
 	o := append([]string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=log"}, overrides...)
-	cfg, err := presets.Load("tiny", o)
+	cfg, err := presets.Load(small(t), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +363,7 @@ func TestTrain(t *testing.T) {
 			}
 			got := finalLoss(rank0)
 
-			args := []string{"run", "--no-tui", "--nproc", fmt.Sprint(tt.nproc), "-c", "tiny", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+			args := []string{"run", "--no-tui", "--nproc", fmt.Sprint(tt.nproc), "-c", small(t), "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 				"-o", "Engine.log_dir=" + filepath.Join(t.TempDir(), "log")}
 			for _, kv := range o {
 				args = append(args, "-o", kv)
