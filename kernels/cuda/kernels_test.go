@@ -46,7 +46,7 @@ func emuProgram(t *testing.T) *emu.Program {
 	emuOnce.Do(func() {
 		emuDir, emuErr = os.MkdirTemp("", "gptui-cuda-test-")
 		if emuErr == nil {
-			emuProg, emuErr = emu.Build(context.Background(), emuDir, cuda.Source(), emu.Options{Sanitize: os.Getenv("GPTUI_EMU_SANITIZE") != ""})
+			emuProg, emuErr = emu.Build(context.Background(), emuDir, cuda.Source(), emu.Options{Sanitize: os.Getenv("GPTUI_EMU_SANITIZE") != "", CacheDir: emu.DefaultCacheDir()})
 		}
 	})
 	if emuErr != nil {

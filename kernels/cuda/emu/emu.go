@@ -11,7 +11,7 @@
 //
 // Typical test use (package cuda_test):
 //
-//	prog, err := emu.Build(ctx, t.TempDir(), cuda.Source(), emu.Options{})
+//	prog, err := emu.Build(ctx, t.TempDir(), cuda.Source(), emu.Options{CacheDir: emu.DefaultCacheDir()})
 //	m := prog.NewMachine()
 //	k, err := cuda.NewKernels(m, m.Lookup)
 //	x := m.Float32s(input)              // a device pointer to a copy of input
@@ -19,8 +19,9 @@
 //	err = m.Run(ctx)                    // runs every recorded launch
 //	got := m.ReadFloat32s(x, len(input))
 //
-// Building takes seconds, so a test package builds once (sync.Once) and
-// makes a Machine per test. Device pointers are fake addresses, (buffer+1)<<32
+// Building takes seconds, so a test package builds once (sync.Once), with
+// Options.CacheDir set so that later runs of the tests take the program
+// from the cache, and makes a Machine per test. Device pointers are fake addresses, (buffer+1)<<32
 // plus a byte offset, so a Ptr plus an offset points into the same buffer
 // and alignment is that of the offset (buffers are 256-byte aligned, as
 // cuMemAlloc's are). Every kernel argument's Go type must match the kernel
@@ -32,6 +33,8 @@ package emu
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -60,6 +63,22 @@ type Options struct {
 	Sanitize bool
 	// Opt is the optimisation flag; empty means -O1.
 	Opt string
+	// CacheDir, when set, keeps each program built there under the SHA-256
+	// of all that goes into it (g++'s version, the flags, the emulator's
+	// sources and the kernels' source), and a Build with the same inputs
+	// takes the program from there instead of compiling it again, as Go's
+	// build cache does. [DefaultCacheDir] is the usual place.
+	CacheDir string
+}
+
+// DefaultCacheDir is gptui/emu under the user's cache directory, or "" (no
+// cache) where there is none.
+func DefaultCacheDir() string {
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(d, "gptui", "emu")
 }
 
 // kernelRE matches a kernel's definition in preprocessed source.
@@ -95,6 +114,25 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 	if err != nil {
 		return nil, err
 	}
+	o := opt.Opt
+	if o == "" {
+		o = "-O1"
+	}
+	args := []string{"-std=c++20", o, "-pthread", "-ffp-contract=off", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
+	if opt.Sanitize {
+		args = append(args, "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
+	}
+	var cached string
+	if opt.CacheDir != "" {
+		version, err := exec.CommandContext(ctx, gxx, "--version").Output()
+		if err != nil {
+			return nil, fmt.Errorf("emu: %s --version: %w", gxx, err)
+		}
+		cached = filepath.Join(opt.CacheDir, cacheKey(version, strings.Join(args, " "), header, driver, source))
+		if p, err := loadProgram(cached); err == nil {
+			return p, nil
+		}
+	}
 	source = externSharedRE.ReplaceAllString(source, "$1* $2 = ($1*)emu::dynamic_shared();")
 	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(source), 0o644); err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
@@ -126,20 +164,74 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 		}
 	}
 	bin := filepath.Join(dir, "driver")
-	o := opt.Opt
-	if o == "" {
-		o = "-O1"
-	}
-	args := []string{"-std=c++20", o, "-pthread", "-ffp-contract=off", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
-	if opt.Sanitize {
-		args = append(args, "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
-	}
-	args = append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))
-	cmd := exec.CommandContext(ctx, gxx, args...)
+	cmd := exec.CommandContext(ctx, gxx, append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("emu: compiling the kernels: %w\n%s", err, out)
 	}
+	if cached != "" {
+		storeProgram(cached, bin, names) // a cache: a failed store costs the next Build a compile
+	}
 	return &Program{bin: bin, names: names, index: index}, nil
+}
+
+// cacheKey is the hex SHA-256 of parts, each length-prefixed.
+func cacheKey(parts ...any) string {
+	h := sha256.New()
+	for _, p := range parts {
+		var b []byte
+		switch p := p.(type) {
+		case string:
+			b = []byte(p)
+		case []byte:
+			b = p
+		}
+		fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// loadProgram returns the program stored in the cache entry dir: its
+// binary, driver, and its kernels' names, one a line in names.
+func loadProgram(dir string) (*Program, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "names"))
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "driver")
+	if _, err := os.Stat(bin); err != nil {
+		return nil, err
+	}
+	p := &Program{bin: bin, index: map[string]int{}}
+	for _, n := range strings.Fields(string(b)) {
+		p.index[n] = len(p.names)
+		p.names = append(p.names, n)
+	}
+	return p, nil
+}
+
+// storeProgram stores bin and names as the cache entry dir, written in a
+// directory of its own and renamed into place, so that a Build running
+// alongside sees the whole entry or none.
+func storeProgram(dir, bin string, names []string) {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
+	if err != nil {
+		return
+	}
+	defer os.RemoveAll(tmp)
+	b, err := os.ReadFile(bin)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(tmp, "driver"), b, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(tmp, "names"), []byte(strings.Join(names, "\n")+"\n"), 0o644)
+	}
+	if err == nil {
+		os.Rename(tmp, dir)
+	}
 }
 
 // Names returns the kernels' names, in the order Lookup numbers them.

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -90,14 +89,15 @@ func d3(x, y, z uint32) cuda.Dim3 { return cuda.Dim3{X: x, Y: y, Z: z} }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if built != nil {
-		os.RemoveAll(filepath.Dir(built.bin))
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
 	}
 	os.Exit(code)
 }
 
 var (
 	buildOnce sync.Once
+	buildDir  string
 	built     *Program
 	buildErr  error
 )
@@ -109,12 +109,11 @@ func build(t *testing.T) *Program {
 		t.Skip("g++ is not installed (.ci/run installs it)")
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "emu-test-")
-		if err != nil {
-			buildErr = err
+		buildDir, buildErr = os.MkdirTemp("", "emu-test-")
+		if buildErr != nil {
 			return
 		}
-		built, buildErr = Build(context.Background(), dir, testSource, Options{})
+		built, buildErr = Build(context.Background(), buildDir, testSource, Options{CacheDir: DefaultCacheDir()})
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -280,14 +279,64 @@ func TestArgumentCheck(t *testing.T) {
 	}
 }
 
+// TestBuildCache: a second Build with the same inputs takes the program
+// from the cache (no compile: its binary is the cache's), which runs; any
+// other input is another key.
+func TestBuildCache(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is not installed (.ci/run installs it)")
+	}
+	const src = `extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }`
+	cache := t.TempDir()
+	ctx := context.Background()
+	first, err := Build(ctx, t.TempDir(), src, Options{CacheDir: cache, Opt: "-O0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Build(ctx, t.TempDir(), src, Options{CacheDir: cache, Opt: "-O0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(again.bin, cache) || strings.HasPrefix(first.bin, cache) || strings.Join(again.Names(), " ") != "twice" {
+		t.Errorf("first build %s, second %s (kernels %v): want the second from the cache %s", first.bin, again.bin, again.Names(), cache)
+	}
+	m := again.NewMachine()
+	f, _ := m.Lookup("twice")
+	x := m.Float32s([]float32{1, 2, 3})
+	if err := m.Launch(f, d3(1, 1, 1), d3(3, 1, 1), 0, 0, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.ReadFloat32s(x, 3); got[0] != 2 || got[1] != 4 || got[2] != 6 {
+		t.Errorf("the cached program computed %v, want [2 4 6]", got)
+	}
+	// Any other input is another entry.
+	key := cacheKey("g++ 12", "-O0", header, driver, src)
+	for i, other := range []string{
+		cacheKey("g++ 13", "-O0", header, driver, src),
+		cacheKey("g++ 12", "-O1", header, driver, src),
+		cacheKey("g++ 12", "-O0", header, driver, src+"\n"),
+		cacheKey("g++ 12", "-O0"+string(header), "", driver, src),
+	} {
+		if other == key {
+			t.Errorf("change %d: the same key", i)
+		}
+	}
+}
+
 // TestSanitize shows a kernel writing one element past its buffer failing
 // the run when built with Options.Sanitize.
 func TestSanitize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a build of its own with AddressSanitizer")
+	}
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is not installed (.ci/run installs it)")
 	}
 	const src = `extern "C" __global__ void overrun(float* x, int n) { x[threadIdx.x] = 1.0f; }`
-	p, err := Build(context.Background(), t.TempDir(), src, Options{Sanitize: true})
+	p, err := Build(context.Background(), t.TempDir(), src, Options{Sanitize: true, CacheDir: DefaultCacheDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
