@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -113,7 +114,13 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
 		{"sharding2 stage3", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
 	}
+	// -short: one row of each dimension, one with accumulation and one
+	// with recompute.
+	short := []string{"single mb2 accumulate 4", "dp2 mb4", "sharding2 stage2", "mp2", "dp2 mp2 full", "pp2 1F1B", "sharding2 stage3"}
 	for _, tc := range cases {
+		if testing.Short() && !slices.Contains(short, tc.name) {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.s.normalize()
 			if r := EngineCapabilities().Unsupported(s); r != "" {
