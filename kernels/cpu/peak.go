@@ -21,8 +21,8 @@ func (b *Backend) Name() string {
 // this machine's threads.
 //
 // For the built-in GEMM it is the micro-kernel's own rate, every thread
-// running it at once on operands that stay in L1 (best of ten rounds of
-// about 10 ms): every product the model runs is built from that kernel
+// running it at once on operands that stay in L1 (best of five rounds of
+// about 4 ms): every product the model runs is built from that kernel
 // plus packing and memory traffic, so no part of a step, and no MFU, can
 // exceed it. With bf16 matmuls it is the bf16 kernel's rate. For a BLAS
 // library, whose kernel cannot be called alone, it is the best of twelve
@@ -53,7 +53,7 @@ func (b *Backend) busyThreads() float64 {
 
 // kernelPeak runs kern on every thread at once, over one A strip and one B
 // strip of kern.kc steps into a private tile, and returns the sum of each
-// thread's best rate over ten rounds of about 10 ms (scaled down when
+// thread's best rate over five rounds of about 4 ms (scaled down when
 // there are more threads than CPUs).
 func (b *Backend) kernelPeak(kern *gemmKernel) float64 {
 	threads := b.Threads()
@@ -74,14 +74,14 @@ func (b *Backend) kernelPeak(kern *gemmKernel) float64 {
 		tiles[t] = make([]float32, kern.mr*kern.nr)
 	}
 	call := func(c []float32) { kern.fn(kern.kc, &a[0], &bm[0], &c[0], kern.nr, 1, 0) }
-	// Calls per round: about 10 ms, from the time of a few calls.
+	// Calls per round: about 4 ms, from the time of a few calls.
 	t0 := time.Now()
 	for range 8 {
 		call(tiles[0])
 	}
-	calls := max(1, int(10*time.Millisecond/max(time.Since(t0)/8, time.Nanosecond)))
+	calls := max(1, int(4*time.Millisecond/max(time.Since(t0)/8, time.Nanosecond)))
 	best := make([]float64, threads)
-	for range 10 {
+	for range 5 {
 		b.ParallelFor(threads, 1, func(lo, hi int) {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
