@@ -171,8 +171,8 @@ func TestTrainLogOnFullDisk(t *testing.T) {
 	if err := os.Symlink("/dev/full", filepath.Join(logs, "metrics.0.jsonl")); err != nil {
 		t.Fatal(err)
 	}
-	code, stdout, stderr := runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=1", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
-		"-o", "Engine.log_dir="+logs, "-o", "Engine.save_load.save_steps=1", "-o", "Engine.save_load.output_dir="+out)
+	code, stdout, stderr := runCLI(t, append(append([]string{"train"}, small(t)...), "-o", "Engine.max_steps=1", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
+		"-o", "Engine.log_dir="+logs, "-o", "Engine.save_load.save_steps=1", "-o", "Engine.save_load.output_dir="+out)...)
 	if code != 1 {
 		t.Errorf("exit %d, want 1 (stderr %q)", code, stderr)
 	}

@@ -87,8 +87,8 @@ func TestTUIWithoutTerminal(t *testing.T) {
 // says there is nothing to do and how to train further, exit 0.
 func TestResumeAtMaxSteps(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.save_load.save_steps=2",
-		"-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.output_dir=" + filepath.Join(dir, "out")}
+	args := append(append([]string{"train"}, small(t)...), "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.save_load.save_steps=2",
+		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Engine.save_load.output_dir="+filepath.Join(dir, "out"))
 	if code, out, e := runCLI(t, args...); code != 0 {
 		t.Fatalf("train: exit %d\n%s\n%s", code, out, e)
 	}

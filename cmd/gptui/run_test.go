@@ -159,8 +159,8 @@ func TestParseRanks(t *testing.T) {
 func TestRunTrains(t *testing.T) {
 	dir := t.TempDir()
 	var stdout syncBuffer
-	code, stderr := runHelper(t, context.Background(), &stdout, "--no-tui", "--nproc", "1", "-c", "tiny",
-		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))
+	code, stderr := runHelper(t, context.Background(), &stdout, append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
+		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
 	if code != 0 || !strings.Contains(stdout.String(), "[0] [done] steps: 2") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr)
 	}
