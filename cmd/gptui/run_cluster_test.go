@@ -216,9 +216,8 @@ func TestRunHosts(t *testing.T) {
 		{"dp2xmp2", "cpu:2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.name != "dp4" {
-				long(t)
-			}
+			// -short's sshd job is TestRestartWorkerKilled's.
+			long(t)
 			c := newSSHCluster(t, tt.devices)
 			args := append(small(t), "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1")
 			for _, kv := range tt.overrides {
