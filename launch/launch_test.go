@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +33,10 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("LAUNCH_TEST_LAUNCHER"); dir != "" {
 		os.Exit(launcher(dir))
 	}
+	// The parallel tests wait on timers and child processes, using little
+	// CPU: run up to 8 at once rather than GOMAXPROCS (-parallel on the
+	// command line still decides).
+	flag.Set("test.parallel", "8")
 	os.Exit(m.Run())
 }
 
@@ -377,6 +382,7 @@ func TestShow(t *testing.T) {
 // TestFailure: one worker fails, the others are stopped within Grace (plus
 // a second), and the error names the first failure.
 func TestFailure(t *testing.T) {
+	t.Parallel() // the tests that wait on timers run side by side
 	const grace = 500 * time.Millisecond
 	var last20 []string
 	for i := 10; i < 30; i++ {
@@ -395,6 +401,7 @@ func TestFailure(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir, tmp := t.TempDir(), t.TempDir()
 			stampFile := filepath.Join(tmp, "stamp")
 			ws := job(
@@ -442,6 +449,7 @@ func TestFailure(t *testing.T) {
 }
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	const grace = 300 * time.Millisecond
 	dir := t.TempDir()
 	ws := job(
@@ -480,6 +488,7 @@ func TestCancel(t *testing.T) {
 // between SIGTERM and SIGKILL, and the end of ctx during it kills them at
 // once.
 func TestInterrupt(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name           string
 		interruptGrace time.Duration
@@ -490,6 +499,7 @@ func TestInterrupt(t *testing.T) {
 		{"second signal", time.Minute, 300 * time.Millisecond, 300 * time.Millisecond, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			ws := job(
 				[]string{"ready", dir, "sleep", "60s"},
