@@ -202,6 +202,7 @@ var collectiveCases = []collectiveCase{
 // size and large, with the default 1 MiB pieces and with 40-byte pieces
 // (many frames per chunk even for short buffers).
 func TestCollectives(t *testing.T) {
+	t.Parallel() // alongside the tests that wait on timeouts
 	ctx := context.Background()
 	for _, tc := range []struct {
 		chunk   int
@@ -570,6 +571,7 @@ func TestMismatch(t *testing.T) {
 // after the timeout with a *PeerError naming the member it waited for, and
 // that the absent member's World fails too.
 func TestOperationTimeout(t *testing.T) {
+	t.Parallel() // alongside the tests that wait on timeouts
 	const timeout = time.Second
 	ws := connectWorlds(t, 2, func(c *Config) { c.Timeout = timeout })
 	gs := groups(t, ws, allRanks(2))

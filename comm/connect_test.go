@@ -84,6 +84,7 @@ func TestConnectInvalidConfig(t *testing.T) {
 // TestConnectTimeout checks that Connect gives up after the timeout when
 // the master never appears, or the other ranks never register, and says so.
 func TestConnectTimeout(t *testing.T) {
+	t.Parallel() // it waits on timeouts
 	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name string
@@ -94,6 +95,7 @@ func TestConnectTimeout(t *testing.T) {
 		{"missing ranks", 0, "ranks [1 2] did not register"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			port := freePort(t)
 			start := time.Now()
 			w, err := Connect(context.Background(), Config{Rank: tc.rank, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: timeout, Secret: []byte("test")})
