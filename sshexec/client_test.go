@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"io"
 	"net"
 	"os"
@@ -24,6 +25,14 @@ import (
 // The test servers listen on these loopback addresses; every network
 // target in these tests is on 127.0.0.x.
 var testAddrs = []string{"127.0.0.2", "127.0.0.3"}
+
+func TestMain(m *testing.M) {
+	// The parallel tests mostly wait on their sshd servers and on timers:
+	// run up to 8 at once rather than GOMAXPROCS (-parallel on the command
+	// line still decides).
+	flag.Set("test.parallel", "8")
+	os.Exit(m.Run())
+}
 
 // startNode starts an sshd on addr and returns it with a ClientConfig that
 // trusts its host key and logs in with its user key.
