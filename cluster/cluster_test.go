@@ -130,9 +130,22 @@ func newCluster(t *testing.T, devices string) *testCluster {
 }
 
 // options returns the job options for the cluster and the small config
-// with the given overrides.
+// with the given overrides, with the gptui binary built for the tests.
 func (tc *testCluster) options(t *testing.T, overrides ...string) Options {
 	t.Helper()
+	o := tc.optionsWithout(t, overrides...)
+	o.Exe = buildGPTUI(t)
+	return o
+}
+
+// optionsWithout is options without the gptui binary, for the tests whose
+// job stops before a node runs it: the executable is a script that exits 1.
+func (tc *testCluster) optionsWithout(t *testing.T, overrides ...string) Options {
+	t.Helper()
+	stand := filepath.Join(t.TempDir(), "gptui")
+	if err := os.WriteFile(stand, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	nodes, err := sshexec.LoadInventory(tc.hosts)
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +159,7 @@ func (tc *testCluster) options(t *testing.T, overrides ...string) Options {
 		Nodes:  nodes,
 		Hosts:  tc.hosts,
 		Config: cfg,
-		Exe:    buildGPTUI(t),
+		Exe:    stand,
 		SSH:    sshexec.ClientConfig{KnownHostsFile: tc.knownHosts, NoAgent: true},
 		Env:    []string{"GPTUI_THREADS=1"},
 	}
@@ -171,7 +184,7 @@ var dp4 = []string{"Distributed.dp_degree=4", "Global.local_batch_size=2", "Glob
 // plan with the same binary skips it), the agents' specs.
 func TestPlan(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
 	}
 	tc := newCluster(t, "cpu:2")
 	var took [2][]time.Duration
@@ -276,7 +289,7 @@ func TestHostKeys(t *testing.T) {
 				os.WriteFile(tc.knownHosts, []byte(known.String()), 0o600)
 			}
 			tt.setup()
-			j := New(tc.options(t))
+			j := New(tc.optionsWithout(t)) // refused before any push
 			events := collect(j)
 			_, err := j.Plan(context.Background())
 			j.Close()
@@ -315,6 +328,9 @@ func finalLoss(lines []string) string {
 // of the same job run by 'gptui run --nproc' on this machine. (Add a row
 // for tensor parallelism, dp2×mp2, once the engine has it.)
 func TestTrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
+	}
 	for _, tt := range []struct {
 		name      string
 		devices   string // per node
@@ -423,6 +439,9 @@ func processes(dirs []string) (all, agents []int) {
 // connection goes) is reported lost, and the job stops on every node
 // within 10 s.
 func TestNodeLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
+	}
 	tc := newCluster(t, "cpu:2")
 	j := New(tc.options(t, append([]string{"Engine.max_steps=1000000"}, dp4...)...))
 	events := collect(j)
@@ -494,7 +513,7 @@ func TestNodeLost(t *testing.T) {
 // second node holds ranks 0 and 1, so MASTER_ADDR is its address.
 func TestRankTableGiven(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
 	}
 	tc := newCluster(t, "cpu:2")
 	o := tc.options(t, dp4...)
@@ -533,7 +552,7 @@ func TestRankTableGiven(t *testing.T) {
 // the MASTER_PORT given.
 func TestLocalNode(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
 	}
 	tc := newCluster(t, "cpu:2")
 	local := filepath.Join(t.TempDir(), "local")
@@ -654,7 +673,7 @@ func TestSetupFailsFast(t *testing.T) {
 	silent := fmt.Sprintf("%s@%s devices=cpu:1 workdir=%s identity=%s\n", tc.servers[0].User, ln.Addr(), filepath.Join(t.TempDir(), "silent"), tc.servers[0].UserKeyFile)
 	os.WriteFile(tc.hosts, append([]byte(silent), inv...), 0o644)
 	os.WriteFile(tc.knownHosts, []byte(tc.servers[0].KnownHostsLine()+"\n"), 0o600) // not 127.0.0.3's
-	j := New(tc.options(t))
+	j := New(tc.optionsWithout(t)) // setup stops before any node runs it
 	events := collect(j)
 	start := time.Now()
 	_, err = j.Plan(context.Background())

@@ -78,7 +78,7 @@ func TestRestartLine(t *testing.T) {
 // restarted.
 func TestSupervisorNoRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: TestTrain and TestNodeLost stand for the sshd jobs")
+		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
 	}
 	tc := newCluster(t, "cpu:1")
 	notModel := filepath.Join(t.TempDir(), "notmodel.bin")
