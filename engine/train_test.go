@@ -89,6 +89,9 @@ func trainPreset(t *testing.T, preset string, overrides ...string) (*Trainer, *R
 // TestTrainTinyLossFalls trains the tiny preset on the built-in corpus and
 // checks that the loss falls, the log lines and the metrics file.
 func TestTrainTinyLossFalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: cmd/gptui's TestQuickstartCheckpoint trains tiny and checks that its loss falls")
+	}
 	dir := t.TempDir()
 	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=40", "Engine.eval_freq=20", "Engine.eval_iters=2", "Engine.log_dir=" + dir})
 	if err != nil {
