@@ -204,11 +204,18 @@ var collectiveCases = []collectiveCase{
 func TestCollectives(t *testing.T) {
 	t.Parallel() // alongside the tests that wait on timeouts
 	ctx := context.Background()
+	// The default chunk (1 MiB) over 4 MiB and more: several chunks a
+	// member's segment; -short takes 400 kB, a chunk or less (the 40-byte
+	// chunks take the many-chunk paths).
+	big := 1<<20 + 3
+	if testing.Short() {
+		big = 100_003
+	}
 	for _, tc := range []struct {
 		chunk   int
 		lengths []int
 	}{
-		{0, []int{0, 1, 7, 13, 1<<20 + 3}},
+		{0, []int{0, 1, 7, 13, big}},
 		{40, []int{0, 1, 7, 13, 101, 333}},
 	} {
 		for s := 1; s <= 4; s++ {

@@ -283,6 +283,9 @@ func TestArgumentCheck(t *testing.T) {
 // from the cache (no compile: its binary is the cache's), which runs; any
 // other input is another key.
 func TestBuildCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a build of its own, into an empty cache")
+	}
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is not installed (.ci/run installs it)")
 	}
