@@ -673,7 +673,8 @@ func TestSetupFailsFast(t *testing.T) {
 	silent := fmt.Sprintf("%s@%s devices=cpu:1 workdir=%s identity=%s\n", tc.servers[0].User, ln.Addr(), filepath.Join(t.TempDir(), "silent"), tc.servers[0].UserKeyFile)
 	os.WriteFile(tc.hosts, append([]byte(silent), inv...), 0o644)
 	os.WriteFile(tc.knownHosts, []byte(tc.servers[0].KnownHostsLine()+"\n"), 0o600) // not 127.0.0.3's
-	j := New(tc.optionsWithout(t))                                                  // setup stops before any node runs it
+	// Setup stops before any node runs the executable.
+	j := New(tc.optionsWithout(t))
 	events := collect(j)
 	start := time.Now()
 	_, err = j.Plan(context.Background())
