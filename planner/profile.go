@@ -70,7 +70,7 @@ func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 
 // sgemmRate is the median rate of rows×1024×1024 products, in FLOP/s: six
 // rounds after a warm-up, each round 8.6 GFLOP (two products of 2048
-// rows, or 64 of 64 rows), some 50 ms on two cores.
+// rows, or 64 of 64 rows), 25-50 ms on two cores.
 func sgemmRate(be kernels.Backend, rows int) float64 {
 	const n = 1024
 	a := make([]float32, rows*n)

@@ -151,12 +151,12 @@ func (c *Client) Push(ctx context.Context, local, remote string, mode os.FileMod
 
 // pushConcurrency is how many SFTP writes of 32 KiB an upload keeps in
 // flight: 512 KiB, a quarter of the 2 MiB channel window OpenSSH's server
-// advertises. pkg/sftp's default, 64, fills that window, and OpenSSH's
-// sftp server then spends its time moving its buffer: a push of gptui's
-// 32 MB binary to a node on a new connection took 1.2 s and 1.2-1.5 s of
-// the machine's CPU (loopback sshd, 2 cores), against 0.37 s and 0.4 s at
-// 16; 8 was no faster, 32 took 0.53 s. 512 KiB in flight still fills a
-// 1 ms round trip at 500 MB/s.
+// advertises. With pkg/sftp's default, 64, which fills that window, a
+// push of gptui's 32 MB binary to a node on a new connection took 1.2 s
+// and 1.2-1.5 s of the machine's CPU (loopback sshd, 2 cores; perf put
+// most of it in sshd's memmove), against 0.37 s and 0.4 s at 16; 8 was no
+// faster, 32 took 0.53 s. 512 KiB in flight still fills a 1 ms round trip
+// at 500 MB/s.
 const pushConcurrency = 16
 
 // upload writes lf's content to the new remote file tmp with mode, and
