@@ -2,9 +2,9 @@
 // and run on the CPU, so gptui's kernels can be tested where no GPU is.
 //
 // A launch runs the grid's blocks one after another, and each block's
-// threads as fibers (ucontext) on the one OS thread: a fiber runs until it
-// waits at a barrier or ends, and then the next ready fiber runs. Switching
-// fibers costs a few hundred nanoseconds where waking OS threads at a
+// threads as fibers on the one OS thread: a fiber runs until it waits at a
+// barrier or ends, and then the next ready fiber runs. Switching fibers is a
+// few instructions (emu_switch below) where waking OS threads at a
 // std::barrier cost microseconds and a trip through the scheduler, which
 // made a block of 1024 threads crawl on a 2-core machine. __syncthreads is
 // a barrier over the block's fibers; warp shuffles exchange values through
@@ -98,7 +98,7 @@ inline constexpr int warpSize = 32;
 
 namespace emu {
 
-// A context is a fiber's saved stack pointer. On x86-64, switch_to saves
+// A context is a fiber's saved stack pointer. On x86-64, emu_switch saves
 // the callee-saved registers, MXCSR and the x87 control word on the stack
 // it leaves and restores them from the one it resumes: what a function
 // call must preserve, and nothing else (glibc's swapcontext also saves the
