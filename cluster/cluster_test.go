@@ -133,9 +133,7 @@ func newCluster(t *testing.T, devices string) *testCluster {
 // with the given overrides, with the gptui binary built for the tests.
 func (tc *testCluster) options(t *testing.T, overrides ...string) Options {
 	t.Helper()
-	o := tc.optionsWithout(t, overrides...)
-	o.Exe = buildGPTUI(t)
-	return o
+	return tc.jobOptions(t, buildGPTUI(t), overrides)
 }
 
 // optionsWithout is options without the gptui binary, for the tests whose
@@ -146,6 +144,12 @@ func (tc *testCluster) optionsWithout(t *testing.T, overrides ...string) Options
 	if err := os.WriteFile(stand, []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return tc.jobOptions(t, stand, overrides)
+}
+
+// jobOptions is the options of a job on the cluster running exe.
+func (tc *testCluster) jobOptions(t *testing.T, exe string, overrides []string) Options {
+	t.Helper()
 	nodes, err := sshexec.LoadInventory(tc.hosts)
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +163,7 @@ func (tc *testCluster) optionsWithout(t *testing.T, overrides ...string) Options
 		Nodes:  nodes,
 		Hosts:  tc.hosts,
 		Config: cfg,
-		Exe:    stand,
+		Exe:    exe,
 		SSH:    sshexec.ClientConfig{KnownHostsFile: tc.knownHosts, NoAgent: true},
 		Env:    []string{"GPTUI_THREADS=1"},
 	}
