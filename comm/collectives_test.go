@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -329,7 +330,7 @@ func TestSubgroups(t *testing.T) {
 	outs := make([][rounds][4][]float32, 4)
 	mustAll(t, 4, func(r int) error {
 		g := gs[r]
-		var reqs []*Request
+		var reqs []Request
 		for round := range rounds {
 			p, c, w2 := val(r, round, 0), val(r, round, 1), val(r, round, 3)
 			outs[r][round][0], outs[r][round][1], outs[r][round][3] = p, c, w2
@@ -390,7 +391,7 @@ func TestAsyncOrder(t *testing.T) {
 		if err := g.AllGather(ctx, exactInput(r+7, n), x.ag1); err != nil {
 			return err
 		}
-		for i, q := range []*Request{q1, q2} {
+		for i, q := range []Request{q1, q2} {
 			if err := q.Wait(done); err != nil {
 				return fmt.Errorf("request %d issued before a blocking AllGather is not done after it: %w", i, err)
 			}
@@ -517,6 +518,103 @@ func TestSendRecv(t *testing.T) {
 	}
 	if d := firstDiff(got[3], exactInput(9, 777)); d >= 0 {
 		t.Errorf("rank 2's message differs at %d", d)
+	}
+}
+
+// TestSendRecvPairs: every member exchanges with both neighbours of a ring
+// at once, each SendRecv sending one way and receiving the other, with
+// buffers of many chunks; on two members both neighbours are one member.
+func TestSendRecvPairs(t *testing.T) {
+	ctx := context.Background()
+	for _, size := range []int{2, 3} {
+		ws := connectWorlds(t, size, func(c *Config) { c.chunkBytes = 1 << 10 })
+		gs := groups(t, ws, allRanks(size))
+		const n = 3000
+		fwd, bwd := make([][]float32, size), make([][]float32, size)
+		mustAll(t, size, func(r int) error {
+			next, prev := (r+1)%size, (r+size-1)%size
+			fwd[r], bwd[r] = make([]float32, n), make([]float32, n+r)
+			// Forward to next, receiving from prev; then backward.
+			if err := gs[r].SendRecv(ctx, exactInput(r, n), next, fwd[r], prev); err != nil {
+				return err
+			}
+			return gs[r].SendRecv(ctx, exactInput(10+r, n+prev), prev, bwd[r], next)
+		})
+		for r := range size {
+			prev, next := (r+size-1)%size, (r+1)%size
+			if d := firstDiff(fwd[r], exactInput(prev, n)); d >= 0 {
+				t.Errorf("size %d: rank %d's forward message differs at %d", size, r, d)
+			}
+			if d := firstDiff(bwd[r], exactInput(10+next, n+r)); d >= 0 {
+				t.Errorf("size %d: rank %d's backward message differs at %d", size, r, d)
+			}
+		}
+	}
+}
+
+// countingStream counts Syncs, and fails the ones after fail.
+type countingStream struct {
+	n, fail int
+}
+
+func (s *countingStream) Sync() error {
+	s.n++
+	if s.n > s.fail {
+		return errors.New("device fault")
+	}
+	return nil
+}
+
+// TestFabricWaitsForStream: each operation of a fabric's communicator waits
+// for the stream first, and a stream's failure is the operation's.
+func TestFabricWaitsForStream(t *testing.T) {
+	ctx := context.Background()
+	ws := connectWorlds(t, 2, nil)
+	streams := []*countingStream{{fail: 100}, {fail: 100}}
+	cs := make([]Communicator, 2)
+	for r, w := range ws {
+		c, err := w.Fabric(streams[r]).Communicator("test", []int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs[r] = c
+	}
+	mustAll(t, 2, func(r int) error {
+		c, b := cs[r], make([]float32, 4)
+		if err := c.AllReduce(ctx, b); err != nil {
+			return err
+		}
+		if err := c.AllReduceAsync(b).Wait(ctx); err != nil {
+			return err
+		}
+		if err := c.AllReduce64(ctx, []float64{1}); err != nil {
+			return err
+		}
+		if err := c.ReduceScatter(ctx, b, b[:2]); err != nil {
+			return err
+		}
+		if err := c.AllGather(ctx, b[:2], b); err != nil {
+			return err
+		}
+		if err := c.SendRecv(ctx, b, 1-r, b, 1-r); err != nil {
+			return err
+		}
+		if r == 0 {
+			return c.Send(ctx, b, 1)
+		}
+		return c.Recv(ctx, b, 0)
+	})
+	for r, s := range streams {
+		if s.n != 7 {
+			t.Errorf("rank %d: %d syncs for 7 operations", r, s.n)
+		}
+	}
+	streams[0].fail = 0
+	if err := cs[0].AllReduce(ctx, make([]float32, 4)); err == nil || !strings.Contains(err.Error(), "device fault") {
+		t.Errorf("AllReduce after a failed sync: %v, want the stream's error", err)
+	}
+	if err := cs[0].AllReduceAsync(make([]float32, 4)).Wait(ctx); err == nil || !strings.Contains(err.Error(), "device fault") {
+		t.Errorf("AllReduceAsync after a failed sync: %v, want the stream's error", err)
 	}
 }
 

@@ -22,6 +22,15 @@
 // create the same groups (the same member lists) in the same order. Creating
 // a group needs no network round trip.
 //
+// # The engine's view
+//
+// The engine's parallel dimensions talk only to the [Communicator]
+// interface, made by a [Fabric]: [World.Fabric] gives the TCP ring's
+// groups, ordered after a device [Stream] where the backend computes
+// asynchronously; package comm/nccl gives NCCL communicators on the GPU.
+// The control plane (the stop and resume agreements, checkpoint parts,
+// scalars) stays on the World's TCP groups.
+//
 // # Operations
 //
 // Buffers are []float32 (plus a small []float64 all-reduce for scalars such

@@ -33,7 +33,7 @@ type Group struct {
 	boxes []*inbox // by group rank; nil for this process
 
 	mu    sync.Mutex
-	queue []*Request
+	queue []*request
 	wake  chan struct{}
 	done  chan struct{} // closed when the worker has stopped
 
@@ -86,8 +86,9 @@ func (g *Group) Traffic() Traffic {
 	return Traffic{SentBytes: g.sent.Load(), RecvBytes: g.recvd.Load()}
 }
 
-// Request is an operation issued asynchronously.
-type Request struct {
+// request is an operation issued on a group: queued for the group's worker,
+// which runs the operations one by one.
+type request struct {
 	name string
 	ctx  context.Context // the blocking form's context; Background otherwise
 	run  func(*pipe) error
@@ -95,11 +96,10 @@ type Request struct {
 	err  error // set before done is closed
 }
 
-// Wait blocks until the operation is done and returns its error, or until
-// ctx ends. A Wait that returns ctx's error leaves the operation running
-// (its buffers still belong to the group); Wait may be called again, and by
-// several goroutines.
-func (r *Request) Wait(ctx context.Context) error {
+// Wait implements [Request]. A Wait that returns ctx's error leaves the
+// operation running (its buffers still belong to the group); Wait may be
+// called again, and by several goroutines.
+func (r *request) Wait(ctx context.Context) error {
 	select {
 	case <-r.done:
 		return r.err
@@ -113,14 +113,14 @@ func (r *Request) Wait(ctx context.Context) error {
 	}
 }
 
-func (r *Request) finish(err error) {
+func (r *request) finish(err error) {
 	r.err = err
 	close(r.done)
 }
 
 // issue queues an operation for the group's worker.
-func (g *Group) issue(ctx context.Context, name string, run func(*pipe) error) *Request {
-	r := &Request{name: name, ctx: ctx, run: run, done: make(chan struct{})}
+func (g *Group) issue(ctx context.Context, name string, run func(*pipe) error) *request {
+	r := &request{name: name, ctx: ctx, run: run, done: make(chan struct{})}
 	g.mu.Lock()
 	if err := g.w.failure(); err != nil {
 		g.mu.Unlock()
@@ -137,8 +137,8 @@ func (g *Group) issue(ctx context.Context, name string, run func(*pipe) error) *
 }
 
 // failed returns a Request that is already done with err.
-func failed(name string, err error) *Request {
-	r := &Request{name: name, done: make(chan struct{})}
+func failed(name string, err error) *request {
+	r := &request{name: name, done: make(chan struct{})}
 	r.finish(err)
 	return r
 }
@@ -162,7 +162,7 @@ func (g *Group) do(ctx context.Context, name string, run func(*pipe) error) erro
 
 // next returns the next operation to run, or nil when the World has ended
 // and nothing is left.
-func (g *Group) next() *Request {
+func (g *Group) next() *request {
 	for {
 		g.mu.Lock()
 		if len(g.queue) > 0 {
@@ -225,7 +225,7 @@ func (g *Group) AllReduce(ctx context.Context, buf []float32) error {
 }
 
 // AllReduceAsync starts AllReduce and returns at once.
-func (g *Group) AllReduceAsync(buf []float32) *Request {
+func (g *Group) AllReduceAsync(buf []float32) Request {
 	return g.issue(context.Background(), "AllReduce", func(p *pipe) error { return p.allReduce(buf) })
 }
 
@@ -249,7 +249,7 @@ func (g *Group) ReduceScatter(ctx context.Context, in, out []float32) error {
 }
 
 // ReduceScatterAsync starts ReduceScatter and returns at once.
-func (g *Group) ReduceScatterAsync(in, out []float32) *Request {
+func (g *Group) ReduceScatterAsync(in, out []float32) Request {
 	if err := checkLen("ReduceScatter", len(in) == g.Size()*len(out), "len(in) = %d, want Size·len(out) = %d", len(in), g.Size()*len(out)); err != nil {
 		return failed("ReduceScatter", err)
 	}
@@ -267,7 +267,7 @@ func (g *Group) AllGather(ctx context.Context, in, out []float32) error {
 }
 
 // AllGatherAsync starts AllGather and returns at once.
-func (g *Group) AllGatherAsync(in, out []float32) *Request {
+func (g *Group) AllGatherAsync(in, out []float32) Request {
 	if err := checkLen("AllGather", len(out) == g.Size()*len(in), "len(out) = %d, want Size·len(in) = %d", len(out), g.Size()*len(in)); err != nil {
 		return failed("AllGather", err)
 	}
@@ -299,6 +299,25 @@ func (g *Group) Recv(ctx context.Context, buf []float32, from int) error {
 		return err
 	}
 	return g.do(ctx, "Recv", func(p *pipe) error { return p.recv(buf, from) })
+}
+
+// SendRecv sends send to member to and receives into recv what member
+// from sends, as one operation: the pair a pipeline stage exchanges with
+// its neighbours (NCCL's grouped send and receive). to and from may be the
+// same member. Over TCP the send is buffered, so it is Send then Recv.
+func (g *Group) SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error {
+	if err := g.checkPeer("SendRecv", to); err != nil {
+		return err
+	}
+	if err := g.checkPeer("SendRecv", from); err != nil {
+		return err
+	}
+	return g.do(ctx, "SendRecv", func(p *pipe) error {
+		if err := p.send(send, to); err != nil {
+			return err
+		}
+		return p.recv(recv, from)
+	})
 }
 
 func (g *Group) checkPeer(name string, peer int) error {

@@ -25,25 +25,25 @@ import (
 // (sharding.go) and the same all-reduce at the end.
 type dataParallel struct {
 	topo    Topology
-	all     *comm.Group // every replica of this rank's part of the model
-	shard   *comm.Group // the sharding group (ranks with this dp index)
-	dp      *comm.Group // ranks holding the same shard
-	pending []*comm.Request
+	all     comm.Communicator // every replica of this rank's part of the model
+	shard   comm.Communicator // the sharding group (ranks with this dp index)
+	dp      comm.Communicator // ranks holding the same shard
+	pending []comm.Request
 	lo, hi  int       // this rank's shard of the flat buffers (sharding)
 	grads   []float32 // stage 2: the reduced gradients of Params[lo:hi]
 	scratch []float32 // stage 1/2: a shard-sized buffer for the parameter all-gather
 }
 
-func newDataParallel(w *comm.World, topo Topology, m *Model) (*dataParallel, error) {
+func newDataParallel(f comm.Fabric, topo Topology, m *Model) (*dataParallel, error) {
 	d := &dataParallel{topo: topo}
 	var err error
-	if d.all, err = w.NamedGroup("dp", topo.replicaGroup()); err != nil {
+	if d.all, err = f.Communicator("dp", topo.replicaGroup()); err != nil {
 		return nil, err
 	}
-	if d.shard, err = w.NamedGroup("sharding", topo.shardGroup()); err != nil {
+	if d.shard, err = f.Communicator("sharding", topo.shardGroup()); err != nil {
 		return nil, err
 	}
-	if d.dp, err = w.NamedGroup("dp-shard", topo.dpGroup()); err != nil {
+	if d.dp, err = f.Communicator("dp-shard", topo.dpGroup()); err != nil {
 		return nil, err
 	}
 	d.lo, d.hi = 0, len(m.Params)

@@ -2,12 +2,19 @@ package engine
 
 import (
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels"
 )
 
 // groups are the communication groups of one rank of a parallel job, the
 // tensor-parallel one held by the model (Model.tp). Every rank creates
-// its groups in the same order (comm.World.NamedGroup matches them up by
-// that order), so newGroups is the one place that creates them.
+// its groups in the same order (comm.World.NamedGroup and the fabrics
+// match them up by that order), so newGroups is the one place that creates
+// them.
+//
+// The data path — gradients, activations, the parameters of sharding — runs
+// on communicators of the fabric f, which the parallel dimensions see only
+// as comm.Communicator; the control plane — the model group's checkpoint
+// parts and norm scalars, the stop agreement — stays on w's TCP groups.
 type groups struct {
 	dp    *dataParallel // the replicas' gradients; nil for one replica
 	model *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
@@ -15,20 +22,20 @@ type groups struct {
 	stop  *stopper      // agrees on a stop at step boundaries
 }
 
-// newGroups creates the groups of m's rank at topo in w (nil for one
+// newGroups creates the groups of m's rank at topo (w nil for one
 // process): data parallel and sharding, tensor parallel (set on m), the
 // model's group, the pipeline, then the stop agreement.
-func newGroups(w *comm.World, topo Topology, m *Model, accum int, stop <-chan struct{}) (groups, error) {
+func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int, stop <-chan struct{}) (groups, error) {
 	var g groups
 	var err error
 	if w != nil && w.Size() > 1 {
 		if topo.Replicas() > 1 {
-			if g.dp, err = newDataParallel(w, topo, m); err != nil {
+			if g.dp, err = newDataParallel(f, topo, m); err != nil {
 				return g, err
 			}
 		}
 		if topo.MP > 1 {
-			tg, err := w.NamedGroup("mp", topo.mpGroup())
+			tg, err := f.Communicator("mp", topo.mpGroup())
 			if err != nil {
 				return g, err
 			}
@@ -40,7 +47,7 @@ func newGroups(w *comm.World, topo Topology, m *Model, accum int, stop <-chan st
 			}
 		}
 		if topo.PP > 1 {
-			if g.pp, err = newPipeline(w, topo, m, accum); err != nil {
+			if g.pp, err = newPipeline(f, topo, m, accum); err != nil {
 				return g, err
 			}
 		}
@@ -48,4 +55,13 @@ func newGroups(w *comm.World, topo Topology, m *Model, accum int, stop <-chan st
 	// Created after the others, in the same order on every rank.
 	g.stop, err = newStopper(w, stop)
 	return g, err
+}
+
+// backendStream is be as the stream the TCP ring waits for before it
+// touches a buffer: nil for a backend that computes synchronously.
+func backendStream(be kernels.Backend) comm.Stream {
+	if m, ok := be.(kernels.Memory); ok {
+		return m
+	}
+	return nil
 }

@@ -93,28 +93,28 @@ func pipeSchedule(kind string, pp, vpp, s, m int) []pipeOp {
 // (sumTied), as ColossalAI's PipelineSharedModuleWrapper does.
 type pipeline struct {
 	topo  Topology
-	acts  *comm.Group // activations, forward: member i is stage i
-	grads *comm.Group // gradients, backward
-	tied  *comm.Group // first and last stage (the tied wte); nil if they are one rank
+	acts  comm.Communicator // activations, forward: member i is stage i
+	grads comm.Communicator // gradients, backward
+	tied  comm.Communicator // first and last stage (the tied wte); nil if they are one rank
 	ops   []pipeOp
 	last  int              // the step's last micro-batch
 	lc    int              // blocks per chunk
 	free  [][]*activations // per chunk: activations of finished micro-batches, for reuse
 }
 
-func newPipeline(w *comm.World, topo Topology, m *Model, accum int) (*pipeline, error) {
+func newPipeline(f comm.Fabric, topo Topology, m *Model, accum int) (*pipeline, error) {
 	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1, free: make([][]*activations, topo.VPP)}
 	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
 	var err error
-	if p.acts, err = w.NamedGroup("pp", topo.ppGroup()); err != nil {
+	if p.acts, err = f.Communicator("pp", topo.ppGroup()); err != nil {
 		return nil, err
 	}
-	if p.grads, err = w.NamedGroup("pp grads", topo.ppGroup()); err != nil {
+	if p.grads, err = f.Communicator("pp grads", topo.ppGroup()); err != nil {
 		return nil, err
 	}
 	if m.Part.Embed || m.Part.Head {
 		pg := topo.ppGroup()
-		if p.tied, err = w.NamedGroup("tied", []int{pg[0], pg[len(pg)-1]}); err != nil {
+		if p.tied, err = f.Communicator("tied", []int{pg[0], pg[len(pg)-1]}); err != nil {
 			return nil, err
 		}
 	}

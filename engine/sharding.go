@@ -87,12 +87,12 @@ func (tr *Trainer) fullMoments(ctx context.Context) (mo, vo []float32, err error
 // shard plus the outer tensors and one block at a time. The update and the
 // checkpoints are stage 2's, on the same shards.
 type zero3 struct {
-	g       *comm.Group // the sharding group
-	rank    int         // this rank's place in it
-	lo, hi  []int       // each member's chunk of the padded flat buffer
-	units   []unit      // 0: the tensors outside the blocks; 1+li: local block li
-	grads   []float32   // this rank's reduced gradients of Params[lo:hi] (dataParallel.grads)
-	in, out []float32   // packing buffers
+	g       comm.Communicator // the sharding group
+	rank    int               // this rank's place in it
+	lo, hi  []int             // each member's chunk of the padded flat buffer
+	units   []unit            // 0: the tensors outside the blocks; 1+li: local block li
+	grads   []float32         // this rank's reduced gradients of Params[lo:hi] (dataParallel.grads)
+	in, out []float32         // packing buffers
 }
 
 // unit is a set of ranges of the flat buffer gathered together.
@@ -102,7 +102,7 @@ type unit struct {
 	width  int        // the most elements any member holds of the unit
 }
 
-func newZero3(g *comm.Group, m *Model, chunk int, grads []float32) *zero3 {
+func newZero3(g comm.Communicator, m *Model, chunk int, grads []float32) *zero3 {
 	S := g.Size()
 	z := &zero3{g: g, rank: g.Rank(), lo: make([]int, S), hi: make([]int, S), grads: grads}
 	for k := range S {

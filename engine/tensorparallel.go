@@ -11,7 +11,7 @@ import (
 // slices each rank holds are in LayoutPart). A nil *tensorParallel does
 // nothing: the model is not split.
 type tensorParallel struct {
-	g *comm.Group
+	g comm.Communicator
 }
 
 // allReduce sums x over the group in place, under ps's context; a failure

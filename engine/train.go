@@ -33,7 +33,14 @@ type Options struct {
 	// set, the world rank does.
 	Rank int
 	// World connects the ranks of a parallel job; nil for one process.
+	// Its TCP groups carry the control plane: stop agreement, resume
+	// agreement, checkpoint parts, loss and norm scalars.
 	World *comm.World
+	// Fabric makes the communicators of the data path: gradients,
+	// activations, sharded parameters. Nil: World's TCP ring, ordered
+	// after the backend's kernels (World.Fabric with the backend as the
+	// stream when it computes asynchronously).
+	Fabric comm.Fabric
 	// Stop, when closed, asks the run to stop at the next step boundary:
 	// the ranks agree on the step (see Trainer.Run), save the finished
 	// steps and return a *StopError. Unlike cancelling Run's context, it
@@ -136,7 +143,11 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
 	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
 	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
-	if tr.groups, err = newGroups(opts.World, topo, m, tr.Accum, opts.Stop); err != nil {
+	if opts.World != nil && opts.Fabric == nil {
+		opts.Fabric = opts.World.Fabric(backendStream(be))
+		tr.opts.Fabric = opts.Fabric
+	}
+	if tr.groups, err = newGroups(opts.World, opts.Fabric, topo, m, tr.Accum, opts.Stop); err != nil {
 		return nil, err
 	}
 	o := cfg.Optimizer

@@ -1,0 +1,195 @@
+package comm
+
+import (
+	"context"
+)
+
+// Communicator is a group of ranks and the data-path operations the
+// engine's parallel dimensions run on it: the gradients of data
+// parallelism and sharding, the activations of tensor and pipeline
+// parallelism. The TCP ring ([Group]) implements it, and so does the NCCL
+// communicator of package comm/nccl; the engine sees only this interface.
+//
+// Members are numbered 0..Size()-1 in ascending world-rank order; peers are
+// given as these numbers. Every member must issue the same operations
+// (kind and lengths) in the same order; for Send, Recv and SendRecv, the
+// two members involved, in the same order relative to the communicator's
+// other operations.
+//
+// # Ordering
+//
+// A communicator is tied to the rank's stream: the queue of kernels of the
+// rank's compute backend. An operation sees every kernel queued on the
+// stream before it was issued, and kernels queued after a blocking
+// operation returns (after an asynchronous one's Wait returns) see its
+// result. The host must not touch a buffer given to an operation until the
+// operation is done, and reads the result only through the stream (after
+// the backend's Sync): an implementation may run the operation on the
+// device, after the kernels before it, and return to the host at once.
+//
+// Point-to-point transfers rendezvous: a Send may wait until the matching
+// Recv has been issued (NCCL's does). A schedule whose two neighbours each
+// send before they receive deadlocks; they pair the two with SendRecv.
+//
+// # Failure and cancellation
+//
+// Failures are those of [Group]: a member that is gone or stuck fails the
+// operation within the timeout with a [*PeerError], the failure ends the
+// whole job's communicators, and canceling the context of an issued
+// blocking operation aborts them (the other members could not be told to
+// skip it).
+type Communicator interface {
+	// Rank is this process's member number; Size the number of members.
+	Rank() int
+	Size() int
+
+	// AllReduce replaces buf, on every member, with the element-wise sum
+	// of all members' buf.
+	AllReduce(ctx context.Context, buf []float32) error
+	// AllReduceAsync starts AllReduce and returns at once.
+	AllReduceAsync(buf []float32) Request
+	// AllReduce64 sums a few float64s (loss sums, softmax statistics)
+	// over the members, in rank order.
+	AllReduce64(ctx context.Context, buf []float64) error
+	// ReduceScatter leaves in out this member's part of the element-wise
+	// sum of the members' in: len(in) = Size()·len(out).
+	ReduceScatter(ctx context.Context, in, out []float32) error
+	// AllGather concatenates the members' in, in member order, into out
+	// on every member: len(out) = Size()·len(in).
+	AllGather(ctx context.Context, in, out []float32) error
+
+	// Send sends buf to member to; Recv receives into buf (of the same
+	// length) what member from sends.
+	Send(ctx context.Context, buf []float32, to int) error
+	Recv(ctx context.Context, buf []float32, from int) error
+	// SendRecv issues a Send and a Recv together and returns when both
+	// are done, so that neither waits for the other: to and from may be
+	// the same member, which then issues the mirror-image SendRecv.
+	SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error
+
+	// Traffic counts the payload bytes sent and received so far.
+	Traffic() Traffic
+}
+
+// Request is an operation issued asynchronously.
+type Request interface {
+	// Wait blocks until the operation is done (or, on a device, ordered
+	// before the kernels queued after Wait returns) and returns its
+	// error, or until ctx ends. A Wait that returns ctx's error leaves the
+	// operation running: its buffers still belong to the communicator.
+	Wait(ctx context.Context) error
+}
+
+// Stream is the queue of device work a rank's operations are ordered
+// after. Sync returns once everything queued on it has finished, with the
+// device's first failure, if any. The GPU backend is one; a backend that
+// computes synchronously needs none.
+type Stream interface {
+	Sync() error
+}
+
+// Fabric makes the communicators of one rank of a job.
+type Fabric interface {
+	// Rank and Size are this process's world rank and the job's size.
+	Rank() int
+	Size() int
+	// Communicator returns a communicator for the given world ranks
+	// (ascending, this rank among them), named for diagnostics. Every
+	// member must create the same communicators in the same order.
+	Communicator(name string, ranks []int) (Communicator, error)
+}
+
+// Fabric returns w's communicators as a [Fabric]: [Group]s of the TCP
+// ring. With s not nil, every operation first waits for s (the host can
+// only hand the ring memory the device has finished writing); with s nil
+// the kernels are assumed to have finished when they return.
+func (w *World) Fabric(s Stream) Fabric { return tcpFabric{w, s} }
+
+type tcpFabric struct {
+	w *World
+	s Stream
+}
+
+func (f tcpFabric) Rank() int { return f.w.Rank() }
+func (f tcpFabric) Size() int { return f.w.Size() }
+
+func (f tcpFabric) Communicator(name string, ranks []int) (Communicator, error) {
+	g, err := f.w.NamedGroup(name, ranks)
+	if err != nil || f.s == nil {
+		return g, err
+	}
+	return &streamGroup{g, f.s}, nil
+}
+
+// streamGroup is a Group whose operations wait for the stream before the
+// ring touches their buffers.
+type streamGroup struct {
+	g *Group
+	s Stream
+}
+
+func (c *streamGroup) Rank() int        { return c.g.Rank() }
+func (c *streamGroup) Size() int        { return c.g.Size() }
+func (c *streamGroup) Traffic() Traffic { return c.g.Traffic() }
+
+func (c *streamGroup) AllReduce(ctx context.Context, buf []float32) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.AllReduce(ctx, buf)
+}
+
+func (c *streamGroup) AllReduceAsync(buf []float32) Request {
+	if err := c.s.Sync(); err != nil {
+		return failed("AllReduce", err)
+	}
+	return c.g.AllReduceAsync(buf)
+}
+
+func (c *streamGroup) AllReduce64(ctx context.Context, buf []float64) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.AllReduce64(ctx, buf)
+}
+
+func (c *streamGroup) ReduceScatter(ctx context.Context, in, out []float32) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.ReduceScatter(ctx, in, out)
+}
+
+func (c *streamGroup) AllGather(ctx context.Context, in, out []float32) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.AllGather(ctx, in, out)
+}
+
+func (c *streamGroup) Send(ctx context.Context, buf []float32, to int) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.Send(ctx, buf, to)
+}
+
+func (c *streamGroup) Recv(ctx context.Context, buf []float32, from int) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.Recv(ctx, buf, from)
+}
+
+func (c *streamGroup) SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error {
+	if err := c.s.Sync(); err != nil {
+		return err
+	}
+	return c.g.SendRecv(ctx, send, to, recv, from)
+}
+
+// Both implementations satisfy the interface.
+var (
+	_ Communicator = (*Group)(nil)
+	_ Communicator = (*streamGroup)(nil)
+)
