@@ -521,10 +521,12 @@ func TestSendRecv(t *testing.T) {
 	}
 }
 
-// TestSendRecvPairs: every member exchanges with both neighbours of a ring
-// at once, each SendRecv sending one way and receiving the other, with
-// buffers of many chunks; on two members both neighbours are one member.
-func TestSendRecvPairs(t *testing.T) {
+// TestExchange: every member exchanges with both neighbours of a ring at
+// once, sending one way and receiving the other, with buffers of many
+// chunks; on two members both neighbours are one member. Then two sends
+// and two receives between the same pair in one Exchange, matched in the
+// order listed.
+func TestExchange(t *testing.T) {
 	ctx := context.Background()
 	for _, size := range []int{2, 3} {
 		ws := connectWorlds(t, size, func(c *Config) { c.chunkBytes = 1 << 10 })
@@ -535,10 +537,10 @@ func TestSendRecvPairs(t *testing.T) {
 			next, prev := (r+1)%size, (r+size-1)%size
 			fwd[r], bwd[r] = make([]float32, n), make([]float32, n+r)
 			// Forward to next, receiving from prev; then backward.
-			if err := gs[r].SendRecv(ctx, exactInput(r, n), next, fwd[r], prev); err != nil {
+			if err := gs[r].Exchange(ctx, []Transfer{{next, exactInput(r, n)}}, []Transfer{{prev, fwd[r]}}); err != nil {
 				return err
 			}
-			return gs[r].SendRecv(ctx, exactInput(10+r, n+prev), prev, bwd[r], next)
+			return gs[r].Exchange(ctx, []Transfer{{prev, exactInput(10+r, n+prev)}}, []Transfer{{next, bwd[r]}})
 		})
 		for r := range size {
 			prev, next := (r+size-1)%size, (r+1)%size
@@ -548,6 +550,19 @@ func TestSendRecvPairs(t *testing.T) {
 			if d := firstDiff(bwd[r], exactInput(10+next, n+r)); d >= 0 {
 				t.Errorf("size %d: rank %d's backward message differs at %d", size, r, d)
 			}
+		}
+	}
+	ws := connectWorlds(t, 2, nil)
+	gs := groups(t, ws, allRanks(2))
+	got := [2][2][]float32{}
+	mustAll(t, 2, func(r int) error {
+		got[r] = [2][]float32{make([]float32, 7), make([]float32, 7)}
+		return gs[r].Exchange(ctx, []Transfer{{1 - r, exactInput(r, 7)}, {1 - r, exactInput(5+r, 7)}},
+			[]Transfer{{1 - r, got[r][0]}, {1 - r, got[r][1]}})
+	})
+	for r := range 2 {
+		if firstDiff(got[r][0], exactInput(1-r, 7)) >= 0 || firstDiff(got[r][1], exactInput(6-r, 7)) >= 0 {
+			t.Errorf("rank %d received %v, %v: not in the order sent", r, got[r][0], got[r][1])
 		}
 	}
 }
@@ -596,7 +611,7 @@ func TestFabricWaitsForStream(t *testing.T) {
 		if err := c.AllGather(ctx, b[:2], b); err != nil {
 			return err
 		}
-		if err := c.SendRecv(ctx, b, 1-r, b, 1-r); err != nil {
+		if err := c.Exchange(ctx, []Transfer{{1 - r, b[:2]}}, []Transfer{{1 - r, b[2:]}}); err != nil {
 			return err
 		}
 		if r == 0 {

@@ -12,8 +12,8 @@ import (
 //
 // Members are numbered 0..Size()-1 in ascending world-rank order; peers are
 // given as these numbers. Every member must issue the same operations
-// (kind and lengths) in the same order; for Send, Recv and SendRecv, the
-// two members involved, in the same order relative to the communicator's
+// (kind and lengths) in the same order; for Send, Recv and Exchange, the
+// members involved, in the same order relative to the communicator's
 // other operations.
 //
 // # Ordering
@@ -29,7 +29,8 @@ import (
 //
 // Point-to-point transfers rendezvous: a Send may wait until the matching
 // Recv has been issued (NCCL's does). A schedule whose two neighbours each
-// send before they receive deadlocks; they pair the two with SendRecv.
+// send before they receive deadlocks; they issue the two together with
+// Exchange.
 //
 // # Failure and cancellation
 //
@@ -62,13 +63,21 @@ type Communicator interface {
 	// length) what member from sends.
 	Send(ctx context.Context, buf []float32, to int) error
 	Recv(ctx context.Context, buf []float32, from int) error
-	// SendRecv issues a Send and a Recv together and returns when both
-	// are done, so that neither waits for the other: to and from may be
-	// the same member, which then issues the mirror-image SendRecv.
-	SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error
+	// Exchange issues sends and receives together and returns when all
+	// are done, so that none waits for another: a pipeline stage's
+	// outputs to its neighbours and its next inputs from them. Transfers
+	// between two members are matched in the order each side lists them.
+	Exchange(ctx context.Context, sends, recvs []Transfer) error
 
 	// Traffic counts the payload bytes sent and received so far.
 	Traffic() Traffic
+}
+
+// Transfer is one side of a point-to-point transfer in an Exchange: the
+// member it goes to or comes from, and the buffer.
+type Transfer struct {
+	Peer int
+	Buf  []float32
 }
 
 // Request is an operation issued asynchronously.
@@ -181,11 +190,11 @@ func (c *streamGroup) Recv(ctx context.Context, buf []float32, from int) error {
 	return c.g.Recv(ctx, buf, from)
 }
 
-func (c *streamGroup) SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error {
+func (c *streamGroup) Exchange(ctx context.Context, sends, recvs []Transfer) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.SendRecv(ctx, send, to, recv, from)
+	return c.g.Exchange(ctx, sends, recvs)
 }
 
 // Both implementations satisfy the interface.

@@ -301,22 +301,35 @@ func (g *Group) Recv(ctx context.Context, buf []float32, from int) error {
 	return g.do(ctx, "Recv", func(p *pipe) error { return p.recv(buf, from) })
 }
 
-// SendRecv sends send to member to and receives into recv what member
-// from sends, as one operation: the pair a pipeline stage exchanges with
-// its neighbours (NCCL's grouped send and receive). to and from may be the
-// same member. Over TCP the send is buffered, so it is Send then Recv.
-func (g *Group) SendRecv(ctx context.Context, send []float32, to int, recv []float32, from int) error {
-	if err := g.checkPeer("SendRecv", to); err != nil {
-		return err
-	}
-	if err := g.checkPeer("SendRecv", from); err != nil {
-		return err
-	}
-	return g.do(ctx, "SendRecv", func(p *pipe) error {
-		if err := p.send(send, to); err != nil {
+// Exchange sends each of sends to its member and receives each of recvs
+// from its member, as one operation: what a pipeline stage trades with its
+// neighbours between two passes (NCCL's grouped sends and receives). The
+// sends to one member arrive in the order listed, and so are the receives
+// from one member matched. Over TCP the sends are buffered, so it is the
+// sends, then the receives.
+func (g *Group) Exchange(ctx context.Context, sends, recvs []Transfer) error {
+	for _, x := range sends {
+		if err := g.checkPeer("Exchange", x.Peer); err != nil {
 			return err
 		}
-		return p.recv(recv, from)
+	}
+	for _, x := range recvs {
+		if err := g.checkPeer("Exchange", x.Peer); err != nil {
+			return err
+		}
+	}
+	return g.do(ctx, "Exchange", func(p *pipe) error {
+		for _, x := range sends {
+			if err := p.send(x.Buf, x.Peer); err != nil {
+				return err
+			}
+		}
+		for _, x := range recvs {
+			if err := p.recv(x.Buf, x.Peer); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

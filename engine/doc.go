@@ -98,6 +98,10 @@
 // copies stay equal. The micro-batches of a step are the gradient
 // accumulation steps, and a schedule (gpipe, 1f1b, interleaved) is a list of
 // forward and backward passes each rank runs in order (pipeSchedule).
+// Between two passes a rank trades the outputs it has and the inputs it
+// needs with its neighbours in one exchange (pipeComms): with sends that
+// wait for their receive, as NCCL's do, the 1F1B steady state would hang if
+// the two were issued one after the other.
 //
 // # Mixed precision
 //

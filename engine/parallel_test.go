@@ -35,9 +35,32 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// rankOptions adjust the ranks of startRanks.
+type rankOptions struct {
+	// fabric makes rank r's data-path fabric from its TCP world (nil:
+	// the engine's default).
+	fabric func(r int, w *comm.World) comm.Fabric
+	// edit adjusts each rank's trainer before it runs.
+	edit func(tr *Trainer)
+}
+
 // runRanks trains one rank per goroutine, each with its own communicator
 // over loopback TCP, and returns rank 0's trainer and result.
 func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
+	t.Helper()
+	trs, ress, errs := startRanks(t, world, overrides, rankOptions{})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkReplicas(t, trs)
+	return trs[0], ress[0]
+}
+
+// startRanks trains one rank per goroutine as runRanks does, with the
+// options o, and returns every rank's trainer, result and error.
+func startRanks(t *testing.T, world int, overrides []string, o rankOptions) ([]*Trainer, []*Result, []error) {
 	t.Helper()
 	port := freePort(t)
 	var wg sync.WaitGroup
@@ -62,10 +85,17 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 				errs[r] = err
 				return
 			}
-			tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, Options{Builtin: corpusFor(cfg), World: w})
+			opts := Options{Builtin: corpusFor(cfg), World: w}
+			if o.fabric != nil {
+				opts.Fabric = o.fabric(r, w)
+			}
+			tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, opts)
 			if err != nil {
 				errs[r] = err
 				return
+			}
+			if o.edit != nil {
+				o.edit(tr)
 			}
 			trs[r] = tr
 			ress[r], errs[r] = tr.Run(ctx)
@@ -77,11 +107,14 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 		}(r)
 	}
 	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
+	ranks = trs
+	return trs, ress, errs
+}
+
+// checkReplicas checks the weights of a run's ranks against one another.
+func checkReplicas(t *testing.T, trs []*Trainer) {
+	t.Helper()
+	world := len(trs)
 	// Every replica of a part holds the same weights after the
 	// all-gather/all-reduce, and the ranks of a tensor-parallel group the
 	// same copies of what they hold whole.
@@ -106,8 +139,6 @@ func runRanks(t *testing.T, world int, overrides []string) (*Trainer, *Result) {
 			}
 		}
 	}
-	ranks = trs
-	return trs[0], ress[0]
 }
 
 // released holds, for each rank of the last runRanks under sharding stage
@@ -192,14 +223,17 @@ func maxRelDiff(a, b []float32) float64 {
 // costs three times the time, 4096 gives back 85%.
 const stage3Vocab = "Model.vocab_size=16384"
 
-// TestParallelParity: each layout gives the single process's losses within
-// 1e-5 relative over 5 steps, and its weights within 1e-5.
-func TestParallelParity(t *testing.T) {
-	cases := []struct {
-		name  string
-		world int
-		o     []string
-	}{
+// parityCase is one layout of the parity matrix: a job of world ranks with
+// the overrides o.
+type parityCase struct {
+	name  string
+	world int
+	o     []string
+}
+
+// parityCases are the layouts of the parity matrix.
+func parityCases() []parityCase {
+	return []parityCase{
 		{"dp2", 2, []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage1", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage2", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
@@ -217,82 +251,97 @@ func TestParallelParity(t *testing.T) {
 		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2", stage3Vocab}},
 		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 	}
+}
+
+// TestParallelParity: each layout gives the single process's losses within
+// 1e-5 relative over 5 steps, and its weights within 1e-5.
+func TestParallelParity(t *testing.T) {
+	cases := parityCases()
 	// Every layout runs once without and once with recompute, alternating
 	// the granularity.
 	n := len(cases)
 	for i, tc := range cases[:n] {
 		g := []string{"full", "only_attn"}[i%2]
-		cases = append(cases, struct {
-			name  string
-			world int
-			o     []string
-		}{tc.name + " recompute " + g, tc.world, append(slices.Clone(tc.o), "Engine.use_recompute=true", "Engine.recompute_granularity="+g)})
+		cases = append(cases, parityCase{tc.name + " recompute " + g, tc.world, append(slices.Clone(tc.o), "Engine.use_recompute=true", "Engine.recompute_granularity="+g)})
 	}
 	if testing.Short() {
 		// -short: one layout of each dimension and one with recompute.
 		keep := []string{"dp2", "sharding2 stage2", "sharding2 stage3", "mp2", "pp2 1f1b", "pp2 interleaved vpp2", "mp2 pp2 recompute full"}
-		cases = slices.DeleteFunc(cases, func(c struct {
-			name  string
-			world int
-			o     []string
-		}) bool {
-			return !slices.Contains(keep, c.name)
-		})
+		cases = slices.DeleteFunc(cases, func(c parityCase) bool { return !slices.Contains(keep, c.name) })
 	}
-	singles := map[string]*Trainer{}
-	sress := map[string]*Result{}
-	// Every run evaluates after its last step: the evaluation draws global
-	// batches, so its loss is the single process's too.
-	eval := []string{"Engine.eval_freq=5", "Engine.eval_iters=2"}
+	singles := parityReference{}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			// The single process has the case's model shape.
-			var shape []string
-			for _, o := range tc.o {
-				if strings.HasPrefix(o, "Model.") {
-					shape = append(shape, o)
-				}
+		t.Run(tc.name, func(t *testing.T) { checkParity(t, tc, singles, rankOptions{}) })
+	}
+}
+
+// parityReference caches the single process's runs by model shape.
+type parityReference map[string]struct {
+	tr  *Trainer
+	res *Result
+}
+
+// parityEval: every run evaluates after its last step: the evaluation
+// draws global batches, so its loss is the single process's too.
+var parityEval = []string{"Engine.eval_freq=5", "Engine.eval_iters=2"}
+
+// checkParity runs the layout tc with the options o and checks its losses,
+// evaluation and weights against the single process of the same shape.
+func checkParity(t *testing.T, tc parityCase, singles parityReference, o rankOptions) {
+	t.Helper()
+	// The single process has the case's model shape.
+	var shape []string
+	for _, o := range tc.o {
+		if strings.HasPrefix(o, "Model.") {
+			shape = append(shape, o)
+		}
+	}
+	key := strings.Join(shape, " ")
+	ref, ok := singles[key]
+	if !ok {
+		ref.tr, ref.res = trainPreset(t, "tiny", append(append(append(parityOverrides(t), parityEval...), "Global.local_batch_size=8", "Global.micro_batch_size=2"), shape...)...)
+		singles[key] = ref
+	}
+	single, sres := ref.tr, ref.res
+	trs, ress, errs := startRanks(t, tc.world, append(append(parityOverrides(t), parityEval...), tc.o...), o)
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	checkReplicas(t, trs)
+	res := ress[0]
+	for i, l := range res.Losses {
+		if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {
+			t.Errorf("step %d: loss %.7f, single process %.7f (rel %.2g)", i, l, sres.Losses[i], d)
+		}
+	}
+	if len(res.EvalLosses) != 1 || len(sres.EvalLosses) != 1 {
+		t.Fatalf("eval losses %v, single process %v: want one each", res.EvalLosses, sres.EvalLosses)
+	}
+	if g, w := res.EvalLosses[0], sres.EvalLosses[0]; math.Abs(g-w) > 1e-5*w {
+		t.Errorf("eval loss %.7f, single process %.7f", g, w)
+	}
+	// Weights are compared by ‖Δ‖/‖w‖ over the whole parameter
+	// vector. Element by element is meaningless for some: the key
+	// bias's gradient is zero in exact arithmetic (softmax ignores a
+	// shift shared by all keys), so what it gets is rounding noise
+	// that AdamW's normalisation turns into lr-sized steps whose sign
+	// depends on the summation order.
+	if d := relNorm(wholeParams(ranks), single.Model.Params); d > 1e-5 {
+		t.Errorf("weights differ from the single process by %.3g (relative L2)", d)
+	} else {
+		t.Logf("%s: weights within %.2g relative L2", tc.name, d)
+	}
+	t.Logf("%s: final loss %.6f (single %.6f)", tc.name, res.Losses[len(res.Losses)-1], sres.Losses[len(sres.Losses)-1])
+	if strings.Contains(tc.name, "stage3") {
+		// Between steps a stage-3 rank holds its shard only: all but
+		// the pages shared with a neighbouring unit are given back.
+		for r, f := range released {
+			if f < 0.9 && ranks[r].topo.Stage == 3 {
+				t.Errorf("rank %d: %.1f%% of the parameters outside its shard read zero between steps, want ≥ 90%%", r, 100*f)
 			}
-			key := strings.Join(shape, " ")
-			if singles[key] == nil {
-				singles[key], sress[key] = trainPreset(t, "tiny", append(append(append(parityOverrides(t), eval...), "Global.local_batch_size=8", "Global.micro_batch_size=2"), shape...)...)
-			}
-			single, sres := singles[key], sress[key]
-			tr, res := runRanks(t, tc.world, append(append(parityOverrides(t), eval...), tc.o...))
-			for i, l := range res.Losses {
-				if d := math.Abs(float64(l-sres.Losses[i])) / float64(sres.Losses[i]); d > 1e-5 {
-					t.Errorf("step %d: loss %.7f, single process %.7f (rel %.2g)", i, l, sres.Losses[i], d)
-				}
-			}
-			if len(res.EvalLosses) != 1 || len(sres.EvalLosses) != 1 {
-				t.Fatalf("eval losses %v, single process %v: want one each", res.EvalLosses, sres.EvalLosses)
-			}
-			if g, w := res.EvalLosses[0], sres.EvalLosses[0]; math.Abs(g-w) > 1e-5*w {
-				t.Errorf("eval loss %.7f, single process %.7f", g, w)
-			}
-			// Weights are compared by ‖Δ‖/‖w‖ over the whole parameter
-			// vector. Element by element is meaningless for some: the key
-			// bias's gradient is zero in exact arithmetic (softmax ignores a
-			// shift shared by all keys), so what it gets is rounding noise
-			// that AdamW's normalisation turns into lr-sized steps whose sign
-			// depends on the summation order.
-			_ = tr
-			if d := relNorm(wholeParams(ranks), single.Model.Params); d > 1e-5 {
-				t.Errorf("weights differ from the single process by %.3g (relative L2)", d)
-			} else {
-				t.Logf("%s: weights within %.2g relative L2", tc.name, d)
-			}
-			t.Logf("%s: final loss %.6f (single %.6f)", tc.name, res.Losses[len(res.Losses)-1], sres.Losses[len(sres.Losses)-1])
-			if strings.Contains(tc.name, "stage3") {
-				// Between steps a stage-3 rank holds its shard only: all but
-				// the pages shared with a neighbouring unit are given back.
-				for r, f := range released {
-					if f < 0.9 && ranks[r].topo.Stage == 3 {
-						t.Errorf("rank %d: %.1f%% of the parameters outside its shard read zero between steps, want ≥ 90%%", r, 100*f)
-					}
-				}
-			}
-		})
+		}
 	}
 }
 

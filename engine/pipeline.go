@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels"
 )
 
 // pipeOp is one pass of a schedule: the forward or backward pass of
@@ -83,33 +84,105 @@ func pipeSchedule(kind string, pp, vpp, s, m int) []pipeOp {
 	return ops
 }
 
+// pipeXfer is one point-to-point transfer of the pipeline: the (B,T,C)
+// residual stream of micro-batch mb from virtual stage from to virtual
+// stage to — activations forward, their gradients (grad) backward.
+type pipeXfer struct {
+	grad     bool
+	mb       int
+	from, to int
+}
+
+// pipeExchange is what a rank sends and receives between two passes, all
+// issued together (one NCCL group): at most one transfer of each kind
+// each way — activations and gradients sent, activations and gradients
+// received.
+type pipeExchange struct {
+	sends, recvs []pipeXfer
+}
+
+// pipeComms lists the exchanges of stage s's passes ops in a pp-stage
+// pipeline of vpp chunks per rank: exchange i comes before pass i and
+// exchange len(ops) after the last.
+//
+// A transfer completes only when both its send and its receive have been
+// issued (NCCL's semantics), so what is issued together matters. Each
+// pass's output goes with the next pass's input: two neighbours that each
+// finished a pass and want the other's next output would otherwise both
+// send first and wait forever (1F1B's steady state). The interleaved
+// schedule needs more, as Megatron-LM does it: in its steady state a
+// forward pass and the backward pass after it run back to back, the
+// backward's input received with the forward's and the forward's output
+// sent with the backward's. The transfers between two ranks, in each
+// direction, come in the same order on the sending and the receiving
+// side, so one communicator carries both kinds. TestPipeCommsRendezvous
+// proves every schedule runs to its end this way.
+func pipeComms(ops []pipeOp, pp, vpp, s int) []pipeExchange {
+	nv := pp * vpp
+	ex := make([]pipeExchange, len(ops)+1)
+	for i, op := range ops {
+		v := op.chunk*pp + s
+		in, out := &ex[i], &ex[i+1]
+		switch {
+		case !op.backward && v > 0:
+			in.recvs = append(in.recvs, pipeXfer{false, op.mb, v - 1, v})
+		case op.backward && v < nv-1:
+			in.recvs = append(in.recvs, pipeXfer{true, op.mb, v + 1, v})
+		}
+		switch {
+		case !op.backward && v < nv-1:
+			out.sends = append(out.sends, pipeXfer{false, op.mb, v, v + 1})
+		case op.backward && v > 0:
+			out.sends = append(out.sends, pipeXfer{true, op.mb, v, v - 1})
+		}
+	}
+	if vpp > 1 {
+		// Steady state: a forward pass i, then a backward pass, with
+		// another such pair before or after (without one, when all the
+		// forwards come first, the plain pairing holds).
+		for i := 0; i+1 < len(ops); i++ {
+			fb := func(j int) bool { return j >= 0 && j+1 < len(ops) && !ops[j].backward && ops[j+1].backward }
+			if !fb(i) || !fb(i-2) && !fb(i+2) {
+				continue
+			}
+			mid := &ex[i+1]
+			ex[i].recvs = append(ex[i].recvs, mid.recvs...)
+			ex[i+2].sends = append(mid.sends, ex[i+2].sends...)
+			mid.recvs, mid.sends = nil, nil
+		}
+	}
+	return ex
+}
+
 // pipeline runs the schedule of one pipeline rank. Between virtual stages
 // flow the (B,T,C) residual stream forward and its gradient backward, point
-// to point: activations on one communicator and gradients on another, so
-// that on each pair of ranks each kind arrives in the order it was sent.
-// Sends return once the data is queued, so a schedule that is
-// deadlock-free with buffered sends runs as written. The first and last
-// stages both hold wte and sum its gradients after the backward passes
-// (sumTied), as ColossalAI's PipelineSharedModuleWrapper does.
+// to point on one communicator, in the exchanges of pipeComms. The first
+// and last stages both hold wte and sum its gradients after the backward
+// passes (sumTied), as ColossalAI's PipelineSharedModuleWrapper does.
 type pipeline struct {
 	topo  Topology
-	acts  comm.Communicator // activations, forward: member i is stage i
-	grads comm.Communicator // gradients, backward
+	c     comm.Communicator // the stages: member i is pipeline rank i
 	tied  comm.Communicator // first and last stage (the tied wte); nil if they are one rank
 	ops   []pipeOp
+	ex    []pipeExchange   // ex[i] before ops[i], ex[len(ops)] after the last
 	last  int              // the step's last micro-batch
 	lc    int              // blocks per chunk
 	free  [][]*activations // per chunk: activations of finished micro-batches, for reuse
+	done  []finished       // finished since the last exchange, whose outputs it may still send
+	dnext []float32        // where a gradient arrives while sc.dresid is still being sent
+	swap  bool             // sc.dresid and dnext are swapped
+
+	// split issues each exchange's transfers one at a time, sends first:
+	// the defect the rendezvous tests must catch.
+	split bool
 }
 
 func newPipeline(f comm.Fabric, topo Topology, m *Model, accum int) (*pipeline, error) {
 	p := &pipeline{topo: topo, lc: m.numLayers() / topo.VPP, last: accum - 1, free: make([][]*activations, topo.VPP)}
 	p.ops = pipeSchedule(topo.Schedule, topo.PP, topo.VPP, topo.PPIndex, accum)
+	p.ex = pipeComms(p.ops, topo.PP, topo.VPP, topo.PPIndex)
 	var err error
-	if p.acts, err = f.Communicator("pp", topo.ppGroup()); err != nil {
-		return nil, err
-	}
-	if p.grads, err = f.Communicator("pp grads", topo.ppGroup()); err != nil {
+	if p.c, err = f.Communicator("pp", topo.ppGroup()); err != nil {
 		return nil, err
 	}
 	if m.Part.Embed || m.Part.Head {
@@ -160,7 +233,8 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 	live := map[[2]int]*activations{} // by micro-batch and chunk
 	bt := B * T
 	var loss float64
-	for _, op := range p.ops {
+	defer p.restoreGrad(m)
+	for i, op := range p.ops {
 		v := p.virtual(op.chunk)
 		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
 		gm := first + op.mb
@@ -169,18 +243,24 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 		if !op.backward {
 			a := p.get(m, B, T, op.chunk)
 			live[key] = a
+			// The previous pass's kernels may still read the buffers.
+			if err := kernels.Sync(m.be); err != nil {
+				return 0, err
+			}
 			copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
 			copy(a.targets, targets[gm*bt:(gm+1)*bt])
+		}
+		if err := p.exchange(ctx, m, i, live); err != nil {
+			return 0, err
+		}
+		if !op.backward {
+			a := live[key]
 			if v == 0 {
 				m.embedForward(a, ps)
-			} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
-				return 0, fmt.Errorf("pipeline: receiving activations of micro-batch %d: %w", op.mb, err)
 			}
 			m.blocksForward(a, lo, hi, ps)
 			if v == nv-1 {
 				loss += m.headForward(a, ps) / float64(bt)
-			} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
-				return 0, fmt.Errorf("pipeline: sending activations of micro-batch %d: %w", op.mb, err)
 			}
 		} else {
 			a := live[key]
@@ -189,23 +269,97 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			}
 			if v == nv-1 {
 				m.headBackward(a, ps)
-			} else if err := p.grads.Recv(ctx, m.sc.dresid, p.holder(v+1)); err != nil {
-				return 0, fmt.Errorf("pipeline: receiving gradients of micro-batch %d: %w", op.mb, err)
 			}
 			m.blocksBackward(a, lo, hi, ps)
 			if v == 0 {
 				m.embedBackward(a, ps)
-			} else if err := p.grads.Send(ctx, m.sc.dresid, p.holder(v-1)); err != nil {
-				return 0, fmt.Errorf("pipeline: sending gradients of micro-batch %d: %w", op.mb, err)
 			}
 			delete(live, key)
-			p.free[op.chunk] = append(p.free[op.chunk], a)
+			p.done = append(p.done, finished{a, op.chunk})
 		}
 		if ps.err != nil {
 			return 0, ps.err
 		}
 	}
-	return loss, nil
+	return loss, p.exchange(ctx, m, len(p.ops), live)
+}
+
+// exchange runs exchange i of the schedule: the outputs of the passes
+// before it, from their activations (live, by micro-batch and chunk) or
+// the model's gradient buffer, and the inputs of the passes after it, into
+// their activations or p.dnext, which then becomes the gradient buffer.
+func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]int]*activations) error {
+	e := p.ex[i]
+	var sends, recvs []comm.Transfer
+	gradIn := false
+	for _, x := range e.sends {
+		buf := m.sc.dresid
+		if !x.grad {
+			k := x.from / p.topo.PP
+			buf = live[[2]int{x.mb, k}].resid[(k+1)*p.lc]
+		}
+		sends = append(sends, comm.Transfer{Peer: p.holder(x.to), Buf: buf})
+	}
+	for _, x := range e.recvs {
+		var buf []float32
+		if x.grad {
+			if len(p.dnext) != len(m.sc.dresid) {
+				kernels.Free(m.be, p.dnext)
+				p.dnext = kernels.Float32s(m.be, len(m.sc.dresid))
+			}
+			buf, gradIn = p.dnext, true
+		} else {
+			k := x.to / p.topo.PP
+			buf = live[[2]int{x.mb, k}].resid[k*p.lc]
+		}
+		recvs = append(recvs, comm.Transfer{Peer: p.holder(x.from), Buf: buf})
+	}
+	var err error
+	switch {
+	case len(sends)+len(recvs) == 0:
+	case p.split:
+		for _, x := range sends {
+			if err = p.c.Send(ctx, x.Buf, x.Peer); err != nil {
+				break
+			}
+		}
+		for _, x := range recvs {
+			if err != nil {
+				break
+			}
+			err = p.c.Recv(ctx, x.Buf, x.Peer)
+		}
+	default:
+		err = p.c.Exchange(ctx, sends, recvs)
+	}
+	if err != nil {
+		return fmt.Errorf("pipeline: exchange %d of the schedule (before pass %d of %d): %w", i, i+1, len(p.ops), err)
+	}
+	if gradIn {
+		m.sc.dresid, p.dnext = p.dnext, m.sc.dresid
+		p.swap = !p.swap
+	}
+	for k, f := range p.done {
+		p.free[f.chunk] = append(p.free[f.chunk], f.a)
+		p.done[k] = finished{}
+	}
+	p.done = p.done[:0]
+	return nil
+}
+
+// finished are the activations of a pass through local chunk chunk.
+type finished struct {
+	a     *activations
+	chunk int
+}
+
+// restoreGrad gives the model back its own gradient buffer (which it
+// frees with its scratch), should the step end with the two swapped.
+func (p *pipeline) restoreGrad(m *Model) {
+	if p.swap {
+		m.sc.dresid, p.dnext = p.dnext, m.sc.dresid
+		p.swap = false
+	}
 }
 
 // get returns activations for a (B,T) micro-batch through local chunk k,
@@ -248,13 +402,13 @@ func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int
 		lo, hi := k*p.lc, (k+1)*p.lc
 		if v == 0 {
 			m.embedForward(a, ps)
-		} else if err := p.acts.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
+		} else if err := p.c.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
 			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 		m.blocksForward(a, lo, hi, ps)
 		if v == nv-1 {
 			loss = m.headForward(a, ps)
-		} else if err := p.acts.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
+		} else if err := p.c.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
 			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 	}

@@ -695,7 +695,7 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 		now["model"] = tr.model.Traffic().SentBytes
 	}
 	if p := tr.pp; p != nil {
-		now["pp"] = p.acts.Traffic().SentBytes + p.grads.Traffic().SentBytes
+		now["pp"] = p.c.Traffic().SentBytes
 		if p.tied != nil {
 			now["tied"] = p.tied.Traffic().SentBytes
 		}
