@@ -145,11 +145,13 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // naming it and what to install or set (exit 2).
 func gpuLibs(w io.Writer) error {
 	var missing []string
+	driver := true
 	for _, lib := range []cuda.Library{cuda.LibCUDA, cuda.LibNVRTC, cuda.LibCUBLAS, cuda.LibCUBLASLt, cuda.LibNCCL} {
 		path, err := cuda.Load(lib)
 		if err != nil {
 			fmt.Fprintf(w, "%-15s NOT FOUND: %s\n", lib, oneLine(err))
 			missing = append(missing, oneLine(err))
+			driver = driver && lib != cuda.LibCUDA
 			continue
 		}
 		detail := ""
@@ -176,9 +178,9 @@ func gpuLibs(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "%-15s %s%s\n", lib, path, detail)
 	}
-	switch len(missing) {
-	case 0:
-	case 1:
+	switch {
+	case len(missing) == 0:
+	case len(missing) == 1 || !driver: // without the driver nothing else matters
 		return usagef("gpu libs: %s", missing[0])
 	default:
 		return usagef("gpu libs: %s (and %d more missing, above)", missing[0], len(missing)-1)
