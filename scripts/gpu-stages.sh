@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # gpu-stages.sh: the stage runner that scripts/gpu-check.sh and
 # scripts/llmc-bench.sh share (sourced, not run).
 #
@@ -23,10 +24,10 @@
 #   GPU_CHECK_DRY=1     dry mode: the commands that need a GPU (and nvcc)
 #                       are stand-ins that print what the real ones print;
 #                       training runs for real on the CPU at a tiny shape;
-#                       the limits are scaled by 0.1, except that a stage
-#                       with a DRY_FLOOR (one that runs gptui for real)
-#                       gets at least that. It checks the scripts' own
-#                       logic on a machine without a GPU.
+#                       the limits are scaled by 0.1, but a stage gets at
+#                       least 3 s, or its DRY_FLOOR (set for the stages
+#                       that run gptui for real). It checks the scripts'
+#                       own logic on a machine without a GPU.
 #   GPU_CHECK_SCALE     multiplies every limit (default 1, dry 0.1)
 #   GPU_CHECK_DEADLINE  seconds the whole run may take (default 540, not
 #                       scaled): a stage gets at most what is left, and is
@@ -151,8 +152,8 @@ run_stage() {
 			break
 		fi
 	done
-	if [[ $DRY == 1 && -n ${DRY_FLOOR[$name]:-} ]] && ((limit_ms < ${DRY_FLOOR[$name]} * 1000)); then
-		limit_ms=$((${DRY_FLOOR[$name]} * 1000))
+	if [[ $DRY == 1 ]] && ((limit_ms < ${DRY_FLOOR[$name]:-3} * 1000)); then
+		limit_ms=$((${DRY_FLOOR[$name]:-3} * 1000))
 	fi
 	if [[ -z $reason ]]; then
 		left=$(($(ms "$DEADLINE") - $(now_ms) + RUN_START))
