@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gptui/gptui/comm"
@@ -77,17 +81,36 @@ func gpuOrdinal() int {
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// cmdGPU is 'gptui gpu check|bench': the checks and measurements of the
-// GPU backend on this machine's GPU, each printed as it runs and in a
-// table at the end.
+// cmdGPU is 'gptui gpu libs|check|bench': where the GPU backend's
+// libraries are found, the checks and measurements of the backend on this
+// machine's GPU, each printed as it runs and in a table at the end.
 func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "check" && args[0] != "bench") {
-		return usagef("gpu: want 'gptui gpu check' or 'gptui gpu bench'")
+	if len(args) == 0 || (args[0] != "libs" && args[0] != "check" && args[0] != "bench") {
+		return usagef("gpu: want 'gptui gpu libs', 'gptui gpu check' or 'gptui gpu bench'")
 	}
 	fs := newFlagSet("gpu "+args[0], stderr)
-	steps := fs.Int("steps", 10, "training steps compared (check) or timed (bench)")
+	var steps *int
+	var only *string
+	if args[0] == "check" {
+		steps = fs.Int("steps", 10, "training steps compared by the parity checks")
+		only = fs.String("only", "", "comma-separated parts to run, of "+strings.Join(gpuCheckParts(), ", ")+" (default all)")
+	}
+	var wd *time.Duration
+	if args[0] != "libs" {
+		wd = fs.Duration("watchdog", 0, "end the process, with the goroutines' stacks and the last line printed, when it prints nothing for this long (a GPU call that hangs); 0 for none")
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if args[0] == "libs" {
+		return gpuLibs(stdout)
+	}
+	var parts []string
+	if args[0] == "check" {
+		var err error
+		if parts, err = parseParts(*only); err != nil {
+			return err
+		}
 	}
 	// Without a driver or a device nothing below can run: say so at once
 	// rather than after the CPU references of the parity checks.
@@ -97,9 +120,14 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case n == 0:
 		return usagef("gpu %s: the CUDA driver sees no GPU on this machine", args[0])
 	}
+	if *wd > 0 {
+		dog := newWatchdog(stdout, stderr, *wd, "gpu "+args[0], os.Exit)
+		defer dog.stop()
+		stdout = dog
+	}
 	var t gpuTable
 	if args[0] == "check" {
-		gpuCheck(ctx, stdout, &t, *steps)
+		gpuCheck(ctx, stdout, &t, *steps, parts)
 	} else {
 		gpuBench(ctx, stdout, &t)
 	}
@@ -109,6 +137,133 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	return nil
 }
+
+// gpuLibs is 'gptui gpu libs': each library the GPU backend loads, in the
+// order it loads them, found and loaded as the backend does, one line
+// each: the file it came from and its version, or NOT FOUND and why; then
+// the GPUs the driver sees. Anything missing is a one-line usage error
+// naming it and what to install or set (exit 2).
+func gpuLibs(w io.Writer) error {
+	var missing []string
+	driver := true
+	for _, lib := range []cuda.Library{cuda.LibCUDA, cuda.LibNVRTC, cuda.LibCUBLAS, cuda.LibCUBLASLt, cuda.LibNCCL} {
+		path, err := cuda.Load(lib)
+		if err != nil {
+			fmt.Fprintf(w, "%-15s NOT FOUND: %s\n", lib, oneLine(err))
+			missing = append(missing, oneLine(err))
+			driver = driver && lib != cuda.LibCUDA
+			continue
+		}
+		detail := ""
+		switch lib {
+		case cuda.LibCUDA:
+			detail = gpuDevices()
+		case cuda.LibNVRTC:
+			if c, err := cuda.LoadNVRTC(); err == nil {
+				major, minor := c.Version()
+				detail = fmt.Sprintf("NVRTC %d.%d", major, minor)
+			} else {
+				detail = oneLine(err)
+			}
+		case cuda.LibNCCL:
+			if n, err := cuda.LoadNCCL(); err == nil {
+				v := n.Version() // NCCL_VERSION_CODE: major·10000 + minor·100 + patch (2.9 on)
+				detail = fmt.Sprintf("NCCL %d.%d.%d", v/10000, v/100%100, v%100)
+			} else {
+				detail = oneLine(err)
+			}
+		}
+		if detail != "" {
+			detail = "  (" + detail + ")"
+		}
+		fmt.Fprintf(w, "%-15s %s%s\n", lib, path, detail)
+	}
+	switch {
+	case len(missing) == 0:
+	case len(missing) == 1 || !driver: // without the driver nothing else matters
+		return usagef("gpu libs: %s", missing[0])
+	default:
+		return usagef("gpu libs: %s (and %d more missing, above)", missing[0], len(missing)-1)
+	}
+	switch n, err := cuda.DeviceCount(); {
+	case err != nil:
+		return usagef("gpu libs: %s", oneLine(err))
+	case n == 0:
+		return usagef("gpu libs: the CUDA driver sees no GPU on this machine")
+	}
+	return nil
+}
+
+// gpuDevices describes the driver's version and GPU 0, or why it cannot.
+func gpuDevices() string {
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return oneLine(err)
+	}
+	if n == 0 {
+		return "no GPU"
+	}
+	d, err := cuda.Open(0)
+	if err != nil {
+		return oneLine(err)
+	}
+	defer d.Close()
+	major, minor := d.Arch()
+	v := d.DriverVersion()
+	return fmt.Sprintf("driver CUDA %d.%d, %d GPU(s), 0: %s sm_%d%d %.0f GiB", v/1000, v%1000/10, n, d.Name(), major, minor, float64(d.TotalMemory())/(1<<30))
+}
+
+// watchdog passes output through to w and, when nothing is written for
+// d, prints every goroutine's stack and one line naming the last line
+// written to stderr, and calls exit(1): a GPU call that hangs (a kernel
+// that never ends, a driver that waits) cannot be cancelled from Go, and
+// the process would otherwise sit silent until something outside killed
+// it, its minutes on the GPU lost without a word of where.
+type watchdog struct {
+	mu      sync.Mutex
+	w       io.Writer
+	partial []byte // the line being written
+	last    string // the last whole line
+	d       time.Duration
+	timer   *time.Timer
+}
+
+func newWatchdog(w, stderr io.Writer, d time.Duration, what string, exit func(int)) *watchdog {
+	dog := &watchdog{w: w, d: d}
+	dog.timer = time.AfterFunc(d, func() {
+		dog.mu.Lock() // held until exit: nothing more is written
+		defer dog.mu.Unlock()
+		_ = pprof.Lookup("goroutine").WriteTo(stderr, 2)
+		last := dog.last
+		if len(dog.partial) > 0 {
+			last = string(dog.partial)
+		}
+		if last == "" {
+			last = "(nothing printed yet)"
+		}
+		fmt.Fprintf(stderr, "gptui: %s: watchdog: nothing printed for %v after %q: a GPU call hangs (the goroutines above show which; CUDA_LAUNCH_BLOCKING=1 makes a hanging kernel's launch show itself); run this part alone, or raise --watchdog if the work is only slow\n",
+			what, d, strings.TrimSpace(last))
+		exit(1)
+	})
+	return dog
+}
+
+// Write writes p through and restarts the watchdog's wait.
+func (dog *watchdog) Write(p []byte) (int, error) {
+	dog.mu.Lock()
+	defer dog.mu.Unlock()
+	dog.timer.Reset(dog.d)
+	dog.partial = append(dog.partial, p...)
+	if i := bytes.LastIndexByte(dog.partial, '\n'); i >= 0 {
+		lines := strings.Split(strings.TrimRight(string(dog.partial[:i]), "\n"), "\n")
+		dog.last = lines[len(lines)-1]
+		dog.partial = append(dog.partial[:0], dog.partial[i+1:]...)
+	}
+	return dog.w.Write(p)
+}
+
+// stop ends the watch.
+func (dog *watchdog) stop() { dog.timer.Stop() }
 
 // gpuTable collects one row per check.
 type gpuTable struct {
@@ -132,39 +287,95 @@ func (t *gpuTable) print(w io.Writer) {
 	}
 }
 
-// gpuCheck runs the device self-test, the kernel checks in fp32 and bf16,
-// and the model parity runs.
-func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
+// gpuCheckPart is one part of 'gpu check', run alone with --only.
+type gpuCheckPart struct {
+	name string
+	run  func(ctx context.Context, w io.Writer, t *gpuTable, steps int)
+}
+
+// gpuCheckParts lists the parts of 'gpu check' in the order they run.
+func gpuCheckParts() []string {
+	var names []string
+	for _, p := range checkParts {
+		names = append(names, p.name)
+	}
+	return names
+}
+
+// checkParts are the parts of 'gpu check', in order: the device
+// self-test, the kernels in fp32 and bf16, and the model parity runs.
+var checkParts = []gpuCheckPart{
+	{"selftest", checkSelfTest},
+	{"kernels-fp32", func(ctx context.Context, w io.Writer, t *gpuTable, _ int) { checkKernels(w, t, cuda.PrecisionFP32) }},
+	{"kernels-bf16", func(ctx context.Context, w io.Writer, t *gpuTable, _ int) { checkKernels(w, t, cuda.PrecisionBF16) }},
+	{"tiny-fp32", checkTinyFP32},
+	{"124m-bf16", check124MBF16},
+}
+
+// parseParts parses --only: names of checkParts, comma-separated; ""
+// is all of them.
+func parseParts(only string) ([]string, error) {
+	if only == "" {
+		return gpuCheckParts(), nil
+	}
+	var parts []string
+	for _, p := range strings.Split(only, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains(gpuCheckParts(), p) {
+			return nil, usagef("gpu check: --only: no part %q; want some of %s", p, strings.Join(gpuCheckParts(), ", "))
+		}
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+// gpuCheck runs the parts of 'gpu check' named in parts, in their order.
+func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int, parts []string) {
+	for _, p := range checkParts {
+		if slices.Contains(parts, p.name) {
+			p.run(ctx, w, t, steps)
+		}
+	}
+}
+
+func checkSelfTest(ctx context.Context, w io.Writer, t *gpuTable, _ int) {
 	fmt.Fprintln(w, "== device self-test ==")
 	err := cudacheck.SelfTest(ctx, w)
 	t.add("self-test (driver, NVRTC, cuBLAS, NCCL)", errText(err), err == nil)
-	for _, p := range []cuda.Precision{cuda.PrecisionFP32, cuda.PrecisionBF16} {
-		fmt.Fprintf(w, "== kernels, GEMMs in %s ==\n", p)
-		be, err := cuda.New(cuda.Options{Precision: p, Log: w})
-		if err != nil {
-			t.add("kernels "+p.String(), oneLine(err), false)
-			continue
-		}
-		err = cudacheck.CheckBackend(be, w)
-		t.add("kernels "+p.String()+" vs CPU", errText(err), err == nil)
-		be.Close()
+}
+
+func checkKernels(w io.Writer, t *gpuTable, p cuda.Precision) {
+	fmt.Fprintf(w, "== kernels, GEMMs in %s ==\n", p)
+	be, err := cuda.New(cuda.Options{Precision: p, Log: w})
+	if err != nil {
+		t.add("kernels "+p.String(), oneLine(err), false)
+		return
 	}
+	err = cudacheck.CheckBackend(be, w)
+	t.add("kernels "+p.String()+" vs CPU", errText(err), err == nil)
+	be.Close()
+}
+
+func checkTinyFP32(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	fmt.Fprintln(w, "== model parity: tiny, fp32, vs the CPU backend ==")
 	tiny := []string{"Engine.eval_freq=0", "Engine.logging_freq=1", "Model.hidden_dropout_prob=0.1", "Model.attention_probs_dropout_prob=0.1"}
 	cpuL, gpuL, err := parityRun(ctx, "tiny", steps, cuda.PrecisionFP32, tiny)
-	if err == nil {
-		worst := 0.0
-		for i := range cpuL {
-			worst = max(worst, math.Abs(float64(gpuL[i]-cpuL[i]))/math.Abs(float64(cpuL[i])))
-		}
-		t.add(fmt.Sprintf("fp32 loss, %d steps (tol 1e-5 rel)", len(cpuL)), fmt.Sprintf("worst %.2e; final %.6f vs %.6f", worst, gpuL[len(gpuL)-1], cpuL[len(cpuL)-1]), worst <= 1e-5)
-	} else {
+	if err != nil {
 		t.add("fp32 loss parity", oneLine(err), false)
+		return
 	}
+	worst := 0.0
+	for i := range cpuL {
+		worst = max(worst, math.Abs(float64(gpuL[i]-cpuL[i]))/math.Abs(float64(cpuL[i])))
+	}
+	t.add(fmt.Sprintf("fp32 loss, %d steps (tol 1e-5 rel)", len(cpuL)), fmt.Sprintf("worst %.2e; final %.6f vs %.6f", worst, gpuL[len(gpuL)-1], cpuL[len(cpuL)-1]), worst <= 1e-5)
+}
+
+func check124MBF16(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	fmt.Fprintln(w, "== model parity: gpt2-124m B=4 T=64, bf16, vs fp32 CPU ==")
 	small := []string{"Global.global_batch_size=4", "Global.local_batch_size=4", "Global.micro_batch_size=4", "Data.Train.dataset.max_seq_len=64",
 		"Engine.eval_freq=0", "Engine.logging_freq=1", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"}
-	cpuL, gpuL, err = parityRun(ctx, "gpt2-124m", steps, cuda.PrecisionBF16, small)
+	cpuL, gpuL, err := parityRun(ctx, "gpt2-124m", steps, cuda.PrecisionBF16, small)
 	if err == nil {
 		worst := 0.0
 		for i := range cpuL {
@@ -174,6 +385,7 @@ func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	} else {
 		t.add("bf16 loss parity", oneLine(err), false)
 	}
+	fmt.Fprintln(w, "== gradients: gpt2-124m B=4 T=64, bf16, vs fp32 CPU ==")
 	err = gradParity(ctx, w, "gpt2-124m", small)
 	t.add("bf16 gradients (thr + |ref|·0.079)", errText(err), err == nil)
 }

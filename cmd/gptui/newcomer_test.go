@@ -71,8 +71,16 @@ func TestQuickstartCheckpoint(t *testing.T) {
 
 // TestGPUCheckWithoutDriver: 'gptui gpu check' and 'gpu bench' on a
 // machine without the CUDA driver say so in one line, exit 2, at once:
-// none of the checks' CPU references is computed first.
+// none of the checks' CPU references is computed first. 'gpu libs' lists
+// every library, the driver NOT FOUND, and ends in the driver's line.
 func TestGPUCheckWithoutDriver(t *testing.T) {
+	code, out, e := runCLI(t, "gpu", "libs")
+	checkUserError(t, code, e, []string{"gpu libs: ", "libcuda", "install the NVIDIA driver"})
+	for _, lib := range []string{"libcuda.so      NOT FOUND: ", "libnvrtc.so ", "libcublas.so ", "libcublasLt.so ", "libnccl.so "} {
+		if !strings.Contains(out, "\n"+lib) && !strings.HasPrefix(out, lib) {
+			t.Errorf("gpu libs printed no line for %q:\n%s", lib, out)
+		}
+	}
 	for _, sub := range []string{"check", "bench"} {
 		code, out, e := runCLI(t, "gpu", sub)
 		checkUserError(t, code, e, []string{"gpu " + sub + ": ", "libcuda", "install the NVIDIA driver"})

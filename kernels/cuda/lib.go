@@ -235,6 +235,21 @@ func search(lib Library, env Env) (dirs []string, wheel map[string]bool) {
 	if pyenv != "" {
 		sites = append(sites, filepath.Join(pyenv, "versions/*/lib/python3*/site-packages"))
 	}
+	// The site-packages of every other Python on PATH: a virtualenv that
+	// is used but not activated (its bin folder on PATH, VIRTUAL_ENV
+	// unset), such as a machine image's PyTorch environment
+	// (/opt/torch/.venv), holds the nvidia-* wheels there. The system's
+	// own prefixes come next, in their usual order.
+	system := map[string]bool{sys("/usr"): true, sys("/usr/local"): true, sys("/opt/conda"): true, sys("/"): true}
+	for _, bin := range filepath.SplitList(env.getenv("PATH")) {
+		if bin == "" || !hasPython(bin) {
+			continue
+		}
+		prefix := filepath.Dir(filepath.Clean(bin))
+		if !system[prefix] {
+			sites = append(sites, filepath.Join(prefix, "lib/python3*/site-packages"), filepath.Join(prefix, "lib/python3*/dist-packages"))
+		}
+	}
 	sites = append(sites,
 		sys("/opt/conda/lib/python3*/site-packages"),
 		sys("/usr/local/lib/python3*/dist-packages"),
@@ -255,6 +270,17 @@ func search(lib Library, env Env) (dirs []string, wheel map[string]bool) {
 		add(filepath.Join(v, "lib"))
 	}
 	return dedup(dirs), wheel
+}
+
+// hasPython reports whether the folder bin holds a python3 or python
+// program (a file or a link to one).
+func hasPython(bin string) bool {
+	for _, name := range []string{"python3", "python"} {
+		if isFile(filepath.Join(bin, name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // expandPython returns the folders matching pattern (a site-packages
@@ -567,4 +593,46 @@ func loadCompanions(lib Library, path string) error {
 		}
 	}
 	return nil
+}
+
+// Load finds and loads lib as the backend does (once per process, with
+// what it needs from its own folder loaded first: cuBLASLt for cuBLAS,
+// the builtins for NVRTC) and returns the file it came from: the path
+// dlopen took, or, for a bare soname the system loader resolved, the file
+// this process has mapped for it where /proc/self/maps tells. Its error
+// is [Find]'s one line, or says which copies were found but not loadable.
+func Load(lib Library) (string, error) {
+	if lib < 0 || int(lib) >= len(libs) {
+		return "", fmt.Errorf("cuda: no library %v", lib)
+	}
+	if lib == LibCUBLASLt {
+		// From cuBLAS's folder, as the backend loads it; where cuBLAS is
+		// missing, wherever cuBLASLt alone is found.
+		_, _ = load(LibCUBLAS)
+	}
+	h, err := load(lib)
+	if err != nil {
+		return "", fmt.Errorf("cuda: %w", err)
+	}
+	if filepath.IsAbs(h.path) {
+		return h.path, nil
+	}
+	maps, _ := os.ReadFile("/proc/self/maps")
+	return mappedFile(string(maps), lib, h.path), nil
+}
+
+// mappedFile returns the file in maps (the text of /proc/self/maps) that
+// is lib (its name starts with lib's base name, libcuda.so for libcuda.so.1),
+// or soname when none is.
+func mappedFile(maps string, lib Library, soname string) string {
+	for _, line := range strings.Split(maps, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !filepath.IsAbs(f[5]) {
+			continue
+		}
+		if strings.HasPrefix(filepath.Base(f[5]), libs[lib].base) {
+			return f[5]
+		}
+	}
+	return soname
 }

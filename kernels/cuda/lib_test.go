@@ -171,6 +171,44 @@ func TestFind(t *testing.T) {
 			want:  "home/u/.local/lib/python3.10/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
 		},
 		{
+			name:  "NCCL wheel of a virtualenv on PATH, not activated",
+			lib:   LibNCCL,
+			files: []string{"opt/torch/.venv/bin/python3", "opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2"},
+			vars:  map[string]string{"PATH": "$R/usr/bin:$R/opt/torch/.venv/bin:$R/bin"},
+			want:  "opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",
+		},
+		{
+			name: "a folder on PATH without a Python is no prefix",
+			lib:  LibNVRTC,
+			files: []string{
+				"opt/tools/bin/nvcc", "opt/tools/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
+				"usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+			},
+			vars: map[string]string{"PATH": "$R/opt/tools/bin"},
+			want: "usr/lib/python3/dist-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+		},
+		{
+			name: "user site before a PATH Python's, and the system's Python keeps its place",
+			lib:  LibNVRTC,
+			files: []string{
+				"usr/bin/python3", "usr/local/lib/python3.12/dist-packages/nvidia/cu13/lib/libnvrtc.so.13",
+				"opt/py/bin/python", "opt/py/lib/python3.11/site-packages/nvidia/cu13/lib/libnvrtc.so.13",
+				"home/u/.local/lib/python3.12/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+			},
+			vars: map[string]string{"PATH": "$R/usr/bin:$R/opt/py/bin", "HOME": "$R/home/u"},
+			want: "home/u/.local/lib/python3.12/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+		},
+		{
+			name: "a PATH Python's wheels before the system's",
+			lib:  LibNVRTC,
+			files: []string{
+				"usr/bin/python3", "usr/lib/python3/dist-packages/nvidia/cu13/lib/libnvrtc.so.13",
+				"opt/py/bin/python", "opt/py/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+			},
+			vars: map[string]string{"PATH": "$R/usr/bin:$R/opt/py/bin"},
+			want: "opt/py/lib/python3.11/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
+		},
+		{
 			name:  "conda prefix lib",
 			lib:   LibNCCL,
 			files: []string{"conda/lib/libnccl.so.2"},
@@ -381,5 +419,50 @@ func TestLoadBroken(t *testing.T) {
 	want := filepath.Join(dir, "libnccl.so.2") + ": "
 	if !strings.Contains(err.Error(), "found but not loadable") || !strings.Contains(err.Error(), want) {
 		t.Errorf("LoadNCCL: %v; want it to name %s as not loadable", err, want)
+	}
+}
+
+func TestMappedFile(t *testing.T) {
+	maps := `55d0c0000000-55d0c0001000 r--p 00000000 08:01 123 /usr/bin/gptui
+7f0000000000-7f0000100000 r-xp 00000000 08:01 456 /usr/lib/x86_64-linux-gnu/libnvrtc-builtins.so.11.8
+7f0000200000-7f0000300000 r-xp 00000000 08:01 457 /usr/lib/x86_64-linux-gnu/libnvrtc.so.11.8.89
+7f0000400000-7f0000500000 r-xp 00000000 08:01 458 /opt/w/nvidia/cu13/lib/libcublasLt.so.13
+7f0000600000-7f0000700000 r-xp 00000000 08:01 459 /opt/w/nvidia/cu13/lib/libcublas.so.13
+7f0000800000-7f0000801000 rw-p 00000000 00:00 0 [heap]
+`
+	for _, tc := range []struct {
+		lib    Library
+		soname string
+		want   string
+	}{
+		{LibNVRTC, "libnvrtc.so.11.2", "/usr/lib/x86_64-linux-gnu/libnvrtc.so.11.8.89"},
+		{LibCUBLAS, "libcublas.so.13", "/opt/w/nvidia/cu13/lib/libcublas.so.13"},
+		{LibCUBLASLt, "libcublasLt.so.13", "/opt/w/nvidia/cu13/lib/libcublasLt.so.13"},
+		{LibNCCL, "libnccl.so.2", "libnccl.so.2"}, // not mapped: the soname
+	} {
+		if got := mappedFile(maps, tc.lib, tc.soname); got != tc.want {
+			t.Errorf("mappedFile(%s) = %q, want %q", tc.lib, got, tc.want)
+		}
+	}
+}
+
+// TestLoadReportsFile: Load returns the file a library came from, a path
+// to an existing file even when the system loader found it by soname (as
+// NVRTC here, where only ld.so.cache knows it); a missing one is Find's
+// one-line error.
+func TestLoadReportsFile(t *testing.T) {
+	for _, lib := range []Library{LibNVRTC, LibCUBLASLt, LibNCCL} {
+		path, err := Load(lib)
+		if err != nil {
+			if !strings.Contains(err.Error(), lib.String()) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("Load(%s): %q does not name it in one line", lib, err)
+			}
+			t.Logf("Load(%s): %v", lib, err)
+			continue
+		}
+		if !filepath.IsAbs(path) || !isFile(path) || !strings.HasPrefix(filepath.Base(path), lib.String()) {
+			t.Errorf("Load(%s) = %q, want the library's file", lib, path)
+		}
+		t.Logf("Load(%s) = %s", lib, path)
 	}
 }
