@@ -62,13 +62,6 @@ func (s Summary) Check() error {
 	return nil
 }
 
-// Holds reports whether the output directory s describes holds the
-// checkpoint o (the same step and manifest), whether or not it loads.
-func (s Summary) Holds(o Summary) bool {
-	h, ok := s.History[o.Step]
-	return o.Step >= 0 && ok && h.Manifest == o.Manifest
-}
-
 // Verified reports whether o is the checkpoint s describes, one that
 // loads: the same step and manifest.
 func (s Summary) Verified(o Summary) bool {

@@ -45,23 +45,25 @@ func TestParseSaved(t *testing.T) {
 	}
 }
 
-// TestHolds: a summary holds the checkpoints of its history, by step and
-// manifest.
-func TestHolds(t *testing.T) {
+// TestVerified: a summary verifies the checkpoint of its own step and
+// manifest, not one its history only lists.
+func TestVerified(t *testing.T) {
 	s := Summary{Step: 10, Manifest: "b", History: map[int]Record{5: {Manifest: "a"}, 10: {Manifest: "b"}}}
 	for _, tt := range []struct {
 		o    Summary
 		want bool
 	}{
-		{Summary{Step: 5, Manifest: "a"}, true},
 		{Summary{Step: 10, Manifest: "b"}, true},
-		{Summary{Step: 5, Manifest: "c"}, false},
-		{Summary{Step: 15, Manifest: "b"}, false},
+		{Summary{Step: 5, Manifest: "a"}, false},
+		{Summary{Step: 10, Manifest: "c"}, false},
 		{None(), false},
 	} {
-		if got := s.Holds(tt.o); got != tt.want {
-			t.Errorf("Holds(%+v) = %v, want %v", tt.o, got, tt.want)
+		if got := s.Verified(tt.o); got != tt.want {
+			t.Errorf("Verified(%+v) = %v, want %v", tt.o, got, tt.want)
 		}
+	}
+	if None().Verified(None()) {
+		t.Error("None verifies None")
 	}
 }
 
@@ -112,7 +114,7 @@ func FuzzSummary(f *testing.F) {
 				t.Fatalf("Check passed a summary naming %q", name)
 			}
 		}
-		_ = s.Holds(s)
+		_ = s.Verified(s)
 	})
 }
 
