@@ -237,7 +237,15 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 		}
 	}
 	if len(sources) == 0 {
-		return nil, fmt.Errorf("step %d: no node holds a copy that loads", c.step)
+		// Listed (by the nodes returned) but damaged everywhere.
+		var listed []int
+		for i, s := range sums {
+			if r, ok := s.History[c.step]; ok && r.Manifest == c.manifest {
+				listed = append(listed, i)
+				j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("checkpoint %s/%s does not load, and no node has a copy that does", outputDir, checkpoint.DirName(c.step)))
+			}
+		}
+		return listed, fmt.Errorf("step %d: no node has a copy that loads", c.step)
 	}
 	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
 		if have[i] != nil {

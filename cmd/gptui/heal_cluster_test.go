@@ -148,8 +148,9 @@ func TestResumeHealsDamagedCheckpoint(t *testing.T) {
 
 // TestResumeMissedReplica: small dp4 on two sshd nodes with replicas: 2
 // and keep_last: 1, both holding step 10; then the second node's disk is
-// full (a file size limit on its sshd: every write there past 64 KiB
-// fails, as the tests of full log disks fail writes), and the job resumed
+// full (a file size limit on its sshd, which the copies' and workers'
+// processes there inherit: a write past 64 KiB fails, as on a full disk;
+// the logs stay below it), and the job resumed
 // to step 15 saves step 15 on the first node, which then holds only that,
 // while its replica fails on the second, which holds step 10 of the same
 // run. (Before, the agreement called that step 10 "not of this run" and
@@ -171,18 +172,21 @@ func TestResumeMissedReplica(t *testing.T) {
 	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
 		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
 	}
-	restore := c.keepOutputs(t)
+	at10 := c.keepOutputs(t)
 	const limit = 64 << 10
 	full := func(on bool) {
 		c.servers[1].LimitFileSize(t, map[bool]int64{true: limit, false: -1}[on])
 	}
 	t.Cleanup(func() { full(false) })
-	missed := func(t *testing.T, out string) {
-		t.Helper()
-		if w := "[127.0.0.3] replica: no replica of checkpoint output/step_00000015 from 127.0.0.2: "; !strings.Contains(out, w) {
-			t.Fatalf("no %q: the replica did not fail\n%s", w, out)
-		}
+	full(true)
+	out, err := run("--resume", "-o", "Engine.max_steps=15")
+	if err != nil {
+		t.Fatalf("resume to step 15: exit %d\n%s", exitStatus(err), out)
 	}
+	if w := "[127.0.0.3] replica: no replica of checkpoint output/step_00000015 from 127.0.0.2: "; !strings.Contains(out, w) {
+		t.Fatalf("no %q: the replica did not fail\n%s", w, out)
+	}
+	at15 := c.keepOutputs(t)
 	for _, tt := range []struct {
 		name  string
 		freed bool // the disk freed before the resume
@@ -192,15 +196,10 @@ func TestResumeMissedReplica(t *testing.T) {
 		{"disk still full", false, 10},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			restore()
-			full(true)
-			out, err := run("--resume", "-o", "Engine.max_steps=15")
-			if err != nil {
-				t.Fatalf("resume to step 15: exit %d\n%s", exitStatus(err), out)
-			}
-			missed(t, out)
+			at15()
 			full(!tt.freed)
-			if out, err = run("--resume", "-o", "Engine.max_steps=20"); err != nil {
+			out, err := run("--resume", "-o", "Engine.max_steps=20")
+			if err != nil {
 				t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
 			}
 			copied := "[127.0.0.3] pushing: copying checkpoint output/step_00000015 from 127.0.0.2\n"
@@ -222,7 +221,7 @@ func TestResumeMissedReplica(t *testing.T) {
 	}
 
 	t.Run("rank killed during the replica copy, --max-restarts", func(t *testing.T) {
-		restore()
+		at10()
 		full(true)
 		var stdout, stderr syncBuffer
 		saved := stdout.await("/0] [checkpoint] saved step 15 to ")
