@@ -166,8 +166,9 @@ func TempCopyName(name string) string {
 //     temporary name, tmp is renamed into its place, and only then is the
 //     damaged one removed. If the rename fails, it is moved back.
 //
-// So at no moment does outputDir lack a checkpoint it had, nor a verified
-// copy of the step once tmp is verified, until Install returns. Then, if
+// So the step's directory is never removed before the verified copy is in
+// its place, and from the moment tmp is verified until Install returns a
+// verified copy of the step is at tmp or in place. Then, if
 // the step is the newest of outputDir, latest is pointed at it and old
 // checkpoints beyond keepLast (<= 0 keeps all) are removed; an older step
 // installed (a resume that goes back to the newest step every machine can
