@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,64 +20,99 @@ import (
 )
 
 // syncCheckpoints makes every node hold the checkpoint a resuming job
-// (Engine.save_load.ckpt_dir: auto) starts from, before any worker starts.
-// It asks each node for its newest complete checkpoint and the list of its
-// checkpoints; the job resumes from the newest of all. A node whose newest
-// is older, and which the newest's node also holds (the same step and
-// manifest: one run, the node is only behind), or which has none, gets a
-// copy, streamed through the launcher. A node holding a checkpoint of
-// another run (its newest is unknown to the newest's node, or a step with
-// another manifest) is refused, before anything starts, with an
-// *InputError naming the nodes and steps. A job that does not resume is
-// left alone.
-func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) error {
+// (Engine.save_load.ckpt_dir: auto) starts from, before any worker starts,
+// and returns its directory, which every rank then loads ("" when no node
+// holds a checkpoint: every rank starts at step 0). A job that does not
+// resume is left alone.
+//
+// It asks each node for its newest checkpoint that loads (every file
+// verified) and for the step, manifest hash and run of every checkpoint
+// directory it holds. The checkpoints of this run are those of the run of
+// the newest of all; where the newest's node holds a step, only that very
+// checkpoint (see ofRun). A node whose newest checkpoint is of another
+// run is refused, before anything starts, with an *InputError naming the
+// nodes and steps.
+//
+// The job resumes from the newest step of this run that is verified on
+// every node or can be copied to it: the nodes whose copy of the step
+// loads are its sources (a node that holds the step but did not report it
+// as its newest verifies it first), and every other node gets a copy from
+// one of them, streamed through the launcher, which replaces a damaged or
+// incomplete directory of the step there (checkpoint.Install). If a node
+// cannot take the step (its disk is full, say), the next older step of
+// this run is tried.
+func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (string, error) {
 	sl := j.opts.Config.Engine.SaveLoad
 	if sl.CkptDir != "auto" {
-		return nil
+		return "", nil
 	}
 	sums, err := j.summaries(ctx, nodes, sl.OutputDir)
 	if err != nil {
-		return err
+		return "", err
 	}
 	src := newestOf(sums)
 	if src < 0 {
-		return nil // nothing to resume from anywhere: every rank starts at step 0
+		return "", nil // nothing to resume from anywhere: every rank starts at step 0
 	}
 	if err := agreeCheckpoints(nodes, sums, src, sl.OutputDir); err != nil {
-		return err
+		return "", err
 	}
-	want := sums[src]
-	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
-		if sums[i].Step == want.Step {
-			return nil
+	cands := resumeCandidates(sums, src)
+	var last error
+	for k, c := range cands {
+		failed, err := j.complete(ctx, nodes, sums, c, sl.OutputDir, sl.KeepLast)
+		if err == nil {
+			return path.Join(sl.OutputDir, checkpoint.DirName(c.step)), nil
 		}
-		j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("copying checkpoint %s/%s from %s", sl.OutputDir, want.Name, nodes[src].name))
-		if err := copyCheckpoint(ctx, nodes[src], nodes[i], sl.OutputDir, want, sl.KeepLast); err != nil {
-			return fmt.Errorf("copying checkpoint %s/%s from %s to %s: %w", sl.OutputDir, want.Name, nodes[src].name, nodes[i].name, err)
+		if ctx.Err() != nil {
+			return "", err
 		}
-		return nil
-	})
-	return errorsFirst(errs)
+		last = err
+		next := "no older checkpoint of this run to try"
+		if k+1 < len(cands) {
+			next = fmt.Sprintf("trying step %d", cands[k+1].step)
+		}
+		for _, i := range failed {
+			j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("step %d cannot be completed on every node; %s", c.step, next))
+		}
+	}
+	return "", fmt.Errorf("resume: no checkpoint of this run in %s can be held by every node: %w", sl.OutputDir, last)
 }
 
 // summaries asks every node for the checkpoint.Summary of outputDir.
 func (j *Job) summaries(ctx context.Context, nodes []*node, outputDir string) ([]checkpoint.Summary, error) {
 	sums := make([]checkpoint.Summary, len(nodes))
 	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
-		out, err := nodes[i].gptui(ctx, "agent", "--checkpoint-summary", outputDir)
-		if err == nil {
-			err = json.Unmarshal(out, &sums[i])
-		}
-		if err == nil {
-			// The names become paths on the nodes: trust none of them.
-			err = sums[i].Check()
-		}
-		if err != nil {
-			return fmt.Errorf("node %s: listing the checkpoints of %s: %w", nodes[i].name, outputDir, err)
-		}
-		return nil
+		var err error
+		sums[i], err = summary(ctx, nodes[i], outputDir, -1)
+		return err
 	})
 	return sums, errorsFirst(errs)
+}
+
+// summary asks node n for the checkpoint.Describe of outputDir: of its
+// newest checkpoint that loads, or with step >= 0 of that step's.
+func summary(ctx context.Context, n *node, outputDir string, step int) (checkpoint.Summary, error) {
+	args := []string{"agent", "--checkpoint-summary", outputDir}
+	if step >= 0 {
+		args = append(args, "--step", strconv.Itoa(step))
+	}
+	var s checkpoint.Summary
+	out, err := n.gptui(ctx, args...)
+	if err == nil {
+		err = json.Unmarshal(out, &s)
+	}
+	if err == nil {
+		// The names become paths on the nodes: trust none of them.
+		err = s.Check()
+	}
+	if err == nil && step >= 0 && s.Step >= 0 && s.Step != step {
+		err = fmt.Errorf("asked for step %d, answered step %d", step, s.Step)
+	}
+	if err != nil {
+		return s, fmt.Errorf("node %s: listing the checkpoints of %s: %w", n.name, outputDir, err)
+	}
+	return s, nil
 }
 
 // newestOf returns the index of the summary with the highest step, the
@@ -89,22 +127,39 @@ func newestOf(sums []checkpoint.Summary) int {
 	return src
 }
 
-// agreeCheckpoints returns an *InputError if a node holds a checkpoint
-// that sums[src], the newest, does not also hold: a checkpoint of another
-// run.
+// ofRun reports whether the checkpoint of step with manifest manifest,
+// written by run, is one of the run of newest, the newest checkpoint of
+// all nodes: where newest's node holds a checkpoint of that step, it is
+// that very checkpoint (the same manifest); where it holds none (keep_last
+// removed it, or the node never had it), it was written by newest's run.
+// A checkpoint without a run (older ones, imports) is of the run only
+// where newest's node holds it.
+func ofRun(newest checkpoint.Summary, step int, manifest, run string) bool {
+	if r, ok := newest.History[step]; ok {
+		return r.Manifest == manifest
+	}
+	return newest.Run != "" && run == newest.Run
+}
+
+// agreeCheckpoints returns an *InputError if a node's newest checkpoint
+// is not one of the run of sums[src], the newest of all (ofRun).
 func agreeCheckpoints(nodes []*node, sums []checkpoint.Summary, src int, outputDir string) error {
 	var parts []string // "node1 would start from step 20"
 	differ := false
+	newest := sums[src]
 	for i, s := range sums {
 		if s.Step < 0 {
 			continue
 		}
 		what := "step " + strconv.Itoa(s.Step)
-		if !sums[src].Holds(s) {
+		if !ofRun(newest, s.Step, s.Manifest, s.Run) {
 			differ = true
-			if _, ok := sums[src].History[s.Step]; ok || s.Step == sums[src].Step {
+			switch _, ok := newest.History[s.Step]; {
+			case ok:
 				what += " (another checkpoint: manifest " + s.Manifest[:min(12, len(s.Manifest))] + ")"
-			} else {
+			case newest.Run != "" && s.Run != "":
+				what += " (not of this run: written by run " + s.Run[:min(12, len(s.Run))] + ", step " + strconv.Itoa(newest.Step) + " by run " + newest.Run[:min(12, len(newest.Run))] + ")"
+			default:
 				what += " (not of this run: " + nodes[src].name + " has no such checkpoint)"
 			}
 		}
@@ -114,6 +169,109 @@ func agreeCheckpoints(nodes []*node, sums []checkpoint.Summary, src int, outputD
 		return nil
 	}
 	return inputErrorf("resume: %s in %s: remove the stale checkpoint or pass -o Engine.save_load.ckpt_dir=DIR", strings.Join(parts, ", "), outputDir)
+}
+
+// A candidate is a checkpoint a resume may start from: a step, and the
+// manifest of its copies.
+type candidate struct {
+	step     int
+	manifest string
+}
+
+// resumeCandidates returns the checkpoints of the run of sums[src] (the
+// newest of all; ofRun) that any node reports, newest first: each node's
+// newest that loads, then the others of every node's history (whether
+// they load is asked when they are tried).
+func resumeCandidates(sums []checkpoint.Summary, src int) []candidate {
+	seen := map[candidate]bool{}
+	var cs []candidate
+	add := func(c candidate, run string) {
+		if !seen[c] && ofRun(sums[src], c.step, c.manifest, run) {
+			seen[c] = true
+			cs = append(cs, c)
+		}
+	}
+	for _, s := range sums {
+		if s.Step >= 0 {
+			add(candidate{s.Step, s.Manifest}, s.Run)
+		}
+	}
+	for _, s := range sums {
+		for _, step := range slices.Sorted(maps.Keys(s.History)) {
+			add(candidate{step, s.History[step].Manifest}, s.History[step].Run)
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b candidate) int { return cmp.Compare(b.step, a.step) })
+	return cs
+}
+
+// complete makes every node hold the checkpoint c verified: the nodes
+// whose copy loads are the sources (a node whose newest it is not, but
+// whose history lists it, is asked to verify it), and each other node
+// gets a copy from one of them, trying each in turn. It returns the nodes
+// that could not be given c, and the first of their errors.
+func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Summary, c candidate, outputDir string, keepLast int) ([]int, error) {
+	have := make([]*checkpoint.Summary, len(nodes)) // the node's verified copy
+	sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		s := sums[i]
+		if s.Step == c.step && s.Manifest == c.manifest {
+			have[i] = &sums[i]
+			return nil
+		}
+		if r, ok := s.History[c.step]; !ok || r.Manifest != c.manifest {
+			return nil
+		}
+		// Listed, but not the node's newest that loads: it may be damaged.
+		if v, err := summary(ctx, nodes[i], outputDir, c.step); err == nil && v.Step == c.step && v.Manifest == c.manifest {
+			have[i] = &v
+		}
+		return nil
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var sources []int
+	for i, h := range have {
+		if h != nil {
+			sources = append(sources, i)
+		}
+	}
+	if len(sources) == 0 {
+		// Listed (by the nodes returned) but damaged everywhere.
+		var listed []int
+		for i, s := range sums {
+			if r, ok := s.History[c.step]; ok && r.Manifest == c.manifest {
+				listed = append(listed, i)
+				j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("checkpoint %s/%s does not load, and no node has a copy that does", outputDir, checkpoint.DirName(c.step)))
+			}
+		}
+		return listed, fmt.Errorf("step %d: no node has a copy that loads", c.step)
+	}
+	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		if have[i] != nil {
+			return nil
+		}
+		var err error
+		for k := range sources {
+			from := sources[(i+k)%len(sources)]
+			s := *have[from]
+			what := fmt.Sprintf("copying checkpoint %s/%s from %s", outputDir, s.Name, nodes[from].name)
+			j.nodeEvent(nodes[i].name, event.NodePushing, what)
+			if err = copyCheckpoint(ctx, nodes[from], nodes[i], outputDir, s, keepLast); err == nil {
+				return nil
+			}
+			err = fmt.Errorf("%s to %s: %w", what, nodes[i].name, err)
+			j.nodeEvent(nodes[i].name, event.NodePushing, err.Error())
+		}
+		return err
+	})
+	var failed []int
+	for i, err := range errs {
+		if err != nil {
+			failed = append(failed, i)
+		}
+	}
+	return failed, errorsFirst(errs)
 }
 
 // copyCheckpoint copies the checkpoint s of outputDir from node src to

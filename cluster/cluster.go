@@ -150,6 +150,9 @@ type Plan struct {
 	MasterPort int
 	World      int // WORLD_SIZE
 	Nodes      []NodePlan
+	// Resume is the checkpoint directory every rank of a resuming job
+	// loads, which the launcher made every node hold; "" for none.
+	Resume string
 }
 
 // NodePlan is one node's part of a plan.

@@ -91,11 +91,12 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err := errorsFirst(errs); err != nil {
 		return nil, err
 	}
-	if err := j.syncCheckpoints(ctx, nodes); err != nil {
+	resume, err := j.syncCheckpoints(ctx, nodes)
+	if err != nil {
 		return nil, err
 	}
 
-	p := &Plan{JobID: o.JobID, Nodes: plans}
+	p := &Plan{JobID: o.JobID, Nodes: plans, Resume: resume}
 	workers, err := j.assign(p, nodes)
 	if err != nil {
 		return nil, err
@@ -457,7 +458,7 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 			wenv = append(wenv, env...)
 			spec.Workers = append(spec.Workers, agent.WorkerSpec{
 				Rank: w.rank, LocalRank: w.localRank, Device: w.device,
-				Args: []string{"train", "-c", configRel},
+				Args: resumeArgs([]string{"train", "-c", configRel}, p.Resume),
 				Env:  wenv,
 			})
 		}
@@ -469,6 +470,15 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		}
 	}
 	return nil
+}
+
+// resumeArgs adds to a worker's arguments the checkpoint every rank
+// resumes from, when the launcher chose it (syncCheckpoints).
+func resumeArgs(args []string, resume string) []string {
+	if resume == "" {
+		return args
+	}
+	return append(args, "-o", "Engine.save_load.ckpt_dir="+resume)
 }
 
 // specLine is the spec as the agent reads it: one JSON line.

@@ -94,7 +94,7 @@ func (r *replicator) loop() {
 }
 
 // replicate copies the newest checkpoint of node src to the replicas-1
-// nodes after it that do not hold it yet.
+// nodes after it whose newest checkpoint that loads it is not.
 func (r *replicator) replicate(ctx context.Context, src int) {
 	sl := r.j.opts.Config.Engine.SaveLoad
 	all, err := r.j.summaries(ctx, r.nodes, sl.OutputDir)
@@ -109,8 +109,8 @@ func (r *replicator) replicate(ctx context.Context, src int) {
 	var wg sync.WaitGroup
 	for k := 1; k < r.replicas; k++ {
 		dst := (src + k) % len(r.nodes)
-		if all[dst].Holds(want) {
-			continue
+		if all[dst].Verified(want) {
+			continue // its newest checkpoint that loads; one it holds damaged is replaced
 		}
 		wg.Go(func() {
 			t0 := time.Now()

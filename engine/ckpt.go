@@ -119,6 +119,7 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 	}
 	man := checkpoint.Manifest{
 		Step:            step + 1,
+		Run:             tr.run,
 		ConsumedSamples: int64(step+1) * int64(tr.Cfg.Global.GlobalBatchSize),
 		Config:          string(tr.Cfg.YAML()),
 		Data:            st,

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/badinput"
+	"github.com/gptui/gptui/engine/checkpoint"
 
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
@@ -42,6 +43,19 @@ func TestExactResume(t *testing.T) {
 	}
 	if !slices.Equal(resumed.Opt.M, straight.Opt.M) || !slices.Equal(resumed.Opt.V, straight.Opt.V) {
 		t.Error("final AdamW moments differ")
+	}
+	// The resumed run writes its checkpoints as the run it resumed: one
+	// identity, drawn when the first half started.
+	c1, err := checkpoint.Load(r1.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := checkpoint.Load(r2.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1.Manifest.Run == "" || c2.Manifest.Run != c1.Manifest.Run || c2.Manifest.Step != 20 {
+		t.Errorf("runs: step %d %q, step %d %q; want one run, not empty", c1.Manifest.Step, c1.Manifest.Run, c2.Manifest.Step, c2.Manifest.Run)
 	}
 	// The log names the checkpoint it resumed from.
 	log, _ := os.ReadFile(filepath.Join(resumed.Cfg.Engine.LogDir, "workerlog.0"))

@@ -85,6 +85,7 @@ type Trainer struct {
 	start       int          // first step to run: 0, or the step a checkpoint ends at
 	current     atomic.Int64 // the step Run is in, for Step
 	resumedFrom string       // the checkpoint resumed from, if any
+	run         string       // checkpoint.Manifest.Run of the checkpoints this run writes
 	warnings    []string     // logged when the run starts
 	flopsPerTok float64
 	log         *runLog // opened by Run
@@ -243,6 +244,13 @@ func (tr *Trainer) resume() error {
 	}
 	if err := agreeResume(context.Background(), tr.opts.World, ck); err != nil {
 		return err
+	}
+	// The run goes on under the checkpoint's identity, or starts one.
+	if ck != nil {
+		tr.run = ck.Manifest.Run
+	}
+	if tr.run == "" {
+		tr.run = checkpoint.NewRun()
 	}
 	if ck == nil {
 		return nil

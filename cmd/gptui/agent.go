@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +25,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	specFile := fs.String("spec", "-", "the job spec `FILE` (one JSON line); - reads it from standard input")
 	freePort := fs.String("free-port", "", "print a TCP port free on the local address `HOST` and exit")
 	ckptSummary := fs.String("checkpoint-summary", "", "print the newest complete checkpoint of the output directory `DIR` as one JSON line and exit (launcher use)")
+	ckptStep := fs.Int("step", -1, "with -checkpoint-summary: describe the checkpoint of step `N` if it loads, not the newest")
 	ckptInstall := fs.String("checkpoint-install", "", "verify the copied checkpoint `TMPDIR` and publish it in its output directory, then exit (launcher use)")
 	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
 	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
@@ -47,7 +47,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		_, err = fmt.Fprintln(stdout, port)
 		return err
 	case *ckptSummary != "":
-		return printCheckpointSummary(stdout, *ckptSummary)
+		return printCheckpointSummary(stdout, *ckptSummary, *ckptStep)
 	case *ckptInstall != "":
 		_, err := checkpoint.Install(filepath.Dir(filepath.Clean(*ckptInstall)), *ckptInstall, *ckptManifest, *keepLast)
 		return err
@@ -78,21 +78,13 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	return agent.Run(ctx, spec, stdin, w)
 }
 
-// printCheckpointSummary prints the checkpoint.Summary of the newest
-// checkpoint of outputDir that checkpoint.Latest accepts, or of none.
-func printCheckpointSummary(stdout io.Writer, outputDir string) error {
-	sum := checkpoint.None()
-	c, _, err := checkpoint.Latest(outputDir)
-	switch {
-	case err == nil:
-		if sum, err = checkpoint.Summarize(c); err != nil {
-			return err
-		}
-	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-	default:
-		// Only damaged checkpoints: none to offer.
+// printCheckpointSummary prints the checkpoint.Describe of outputDir as
+// one JSON line.
+func printCheckpointSummary(stdout io.Writer, outputDir string, step int) error {
+	sum, err := checkpoint.Describe(outputDir, step)
+	if err != nil {
+		return err
 	}
-	sum.History = checkpoint.History(outputDir)
 	b, err := json.Marshal(sum)
 	if err != nil {
 		return err

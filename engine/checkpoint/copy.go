@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -13,16 +14,24 @@ import (
 )
 
 // Summary identifies a complete checkpoint for comparing and copying it
-// between machines: its step, directory name, the SHA-256 of its manifest
-// and the files it consists of; and the other checkpoints of its output
-// directory, by which two machines tell whether their checkpoints come
-// from one run.
+// between machines: its step, directory name, the SHA-256 of its manifest,
+// the run that wrote it and the files it consists of; and the other
+// checkpoints of its output directory, by which two machines tell whether
+// their checkpoints come from one run.
 type Summary struct {
 	Step     int            `json:"step"`               // -1: no checkpoint
 	Name     string         `json:"name,omitempty"`     // step_NNNNNNNN
 	Manifest string         `json:"manifest,omitempty"` // hex SHA-256 of manifest.json
+	Run      string         `json:"run,omitempty"`      // Manifest.Run
 	Files    []string       `json:"files,omitempty"`    // manifest.json first, then the data files
-	History  map[int]string `json:"history,omitempty"`  // step → manifest SHA-256 of every checkpoint directory, this one's included
+	History  map[int]Record `json:"history,omitempty"`  // every checkpoint directory by step, this one's included
+}
+
+// A Record is what [History] tells of one checkpoint directory: where it
+// comes from, not whether it loads.
+type Record struct {
+	Manifest string `json:"manifest"`      // hex SHA-256 of manifest.json
+	Run      string `json:"run,omitempty"` // Manifest.Run
 }
 
 // Check returns an error if s, which came from another machine, is not
@@ -53,29 +62,72 @@ func (s Summary) Check() error {
 	return nil
 }
 
-// Holds reports whether the output directory s describes holds the
-// checkpoint o (the same step and manifest).
-func (s Summary) Holds(o Summary) bool {
-	h, ok := s.History[o.Step]
-	return o.Step >= 0 && ok && h == o.Manifest
+// Verified reports whether o is the checkpoint s describes, one that
+// loads: the same step and manifest.
+func (s Summary) Verified(o Summary) bool {
+	return s.Step >= 0 && s.Step == o.Step && s.Manifest == o.Manifest
 }
 
-// History returns the step and manifest SHA-256 of every checkpoint
-// directory of outputDir whose manifest can be read. It verifies nothing
-// else: it tells where checkpoints come from, not whether they load.
-func History(outputDir string) map[int]string {
+// History returns a [Record] of every checkpoint directory of outputDir
+// whose manifest can be read, by step. It verifies nothing else: it tells
+// where checkpoints come from, not whether they load.
+func History(outputDir string) map[int]Record {
 	steps, _ := listSteps(outputDir)
-	h := make(map[int]string, len(steps))
+	h := make(map[int]Record, len(steps))
 	for _, name := range steps {
 		n, _ := stepOf(name)
 		b, err := os.ReadFile(filepath.Join(outputDir, name, ManifestFile))
 		if err != nil {
 			continue
 		}
+		var m struct {
+			Run string `json:"run"`
+		}
+		if json.Unmarshal(b, &m) != nil || !validRun(m.Run) {
+			m.Run = ""
+		}
 		sum := sha256.Sum256(b)
-		h[n] = hex.EncodeToString(sum[:])
+		if _, ok := h[n]; !ok { // of step_10 and step_00000010, the first listed
+			h[n] = Record{Manifest: hex.EncodeToString(sum[:]), Run: m.Run}
+		}
 	}
 	return h
+}
+
+// Describe returns the [Summary] of the checkpoint of outputDir that
+// [Latest] loads, or with step >= 0 of the checkpoint of that step if it
+// loads, with the [History] of outputDir; [None] (with the history) if
+// there is no such checkpoint or it does not load. It is what a launcher
+// asks each machine before it copies checkpoints between them.
+func Describe(outputDir string, step int) (Summary, error) {
+	sum := None()
+	var c *Checkpoint
+	var err error
+	if step < 0 {
+		c, _, err = Latest(outputDir)
+	} else if name := stepDir(outputDir, step); name != "" {
+		c, err = Load(filepath.Join(outputDir, name))
+	}
+	if c != nil && err == nil {
+		if sum, err = Summarize(c); err != nil {
+			return None(), err
+		}
+	}
+	// A checkpoint that does not load, or none at all: nothing to offer.
+	sum.History = History(outputDir)
+	return sum, nil
+}
+
+// stepDir returns the name of the checkpoint directory of step in
+// outputDir ("" if none): DirName(step), or an unpadded name.
+func stepDir(outputDir string, step int) string {
+	steps, _ := listSteps(outputDir)
+	for _, name := range steps {
+		if n, _ := stepOf(name); n == step {
+			return name
+		}
+	}
+	return ""
 }
 
 // None returns the Summary of an output directory without a checkpoint.
@@ -89,7 +141,7 @@ func Summarize(c *Checkpoint) (Summary, error) {
 	}
 	sum := sha256.Sum256(b)
 	files := append([]string{ManifestFile}, slices.Sorted(maps.Keys(c.Manifest.Files))...)
-	return Summary{Step: c.Manifest.Step, Name: filepath.Base(c.Dir), Manifest: hex.EncodeToString(sum[:]), Files: files}, nil
+	return Summary{Step: c.Manifest.Step, Name: filepath.Base(c.Dir), Manifest: hex.EncodeToString(sum[:]), Run: c.Manifest.Run, Files: files}, nil
 }
 
 // TempCopyName returns a fresh name, in an output directory, for a
@@ -100,13 +152,34 @@ func TempCopyName(name string) string {
 }
 
 // Install publishes the checkpoint directory tmp, a copy made in outputDir
-// under a [TempCopyName], as a checkpoint of outputDir: it loads tmp
-// (verifying every data file against the manifest), checks that the
-// manifest's SHA-256 is wantManifest, renames tmp to its step_ name, points
-// latest at it if it is the newest and removes old checkpoints beyond
-// keepLast (<= 0 keeps all). On error tmp is removed: what Latest would
-// accept is only ever a complete, verified copy.
+// under a [TempCopyName], as a checkpoint of outputDir. It loads tmp
+// (verifying every data file against the manifest) and checks that the
+// manifest's SHA-256 is wantManifest. Then, if outputDir has no directory
+// of the step, tmp is renamed to its step_ name. If it has one:
+//
+//   - one that loads with the same manifest is kept, and tmp removed (a
+//     copy that raced with another, or one the launcher could not know
+//     was there);
+//   - one that loads with another manifest is not replaced: an error;
+//   - one that does not load (a data file altered, truncated or missing,
+//     the manifest missing or damaged) is replaced: it is moved aside to a
+//     temporary name, tmp is renamed into its place, and only then is the
+//     damaged one removed. If the rename fails, it is moved back.
+//
+// So the step's directory is never removed before the verified copy is in
+// its place, and from the moment tmp is verified until Install returns a
+// verified copy of the step is at tmp or in place. Then, if
+// the step is the newest of outputDir, latest is pointed at it and old
+// checkpoints beyond keepLast (<= 0 keeps all) are removed; an older step
+// installed (a resume that goes back to the newest step every machine can
+// hold) removes nothing. On error tmp is removed: what Latest would accept
+// is only ever a complete, verified copy.
 func Install(outputDir, tmp, wantManifest string, keepLast int) (dir string, err error) {
+	return install(outputDir, tmp, wantManifest, keepLast, os.Rename)
+}
+
+// install is Install renaming with rename (tests make it fail).
+func install(outputDir, tmp, wantManifest string, keepLast int, rename func(from, to string) error) (dir string, err error) {
 	defer func() {
 		if err != nil {
 			os.RemoveAll(tmp)
@@ -131,12 +204,17 @@ func Install(outputDir, tmp, wantManifest string, keepLast int) (dir string, err
 	}
 	name := DirName(c.Manifest.Step)
 	dir = filepath.Join(outputDir, name)
-	if _, err := os.Lstat(dir); err == nil {
-		// Already there (a copy that raced with another): keep it.
-		os.RemoveAll(tmp)
-		return dir, nil
+	if _, err := os.Lstat(dir); err != nil {
+		if old := stepDir(outputDir, c.Manifest.Step); old != "" {
+			// An unpadded step_N of the same step: the one to compare with.
+			name, dir = old, filepath.Join(outputDir, old)
+		}
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if _, err := os.Lstat(dir); err == nil {
+		if err := replace(outputDir, dir, tmp, wantManifest, rename); err != nil {
+			return "", err
+		}
+	} else if err := rename(tmp, dir); err != nil {
 		return "", err
 	}
 	if err := syncDir(outputDir); err != nil {
@@ -146,15 +224,48 @@ func Install(outputDir, tmp, wantManifest string, keepLast int) (dir string, err
 	if err != nil {
 		return dir, err
 	}
-	if len(steps) > 0 && steps[0] == name {
-		if err := writeLatest(outputDir, name); err != nil {
-			return dir, err
-		}
+	if len(steps) == 0 || steps[0] != name {
+		return dir, nil
 	}
-	if err := rotate(outputDir, steps[0], keepLast); err != nil {
+	if err := writeLatest(outputDir, name); err != nil {
+		return dir, err
+	}
+	if err := rotate(outputDir, name, keepLast); err != nil {
 		return dir, fmt.Errorf("checkpoint: installed %s but could not remove old checkpoints: %w", dir, err)
 	}
 	return dir, nil
+}
+
+// replace puts the verified copy tmp, of manifest want, in the place of
+// the existing checkpoint directory dir if dir does not load, keeps dir
+// (removing tmp) if it loads with manifest want, and returns an error if
+// it loads with another.
+func replace(outputDir, dir, tmp, want string, rename func(from, to string) error) error {
+	if c, err := Load(dir); err == nil {
+		s, err := Summarize(c)
+		if err != nil {
+			return err
+		}
+		if s.Manifest != want {
+			return fmt.Errorf("checkpoint: %s loads but is another checkpoint of step %d (manifest SHA-256 %s, the copy's %s): not replaced; remove it if the copy is the one to keep", dir, s.Step, s.Manifest, want)
+		}
+		return os.RemoveAll(tmp)
+	}
+	aside := tempName(outputDir, "damaged-"+filepath.Base(dir))
+	if err := rename(dir, aside); err != nil {
+		return fmt.Errorf("checkpoint: moving the damaged %s aside: %w", dir, err)
+	}
+	if err := rename(tmp, dir); err != nil {
+		if berr := rename(aside, dir); berr != nil {
+			return fmt.Errorf("checkpoint: replacing the damaged %s: %w; it stays at %s: %v", dir, err, aside, berr)
+		}
+		return fmt.Errorf("checkpoint: replacing the damaged %s: %w", dir, err)
+	}
+	if err := syncDir(outputDir); err != nil {
+		return err
+	}
+	os.RemoveAll(aside) // best effort: a .tmp- name, which the next save removes
+	return nil
 }
 
 // savedPrefix starts the log line a trainer writes after each checkpoint

@@ -43,6 +43,18 @@
 // to the next newest checkpoint that loads if latest or its target is
 // missing or damaged.
 //
+// # Copies
+//
+// A launcher that keeps checkpoints on several machines copies a
+// checkpoint's files into a [TempCopyName] directory of the target's
+// output directory and calls [Install], which verifies the copy and
+// publishes it; a directory of the same step that does not load (a data
+// file altered or missing, the manifest missing) is replaced, moved aside
+// until the copy is in place. [Describe] summarises an output directory
+// for the comparison ([Summary]): the newest checkpoint that loads, and of
+// every directory its step, manifest hash and run ([Manifest.Run], which
+// tells the checkpoints of one training run from another's).
+//
 // # Several writers
 //
 // Only the single-writer path is implemented: one process holds every

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -65,6 +66,11 @@ type Manifest struct {
 	RNG map[string]uint64 `json:"rng,omitempty"`
 	// LossScale is the fp16 loss scale in effect (0 when unused).
 	LossScale float64 `json:"loss_scale"`
+	// Run identifies the training run that wrote the checkpoint: a
+	// [NewRun] drawn when the run started from scratch, carried by every
+	// resume. Checkpoints of one run on different machines are stages of
+	// it; "" (older checkpoints, imports) is unknown.
+	Run string `json:"run,omitempty"`
 
 	// Tensors and Files are filled in by Save.
 	Tensors []TensorInfo      `json:"tensors"`
@@ -141,6 +147,8 @@ func checkManifest(m *Manifest) string {
 		return fmt.Sprintf("negative consumed_samples %d", m.ConsumedSamples)
 	case m.LossScale < 0 || math.IsInf(m.LossScale, 0) || math.IsNaN(m.LossScale):
 		return fmt.Sprintf("invalid loss_scale %v", m.LossScale)
+	case !validRun(m.Run):
+		return fmt.Sprintf("run %q is not a run identifier (up to 64 lowercase hex digits)", m.Run)
 	}
 	for _, f := range slices.Sorted(maps.Keys(m.Files)) {
 		sum := m.Files[f]
@@ -155,6 +163,28 @@ func checkManifest(m *Manifest) string {
 		}
 	}
 	return checkTensors(m.Tensors, func(f string) bool { _, ok := m.Files[f]; return ok })
+}
+
+// NewRun returns a new run identifier for [Manifest.Run]: 128 random
+// bits in hex.
+func NewRun() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// validRun reports whether r can be a [Manifest.Run]: empty, or up to 64
+// lowercase hex digits.
+func validRun(r string) bool {
+	if len(r) > 64 {
+		return false
+	}
+	for _, c := range r {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // checkFileName returns what keeps f from naming a data file inside a

@@ -184,6 +184,25 @@ func (s *Server) Stop() {
 	}
 }
 
+// LimitFileSize makes the files that the server's new sessions write
+// fail beyond bytes (the soft RLIMIT_FSIZE of the listening sshd, which
+// the processes of every later session inherit: a write past it fails
+// with EFBIG, and a process that does not ignore SIGXFSZ is killed), as
+// they would on a disk that fills up; bytes < 0 lifts the limit. Sessions
+// already open keep the limit they started with. Linux only.
+func (s *Server) LimitFileSize(t testing.TB, bytes int64) {
+	t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		t.Fatalf("sshtest: LimitFileSize: the server on %s is stopped", s.HostPort())
+	}
+	if err := limitFileSize(cmd.Process.Pid, bytes); err != nil {
+		t.Fatalf("sshtest: limiting the file size of sshd on %s: %v", s.HostPort(), err)
+	}
+}
+
 // RotateHostKey stops the server, replaces its host keys with new ones and
 // starts it again on the same port, as a reinstalled node would look to a
 // client that knew the old keys. HostKey and HostKeys are updated.

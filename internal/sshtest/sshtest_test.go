@@ -200,3 +200,38 @@ func TestStopWithOpenConnection(t *testing.T) {
 		t.Errorf("Stop took %v with a connection open", d)
 	}
 }
+
+// TestLimitFileSize: with the file size limited, a session's write past
+// the limit fails and leaves the file at the limit; a connection made
+// after the limit is lifted writes it whole.
+func TestLimitFileSize(t *testing.T) {
+	t.Parallel()
+	s := Start(t, "127.0.0.2")
+	file := filepath.Join(t.TempDir(), "f")
+	write := func() (int64, error) {
+		c, err := dial(t, s, s.HostKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		sess, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sess.Close()
+		err = sess.Run("head -c 5000 /dev/zero > " + file)
+		fi, serr := os.Stat(file)
+		if serr != nil {
+			t.Fatal(serr)
+		}
+		return fi.Size(), err
+	}
+	s.LimitFileSize(t, 1000)
+	if size, err := write(); err == nil || size != 1000 {
+		t.Errorf("limited to 1000 bytes: %d bytes written, %v; want 1000 and an error", size, err)
+	}
+	s.LimitFileSize(t, -1)
+	if size, err := write(); err != nil || size != 5000 {
+		t.Errorf("limit lifted: %d bytes written, %v; want 5000", size, err)
+	}
+}

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/engine/checkpoint"
+)
+
+// nodeNames are the names of newSSHCluster's nodes in the launcher's
+// output.
+var nodeNames = [2]string{"127.0.0.2", "127.0.0.3"}
+
+// replicaJob returns a function that runs restartArgs' job on c's two
+// nodes with replicas 2, the uninterrupted run's schedule (decay_steps
+// fixed, so a resume with another max_steps keeps it), extra and then
+// args, every rank's lines shown, and returns its output and error.
+func (c *sshCluster) replicaJob(t *testing.T, extra ...string) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		var stdout, stderr syncBuffer
+		cmd := c.command(t, &stdout, &stderr, c.replicaArgs(t, append(extra, args...)...)...)
+		err := cmd.Run()
+		return stdout.String() + stderr.String(), err
+	}
+}
+
+// replicaArgs are replicaJob's arguments.
+func (c *sshCluster) replicaArgs(t *testing.T, args ...string) []string {
+	return append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
+		append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)
+}
+
+// keepOutputs copies each node's output directory aside and returns a
+// function that puts the copies back in place of what is there then, and
+// empties the log directories.
+func (c *sshCluster) keepOutputs(t *testing.T) (restore func()) {
+	t.Helper()
+	kept := t.TempDir()
+	for i, wd := range c.workdirs {
+		if err := os.CopyFS(filepath.Join(kept, strconv.Itoa(i)), os.DirFS(filepath.Join(wd, "output"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func() {
+		t.Helper()
+		for i, wd := range c.workdirs {
+			out := filepath.Join(wd, "output")
+			if err := os.RemoveAll(out); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.CopyFS(out, os.DirFS(filepath.Join(kept, strconv.Itoa(i)))); err != nil {
+				t.Fatal(err)
+			}
+			os.RemoveAll(filepath.Join(wd, "log"))
+		}
+	}
+}
+
+// sameCheckpoint checks that step of the output directory of node a loads
+// and has the manifest of node b's.
+func (c *sshCluster) sameCheckpoint(t *testing.T, step string, a, b int) {
+	t.Helper()
+	dirA := filepath.Join(c.workdirs[a], "output", step)
+	if _, err := checkpoint.Load(dirA); err != nil {
+		t.Errorf("%s on %s does not load: %v", step, nodeNames[a], err)
+	}
+	ma, _ := os.ReadFile(filepath.Join(dirA, checkpoint.ManifestFile))
+	mb, err := os.ReadFile(filepath.Join(c.workdirs[b], "output", step, checkpoint.ManifestFile))
+	if err != nil || !bytes.Equal(ma, mb) {
+		t.Errorf("%s on %s is not %s's (%v)", step, nodeNames[a], nodeNames[b], err)
+	}
+}
+
+// TestResumeHealsDamagedCheckpoint: small dp4 on two sshd nodes with
+// Engine.save_load.replicas: 2, so that both hold steps 5 and 10 after 10
+// steps. With one node's step 10 damaged — 16 bytes flipped in the middle
+// of its tensor file (the size kept), its tensor file deleted, or its
+// manifest deleted — `run --resume` copies the other node's step 10 over
+// it, every rank resumes from step 10, and steps 10–19 have the losses of
+// an uninterrupted run. (Before, the install kept the damaged directory
+// and discarded the verified copy; that node's ranks fell back to step 5,
+// and the ranks' agreement ended the job with exit 2.)
+func TestResumeHealsDamagedCheckpoint(t *testing.T) {
+	long(t)
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	run := c.replicaJob(t)
+	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
+		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
+	}
+	restore := c.keepOutputs(t)
+	const data = "rank_00000.safetensors"
+	for _, tt := range []struct {
+		name   string
+		node   int // the node whose step 10 is damaged
+		damage func(t *testing.T, dir string)
+	}{
+		{"16 bytes flipped", 0, func(t *testing.T, dir string) {
+			f := filepath.Join(dir, data)
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 16 {
+				b[len(b)/2+i] ^= 0xff
+			}
+			if err := os.WriteFile(f, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"tensor file deleted", 1, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, data)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"manifest deleted", 0, func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, checkpoint.ManifestFile)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			restore()
+			tt.damage(t, filepath.Join(c.workdirs[tt.node], "output", "step_00000010"))
+			out, err := run("--resume", "-o", "Engine.max_steps=20")
+			if err != nil {
+				t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
+			}
+			other := 1 - tt.node
+			if w := fmt.Sprintf("[%s] pushing: copying checkpoint output/step_00000010 from %s\n", nodeNames[tt.node], nodeNames[other]); !strings.Contains(out, w) {
+				t.Errorf("no %q in\n%s", w, out)
+			}
+			checkResumedEverywhere(t, out, want, 10, 20)
+			c.sameCheckpoint(t, "step_00000010", tt.node, other)
+			if left, _ := filepath.Glob(filepath.Join(c.workdirs[tt.node], "output", ".tmp-*")); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+// TestResumeMissedReplica: small dp4 on two sshd nodes with replicas: 2
+// and keep_last: 1, both holding step 10; then the second node's disk is
+// full (a file size limit on its sshd, which the copies' and workers'
+// processes there inherit: a write past 64 KiB fails, as on a full disk;
+// the logs stay below it), and the job resumed
+// to step 15 saves step 15 on the first node, which then holds only that,
+// while its replica fails on the second, which holds step 10 of the same
+// run. (Before, the agreement called that step 10 "not of this run" and
+// refused: exit 2.) Then:
+//   - with the disk freed, `run --resume` copies step 15 to the second
+//     node and every rank resumes from step 15;
+//   - with the disk still full, the copy of step 15 fails, and every rank
+//     resumes from step 10, the newest step both nodes can hold (the first
+//     node gets the second's copy);
+//   - a rank killed as the replica of step 15 is being copied, under
+//     --max-restarts 1: the restart resumes from step 10 likewise.
+//
+// Each continues with the losses of an uninterrupted run.
+func TestResumeMissedReplica(t *testing.T) {
+	long(t)
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	run := c.replicaJob(t, "-o", "Engine.save_load.keep_last=1")
+	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
+		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
+	}
+	at10 := c.keepOutputs(t)
+	const limit = 64 << 10
+	full := func(on bool) {
+		c.servers[1].LimitFileSize(t, map[bool]int64{true: limit, false: -1}[on])
+	}
+	t.Cleanup(func() { full(false) })
+	full(true)
+	out, err := run("--resume", "-o", "Engine.max_steps=15")
+	if err != nil {
+		t.Fatalf("resume to step 15: exit %d\n%s", exitStatus(err), out)
+	}
+	if w := "[127.0.0.3] replica: no replica of checkpoint output/step_00000015 from 127.0.0.2: "; !strings.Contains(out, w) {
+		t.Fatalf("no %q: the replica did not fail\n%s", w, out)
+	}
+	at15 := c.keepOutputs(t)
+	for _, tt := range []struct {
+		name  string
+		freed bool // the disk freed before the resume
+		from  int  // the step every rank resumes from
+	}{
+		{"disk freed", true, 15},
+		{"disk still full", false, 10},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			at15()
+			full(!tt.freed)
+			out, err := run("--resume", "-o", "Engine.max_steps=20")
+			if err != nil {
+				t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
+			}
+			copied := "[127.0.0.3] pushing: copying checkpoint output/step_00000015 from 127.0.0.2\n"
+			if !strings.Contains(out, copied) {
+				t.Errorf("no %q in\n%s", copied, out)
+			}
+			if tt.from == 10 {
+				for _, w := range []string{
+					"[127.0.0.3] pushing: step 15 cannot be completed on every node; trying step 10\n",
+					"[127.0.0.2] pushing: copying checkpoint output/step_00000010 from 127.0.0.3\n",
+				} {
+					if !strings.Contains(out, w) {
+						t.Errorf("no %q in\n%s", w, out)
+					}
+				}
+			}
+			checkResumedEverywhere(t, out, want, tt.from, 20)
+		})
+	}
+
+	t.Run("rank killed during the replica copy, --max-restarts", func(t *testing.T) {
+		at10()
+		full(true)
+		var stdout, stderr syncBuffer
+		saved := stdout.await("/0] [checkpoint] saved step 15 to ")
+		cmd := c.command(t, &stdout, &stderr, c.replicaArgs(t, "-o", "Engine.save_load.keep_last=1", "--resume", "--max-restarts", "1")...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			c.awaitGone(t, time.Now(), 10*time.Second)
+		})
+		select {
+		case <-saved:
+		case err := <-done:
+			t.Fatalf("the job ended before saving step 15: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
+		case <-time.After(120 * time.Second):
+			t.Fatalf("no step 15 saved after 120 s:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		pid := c.workerPID(3)
+		if pid == 0 {
+			t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(240 * time.Second):
+			t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		out := stdout.String()
+		if err != nil {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
+		}
+		i := strings.Index(out, "[restart] 1/1: ")
+		if i < 0 {
+			t.Fatalf("no restart:\n%s", out)
+		}
+		// The first node holds only its newest (step 15, or a later one
+		// where the kill came steps late), which the second cannot take.
+		if w := "[127.0.0.3] pushing: step 1"; !strings.Contains(out[i:], w) || !strings.Contains(out[i:], " cannot be completed on every node; trying step 10\n") {
+			t.Errorf("the restart did not go back to step 10 for the second node:\n%s", out[i:])
+		}
+		checkResumedEverywhere(t, out[i:], want, 10, restartSteps)
+	})
+}
