@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/comm/nccl"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -32,7 +33,10 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 		return be, func() {}, nil
 	}
 	if world != nil && world.Size() > 1 {
-		return nil, nil, usagef("Global.device=gpu: a job of %d processes needs the NCCL communicator, which the parallel strategies do not use yet; train on one GPU per job or with Global.device=cpu", world.Size())
+		// Its gradients and activations go over NCCL (newFabric).
+		if _, err := cuda.LoadNCCL(); err != nil {
+			return nil, nil, usagef("Global.device=gpu: a job of %d processes needs NCCL: %s; use Global.device=cpu", world.Size(), oneLine(err))
+		}
 	}
 	prec, err := cuda.ParsePrecision(cfg.Engine.MixPrecision.Dtype)
 	if err != nil {
@@ -43,6 +47,27 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
 	}
 	return be, func() { be.Close() }, nil
+}
+
+// newFabric returns the data path of a multi-process GPU job: NCCL's
+// communicators on be's GPU and stream, bootstrapped over world, with the
+// World's timeout. It returns nil for a job of one process or on the CPU:
+// the engine then uses the World's TCP ring. Every rank calls it before
+// making any other group of world.
+func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeout time.Duration) (*nccl.Fabric, error) {
+	gb, ok := be.(*cuda.Backend)
+	if !ok || world == nil || world.Size() == 1 {
+		return nil, nil
+	}
+	lib, err := cuda.LoadNCCL()
+	if err != nil {
+		return nil, usagef("Global.device=gpu: a job of %d processes needs NCCL: %s; use Global.device=cpu", world.Size(), oneLine(err))
+	}
+	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(gb.Device(), lib), Stream: gb.Stream(), Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: joining the job's NCCL communicator: %w", world.Rank(), err)
+	}
+	return f, nil
 }
 
 // cpuBackend opens the CPU backend (cpu.Open) and prints its note, if it
@@ -77,12 +102,12 @@ func gpuOrdinal() int {
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// cmdGPU is 'gptui gpu check|bench': the checks and measurements of the
-// GPU backend on this machine's GPU, each printed as it runs and in a
+// cmdGPU is 'gptui gpu check|bench|nccl': the checks and measurements of
+// the GPU backend on this machine's GPU, each printed as it runs and in a
 // table at the end.
 func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "check" && args[0] != "bench") {
-		return usagef("gpu: want 'gptui gpu check' or 'gptui gpu bench'")
+	if len(args) == 0 || (args[0] != "check" && args[0] != "bench" && args[0] != "nccl") {
+		return usagef("gpu: want 'gptui gpu check', 'gptui gpu bench' or 'gptui gpu nccl'")
 	}
 	fs := newFlagSet("gpu "+args[0], stderr)
 	steps := fs.Int("steps", 10, "training steps compared (check) or timed (bench)")
@@ -98,10 +123,13 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("gpu %s: the CUDA driver sees no GPU on this machine", args[0])
 	}
 	var t gpuTable
-	if args[0] == "check" {
+	switch args[0] {
+	case "check":
 		gpuCheck(ctx, stdout, &t, *steps)
-	} else {
+	case "bench":
 		gpuBench(ctx, stdout, &t)
+	case "nccl":
+		gpuNCCL(ctx, stdout, &t)
 	}
 	t.print(stdout)
 	if t.failed > 0 {
@@ -176,6 +204,62 @@ func gpuCheck(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	}
 	err = gradParity(ctx, w, "gpt2-124m", small)
 	t.add("bf16 gradients (thr + |ref|·0.079)", errText(err), err == nil)
+	gpuNCCL(ctx, w, t)
+}
+
+// gpuNCCL runs a one-rank job's NCCL data path on this machine's GPU: the
+// fabric of a multi-process GPU job (package comm/nccl) on a World of
+// one, its communicators split off the world communicator as the
+// engine's are, every operation on each (nccl.Check: device and host
+// buffers, the asynchronous all-reduce on the communication stream),
+// each result equal to what the CPU computes.
+func gpuNCCL(ctx context.Context, w io.Writer, t *gpuTable) {
+	fmt.Fprintln(w, "== NCCL fabric, one rank: every operation vs the CPU ==")
+	fail := func(what string, err error) { t.add("NCCL fabric "+what, oneLine(err), false) }
+	lib, err := cuda.LoadNCCL()
+	if err != nil {
+		fail("load", err)
+		return
+	}
+	be, err := cuda.New(cuda.Options{Ordinal: gpuOrdinal(), Precision: cuda.PrecisionFP32, Log: w})
+	if err != nil {
+		fail("backend", err)
+		return
+	}
+	defer be.Close()
+	world, err := comm.Connect(ctx, comm.Config{Rank: 0, WorldSize: 1})
+	if err != nil {
+		fail("world", err)
+		return
+	}
+	defer world.Close()
+	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(be.Device(), lib), Stream: be.Stream()})
+	if err != nil {
+		fail("ncclCommInitRank", err)
+		return
+	}
+	defer f.Close()
+	names := []string{"dp", "mp", "pp", "tied"}
+	cs := make([]comm.Communicator, len(names))
+	for i, name := range names {
+		if cs[i], err = f.Communicator(name, []int{0}); err != nil {
+			fail("declare "+name, err)
+			return
+		}
+	}
+	t0 := time.Now()
+	if err := f.Ready(ctx); err != nil {
+		fail("ncclCommSplit", err)
+		return
+	}
+	t.add(fmt.Sprintf("NCCL fabric: %d splits", len(names)), fmt.Sprintf("%.2f s", time.Since(t0).Seconds()), true)
+	for i, c := range cs {
+		t0 := time.Now()
+		err := nccl.Check(ctx, c, be)
+		t.add("NCCL fabric "+names[i]+": every operation", fmt.Sprintf("%s (%.2f s)", errText(err), time.Since(t0).Seconds()), err == nil)
+	}
+	p := f.Progress()
+	t.add("NCCL fabric record", fmt.Sprintf("%d operations done, %d in flight", p.Done, len(p.InFlight)), p.Done > 0 && len(p.InFlight) == 0)
 }
 
 func errText(err error) string {

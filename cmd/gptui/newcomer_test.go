@@ -69,11 +69,11 @@ func TestQuickstartCheckpoint(t *testing.T) {
 	}
 }
 
-// TestGPUCheckWithoutDriver: 'gptui gpu check' and 'gpu bench' on a
+// TestGPUCheckWithoutDriver: 'gptui gpu check', 'gpu bench' and 'gpu nccl' on a
 // machine without the CUDA driver say so in one line, exit 2, at once:
 // none of the checks' CPU references is computed first.
 func TestGPUCheckWithoutDriver(t *testing.T) {
-	for _, sub := range []string{"check", "bench"} {
+	for _, sub := range []string{"check", "bench", "nccl"} {
 		code, out, e := runCLI(t, "gpu", sub)
 		checkUserError(t, code, e, []string{"gpu " + sub + ": ", "libcuda", "install the NVIDIA driver"})
 		if out != "" {
