@@ -1,8 +1,10 @@
 package nccl
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -180,6 +182,67 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 					if h == nil || !slices.Equal(h.c.world, c.ranks) || h.rank != c.rank {
 						t.Errorf("rank %d's %s %v: %+v", r, c.name, c.ranks, h)
 					}
+				}
+			}
+		})
+	}
+}
+
+// trainLayout trains the layout tc on every rank, over NCCL (the fake)
+// when nccl is set, else over the TCP ring, and returns rank 0's losses.
+func trainLayout(t *testing.T, tc struct {
+	name  string
+	world int
+	o     []string
+}, nccl bool) []float32 {
+	t.Helper()
+	fk := newFake(t)
+	rs := fabrics(t, fk, tc.world, 60*time.Second)
+	losses := make([][]float32, tc.world)
+	mustAll(t, tc.world, func(r int) error {
+		cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.max_steps=3", "Engine.logging_freq=1", "Engine.log_dir="+t.TempDir()), tc.o...))
+		if err != nil {
+			return err
+		}
+		opts := engine.Options{World: rs[r].w, Builtin: layoutTokens}
+		if nccl {
+			opts.Fabric = rs[r].f
+		}
+		tr, err := engine.NewTrainer(cfg, cpu.New(), opts)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := tr.Run(ctx)
+		losses[r] = res.Losses
+		return err
+	})
+	if p := rs[0].f.Progress(); nccl != (p.Done > 0) {
+		t.Errorf("nccl %v: rank 0's fabric did %d operations", nccl, p.Done)
+	}
+	return losses[0]
+}
+
+// TestTrainOverFabric: the engine trains layouts of the parity matrix
+// through the NCCL fabric (the fake, on the CPU backend, whose buffers
+// are host memory the fabric stages) to the TCP ring's losses. (1F1B
+// pipelines send before they receive on both neighbours, which NCCL's
+// rendezvous deadlocks: they need the pipeline's paired SendRecv.)
+func TestTrainOverFabric(t *testing.T) {
+	for _, tc := range parityLayouts {
+		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe"}, tc.name) {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			want := trainLayout(t, tc, false)
+			got := trainLayout(t, tc, true)
+			if len(got) != len(want) || len(got) == 0 {
+				t.Fatalf("losses %v over NCCL, %v over TCP", got, want)
+			}
+			for i := range got {
+				if d := math.Abs(float64(got[i]-want[i])) / float64(want[i]); d > 1e-5 {
+					t.Errorf("step %d: loss %.7f over NCCL, %.7f over TCP", i, got[i], want[i])
 				}
 			}
 		})
