@@ -16,7 +16,7 @@
 // split is collective over the whole world, members or not, while each
 // rank declares only the communicators it belongs to; so Ready first
 // exchanges every rank's declarations over the World, then every rank
-// takes part in one split per communicator name, in the same order: the
+// takes part in one split per communicator, in the same order: the
 // members with the colour of their communicator (its lowest world rank)
 // and their place in it as key, the others with NCCL_SPLIT_NOCOLOR.
 //

@@ -413,7 +413,8 @@ func plan(self int, byRank [][]decl) ([]split, error) {
 	return out, nil
 }
 
-// String lists the splits, for messages and tests: "dp:0/1 mp:- …".
+// splitsString lists splits as "dp:0/1 mp:- …" (id:colour/key, - for
+// none), for tests.
 func splitsString(ss []split) string {
 	var b strings.Builder
 	for i, s := range ss {
