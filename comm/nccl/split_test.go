@@ -105,7 +105,7 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 			rs := fabrics(t, fk, tc.world, 20*time.Second)
 			topos := make([]engine.Topology, tc.world)
 			mustAll(t, tc.world, func(r int) error {
-				cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.log_dir="+t.TempDir()), tc.o...))
+				cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.log_dir="+t.TempDir(), "Engine.save_load.output_dir="+t.TempDir()), tc.o...))
 				if err != nil {
 					return err
 				}
@@ -200,7 +200,8 @@ func trainLayout(t *testing.T, tc struct {
 	rs := fabrics(t, fk, tc.world, 60*time.Second)
 	losses := make([][]float32, tc.world)
 	mustAll(t, tc.world, func(r int) error {
-		cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.max_steps=3", "Engine.logging_freq=1", "Engine.log_dir="+t.TempDir()), tc.o...))
+		cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.max_steps=3", "Engine.logging_freq=1", "Engine.log_dir="+t.TempDir(),
+			"Engine.save_load.save_steps=0", "Engine.save_load.output_dir="+t.TempDir()), tc.o...))
 		if err != nil {
 			return err
 		}
