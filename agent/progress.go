@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,20 +52,34 @@ func PublishProgress(w io.Writer, done <-chan struct{}, get func() event.Progres
 	}
 }
 
-// ProgressOf is a worker's progress: its step and its communicator's
-// operations (a nil world has none).
-func ProgressOf(step int, w *comm.World) event.Progress {
+// Progresser reports a communicator's operations: *comm.World (its TCP
+// groups) and *nccl.Fabric (its NCCL communicators).
+type Progresser interface {
+	Progress() comm.Progress
+}
+
+// ProgressOf is a worker's progress: its step and its communicators'
+// operations, all of them together (none without communicators): the
+// operations in flight, the longest-running first, the number done, and
+// the one that started last of those done last.
+func ProgressOf(step int, comms ...Progresser) event.Progress {
 	p := event.Progress{Step: step}
-	if w == nil {
-		return p
+	var inFlight []comm.OpStatus
+	var last comm.OpStatus
+	for _, c := range comms {
+		cp := c.Progress()
+		p.Ops += cp.Done
+		inFlight = append(inFlight, cp.InFlight...)
+		if cp.Last.Seq > 0 && (last.Seq == 0 || cp.Last.Since.After(last.Since)) {
+			last = cp.Last
+		}
 	}
-	cp := w.Progress()
-	p.Ops = cp.Done
-	for _, s := range cp.InFlight {
+	slices.SortStableFunc(inFlight, func(a, b comm.OpStatus) int { return a.Since.Compare(b.Since) })
+	for _, s := range inFlight {
 		p.InFlight = append(p.InFlight, event.Op{Group: s.Group, Op: s.Op, Seq: s.Seq, WaitS: time.Since(s.Since).Seconds()})
 	}
-	if l := cp.Last; l.Seq > 0 {
-		p.Last = &event.Op{Group: l.Group, Op: l.Op, Seq: l.Seq}
+	if last.Seq > 0 {
+		p.Last = &event.Op{Group: last.Group, Op: last.Op, Seq: last.Seq}
 	}
 	return p
 }

@@ -101,8 +101,9 @@ type Options struct {
 	// SSH configures the connections; each node's user and identity from
 	// the inventory take precedence. A zero KeepAlive means KeepAlive.
 	SSH sshexec.ClientConfig
-	// Env holds KEY=value entries for every worker, after the GPTUI_*
-	// variables of the launcher's environment, which are passed on too.
+	// Env holds KEY=value entries for every worker, after the GPTUI_* and
+	// NCCL_* variables of the launcher's environment, which are passed on
+	// too.
 	Env []string
 	// Parallel bounds how many nodes are set up at once; 0 means
 	// DefaultParallel.

@@ -424,13 +424,7 @@ func (j *Job) pickMaster(ctx context.Context, p *Plan, nodes []*node, workers []
 // specs makes each node's job spec and agent command.
 func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) error {
 	o := j.opts
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "GPTUI_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, o.Env...)
+	env := append(passedEnv(os.Environ()), o.Env...)
 	// A new secret for every plan: each start of the job, a restart too.
 	secret, err := comm.NewSecret()
 	if err != nil {
@@ -479,6 +473,19 @@ func resumeArgs(args []string, resume string) []string {
 		return args
 	}
 	return append(args, "-o", "Engine.save_load.ckpt_dir="+resume)
+}
+
+// passedEnv is what of the launcher's environment every worker gets: the
+// GPTUI_* variables, and NCCL's (NCCL_SOCKET_IFNAME, NCCL_IB_HCA,
+// NCCL_DEBUG, …), which tune a GPU job's communicators on every node.
+func passedEnv(environ []string) []string {
+	var env []string
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "GPTUI_") || strings.HasPrefix(kv, "NCCL_") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // specLine is the spec as the agent reads it: one JSON line.

@@ -108,6 +108,19 @@ type Fabric interface {
 	Communicator(name string, ranks []int) (Communicator, error)
 }
 
+// CollectiveFabric is a Fabric whose communicators are made by all the
+// job's ranks together, members or not: NCCL's, split from one world
+// communicator. Communicator only declares a communicator (its operations
+// fail until then); Ready, called by every rank once it has declared all
+// of its communicators, makes them all. The ranks' declarations together
+// must be consistent: every member of a communicator declares it, with
+// the same name and ranks, and the communicators of one name (and order
+// of declaration among that name's) do not overlap.
+type CollectiveFabric interface {
+	Fabric
+	Ready(ctx context.Context) error
+}
+
 // Fabric returns w's communicators as a [Fabric]: [Group]s of the TCP
 // ring. With s not nil, every operation first waits for s (the host can
 // only hand the ring memory the device has finished writing); with s nil

@@ -70,6 +70,12 @@ func (w *World) Rank() int { return w.rank }
 // Size returns the number of processes in the World.
 func (w *World) Size() int { return w.size }
 
+// Err returns why the World ended — a [*PeerError] for a member that
+// failed, [ErrClosed] after Close — or nil while it is usable. A data path
+// that runs beside the World (package comm/nccl) polls it to fail with the
+// World and to name the member that failed.
+func (w *World) Err() error { return w.failure() }
+
 // failure returns why the World ended, or nil while it is usable.
 func (w *World) failure() error {
 	w.mu.Lock()

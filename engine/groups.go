@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/kernels"
 )
@@ -48,6 +50,13 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 		}
 		if topo.PP > 1 {
 			if g.pp, err = newPipeline(f, topo, m, accum); err != nil {
+				return g, err
+			}
+		}
+		// A fabric whose communicators all ranks make together (NCCL's)
+		// makes them now that every rank has declared its own.
+		if cf, ok := f.(comm.CollectiveFabric); ok {
+			if err := cf.Ready(context.Background()); err != nil {
 				return g, err
 			}
 		}

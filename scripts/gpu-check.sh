@@ -26,9 +26,8 @@
 #                     against the measured bf16 GEMM peak
 #   fp16-124m     45  the same in fp16 with loss scaling, 60 steps: the
 #                     loss falls, skipped steps counted
-#   nccl-1rank    30  a one-rank job through the NCCL communicator against
-#                     the same job on the CPU (NCCL_JOB below; skipped
-#                     until the NCCL path lands)
+#   nccl-1rank    30  gpu check --only nccl: a one-rank job's NCCL
+#                     communicators, every operation against the CPU
 #   llmc         100  llm.c's train_gpt2cu at train-124m's shape
 #                     (scripts/llmc-bench.sh; its build starts in the
 #                     background at the beginning, on the CPU)
@@ -56,17 +55,6 @@ BIN=${BIN:-.bin/gptui}
 [[ $BIN == */* ]] || BIN=./$BIN
 export BIN
 
-# ---- the one-rank NCCL job ------------------------------------------------
-# The NCCL communicator is not wired into gptui's jobs yet (another change
-# builds it). When it is, set NCCL_JOB to gptui's arguments for a one-rank
-# GPU job through it, for example
-#   NCCL_JOB='run --no-tui --nproc 1 -c tiny -o Global.device=gpu -o Engine.max_steps=10 -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_load.save_steps=0'
-# or pass GPU_CHECK_NCCL_JOB='...' to this script. The stage runs it, then
-# the same job with -o Global.device=cpu, and compares the [train] losses
-# step by step (1e-5 relative).
-NCCL_JOB=${GPU_CHECK_NCCL_JOB:-}
-export NCCL_JOB
-# ---------------------------------------------------------------------------
 
 LLMC=${LLMC:-.bin/llm.c}
 export LLMC
@@ -115,6 +103,13 @@ dry_gpu() {
 		tiny-fp32)
 			echo "== model parity: tiny, fp32, vs the CPU backend =="
 			printf '\n== summary ==\n%-4s  %-40s %s\n' PASS "fp32 loss, 10 steps (tol 1e-5 rel)" "worst 3.10e-07; final 9.812345 vs 9.812346"
+			;;
+		nccl)
+			echo "== NCCL fabric, one rank: every operation vs the CPU =="
+			printf '\n== summary ==\n'
+			printf '%-4s  %-40s %s\n' PASS "NCCL fabric: 4 splits" "0.41 s"
+			for c in dp mp pp tied; do printf '%-4s  %-40s %s\n' PASS "NCCL fabric $c: every operation" "ok (0.05 s)"; done
+			printf '%-4s  %-40s %s\n' PASS "NCCL fabric record" "52 operations done, 0 in flight"
 			;;
 		124m-bf16)
 			echo "== model parity: gpt2-124m B=4 T=64, bf16, vs fp32 CPU =="
@@ -204,35 +199,10 @@ stage_fp16_124m() {
 		-o Engine.max_steps=60 -o Engine.logging_freq=5 -o Optimizer.lr.decay_steps=60
 }
 
-stage_nccl_1rank() {
-	# shellcheck disable=SC2086 # NCCL_JOB is a list of words
-	set -- $NCCL_JOB
-	echo "== the job: gptui $*"
-	gptui "$@" -o Engine.log_dir="$WORK/nccl-gpu" >"$WORK/nccl-gpu.out" 2>&1
-	local rc=$?
-	cat "$WORK/nccl-gpu.out"
-	((rc == 0)) || return $rc
-	echo "== the same job on the CPU: gptui $* -o Global.device=cpu"
-	gptui "$@" -o Engine.log_dir="$WORK/nccl-cpu" -o Global.device=cpu >"$WORK/nccl-cpu.out" 2>&1
-	rc=$?
-	cat "$WORK/nccl-cpu.out"
-	((rc == 0)) || return $rc
-	compare_losses "$WORK/nccl-gpu.out" "$WORK/nccl-cpu.out"
-}
-
-# compare_losses A B: the [train] losses of two runs, step by step:
-# "steps=N worst_rel=X" and exit 1 when a step differs by more than 1e-5
-# relative or the steps differ.
-compare_losses() {
-	paste <(losses "$1") <(losses "$2") | awk -F'\t' '
-		{ n++; if ($1 == "" || $2 == "") { bad = 1; next }
-		  d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r }
-		END { printf "compared: steps=%d worst_rel=%.2e\n", n, w; exit (bad || n == 0 || w > 1e-5) }'
-}
-
-# losses LOG: the loss of each [train] line, in order ("[0] " prefixes of
-# a job's rank 0 allowed).
-losses() { sed -n 's/^\(\[0\] \)\{0,1\}\[train\] .* loss: \([0-9.e+-]*\) .*/\2/p' "$1"; }
+# A job of one process has no data path to run over NCCL; 'gpu check
+# --only nccl' runs its communicators: a world of one, split as the
+# engine's groups are, every operation on each against the CPU.
+stage_nccl_1rank() { gptui gpu check --only nccl --watchdog 20s; }
 
 stage_llmc() {
 	# The build was started in the background at the beginning; wait for it
@@ -317,7 +287,6 @@ figs_train() {
 		}' "$1"
 }
 
-figs_nccl() { grep -h '^compared: ' "$1" | sed 's/^compared: //'; }
 
 figs_llmc() {
 	scripts/llmc-bench.sh --figures "$1"
@@ -341,9 +310,9 @@ plan_stage 124m-bf16 70 gpu stage_124m_bf16 figs_check
 plan_stage bench 30 gpu stage_bench figs_bench
 plan_stage train-124m 75 gpu stage_train_124m figs_train
 plan_stage fp16-124m 45 gpu stage_fp16_124m figs_train
-plan_stage nccl-1rank 30 "nccl gpu" stage_nccl_1rank figs_nccl
+plan_stage nccl-1rank 30 "nccl gpu" stage_nccl_1rank figs_check
 plan_stage llmc 100 "gpu llmc" stage_llmc figs_llmc
-DRY_FLOOR=([train-124m]=30 [fp16-124m]=30 [nccl-1rank]=60) # dry mode: these train on the CPU for real
+DRY_FLOOR=([train-124m]=30 [fp16-124m]=30) # dry mode: these train on the CPU for real
 PREFLIGHT=15 # seconds before the first stage: the binary, nvidia-smi
 check_budget "$PREFLIGHT"
 
@@ -378,9 +347,6 @@ after_stage() {
 AFTER_STAGE=after_stage
 
 stages_init "gpu-check $(date -u +%FT%TZ)"
-if [[ -z $NCCL_JOB ]]; then
-	block nccl "NCCL communicator not built yet (set NCCL_JOB in scripts/gpu-check.sh when it is)"
-fi
 
 # Before any stage: the binary, and a GPU (else one line, exit 2).
 fail_preflight() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/comm/nccl"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -36,7 +37,10 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 		return be, func() {}, nil
 	}
 	if world != nil && world.Size() > 1 {
-		return nil, nil, usagef("Global.device=gpu: a job of %d processes needs the NCCL communicator, which the parallel strategies do not use yet; train on one GPU per job or with Global.device=cpu", world.Size())
+		// Its gradients and activations go over NCCL (newFabric).
+		if _, err := cuda.LoadNCCL(); err != nil {
+			return nil, nil, usagef("Global.device=gpu: a job of %d processes needs NCCL: %s; use Global.device=cpu", world.Size(), oneLine(err))
+		}
 	}
 	prec, err := cuda.ParsePrecision(cfg.Engine.MixPrecision.Dtype)
 	if err != nil {
@@ -47,6 +51,27 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
 	}
 	return be, func() { be.Close() }, nil
+}
+
+// newFabric returns the data path of a multi-process GPU job: NCCL's
+// communicators on be's GPU and stream, bootstrapped over world, with the
+// World's timeout. It returns nil for a job of one process or on the CPU:
+// the engine then uses the World's TCP ring. Every rank calls it before
+// making any other group of world.
+func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeout time.Duration) (*nccl.Fabric, error) {
+	gb, ok := be.(*cuda.Backend)
+	if !ok || world == nil || world.Size() == 1 {
+		return nil, nil
+	}
+	lib, err := cuda.LoadNCCL()
+	if err != nil {
+		return nil, usagef("Global.device=gpu: a job of %d processes needs NCCL: %s; use Global.device=cpu", world.Size(), oneLine(err))
+	}
+	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(gb.Device(), lib), Stream: gb.Stream(), Timeout: timeout})
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: joining the job's NCCL communicator: %w", world.Rank(), err)
+	}
+	return f, nil
 }
 
 // cpuBackend opens the CPU backend (cpu.Open) and prints its note, if it
@@ -81,12 +106,13 @@ func gpuOrdinal() int {
 
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// cmdGPU is 'gptui gpu libs|check|bench': where the GPU backend's
+// cmdGPU is 'gptui gpu libs|check|bench|nccl': where the GPU backend's
 // libraries are found, the checks and measurements of the backend on this
-// machine's GPU, each printed as it runs and in a table at the end.
+// machine's GPU (nccl: a one-rank job's NCCL data path), each printed as it
+// runs and in a table at the end.
 func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "libs" && args[0] != "check" && args[0] != "bench") {
-		return usagef("gpu: want 'gptui gpu libs', 'gptui gpu check' or 'gptui gpu bench'")
+	if len(args) == 0 || (args[0] != "libs" && args[0] != "check" && args[0] != "bench" && args[0] != "nccl") {
+		return usagef("gpu: want 'gptui gpu libs', 'gptui gpu check', 'gptui gpu bench' or 'gptui gpu nccl'")
 	}
 	fs := newFlagSet("gpu "+args[0], stderr)
 	var steps *int
@@ -126,10 +152,13 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		stdout = dog
 	}
 	var t gpuTable
-	if args[0] == "check" {
+	switch args[0] {
+	case "check":
 		gpuCheck(ctx, stdout, &t, *steps, parts)
-	} else {
+	case "bench":
 		gpuBench(ctx, stdout, &t)
+	case "nccl":
+		gpuNCCL(ctx, stdout, &t)
 	}
 	t.print(stdout)
 	if t.failed > 0 {
@@ -303,13 +332,15 @@ func gpuCheckParts() []string {
 }
 
 // checkParts are the parts of 'gpu check', in order: the device
-// self-test, the kernels in fp32 and bf16, and the model parity runs.
+// self-test, the kernels in fp32 and bf16, the model parity runs, and a
+// one-rank job's NCCL data path ('gpu nccl').
 var checkParts = []gpuCheckPart{
 	{"selftest", checkSelfTest},
 	{"kernels-fp32", func(ctx context.Context, w io.Writer, t *gpuTable, _ int) { checkKernels(w, t, cuda.PrecisionFP32) }},
 	{"kernels-bf16", func(ctx context.Context, w io.Writer, t *gpuTable, _ int) { checkKernels(w, t, cuda.PrecisionBF16) }},
 	{"tiny-fp32", checkTinyFP32},
 	{"124m-bf16", check124MBF16},
+	{"nccl", func(ctx context.Context, w io.Writer, t *gpuTable, _ int) { gpuNCCL(ctx, w, t) }},
 }
 
 // parseParts parses --only: names of checkParts, comma-separated; ""
@@ -388,6 +419,61 @@ func check124MBF16(ctx context.Context, w io.Writer, t *gpuTable, steps int) {
 	fmt.Fprintln(w, "== gradients: gpt2-124m B=4 T=64, bf16, vs fp32 CPU ==")
 	err = gradParity(ctx, w, "gpt2-124m", small)
 	t.add("bf16 gradients (thr + |ref|·0.079)", errText(err), err == nil)
+}
+
+// gpuNCCL runs a one-rank job's NCCL data path on this machine's GPU: the
+// fabric of a multi-process GPU job (package comm/nccl) on a World of
+// one, its communicators split off the world communicator as the
+// engine's are, every operation on each (nccl.Check: device and host
+// buffers, the asynchronous all-reduce on the communication stream),
+// each result equal to what the CPU computes.
+func gpuNCCL(ctx context.Context, w io.Writer, t *gpuTable) {
+	fmt.Fprintln(w, "== NCCL fabric, one rank: every operation vs the CPU ==")
+	fail := func(what string, err error) { t.add("NCCL fabric "+what, oneLine(err), false) }
+	lib, err := cuda.LoadNCCL()
+	if err != nil {
+		fail("load", err)
+		return
+	}
+	be, err := cuda.New(cuda.Options{Ordinal: gpuOrdinal(), Precision: cuda.PrecisionFP32, Log: w})
+	if err != nil {
+		fail("backend", err)
+		return
+	}
+	defer be.Close()
+	world, err := comm.Connect(ctx, comm.Config{Rank: 0, WorldSize: 1})
+	if err != nil {
+		fail("world", err)
+		return
+	}
+	defer world.Close()
+	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(be.Device(), lib), Stream: be.Stream()})
+	if err != nil {
+		fail("ncclCommInitRank", err)
+		return
+	}
+	defer f.Close()
+	names := []string{"dp", "mp", "pp", "tied"}
+	cs := make([]comm.Communicator, len(names))
+	for i, name := range names {
+		if cs[i], err = f.Communicator(name, []int{0}); err != nil {
+			fail("declare "+name, err)
+			return
+		}
+	}
+	t0 := time.Now()
+	if err := f.Ready(ctx); err != nil {
+		fail("ncclCommSplit", err)
+		return
+	}
+	t.add(fmt.Sprintf("NCCL fabric: %d splits", len(names)), fmt.Sprintf("%.2f s", time.Since(t0).Seconds()), true)
+	for i, c := range cs {
+		t0 := time.Now()
+		err := nccl.Check(ctx, c, be)
+		t.add("NCCL fabric "+names[i]+": every operation", fmt.Sprintf("%s (%.2f s)", errText(err), time.Since(t0).Seconds()), err == nil)
+	}
+	p := f.Progress()
+	t.add("NCCL fabric record", fmt.Sprintf("%d operations done, %d in flight", p.Done, len(p.InFlight)), p.Done > 0 && len(p.InFlight) == 0)
 }
 
 func errText(err error) string {

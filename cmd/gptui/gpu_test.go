@@ -77,7 +77,7 @@ func TestGPUArgs(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"gpu", "check", "--only", "selftest,kernels"}, []string{`no part "kernels"`, "selftest, kernels-fp32, kernels-bf16, tiny-fp32, 124m-bf16"}},
+		{[]string{"gpu", "check", "--only", "selftest,kernels"}, []string{`no part "kernels"`, "selftest, kernels-fp32, kernels-bf16, tiny-fp32, 124m-bf16, nccl"}},
 		{[]string{"gpu", "libs", "--watchdog", "1s"}, []string{"flag provided but not defined: -watchdog"}},
 		{[]string{"gpu", "sing"}, []string{"gptui gpu libs", "gptui gpu check", "gptui gpu bench"}},
 	} {

@@ -112,22 +112,19 @@ func checkRows(t *testing.T, rows []stageRow, want []stageRow) {
 }
 
 // gpuCheckLimits are gpu-check.sh's stage limits in dry mode: ×0.1, but
-// at least 3 s, and 30 s for the stages that train on the CPU (60 s for
-// the NCCL stage's two jobs).
+// at least 3 s, and 30 s for the stages that train on the CPU.
 var gpuCheckLimits = map[string]string{"libs": "3.00", "selftest": "4.50", "kernels-fp32": "5.00", "kernels-bf16": "3.00",
-	"tiny-fp32": "3.50", "124m-bf16": "7.00", "bench": "3.00", "train-124m": "30.00", "fp16-124m": "30.00", "nccl-1rank": "60.00", "llmc": "10.00"}
+	"tiny-fp32": "3.50", "124m-bf16": "7.00", "bench": "3.00", "train-124m": "30.00", "fp16-124m": "30.00", "nccl-1rank": "3.00", "llmc": "10.00"}
 
 // TestGPUCheckDry runs every stage of gpu-check.sh in dry mode, one of
-// them hanging, with a one-rank job standing in for the NCCL one: each
+// them hanging: each
 // stage gets its own limit (summing, with the checks before the first, to
 // the 540 s deadline), the hanging one is cut at its limit and the run
 // goes on, and every row carries its stage's key figures.
 func TestGPUCheckDry(t *testing.T) {
 	long(t)
 	t.Parallel()
-	job := "train -c tiny -o Global.global_batch_size=2 -o Global.local_batch_size=2 -o Global.micro_batch_size=2 -o Data.Train.dataset.max_seq_len=16 " +
-		"-o Engine.max_steps=3 -o Engine.logging_freq=1 -o Engine.eval_freq=0 -o Engine.save_load.save_steps=0"
-	s := newGPUScript(t, "gpu-check.sh", []string{"GPU_CHECK_DRY_HANG=kernels-bf16", "GPU_CHECK_NCCL_JOB=" + job}, "--dry")
+	s := newGPUScript(t, "gpu-check.sh", []string{"GPU_CHECK_DRY_HANG=kernels-bf16"}, "--dry")
 	if code := s.run(t); code != 1 {
 		t.Errorf("exit status %d, want 1 (a stage timed out)\n%s%s", code, &s.stdout, &s.stderr)
 	}
@@ -142,7 +139,7 @@ func TestGPUCheckDry(t *testing.T) {
 		{stage: "bench", status: "pass", figures: "bf16_tflops=702.5 fp16_tflops=710.1 fp32_ieee_tflops=48.3"},
 		{stage: "train-124m", status: "pass", figures: "steps=6 step_s=|tokens_per_s=|mfu=|loss_fell=yes"},
 		{stage: "fp16-124m", status: "pass", figures: "steps=6|skipped_steps=0 loss_scale=32768"},
-		{stage: "nccl-1rank", status: "pass", figures: "steps=3 worst_rel=0.00e+00"},
+		{stage: "nccl-1rank", status: "pass", figures: "passed=6 failed=0|NCCL fabric dp: every operation: ok|NCCL fabric record: 52 operations done, 0 in flight"},
 		{stage: "llmc", status: "pass", figures: "step_ms=40.00 tokens_per_s=409600|llmc_mfu=42.0%|gptui_over_llmc="},
 	})
 	for _, r := range rows {
@@ -162,7 +159,7 @@ func TestGPUCheckDry(t *testing.T) {
 		}
 	}
 	log, _ := os.ReadFile(filepath.Join(s.out, "stages.log"))
-	for _, want := range []string{"==== kernels-bf16 (limit 3.00 s)", "dry: kernels-bf16 hangs", "==== kernels-bf16: timeout", "[done] steps: 6 ", "== the same job on the CPU: "} {
+	for _, want := range []string{"==== kernels-bf16 (limit 3.00 s)", "dry: kernels-bf16 hangs", "==== kernels-bf16: timeout", "[done] steps: 6 ", "== NCCL fabric, one rank: every operation vs the CPU =="} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("stages.log does not hold %q", want)
 		}
@@ -206,7 +203,7 @@ func TestGPUCheckDryStopped(t *testing.T) {
 }
 
 // TestGPUCheckDryGates: a failed library discovery skips the GPU stages,
-// saying why; the NCCL stage says the communicator is not built yet.
+// the NCCL stage among them, saying why.
 func TestGPUCheckDryGates(t *testing.T) {
 	t.Parallel()
 	s := newGPUScript(t, "gpu-check.sh", []string{"GPU_CHECK_DRY_FAIL=libs"}, "--dry", "selftest", "nccl-1rank")
@@ -216,7 +213,7 @@ func TestGPUCheckDryGates(t *testing.T) {
 	checkRows(t, s.rows(t), []stageRow{
 		{stage: "libs", status: "fail", figures: "exit 2: gptui: libs: failed on purpose"},
 		{stage: "selftest", status: "skipped", figures: "libs fail: gptui: libs: failed on purpose"},
-		{stage: "nccl-1rank", status: "skipped", figures: "NCCL communicator not built yet"},
+		{stage: "nccl-1rank", status: "skipped", figures: "libs fail: gptui: libs: failed on purpose"},
 	})
 }
 

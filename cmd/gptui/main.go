@@ -16,7 +16,7 @@
 //	gptui import --from hf DIR | --from llmc FILE.bin --out DIR
 //	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
 //	gptui plan -c CONFIG|PRESET [-o ...] [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--json]
-//	gptui gpu libs|check|bench                where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs
+//	gptui gpu libs|check|bench|nccl           where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs; NCCL's data path on one rank
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
 // any other failure, and 128 + the signal's number (130, 143, 129) when
@@ -97,7 +97,8 @@ Commands:
   generate --ckpt DIR --prompt TEXT [--max-new-tokens N]  sample text (KV cache; --temperature 0 is greedy)
   plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
            rank the parallel strategies by predicted memory and step time
-  gpu      libs | check [--only PARTS] | bench           where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs
+  gpu      libs | check [--only PARTS] | bench | nccl    where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs;
+           run every NCCL operation of a multi-process GPU job on one rank
   report   --log-dir DIR [--log-dir DIR2 ...] [-o report.png]   draw loss, lr, step time and tokens/s of a run as a PNG
 
 Run 'gptui COMMAND -h' for a command's flags.

@@ -69,7 +69,7 @@ func TestQuickstartCheckpoint(t *testing.T) {
 	}
 }
 
-// TestGPUCheckWithoutDriver: 'gptui gpu check' and 'gpu bench' on a
+// TestGPUCheckWithoutDriver: 'gptui gpu check', 'gpu bench' and 'gpu nccl' on a
 // machine without the CUDA driver say so in one line, exit 2, at once:
 // none of the checks' CPU references is computed first. 'gpu libs' lists
 // every library, the driver NOT FOUND, and ends in the driver's line.
@@ -81,7 +81,7 @@ func TestGPUCheckWithoutDriver(t *testing.T) {
 			t.Errorf("gpu libs printed no line for %q:\n%s", lib, out)
 		}
 	}
-	for _, sub := range []string{"check", "bench"} {
+	for _, sub := range []string{"check", "bench", "nccl"} {
 		code, out, e := runCLI(t, "gpu", sub)
 		checkUserError(t, code, e, []string{"gpu " + sub + ": ", "libcuda", "install the NVIDIA driver"})
 		if out != "" {

@@ -93,11 +93,13 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
 	var world *comm.World
+	var commTimeout time.Duration
 	if os.Getenv("WORLD_SIZE") != "" {
 		cc, err := comm.ConfigFromEnv()
 		if err != nil {
 			return usageError{err}
 		}
+		commTimeout = cc.Timeout
 		if cc.WorldSize > 1 {
 			// Peers that fail the job's authentication are dropped; say so.
 			cc.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "[comm] "+format+"\n", args...) }
@@ -121,11 +123,28 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	defer release()
+	// A GPU job's gradients and activations go over NCCL, the rest over
+	// the World; a CPU job's all over the World.
+	fabric, err := newFabric(ctx, world, be, commTimeout)
+	if err != nil {
+		return err
+	}
+	var fab comm.Fabric
+	var comms []agent.Progresser
+	if world != nil {
+		comms = append(comms, world)
+	}
+	if fabric != nil {
+		defer fabric.Close() // before the World's
+		fab = fabric
+		comms = append(comms, fabric)
+	}
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
 		Stderr:  stderr,
 		Builtin: builtinCorpus,
 		World:   world,
+		Fabric:  fab,
 		Stop:    stop,
 	})
 	if err != nil {
@@ -135,7 +154,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// hang can be told from a slow step, and who is stuck.
 	published := make(chan struct{})
 	defer close(published)
-	go agent.PublishProgress(stderr, published, func() event.Progress { return agent.ProgressOf(tr.Step(), world) })
+	go agent.PublishProgress(stderr, published, func() event.Progress { return agent.ProgressOf(tr.Step(), comms...) })
 	res, err := tr.Run(ctx)
 	var pe *comm.PeerError
 	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {

@@ -11,11 +11,12 @@
 //
 //	lib.go        finding libcuda, libnvrtc, libcublas(Lt), libnccl
 //	driver.go     the driver API: primary context, memory, streams, launches
+//	event.go      ordering streams by events, polling them, device pointers
 //	args.go       kernel arguments, packed outside the Go heap
 //	nvrtc.go      compiling kernel sources, the on-disk cache
 //	cublas.go     GEMMs (cuBLAS, cuBLASLt)
 //	gemmrate.go   the measured GEMM rate, the peak of MFU figures
-//	nccl.go       the NCCL communicator
+//	nccl.go       the NCCL communicator (comm/nccl builds the fabric on it)
 //	kernels/*.cu  the kernel sources, one file per kernel family
 //	source.go     the sources as one NVRTC program
 //	launch*.go    each kernel's launch geometry and arguments

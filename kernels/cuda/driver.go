@@ -77,6 +77,8 @@ type memLocation struct {
 type driverAPI struct {
 	path string
 
+	eventAPI // event.go: event queries, stream waits, pointer attributes
+
 	// CUresult cuInit(unsigned int Flags);
 	init func(flags uint32) int32
 	// CUresult cuDriverGetVersion(int *driverVersion);
@@ -245,6 +247,9 @@ func loadDriver() (*driverAPI, error) {
 		if !h.optSym(&a.memAdvise, "cuMemAdvise") {
 			a.memAdvise = nil
 		}
+	}
+	if err := a.eventAPI.bind(h); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := a.check("cuInit", a.init(0)); err != nil {
 		return nil, fmt.Errorf("cuda: %s: %w", h.path, err)

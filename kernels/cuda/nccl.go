@@ -89,6 +89,8 @@ type ncclAPI struct {
 	commSplit func(comm uintptr, color, key int32, newcomm *uintptr, config uintptr) int32
 	// ncclResult_t ncclCommDestroy(ncclComm_t comm);
 	commDestroy func(comm uintptr) int32
+	// ncclResult_t ncclCommAbort(ncclComm_t comm);
+	commAbort func(comm uintptr) int32
 	// ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 	commGetAsyncError func(comm uintptr, r *int32) int32
 	// ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
@@ -145,6 +147,7 @@ func LoadNCCL() (*NCCL, error) {
 		{&a.commInitRank, "ncclCommInitRank"},
 		{&a.commSplit, "ncclCommSplit"},
 		{&a.commDestroy, "ncclCommDestroy"},
+		{&a.commAbort, "ncclCommAbort"},
 		{&a.commGetAsyncError, "ncclCommGetAsyncError"},
 		{&a.commCount, "ncclCommCount"},
 		{&a.commUserRank, "ncclCommUserRank"},
@@ -392,6 +395,20 @@ func (c *Comm) Destroy() error {
 		return nil
 	}
 	err := c.call("ncclCommDestroy", func() int32 { return c.n.api.commDestroy(c.c) })
+	c.c = 0
+	return err
+}
+
+// Abort frees the communicator at once, ending the operations queued or
+// running on it (ncclCommAbort): the way out of an operation that waits
+// for a peer that is gone, which Destroy would wait for. It may be called
+// from another goroutine while an operation blocks in NCCL; the
+// communicator must not be used after it.
+func (c *Comm) Abort() error {
+	if c.c == 0 {
+		return nil
+	}
+	err := c.call("ncclCommAbort", func() int32 { return c.n.api.commAbort(c.c) })
 	c.c = 0
 	return err
 }

@@ -1,0 +1,218 @@
+package nccl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels/cuda"
+)
+
+// connect connects a TCP World of size ranks in this process, one
+// goroutine per rank, and closes them when the test ends.
+func connect(t testing.TB, size int, timeout time.Duration) []*comm.World {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		worlds := make([]*comm.World, size)
+		errs := make([]error, size)
+		var wg sync.WaitGroup
+		for r := range size {
+			wg.Go(func() {
+				worlds[r], errs[r] = comm.Connect(context.Background(), comm.Config{Rank: r, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: timeout, Secret: []byte("test")})
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			closeAll(worlds)
+			if errors.Is(errs[0], syscall.EADDRINUSE) && attempt < 3 {
+				continue
+			}
+			t.Fatalf("connecting %d ranks: %v", size, err)
+		}
+		t.Cleanup(func() { closeAll(worlds) })
+		return worlds
+	}
+}
+
+func closeAll(worlds []*comm.World) {
+	var wg sync.WaitGroup
+	for _, w := range worlds {
+		if w != nil {
+			wg.Go(func() { w.Close() })
+		}
+	}
+	wg.Wait()
+}
+
+// onAll runs f for every rank concurrently and returns the errors by rank.
+func onAll(n int, f func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { errs[r] = f(r) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func mustAll(t testing.TB, n int, f func(r int) error) {
+	t.Helper()
+	for r, err := range onAll(n, f) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// rank is one rank of a test job: its World, its view of the fake, its
+// compute stream and its fabric.
+type rank struct {
+	w      *comm.World
+	lib    *Lib
+	stream cuda.Stream
+	f      *Fabric
+	fake   *fake
+}
+
+// Float32s, Float64s and Sync make a rank the Memory of Check: device
+// memory of the fake, and the compute stream's work done.
+func (r *rank) Float32s(n int) []float32 { return r.fake.float32s(n) }
+func (r *rank) Float64s(n int) []float64 { return r.fake.float64s(n) }
+func (r *rank) Sync() error              { return r.fake.syncStream(r.lib, r.stream) }
+
+// fabrics connects size ranks and makes each one's fabric on fk.
+func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
+	t.Helper()
+	worlds := connect(t, size, timeout)
+	rs := make([]*rank, size)
+	mustAll(t, size, func(r int) error {
+		lib := fk.lib(r)
+		s, err := lib.NewStream()
+		if err != nil {
+			return err
+		}
+		f, err := New(context.Background(), worlds[r], Options{Lib: lib, Stream: s, Timeout: timeout})
+		if err != nil {
+			return err
+		}
+		rs[r] = &rank{w: worlds[r], lib: lib, stream: s, f: f, fake: fk}
+		return nil
+	})
+	t.Cleanup(func() {
+		for _, r := range rs {
+			r.f.Close()
+		}
+	})
+	return rs
+}
+
+// TestBootstrap: rank 0 makes the unique id and the others get it over
+// the TCP World: every rank joins the same world communicator, in its
+// place; a rank that never joins fails the others within the timeout.
+func TestBootstrap(t *testing.T) {
+	fk := newFake(t)
+	rs := fabrics(t, fk, 3, 10*time.Second)
+	if fk.ids != 1 {
+		t.Errorf("%d unique ids made, want 1 (rank 0's)", fk.ids)
+	}
+	for i, r := range rs {
+		h := r.f.root.(*fhandle)
+		if h.rank != i || h.Size() != 3 || h.c != rs[0].f.root.(*fhandle).c {
+			t.Errorf("rank %d joined as %d of %d, world communicator %p (rank 0's %p)", i, h.rank, h.Size(), h.c, rs[0].f.root.(*fhandle).c)
+		}
+	}
+
+	// Rank 2 is connected but never makes its fabric.
+	worlds := connect(t, 3, 500*time.Millisecond)
+	t0 := time.Now()
+	errs := onAll(2, func(r int) error {
+		lib := fk.lib(r)
+		s, _ := lib.NewStream()
+		f, err := New(context.Background(), worlds[r], Options{Lib: lib, Stream: s, Timeout: 500 * time.Millisecond})
+		if err == nil {
+			f.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("rank %d without rank 2: %v, want a timeout", r, err)
+		}
+	}
+	if d := time.Since(t0); d > 5*time.Second {
+		t.Errorf("the ranks gave up after %v", d)
+	}
+}
+
+// TestOperations: every operation, on device and host buffers, gives
+// what the members' inputs make it on 1, 2 and 3 ranks; the same check
+// passes on the TCP ring's communicators, so it checks what the
+// interface promises.
+func TestOperations(t *testing.T) {
+	for _, size := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("nccl %d", size), func(t *testing.T) {
+			fk := newFake(t)
+			rs := fabrics(t, fk, size, 10*time.Second)
+			cs := make([]comm.Communicator, size)
+			mustAll(t, size, func(r int) error {
+				c, err := rs[r].f.Communicator("dp", allRanks(size))
+				if err != nil {
+					return err
+				}
+				if err := c.AllReduce(context.Background(), make([]float32, 1)); err == nil {
+					return errors.New("an AllReduce before Ready worked")
+				}
+				cs[r] = c
+				return rs[r].f.Ready(context.Background())
+			})
+			mustAll(t, size, func(r int) error { return Check(context.Background(), cs[r], rs[r]) })
+			for r, rk := range rs {
+				p := rk.f.Progress()
+				if len(p.InFlight) != 0 || p.Done < 10 || p.Last.Group != "dp" {
+					t.Errorf("rank %d after the check: %+v", r, p)
+				}
+				tr := cs[r].Traffic()
+				if size > 1 && (tr.SentBytes == 0 || tr.RecvBytes == 0) {
+					t.Errorf("rank %d traffic %+v", r, tr)
+				}
+			}
+		})
+	}
+	t.Run("tcp 3", func(t *testing.T) {
+		worlds := connect(t, 3, 10*time.Second)
+		mustAll(t, 3, func(r int) error {
+			c, err := worlds[r].Fabric(nil).Communicator("dp", allRanks(3))
+			if err != nil {
+				return err
+			}
+			return Check(context.Background(), c, hostMemory{})
+		})
+	})
+}
+
+// hostMemory is Memory on the Go heap, for the TCP ring.
+type hostMemory struct{}
+
+func (hostMemory) Float32s(n int) []float32 { return make([]float32, n) }
+func (hostMemory) Float64s(n int) []float64 { return make([]float64, n) }
+func (hostMemory) Sync() error              { return nil }
+
+func allRanks(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
