@@ -76,6 +76,66 @@ type Backend interface {
 	// 0…pos; out (B,C). It generates text without re-running the context.
 	AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int)
 
+	// ---- The Llama family (issue 25): RMSNorm, rotary position
+	// embeddings, SwiGLU and grouped-query attention. hd is the head
+	// size, NKV the key/value heads (NH a multiple of NKV), F the MLP's
+	// intermediate size. ----
+
+	// RMSNormForward normalises each of N rows of C channels by their root
+	// mean square, without centring or bias: out (N,C) = inp·rstd·w, w (C),
+	// rstd (N) = 1/√(mean(inp²) + eps), kept for the backward pass.
+	RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32)
+	// RMSNormBackward accumulates dinp (N,C) and dw (C) from dout (N,C)
+	// and what the forward pass kept: with n = inp·rstd and dn = dout·w,
+	// dinp += rstd·(dn − n·mean(dn·n)) and dw += Σ_rows dout·n.
+	RMSNormBackward(dinp, dw, dout, inp, w, rstd []float32, N, C int)
+
+	// RoPEForward applies rotary position embeddings to rows of C channels
+	// (B,T,C) whose first heads·hd channels are heads of hd (the query and
+	// key heads of a GQA qkv row): the pair (x[i], x[i+hd/2]) of each head,
+	// i < hd/2, is rotated by the angle of its position p = pos0+t and
+	// frequency i — Hugging Face's rotate_half layout, not Meta's
+	// interleaved pairs:
+	//	out[i]      = x[i]·cos − x[i+hd/2]·sin
+	//	out[i+hd/2] = x[i+hd/2]·cos + x[i]·sin
+	// with cos and sin from table (maxT,hd), row p: cos of the hd/2
+	// angles, then their sines ([RoPE.Table]); maxT > pos0+T−1. The other
+	// channels are copied; out may alias inp.
+	RoPEForward(out, inp, table []float32, B, T, C, heads, hd, pos0 int)
+	// RoPEBackward is the inverse rotation (the transpose) on the gradient:
+	// dinp (B,T,C) from dout, with RoPEForward's arguments; dinp is
+	// overwritten and may alias dout.
+	RoPEBackward(dinp, dout, table []float32, B, T, C, heads, hd, pos0 int)
+
+	// SwiGLUForward is the gated activation of the Llama MLP on the fused
+	// output of its gate and up projections, inp (N,2F): each row holds the
+	// gate (F) then the up projection (F). out (N,F) = silu(gate)·up,
+	// silu(g) = g·σ(g) = g/(1+e⁻ᵍ).
+	SwiGLUForward(out, inp []float32, N, F int)
+	// SwiGLUBackward writes dinp (N,2F), overwritten, from dout (N,F) and
+	// the forward pass's inp: dgate = dout·up·σ(g)·(1 + g·(1−σ(g))) in the
+	// gate half of each row, dup = dout·silu(g) in the up half.
+	SwiGLUBackward(dinp, inp, dout []float32, N, F int)
+
+	// GQAForward is causal grouped-query attention: qkv (B,T,(NH+2·NKV)·hd)
+	// holds per position NH query heads, then NKV key heads, then NKV
+	// value heads, hd channels each; query head h attends with key/value
+	// head h/(NH/NKV). out (B,T,NH·hd), and att as AttentionForward's
+	// (B,NH,T,T) probabilities of the query heads, or [AttentionFloats]
+	// values; dropout as AttentionForward's, per query head. With NKV = NH
+	// this is AttentionForward, C = NH·hd.
+	GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d Dropout, off uint64)
+	// GQABackward writes dqkv (B,T,(NH+2·NKV)·hd), overwritten, from dout
+	// (B,T,NH·hd) and what the forward pass returned and read; each
+	// key/value head's gradient sums over the query heads of its group.
+	GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d Dropout, off uint64)
+	// GQADecode attends one new token per sequence, at position pos, to a
+	// grouped key/value cache: q (B,NH·hd), kc and vc (B,maxT,NKV·hd)
+	// filled in rows 0…pos; out (B,NH·hd).
+	GQADecode(out, q, kc, vc []float32, B, pos, maxT, NH, NKV, hd int)
+
+	// ---- end of the Llama family ----
+
 	// GeluForward applies GELU (GPT-2's tanh approximation) elementwise:
 	// out = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 	GeluForward(out, inp []float32)

@@ -6,33 +6,55 @@ import (
 	"github.com/gptui/gptui/kernels"
 )
 
-// AttentionForward is causal multi-head self-attention on packed q, k, v.
+// AttentionForward is causal multi-head self-attention on packed q, k, v:
+// GQAForward with one key/value head per query head.
 //
 //	qkv (B,T,3C): per row q (C), k (C), v (C); head h owns channels h·hs…(h+1)·hs, hs = C/NH
-//	att (B,NH,T,T): softmax(q·kᵀ/√hs) with the causal mask, before dropout; kept for backward
-//	out (B,T,C):    dropout(att) · v, heads side by side
+//	att (B,NH,T,T), out (B,T,C): as GQAForward's
+func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
+	b.GQAForward(out, att, qkv, B, T, NH, NH, C/NH, d, off)
+}
+
+// AttentionBackward is GQABackward with one key/value head per query head.
+func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
+	b.GQABackward(dqkv, dout, out, qkv, att, B, T, NH, NH, C/NH, d, off)
+}
+
+// AttentionDecode is GQADecode with one key/value head per query head:
+// q (B,C), kc and vc (B,maxT,C), out (B,C).
+func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
+	b.GQADecode(out, q, kc, vc, B, pos, maxT, NH, NH, C/NH)
+}
+
+// GQAForward is causal grouped-query self-attention on packed q, k, v.
+//
+//	qkv (B,T,(NH+2·NKV)·hd): per row NH query heads, NKV key heads, NKV value heads, hd each;
+//	                         query head h reads key/value head h/G, G = NH/NKV
+//	att (B,NH,T,T): softmax(q·kᵀ/√hd) with the causal mask, before dropout; kept for backward
+//	out (B,T,NH·hd):  dropout(att) · v, query heads side by side
 //	off: index of att[0,0,0,0] in the dropout stream (global sample offset · NH·T·T);
-//	     under tensor parallelism d.Heads and d.Head0 place this rank's heads
+//	     under tensor parallelism d.Heads and d.Head0 place this rank's query heads
 //
 // For each batch row b the work runs in three phases: the score products
 // S = q·kᵀ of every head through sgemm (q, k and v are read in place, with a
-// row stride of 3C), the causal softmax of all NH·T rows in parallel, and the
-// products out = P·v through sgemm. The full T×T products are computed and
-// the upper triangle discarded: at CPU sizes the GEMM library's speed is
-// worth more than the skipped half. A flash-style kernel that never stores
-// att belongs to the GPU backend.
-func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
+// row stride of (NH+2·NKV)·hd), the causal softmax of all NH·T rows in
+// parallel, and the products out = P·v through sgemm. The full T×T products
+// are computed and the upper triangle discarded: at CPU sizes the GEMM
+// library's speed is worth more than the skipped half. A flash-style kernel
+// that never stores att belongs to the GPU backend.
+func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
+	ld, C, G := (NH+2*NKV)*hd, NH*hd, NH/NKV
+	kofs, vofs := NH*hd, (NH+NKV)*hd // the key and value heads in a row
+	scale := float32(1 / math.Sqrt(float64(hd)))
 	var pd []float32 // dropout(att) of one batch row, when dropout is on
 	if d.On() {
 		pd = make([]float32, NH*T*T)
 	}
 	for bb := 0; bb < B; bb++ {
-		base := bb * T * 3 * C
+		base := bb * T * ld
 		for h := 0; h < NH; h++ {
 			s := att[(bb*NH+h)*T*T : (bb*NH+h+1)*T*T]
-			b.Sgemm(false, true, T, T, hs, scale, qkv[base+h*hs:], 3*C, qkv[base+C+h*hs:], 3*C, 0, s, T)
+			b.Sgemm(false, true, T, T, hd, scale, qkv[base+h*hd:], ld, qkv[base+kofs+h/G*hd:], ld, 0, s, T)
 		}
 		b.ParallelFor(NH*T, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ { // r = h·T + t
@@ -55,31 +77,35 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d k
 			if pd != nil {
 				p = pd[h*T*T : (h+1)*T*T]
 			}
-			b.Sgemm(false, false, T, hs, T, 1, p, T, qkv[base+2*C+h*hs:], 3*C, 0, out[bb*T*C+h*hs:], C)
+			b.Sgemm(false, false, T, hd, T, 1, p, T, qkv[base+vofs+h/G*hd:], ld, 0, out[bb*T*C+h*hd:], C)
 		}
 	}
 }
 
-// AttentionBackward computes dqkv (overwritten) from dout, the packed qkv and
-// the stored (or recomputed) probabilities att. out, the forward pass's
-// output, is unused here: a flash-style backward that keeps only each row's
+// GQABackward computes dqkv (overwritten) from dout, the packed qkv and the
+// stored (or recomputed) probabilities att. out, the forward pass's output,
+// is unused here: a flash-style backward that keeps only each row's
 // log-sum-exp in att needs it for rowsum(dout ⊙ out).
 //
-//	P' = dropout(att);  dP' = dout · vᵀ;  dv = P'ᵀ · dout;  dP = dropout(dP')
-//	dS = att ⊙ (dP − rowsum(att ⊙ dP)) / √hs      (softmax backward, causal rows)
-//	dq = dS · k;  dk = dSᵀ · q
+//	P' = dropout(att);  dP' = dout · vᵀ;  dP = dropout(dP')
+//	dS = att ⊙ (dP − rowsum(att ⊙ dP)) / √hd      (softmax backward, causal rows)
+//	dq = dS · k;  dk = Σ_group dSᵀ · q;  dv = Σ_group P'ᵀ · dout
 //
-// In the same three phases per batch row as the forward pass.
-func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
+// In the same three phases per batch row as the forward pass. A key/value
+// head's gradients sum its group's query heads in head order (the first
+// product overwrites, the others add), so the result does not depend on the
+// number of threads.
+func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
+	ld, C, G := (NH+2*NKV)*hd, NH*hd, NH/NKV
+	kofs, vofs := NH*hd, (NH+NKV)*hd
+	scale := float32(1 / math.Sqrt(float64(hd)))
 	dp := make([]float32, NH*T*T)
 	var pd []float32
 	if d.On() {
 		pd = make([]float32, NH*T*T)
 	}
 	for bb := 0; bb < B; bb++ {
-		base := bb * T * 3 * C
+		base := bb * T * ld
 		if pd != nil {
 			b.ParallelFor(NH*T, 16, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
@@ -92,9 +118,10 @@ func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C
 			if pd != nil {
 				p = pd[h*T*T : (h+1)*T*T]
 			}
-			g := dout[bb*T*C+h*hs:]
-			b.Sgemm(false, true, T, T, hs, 1, g, C, qkv[base+2*C+h*hs:], 3*C, 0, dp[h*T*T:(h+1)*T*T], T)
-			b.Sgemm(true, false, T, hs, T, 1, p, T, g, C, 0, dqkv[base+2*C+h*hs:], 3*C)
+			g := dout[bb*T*C+h*hd:]
+			kv, beta := h/G*hd, float32(min(h%G, 1)) // the group's first head overwrites
+			b.Sgemm(false, true, T, T, hd, 1, g, C, qkv[base+vofs+kv:], ld, 0, dp[h*T*T:(h+1)*T*T], T)
+			b.Sgemm(true, false, T, hd, T, 1, p, T, g, C, beta, dqkv[base+vofs+kv:], ld)
 		}
 		b.ParallelFor(NH*T, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -116,29 +143,33 @@ func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C
 		})
 		for h := 0; h < NH; h++ {
 			s := dp[h*T*T : (h+1)*T*T]
-			b.Sgemm(false, false, T, hs, T, 1, s, T, qkv[base+C+h*hs:], 3*C, 0, dqkv[base+h*hs:], 3*C)
-			b.Sgemm(true, false, T, hs, T, 1, s, T, qkv[base+h*hs:], 3*C, 0, dqkv[base+C+h*hs:], 3*C)
+			kv, beta := h/G*hd, float32(min(h%G, 1))
+			b.Sgemm(false, false, T, hd, T, 1, s, T, qkv[base+kofs+kv:], ld, 0, dqkv[base+h*hd:], ld)
+			b.Sgemm(true, false, T, hd, T, 1, s, T, qkv[base+h*hd:], ld, beta, dqkv[base+kofs+kv:], ld)
 		}
 	}
 }
 
-// AttentionDecode is attention for one new token per sequence against a
-// key/value cache: the incremental form of AttentionForward used to generate
-// text, whose cost per token grows with the context, not with re-running it.
+// GQADecode is grouped-query attention for one new token per sequence
+// against a key/value cache: the incremental form of GQAForward used to
+// generate text, whose cost per token grows with the context, not with
+// re-running it.
 //
-//	q      (B,C):        the new tokens' queries, at position pos
-//	kc, vc (B,maxT,C):   cached keys and values; rows 0…pos are filled
-//	out    (B,C):        softmax(q·kᵀ/√hs over rows 0…pos) · v, heads side by side
-func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
-	hs := C / NH
-	scale := float32(1 / math.Sqrt(float64(hs)))
+//	q      (B,NH·hd):         the new tokens' queries, at position pos
+//	kc, vc (B,maxT,NKV·hd):   cached keys and values; rows 0…pos are filled
+//	out    (B,NH·hd):         softmax(q·kᵀ/√hd over rows 0…pos) · v, query head h
+//	                          reading key/value head h/(NH/NKV)
+func (b *Backend) GQADecode(out, q, kc, vc []float32, B, pos, maxT, NH, NKV, hd int) {
+	C, CKV, G := NH*hd, NKV*hd, NH/NKV
+	scale := float32(1 / math.Sqrt(float64(hd)))
 	b.ParallelFor(B*NH, 1, func(lo, hi int) {
 		s := make([]float32, pos+1)
 		for bh := lo; bh < hi; bh++ {
 			bb, h := bh/NH, bh%NH
-			qh := q[bb*C+h*hs : bb*C+h*hs+hs]
+			kv := h / G * hd
+			qh := q[bb*C+h*hd : bb*C+h*hd+hd]
 			for t := 0; t <= pos; t++ {
-				k := kc[(bb*maxT+t)*C+h*hs : (bb*maxT+t)*C+h*hs+hs]
+				k := kc[(bb*maxT+t)*CKV+kv : (bb*maxT+t)*CKV+kv+hd]
 				var dot float32
 				for i, v := range qh {
 					dot += v * k[i]
@@ -146,11 +177,11 @@ func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH 
 				s[t] = dot * scale
 			}
 			inv := float32(1 / expShift(s, maxOf(s)))
-			o := out[bb*C+h*hs : bb*C+h*hs+hs]
+			o := out[bb*C+h*hd : bb*C+h*hd+hd]
 			clear(o)
 			for t := 0; t <= pos; t++ {
 				p := s[t] * inv
-				v := vc[(bb*maxT+t)*C+h*hs : (bb*maxT+t)*C+h*hs+hs]
+				v := vc[(bb*maxT+t)*CKV+kv : (bb*maxT+t)*CKV+kv+hd]
 				for i := range o {
 					o[i] += p * v[i]
 				}

@@ -74,7 +74,7 @@ var kernelNames = []string{
 // KernelNames returns the name of every kernel the Kernels methods launch
 // (the `extern "C" __global__` functions of [Source]).
 func KernelNames() []string {
-	return append(append([]string(nil), kernelNames...), attentionKernelNames()...)
+	return append(append(append([]string(nil), kernelNames...), attentionKernelNames()...), llamaKernelNames...)
 }
 
 // Launch geometry.

@@ -104,15 +104,25 @@ func AttentionSharedNeeds() map[string]int {
 	return need
 }
 
-// attCheck validates the shape arguments common to the attention kernels.
-func attCheck(B, T, C, NH int) (hs int, err error) {
+// attCheck validates the shape arguments common to the attention kernels
+// (B, T, NH query heads, NKV key/value heads of hs channels).
+func attCheck(B, T, NH, NKV, hs int) error {
 	switch {
-	case B < 1 || T < 1 || C < 1 || NH < 1:
-		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d: every size must be at least 1", B, T, C, NH)
-	case C%NH != 0:
-		return 0, fmt.Errorf("cuda: attention: C=%d is not a multiple of NH=%d", C, NH)
-	case B > math.MaxUint16 || (T+attTile-1)/attTile > math.MaxUint16 || T > math.MaxInt32/4 || C > math.MaxInt32/4:
-		return 0, fmt.Errorf("cuda: attention of B=%d T=%d C=%d NH=%d is beyond the kernels' grid", B, T, C, NH)
+	case B < 1 || T < 1 || NH < 1 || NKV < 1 || hs < 1:
+		return fmt.Errorf("cuda: attention of B=%d T=%d NH=%d NKV=%d hs=%d: every size must be at least 1", B, T, NH, NKV, hs)
+	case NH%NKV != 0:
+		return fmt.Errorf("cuda: attention: NH=%d query heads is not a multiple of NKV=%d key/value heads", NH, NKV)
+	case B > math.MaxUint16 || NH > math.MaxUint16 || (T+attTile-1)/attTile > math.MaxUint16 || T > math.MaxInt32/4 ||
+		int64(NH+2*NKV)*int64(hs) > math.MaxInt32/4:
+		return fmt.Errorf("cuda: attention of B=%d T=%d NH=%d NKV=%d hs=%d is beyond the kernels' grid", B, T, NH, NKV, hs)
+	}
+	return nil
+}
+
+// mhaHeads returns the head size of multi-head attention over C channels.
+func mhaHeads(C, NH int) (int, error) {
+	if NH < 1 || C < 1 || C%NH != 0 {
+		return 0, fmt.Errorf("cuda: attention: C=%d is not a multiple of NH=%d (both at least 1)", C, NH)
 	}
 	return C / NH, nil
 }
@@ -138,25 +148,63 @@ func attScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
 
 // AttentionGeometry is the launch shape of the forward and backward
 // kernels: one block of 256 threads per (head, batch row, 64-row tile),
-// the tile slowest so the blocks with the most work start first.
-func AttentionGeometry(B, T, NH int) (grid, block Dim3) {
+// the tile slowest so the blocks with the most work start first. The
+// forward kernel has a block per query head (heads = NH), the backward
+// kernel one per key/value head (heads = NKV), which walks its group's
+// query heads.
+func AttentionGeometry(B, T, heads int) (grid, block Dim3) {
 	nt := (T + attTile - 1) / attTile
-	return Dim3{uint32(NH), uint32(B), uint32(nt)}, Dim3{attThreads, 1, 1}
+	return Dim3{uint32(heads), uint32(B), uint32(nt)}, Dim3{attThreads, 1, 1}
 }
 
 // AttentionForward is causal multi-head self-attention on packed q, k, v
-// without the T×T matrix (kernels/cpu's AttentionForward, with lse in place
-// of att):
+// (kernels/cpu's AttentionForward, with lse in place of att): GQAForward
+// with NKV = NH and hs = C/NH.
 //
 //	qkv (B,T,3C), out (B,T,C) as kernels/cpu
+//	lse (B,NH,T): each row's log Σ exp of its scaled causal scores
+func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+	hs, err := mhaHeads(C, NH)
+	if err != nil {
+		return err
+	}
+	return k.GQAForward(s, out, lse, qkv, B, T, NH, NH, hs, p, key, heads, head0, off)
+}
+
+// AttentionBackward is GQABackward with NKV = NH and hs = C/NH: dqkv
+// (B,T,3C), overwritten, from dout (B,T,C), the forward pass's out and lse
+// and the packed qkv.
+func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+	hs, err := mhaHeads(C, NH)
+	if err != nil {
+		return err
+	}
+	return k.GQABackward(s, dqkv, dout, out, qkv, lse, B, T, NH, NH, hs, p, key, heads, head0, off)
+}
+
+// AttentionDecode is GQADecode with NKV = NH: q (B,C), kc and vc
+// (B,maxT,C), out (B,C).
+func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C, NH int) error {
+	hs, err := mhaHeads(C, NH)
+	if err != nil {
+		return err
+	}
+	return k.GQADecode(s, out, q, kc, vc, B, pos, maxT, NH, NH, hs)
+}
+
+// GQAForward is causal grouped-query self-attention without the T×T matrix
+// (kernels/cpu's GQAForward, with lse in place of att):
+//
+//	qkv (B,T,(NH+2·NKV)·hs): NH query heads, NKV key heads, NKV value heads;
+//	                         query head h reads key/value head h/(NH/NKV)
+//	out (B,T,NH·hs)
 //	lse (B,NH,T): each row's log Σ exp of its scaled causal scores
 //
 // Dropout with probability p under site key draws kernels/cpu's mask: off is
 // the stream index of the whole (B,heads,T,T) tensor's first element, of
-// whose heads this call holds head0 … head0+NH−1 (heads = 0: all NH).
-func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
-	hs, err := attCheck(B, T, C, NH)
-	if err != nil {
+// whose query heads this call holds head0 … head0+NH−1 (heads = 0: all NH).
+func (k *Kernels) GQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
+	if err := attCheck(B, T, NH, NKV, hs); err != nil {
 		return err
 	}
 	if hs > attMaxHS {
@@ -168,18 +216,19 @@ func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int,
 	}
 	grid, block := AttentionGeometry(B, T, NH)
 	return k.launch("attention_forward_"+attSuffix(hs), grid, block, AttentionForwardShared(hs), s,
-		out, lse, qkv, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+		out, lse, qkv, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }
 
-// AttentionBackward computes dqkv (B,T,3C), overwritten, the gradients of
-// q, k and v, from dout (B,T,C), the forward pass's out and lse and the
-// packed qkv, with the forward pass's dropout (same p, key, heads, head0,
-// off). It runs two kernels on s: one zeroing dq, then the tiled kernel
-// that accumulates dq with atomics (so dq's last bits may differ from run to
-// run) and writes dk and dv.
-func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
-	hs, err := attCheck(B, T, C, NH)
-	if err != nil {
+// GQABackward computes dqkv (B,T,(NH+2·NKV)·hs), overwritten, the gradients
+// of the query, key and value heads, from dout (B,T,NH·hs), the forward
+// pass's out and lse and the packed qkv, with the forward pass's dropout
+// (same p, key, heads, head0, off). It runs two kernels on s: one zeroing
+// dq, then the tiled kernel, a block per key/value head and key tile, that
+// accumulates dq with atomics (so dq's last bits may differ from run to run)
+// and writes dk and dv, each summed over its group's query heads in a fixed
+// order.
+func (k *Kernels) GQABackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
+	if err := attCheck(B, T, NH, NKV, hs); err != nil {
 		return err
 	}
 	if hs > attMaxHS {
@@ -189,13 +238,13 @@ func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, 
 	if err != nil {
 		return err
 	}
-	zg, zb := attZeroGeometry(B*T, C)
-	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(C)); err != nil {
+	zg, zb := attZeroGeometry(B*T, NH*hs)
+	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(NH*hs), int32((NH+2*NKV)*hs)); err != nil {
 		return err
 	}
-	grid, block := AttentionGeometry(B, T, NH)
+	grid, block := AttentionGeometry(B, T, NKV)
 	return k.launch("attention_backward_"+attSuffix(hs), grid, block, AttentionBackwardShared(hs), s,
-		dqkv, dout, out, qkv, lse, int32(T), int32(C), int32(NH), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+		dqkv, dout, out, qkv, lse, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }
 
 // attZeroGeometry is attention_zero_dq's grid-stride launch over N rows of C.
@@ -208,13 +257,12 @@ func attZeroGeometry(N, C int) (grid, block Dim3) {
 	return Dim3{uint32(n), 1, 1}, Dim3{threads, 1, 1}
 }
 
-// AttentionDecode is attention for one new position per sequence against a
-// key/value cache (kernels/cpu's AttentionDecode): q (B,C) at position pos,
-// kc and vc (B,maxT,C) filled for rows 0 … pos, out (B,C). One block of 8
-// warps per (head, batch row).
-func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C, NH int) error {
-	hs, err := attCheck(B, maxT, C, NH)
-	if err != nil {
+// GQADecode is grouped-query attention for one new position per sequence
+// against a key/value cache (kernels/cpu's GQADecode): q (B,NH·hs) at
+// position pos, kc and vc (B,maxT,NKV·hs) filled for rows 0 … pos, out
+// (B,NH·hs). One block of 8 warps per (query head, batch row).
+func (k *Kernels) GQADecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, NH, NKV, hs int) error {
+	if err := attCheck(B, maxT, NH, NKV, hs); err != nil {
 		return err
 	}
 	if hs > attDecodeMaxHS {
@@ -224,5 +272,5 @@ func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C,
 		return fmt.Errorf("cuda: attention decode at position %d of a %d-row cache", pos, maxT)
 	}
 	return k.launch("attention_decode", Dim3{uint32(NH), uint32(B), 1}, Dim3{attDecodeThreads, 1, 1}, 0, s,
-		out, q, kc, vc, int32(pos), int32(maxT), int32(C), int32(hs), attScale(hs))
+		out, q, kc, vc, int32(pos), int32(maxT), int32(NH), int32(NKV), int32(hs), attScale(hs))
 }

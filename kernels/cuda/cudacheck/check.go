@@ -106,6 +106,57 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 		be.AttentionDecode(a.f(0), a.f(1), a.f(2), a.f(3), B, pos, maxT, C, NH)
 	}, outs{c.zeros(B * C)}, ins{c.randn(B*C, 1), c.randn(B*maxT*C, 1), c.randn(B*maxT*C, 1)})
 
+	// The Llama family: RMSNorm, rotary embeddings on a grouped-query qkv
+	// (NH query heads, NKV key/value heads of hd), SwiGLU, grouped-query
+	// attention and its decoding.
+	const NKV, hd, pos0 = 2, C / NH, 5
+	const ldq = (NH + 2*NKV) * hd
+	rw := c.randn(C, 1)
+	c.compare("RMSNormForward", 1e-5, func(be kernels.Backend, a args) {
+		be.RMSNormForward(a.f(0), a.f(1), a.f(2), a.f(3), N, C, 1e-5)
+	}, outs{c.zeros(N * C), c.zeros(N)}, ins{x, rw})
+	rrstd := make([]float32, N)
+	c.c.RMSNormForward(make([]float32, N*C), rrstd, x, rw, N, C, 1e-5)
+	c.compare("RMSNormBackward", 1e-5, func(be kernels.Backend, a args) {
+		be.RMSNormBackward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N, C)
+	}, outs{c.randn(N*C, 1), c.randn(C, 1)}, ins{dout, x, rw, rrstd})
+	table := make([]float32, (pos0+T)*hd)
+	kernels.RoPE{Theta: 500000, Scaling: &kernels.RoPEScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}}.Table(table, pos0+T, hd)
+	gqkv := c.randn(N*ldq, 1)
+	c.compare("RoPEForward", 1e-5, func(be kernels.Backend, a args) {
+		be.RoPEForward(a.f(0), a.f(1), a.f(2), B, T, ldq, NH+NKV, hd, pos0)
+	}, outs{c.zeros(N * ldq)}, ins{gqkv, table})
+	c.compare("RoPEBackward in place", 1e-5, func(be kernels.Backend, a args) {
+		be.RoPEBackward(a.f(0), a.f(0), a.f(1), B, T, ldq, NH+NKV, hd, pos0)
+	}, outs{c.randn(N*ldq, 1)}, ins{table})
+	gu := c.randn(N*2*F, 2)
+	c.compare("SwiGLUForward", 1e-5, func(be kernels.Backend, a args) { be.SwiGLUForward(a.f(0), a.f(1), N, F) },
+		outs{c.zeros(N * F)}, ins{gu})
+	c.compare("SwiGLUBackward", 1e-5, func(be kernels.Backend, a args) { be.SwiGLUBackward(a.f(0), a.f(1), a.f(2), N, F) },
+		outs{c.zeros(N * 2 * F)}, ins{gu, c.randn(N*F, 1)})
+	for _, d := range []kernels.Dropout{{}, {P: 0.1, Key: drop.Key, Heads: 2 * NH, Head0: NH}} {
+		name := fmt.Sprintf("GQA NKV=%d p=%g heads=%d", NKV, d.P, d.Heads)
+		c.compare(name+" forward", 1e-5, func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, NH, T))
+			be.GQAForward(a.f(0), att, a.f(1), B, T, NH, NKV, hd, d, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+		}, outs{c.zeros(N * C)}, ins{gqkv})
+		da := c.randn(N*C, 1)
+		c.compare(name+" backward", 1e-5, func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, NH, T))
+			out := kernels.Float32s(be, N*C)
+			be.GQAForward(out, att, a.f(1), B, T, NH, NKV, hd, d, 12345)
+			be.GQABackward(a.f(0), a.f(2), out, a.f(1), att, B, T, NH, NKV, hd, d, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+			kernels.Free(be, out)
+		}, outs{c.zeros(N * ldq)}, ins{gqkv, da})
+	}
+	c.compare("GQADecode", 1e-5, func(be kernels.Backend, a args) {
+		be.GQADecode(a.f(0), a.f(1), a.f(2), a.f(3), B, pos, maxT, NH, NKV, hd)
+	}, outs{c.zeros(B * C)}, ins{c.randn(B*C, 1), c.randn(B*maxT*NKV*hd, 1), c.randn(B*maxT*NKV*hd, 1)})
+
 	// Elementwise.
 	h := c.randn(N*F, 2)
 	c.compare("GeluForward", 1e-6, func(be kernels.Backend, a args) { be.GeluForward(a.f(0), a.f(1)) }, outs{c.zeros(N * F)}, ins{h})

@@ -1,9 +1,14 @@
-// attention.cu: causal multi-head self-attention without the T×T matrix.
+// attention.cu: causal grouped-query self-attention without the T×T matrix.
+// Multi-head attention (GPT-2's) is the case of one key/value head per
+// query head, NKV = NH.
 //
 // Layouts (fp32, row-major), as kernels/cpu/attention.go:
-//   qkv (B,T,3C): per position q (C), k (C), v (C); head h owns channels
-//                 h·hs … (h+1)·hs of each, hs = C/NH
-//   out (B,T,C)   dropout(softmax(q·kᵀ·scale, causal))·v, heads side by side
+//   qkv (B,T,ld), ld = (NH+2·NKV)·hs: per position NH query heads, then NKV
+//                 key heads, then NKV value heads, hs channels each; query
+//                 head h reads key/value head h/G, G = NH/NKV (with NKV =
+//                 NH: q (C), k (C), v (C), C = NH·hs)
+//   out (B,T,C)   dropout(softmax(q·kᵀ·scale, causal))·v, query heads side
+//                 by side, C = NH·hs
 //   lse (B,NH,T)  log Σ_j exp(q·k_j·scale) over the causal row: all the
 //                 backward pass needs of the probabilities
 //
@@ -213,7 +218,7 @@ __device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], con
 // tail.
 template <int HS>
 __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __restrict__ lse,
-                                            const float* __restrict__ qkv, int T, int C, int NH, int hs_arg,
+                                            const float* __restrict__ qkv, int T, int NH, int NKV, int hs_arg,
                                             float scale, float p, float pscale, unsigned long long key, int Hg,
                                             int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
@@ -224,9 +229,12 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     const int nt = (T + ATT_TILE - 1) / ATT_TILE;
     const int qt = nt - 1 - (int)blockIdx.z;
     const int h = blockIdx.x, b = blockIdx.y;
+    const int kvh = h / (NH / NKV); // the key/value head of query head h
     const int q0 = qt * ATT_TILE;
-    const long long ld3 = 3 * (long long)C;
+    const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
     const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
+    const float* kbase = qkv + (long long)b * T * ld3 + (long long)(NH + kvh) * hs;
+    const float* vbase = kbase + (long long)NKV * hs;
     float* qs = att_smem;
     float* ks = qs + ATT_TILE * ld;
     float* vs = ks + ATT_TILE * ld;
@@ -247,8 +255,8 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     for (int kt = 0; kt <= qt; kt++) {
         const int k0 = kt * ATT_TILE;
         __syncthreads(); // the previous tile's k, v and p are consumed
-        att_load_rows(ks, ld, base + C, ld3, k0, T, hs);
-        att_load_rows(vs, ld, base + 2 * C, ld3, k0, T, hs);
+        att_load_rows(ks, ld, kbase, ld3, k0, T, hs);
+        att_load_rows(vs, ld, vbase, ld3, k0, T, hs);
         __syncthreads();
 
         float s[4][4];
@@ -304,19 +312,22 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     }
 }
 
-// att_backward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
+// att_backward: grid (NKV, B, ⌈T/64⌉), block 256, dynamic shared memory
 // (4·64·ld + 2·64·ATT_PLD)·4 bytes (k, v, q, dout tiles, the dropped
-// probabilities and the score gradients). Block z owns key tile z (the
-// first keys, which the most rows see, start first): it keeps
-// that tile's k and v in shared memory and dk, dv in registers, walks the
-// query tiles x … ⌈T/64⌉−1 recomputing the probabilities from q, k and lse,
-// and adds each query tile's share of dq into dqkv with atomics (dq must be
-// zero beforehand: attention_zero_dq). D = rowsum(dout ⊙ out) is computed
-// here from out, the forward output, a 1/(2·64) share of a tile's work.
+// probabilities and the score gradients). Block (x, z) owns key tile z of
+// key/value head x (the first keys, which the most rows see, start first):
+// it keeps that tile's k and v in shared memory and dk, dv in registers,
+// walks, for each query head of the group in turn, the query tiles z …
+// ⌈T/64⌉−1 recomputing the probabilities from q, k and lse, and adds each
+// query tile's share of dq into dqkv with atomics (dq must be zero
+// beforehand: attention_zero_dq). dk and dv sum the group's heads in head
+// order in registers and are written once. D = rowsum(dout ⊙ out) is
+// computed here from out, the forward output, a 1/(2·64) share of a tile's
+// work.
 template <int HS>
 __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const float* __restrict__ dout,
                                              const float* __restrict__ out, const float* __restrict__ qkv,
-                                             const float* __restrict__ lse, int T, int C, int NH, int hs_arg,
+                                             const float* __restrict__ lse, int T, int NH, int NKV, int hs_arg,
                                              float scale, float p, float pscale, unsigned long long key, int Hg,
                                              int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
@@ -326,14 +337,13 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int nt = (T + ATT_TILE - 1) / ATT_TILE;
     const int kt = blockIdx.z;
-    const int h = blockIdx.x, b = blockIdx.y;
+    const int kvh = blockIdx.x, b = blockIdx.y;
+    const int group = NH / NKV;
     const int k0 = kt * ATT_TILE;
-    const long long ld3 = 3 * (long long)C;
-    const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
-    const float* gbase = dout + (long long)b * T * C + (long long)h * hs;
-    const float* obase = out + (long long)b * T * C + (long long)h * hs;
-    const float* lrow = lse + ((long long)b * NH + h) * T;
-    float* dbase = dqkv + (long long)b * T * ld3 + (long long)h * hs;
+    const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
+    const long long kofs = (long long)(NH + kvh) * hs, vofs = kofs + (long long)NKV * hs;
+    const float* row0 = qkv + (long long)b * T * ld3;
+    float* drow0 = dqkv + (long long)b * T * ld3;
     float* ks = att_smem;
     float* vs = ks + ATT_TILE * ld;
     float* qs = vs + ATT_TILE * ld;
@@ -341,10 +351,9 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     float* ps = gs + ATT_TILE * ld;
     float* dss = ps + ATT_TILE * ATT_PLD;
     const bool drop = p > 0.0f;
-    const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
 
-    att_load_rows(ks, ld, base + C, ld3, k0, T, hs);
-    att_load_rows(vs, ld, base + 2 * C, ld3, k0, T, hs);
+    att_load_rows(ks, ld, row0 + kofs, ld3, k0, T, hs);
+    att_load_rows(vs, ld, row0 + vofs, ld3, k0, T, hs);
 
     float dk[4][G::NC], dv[4][G::NC];
 #pragma unroll
@@ -352,106 +361,114 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
 #pragma unroll
         for (int c = 0; c < G::NC; c++) dk[a][c] = 0.0f, dv[a][c] = 0.0f;
 
-    for (int qt = kt; qt < nt; qt++) {
-        const int q0 = qt * ATT_TILE;
-        __syncthreads(); // the previous query tile is consumed
-        att_load_rows(qs, ld, base, ld3, q0, T, hs);
-        att_load_rows(gs, ld, gbase, (long long)C, q0, T, hs);
-        __syncthreads();
+    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+        const float* base = row0 + (long long)h * hs;
+        const float* gbase = dout + (long long)b * T * C + (long long)h * hs;
+        const float* obase = out + (long long)b * T * C + (long long)h * hs;
+        const float* lrow = lse + ((long long)b * NH + h) * T;
+        float* dbase = drow0 + (long long)h * hs;
+        const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
+        for (int qt = kt; qt < nt; qt++) {
+            const int q0 = qt * ATT_TILE;
+            __syncthreads(); // the previous query tile is consumed
+            att_load_rows(qs, ld, base, ld3, q0, T, hs);
+            att_load_rows(gs, ld, gbase, (long long)C, q0, T, hs);
+            __syncthreads();
 
-        // Each row's lse and D = dout·out.
-        float rl[4], rd[4];
+            // Each row's lse and D = dout·out.
+            float rl[4], rd[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = ty + 16 * i, t = q0 + r;
-            float d = 0.0f;
-            if (t < T) {
-                const float* orow = obase + (long long)t * C;
-                for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * orow[col];
-            }
-            rd[i] = att_rowsum16(d);
-            rl[i] = t < T ? lrow[t] : 0.0f;
-        }
-
-        float s[4][4], dp[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) s[i][j] = 0.0f, dp[i][j] = 0.0f;
-        att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
-        att_dot4x4<HS>(dp, gs, vs, ld, hs, ty, tx);
-
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int r = ty + 16 * i, t = q0 + r;
-            const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int col = k0 + tx + 16 * j;
-                const bool valid = t < T && col <= t;
-                const float pr = valid ? expf(s[i][j] * scale - rl[i]) : 0.0f;
-                float pk = pr, g = dp[i][j];
-                if (drop) {
-                    if (valid && dropout_keep(key, rbase + tx + 16 * j, p)) {
-                        pk = pr * pscale, g = g * pscale;
-                    } else {
-                        pk = 0.0f, g = 0.0f;
-                    }
+            for (int i = 0; i < 4; i++) {
+                const int r = ty + 16 * i, t = q0 + r;
+                float d = 0.0f;
+                if (t < T) {
+                    const float* orow = obase + (long long)t * C;
+                    for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * orow[col];
                 }
-                ps[r * ATT_PLD + tx + 16 * j] = pk;
-                dss[r * ATT_PLD + tx + 16 * j] = pr * (g - rd[i]) * scale;
+                rd[i] = att_rowsum16(d);
+                rl[i] = t < T ? lrow[t] : 0.0f;
+            }
+
+            float s[4][4], dp[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] = 0.0f, dp[i][j] = 0.0f;
+            att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
+            att_dot4x4<HS>(dp, gs, vs, ld, hs, ty, tx);
+
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int r = ty + 16 * i, t = q0 + r;
+                const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const int col = k0 + tx + 16 * j;
+                    const bool valid = t < T && col <= t;
+                    const float pr = valid ? expf(s[i][j] * scale - rl[i]) : 0.0f;
+                    float pk = pr, g = dp[i][j];
+                    if (drop) {
+                        if (valid && dropout_keep(key, rbase + tx + 16 * j, p)) {
+                            pk = pr * pscale, g = g * pscale;
+                        } else {
+                            pk = 0.0f, g = 0.0f;
+                        }
+                    }
+                    ps[r * ATT_PLD + tx + 16 * j] = pk;
+                    dss[r * ATT_PLD + tx + 16 * j] = pr * (g - rd[i]) * scale;
+                }
+            }
+            __syncthreads();
+
+            att_col_times<HS>(dv, ps, gs, ld, hs, ty, tx);
+            att_col_times<HS>(dk, dss, qs, ld, hs, ty, tx);
+
+            float dq[4][G::NC];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int c = 0; c < G::NC; c++) dq[i][c] = 0.0f;
+            att_row_times<HS>(dq, dss, ks, ld, hs, ty, tx);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int t = q0 + ty + 16 * i;
+                if (t >= T) continue;
+                float* drow = dbase + (long long)t * ld3;
+#pragma unroll
+                for (int c = 0; c < G::NC; c++) {
+                    const int col = att_col<HS>(tx, c);
+                    if (col < hs) atomicAdd(&drow[col], dq[i][c]);
+                }
             }
         }
-        __syncthreads();
-
-        att_col_times<HS>(dv, ps, gs, ld, hs, ty, tx);
-        att_col_times<HS>(dk, dss, qs, ld, hs, ty, tx);
-
-        float dq[4][G::NC];
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int c = 0; c < G::NC; c++) dq[i][c] = 0.0f;
-        att_row_times<HS>(dq, dss, ks, ld, hs, ty, tx);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int t = q0 + ty + 16 * i;
-            if (t >= T) continue;
-            float* drow = dbase + (long long)t * ld3;
-#pragma unroll
-            for (int c = 0; c < G::NC; c++) {
-                const int col = att_col<HS>(tx, c);
-                if (col < hs) atomicAdd(&drow[col], dq[i][c]);
-            }
-        }
-    }
+    } // the group's query heads
 
 #pragma unroll
     for (int a = 0; a < 4; a++) {
         const int t = k0 + 4 * ty + a;
         if (t >= T) continue;
-        float* drow = dbase + (long long)t * ld3;
+        float* drow = drow0 + (long long)t * ld3;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) {
             const int col = att_col<HS>(tx, c);
-            if (col < hs) drow[C + col] = dk[a][c], drow[2 * C + col] = dv[a][c];
+            if (col < hs) drow[kofs + col] = dk[a][c], drow[vofs + col] = dv[a][c];
         }
     }
 }
 
 #define ATT_KERNELS(NAME, HS)                                                                                   \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attention_forward_##NAME(float* out, float* lse, const float* qkv, int T, int C, int NH, int hs,      \
+        attention_forward_##NAME(float* out, float* lse, const float* qkv, int T, int NH, int NKV, int hs,    \
                                  float scale, float p, float pscale, unsigned long long key, int Hg, int h0,  \
                                  unsigned long long off) {                                                     \
-        att_forward<HS>(out, lse, qkv, T, C, NH, hs, scale, p, pscale, key, Hg, h0, off);                     \
+        att_forward<HS>(out, lse, qkv, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
         attention_backward_##NAME(float* dqkv, const float* dout, const float* out, const float* qkv,         \
-                                  const float* lse, int T, int C, int NH, int hs, float scale, float p,       \
+                                  const float* lse, int T, int NH, int NKV, int hs, float scale, float p,     \
                                   float pscale, unsigned long long key, int Hg, int h0,                       \
                                   unsigned long long off) {                                                    \
-        att_backward<HS>(dqkv, dout, out, qkv, lse, T, C, NH, hs, scale, p, pscale, key, Hg, h0, off);       \
+        att_backward<HS>(dqkv, dout, out, qkv, lse, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);     \
     }
 
 ATT_KERNELS(hs32, 32)
@@ -460,31 +477,35 @@ ATT_KERNELS(hs80, 80)
 ATT_KERNELS(hs128, 128)
 ATT_KERNELS(any, 0)
 
-// attention_zero_dq zeros the q third of dqkv (N = B·T rows of 3C), which
-// the backward kernels then accumulate into. Grid-stride over N·C.
-extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C) {
+// attention_zero_dq zeros the query heads of dqkv, the first C channels of
+// N = B·T rows of ld, which the backward kernels then accumulate into.
+// Grid-stride over N·C.
+extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C, int ld) {
     const long long n = (long long)N * C;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const long long r = i / C, c = i - r * C;
-        dqkv[r * 3 * C + c] = 0.0f;
+        dqkv[r * ld + c] = 0.0f;
     }
 }
 
 #define ATT_DEC_WARPS 8 // warps per block of attention_decode
 #define ATT_DEC_NC 8    // head-size columns per lane: hs ≤ 256
 
-// attention_decode: one new position per sequence against a key/value
-// cache. q (B,C) at position pos, kc and vc (B,maxT,C) filled for rows
-// 0 … pos, out (B,C). Grid (NH, B), block 32·ATT_DEC_WARPS. Warp w walks
-// the cached rows w, w+8, … with an online softmax (lane owns head columns
-// lane+32·c); the warps' partial results are merged at the end.
+// attention_decode: one new position per sequence against a grouped
+// key/value cache. q (B,C) at position pos, C = NH·hs; kc and vc
+// (B,maxT,CKV), CKV = NKV·hs, filled for rows 0 … pos; out (B,C); query head
+// h reads cached head h/(NH/NKV). Grid (NH, B), block 32·ATT_DEC_WARPS. Warp
+// w walks the cached rows w, w+8, … with an online softmax (lane owns head
+// columns lane+32·c); the warps' partial results are merged at the end.
 extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
-    attention_decode(float* out, const float* q, const float* kc, const float* vc, int pos, int maxT, int C,
-                     int hs, float scale) {
+    attention_decode(float* out, const float* q, const float* kc, const float* vc, int pos, int maxT, int NH,
+                     int NKV, int hs, float scale) {
     __shared__ float dm[ATT_DEC_WARPS], dl[ATT_DEC_WARPS];
     __shared__ float dov[ATT_DEC_WARPS][32 * ATT_DEC_NC];
     const int h = blockIdx.x, b = blockIdx.y;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const long long C = (long long)NH * hs, CKV = (long long)NKV * hs;
+    const long long kvofs = (long long)(h / (NH / NKV)) * hs;
     const float* qrow = q + (long long)b * C + (long long)h * hs;
     float qv[ATT_DEC_NC], o[ATT_DEC_NC];
 #pragma unroll
@@ -495,7 +516,7 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
     }
     float m = ATT_NEG, l = 0.0f;
     for (int t = w; t <= pos; t += ATT_DEC_WARPS) {
-        const long long row = ((long long)b * maxT + t) * C + (long long)h * hs;
+        const long long row = ((long long)b * maxT + t) * CKV + kvofs;
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < ATT_DEC_NC; c++) {

@@ -1,0 +1,78 @@
+// rmsnorm.cu: RMSNorm over the last dimension, the Llama family's norm
+// (kernels/cpu/rmsnorm.go): no centring, no bias.
+
+// rmsnorm_forward normalises each of N rows of C, one warp per row:
+// out = x·rstd·w, rstd = 1/√(mean(x²) + eps), and rstd (N) for the backward
+// pass (may be null: not kept). As on the CPU, the sum of squares is taken
+// in double, so the result matches the CPU's up to the order of that sum.
+// vec: C % 4 == 0 and inp, out, w 16-byte aligned.
+extern "C" __global__ void rmsnorm_forward(float* __restrict__ out, float* __restrict__ rstd,
+                                           const float* __restrict__ inp, const float* __restrict__ w, int N,
+                                           int C, float eps, int vec) {
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= N) return; // the whole warp
+	const float* x = inp + (long long)row * C;
+	float* o = out + (long long)row * C;
+	double q = 0.0;
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i];
+			double a = v.x, b = v.y, c = v.z, d = v.w;
+			q += (a * a + b * b) + (c * c + d * d);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) {
+			double a = x[i];
+			q += a * a;
+		}
+	}
+	float r = (float)(1.0 / sqrt(warp_sum_d(q) / (double)C + (double)eps));
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i], g = ((const float4*)w)[i];
+			float4 y;
+			y.x = v.x * r * g.x;
+			y.y = v.y * r * g.y;
+			y.z = v.z * r * g.z;
+			y.w = v.w * r * g.w;
+			((float4*)o)[i] = y;
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) o[i] = x[i] * r * w[i];
+	}
+	if (lane == 0 && rstd) rstd[row] = r;
+}
+
+// rmsnorm_backward accumulates dinp (N,C) and dw (C), one warp per row, the
+// block's dw partial sums in C floats of dynamic shared memory (shared
+// atomics), added to dw with one global atomic per column and block at the
+// end:
+//
+//	n = x·rstd, dn = dout·w
+//	dinp += rstd·(dn − n·mean(dn·n)); dw += Σ dout·n
+extern "C" __global__ void rmsnorm_backward(float* __restrict__ dinp, float* __restrict__ dw,
+                                            const float* __restrict__ dout, const float* __restrict__ inp,
+                                            const float* __restrict__ w, const float* __restrict__ rstd, int N,
+                                            int C) {
+	extern __shared__ float rms_smem[];
+	for (int i = threadIdx.x; i < C; i += blockDim.x) rms_smem[i] = 0.0f;
+	__syncthreads();
+	int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+	for (int row = blockIdx.x * warps + (threadIdx.x >> 5); row < N; row += gridDim.x * warps) {
+		const float* x = inp + (long long)row * C;
+		const float* g = dout + (long long)row * C;
+		float* di = dinp + (long long)row * C;
+		float s = rstd[row];
+		float dnm = 0.0f;
+		for (int i = lane; i < C; i += 32) dnm += g[i] * w[i] * (x[i] * s);
+		dnm = warp_sum(dnm) / (float)C;
+		for (int i = lane; i < C; i += 32) {
+			float n = x[i] * s;
+			atomicAdd(&rms_smem[i], n * g[i]);
+			di[i] += (g[i] * w[i] - n * dnm) * s;
+		}
+	}
+	__syncthreads();
+	for (int i = threadIdx.x; i < C; i += blockDim.x) atomicAdd(&dw[i], rms_smem[i]);
+}
