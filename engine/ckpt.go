@@ -304,12 +304,23 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 		return nil
 	}
 	// The moments are read whole and this rank keeps its shard of them, so
-	// a checkpoint resumes under any sharding degree.
-	full := make([]float32, tr.Model.NumParams())
+	// a checkpoint resumes under any sharding degree. A rank that holds
+	// them whole reads them in place: a buffer of the whole model beside
+	// them is more memory than the engine's accounting allows for.
+	var full []float32
 	for _, mv := range []struct {
 		prefix string
 		dst    []float32
 	}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
+		if tr.Opt.Lo == 0 && tr.Opt.Hi == tr.Model.NumParams() && len(mv.dst) == tr.Model.NumParams() {
+			if err := readParams(c, tr.Model.Tensors, mv.prefix, mv.dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if full == nil {
+			full = make([]float32, tr.Model.NumParams())
+		}
 		if err := readParams(c, tr.Model.Tensors, mv.prefix, full); err != nil {
 			return err
 		}

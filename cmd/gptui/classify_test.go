@@ -210,3 +210,36 @@ func TestFinishedJobLogDiskFull(t *testing.T) {
 		t.Errorf("the last step's checkpoint: %v", err)
 	}
 }
+
+// TestAddressSpaceLimit: under `ulimit -v 4000000` (KiB: 3.8 GiB, of which
+// the Go runtime and the C library map some 1.7 GiB at start) a model
+// that needs 4.1 GiB, more than the limit though less than this
+// machine's memory, is refused in one line naming the need and the limit,
+// exit 2, before the runtime could die allocating it; the small model
+// trains under the same limit.
+func TestAddressSpaceLimit(t *testing.T) {
+	dir := t.TempDir()
+	limited := func(args ...string) (int, string, string) {
+		var stdout, stderr syncBuffer
+		cmd := exec.Command("/bin/sh", append([]string{"-c", `ulimit -v 4000000 && exec "$0" "$@"`, builtGPTUI(t), "train"}, args...)...)
+		cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return exitStatus(cmd.Run()), stdout.String(), stderr.String()
+	}
+	code, out, errs := limited("-c", "tiny", "-o", "Model.hidden_size=1536", "-o", "Model.num_layers=6", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))
+	lines := strings.Split(strings.TrimSpace(errs), "\n")
+	if code != 2 || len(lines) != 1 || out != "" {
+		t.Fatalf("exit %d, %d lines on stderr; want exit 2 and one line\nstdout:\n%s\nstderr:\n%s", code, len(lines), out, errs)
+	}
+	for _, w := range []string{"each training process needs 4.1 GiB", "that its address-space limit leaves (ulimit -v 4000000 KiB = 3.8 GiB", "Model.num_layers"} {
+		if !strings.Contains(lines[0], w) {
+			t.Errorf("the error %q lacks %q", lines[0], w)
+		}
+	}
+	t.Log(lines[0])
+	code, out, errs = limited(append(small(t), "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"),
+		"-o", "Engine.save_load.save_steps=2", "-o", "Engine.save_load.output_dir="+filepath.Join(dir, "out"))...)
+	if code != 0 || !strings.Contains(out, "[done] steps: 2") {
+		t.Errorf("the small model under the limit: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+}
