@@ -98,6 +98,9 @@ func (j *localJob) awaitGone(t *testing.T, limit time.Duration) {
 // restarted from its newest checkpoint and ends with the losses of an
 // uninterrupted run.
 func TestRestartAfterSIGQUIT(t *testing.T) {
+	// -short's restart is TestRestartWorkerKilled's; agent's
+	// TestExitRecords tells a status 2 without a record from bad input.
+	long(t)
 	j := newLocalJob(t, 4)
 	want := uninterrupted(t)
 	var stdout, stderr syncBuffer
