@@ -53,7 +53,7 @@ func Run(ctx context.Context, spec *Spec, stdin io.Reader, out *event.Writer) er
 			cancel(ErrLauncherGone)
 		}()
 	}
-	a := &agent{spec: spec, out: out, cancel: cancel, interrupt: interrupt, pids: map[int]int{}, tails: map[int]chan struct{}{}, metricsFrom: map[int]int64{}}
+	a := &agent{spec: spec, out: out, cancel: cancel, interrupt: interrupt, pids: map[int]int{}, tails: map[int]chan struct{}{}, metricsFrom: map[int]int64{}, exits: map[int]event.Exit{}}
 	return a.run(ctx)
 }
 
@@ -71,7 +71,9 @@ type agent struct {
 	// worker started: where tailing starts. Written before the workers
 	// start.
 	metricsFrom map[int]int64
-	tailWG      sync.WaitGroup
+	// exits is, by rank, the exit record the worker wrote (ReportExit).
+	exits  map[int]event.Exit
+	tailWG sync.WaitGroup
 }
 
 // emit writes e with the node's name; a failed write means the launcher is
@@ -134,6 +136,12 @@ func (a *agent) run(ctx context.Context) error {
 		Interrupt: a.interrupt,
 		OnStart:   a.started,
 		OnLine: func(rank int, stderr bool, line []byte) {
+			if x, ok := parseExit(line); ok && stderr {
+				a.mu.Lock()
+				a.exits[rank] = x
+				a.mu.Unlock()
+				return
+			}
 			if p, ok := parseProgress(line); ok {
 				e := event.New(event.KindProgress)
 				e.Rank, e.Progress = rank, &p
@@ -144,7 +152,8 @@ func (a *agent) run(ctx context.Context) error {
 			e.Rank, e.Line, e.Stderr = rank, string(line), stderr
 			a.emit(e)
 		},
-		OnExit: a.exited,
+		OnExit:   a.exited,
+		Finished: a.finished,
 	})
 	close(memDone)
 	<-memStopped
@@ -222,6 +231,23 @@ func (a *agent) started(w launch.Worker, pid int) {
 	}()
 }
 
+// exitOf returns the exit record the worker of r wrote, if it then exited
+// with the status it announced (a worker killed, or one whose runtime
+// died after the record, has none).
+func (a *agent) exitOf(r launch.Result) (event.Exit, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	x, ok := a.exits[r.Rank]
+	return x, ok && r.Err == nil && r.Signal == "" && x.Code == r.ExitCode
+}
+
+// finished is launch's Finished: the worker's exit record says it did
+// all its work.
+func (a *agent) finished(r launch.Result) bool {
+	x, ok := a.exitOf(r)
+	return ok && x.Finished
+}
+
 // exited is launch's OnExit.
 func (a *agent) exited(r launch.Result) {
 	a.mu.Lock()
@@ -231,16 +257,22 @@ func (a *agent) exited(r launch.Result) {
 		delete(a.tails, r.Rank)
 	}
 	a.mu.Unlock()
+	x, said := a.exitOf(r)
 	e := a.workerEvent(r.Rank, event.WorkerExited)
 	switch {
 	case r.Stopped:
 		// The job's stop ended it: another worker's failure, the
 		// launcher's stop or an interrupt, not its own doing.
 		e.State = event.WorkerStopped
+	case said && x.Finished:
+		// Its work is done; what failed after (its logs) is in x.
 	case r.ExitCode != 0 || r.Err != nil:
 		e.State = event.WorkerFailed
 	}
 	e.Code, e.Signal = r.ExitCode, r.Signal
+	if said {
+		e.Exit = &x
+	}
 	if r.Err != nil {
 		e.Message = r.Err.Error()
 	}

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,8 @@ func TestMain(m *testing.M) {
 }
 
 // worker runs a script: "print TEXT", "warn TEXT" (to stderr), "metrics DIR N" (N records in
-// RANK's metrics file in DIR), "sleep D", "exit N".
+// RANK's metrics file in DIR), "sleep D", "report JSON" (an exit record,
+// ReportExit), "exit N".
 func worker(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	for len(args) >= 2 {
@@ -50,6 +52,13 @@ func worker(args []string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 100
 			}
+		case "report":
+			var x event.Exit
+			if err := json.Unmarshal([]byte(arg), &x); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 100
+			}
+			ReportExit(os.Stderr, x)
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
@@ -200,6 +209,61 @@ func TestWorkerFailureStopsTheNode(t *testing.T) {
 	last := es[len(es)-1]
 	if last.State != event.JobFailed || last.Rank != 11 || last.Code != 3 || len(last.Tail) != 1 || last.Tail[0] != "dying" {
 		t.Errorf("last event %+v, want job failed naming rank 11 with its tail", last)
+	}
+}
+
+// TestExitRecords: a worker's exit record reaches the launcher with its
+// worker event when the worker then exits with the status it announced,
+// and never as a log line; a worker that says it finished (its logs
+// failed after its work) neither stops the others nor fails the job.
+func TestExitRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		script []string
+		state  string      // rank 11's worker event
+		code   int         // its code
+		exit   *event.Exit // its record as passed on
+		end    string      // the job's end
+	}{
+		{"bad input", []string{"report", `{"code":2,"bad_input":true,"error":"Model.x: bad"}`, "exit", "2"},
+			event.WorkerFailed, 2, &event.Exit{Code: 2, BadInput: true, Error: "Model.x: bad"}, event.JobFailed},
+		{"crash with status 2", []string{"warn", "fatal error: out of memory", "exit", "2"},
+			event.WorkerFailed, 2, nil, event.JobFailed},
+		{"another status than announced", []string{"report", `{"code":2,"bad_input":true}`, "exit", "3"},
+			event.WorkerFailed, 3, nil, event.JobFailed},
+		{"finished, logs failed", []string{"report", `{"code":1,"finished":true,"error":"log file x: no space left on device"}`, "exit", "1"},
+			event.WorkerExited, 1, &event.Exit{Code: 1, Finished: true, Error: "log file x: no space left on device"}, event.JobDone},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := spec(t, []string{"sleep", "1s"}, tt.script)
+			var out recorder
+			err := Run(context.Background(), s, nil, event.NewWriter(&out))
+			if (err == nil) != (tt.end == event.JobDone) {
+				t.Errorf("Run: %v, want the job %s", err, tt.end)
+			}
+			es := out.events(t)
+			e := find(es, event.KindWorker, tt.state, 11)
+			if e == nil || e.Code != tt.code || fmt.Sprint(e.Exit) != fmt.Sprint(tt.exit) {
+				t.Fatalf("rank 11's worker event %+v, want %s with code %d and exit record %+v", e, tt.state, tt.code, tt.exit)
+			}
+			if tt.exit != nil && *e.Exit != *tt.exit {
+				t.Errorf("exit record %+v, want %+v", *e.Exit, *tt.exit)
+			}
+			for _, e := range es {
+				if e.Kind == event.KindLog && strings.Contains(e.Line, "gptui-exit") {
+					t.Errorf("the exit record came as a log line: %q", e.Line)
+				}
+			}
+			// Rank 10 finishes its second of sleep unless rank 11's end
+			// stopped it.
+			stopped := find(es, event.KindWorker, event.WorkerStopped, 10) != nil
+			if want := tt.end != event.JobDone; stopped != want {
+				t.Errorf("rank 10 stopped: %v, want %v", stopped, want)
+			}
+			if last := es[len(es)-1]; last.Kind != event.KindJob || last.State != tt.end {
+				t.Errorf("last event %+v, want job %s", last, tt.end)
+			}
+		})
 	}
 }
 

@@ -16,8 +16,9 @@ import (
 // ProgressEnv is set to "1" by the agent for each worker it starts: the
 // worker then publishes its progress (PublishProgress) every ProgressEvery
 // on its standard error, in lines the agent takes out of the log and sends
-// on as KindProgress events. The worker sends them itself, so a stopped or
-// frozen worker falls silent even while its agent is well.
+// on as KindProgress events, and its exit record (ReportExit) before it
+// exits. The worker sends them itself, so a stopped or frozen worker falls
+// silent even while its agent is well, and a crashed one says nothing.
 const ProgressEnv = "GPTUI_PROGRESS"
 
 // ProgressEvery is how often a worker publishes its progress.
@@ -26,6 +27,9 @@ const ProgressEvery = time.Second
 // progressPrefix starts a progress line; the record separator keeps it
 // apart from anything a worker logs.
 const progressPrefix = "\x1egptui-progress "
+
+// exitPrefix starts an exit record's line.
+const exitPrefix = "\x1egptui-exit "
 
 // PublishProgress writes a progress line with get's progress to w every
 // ProgressEvery until done is closed, if the worker was started by an
@@ -92,4 +96,29 @@ func parseProgress(line []byte) (p event.Progress, ok bool) {
 		return p, false
 	}
 	return p, json.Unmarshal([]byte(rest), &p) == nil
+}
+
+// ReportExit writes the worker's exit record x to w (its standard error),
+// if the worker was started by an agent (ProgressEnv); the agent passes it
+// on with the worker's end (event.Event.Exit) when the worker then exits
+// with x.Code. Call it last, just before os.Exit.
+func ReportExit(w io.Writer, x event.Exit) {
+	if os.Getenv(ProgressEnv) != "1" {
+		return
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(w, "%s%s\n", exitPrefix, b)
+}
+
+// parseExit returns the exit record of an exit record's line; ok is false
+// for any other line.
+func parseExit(line []byte) (x event.Exit, ok bool) {
+	rest, found := strings.CutPrefix(string(line), exitPrefix)
+	if !found {
+		return x, false
+	}
+	return x, json.Unmarshal([]byte(rest), &x) == nil
 }

@@ -18,7 +18,9 @@ const tailEvery = 200 * time.Millisecond
 // exist yet is waited for; one that shrinks below what was read (emptied
 // by a new run, or cut back by a resumed one) is read again from the
 // start.
-// Lines that are not metrics objects are skipped.
+// Lines that are not metrics objects are skipped. A path that is not a
+// regular file (a device such as /dev/full, which reads as endless zeros)
+// is not read.
 func tailMetrics(path string, from int64, done <-chan struct{}, emit func(event.Metrics)) {
 	var (
 		f    *os.File
@@ -39,7 +41,11 @@ func tailMetrics(path string, from int64, done <-chan struct{}, emit func(event.
 				return
 			}
 		}
-		if fi, err := f.Stat(); err == nil && fi.Size() < off {
+		fi, err := f.Stat()
+		if err == nil && !fi.Mode().IsRegular() {
+			return
+		}
+		if err == nil && fi.Size() < off {
 			off, part = 0, nil
 		}
 		for {

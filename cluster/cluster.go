@@ -205,7 +205,11 @@ type Failure struct {
 	Tail   []string // the last lines of its output (for a lost node, of its agent's)
 	Lost   bool     // the node's agent or connection was lost
 	Hung   bool     // the job made no progress for Options.HangTimeout; Rank is the rank that was stuck
-	Msg    string   // why, in words
+	// BadInput: the worker said, in its exit record (event.Exit), that it
+	// stopped on bad input; a restart would stop the same way. An exit
+	// status of 2 without the record is a crash (the Go runtime's).
+	BadInput bool
+	Msg      string // why, in words
 }
 
 func (f *Failure) Error() string {
@@ -218,6 +222,33 @@ func (f *Failure) Error() string {
 		return fmt.Sprintf("rank %d on %s was killed by %s", f.Rank, f.Node, f.Signal)
 	}
 	return fmt.Sprintf("rank %d on %s exited with code %d", f.Rank, f.Node, f.Code)
+}
+
+// LogError is the outcome of a job whose ranks all finished, some of whose
+// log files failed (a full disk) after or during training: the job is done,
+// its checkpoints saved, and it is not restarted. Each entry names a rank
+// whose worker said so in its exit record (event.Exit.Finished).
+type LogError struct {
+	Ranks []RankLogError
+}
+
+// RankLogError is one rank's log failure.
+type RankLogError struct {
+	Rank int
+	Node string
+	Msg  string // the worker's one-line error
+}
+
+func (e *LogError) Error() string {
+	var b strings.Builder
+	b.WriteString("the job finished, but ")
+	for i, r := range e.Ranks {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "rank %d on %s: %s", r.Rank, r.Node, r.Msg)
+	}
+	return b.String()
 }
 
 // Job is one training job on a cluster. Create it with New, then call

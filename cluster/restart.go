@@ -44,10 +44,12 @@ type Restarts struct {
 // Supervisor runs a job and restarts it after a failure, up to
 // Restarts.Max times: each attempt is a [Job] made from the same Options,
 // resuming from the newest checkpoint the job saved
-// (Engine.save_load.ckpt_dir=auto). A worker that fails (other than with
-// exit status 2, bad input), a lost node and a hang (any *Failure whose
-// Code is not 2) restart the job; a stop (Stop, or the end of Start's
-// context) and a failure to set the job up do not.
+// (Engine.save_load.ckpt_dir=auto). A worker that fails (a crash: any exit
+// status, status 2 of the Go runtime's fatal errors included, or a signal),
+// a lost node and a hang restart the job; a worker that said it stopped on
+// bad input (Failure.BadInput, from its exit record), a stop (Stop, or the
+// end of Start's context), a failure to set the job up and a job that
+// finished (its log failures, *LogError, included) do not.
 //
 // It is used as a Job is: Plan (the first attempt's), then Start and
 // Wait, or Close; the caller receives from Events until it is closed.
@@ -265,7 +267,7 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 			s.saved = f.saved
 		}
 		var fail *Failure
-		if !errors.As(err, &fail) || fail.Code == 2 || s.restarts >= s.policy.Max || ctx.Err() != nil {
+		if !errors.As(err, &fail) || fail.BadInput || s.restarts >= s.policy.Max || ctx.Err() != nil {
 			finish(err, f.end)
 			return
 		}

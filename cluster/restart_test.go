@@ -92,9 +92,9 @@ func TestSupervisorNoRestart(t *testing.T) {
 		stop      bool
 		check     func(error) bool
 	}{
-		{"exit 2", append([]string{"Engine.max_steps=5", "Model.init_from=" + notModel}, dp2...), false, func(err error) bool {
+		{"bad input", append([]string{"Engine.max_steps=5", "Model.init_from=" + notModel}, dp2...), false, func(err error) bool {
 			var f *Failure
-			return errors.As(err, &f) && f.Code == 2
+			return errors.As(err, &f) && f.Code == 2 && f.BadInput
 		}},
 		{"stop", append([]string{"Engine.max_steps=1000000"}, dp2...), true, func(err error) bool { return errors.Is(err, ErrStopped) }},
 	} {

@@ -199,6 +199,7 @@ func (j *Job) supervise(r *runState) {
 		killed    = make([]bool, len(nodes))      // silent agents killed
 		silence   = j.opts.AgentTimeout
 	)
+	var logErrs []RankLogError // ranks that finished, but whose logs failed
 	if silence <= 0 {
 		silence = DefaultAgentTimeout
 	}
@@ -349,8 +350,11 @@ func (j *Job) supervise(r *runState) {
 					delete(reports, e.Rank)
 				}
 				if e.State == event.WorkerFailed && failure == nil && stopCause == nil && !stopping {
-					failure = &Failure{Rank: e.Rank, Node: name, Code: e.Code, Signal: e.Signal}
+					failure = &Failure{Rank: e.Rank, Node: name, Code: e.Code, Signal: e.Signal, BadInput: e.Exit != nil && e.Exit.BadInput}
 					beginStop(StopTimeout)
+				}
+				if x := e.Exit; e.State == event.WorkerExited && x != nil && x.Finished && x.Error != "" {
+					logErrs = append(logErrs, RankLogError{Rank: e.Rank, Node: name, Msg: x.Error})
 				}
 			}
 			j.emit(e)
@@ -382,6 +386,12 @@ func (j *Job) supervise(r *runState) {
 		if r.err != nil {
 			end.State, end.Message = event.JobFailed, r.err.Error()
 		} else {
+			// Finished, whatever its logs' disk said: reported, not
+			// failed (nor restarted).
+			if len(logErrs) > 0 {
+				le := &LogError{Ranks: logErrs}
+				r.err, end.Message = le, le.Error()
+			}
 			j.pruneJobs(nodes)
 		}
 	}

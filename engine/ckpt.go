@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gptui/gptui/engine/checkpoint"
@@ -28,6 +29,9 @@ const (
 type trainState struct {
 	AdamStep int              `json:"adam_step"`
 	Loader   data.LoaderState `json:"loader"`
+	// Schedule is the lr schedule the run was trained with; nil in
+	// checkpoints written before gptui kept it.
+	Schedule *Schedule `json:"schedule,omitempty"`
 }
 
 // Save writes a checkpoint of the state after step (0-based, completed)
@@ -113,7 +117,7 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 			parts = appendParts(parts, part, ts, bufs)
 		}
 	}
-	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State()})
+	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State(), Schedule: &tr.Sched})
 	if err != nil {
 		return nil, err
 	}
@@ -305,12 +309,23 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 		return nil
 	}
 	// The moments are read whole and this rank keeps its shard of them, so
-	// a checkpoint resumes under any sharding degree.
-	full := make([]float32, tr.Model.NumParams())
+	// a checkpoint resumes under any sharding degree. A rank that holds
+	// them whole reads them in place: a buffer of the whole model beside
+	// them is more memory than the engine's accounting allows for.
+	var full []float32
 	for _, mv := range []struct {
 		prefix string
 		dst    []float32
 	}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
+		if tr.Opt.Lo == 0 && tr.Opt.Hi == tr.Model.NumParams() && len(mv.dst) == tr.Model.NumParams() {
+			if err := readParams(c, tr.Model.Tensors, mv.prefix, mv.dst); err != nil {
+				return err
+			}
+			continue
+		}
+		if full == nil {
+			full = make([]float32, tr.Model.NumParams())
+		}
 		if err := readParams(c, tr.Model.Tensors, mv.prefix, full); err != nil {
 			return err
 		}
@@ -323,8 +338,58 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 	if err := tr.train.Restore(st.Loader); err != nil {
 		return &ConfigError{Err: err, Msg: fmt.Sprintf("checkpoint %s: data position does not fit this run's data (%v); resume with the same data and batch sizes", c.Dir, err)}
 	}
+	if err := tr.restoreSchedule(st.Schedule, c.Dir); err != nil {
+		return err
+	}
 	tr.Opt.Step = st.AdamStep
 	tr.start = c.Manifest.Step
+	return nil
+}
+
+// restoreSchedule checks the lr schedule a checkpoint in dir was trained
+// with (saved; nil in one written before gptui kept it, whose run goes on
+// with the schedule this config derives, as before) against this run's,
+// tr.Sched. A value whose key was set explicitly may differ: the run takes
+// it, and says so. A key left unset is derived from another (decay_steps
+// from Engine.max_steps, min_lr from max_lr), and a resume that changed
+// that other key (a larger max_steps, to train further) would change the
+// schedule in mid-run without a word: that is refused, naming the key and
+// the two values to choose from.
+func (tr *Trainer) restoreSchedule(saved *Schedule, dir string) error {
+	if saved == nil {
+		tr.warnings = append(tr.warnings, fmt.Sprintf("%s records no lr schedule (it was written before gptui kept one): the schedule is derived from this run's config, as before", dir))
+		return nil
+	}
+	now := tr.Sched
+	var changes []string
+	change := func(key, was, is string) error {
+		if from, ok := tr.Cfg.DerivedFrom(key); ok {
+			return &ConfigError{Msg: fmt.Sprintf("%s: checkpoint %s was trained with %s; left unset, it is now derived from %s as %s, which would change the lr schedule in mid-run: set -o %s=%s to keep the schedule, or -o %s=%s to change it",
+				key, dir, was, from, is, key, was, key, is)}
+		}
+		changes = append(changes, fmt.Sprintf("%s %s → %s", key, was, is))
+		return nil
+	}
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	if saved.DecaySteps != now.DecaySteps {
+		if err := change("Optimizer.lr.decay_steps", strconv.Itoa(saved.DecaySteps), strconv.Itoa(now.DecaySteps)); err != nil {
+			return err
+		}
+	}
+	if saved.MinLR != now.MinLR {
+		if err := change("Optimizer.lr.min_lr", g(saved.MinLR), g(now.MinLR)); err != nil {
+			return err
+		}
+	}
+	if saved.MaxLR != now.MaxLR {
+		changes = append(changes, fmt.Sprintf("Optimizer.lr.max_lr %s → %s", g(saved.MaxLR), g(now.MaxLR)))
+	}
+	if saved.Warmup != now.Warmup {
+		changes = append(changes, fmt.Sprintf("warmup %d → %d steps (warmup_rate × decay_steps)", saved.Warmup, now.Warmup))
+	}
+	if len(changes) > 0 {
+		tr.warnings = append(tr.warnings, fmt.Sprintf("the lr schedule changes from %s's, as the config sets it: %s", dir, strings.Join(changes, ", ")))
+	}
 	return nil
 }
 

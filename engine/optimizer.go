@@ -55,11 +55,13 @@ func (o *AdamW) Apply(be kernels.Backend, m *Model, grads []float32, gscale, lr 
 	}
 }
 
-// Schedule is linear warmup then cosine decay from MaxLR to MinLR.
+// Schedule is linear warmup then cosine decay from MaxLR to MinLR. A
+// checkpoint records the schedule it was trained with (see restoreSchedule).
 type Schedule struct {
-	MaxLR, MinLR float64
-	Warmup       int // warmup steps: warmup_rate · decay_steps
-	DecaySteps   int // steps at which the decay reaches MinLR
+	MaxLR      float64 `json:"max_lr"`
+	MinLR      float64 `json:"min_lr"`
+	Warmup     int     `json:"warmup_steps"` // warmup steps: warmup_rate · decay_steps
+	DecaySteps int     `json:"decay_steps"`  // steps at which the decay reaches MinLR
 }
 
 // LR is the learning rate of step (0-based).

@@ -372,7 +372,11 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	if tr.start >= e.MaxSteps {
 		// Every rank resumed from the same step (NewTrainer checked), so
 		// every rank stops here.
-		tr.log.logf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
+		msg := fmt.Sprintf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
+		if _, ok := tr.Cfg.DerivedFrom("Optimizer.lr.decay_steps"); ok {
+			msg += fmt.Sprintf(", with Optimizer.lr.decay_steps set, which is derived from it now (-o Optimizer.lr.decay_steps=%d keeps the schedule)", tr.Sched.DecaySteps)
+		}
+		tr.log.logf("%s", msg)
 		return res, nil
 	}
 	tr.log.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())

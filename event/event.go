@@ -14,7 +14,7 @@
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
 //	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
-//	worker   Node, Rank, State, Code, Signal starting, running, exited, failed, stopped
+//	worker   Node, Rank, State, Code, Signal, Exit starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
@@ -23,7 +23,10 @@
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
 // worker event "running" has the pid in Message ("pid 4242"); a job event
-// "failed" has the failed worker's Code and Signal; a job event "restarting"
+// "failed" has the failed worker's Code and Signal; a worker event
+// "exited", "failed" or "stopped" carries the worker's own Exit record when
+// it wrote one before exiting (its exit status alone cannot tell bad input
+// from a crash); a job event "restarting"
 // (the launcher restarts the gang after a failure, package cluster's
 // Supervisor) carries the Restart, and one "replanned" says in Message how
 // the job was re-planned for the nodes that are left. An agent (package
@@ -51,7 +54,7 @@ import (
 
 // Version is the wire format's version. Change it whenever the meaning of
 // a field changes.
-const Version = 1
+const Version = 2
 
 // Kinds of event.
 const (
@@ -88,8 +91,11 @@ const (
 	// worker
 	WorkerStarting = "starting"
 	WorkerRunning  = "running"
-	WorkerExited   = "exited" // exit code 0
-	WorkerFailed   = "failed" // non-zero code, or a signal, of its own doing
+	// WorkerExited: exit code 0, or a worker that finished its work and
+	// failed only afterwards (Exit.Finished: its log files; Code and
+	// Exit.Error say how). Either way the job goes on without it.
+	WorkerExited = "exited"
+	WorkerFailed = "failed" // non-zero code, or a signal, of its own doing
 	// WorkerStopped: the job's stop ended the worker (its agent signalled
 	// it after another worker failed, the launcher stopped the job, or an
 	// interrupt); Code and Signal say how it exited.
@@ -132,6 +138,10 @@ type Event struct {
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`
 	Restart *Restart `json:"restart,omitempty"`
+	// Exit is a worker's own account of its end, for a worker event
+	// exited, failed or stopped: nil when it wrote none (it was killed,
+	// or crashed) or its exit status is not the one it announced.
+	Exit *Exit `json:"exit,omitempty"`
 	// Progress is a worker's progress, for KindProgress.
 	Progress *Progress `json:"progress,omitempty"`
 	// Health is a node's load, for KindHealth.
@@ -169,6 +179,22 @@ type Restart struct {
 	Max   int    `json:"max"`   // the most restarts allowed
 	Cause string `json:"cause"` // the failure that caused it
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
+}
+
+// Exit is what a worker says of its end, written just before it exits
+// (package agent, ReportExit). The exit status alone does not say it: the
+// Go runtime exits with status 2 on a fatal error (SIGQUIT, "fatal error:
+// out of memory") as gptui does on bad input, and status 1 covers both a
+// failed run and one whose log files failed after its last step.
+type Exit struct {
+	Code int `json:"code"` // the status it exits with
+	// BadInput: it stopped on bad input (a config key, a file, a
+	// checkpoint): a restart would stop the same way.
+	BadInput bool `json:"bad_input,omitempty"`
+	// Finished: it did all its work (for training: every step, and its
+	// last checkpoint saved); what failed came afterwards, its log files.
+	Finished bool   `json:"finished,omitempty"`
+	Error    string `json:"error,omitempty"` // its one-line error, if it failed
 }
 
 // Health is a node's load, as its agent sees it.

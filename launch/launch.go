@@ -104,6 +104,13 @@ type Options struct {
 	// returns. A callback that blocks holds up that worker's output (and
 	// so, eventually, the worker) or Run's return.
 	OnExit func(r Result)
+	// Finished, if set, is asked about a worker that exited with a
+	// non-zero status of its own (not a signal, and not while the job was
+	// being stopped), after OnExit: true means the worker finished its work
+	// all the same and failed only afterwards (a 'gptui train' whose log
+	// files failed after its last step says so before it exits). Its exit
+	// then neither stops the other workers nor fails the job.
+	Finished func(r Result) bool
 }
 
 // Result is how one worker ended.
@@ -283,7 +290,7 @@ func Run(ctx context.Context, opt Options) ([]Result, error) {
 		select {
 		case p := <-exited:
 			running--
-			if !p.ok() && killTimer == nil {
+			if !p.ok() && killTimer == nil && !p.finished(opt.Finished) {
 				first = p
 				stop(opt.Grace)
 			}
@@ -502,6 +509,14 @@ func (p *proc) wait(exited chan<- *proc, onExit func(Result)) {
 
 // ok reports whether the worker succeeded; it is called after wait.
 func (p *proc) ok() bool { return p.res.ExitCode == 0 && p.res.Err == nil }
+
+// finished reports whether a worker that exited non-zero of its own
+// accord finished its work all the same, as finished (Options.Finished,
+// which may be nil) says; it is called after wait.
+func (p *proc) finished(finished func(Result) bool) bool {
+	r := p.res
+	return finished != nil && r.ExitCode > 0 && r.Signal == "" && r.Err == nil && !r.Stopped && finished(r)
+}
 
 // signal sends sig to the worker's process group unless the worker has been
 // reaped.

@@ -1,7 +1,6 @@
 package planner
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gptui/gptui/badinput"
@@ -243,25 +240,10 @@ func LoadProfile(path string) (Device, error) {
 }
 
 // MemTotal returns the machine's memory from /proc/meminfo, or 0 where
-// there is none.
+// there is none. (ProcessMemLimit is what one process may hold.)
 func MemTotal() int64 {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			fs := strings.Fields(rest)
-			if len(fs) == 2 && fs[1] == "kB" {
-				if kb, err := strconv.ParseInt(fs[0], 10, 64); err == nil {
-					return kb << 10
-				}
-			}
-		}
-	}
-	return 0
+	b, _ := os.ReadFile("/proc/meminfo")
+	return statusField(b, "MemTotal:")
 }
 
 // ProfileFor returns the device profile called name (see [LookupDevice]);

@@ -42,6 +42,23 @@ type Config struct {
 	// expect (a batch size re-derived for the overrides' degrees); the
 	// trainer logs them.
 	Notes []string `yaml:"-"`
+
+	// derived maps the keys of scheduleDerived that were left unset, and
+	// so derived, to what they were derived from; nil when none was.
+	// YAML writes them unset, so that a config it writes (a job's
+	// config.yaml, a checkpoint's) derives them again.
+	derived map[string]string
+}
+
+// DerivedFrom reports whether key, one of the lr schedule's keys that
+// other keys derive when it is left unset (Optimizer.lr.decay_steps from
+// Engine.max_steps, Optimizer.lr.min_lr from Optimizer.lr.max_lr), was left
+// unset when c was loaded, and what it was derived from. A resumed run
+// refuses to let such a key change the schedule a checkpoint was trained
+// with, where it accepts a key set explicitly.
+func (c *Config) DerivedFrom(key string) (from string, ok bool) {
+	from, ok = c.derived[key]
+	return from, ok
 }
 
 // Global holds the run-wide settings: random seed, batch sizes and device.

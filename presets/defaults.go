@@ -184,4 +184,19 @@ func applyDefaults(c *Config, set map[string]pos) {
 	floatDef("Optimizer.lr.warmup_rate", &o.LR.WarmupRate, defaultWarmupRate)
 	floatDef("Optimizer.lr.max_lr", &o.LR.MaxLR, defaultMaxLR)
 	floatDef("Optimizer.lr.min_lr", &o.LR.MinLR, o.LR.MaxLR/10)
+	for key, from := range scheduleDerived {
+		if unset(key) {
+			if c.derived == nil {
+				c.derived = map[string]string{}
+			}
+			c.derived[key] = from
+		}
+	}
+}
+
+// scheduleDerived maps the lr schedule's keys that other keys derive,
+// when they are left unset, to what derives them (see Config.DerivedFrom).
+var scheduleDerived = map[string]string{
+	"Optimizer.lr.decay_steps": "Engine.max_steps",
+	"Optimizer.lr.min_lr":      "Optimizer.lr.max_lr / 10",
 }

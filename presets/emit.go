@@ -11,7 +11,9 @@ import (
 )
 
 // YAML returns c in the YAML shape that Load reads, every key present, in
-// the schema's fixed order. Parsing the result yields c again.
+// the schema's fixed order; the lr schedule's keys that were derived
+// (Config.DerivedFrom) are left unset, their values in comments. Parsing
+// the result yields c again.
 func (c *Config) YAML() []byte {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	sections := map[string]*yaml.Node{"": root}
@@ -30,7 +32,12 @@ func (c *Config) YAML() []byte {
 	for _, f := range fields() {
 		parent, name := splitLast(f.path)
 		p := section(parent)
-		p.Content = append(p.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, valueNode(f.ref(c)))
+		v := valueNode(f.ref(c))
+		if from, ok := c.derived[f.path]; ok {
+			// Unset, so that it is derived again; its value as a comment.
+			v = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", LineComment: "# derived from " + from + ": " + v.Value}
+		}
+		p.Content = append(p.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, v)
 	}
 	var buf bytes.Buffer
 	for _, n := range c.Notes {

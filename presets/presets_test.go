@@ -499,6 +499,7 @@ func TestDefaults(t *testing.T) {
 		Optimizer: Optimizer{WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, GradClip: GradClip{ClipNorm: 1},
 			LR: LR{DecaySteps: 1000, WarmupRate: 0.01, MaxLR: 1e-4, MinLR: 1e-5}},
 		Distributed: Distributed{DPDegree: 1, MPDegree: 1, PPDegree: 1, VPPDegree: 1, PPSchedule: "1f1b", Sharding: Sharding{ShardingDegree: 1, ShardingStage: 1}},
+		derived:     map[string]string{"Optimizer.lr.decay_steps": "Engine.max_steps", "Optimizer.lr.min_lr": "Optimizer.lr.max_lr / 10"},
 	}
 	if !reflect.DeepEqual(*c, want) {
 		t.Errorf("defaults:\n%s", c.YAML())
@@ -655,5 +656,43 @@ func TestParallelAliases(t *testing.T) {
 		if got := tc.get(c); got != 2 {
 			t.Errorf("%s: degree %d, want 2", tc.override, got)
 		}
+	}
+}
+
+// TestScheduleDerived: the lr schedule's keys left unset are derived, say
+// so (DerivedFrom) and stay unset in the YAML a job's workers and a
+// checkpoint read back; set ones, by a file or an override, are not.
+func TestScheduleDerived(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		overrides []string
+		derived   map[string]string // key: from; absent keys are explicit
+	}{
+		{"tiny", nil, map[string]string{"Optimizer.lr.decay_steps": "Engine.max_steps"}},
+		{"decay set", []string{"Optimizer.lr.decay_steps=40"}, map[string]string{}},
+		{"min_lr unset", []string{"Optimizer.lr.min_lr="}, map[string]string{"Optimizer.lr.decay_steps": "Engine.max_steps", "Optimizer.lr.min_lr": "Optimizer.lr.max_lr / 10"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Load("tiny", tt.overrides)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2, err := Parse("resolved", c.YAML())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cfg := range []*Config{c, c2} {
+				for _, key := range []string{"Optimizer.lr.decay_steps", "Optimizer.lr.min_lr"} {
+					from, ok := cfg.DerivedFrom(key)
+					if want, derived := tt.derived[key]; ok != derived || from != want {
+						t.Errorf("DerivedFrom(%s) = %q, %v; want %q, %v", key, from, ok, want, derived)
+					}
+				}
+			}
+		})
+	}
+	c, _ := Load("tiny", []string{"Engine.max_steps=20"})
+	if y := string(c.YAML()); !strings.Contains(y, "    decay_steps: # derived from Engine.max_steps: 20\n") {
+		t.Errorf("the YAML does not leave decay_steps unset with its value:\n%s", y)
 	}
 }

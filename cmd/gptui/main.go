@@ -32,9 +32,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/badinput"
-
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/event"
 )
 
 // usageError is a mistake on the command line: bad input (badinput.Err).
@@ -54,7 +55,24 @@ func main() {
 	if sig := in.signal(); sig != 0 && code == 130 {
 		code = interruptCode(sig)
 	}
+	// A worker tells its agent how it ended: the status alone cannot,
+	// since the Go runtime exits 2 on its fatal errors too.
+	agent.ReportExit(os.Stderr, exitRecord(err, code))
 	os.Exit(code)
+}
+
+// exitRecord is what a process that exits with code for err says of its
+// end (event.Exit): bad input (code 2), or a run that finished with only
+// its log files failed (code 1).
+func exitRecord(err error, code int) event.Exit {
+	x := event.Exit{Code: code}
+	if err == nil || code == 0 {
+		return x
+	}
+	x.Error = oneLine(err)
+	x.BadInput = code == 2 && errors.Is(err, badinput.Err)
+	x.Finished = code == 1 && onlyLogErrors(err)
+	return x
 }
 
 // exitCode prints err in one line and maps it to the exit status.

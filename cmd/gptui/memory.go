@@ -9,19 +9,21 @@ import (
 )
 
 // checkMemory refuses, before anything is allocated, a CPU process that
-// would hold more than this machine's physical memory: the bytes need
-// picks from the engine's own accounting of one process of cfg's layout
-// over world processes (the planner's engine model, checked against
-// engine.Trainer.Memory). what says what the process does. A layout the
-// planner finds invalid (its memory is not estimated) is left to the
-// engine, which says why; so is a machine whose memory is unknown. Config and plan commands do not call
-// it: a launcher plans jobs bigger than itself.
+// would hold more than it may: the lowest of this machine's memory, its
+// cgroup's limit and what its address-space limit (ulimit -v) leaves
+// (planner.ProcessMemLimit). The bytes need picks come from the engine's
+// own accounting of one process of cfg's layout over world processes (the
+// planner's engine model, checked against engine.Trainer.Memory). what
+// says what the process does. A layout the planner finds invalid (its
+// memory is not estimated) is left to the engine, which says why; so is a
+// process whose limit is unknown. Config and plan commands do not call it:
+// a launcher plans jobs bigger than itself.
 func checkMemory(cfg *presets.Config, s planner.Strategy, world int, what string, need func(planner.Memory) int64) error {
 	if cfg.Global.Device != "cpu" {
 		return nil
 	}
-	have := planner.MemTotal()
-	if have <= 0 {
+	limit := planner.ProcessMemLimit()
+	if limit.Bytes <= 0 {
 		return nil
 	}
 	dev, err := planner.LookupDevice("CPU")
@@ -29,10 +31,10 @@ func checkMemory(cfg *presets.Config, s planner.Strategy, world int, what string
 		return err
 	}
 	p := planner.Estimate(planner.ModelOf(cfg), planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s)
-	if n := need(p.Mem); n > have {
+	if n := need(p.Mem); n > limit.Bytes {
 		m := p.Mem
-		return &engine.ConfigError{Msg: fmt.Sprintf("%s needs %.1f GiB (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f GiB by the engine's accounting), more than this machine's %.1f GiB; lower Model.num_layers, Model.hidden_size, Model.vocab_size, Global.micro_batch_size or Data.Train.dataset.max_seq_len, or split the model over more processes (Distributed.*)",
-			what, gib(n), gib(m.Params), gib(m.Grads), gib(m.Optimizer), gib(m.Activations), gib(have))}
+		return &engine.ConfigError{Msg: fmt.Sprintf("%s needs %.1f GiB (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f GiB by the engine's accounting), more than %s; lower Model.num_layers, Model.hidden_size, Model.vocab_size, Global.micro_batch_size or Data.Train.dataset.max_seq_len, or split the model over more processes (Distributed.*)",
+			what, gib(n), gib(m.Params), gib(m.Grads), gib(m.Optimizer), gib(m.Activations), limit.What)}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -221,7 +222,8 @@ func (p *printer) final(err error) {
 		return // a local job's rank 0 has said how it ended ([done])
 	}
 	wall := time.Since(p.start).Round(time.Millisecond)
-	if err != nil {
+	var le *cluster.LogError // finished: its log failures are said after
+	if err != nil && !errors.As(err, &le) {
 		p.printf("[summary] wall time %v", wall)
 		return
 	}

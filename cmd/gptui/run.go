@@ -273,8 +273,9 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 	var f *cluster.Failure
 	if errors.As(err, &f) {
 		printFailure(stderr, f, local)
-		if f.Code == 2 {
-			// 'gptui train' exits 2 for bad input: so does the job.
+		if f.BadInput {
+			// The worker said it stopped on bad input (its exit record,
+			// not its status alone): so does the job, exit 2.
 			return usageError{f}
 		}
 		return f
