@@ -380,7 +380,7 @@ func TestProgressWithinAFile(t *testing.T) {
 	}
 	jobs := make(chan chunk, 16)
 	tickets := make(chan struct{}, 16)
-	k := &chunker{ctx: context.Background(), jobs: jobs, tickets: tickets}
+	k := &chunker{ctx: context.Background(), seg: segmentBytes, jobs: jobs, tickets: tickets}
 	if err := readText(path, k); err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestShardRoundTrip(t *testing.T) {
 
 func TestWriteShardErrors(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteShard(filepath.Join(dir, "empty.bin"), nil); err == nil {
+	if err := WriteShard[uint16](filepath.Join(dir, "empty.bin"), nil); err == nil {
 		t.Error("WriteShard(no tokens) succeeded")
 	}
 	if err := WriteShard(filepath.Join(dir, "missing", "x.bin"), []uint16{1}); err == nil {
