@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 )
 
@@ -520,7 +521,31 @@ func jsonError(file, key string, b []byte, err error) *FormatError {
 		} else if k == "" {
 			k = key
 		}
-		fe.Msg, fe.Err = fmt.Sprintf("%s: %s where a %s belongs", k, te.Value, te.Type), nil
+		if k == "" {
+			k = "the file"
+		}
+		fe.Msg, fe.Err = fmt.Sprintf("%s: %s where %s belongs", k, te.Value, jsonKind(te.Type)), nil
 	}
 	return fe
+}
+
+// jsonKind says in JSON's words what a Go type reads.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Float64, reflect.Float32:
+		return "a number"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return t.String()
 }
