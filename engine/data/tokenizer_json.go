@@ -10,7 +10,10 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // Limits on a tokenizer.json, which is untrusted input. They are far above
@@ -51,7 +54,7 @@ func LoadTokenizer(path string) (*Tokenizer, error) {
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("data: tokenizer: %w", err)
+		return nil, badinput.Wrap(fmt.Errorf("data: tokenizer: %w", err))
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxTokenizerBytes+1))
@@ -140,12 +143,12 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 	if isNull(hf.Model) {
 		return nil, tokErr(file, "model", "missing; %s", tokenizerHint)
 	}
+	if _, err := stepType(file, "model", hf.Model, "BPE"); err != nil {
+		return nil, err
+	}
 	var hm hfModel
 	if err := json.Unmarshal(hf.Model, &hm); err != nil {
 		return nil, jsonError(file, "model", nil, err)
-	}
-	if hm.Type != "BPE" {
-		return nil, tokErr(file, "model.type", "%q is not supported; %s", hm.Type, tokenizerHint)
 	}
 	if hm.Dropout != nil && *hm.Dropout != 0 {
 		return nil, tokErr(file, "model.dropout", "%g: BPE dropout makes tokenization random; set it to null", *hm.Dropout)
@@ -280,11 +283,11 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 
 	// normalizer, pre_tokenizer, decoder, post_processor
 	if !isNull(hf.Normalizer) {
-		var st hfStep
-		if err := json.Unmarshal(hf.Normalizer, &st); err != nil {
-			return nil, jsonError(file, "normalizer", nil, err)
+		typ, err := stepType(file, "normalizer", hf.Normalizer)
+		if err != nil {
+			return nil, err
 		}
-		return nil, tokErr(file, "normalizer.type", "%q is not supported: gptui reads tokenizers without a normalizer (null), as GPT-2's and Llama 3's are", st.Type)
+		return nil, tokErr(file, "normalizer.type", "%q is not supported: gptui reads tokenizers without a normalizer (null), as GPT-2's and Llama 3's are", typ)
 	}
 	pre, err := parsePreTokenizer(file, hf.PreTokenizer)
 	if err != nil {
@@ -342,29 +345,25 @@ func parsePreTokenizer(file string, raw json.RawMessage) ([]preStep, error) {
 	if isNull(raw) {
 		return nil, tokErr(file, key, "missing; a byte-level BPE needs a ByteLevel pre-tokenizer; %s", tokenizerHint)
 	}
-	var st hfStep
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return nil, jsonError(file, key, nil, err)
+	st, err := decodeStep(file, key, raw, "ByteLevel", "Sequence")
+	if err != nil {
+		return nil, err
 	}
 	steps := []json.RawMessage{raw}
 	keys := []string{key}
-	switch st.Type {
-	case "ByteLevel":
-	case "Sequence":
+	if st.Type == "Sequence" {
 		steps = st.Pretokenizers
 		keys = keys[:0]
 		for i := range steps {
 			keys = append(keys, fmt.Sprintf("%s.pretokenizers[%d]", key, i))
 		}
-	default:
-		return nil, tokErr(file, key+".type", "%q is not supported; %s", st.Type, tokenizerHint)
 	}
 	var pre []preStep
 	for i, raw := range steps {
 		k := keys[i]
-		var st hfStep
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return nil, jsonError(file, k, nil, err)
+		st, err := decodeStep(file, k, raw, "ByteLevel", "Split")
+		if err != nil {
+			return nil, err
 		}
 		last := i == len(steps)-1
 		switch st.Type {
@@ -396,8 +395,6 @@ func parsePreTokenizer(file string, raw json.RawMessage) ([]preStep, error) {
 				return nil, tokErr(file, k+".invert", "true is not supported")
 			}
 			pre = append(pre, preStep{split: split})
-		default:
-			return nil, tokErr(file, k+".type", "%q is not supported; %s", st.Type, tokenizerHint)
 		}
 	}
 	if len(pre) == 0 || pre[len(pre)-1].split != nil {
@@ -411,14 +408,8 @@ func checkDecoder(file string, raw json.RawMessage) error {
 	if isNull(raw) {
 		return tokErr(file, "decoder", "missing; byte-level BPE decodes with a ByteLevel decoder")
 	}
-	var st hfStep
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return jsonError(file, "decoder", nil, err)
-	}
-	if st.Type != "ByteLevel" {
-		return tokErr(file, "decoder.type", "%q is not supported; %s", st.Type, tokenizerHint)
-	}
-	return nil
+	_, err := stepType(file, "decoder", raw, "ByteLevel")
+	return err
 }
 
 // separator returns the document separator (see LoadTokenizer), or -1.
@@ -427,9 +418,9 @@ func separator(file string, raw json.RawMessage, added []hfAddedToken) (int64, e
 	if !isNull(raw) {
 		var walk func(raw json.RawMessage, key string) error
 		walk = func(raw json.RawMessage, key string) error {
-			var st hfStep
-			if err := json.Unmarshal(raw, &st); err != nil {
-				return jsonError(file, key, nil, err)
+			st, err := decodeStep(file, key, raw, "ByteLevel", "Sequence", "TemplateProcessing")
+			if err != nil {
+				return err
 			}
 			switch st.Type {
 			case "ByteLevel":
@@ -447,8 +438,6 @@ func separator(file string, raw json.RawMessage, added []hfAddedToken) (int64, e
 				if id >= 0 {
 					sep = id
 				}
-			default:
-				return tokErr(file, key+".type", "%q is not supported; %s", st.Type, tokenizerHint)
 			}
 			return nil
 		}
@@ -500,6 +489,33 @@ func templateSeparator(file, key string, st hfStep) (int64, error) {
 		return ids[0], nil
 	}
 	return 0, tokErr(file, key+".single", "%d tokens before a document; gptui separates documents with one token", len(ids))
+}
+
+// stepType returns the "type" of the section raw at key, refusing any but
+// those accepted (none given: any).
+func stepType(file, key string, raw json.RawMessage, accept ...string) (string, error) {
+	var t struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", jsonError(file, key, nil, err)
+	}
+	if len(accept) > 0 && !slices.Contains(accept, t.Type) {
+		return "", tokErr(file, key+".type", "%q is not supported; %s", t.Type, tokenizerHint)
+	}
+	return t.Type, nil
+}
+
+// decodeStep reads the section raw at key, once its type is accepted.
+func decodeStep(file, key string, raw json.RawMessage, accept ...string) (hfStep, error) {
+	var st hfStep
+	if _, err := stepType(file, key, raw, accept...); err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, jsonError(file, key, nil, err)
+	}
+	return st, nil
 }
 
 // jsonError turns a JSON decoding error into a *FormatError naming the
