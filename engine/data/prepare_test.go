@@ -417,7 +417,7 @@ func TestProgressWithinAFile(t *testing.T) {
 func TestPrepareTokenizerJSON(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, corpusFiles)
-	long := strings.Repeat(shakespeare(t)[:200_000], 6) // over segmentBytes
+	long := shakespeare(t) // over segmentBytes: cut in two for the workers
 	writeFiles(t, dir, map[string]string{"in/long.txt": long})
 	inputs := []string{filepath.Join(dir, "in"), filepath.Join(dir, "extra", "explicit.jsonl")}
 	docs := slices.Insert(slices.Clone(corpusDocs), 3, long) // in/long.txt sorts after in/b.txt
