@@ -22,10 +22,15 @@ const (
 // pieces cover s exactly.
 type splitter func(s string, emit func(piece string))
 
-// knownSplitters maps each supported pattern to its scanner.
-var knownSplitters = map[string]splitter{
-	gpt2Pattern:   splitGPT2,
-	llama3Pattern: splitLlama3,
+// splitterFor returns the scanner of a supported pattern, or nil.
+func splitterFor(pattern string) splitter {
+	switch pattern {
+	case gpt2Pattern:
+		return splitGPT2
+	case llama3Pattern:
+		return splitLlama3
+	}
+	return nil
 }
 
 // Character classes. A byte that is not part of valid UTF-8 is classed as

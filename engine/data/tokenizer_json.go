@@ -106,20 +106,18 @@ type hfModel struct {
 // hfStep is any typed section: a pre-tokenizer, post-processor,
 // normalizer or decoder, or a step of a Sequence of them.
 type hfStep struct {
-	Type           string          `json:"type"`
-	AddPrefixSpace *bool           `json:"add_prefix_space"`
-	UseRegex       *bool           `json:"use_regex"`
-	Pretokenizers  []hfStepRaw     `json:"pretokenizers"`
-	Processors     []hfStepRaw     `json:"processors"`
-	Pattern        json.RawMessage `json:"pattern"`
-	Behavior       string          `json:"behavior"`
-	Invert         bool            `json:"invert"`
+	Type           string            `json:"type"`
+	AddPrefixSpace *bool             `json:"add_prefix_space"`
+	UseRegex       *bool             `json:"use_regex"`
+	Pretokenizers  []json.RawMessage `json:"pretokenizers"`
+	Processors     []json.RawMessage `json:"processors"`
+	Pattern        json.RawMessage   `json:"pattern"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
 	// TemplateProcessing
 	Single        []json.RawMessage          `json:"single"`
 	SpecialTokens map[string]hfSpecialTokens `json:"special_tokens"`
 }
-
-type hfStepRaw = json.RawMessage
 
 type hfSpecialTokens struct {
 	IDs []int64 `json:"ids"`
@@ -171,9 +169,9 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 	// id-indexed decode table is at most twice what the file pays for.
 	entries := int64(len(hm.Vocab) + len(hf.AddedTokens))
 	idLimit := 2*entries + 1024
-	checkID := func(key string, id int64) error {
+	checkID := func(key func() string, id int64) error {
 		if id < 0 || id >= idLimit {
-			return tokErr(file, key, "id %d out of range [0, %d): ids must be dense, below twice the number of tokens", id, idLimit)
+			return tokErr(file, key(), "id %d out of range [0, %d): ids must be dense, below twice the number of tokens", id, idLimit)
 		}
 		return nil
 	}
@@ -184,16 +182,16 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 	byID := make(map[int64]string, len(hm.Vocab))
 	m.byBytes = make(map[string]uint32, len(hm.Vocab))
 	for s, id := range hm.Vocab {
-		key := fmt.Sprintf("model.vocab[%q]", s)
+		key := func() string { return fmt.Sprintf("model.vocab[%.40q]", s) }
 		if err := checkID(key, id); err != nil {
 			return nil, err
 		}
 		if len(s) > maxTokenBytes || s == "" {
-			return nil, tokErr(file, key, "a token of %d bytes (the limit is %d, and tokens are not empty)", len(s), maxTokenBytes)
+			return nil, tokErr(file, key(), "a token of %d bytes (the limit is %d, and tokens are not empty)", len(s), maxTokenBytes)
 		}
 		if prev, dup := byID[id]; dup {
 			a, b := min(prev, s), max(prev, s) // name them in a stable order
-			return nil, tokErr(file, "model.vocab", "id %d is given to both %q and %q", id, a, b)
+			return nil, tokErr(file, "model.vocab", "id %d is given to both %.40q and %.40q", id, a, b)
 		}
 		byID[id] = s
 		maxID = max(maxID, id)
@@ -223,11 +221,11 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 		idn, okn := hm.Vocab[a+b]
 		switch {
 		case !oka:
-			return nil, tokErr(file, key, "%q is not in model.vocab", a)
+			return nil, tokErr(file, key, "%.40q is not in model.vocab", a)
 		case !okb:
-			return nil, tokErr(file, key, "%q is not in model.vocab", b)
+			return nil, tokErr(file, key, "%.40q is not in model.vocab", b)
 		case !okn:
-			return nil, tokErr(file, key, "the merged token %q is not in model.vocab", a+b)
+			return nil, tokErr(file, key, "the merged token %.40q is not in model.vocab", a+b)
 		}
 		// A pair listed twice keeps its last rank, as in HF's merge map.
 		m.merges[pairKey(uint32(ida), uint32(idb))] = merge{rank: uint32(i), id: uint32(idn)}
@@ -242,14 +240,14 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 		if t.ID == nil {
 			return nil, tokErr(file, key+".id", "missing")
 		}
-		if err := checkID(key+".id", *t.ID); err != nil {
+		if err := checkID(func() string { return key + ".id" }, *t.ID); err != nil {
 			return nil, err
 		}
 		if t.Content == "" || len(t.Content) > maxTokenBytes {
 			return nil, tokErr(file, key+".content", "a token of %d bytes (the limit is %d, and tokens are not empty)", len(t.Content), maxTokenBytes)
 		}
 		if j, dup := byContent[t.Content]; dup {
-			return nil, tokErr(file, key+".content", "%q repeats added_tokens[%d]", t.Content, j)
+			return nil, tokErr(file, key+".content", "%.40q repeats added_tokens[%d]", t.Content, j)
 		}
 		byContent[t.Content] = i
 		addedIDs[*t.ID] = t.Content
@@ -325,10 +323,10 @@ func tokenBytes(s string) []byte {
 // parseMerge reads a merge written as "a b" or as ["a", "b"].
 func parseMerge(raw json.RawMessage) (string, string, error) {
 	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
+	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
 		a, b, ok := strings.Cut(s, " ")
 		if !ok || strings.Contains(b, " ") {
-			return "", "", fmt.Errorf("%q is not two tokens separated by one space", s)
+			return "", "", fmt.Errorf("%.40q is not two tokens separated by one space", s)
 		}
 		return a, b, nil
 	}
@@ -384,8 +382,8 @@ func parsePreTokenizer(file string, raw json.RawMessage) ([]preStep, error) {
 			if err := json.Unmarshal(st.Pattern, &pat); err != nil || pat.Regex == nil {
 				return nil, tokErr(file, k+".pattern", "only a Regex pattern (GPT-2's or Llama 3's) is supported; %s", tokenizerHint)
 			}
-			split, ok := knownSplitters[*pat.Regex]
-			if !ok {
+			split := splitterFor(*pat.Regex)
+			if split == nil {
 				return nil, tokErr(file, k+".pattern.Regex", "%.60q is not a pattern gptui knows; it splits with GPT-2's and Llama 3's", *pat.Regex)
 			}
 			if st.Behavior != "Isolated" {
