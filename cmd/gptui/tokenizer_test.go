@@ -64,15 +64,18 @@ func writeTokenizerJSON(t *testing.T, dir string, vocab int) string {
 	return path
 }
 
-// TestPrepareTrainGenerateTokenizer: `gptui data prepare --tokenizer FILE`
-// writes the tokenizer's ids, each document after its separator, in
-// shards that `gptui train` reads; training with Data.tokenizer tokenizes
-// the built-in corpus with it; `gptui generate` encodes the prompt and
-// decodes the continuation with the checkpoint's Data.tokenizer or with
-// --tokenizer, and refuses a tokenizer larger than the model.
-func TestPrepareTrainGenerateTokenizer(t *testing.T) {
+// trainArgs are the arguments of a 2-step tiny run with the tokenizer
+// tokFile of 261 tokens.
+func trainArgs(dir, tokFile string) []string {
+	return []string{"train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Model.vocab_size=261",
+		"-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Data.tokenizer=" + tokFile}
+}
+
+// TestPrepareTokenizer: `gptui data prepare --tokenizer FILE` writes the
+// tokenizer's ids, each document after its separator, in shards that
+// `gptui train` reads.
+func TestPrepareTokenizer(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
 	tokFile := writeTokenizerJSON(t, dir, 261)
 	tok, err := data.LoadTokenizer(tokFile)
 	if err != nil {
@@ -98,15 +101,28 @@ func TestPrepareTrainGenerateTokenizer(t *testing.T) {
 		t.Fatalf("the shard holds %d tokens, want the tokenizer's %d (separator 260, \" the\" 259)", len(got), len(want))
 	}
 
-	// Train on the shards, then on the built-in corpus with Data.tokenizer.
-	common := []string{"train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Model.vocab_size=261",
-		"-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Data.tokenizer=" + tokFile}
-	code, out, stderr = runCLI(t, append(common, "-o", "Data.Train.dataset.input_dir="+shards)...)
+	code, out, stderr = runCLI(t, append(trainArgs(dir, tokFile), "-o", "Data.Train.dataset.input_dir="+shards)...)
 	if code != 0 || !strings.Contains(out, "[done] steps: 2") {
 		t.Fatalf("train on the shards: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
+}
+
+// TestGenerateTokenizer: training with Data.tokenizer tokenizes the
+// built-in corpus with it; `gptui generate` encodes the prompt and decodes
+// the continuation with the checkpoint's Data.tokenizer or with
+// --tokenizer, and refuses a tokenizer larger than the model, as training
+// does.
+func TestGenerateTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CACHE_HOME", filepath.Join(dir, "cache"))
+	tokFile := writeTokenizerJSON(t, dir, 261)
+	tok, err := data.LoadTokenizer(tokFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ckdir := filepath.Join(dir, "out")
-	code, out, stderr = runCLI(t, append(common, "-o", "Engine.save_load.save_steps=2", "-o", "Engine.save_load.output_dir="+ckdir)...)
+	common := trainArgs(dir, tokFile)
+	code, out, stderr := runCLI(t, append(common, "-o", "Engine.save_load.save_steps=2", "-o", "Engine.save_load.output_dir="+ckdir)...)
 	if code != 0 || !strings.Contains(out, "checkpoint: ") {
 		t.Fatalf("train on the built-in corpus: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}

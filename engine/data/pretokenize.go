@@ -15,6 +15,8 @@ const (
 	gpt2Pattern = `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`
 	// llama3Pattern is Llama 3's (and tiktoken's cl100k_base) split.
 	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	// qwen2Pattern is Llama 3's with one number a piece (Qwen2's).
+	qwen2Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 )
 
 // splitter cuts s into the pieces a split pattern matches, calling emit
@@ -29,6 +31,8 @@ func splitterFor(pattern string) splitter {
 		return splitGPT2
 	case llama3Pattern:
 		return splitLlama3
+	case qwen2Pattern:
+		return splitQwen2
 	}
 	return nil
 }
@@ -192,7 +196,17 @@ func gpt2Match(s string, i int) int {
 //	\s+                          the last space before a word
 func splitLlama3(s string, emit func(string)) {
 	for i := 0; i < len(s); {
-		end := llama3Match(s, i)
+		end := llama3Match(s, i, 3)
+		emit(s[i:end])
+		i = end
+	}
+}
+
+// splitQwen2 scans qwen2Pattern: splitLlama3's alternatives, with \p{N}
+// (one number) for \p{N}{1,3}.
+func splitQwen2(s string, emit func(string)) {
+	for i := 0; i < len(s); {
+		end := llama3Match(s, i, 1)
 		emit(s[i:end])
 		i = end
 	}
@@ -200,7 +214,9 @@ func splitLlama3(s string, emit func(string)) {
 
 func isNewline(r rune) bool { return r == '\r' || r == '\n' }
 
-func llama3Match(s string, i int) int {
+// llama3Match returns the end of the match at s[i], with at most digits
+// numbers in a number piece.
+func llama3Match(s string, i, digits int) int {
 	if n := contraction(s, i, true); n > 0 {
 		return i + n
 	}
@@ -217,7 +233,7 @@ func llama3Match(s string, i int) int {
 	// \p{N}{1,3}
 	if isN(r) {
 		j := i
-		for k := 0; k < 3 && j < len(s); k++ {
+		for k := 0; k < digits && j < len(s); k++ {
 			r, n := runeAt(s, j)
 			if !isN(r) {
 				break

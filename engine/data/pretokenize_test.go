@@ -2,6 +2,7 @@ package data
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -67,6 +68,27 @@ func TestSplitPatterns(t *testing.T) {
 			if !slices.Equal(got, p.want) {
 				t.Errorf("%s split of %q = %q, want %q (%s)", p.name, c.in, got, p.want, c.why)
 			}
+		}
+		// Qwen2's pattern is Llama 3's with \p{N} for \p{N}{1,3}: the same
+		// pieces where there are no numbers.
+		if !strings.ContainsAny(c.in, "0123456789") {
+			var got []string
+			splitQwen2(c.in, func(s string) { got = append(got, s) })
+			if !slices.Equal(got, c.llama3) {
+				t.Errorf("qwen2 split of %q = %q, want Llama 3's %q", c.in, got, c.llama3)
+			}
+		}
+	}
+	for in, want := range map[string][]string{
+		"12345": {"1", "2", "3", "4", "5"},
+		" 12":   {" ", "1", "2"},
+		"3.14":  {"3", ".", "1", "4"},
+		"a1b":   {"a", "1", "b"},
+	} {
+		var got []string
+		splitQwen2(in, func(s string) { got = append(got, s) })
+		if !slices.Equal(got, want) {
+			t.Errorf("qwen2 split of %q = %q, want %q (\\p{N}: one number a piece)", in, got, want)
 		}
 	}
 }

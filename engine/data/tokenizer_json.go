@@ -36,8 +36,9 @@ const tokenizerHint = "gptui reads byte-level BPE tokenizer.json files like GPT-
 // The file must describe a byte-level BPE model, as GPT-2's and Llama 3's
 // do: model {type BPE, vocab, merges as "a b" strings or ["a", "b"]
 // pairs, ignore_merges}; pre_tokenizer ByteLevel (add_prefix_space,
-// use_regex), or a Sequence of Split steps with GPT-2's or Llama 3's
-// pattern (behavior Isolated) ending in ByteLevel; decoder ByteLevel; no
+// use_regex), or a Sequence of Split steps with GPT-2's, Llama 3's or
+// Qwen2's pattern (behavior Isolated, or Removed inverted) ending in
+// ByteLevel; decoder ByteLevel; no
 // normalizer; added_tokens (id, content, special, single_word, lstrip,
 // rstrip, normalized); post_processor ByteLevel, TemplateProcessing or a
 // Sequence of them. Anything else, a malformed file or one beyond the
@@ -386,11 +387,15 @@ func parsePreTokenizer(file string, raw json.RawMessage) ([]preStep, error) {
 			if split == nil {
 				return nil, tokErr(file, k+".pattern.Regex", "%.60q is not a pattern gptui knows; it splits with GPT-2's and Llama 3's", *pat.Regex)
 			}
-			if st.Behavior != "Isolated" {
-				return nil, tokErr(file, k+".behavior", "%q is not supported; gptui reads Isolated splits", st.Behavior)
-			}
-			if st.Invert {
-				return nil, tokErr(file, k+".invert", "true is not supported")
+			// The known patterns match every character, so the pieces of
+			// an Isolated split are the matches, and so are those an
+			// inverted Removed split keeps.
+			switch {
+			case st.Behavior == "Isolated" && !st.Invert, st.Behavior == "Removed" && st.Invert:
+			case st.Behavior != "Isolated" && st.Behavior != "Removed":
+				return nil, tokErr(file, k+".behavior", "%q is not supported; gptui reads Isolated splits (and inverted Removed ones)", st.Behavior)
+			default:
+				return nil, tokErr(file, k+".invert", "%v is not supported with behavior %s", st.Invert, st.Behavior)
 			}
 			pre = append(pre, preStep{split: split})
 		}

@@ -370,12 +370,25 @@ func TestAddedTokens(t *testing.T) {
 			t.Errorf("decode(encode(%q)) = %q", c.text, d)
 		}
 	}
+	// An inverted Removed split of a pattern that matches every character
+	// keeps what an Isolated one does (dolma2's tokenizer.json has it).
+	var doc map[string]any
+	json.Unmarshal(tinyJSON(), &doc)
+	split := doc["pre_tokenizer"].(map[string]any)["pretokenizers"].([]any)[0].(map[string]any)
+	split["behavior"], split["invert"] = "Removed", true
+	b, _ := json.Marshal(doc)
+	inverted, _ := loadJSON(t, b)
+	for _, s := range []string{"Hi there, 12345 'S\n\n  x", "<|eot_id|>Hi"} {
+		if a, b := tok.Encode(s), inverted.Encode(s); !slices.Equal(a, b) {
+			t.Errorf("inverted Removed split of %q: %v, Isolated %v", s, b, a)
+		}
+	}
 	if d := tok.Decode([]int{300, 256, 9999, -1, 302}); d != "<|begin_of_text|>Hi<|eot_id|>" {
 		t.Errorf("decode = %q: special tokens decode to their text, unknown ids to nothing", d)
 	}
 
 	// GPT-2's <|endoftext|>, from the file and from the built-in tokenizer.
-	b, _ := gpt2JSON()
+	b, _ = gpt2JSON()
 	gpt2, _ := loadJSON(t, b)
 	builtin, err := NewTokenizer()
 	if err != nil {
@@ -461,8 +474,9 @@ func TestTokenizerJSONErrors(t *testing.T) {
 		{"string split", edit(func(d map[string]any) {
 			steps(d)[0].(map[string]any)["pattern"] = map[string]any{"String": " "}
 		}), "pre_tokenizer.pretokenizers[0].pattern"},
-		{"removed", edit(func(d map[string]any) { steps(d)[0].(map[string]any)["behavior"] = "Removed" }), "pretokenizers[0].behavior"},
-		{"inverted", edit(func(d map[string]any) { steps(d)[0].(map[string]any)["invert"] = true }), "pretokenizers[0].invert"},
+		{"merged", edit(func(d map[string]any) { steps(d)[0].(map[string]any)["behavior"] = "MergedWithPrevious" }), "pretokenizers[0].behavior"},
+		{"removed", edit(func(d map[string]any) { steps(d)[0].(map[string]any)["behavior"] = "Removed" }), "pretokenizers[0].invert: false is not supported with behavior Removed"},
+		{"inverted", edit(func(d map[string]any) { steps(d)[0].(map[string]any)["invert"] = true }), "pretokenizers[0].invert: true is not supported with behavior Isolated"},
 		{"no byte level", edit(func(d map[string]any) {
 			pre := d["pre_tokenizer"].(map[string]any)
 			pre["pretokenizers"] = steps(d)[:1]
