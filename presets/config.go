@@ -131,8 +131,14 @@ type Model struct {
 
 // Data holds the training and evaluation data sets.
 type Data struct {
-	Train DataSection `yaml:"Train"`
-	Eval  DataSection `yaml:"Eval"`
+	// Tokenizer is a Hugging Face tokenizer.json that tokenizes the
+	// built-in corpus for training and that `gptui generate` uses for a
+	// checkpoint trained with this config; empty means GPT-2's built-in
+	// tokenizer. Shards in input_dir are tokenized already, by
+	// `gptui data prepare --tokenizer`.
+	Tokenizer string      `yaml:"tokenizer"`
+	Train     DataSection `yaml:"Train"`
+	Eval      DataSection `yaml:"Eval"`
 }
 
 // DataSection is one of Data.Train and Data.Eval.

@@ -49,6 +49,8 @@ func fields() []field {
 		{"Model.max_position_embeddings", func(c *Config) any { return &c.Model.MaxPositionEmbeddings }},
 		{"Model.initializer_range", func(c *Config) any { return &c.Model.InitializerRange }},
 		{"Model.init_from", func(c *Config) any { return &c.Model.InitFrom }},
+
+		{"Data.tokenizer", func(c *Config) any { return &c.Data.Tokenizer }},
 	}
 	for _, s := range []struct {
 		name string

@@ -10,7 +10,7 @@ import (
 
 func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "prepare" {
-		return usagef("usage: gptui data prepare --input FILE|DIR ... --output DIR")
+		return usagef("usage: gptui data prepare --input FILE|DIR ... --output DIR [--tokenizer tokenizer.json]")
 	}
 	fs := newFlagSet("data prepare", stderr)
 	var inputs listFlag
@@ -18,13 +18,18 @@ func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out := fs.String("output", "", "directory for the token shards")
 	shard := fs.Int("shard-tokens", 100_000_000, "tokens per shard")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	tokFile := fs.String("tokenizer", "", "a Hugging Face tokenizer.json to tokenize with (default: GPT-2's built-in tokenizer)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
 	if len(inputs) == 0 || *out == "" {
 		return usagef("data prepare needs --input and --output")
 	}
-	opts := data.PrepareOptions{ShardTokens: *shard}
+	tok, err := data.LoadTokenizer(*tokFile)
+	if err != nil {
+		return err
+	}
+	opts := data.PrepareOptions{ShardTokens: *shard, Tokenizer: tok}
 	if !*quiet {
 		opts.Progress = stderr
 	}

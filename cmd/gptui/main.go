@@ -109,10 +109,10 @@ Commands:
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
   ranktable --hosts FILE [-o OUT] | merge A B... -o OUT | check FILE   the HCCL/MindFormers rank table
-  data prepare --input FILE|DIR ... --output DIR         tokenize text into shards
+  data prepare --input FILE|DIR ... --output DIR [--tokenizer tokenizer.json]   tokenize text into shards
   export   --ckpt DIR --to hf OUT_DIR | --to llmc FILE    write a checkpoint's model for Hugging Face or llm.c
   import   --from hf DIR | --from llmc FILE --out DIR      make a checkpoint from either
-  generate --ckpt DIR --prompt TEXT [--max-new-tokens N]  sample text (KV cache; --temperature 0 is greedy)
+  generate --ckpt DIR --prompt TEXT [--max-new-tokens N] [--tokenizer tokenizer.json]   sample text (KV cache; --temperature 0 is greedy)
   plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
            rank the parallel strategies by predicted memory and step time
   gpu      libs | check [--only PARTS] | bench | nccl    where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs;

@@ -117,11 +117,12 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	topK := fs.Int("top-k", 0, "sample from the K most likely tokens (0: all)")
 	topP := fs.Float64("top-p", 1, "sample from the smallest set with this total probability (1: all)")
 	seed := fs.Uint64("seed", 1234, "sampling seed")
+	tokFile := fs.String("tokenizer", "", "a Hugging Face tokenizer.json (default: the checkpoint config's Data.tokenizer, else GPT-2's built-in tokenizer)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *ckpt == "" || (*prompt == "") == (*promptFile == "") {
-		return usagef("usage: gptui generate --ckpt DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N]")
+		return usagef("usage: gptui generate --ckpt DIR (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N] [--tokenizer tokenizer.json]")
 	}
 	if *n < 1 || *temp < 0 || *topK < 0 || *topP <= 0 || *topP > 1 {
 		return usagef("generate: need --max-new-tokens ≥ 1, --temperature ≥ 0, --top-k ≥ 0, 0 < --top-p ≤ 1")
@@ -133,10 +134,6 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	tok, err := data.NewTokenizer()
-	if err != nil {
-		return err
-	}
 	// The whole model in one process: its parameters and the gradient
 	// buffer the engine allocates beside them.
 	one := planner.Strategy{DP: 1, ShardingDegree: 1, ShardingStage: 1, MP: 1, PP: 1, VPP: 1, MicroBatch: 1, Recompute: planner.RecomputeNone}
@@ -145,12 +142,22 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	m, _, err := engine.LoadModelChecked(be, *ckpt, func(cfg *presets.Config) error {
+		if *tokFile == "" {
+			*tokFile = cfg.Data.Tokenizer
+		}
 		c := *cfg
 		c.Global.Device = "cpu" // generate runs on the CPU whatever the config trained on
 		return checkMemory(&c, one, 1, "the model", func(m planner.Memory) int64 { return m.Params + m.Grads })
 	})
 	if err != nil {
 		return err
+	}
+	tok, err := data.LoadTokenizer(*tokFile)
+	if err != nil {
+		return err
+	}
+	if tok.VocabSize() > m.Cfg.V {
+		return usagef("generate: the tokenizer %s has %d tokens, more than the model's vocabulary of %d; give the tokenizer the model was trained with (--tokenizer)", *tokFile, tok.VocabSize(), m.Cfg.V)
 	}
 	prompts := make([][]int, len(texts))
 	for i, t := range texts {

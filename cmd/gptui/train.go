@@ -118,6 +118,10 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	if err := checkMemory(cfg, planner.StrategyOf(cfg), worldSize(world), "each training process", func(m planner.Memory) int64 { return m.Total }); err != nil {
 		return err
 	}
+	builtin, err := builtinCorpusWith(cfg)
+	if err != nil {
+		return err
+	}
 	be, release, err := newBackend(cfg, world, stderr)
 	if err != nil {
 		return err
@@ -142,7 +146,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
 		Stderr:  stderr,
-		Builtin: builtinCorpus,
+		Builtin: builtin,
 		World:   world,
 		Fabric:  fab,
 		Stop:    stop,
@@ -202,10 +206,30 @@ func onlyLogErrors(err error) bool {
 // builtinCorpus returns the tokens of the built-in corpus, kept in the
 // user's cache directory (gptui/corpus) so that the workers of a job, and
 // later jobs, read what the first one tokenized.
-func builtinCorpus() ([]uint16, error) {
+func builtinCorpus() ([]uint16, error) { return cachedCorpus(nil) }
+
+func cachedCorpus(tok *data.Tokenizer) ([]uint16, error) {
 	dir, err := os.UserCacheDir()
 	if err == nil {
 		dir = filepath.Join(dir, "gptui", "corpus")
 	}
-	return data.CachedCorpus(gptui.Docs, dir)
+	return data.CachedCorpusWith(gptui.Docs, dir, tok)
+}
+
+// builtinCorpusWith returns the built-in corpus tokenized with the
+// config's Data.tokenizer (GPT-2's when it is empty), after checking that
+// the tokenizer's vocabulary fits Model.vocab_size.
+func builtinCorpusWith(cfg *presets.Config) (func() ([]uint16, error), error) {
+	if cfg.Data.Tokenizer == "" {
+		return builtinCorpus, nil
+	}
+	tok, err := data.LoadTokenizer(cfg.Data.Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("Data.tokenizer: %w", err)
+	}
+	if tok.VocabSize() > cfg.Model.VocabSize {
+		return nil, usagef("Data.tokenizer %s has %d tokens, more than Model.vocab_size %d; raise Model.vocab_size to at least %d",
+			cfg.Data.Tokenizer, tok.VocabSize(), cfg.Model.VocabSize, tok.VocabSize())
+	}
+	return func() ([]uint16, error) { return cachedCorpus(tok) }, nil
 }

@@ -1,7 +1,9 @@
 package data
 
 import (
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -16,25 +18,31 @@ import (
 // token shards.
 var ErrNoShards = badinput.New("no token shards")
 
-// Load reads every *.bin shard in dir, in sorted name order, and returns
-// their tokens concatenated. Names beginning with a dot are skipped. It
-// fails with an error wrapping [ErrNoShards] if dir holds no shards, and
-// with a [*FormatError] if a shard is malformed.
-func Load(dir string) ([]uint16, error) {
+// Load reads every *.bin shard in dir as 16-bit tokens: see [LoadOf].
+func Load(dir string) ([]uint16, error) { return LoadOf[uint16](dir) }
+
+// LoadOf reads every *.bin shard in dir, in sorted name order, and
+// returns their tokens concatenated, as tokens of type T; the shards may
+// hold 16-bit or 32-bit tokens (see [ReadShardOf]). Names beginning with a
+// dot are skipped. It fails with an error wrapping [ErrNoShards] if dir
+// holds no shards, and with a [*FormatError] if a shard is malformed or
+// holds a token too large for T.
+func LoadOf[T Token](dir string) ([]T, error) {
 	paths, sizes, err := shardFiles(dir)
 	if err != nil {
 		return nil, err
 	}
+	if len(paths) == 1 {
+		return ReadShardOf[T](paths[0])
+	}
+	// A capacity from the files' sizes, which are bytes on disk.
 	var size int64
 	for _, s := range sizes {
 		size += s
 	}
-	if len(paths) == 1 {
-		return ReadShard(paths[0])
-	}
-	tokens := make([]uint16, 0, max(0, (size-int64(len(paths))*HeaderBytes)/2))
+	tokens := make([]T, 0, max(0, (size-int64(len(paths))*HeaderBytes)/int64(tokenWidth[T]())))
 	for _, p := range paths {
-		t, err := ReadShard(p)
+		t, err := ReadShardOf[T](p)
 		if err != nil {
 			return nil, err
 		}
@@ -77,8 +85,8 @@ func shardFiles(dir string) ([]string, []int64, error) {
 // CheckVocab returns a *[FormatError] naming the shard of dir and the byte
 // offset in it of the first token of tokens (as [Load] returned them from
 // dir) that is not below vocab, or nil if every token is.
-func CheckVocab(dir string, tokens []uint16, vocab int) error {
-	i := slices.IndexFunc(tokens, func(t uint16) bool { return int(t) >= vocab })
+func CheckVocab[T Token](dir string, tokens []T, vocab int) error {
+	i := slices.IndexFunc(tokens, func(t T) bool { return int64(t) >= int64(vocab) })
 	if i < 0 {
 		return nil
 	}
@@ -89,14 +97,36 @@ func CheckVocab(dir string, tokens []uint16, vocab int) error {
 	k := int64(i)
 	for j, p := range paths {
 		// Load has checked every shard: its size is its header and tokens.
-		if n := (sizes[j] - HeaderBytes) / 2; k >= n {
+		width, err := shardWidth(p)
+		if err != nil {
+			return err
+		}
+		if n := (sizes[j] - HeaderBytes) / width; k >= n {
 			k -= n
 			continue
 		}
 		return formatErrorf(p, "token %d at byte offset %d is outside the model's vocabulary of %d; check Model.vocab_size or the data",
-			tokens[i], HeaderBytes+2*k, vocab)
+			tokens[i], HeaderBytes+width*k, vocab)
 	}
 	return fmt.Errorf("data: %s: token %d at position %d is outside the vocabulary of %d, past the shards' end (did they change while loading?)", dir, tokens[i], i, vocab)
+}
+
+// shardWidth returns the bytes per token of the shard at path, which Load
+// has checked.
+func shardWidth(path string) (int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("data: reading shard: %w", err)
+	}
+	defer f.Close()
+	var h [4]byte
+	if _, err := io.ReadFull(f, h[:]); err != nil {
+		return 0, fmt.Errorf("data: reading shard %s: %w", path, err)
+	}
+	if binary.LittleEndian.Uint32(h[:]) == ShardMagic32 {
+		return 4, nil
+	}
+	return 2, nil
 }
 
 // Split gives the relative sizes of the train, validation and test parts
@@ -170,7 +200,7 @@ func SplitRanges(n int, split [3]float64) [3][2]int {
 //
 // A Loader is not safe for concurrent use.
 type Loader struct {
-	tokens  []uint16
+	tokens  tokenSource
 	b, t    int
 	shuffle bool
 	seed    uint64
@@ -192,21 +222,42 @@ type LoaderState struct {
 	Tokens  int    `json:"tokens"`
 }
 
-// NewLoader returns a loader over tokens that fills batches of B
-// sequences of length T. tokens must hold at least B*T+1 tokens. seed is
-// used only in shuffle mode. The loader keeps tokens; the caller must not
-// modify them while it is in use.
-func NewLoader(tokens []uint16, B, T int, shuffle bool, seed uint64) (*Loader, error) {
+// tokenSource is the token stream of a Loader, of either token type.
+type tokenSource interface {
+	len() int
+	// fill copies w[:len(in)] to in and w[1:len(in)+1] to tg, where w is
+	// the stream from off on.
+	fill(in, tg []int32, off int)
+}
+
+// tokenSlice is a tokenSource.
+type tokenSlice[E Token] []E
+
+func (s tokenSlice[E]) len() int { return len(s) }
+
+func (s tokenSlice[E]) fill(in, tg []int32, off int) {
+	w := s[off : off+len(in)+1]
+	for i := range in {
+		in[i] = int32(w[i])
+		tg[i] = int32(w[i+1])
+	}
+}
+
+// NewLoader returns a loader over toks, 16-bit or 32-bit tokens, that
+// fills batches of B sequences of length T. toks must hold at least B*T+1
+// tokens. seed is used only in shuffle mode. The loader keeps toks; the
+// caller must not modify them while it is in use.
+func NewLoader[E Token](toks []E, B, T int, shuffle bool, seed uint64) (*Loader, error) {
 	if B <= 0 || T <= 0 {
 		return nil, fmt.Errorf("data: batch size %d and sequence length %d must be positive", B, T)
 	}
-	if B > (math.MaxInt-1)/T || len(tokens) < B*T+1 {
+	if B > (math.MaxInt-1)/T || len(toks) < B*T+1 {
 		return nil, fmt.Errorf("data: a batch of %d×%d tokens needs at least %d tokens, have %d; "+
-			"use a smaller batch size or sequence length, or more data", B, T, B*T+1, len(tokens))
+			"use a smaller batch size or sequence length, or more data", B, T, B*T+1, len(toks))
 	}
-	l := &Loader{tokens: tokens, b: B, t: T, shuffle: shuffle, seed: seed}
+	l := &Loader{tokens: tokenSlice[E](toks), b: B, t: T, shuffle: shuffle, seed: seed}
 	if shuffle {
-		l.perm = make([]int, (len(tokens)-1)/T)
+		l.perm = make([]int, (len(toks)-1)/T)
 		l.permute()
 	}
 	return l, nil
@@ -232,9 +283,9 @@ func (l *Loader) Next(inputs, targets []int32) {
 		panic(fmt.Sprintf("data: Loader.Next: need %d inputs and targets, got %d and %d", bt, len(inputs), len(targets)))
 	}
 	if !l.shuffle {
-		fill(inputs[:bt], targets[:bt], l.tokens[l.pos:l.pos+bt+1])
+		l.tokens.fill(inputs[:bt], targets[:bt], l.pos)
 		l.pos += bt
-		if l.pos+bt+1 > len(l.tokens) {
+		if l.pos+bt+1 > l.tokens.len() {
 			l.pos = 0
 			l.epoch++
 		}
@@ -242,21 +293,13 @@ func (l *Loader) Next(inputs, targets []int32) {
 	}
 	for b := range l.b {
 		off := l.perm[l.pos+b] * l.t
-		fill(inputs[b*l.t:(b+1)*l.t], targets[b*l.t:(b+1)*l.t], l.tokens[off:off+l.t+1])
+		l.tokens.fill(inputs[b*l.t:(b+1)*l.t], targets[b*l.t:(b+1)*l.t], off)
 	}
 	l.pos += l.b
 	if l.pos+l.b > len(l.perm) {
 		l.pos = 0
 		l.epoch++
 		l.permute()
-	}
-}
-
-// fill copies window[:len(in)] to in and window[1:] to tg.
-func fill(in, tg []int32, window []uint16) {
-	for i := range in {
-		in[i] = int32(window[i])
-		tg[i] = int32(window[i+1])
 	}
 }
 
@@ -284,7 +327,7 @@ func (l *Loader) State() LoaderState {
 		Seed:    l.seed,
 		B:       l.b,
 		T:       l.t,
-		Tokens:  len(l.tokens),
+		Tokens:  l.tokens.len(),
 	}
 }
 
@@ -312,8 +355,8 @@ func (l *Loader) Restore(s LoaderState) error {
 		if s.Pos < 0 || s.Pos+l.b > len(l.perm) {
 			return fmt.Errorf("data: restoring loader: window index %d out of range [0, %d]", s.Pos, len(l.perm)-l.b)
 		}
-	} else if s.Pos < 0 || s.Pos+l.b*l.t+1 > len(l.tokens) {
-		return fmt.Errorf("data: restoring loader: position %d out of range [0, %d]", s.Pos, len(l.tokens)-l.b*l.t-1)
+	} else if s.Pos < 0 || s.Pos+l.b*l.t+1 > l.tokens.len() {
+		return fmt.Errorf("data: restoring loader: position %d out of range [0, %d]", s.Pos, l.tokens.len()-l.b*l.t-1)
 	}
 	epochChanged := s.Epoch != l.epoch
 	l.epoch, l.pos = s.Epoch, s.Pos

@@ -388,6 +388,39 @@ func TestLoadNoShards(t *testing.T) {
 	}
 }
 
+// TestLoad32: LoadOf reads 16-bit and 32-bit shards alike, in name order;
+// CheckVocab names byte offsets by each shard's width; a Loader serves
+// 32-bit tokens as it does 16-bit ones.
+func TestLoad32(t *testing.T) {
+	dir := t.TempDir()
+	if err := WriteShard(filepath.Join(dir, "a.bin"), []uint16{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteShard(filepath.Join(dir, "b.bin"), []uint32{100000, 128255, 7}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadOf[uint32](dir)
+	if want := []uint32{1, 2, 3, 100000, 128255, 7}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("LoadOf[uint32] = %v, %v; want %v", got, err, want)
+	}
+	err = CheckVocab(dir, got, 128000)
+	if want := filepath.Join(dir, "b.bin") + ": token 128255 at byte offset 1028 "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("CheckVocab: %v, want an error starting %q", err, want)
+	}
+	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "token 100000 at byte offset 1024 does not fit 16 bits") {
+		t.Errorf("Load (16-bit) of a shard with token 100000: %v", err)
+	}
+	l, err := NewLoader(got, 1, 4, false, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, tg := make([]int32, 4), make([]int32, 4)
+	l.Next(in, tg)
+	if !slices.Equal(in, []int32{1, 2, 3, 100000}) || !slices.Equal(tg, []int32{2, 3, 100000, 128255}) {
+		t.Errorf("batch %v → %v", in, tg)
+	}
+}
+
 func TestCheckVocab(t *testing.T) {
 	dir := t.TempDir()
 	a, b := []uint16{1, 2, 3}, []uint16{4, 5, 6, 7}

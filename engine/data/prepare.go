@@ -43,13 +43,17 @@ type PrepareOptions struct {
 	// Workers is the number of goroutines that tokenize in parallel.
 	// 0 means runtime.GOMAXPROCS(0). The output does not depend on it.
 	Workers int
+	// Tokenizer encodes the documents; nil means GPT-2's built-in
+	// tokenizer. Its vocabulary decides the shards' token width: 16 bits
+	// up to 65,536 tokens, 32 bits above.
+	Tokenizer *Tokenizer
 }
 
 // PrepareStats summarizes a [Prepare] run.
 type PrepareStats struct {
 	Files     int   // input files read
 	Documents int   // documents tokenized
-	Tokens    int   // tokens written, including one EOT per document
+	Tokens    int   // tokens written, including one separator per document
 	Shards    int   // shard files written
 	Bytes     int64 // bytes of input read
 }
@@ -64,10 +68,14 @@ type PrepareStats struct {
 // file holds one document per line, the string in the line's "text"
 // field; blank lines are skipped, and a line that is not a JSON object
 // with a string "text" field stops Prepare with a [*FormatError] naming
-// the file and line. Invalid UTF-8 in a document is tokenized as U+FFFD.
+// the file and line. Invalid UTF-8 in a document is tokenized as U+FFFD
+// by GPT-2's built-in tokenizer, and as its bytes by a tokenizer.json.
 //
 // Files are processed in sorted path order and every document is written
-// as EOT followed by its tokens, so the output depends only on the input
+// as the tokenizer's document separator (GPT-2's EOT, Llama 3's
+// <|begin_of_text|>; see [LoadTokenizer]) followed by its tokens, in
+// shards of 16-bit tokens when the vocabulary fits them and 32-bit tokens
+// otherwise (see [WriteShard]), so the output depends only on the input
 // files, never on Workers or timing. Shards are named
 // <prefix>_000000.bin, <prefix>_000001.bin, ... and hold at most
 // ShardTokens tokens each.
@@ -103,9 +111,15 @@ func Prepare(ctx context.Context, inputs []string, outDir string, opts PrepareOp
 	if len(files) == 0 {
 		return stats, fmt.Errorf("data: no .txt or .jsonl files found in %s", strings.Join(inputs, ", "))
 	}
-	tok, err := NewTokenizer()
-	if err != nil {
-		return stats, err
+	tok := opts.Tokenizer
+	if tok == nil {
+		var err error
+		if tok, err = NewTokenizer(); err != nil {
+			return stats, err
+		}
+	}
+	if tok.sep < 0 {
+		return stats, badinput.Wrap(errors.New("data: the tokenizer names no document separator: its tokenizer.json has neither a post_processor TemplateProcessing that puts a special token before a document nor an <|endoftext|> special token"))
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return stats, fmt.Errorf("data: creating output directory: %w", err)
@@ -114,7 +128,11 @@ func Prepare(ctx context.Context, inputs []string, outDir string, opts PrepareOp
 	p := &preparer{
 		outDir: outDir,
 		opts:   opts,
+		width:  2,
 		prog:   newProgress(opts.Progress, total),
+	}
+	if tok.VocabSize() > 1<<16 {
+		p.width = 4
 	}
 	if err := p.run(ctx, tok, files); err != nil {
 		p.discard()
@@ -238,26 +256,30 @@ type chunk struct {
 // splitDoc for why this does not change the tokens.
 type segment struct {
 	text  string
-	first bool // the segment starts a document and is preceded by EOT
+	first bool // the segment starts a document and is preceded by the separator
 }
 
 // segmentBytes is the size beyond which a document is cut into segments.
 const segmentBytes = 1 << 20
 
 // splitDoc cuts doc into segments of at least size bytes (the last may be
-// shorter) whose tokens, concatenated, equal the tokens of doc.
+// shorter) whose tokens, concatenated, equal the tokens of doc; size 0
+// leaves doc whole.
 //
-// GPT-2's pre-tokenizer splits text into pieces before applying BPE, and
-// BPE never merges across pieces. A newline between two printable ASCII
-// characters other than space is always a piece of its own: no piece
-// pattern matches a newline together with a letter, digit or punctuation
-// mark, and a whitespace run cannot extend over the non-space neighbours.
-// Cutting right after such a newline therefore ends one piece and starts
-// the next, exactly as in the uncut text. Where no such newline exists the
-// document stays whole.
+// GPT-2's and Llama 3's pre-tokenizers split text into pieces before
+// applying BPE, and BPE never merges across pieces. A piece never goes on
+// past a newline that sits between two printable ASCII characters other
+// than space: no piece pattern matches a newline followed by a letter,
+// digit or punctuation mark (Llama 3's ends a run of punctuation with the
+// newlines after it, GPT-2's makes the newline a piece of its own), and a
+// whitespace run cannot extend over the non-space neighbours. Cutting
+// right after such a newline therefore ends one piece and starts the next,
+// exactly as in the uncut text. Where no such newline exists the document
+// stays whole. [Tokenizer.cutSafe] says when a tokenizer.json adds nothing
+// that breaks this.
 func splitDoc(doc string, size int) []string {
 	var segs []string
-	for len(doc) > size {
+	for size > 0 && len(doc) > size {
 		cut := safeCut(doc, size)
 		if cut < 0 {
 			break
@@ -289,7 +311,7 @@ func safeCut(s string, from int) int {
 // encoded is a tokenized chunk.
 type encoded struct {
 	chunk
-	tokens []uint16
+	tokens []uint32
 }
 
 // Chunks are cut once they hold this much text or this many documents,
@@ -305,6 +327,7 @@ type preparer struct {
 	opts    PrepareOptions
 	prog    *progress
 	stats   PrepareStats
+	width   int            // bytes per token in the shards: 2 or 4
 	cur     *shardWriter   // shard being filled, or nil
 	written []*shardWriter // finished shards awaiting rename
 }
@@ -324,7 +347,11 @@ func (p *preparer) run(ctx context.Context, tok *Tokenizer, files []inputFile) e
 	var readErr error
 	go func() {
 		defer close(jobs)
-		readErr = readInputs(ctx, files, jobs, tickets)
+		seg := segmentBytes
+		if !tok.cutSafe() {
+			seg = 0
+		}
+		readErr = readInputs(ctx, files, seg, jobs, tickets)
 	}()
 	var wg sync.WaitGroup
 	for range p.opts.Workers {
@@ -335,16 +362,16 @@ func (p *preparer) run(ctx context.Context, tok *Tokenizer, files []inputFile) e
 				if ctx.Err() != nil {
 					continue // drain so the reader can finish
 				}
-				var toks []uint16
+				var toks []uint32
 				if c.text > 0 || c.docs > 0 {
-					toks = make([]uint16, 0, c.text/3+c.docs)
+					toks = make([]uint32, 0, c.text/3+c.docs)
 				}
 				for _, sg := range c.segs {
 					if sg.first {
-						toks = append(toks, EOT)
+						toks = append(toks, uint32(tok.sep))
 					}
 					for _, id := range tok.Encode(sg.text) {
-						toks = append(toks, uint16(id))
+						toks = append(toks, uint32(id))
 					}
 				}
 				select {
@@ -414,14 +441,14 @@ func (p *preparer) consume(e encoded) error {
 	toks := e.tokens
 	for len(toks) > 0 {
 		if p.cur == nil {
-			w, err := newShardWriter(p.shardPath(len(p.written)))
+			w, err := newShardWriter(p.shardPath(len(p.written)), p.width)
 			if err != nil {
 				return err
 			}
 			p.cur = w
 		}
 		k := min(len(toks), p.opts.ShardTokens-int(p.cur.n))
-		if err := p.cur.write(toks[:k]); err != nil {
+		if err := writeTokens(p.cur, toks[:k]); err != nil {
 			return err
 		}
 		toks = toks[k:]
@@ -500,6 +527,7 @@ func (p *preparer) discard() {
 // taking a ticket for each so that only a bounded number is in flight.
 type chunker struct {
 	ctx     context.Context
+	seg     int // segmentBytes, or 0 when documents must stay whole
 	jobs    chan<- chunk
 	tickets chan struct{}
 	c       chunk
@@ -526,7 +554,7 @@ func (k *chunker) send() error {
 // so that progress moves within one large file.
 func (k *chunker) addDoc(doc string, n int64) error {
 	k.c.docs++
-	for i, seg := range splitDoc(doc, segmentBytes) {
+	for i, seg := range splitDoc(doc, k.seg) {
 		if i > 0 {
 			if err := k.send(); err != nil {
 				return err
@@ -547,8 +575,8 @@ func (k *chunker) addDoc(doc string, n int64) error {
 
 // readInputs reads files in order and sends their documents, in chunks,
 // on jobs.
-func readInputs(ctx context.Context, files []inputFile, jobs chan<- chunk, tickets chan struct{}) error {
-	k := &chunker{ctx: ctx, jobs: jobs, tickets: tickets}
+func readInputs(ctx context.Context, files []inputFile, seg int, jobs chan<- chunk, tickets chan struct{}) error {
+	k := &chunker{ctx: ctx, seg: seg, jobs: jobs, tickets: tickets}
 	for _, f := range files {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -3,6 +3,8 @@ package data
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gptui/gptui/badinput"
 )
 
 // writeFiles creates the named files, with their parent directories, in
@@ -380,7 +384,7 @@ func TestProgressWithinAFile(t *testing.T) {
 	}
 	jobs := make(chan chunk, 16)
 	tickets := make(chan struct{}, 16)
-	k := &chunker{ctx: context.Background(), jobs: jobs, tickets: tickets}
+	k := &chunker{ctx: context.Background(), seg: segmentBytes, jobs: jobs, tickets: tickets}
 	if err := readText(path, k); err != nil {
 		t.Fatal(err)
 	}
@@ -402,5 +406,75 @@ func TestProgressWithinAFile(t *testing.T) {
 	}
 	if sum+k.c.bytes != int64(len(doc)) {
 		t.Errorf("the chunks carry %d + %d bytes of a %d-byte file", sum, k.c.bytes, len(doc))
+	}
+}
+
+// TestPrepareTokenizerJSON: Prepare with a tokenizer.json written from
+// GPT-2's data writes the very shards the built-in tokenizer writes; with
+// a Llama-3-style one of 100,277 tokens it writes 32-bit shards, each
+// document after <|begin_of_text|>, that LoadOf reads back. A document
+// longer than a segment, cut for the workers, tokenizes as a whole.
+func TestPrepareTokenizerJSON(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, corpusFiles)
+	long := shakespeare(t) // over segmentBytes: cut in two for the workers
+	writeFiles(t, dir, map[string]string{"in/long.txt": long})
+	inputs := []string{filepath.Join(dir, "in"), filepath.Join(dir, "extra", "explicit.jsonl")}
+	docs := slices.Insert(slices.Clone(corpusDocs), 3, long) // in/long.txt sorts after in/b.txt
+
+	b, _ := gpt2JSON()
+	gpt2, _ := loadJSON(t, b)
+	builtinOut, jsonOut := filepath.Join(dir, "builtin"), filepath.Join(dir, "gpt2json")
+	if _, err := Prepare(context.Background(), inputs, builtinOut, PrepareOptions{ShardTokens: 50_000}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Prepare(context.Background(), inputs, jsonOut, PrepareOptions{ShardTokens: 50_000, Tokenizer: gpt2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Documents != len(docs) || st.Shards < 2 {
+		t.Errorf("stats %+v: want %d documents in several shards", st, len(docs))
+	}
+	for _, name := range shardNames(t, builtinOut) {
+		a, _ := os.ReadFile(filepath.Join(builtinOut, name))
+		b, err := os.ReadFile(filepath.Join(jsonOut, name))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("%s differs between the built-in tokenizer and its tokenizer.json (%v)", name, err)
+		}
+	}
+
+	llama, _ := loadJSON(t, cl100kJSON())
+	out := filepath.Join(dir, "llama")
+	if _, err := Prepare(context.Background(), inputs, out, PrepareOptions{Tokenizer: llama}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "data_000000.bin"))
+	if err != nil || len(raw) < 8 || binary.LittleEndian.Uint32(raw) != ShardMagic32 || binary.LittleEndian.Uint32(raw[4:]) != ShardVersion32 {
+		t.Fatalf("the shard of a 100,277-token vocabulary does not have the 32-bit header (%v)", err)
+	}
+	got, err := LoadOf[uint32](out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint32
+	for _, d := range docs {
+		want = append(want, 100264)
+		for _, id := range llama.Encode(d) {
+			want = append(want, uint32(id))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("32-bit shards hold %d tokens, want %d: each document as <|begin_of_text|> and its tokens", len(got), len(want))
+	}
+
+	// A tokenizer without a separator cannot prepare.
+	var doc map[string]any
+	json.Unmarshal(tinyJSON(), &doc)
+	doc["post_processor"] = nil
+	b, _ = json.Marshal(doc)
+	nosep, _ := loadJSON(t, b)
+	_, err = Prepare(context.Background(), inputs, filepath.Join(dir, "nosep"), PrepareOptions{Tokenizer: nosep})
+	if err == nil || !strings.Contains(err.Error(), "no document separator") || !errors.Is(err, badinput.Err) {
+		t.Errorf("Prepare with no separator: %v", err)
 	}
 }

@@ -13,17 +13,38 @@ import (
 )
 
 // Shard format constants. A shard is a header of HeaderInts little-endian
-// int32 values followed by the tokens as little-endian uint16 values. The
-// header holds ShardMagic at index 0, ShardVersion at index 1 and the
-// number of tokens at index 2; the remaining entries are reserved and
-// written as zero. This is the format of llm.c's fineweb/tinyshakespeare
-// preprocessing scripts, so shards are interchangeable with llm.c.
+// int32 values followed by the tokens as little-endian unsigned integers.
+// The header holds a magic number at index 0, the version at index 1 and
+// the number of tokens at index 2; the remaining entries are reserved and
+// written as zero. The magic and version say how wide a token is:
+//
+//   - ShardMagic, ShardVersion: 16-bit tokens, for vocabularies of up to
+//     65,536 tokens such as GPT-2's (llm.c's "gpt-2" shards);
+//   - ShardMagic32, ShardVersion32: 32-bit tokens, for larger vocabularies
+//     such as Llama 3's 128,256 (llm.c's "llama-3" shards).
+//
+// These are the formats of llm.c's data preprocessing scripts, so shards
+// are interchangeable with llm.c.
 const (
-	ShardMagic   = 20240520
-	ShardVersion = 1
-	HeaderInts   = 256
-	HeaderBytes  = HeaderInts * 4
+	ShardMagic     = 20240520
+	ShardVersion   = 1
+	ShardMagic32   = 20240801
+	ShardVersion32 = 7
+	HeaderInts     = 256
+	HeaderBytes    = HeaderInts * 4
 )
+
+// Token is the type of a token in memory: uint16 holds the ids of
+// vocabularies of up to 65,536 tokens, uint32 any.
+type Token interface{ ~uint16 | ~uint32 }
+
+// tokenWidth is the size in bytes of a T.
+func tokenWidth[T Token]() int {
+	if v := uint32(1 << 16); uint32(T(v)) != v {
+		return 2
+	}
+	return 4
+}
 
 // prepareHint is appended to format errors: a damaged or foreign shard is
 // fixed by regenerating it.
@@ -68,36 +89,43 @@ func formatErrorf(file, format string, args ...any) *FormatError {
 }
 
 // checkHeader validates the shard header in h (HeaderBytes long) against
-// size, the total length of the file in bytes, and returns the token count.
-func checkHeader(name string, h []byte, size int64) (int, error) {
+// size, the total length of the file in bytes, and returns the token
+// count and the width of a token in bytes.
+func checkHeader(name string, h []byte, size int64) (n, width int, err error) {
 	magic := int32(binary.LittleEndian.Uint32(h[0:]))
 	version := int32(binary.LittleEndian.Uint32(h[4:]))
 	ntok := int32(binary.LittleEndian.Uint32(h[8:]))
-	if magic != ShardMagic {
-		return 0, formatErrorf(name, "bad magic number %d (want %d): not a token shard; %s",
-			magic, ShardMagic, prepareHint)
+	var want int32
+	switch magic {
+	case ShardMagic:
+		want, width = ShardVersion, 2
+	case ShardMagic32:
+		want, width = ShardVersion32, 4
+	default:
+		return 0, 0, formatErrorf(name, "bad magic number %d (want %d, or %d for 32-bit tokens): not a token shard; %s",
+			magic, ShardMagic, ShardMagic32, prepareHint)
 	}
-	if version != ShardVersion {
-		return 0, formatErrorf(name, "unsupported shard version %d (want %d); %s",
-			version, ShardVersion, prepareHint)
+	if version != want {
+		return 0, 0, formatErrorf(name, "unsupported shard version %d (want %d after magic %d); %s",
+			version, want, magic, prepareHint)
 	}
 	if ntok <= 0 {
-		return 0, formatErrorf(name, "header says %d tokens: the shard holds no data; %s", ntok, prepareHint)
+		return 0, 0, formatErrorf(name, "header says %d tokens: the shard holds no data; %s", ntok, prepareHint)
 	}
 	payload := size - HeaderBytes
-	if payload%2 != 0 {
-		return 0, formatErrorf(name, "truncated: header says %d tokens but the file holds %d bytes of tokens, "+
-			"not a whole number of 2-byte tokens; %s", ntok, payload, prepareHint)
+	if payload%int64(width) != 0 {
+		return 0, 0, formatErrorf(name, "truncated: header says %d tokens but the file holds %d bytes of tokens, "+
+			"not a whole number of %d-byte tokens; %s", ntok, payload, width, prepareHint)
 	}
-	if have := payload / 2; have != int64(ntok) {
+	if have := payload / int64(width); have != int64(ntok) {
 		what := "truncated"
 		if have > int64(ntok) {
 			what = "trailing data"
 		}
-		return 0, formatErrorf(name, "%s: header says %d tokens but the file holds %d; %s",
+		return 0, 0, formatErrorf(name, "%s: header says %d tokens but the file holds %d; %s",
 			what, ntok, have, prepareHint)
 	}
-	return int(ntok), nil
+	return int(ntok), width, nil
 }
 
 // checkSize rejects files too short to hold a header.
@@ -112,18 +140,35 @@ func checkSize(name string, size int64) error {
 	return nil
 }
 
-// decodeTokens fills dst from the little-endian uint16 values in src.
-func decodeTokens(dst []uint16, src []byte) {
-	for i := range dst {
-		dst[i] = binary.LittleEndian.Uint16(src[2*i:])
+// decodeTokens fills dst from the little-endian tokens of the given width
+// in src, and returns the index in dst of the first token that does not
+// fit a T, or -1.
+func decodeTokens[T Token](dst []T, src []byte, width int) int {
+	if width == 2 {
+		for i := range dst {
+			dst[i] = T(binary.LittleEndian.Uint16(src[2*i:]))
+		}
+		return -1
 	}
+	for i := range dst {
+		v := binary.LittleEndian.Uint32(src[4*i:])
+		if uint32(T(v)) != v {
+			return i
+		}
+		dst[i] = T(v)
+	}
+	return -1
 }
 
-// ReadShard reads the shard at path. Malformed input yields a *FormatError
-// that says what is wrong: a missing or short header, bad magic, an
-// unsupported version, a token count that disagrees with the file length,
-// or no tokens at all. I/O problems are returned wrapped.
-func ReadShard(path string) ([]uint16, error) {
+// ReadShard reads the shard at path as 16-bit tokens: see [ReadShardOf].
+func ReadShard(path string) ([]uint16, error) { return ReadShardOf[uint16](path) }
+
+// ReadShardOf reads the shard at path, of either token width, into
+// tokens of type T. Malformed input yields a *FormatError that says what
+// is wrong: a missing or short header, bad magic, an unsupported version,
+// a token count that disagrees with the file length, no tokens at all, or
+// a 32-bit token too large for T. I/O problems are returned wrapped.
+func ReadShardOf[T Token](path string) ([]T, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: reading shard: %w", err)
@@ -141,39 +186,46 @@ func ReadShard(path string) ([]uint16, error) {
 	if _, err := io.ReadFull(f, h[:]); err != nil {
 		return nil, fmt.Errorf("data: reading shard %s: %w", path, err)
 	}
-	n, err := checkHeader(path, h[:], size)
+	n, width, err := checkHeader(path, h[:], size)
 	if err != nil {
 		return nil, err
 	}
 	// Decode in bounded chunks so a large shard costs its tokens in memory,
-	// not its tokens plus a second copy of its bytes.
-	tokens := make([]uint16, n)
+	// not its tokens plus a second copy of its bytes. The header's count
+	// has been checked against the file's size, so it is what the file
+	// holds, not what a header claims.
+	tokens := make([]T, n)
 	buf := make([]byte, 1<<20)
 	for done := 0; done < n; {
-		k := min(n-done, len(buf)/2)
-		if _, err := io.ReadFull(f, buf[:2*k]); err != nil {
+		k := min(n-done, len(buf)/width)
+		if _, err := io.ReadFull(f, buf[:width*k]); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				return nil, formatErrorf(path, "truncated while reading: header says %d tokens, "+
 					"file ended after %d; %s", n, done, prepareHint)
 			}
 			return nil, fmt.Errorf("data: reading shard %s: %w", path, err)
 		}
-		decodeTokens(tokens[done:done+k], buf[:2*k])
+		if i := decodeTokens(tokens[done:done+k], buf[:width*k], width); i >= 0 {
+			j := done + i
+			return nil, formatErrorf(path, "token %d at byte offset %d does not fit %d bits: the shard is for a vocabulary above 65,536 tokens, which this model does not read",
+				binary.LittleEndian.Uint32(buf[width*i:]), HeaderBytes+int64(width)*int64(j), 8*tokenWidth[T]())
+		}
 		done += k
 	}
 	return tokens, nil
 }
 
-// WriteShard writes tokens to path as a shard. It writes a temporary file
-// in the same directory and renames it into place, so readers never see a
-// partial shard. tokens must be non-empty and hold at most math.MaxInt32
-// tokens, the most the header can describe.
-func WriteShard(path string, tokens []uint16) error {
-	w, err := newShardWriter(path)
+// WriteShard writes tokens to path as a shard of T's width: 16-bit tokens
+// (ShardMagic) for []uint16, 32-bit tokens (ShardMagic32) for []uint32.
+// It writes a temporary file in the same directory and renames it into
+// place, so readers never see a partial shard. tokens must be non-empty
+// and hold at most math.MaxInt32 tokens, the most the header can describe.
+func WriteShard[T Token](path string, tokens []T) error {
+	w, err := newShardWriter(path, tokenWidth[T]())
 	if err != nil {
 		return err
 	}
-	if err := w.write(tokens); err != nil {
+	if err := writeTokens(w, tokens); err != nil {
 		w.abort()
 		return err
 	}
@@ -190,16 +242,17 @@ func WriteShard(path string, tokens []uint16) error {
 // shardWriter streams tokens into a temporary shard file next to its final
 // path. finish fills in the header, and the caller renames tmp to path.
 type shardWriter struct {
-	path string // final path
-	tmp  string // temporary file being written
-	f    *os.File
-	n    int64  // tokens written
-	buf  []byte // encoding scratch space
+	path  string // final path
+	tmp   string // temporary file being written
+	width int    // bytes per token: 2 or 4
+	f     *os.File
+	n     int64  // tokens written
+	buf   []byte // encoding scratch space
 }
 
-// newShardWriter creates the temporary file for a shard bound for path and
-// writes a placeholder header.
-func newShardWriter(path string) (*shardWriter, error) {
+// newShardWriter creates the temporary file for a shard of width-byte
+// tokens bound for path and writes a placeholder header.
+func newShardWriter(path string, width int) (*shardWriter, error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -208,7 +261,7 @@ func newShardWriter(path string) (*shardWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data: writing shard: %w", err)
 	}
-	w := &shardWriter{path: path, tmp: f.Name(), f: f, buf: make([]byte, 1<<20)}
+	w := &shardWriter{path: path, tmp: f.Name(), width: width, f: f, buf: make([]byte, 1<<20)}
 	if _, err := f.Write(make([]byte, HeaderBytes)); err != nil {
 		w.abort()
 		return nil, fmt.Errorf("data: writing shard %s: %w", path, err)
@@ -216,17 +269,25 @@ func newShardWriter(path string) (*shardWriter, error) {
 	return w, nil
 }
 
-// write appends tokens to the shard.
-func (w *shardWriter) write(tokens []uint16) error {
+// writeTokens appends tokens to the shard. A token too large for the
+// shard's width is an error.
+func writeTokens[T Token](w *shardWriter, tokens []T) error {
 	if w.n+int64(len(tokens)) > math.MaxInt32 {
 		return fmt.Errorf("data: writing shard %s: more than %d tokens do not fit the header", w.path, math.MaxInt32)
 	}
 	for len(tokens) > 0 {
-		k := min(len(tokens), len(w.buf)/2)
+		k := min(len(tokens), len(w.buf)/w.width)
 		for i, t := range tokens[:k] {
-			binary.LittleEndian.PutUint16(w.buf[2*i:], t)
+			if w.width == 4 {
+				binary.LittleEndian.PutUint32(w.buf[4*i:], uint32(t))
+				continue
+			}
+			if uint32(t) > math.MaxUint16 {
+				return fmt.Errorf("data: writing shard %s: token %d does not fit a 16-bit shard", w.path, uint32(t))
+			}
+			binary.LittleEndian.PutUint16(w.buf[2*i:], uint16(t))
 		}
-		if _, err := w.f.Write(w.buf[:2*k]); err != nil {
+		if _, err := w.f.Write(w.buf[:w.width*k]); err != nil {
 			return fmt.Errorf("data: writing shard %s: %w", w.path, err)
 		}
 		w.n += int64(k)
@@ -243,8 +304,12 @@ func (w *shardWriter) finish() error {
 		return fmt.Errorf("data: writing shard %s: no tokens to write", w.path)
 	}
 	var h [HeaderBytes]byte
-	binary.LittleEndian.PutUint32(h[0:], ShardMagic)
-	binary.LittleEndian.PutUint32(h[4:], ShardVersion)
+	magic, version := uint32(ShardMagic), uint32(ShardVersion)
+	if w.width == 4 {
+		magic, version = ShardMagic32, ShardVersion32
+	}
+	binary.LittleEndian.PutUint32(h[0:], magic)
+	binary.LittleEndian.PutUint32(h[4:], version)
 	binary.LittleEndian.PutUint32(h[8:], uint32(w.n))
 	_, err := w.f.WriteAt(h[:], 0)
 	if err == nil {

@@ -3,6 +3,7 @@ package data
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,18 @@ func rawShard(magic, version, ntok int32, tokens []uint16) []byte {
 	binary.LittleEndian.PutUint32(b[8:], uint32(ntok))
 	for i, t := range tokens {
 		binary.LittleEndian.PutUint16(b[HeaderBytes+2*i:], t)
+	}
+	return b
+}
+
+// rawShard32 builds a shard of 32-bit tokens by hand.
+func rawShard32(magic, version, ntok int32, tokens []uint32) []byte {
+	b := make([]byte, HeaderBytes+4*len(tokens))
+	binary.LittleEndian.PutUint32(b[0:], uint32(magic))
+	binary.LittleEndian.PutUint32(b[4:], uint32(version))
+	binary.LittleEndian.PutUint32(b[8:], uint32(ntok))
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(b[HeaderBytes+4*i:], t)
 	}
 	return b
 }
@@ -73,9 +86,62 @@ func TestShardRoundTrip(t *testing.T) {
 	}
 }
 
+// TestShard32RoundTrip: []uint32 tokens make a shard of llm.c's llama-3
+// layout (magic 20240801, version 7, 32-bit tokens), read back whole as
+// uint32 and, when every token fits, as uint16; a token above 65,535
+// refuses to be read as uint16, naming its byte offset, or written into a
+// 16-bit shard.
+func TestShard32RoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.bin")
+	want := make([]uint32, 1<<18+5) // spans several read chunks
+	for i := range want {
+		want[i] = uint32(i*7919+3) % 128256
+	}
+	if err := WriteShard(path, want); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b, rawShard32(ShardMagic32, ShardVersion32, int32(len(want)), want)) {
+		t.Fatal("file bytes differ from llm.c's llama-3 layout")
+	}
+	if got, err := ReadShardOf[uint32](path); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ReadShardOf[uint32] = %d tokens, %v; want what was written", len(got), err)
+	}
+	first := slices.IndexFunc(want, func(v uint32) bool { return v > 0xffff })
+	_, err = ReadShard(path)
+	var fe *FormatError
+	if !errors.As(err, &fe) || fe.File != path || !strings.Contains(err.Error(),
+		fmt.Sprintf("token %d at byte offset %d does not fit 16 bits", want[first], HeaderBytes+4*first)) {
+		t.Errorf("ReadShard of 32-bit tokens above 65,535: %v", err)
+	}
+	small := []uint32{0, 1, 65535}
+	if err := WriteShard(path, small); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ReadShard(path); err != nil || !slices.Equal(got, []uint16{0, 1, 65535}) {
+		t.Errorf("ReadShard of small 32-bit tokens = %v, %v", got, err)
+	}
+	// The 16-bit writer refuses what it cannot hold.
+	w, err := newShardWriter(filepath.Join(dir, "n.bin"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeTokens(w, []uint32{1, 70000}); err == nil || !strings.Contains(err.Error(), "token 70000 does not fit") {
+		t.Errorf("writing 70000 into a 16-bit shard: %v", err)
+	}
+	w.abort()
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want just s.bin", len(entries))
+	}
+}
+
 func TestWriteShardErrors(t *testing.T) {
 	dir := t.TempDir()
-	if err := WriteShard(filepath.Join(dir, "empty.bin"), nil); err == nil {
+	if err := WriteShard[uint16](filepath.Join(dir, "empty.bin"), nil); err == nil {
 		t.Error("WriteShard(no tokens) succeeded")
 	}
 	if err := WriteShard(filepath.Join(dir, "missing", "x.bin"), []uint16{1}); err == nil {
@@ -103,6 +169,10 @@ func TestShardFormatErrors(t *testing.T) {
 		{"zero tokens", rawShard(ShardMagic, ShardVersion, 0, nil), []string{"header says 0 tokens"}},
 		{"negative count", rawShard(ShardMagic, ShardVersion, -5, nil), []string{"header says -5 tokens"}},
 		{"header only", rawShard(ShardMagic, ShardVersion, 10, nil), []string{"truncated", "holds 0"}},
+		{"32-bit version", rawShard32(ShardMagic32, 1, 2, []uint32{1, 2}), []string{"unsupported shard version 1 (want 7 after magic 20240801)"}},
+		{"16-bit version 7", rawShard(ShardMagic, ShardVersion32, 2, []uint16{1, 2}), []string{"unsupported shard version 7 (want 1 after magic 20240520)"}},
+		{"32-bit truncated", rawShard32(ShardMagic32, ShardVersion32, 3, []uint32{1, 2}), []string{"truncated", "header says 3 tokens but the file holds 2"}},
+		{"32-bit part token", rawShard32(ShardMagic32, ShardVersion32, 2, []uint32{1, 2})[:HeaderBytes+6], []string{"not a whole number of 4-byte tokens"}},
 	}
 	dir := t.TempDir()
 	for _, tt := range tests {
@@ -168,6 +238,8 @@ func FuzzReadShard(f *testing.F) {
 	f.Add(rawShard(ShardMagic, ShardVersion, 4, []uint16{1, 2, 3}))
 	f.Add(rawShard(ShardMagic, 2, 1, []uint16{9}))
 	f.Add(rawShard(1, 1, 1, []uint16{9}))
+	f.Add(rawShard32(ShardMagic32, ShardVersion32, 2, []uint32{1, 1 << 20}))
+	f.Add(rawShard32(ShardMagic32, ShardVersion32, 2, []uint32{1, 2}))
 	f.Add([]byte{})
 	f.Add([]byte("not a shard"))
 	path := filepath.Join(f.TempDir(), "fuzz.bin")
@@ -186,11 +258,19 @@ func FuzzReadShard(f *testing.F) {
 			}
 			return
 		}
-		// Success means the input is exactly a well-formed shard.
-		if len(tokens) == 0 || len(b) != HeaderBytes+2*len(tokens) {
+		// Success means the input is exactly a well-formed shard, of
+		// 16-bit tokens or of 32-bit ones that fit 16 bits.
+		want := rawShard(ShardMagic, ShardVersion, int32(len(tokens)), tokens)
+		if binary.LittleEndian.Uint32(b) == ShardMagic32 {
+			wide := make([]uint32, len(tokens))
+			for i, v := range tokens {
+				wide[i] = uint32(v)
+			}
+			want = rawShard32(ShardMagic32, ShardVersion32, int32(len(tokens)), wide)
+		}
+		if len(tokens) == 0 || len(b) != len(want) {
 			t.Fatalf("accepted %d bytes as %d tokens", len(b), len(tokens))
 		}
-		want := rawShard(ShardMagic, ShardVersion, int32(len(tokens)), tokens)
 		if !slices.Equal(b[:12], want[:12]) || !slices.Equal(b[HeaderBytes:], want[HeaderBytes:]) {
 			t.Fatalf("decoded tokens do not re-encode to the input")
 		}
