@@ -232,7 +232,7 @@ func describeProbe(p *event.Probe) string {
 func dataPaths(o Options) []string {
 	c := o.Config
 	var ps []string
-	for _, p := range []string{c.Data.Train.Dataset.InputDir, c.Data.Eval.Dataset.InputDir, c.Model.InitFrom, c.Engine.SaveLoad.CkptDir} {
+	for _, p := range []string{c.Data.Train.Dataset.InputDir, c.Data.Eval.Dataset.InputDir, c.Data.Tokenizer, c.Model.InitFrom, c.Engine.SaveLoad.CkptDir} {
 		if p != "" && p != "auto" && !slices.Contains(ps, p) {
 			ps = append(ps, p)
 		}
