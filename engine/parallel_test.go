@@ -385,9 +385,10 @@ func parityDiff(r *rankRun, single *Trainer, sres *Result) string {
 //
 //   - the TCP fabric without its stream wait (World.Fabric(nil)): the ring
 //     reads gradients and activations the kernels have not written;
-//   - the inputs staged by an unordered host copy (pipeline.go's before it
-//     uploaded them): a micro-batch's tokens overwrite the previous one's
-//     while its EncoderBackward still has to read them.
+//   - the inputs staged by an unordered host copy (what the engine did
+//     before it uploaded them): a micro-batch's tokens overwrite the
+//     previous one's while its EncoderBackward (its evaluation's head,
+//     on a pipeline) still has to read them.
 func TestParityCatchesMissingSync(t *testing.T) {
 	noWait := func(_ int, w *comm.World) comm.Fabric { return w.Fabric(nil) }
 	for _, tc := range []struct {
@@ -401,9 +402,11 @@ func TestParityCatchesMissingSync(t *testing.T) {
 			rankOptions{backend: deferredBackend, fabric: noWait}, true},
 		{"fabric without stream wait, cpu", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"},
 			rankOptions{backend: cpuBackend, fabric: noWait}, false},
-		{"unordered input staging, deferred", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2"},
-			rankOptions{backend: func() kernels.Backend { return hostUploads{deferred.New(fixedPeak{cpu.New()})} }}, true},
-		{"ordered input staging, deferred", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2"},
+		{"unordered input staging, deferred, dp2", 2, []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=1"},
+			rankOptions{backend: hostUploadsBackend}, true},
+		{"unordered input staging, deferred, pp2", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2"},
+			rankOptions{backend: hostUploadsBackend}, true},
+		{"ordered input staging, deferred, pp2", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2"},
 			rankOptions{backend: deferredBackend}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -428,6 +431,8 @@ func TestParityCatchesMissingSync(t *testing.T) {
 // TestParityCatchesMissingSync: Upload is a host copy, unordered with the
 // kernels queued before it.
 type hostUploads struct{ *deferred.Backend }
+
+func hostUploadsBackend() kernels.Backend { return hostUploads{deferred.New(fixedPeak{cpu.New()})} }
 
 func (h hostUploads) Upload(dst, src any) {
 	switch d := dst.(type) {
