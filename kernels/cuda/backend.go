@@ -364,7 +364,9 @@ func (b *Backend) Free(x any) {
 // cuMemcpyHtoD, which runs on the legacy default stream and so after every
 // kernel queued on the backend's stream, and before those queued after it
 // (the stream is a blocking one): ordered as kernels.Memory asks, without
-// the host touching managed memory. It returns once the copy is done.
+// the host touching managed memory. It waits for the stream's kernels and
+// returns once src has been copied out, so src may be reused. (A pinned
+// staging buffer and cuMemcpyHtoDAsync would spare the wait.)
 func (b *Backend) Upload(dst, src any) {
 	d, s, n := hostCopy("Upload", dst, src)
 	if b.ok() && n > 0 {
