@@ -17,14 +17,10 @@ func (tr *Trainer) memory() Memory {
 		mem.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
 	}
 	if z := m.z3; z != nil {
-		// Stage 3 holds its shard, the outer tensors and one block.
-		most := 0
-		for i := 1; i < len(z.units); i++ {
-			most = max(most, z.unitSize(i))
-		}
-		work := int64(4 * (z.unitSize(0) + most))
-		mem.Params = int64(4*len(tr.dp.grads)) + work
-		mem.Grads = int64(4*len(tr.dp.grads)) + work
+		// Stage 3 holds its shard and the gather buffers of the outer
+		// tensors and of one block, and the same of the gradients.
+		mem.Params = int64(4 * z.resident())
+		mem.Grads = int64(4 * (len(z.grads) + len(z.gouter) + len(z.gblock)))
 	}
 	return mem
 }

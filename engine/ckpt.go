@@ -58,40 +58,49 @@ type saveJob struct {
 }
 
 // snapshot does Save's gathering: every rank calls it, and rank 0 gets
-// the checkpoint to write (the others nil). With private set, the parts
-// are copies in host memory that training does not touch, so they can be
-// written while it goes on.
+// the checkpoint to write (the others nil). The parts are copies in host
+// memory, downloaded from the backend once its kernels have finished (and
+// gathered from the sharding group's shards over the control plane), so
+// they can be written while training goes on; with private set, rank 0's
+// copies of its own part are buffers the next private snapshot reuses.
 func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJob, error) {
-	kernels.Sync(tr.be) // the last update may still be running
-	if z := tr.Model.z3; z != nil {
-		// Stage 3: the whole model for the writer, briefly.
-		err := z.gatherAll(ctx, tr.Model)
-		defer z.dropAll(tr.Model)
-		if err != nil {
+	m := tr.Model
+	// host returns the i-th host buffer of n elements: with private set,
+	// reused by the next private snapshot, which waits for this one's
+	// write first (memory touched once copies several times faster than
+	// fresh pages).
+	host := func(i, n int) []float32 {
+		if !private {
+			return make([]float32, n)
+		}
+		if len(tr.snap) != 3 {
+			tr.snap = make([][]float32, 3)
+		}
+		tr.snap[i] = slices.Grow(tr.snap[i][:0], n)[:n]
+		return tr.snap[i]
+	}
+	var params []float32
+	if m.z3 != nil {
+		// Stage 3: the part's parameters gathered from the shards.
+		var err error
+		if params, err = tr.fullParams(ctx); err != nil {
 			return nil, err
 		}
 	}
-	mo, vo, err := tr.fullMoments(ctx)
+	mo, vo, err := tr.fullMoments(ctx, host)
 	if err != nil {
 		return nil, err
 	}
 	if tr.topo.DataIndex() != 0 {
 		return nil, nil
 	}
-	m := tr.Model
-	held := [][]float32{m.Params[:m.NumParams()], mo, vo}
-	if private && (tr.model == nil || tr.topo.Rank == 0) {
-		// The copies are reused by the next save, which waits for this
-		// one's write first: memory touched once copies several times
-		// faster than fresh pages.
-		if len(tr.snap) != len(held) {
-			tr.snap = make([][]float32, len(held))
-		}
-		for i, b := range held {
-			tr.snap[i] = append(tr.snap[i][:0], b...)
-			held[i] = tr.snap[i]
+	if params == nil {
+		params = host(0, m.NumParams())
+		if err := kernels.Download(tr.be, params, m.Params[:m.NumParams()]); err != nil {
+			return nil, err
 		}
 	}
+	held := [][]float32{params, mo, vo}
 	if tr.model != nil && tr.topo.Rank != 0 {
 		for _, b := range held {
 			if err := tr.model.Send(ctx, b, 0); err != nil {
@@ -302,6 +311,12 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 	if err := compareShape(tr.Cfg, saved, c.Dir); err != nil {
 		return err
 	}
+	// This is setup, before any step: once the kernels queued so far (the
+	// copies of sharding's padding) have run, the host reads the tensors
+	// into the backend's buffers in place.
+	if err := kernels.Sync(tr.be); err != nil {
+		return err
+	}
 	if err := readParams(c, tr.Model.Tensors, ckptParams, tr.Model.Params); err != nil {
 		return err
 	}
@@ -309,27 +324,30 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 		return nil
 	}
 	// The moments are read whole and this rank keeps its shard of them, so
-	// a checkpoint resumes under any sharding degree. A rank that holds
-	// them whole reads them in place: a buffer of the whole model beside
-	// them is more memory than the engine's accounting allows for.
+	// a checkpoint resumes under any sharding degree and stage. A rank that
+	// holds them whole reads them in place: a buffer of the whole model
+	// beside them is more memory than the engine's accounting allows for.
+	n := tr.Model.NumParams()
 	var full []float32
 	for _, mv := range []struct {
 		prefix string
 		dst    []float32
 	}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
-		if tr.Opt.Lo == 0 && tr.Opt.Hi == tr.Model.NumParams() && len(mv.dst) == tr.Model.NumParams() {
+		if len(tr.Opt.Spans) == 1 && tr.Opt.Spans[0] == (Span{0, 0, n}) && len(mv.dst) == n {
 			if err := readParams(c, tr.Model.Tensors, mv.prefix, mv.dst); err != nil {
 				return err
 			}
 			continue
 		}
 		if full == nil {
-			full = make([]float32, tr.Model.NumParams())
+			full = make([]float32, n)
 		}
 		if err := readParams(c, tr.Model.Tensors, mv.prefix, full); err != nil {
 			return err
 		}
-		copy(mv.dst, full[tr.Opt.Lo:tr.Opt.Hi])
+		for _, s := range tr.Opt.Spans {
+			copy(mv.dst[s.At:s.At+s.N], full[s.Flat:s.Flat+s.N])
+		}
 	}
 	var st trainState
 	if err := json.Unmarshal(c.Manifest.Data, &st); err != nil {

@@ -23,18 +23,26 @@ import (
 // own shard only, and then all-reduces that shard across the dp group.
 // Stage 3 does the reduce-scatter unit by unit during the backward pass
 // (sharding.go) and the same all-reduce at the end.
+//
+// Every buffer the communicators are given is the backend's memory; the
+// checkpoints' gathering of the shards is the control plane's (ctl, a TCP
+// group, in host memory).
 type dataParallel struct {
 	topo    Topology
 	all     comm.Communicator // every replica of this rank's part of the model
 	shard   comm.Communicator // the sharding group (ranks with this dp index)
 	dp      comm.Communicator // ranks holding the same shard
+	ctl     *comm.Group       // the sharding group on the control plane; nil without sharding
 	pending []comm.Request
-	lo, hi  int       // this rank's shard of the flat buffers (sharding)
-	grads   []float32 // stage 2: the reduced gradients of Params[lo:hi]
-	scratch []float32 // stage 1/2: a shard-sized buffer for the parameter all-gather
+	lo, hi  int       // stages 1 and 2: this rank's chunk of the padded flat buffers
+	padded  int       // stages 1 and 2: the flat buffers' length padded to sharding_degree chunks
+	spans   [][]Span  // each sharding group member's shard (stage 3: zero3.spans)
+	length  int       // the elements of every member's shard, padding included
+	grads   []float32 // stages 2 and 3: the reduced gradients of this rank's shard
+	scratch []float32 // stages 1 and 2: a chunk-sized buffer for the parameter all-gather
 }
 
-func newDataParallel(f comm.Fabric, topo Topology, m *Model) (*dataParallel, error) {
+func newDataParallel(w *comm.World, f comm.Fabric, topo Topology, m *Model) (*dataParallel, error) {
 	d := &dataParallel{topo: topo}
 	var err error
 	if d.all, err = f.Communicator("dp", topo.replicaGroup()); err != nil {
@@ -46,25 +54,44 @@ func newDataParallel(f comm.Fabric, topo Topology, m *Model) (*dataParallel, err
 	if d.dp, err = f.Communicator("dp-shard", topo.dpGroup()); err != nil {
 		return nil, err
 	}
-	d.lo, d.hi = 0, len(m.Params)
-	if topo.Sharding > 1 {
-		m.padBuffers(topo.Sharding, topo.Stage == 3)
-		chunk := cap(m.Params) / topo.Sharding
-		d.lo, d.hi = topo.ShardIndex*chunk, (topo.ShardIndex+1)*chunk
-		d.scratch = make([]float32, chunk)
-		if topo.Stage >= 2 {
-			d.grads = make([]float32, chunk)
+	n := m.NumParams()
+	d.spans, d.length = [][]Span{{{0, 0, n}}}, n
+	if topo.Sharding == 1 {
+		return d, nil
+	}
+	if d.ctl, err = w.NamedGroup("sharding control", topo.shardGroup()); err != nil {
+		return nil, err
+	}
+	S := topo.Sharding
+	if topo.Stage == 3 {
+		z := newZero3(d.shard, m)
+		m.z3 = z
+		d.grads = z.grads
+		d.spans, d.length = make([][]Span, S), len(z.shard)
+		for k := range S {
+			d.spans[k] = z.spans(k)
 		}
-		if topo.Stage == 3 {
-			m.z3 = newZero3(d.shard, m, chunk, d.grads)
+		return d, nil
+	}
+	m.padBuffers(S)
+	d.padded = cap(m.Params)
+	chunk := d.padded / S
+	d.lo, d.hi = topo.ShardIndex*chunk, (topo.ShardIndex+1)*chunk
+	d.spans, d.length = make([][]Span, S), chunk
+	for k := range S {
+		if lo := k * chunk; lo < n {
+			d.spans[k] = []Span{{0, lo, min(chunk, n-lo)}}
 		}
 	}
+	if topo.Stage == 2 {
+		d.grads = m.floats(chunk)
+	}
+	d.scratch = m.floats(chunk)
 	return d, nil
 }
 
-// shardOf clips this rank's shard [lo, hi) of the padded buffer to the
-// parameters that exist.
-func (d *dataParallel) shardOf(n int) (int, int) { return min(d.lo, n), min(d.hi, n) }
+// own is this rank's shard: its spans of the flat layout.
+func (d *dataParallel) own() []Span { return d.spans[d.topo.ShardIndex] }
 
 // hook returns the onGrads of a pass that starts block l's all-reduce, or nil
 // when the gradients are reduced in one piece at the end (stage 2).

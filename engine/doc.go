@@ -21,11 +21,13 @@
 //     headForward), keeping what backward needs;
 //  3. loss: the logits' gradient is left in place, scaled so that the
 //     accumulated gradient is that of the mean loss of the global batch;
+//     the mean losses add up on the device;
 //  4. backward: headBackward, blockBackward from the last block down,
 //     embedBackward, accumulating into the gradient buffer;
 //  5. reduce: the gradients are summed over the replicas (dataparallel.go),
 //     block by block while the blocks below still compute;
-//  6. update: the global gradient norm is clipped and AdamW applied
+//  6. update: the step's loss and Σ g² are read back from the device,
+//     once, the global gradient norm is clipped and AdamW applied
 //     (optimizer.go), on a shard of the buffer under sharding.
 //
 // The losses, gradients, dropout masks and updates are those of one process
@@ -62,12 +64,26 @@
 //
 //	stage 1  gradients all-reduced in full; optimizer state 1/S per rank
 //	stage 2  gradients reduce-scattered, so each rank sums only its shard
-//	stage 3  parameters sharded too: each block gathered for its forward and
-//	         backward pass and given back after (see zero3)
+//	stage 3  parameters sharded too, unit by unit (a block, the outer
+//	         tensors), each gathered into a reusable buffer for its passes
+//	         (see zero3)
 //
 // The global gradient norm is the norm of the full summed gradient (stage 2
 // adds up the shards' squares across the group), so each element sees the
 // update one process would make.
+//
+// # Host and device
+//
+// The backend's kernels may run asynchronously (kernels.Memory: the GPU's
+// one stream), so within a step the host touches the backend's memory
+// only through ordered copies: each micro-batch's tokens are uploaded
+// (Model.stage), the losses and the gradients' squares are reduced on the
+// device into Trainer.sums and downloaded once, checkpoints download what
+// they write and restores upload what they read, and every buffer a
+// communicator is given is the backend's (the communicators are ordered
+// on the stream). The parity tests run on kernels/deferred, which queues
+// every kernel until the next sync and poisons its outputs until then, so
+// a missing sync fails them.
 //
 // # Tensor parallel
 //

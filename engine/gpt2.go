@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gptui/gptui/kernels"
 )
@@ -27,10 +28,11 @@ type Model struct {
 	Cfg     ModelConfig // the whole model's shape
 	Part    Part        // what this rank holds
 	Tensors []Tensor    // parameter views, llm.c order
-	Params  []float32   // all parameters held, laid out by Tensors
+	Params  []float32   // all parameters held, laid out by Tensors (nil under sharding stage 3: see zero3)
 	Grads   []float32   // gradients, same layout
 
 	be kernels.Backend
+	n  int     // parameters held (NumParams)
 	p  weights // views of Params
 	g  weights // views of Grads
 	d  dims    // local sizes
@@ -41,6 +43,7 @@ type Model struct {
 	sc        *scratch
 	tp        *tensorParallel // nil without tensor parallelism
 	z3        *zero3          // nil unless sharding stage 3 shards the parameters
+	loss      []float64       // Forward's and Loss's device scalar
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank holds.
@@ -80,7 +83,7 @@ func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
-	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: kernels.Float32s(be, n), Grads: kernels.Float32s(be, n), be: be,
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: kernels.Float32s(be, n), Grads: kernels.Float32s(be, n), be: be, n: n,
 		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
 	m.p = viewWeights(m.Params, ts)
 	m.g = viewWeights(m.Grads, ts)
@@ -102,7 +105,7 @@ func (m *Model) SetRecompute(r Recompute) {
 }
 
 // NumParams counts the parameters held, padded vocabulary rows included.
-func (m *Model) NumParams() int { return len(m.Params) }
+func (m *Model) NumParams() int { return m.n }
 
 // numLayers is the number of blocks held.
 func (m *Model) numLayers() int { return len(m.Part.Layers) }
@@ -297,8 +300,7 @@ func (m *Model) dropout(p float32, ps Pass, l, site int) kernels.Dropout {
 // group calls it, and a failure of the group's communication under ctx is
 // the error.
 func (m *Model) Forward(ctx context.Context, inputs, targets []int32, B, T int, ps Pass, dscale float32) (float32, error) {
-	p := &pass{ctx: ctx, Pass: ps, train: true, dscale: dscale}
-	return m.forward(p, inputs, targets, B, T), p.err
+	return m.meanLoss(&pass{ctx: ctx, Pass: ps, train: true, dscale: dscale}, inputs, targets, B, T)
 }
 
 // Backward accumulates into Grads the gradient of the loss of the last
@@ -315,21 +317,43 @@ func (m *Model) Backward(ctx context.Context, ps Pass, onGrads func(li int)) err
 // Loss runs the model on inputs (B,T) without dropout and returns the mean
 // cross-entropy against targets (B,T): an evaluation, leaving no gradient.
 func (m *Model) Loss(ctx context.Context, inputs, targets []int32, B, T int) (float32, error) {
-	p := &pass{ctx: ctx}
-	return m.forward(p, inputs, targets, B, T), p.err
+	return m.meanLoss(&pass{ctx: ctx}, inputs, targets, B, T)
 }
 
-// forward runs pass p of the whole model on a (B,T) batch and returns its
-// mean loss.
-func (m *Model) forward(p *pass, inputs, targets []int32, B, T int) float32 {
+// meanLoss runs forward pass p and reads its mean loss back from the
+// device: one Download.
+func (m *Model) meanLoss(p *pass, inputs, targets []int32, B, T int) (float32, error) {
+	if m.loss == nil {
+		m.loss = kernels.Float64s(m.be, 1)
+	}
+	kernels.Upload(m.be, m.loss, []float64{0})
+	p.loss = m.loss
+	m.forward(p, inputs, targets, B, T)
+	loss := []float64{0}
+	err := kernels.Download(m.be, loss, m.loss)
+	if p.err != nil {
+		err = p.err
+	}
+	return float32(loss[0]), err
+}
+
+// forward runs pass p of the whole model on a (B,T) batch, adding its mean
+// loss to p.loss.
+func (m *Model) forward(p *pass, inputs, targets []int32, B, T int) {
 	m.ensureActs(B, T)
 	a := m.acts
-	kernels.Sync(m.be) // the last pass's kernels may still read a.inputs
-	copy(a.inputs, inputs)
-	copy(a.targets, targets)
+	m.stage(a, inputs, targets)
 	m.embedForward(a, p)
 	m.blocksForward(a, 0, m.numLayers(), p)
-	return float32(m.headForward(a, p) / float64(B*T))
+	m.headForward(a, p)
+}
+
+// stage copies a micro-batch's inputs and targets (B,T) from host memory
+// into a's buffers, ordered after the kernels queued before: those of the
+// last pass through a may still read them.
+func (m *Model) stage(a *activations, inputs, targets []int32) {
+	kernels.Upload(m.be, a.inputs, inputs)
+	kernels.Upload(m.be, a.targets, targets)
 }
 
 // backward runs the backward pass p of the whole model after forward.
@@ -385,9 +409,8 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	}
 	for li := lo; li < hi; li++ {
-		m.z3.gather(ps, m, 1+li)
+		m.z3.gather(ps, 1+li)
 		m.blockForward(a, li, ps, hd, ad)
-		m.z3.drop(m, 1+li)
 	}
 }
 
@@ -397,13 +420,12 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	for li := hi - 1; li >= lo; li-- {
-		m.z3.gather(ps, m, 1+li)
+		m.z3.gather(ps, 1+li)
 		if m.recompute == RecomputeFull {
 			m.blockForward(a, li, ps, hd, ad)
 		}
 		m.blockBackward(a, li, ps, hd, ad)
-		m.z3.reduce(ps, m, 1+li)
-		m.z3.drop(m, 1+li)
+		m.z3.reduce(ps, 1+li)
 		if ps.onGrads != nil {
 			ps.onGrads(li)
 		}
@@ -411,13 +433,14 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 }
 
 // headForward runs the final LayerNorm, the tied head and the loss on
-// resid[Ll], and returns the sum of the losses of the B·T positions.
+// resid[Ll], and adds the mean of the losses of the B·T positions to
+// ps.loss, on the device.
 //
 //	logits (N,Vl) = lnf(x) · wte[:Vl]ᵀ     (this rank's vocabulary columns)
 //
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
 // never the logits.
-func (m *Model) headForward(a *activations, ps *pass) float64 {
+func (m *Model) headForward(a *activations, ps *pass) {
 	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
 	N, C := a.B*a.T, c.C
 	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
@@ -429,23 +452,15 @@ func (m *Model) headForward(a *activations, ps *pass) float64 {
 		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, ps.dscale, ps.train)
 	} else {
 		be.ClassifierMax(sc.maxes, a.logits, N, d.Vl)
-		kernels.Sync(be)
 		m.tp.allGather(ps, sc.maxes, sc.gmax)
-		for r := range sc.maxes {
-			for k := 0; k < m.Part.MP; k++ {
-				sc.maxes[r] = max(sc.maxes[r], sc.gmax[k*N+r])
-			}
-		}
+		be.ClassifierGlobalMax(sc.maxes, sc.gmax, N, m.Part.MP)
 		be.ClassifierExp(sc.stats, a.logits, a.targets, sc.maxes, N, d.Vl, d.vlo)
 		m.tp.allReduce64(ps, sc.stats)
 		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, ps.dscale, ps.train)
 	}
-	kernels.Sync(be)
-	var sum float64
-	for _, l := range a.losses {
-		sum += float64(l)
+	if ps.loss != nil {
+		be.Sum(ps.loss, a.losses, 1/float64(N))
 	}
-	return sum
 }
 
 // headBackward starts the backward pass: from the logits' gradient to
@@ -493,24 +508,25 @@ func (m *Model) rowBias(b []float32) []float32 {
 // hidden units), attproj and fcproj row-parallel (partial sums, all-reduced
 // before the bias-free dropout and the residual add).
 func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
-	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
+	be, c, d, sc := m.be, m.Cfg, m.d, m.sc
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
 	la, att := &a.layers[li], a.att[li]
 	off := uint64(ps.Sample) * uint64(T*C)
+	bp, _ := m.blockViews(li)
 
-	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], layer(p.ln1w, li, C), layer(p.ln1b, li, C), N, C)
-	be.MatmulForward(la.qkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), layer(p.qkvb, li, 3*Cl), N, C, 3*Cl)
+	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, N, C)
+	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, bp.qkvb, N, C, 3*Cl)
 	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.Pass, l), uint64(ps.Sample)*uint64(c.NH*T*T))
-	be.MatmulForward(sc.proj, la.atty, layer(p.attprojw, li, C*Cl), m.rowBias(layer(p.attprojb, li, C)), N, Cl, C)
+	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.rowBias(bp.attprojb), N, Cl, C)
 	m.tp.allReduce(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
 	be.ResidualForward(la.res2, a.resid[li], sc.proj)
 
-	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, layer(p.ln2w, li, C), layer(p.ln2b, li, C), N, C)
-	be.MatmulForward(la.fch, la.ln2, layer(p.fcw, li, Fl*C), layer(p.fcb, li, Fl), N, C, Fl)
+	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, N, C)
+	be.MatmulForward(la.fch, la.ln2, bp.fcw, bp.fcb, N, C, Fl)
 	be.GeluForward(la.fchGelu, la.fch)
-	be.MatmulForward(sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), m.rowBias(layer(p.fcprojb, li, C)), N, Fl, C)
+	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.rowBias(bp.fcprojb), N, Fl, C)
 	m.tp.allReduce(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
 	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
@@ -521,50 +537,71 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 // Tensor-parallel: the input gradients of the column-parallel qkv and fc
 // are partial sums, all-reduced before their LayerNorm's backward.
 func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) {
-	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
+	be, c, d, sc := m.be, m.Cfg, m.d, m.sc
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
 	la, att := &a.layers[li], a.att[li]
 	off := uint64(ps.Sample) * uint64(T*C)
+	bp, bg := m.blockViews(li)
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
 	dropAttn := m.attnDropout(ad, ps.Pass, l)
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
-	be.MatmulBackward(sc.dfchG, layer(g.fcprojw, li, C*Fl), layer(g.fcprojb, li, C), sc.proj, la.fchGelu, layer(p.fcprojw, li, C*Fl), N, Fl, C)
+	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
-	be.MatmulBackward(sc.dln, layer(g.fcw, li, Fl*C), layer(g.fcb, li, Fl), sc.dfch, la.ln2, layer(p.fcw, li, Fl*C), N, C, Fl)
+	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, la.ln2, bp.fcw, N, C, Fl)
 	m.tp.allReduce(ps, sc.dln)
-	be.LayerNormBackward(sc.dresid, layer(g.ln2w, li, C), layer(g.ln2b, li, C), sc.dln, la.res2, layer(p.ln2w, li, C), la.ln2Mean, la.ln2Rstd, N, C)
+	be.LayerNormBackward(sc.dresid, bg.ln2w, bg.ln2b, sc.dln, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
-	be.MatmulBackward(sc.datty, layer(g.attprojw, li, C*Cl), layer(g.attprojb, li, C), sc.proj, la.atty, layer(p.attprojw, li, C*Cl), N, Cl, C)
+	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, sc.proj, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
 	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
-	be.MatmulBackward(sc.dln, layer(g.qkvw, li, 3*Cl*C), layer(g.qkvb, li, 3*Cl), sc.dqkv, la.ln1, layer(p.qkvw, li, 3*Cl*C), N, C, 3*Cl)
+	be.MatmulBackward(sc.dln, bg.qkvw, bg.qkvb, sc.dqkv, la.ln1, bp.qkvw, N, C, 3*Cl)
 	m.tp.allReduce(ps, sc.dln)
-	be.LayerNormBackward(sc.dresid, layer(g.ln1w, li, C), layer(g.ln1b, li, C), sc.dln, a.resid[li], layer(p.ln1w, li, C), la.ln1Mean, la.ln1Rstd, N, C)
+	be.LayerNormBackward(sc.dresid, bg.ln1w, bg.ln1b, sc.dln, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
+}
+
+// blockViews returns the views of local block li's parameters and
+// gradients: the layered tensors' slices of that block, the other fields
+// nil. Under sharding stage 3 they lie in the gather buffers of the block
+// in use (zero3), else in Params and Grads.
+func (m *Model) blockViews(li int) (p, g weights) {
+	if z := m.z3; z != nil {
+		if z.held != 1+li {
+			panic(fmt.Sprintf("engine: block %d used while the gather buffer holds unit %d", li, z.held))
+		}
+		return z.bp, z.bg
+	}
+	return m.p.block(li, m.numLayers()), m.g.block(li, m.numLayers())
+}
+
+// block returns block li of L's views of w's layered tensors.
+func (w weights) block(li, L int) weights {
+	l := func(x []float32) []float32 { return layer(x, li, len(x)/L) }
+	return weights{ln1w: l(w.ln1w), ln1b: l(w.ln1b), qkvw: l(w.qkvw), qkvb: l(w.qkvb), attprojw: l(w.attprojw), attprojb: l(w.attprojb),
+		ln2w: l(w.ln2w), ln2b: l(w.ln2b), fcw: l(w.fcw), fcb: l(w.fcb), fcprojw: l(w.fcprojw), fcprojb: l(w.fcprojb)}
 }
 
 // padBuffers gives Params and Grads room for a multiple of k elements (zero
-// beyond NumParams), so a flat buffer splits into k equal shards. With
-// mapped set they move into anonymous mappings whose pages can be given
-// back (sharding stage 3).
-func (m *Model) padBuffers(k int, mapped bool) {
+// beyond NumParams), so a flat buffer splits into k equal shards: new
+// buffers of the backend's memory, their first NumParams elements copied
+// on the device.
+func (m *Model) padBuffers(k int) {
 	n := len(m.Params)
 	want := (n + k - 1) / k * k
-	if cap(m.Params) >= want && cap(m.Grads) >= want && !mapped {
+	if cap(m.Params) >= want && cap(m.Grads) >= want {
 		return
 	}
-	p, g := make([]float32, n, want), make([]float32, n, want)
-	if mapped {
-		p, g = mapFloats(want)[:n], mapFloats(want)[:n]
-	}
-	copy(p, m.Params)
-	copy(g, m.Grads)
+	p, g := m.floats(want)[:n], m.floats(want)[:n]
+	m.be.Copy(p, m.Params)
+	m.be.Copy(g, m.Grads)
+	kernels.Free(m.be, m.Params)
+	kernels.Free(m.be, m.Grads)
 	m.Params, m.Grads = p, g
 	m.p, m.g = viewWeights(p, m.Tensors), viewWeights(g, m.Tensors)
 }

@@ -32,7 +32,7 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 	var err error
 	if w != nil && w.Size() > 1 {
 		if topo.Replicas() > 1 {
-			if g.dp, err = newDataParallel(f, topo, m); err != nil {
+			if g.dp, err = newDataParallel(w, f, topo, m); err != nil {
 				return g, err
 			}
 		}

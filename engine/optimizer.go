@@ -12,20 +12,29 @@ type AdamWConfig struct {
 	ClipNorm                       float64 // global-norm clipping threshold; 0 disables
 }
 
+// Span maps elements of a rank's shard to the flat parameter layout:
+// elements At … At+N−1 of the shard's buffers (parameters, gradients,
+// moments) are Params[Flat … Flat+N−1] of the model's layout.
+type Span struct{ At, Flat, N int }
+
 // AdamW keeps the moments of the parameters it updates — all of them, or
-// one rank's shard of the flat parameter buffer under sharding — and applies
-// weight decay only to matrices and embeddings.
+// one rank's shard of the flat parameter buffer under sharding — and
+// applies weight decay only to matrices and embeddings.
 type AdamW struct {
-	Cfg    AdamWConfig
-	Lo, Hi int       // the slice Params[Lo:Hi] this optimizer updates
-	M, V   []float32 // first and second moments of Params[Lo:Hi]
-	Step   int       // updates applied so far
+	Cfg   AdamWConfig
+	Spans []Span    // where the moments' elements lie in the layout, ascending
+	M, V  []float32 // first and second moments, laid out by Spans
+	Step  int       // updates applied so far
 }
 
-// NewAdamW returns the optimizer of Params[lo:hi] (0 and the parameter
-// count for all of them), with zero moments in be's memory.
-func NewAdamW(be kernels.Backend, cfg AdamWConfig, lo, hi int) *AdamW {
-	return &AdamW{Cfg: cfg, Lo: lo, Hi: hi, M: kernels.Float32s(be, hi-lo), V: kernels.Float32s(be, hi-lo)}
+// NewAdamW returns the optimizer of the parameters spans maps ({0, 0,
+// NumParams} for all of them), with zero moments in be's memory.
+func NewAdamW(be kernels.Backend, cfg AdamWConfig, spans []Span) *AdamW {
+	n := 0
+	for _, s := range spans {
+		n = max(n, s.At+s.N)
+	}
+	return &AdamW{Cfg: cfg, Spans: spans, M: kernels.Float32s(be, n), V: kernels.Float32s(be, n)}
 }
 
 // ClipScale is the factor global-norm clipping applies to gradients whose
@@ -37,21 +46,25 @@ func (o *AdamW) ClipScale(norm float64) float32 {
 	return 1
 }
 
-// Apply runs one AdamW step on m.Params[Lo:Hi] with gradients grads
-// (grads[i] belongs to Params[Lo+i]) multiplied by gscale, tensor by
-// tensor so that each gets its weight decay.
-func (o *AdamW) Apply(be kernels.Backend, m *Model, grads []float32, gscale, lr float32) {
+// Apply runs one AdamW step on params, the parameters o.Spans maps (laid
+// out as the moments, wherever the caller holds them), with gradients
+// grads laid out the same way, multiplied by gscale, tensor by tensor so
+// that each gets its weight decay.
+func (o *AdamW) Apply(be kernels.Backend, m *Model, params, grads []float32, gscale, lr float32) {
 	o.Step++
-	for _, t := range m.Tensors {
-		s, e := max(t.Offset, o.Lo), min(t.Offset+t.Size, o.Hi)
-		if s >= e {
-			continue
+	for _, sp := range o.Spans {
+		for _, t := range m.Tensors {
+			s, e := max(t.Offset, sp.Flat), min(t.Offset+t.Size, sp.Flat+sp.N)
+			if s >= e {
+				continue
+			}
+			wd := float32(0)
+			if t.Decay {
+				wd = o.Cfg.WeightDecay
+			}
+			a, b := sp.At+s-sp.Flat, sp.At+e-sp.Flat
+			be.AdamW(params[a:b], grads[a:b], o.M[a:b], o.V[a:b], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, gscale, o.Step)
 		}
-		wd := float32(0)
-		if t.Decay {
-			wd = o.Cfg.WeightDecay
-		}
-		be.AdamW(m.Params[s:e], grads[s-o.Lo:e-o.Lo], o.M[s-o.Lo:e-o.Lo], o.V[s-o.Lo:e-o.Lo], lr, o.Cfg.Beta1, o.Cfg.Beta2, o.Cfg.Eps, wd, gscale, o.Step)
 	}
 }
 

@@ -13,6 +13,11 @@ type pass struct {
 	train  bool    // dropout on and the loss gradient left for backward; false: an evaluation
 	dscale float32 // the scale of the loss gradient (1/(B·T·accumulation·replicas), times fp16's loss scale)
 
+	// loss, if not nil, is a float64 of the backend's memory the head adds
+	// the pass's mean loss to (on the device: the host reads it once, when
+	// the step or the evaluation is done).
+	loss []float64
+
 	// onGrads, if not nil, is called by the backward pass as soon as the
 	// parameter gradients of local block li are complete.
 	onGrads func(li int)

@@ -224,34 +224,28 @@ func (p *pipeline) holder(v int) int { return v % p.topo.PP }
 
 // step runs the forward and backward passes of this rank's micro-batches
 // (micro-batch j is micro-batch first+j of the global batch in inputs and
-// targets) and returns the sum of their mean losses on the last stage, 0 on the
-// others. hook, if not nil, is the onGrads of the backward passes of the
-// last micro-batch, which complete the gradients of the chunks they go
-// through.
-func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, targets []int32, B, T int, dscale float32, hook func(int)) (float64, error) {
+// targets) and, on the last stage, adds their mean losses to loss, a
+// float64 of the backend's memory. hook, if not nil, is the onGrads of the
+// backward passes of the last micro-batch, which complete the gradients of
+// the chunks they go through.
+func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, targets []int32, B, T int, dscale float32, hook func(int), loss []float64) error {
 	nv := p.topo.PP * p.topo.VPP
 	live := map[[2]int]*activations{} // by micro-batch and chunk
 	bt := B * T
-	var loss float64
 	defer p.restoreGrad(m)
 	for i, op := range p.ops {
 		v := p.virtual(op.chunk)
 		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
 		gm := first + op.mb
-		ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * B}, train: true, dscale: dscale}
+		ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * B}, train: true, dscale: dscale, loss: loss}
 		key := [2]int{op.mb, op.chunk}
 		if !op.backward {
 			a := p.get(m, B, T, op.chunk)
 			live[key] = a
-			// The previous pass's kernels may still read the buffers.
-			if err := kernels.Sync(m.be); err != nil {
-				return 0, err
-			}
-			copy(a.inputs, inputs[gm*bt:(gm+1)*bt])
-			copy(a.targets, targets[gm*bt:(gm+1)*bt])
+			m.stage(a, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt])
 		}
 		if err := p.exchange(ctx, m, i, live); err != nil {
-			return 0, err
+			return err
 		}
 		if !op.backward {
 			a := live[key]
@@ -260,7 +254,7 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			}
 			m.blocksForward(a, lo, hi, ps)
 			if v == nv-1 {
-				loss += m.headForward(a, ps) / float64(bt)
+				m.headForward(a, ps)
 			}
 		} else {
 			a := live[key]
@@ -278,10 +272,10 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 			p.done = append(p.done, finished{a, op.chunk})
 		}
 		if ps.err != nil {
-			return 0, ps.err
+			return ps.err
 		}
 	}
-	return loss, p.exchange(ctx, m, len(p.ops), live)
+	return p.exchange(ctx, m, len(p.ops), live)
 }
 
 // exchange runs exchange i of the schedule: the outputs of the passes
@@ -387,30 +381,28 @@ func (p *pipeline) sumTied(ctx context.Context, m *Model) error {
 }
 
 // evaluate runs the forward pass of one (B,T) batch without dropout
-// through every stage and returns the sum of its losses on the last stage,
-// 0 on the others.
-func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int32, B, T int) (float64, error) {
+// through every stage and, on the last stage, adds its mean loss to loss,
+// a float64 of the backend's memory.
+func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int32, B, T int, loss []float64) error {
 	nv := p.topo.PP * p.topo.VPP
 	m.ensureActs(B, T)
 	a := m.acts
-	copy(a.inputs, inputs)
-	copy(a.targets, targets)
-	var loss float64
-	ps := &pass{ctx: ctx}
+	m.stage(a, inputs, targets)
+	ps := &pass{ctx: ctx, loss: loss}
 	for k := 0; k < p.topo.VPP; k++ {
 		v := p.virtual(k)
 		lo, hi := k*p.lc, (k+1)*p.lc
 		if v == 0 {
 			m.embedForward(a, ps)
 		} else if err := p.c.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
-			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
+			return fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 		m.blocksForward(a, lo, hi, ps)
 		if v == nv-1 {
-			loss = m.headForward(a, ps)
+			m.headForward(a, ps)
 		} else if err := p.c.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
-			return 0, fmt.Errorf("pipeline: evaluation: %w", err)
+			return fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 	}
-	return loss, ps.err
+	return ps.err
 }

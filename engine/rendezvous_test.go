@@ -238,10 +238,10 @@ func TestRendezvousCatchesUnpaired(t *testing.T) {
 	h := newRendezvous(2)
 	o := append(parityOverrides(t), "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2")
 	start := time.Now()
-	_, _, errs := startRanks(t, 2, o, rankOptions{
+	errs := startRanks(t, 2, o, rankOptions{
 		fabric: func(_ int, w *comm.World) comm.Fabric { return h.fabric(w) },
 		edit:   func(tr *Trainer) { tr.pp.split = true },
-	})
+	}).errs
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "rendezvous deadlock") || !strings.Contains(err.Error(), "rank 0 waits to send") || !strings.Contains(err.Error(), "rank 1 waits to send") {
 			t.Errorf("rank %d: %v, want a rendezvous deadlock naming both ranks' sends", r, err)

@@ -2,248 +2,281 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels"
 )
 
 // shardedUpdate clips and applies one AdamW step to this rank's shard and
 // all-gathers the parameters (the package doc's "Data parallel and
-// sharding"). It returns the global gradient norm: that of the full summed
-// gradient, as one process would compute it.
-func (tr *Trainer) shardedUpdate(ctx context.Context, lr float32) (float64, error) {
+// sharding"), given sq, this rank's Σ g² (Trainer.gradSquares). It returns
+// the global gradient norm: that of the full summed gradient, as one
+// process would compute it.
+func (tr *Trainer) shardedUpdate(ctx context.Context, sq float64, lr float32) (float64, error) {
 	d, m := tr.dp, tr.Model
-	n := m.NumParams()
-	lo, hi := d.shardOf(n)
-	var grads []float32
-	var sq float64
+	var params, grads []float32
+	switch z := m.z3; {
+	case z != nil:
+		params, grads = z.shard, d.grads
+	case tr.topo.Stage == 2:
+		params, grads = m.Params[d.lo:d.hi], d.grads
+	default:
+		params, grads = m.Params[d.lo:d.hi], m.Grads[d.lo:d.hi]
+	}
 	if tr.topo.Stage >= 2 {
-		grads = d.grads[:hi-lo]
-		s := []float64{m.gradSquares(grads, lo)}
+		// Each rank summed the squares of its shard.
+		s := []float64{sq}
 		if err := d.shard.AllReduce64(ctx, s); err != nil {
 			return 0, fmt.Errorf("sharding: gradient norm: %w", err)
 		}
 		sq = s[0]
-	} else {
-		grads = m.Grads[lo:hi]
-		sq = m.gradSquares(m.Grads, 0)
 	}
 	sq, err := tr.modelSum(ctx, sq)
 	if err != nil {
 		return 0, err
 	}
-	norm := tr.apply(grads, sq, lr)
+	norm := tr.apply(params, grads, sq, lr)
 	if tr.topo.Stage == 3 {
 		return norm, nil // the parameters stay sharded
 	}
 	return norm, tr.gatherParams(ctx)
 }
 
-// gatherParams all-gathers the parameter shards of the sharding group.
+// gatherParams all-gathers the parameter chunks of the sharding group
+// (stages 1 and 2).
 func (tr *Trainer) gatherParams(ctx context.Context) error {
 	d, m := tr.dp, tr.Model
-	copy(d.scratch, m.Params[d.lo:d.hi:d.hi][:len(d.scratch)])
-	if err := d.shard.AllGather(ctx, d.scratch, m.Params[:cap(m.Params)]); err != nil {
+	full := m.Params[:d.padded]
+	m.be.Copy(d.scratch, full[d.lo:d.hi])
+	if err := d.shard.AllGather(ctx, d.scratch, full); err != nil {
 		return fmt.Errorf("sharding: parameter all-gather: %w", err)
 	}
 	return nil
 }
 
-// fullMoments returns the AdamW moments of every parameter: this rank's own
+// gatherShards returns in host memory, laid out by the model's layout, a
+// buffer the sharding group holds in shards, own being this rank's (in
+// the backend's memory, laid out by its spans): a collective of the
+// control plane, for checkpoints.
+func (tr *Trainer) gatherShards(ctx context.Context, own []float32) ([]float32, error) {
+	d := tr.dp
+	in := make([]float32, d.length)
+	if err := kernels.Download(tr.be, in[:len(own)], own); err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(d.spans)*d.length)
+	if err := d.ctl.AllGather(ctx, in, out); err != nil {
+		return nil, fmt.Errorf("sharding: gathering the shards for a checkpoint: %w", err)
+	}
+	full := make([]float32, tr.Model.NumParams())
+	for k, spans := range d.spans {
+		for _, s := range spans {
+			copy(full[s.Flat:s.Flat+s.N], out[k*d.length+s.At:])
+		}
+	}
+	return full, nil
+}
+
+// fullMoments returns in host memory the AdamW moments of every
+// parameter: this rank's own, downloaded into host(1, n) and host(2, n),
 // when it holds them all, else the sharding group's shards gathered (a
 // collective: every member calls it, for a checkpoint).
-func (tr *Trainer) fullMoments(ctx context.Context) (mo, vo []float32, err error) {
-	n := tr.Model.NumParams()
+func (tr *Trainer) fullMoments(ctx context.Context, host func(i, n int) []float32) (mo, vo []float32, err error) {
 	if tr.dp == nil || tr.topo.Sharding == 1 {
-		return tr.Opt.M, tr.Opt.V, nil
+		mo, vo = host(1, len(tr.Opt.M)), host(2, len(tr.Opt.V))
+		err = errors.Join(kernels.Download(tr.be, mo, tr.Opt.M), kernels.Download(tr.be, vo, tr.Opt.V))
+		return mo, vo, err
 	}
-	d := tr.dp
-	full := cap(tr.Model.Params)
-	gather := func(own []float32) ([]float32, error) {
-		in := make([]float32, d.hi-d.lo)
-		copy(in, own)
-		out := make([]float32, full)
-		if err := d.shard.AllGather(ctx, in, out); err != nil {
-			return nil, fmt.Errorf("sharding: gathering optimizer state: %w", err)
-		}
-		return out[:n], nil
-	}
-	if mo, err = gather(tr.Opt.M); err != nil {
+	if mo, err = tr.gatherShards(ctx, tr.Opt.M); err != nil {
 		return nil, nil, err
 	}
-	vo, err = gather(tr.Opt.V)
+	vo, err = tr.gatherShards(ctx, tr.Opt.V)
 	return mo, vo, err
 }
 
-// zero3 gathers and releases a model's units for sharding stage 3, which
-// also shards the parameters. A rank keeps its shard of the flat buffer
-// [lo, hi) for good; the parameters of a unit — one block, or the tensors
-// outside the blocks (wte, wpe, lnf) — are all-gathered into the model's
-// buffer just before the unit is used and given back right after: a block's for its forward pass, again for its backward pass
-// (whose gradients are then reduce-scattered, each rank adding its shard's
-// sums to its reduced gradients), the outer tensors for the whole step.
-// The model's Params and Grads are anonymous mappings whose pages are
-// returned to the system when a unit is released, so a rank holds its
-// shard plus the outer tensors and one block at a time. The update and the
-// checkpoints are stage 2's, on the same shards.
+// fullParams returns in host memory the parameters of the rank's part of
+// the model under stage 3, gathered from the sharding group's shards (a
+// collective, for checkpoints).
+func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
+	return tr.gatherShards(ctx, tr.Model.z3.shard)
+}
+
+// zero3 shards a model's parameters for sharding stage 3 unit by unit, as
+// FSDP shards its flat parameters. A unit is one block, or the tensors
+// outside the blocks (wte, wpe, lnf); laid out as its ranges of the flat
+// buffer one after another, padded to a multiple of S elements, it is cut
+// into S equal pieces, and member k holds piece k of every unit, one after
+// another: its shard (spans maps it to the layout). A rank holds its
+// shard and the reduced gradients of it for good, in the backend's memory,
+// and no whole-model buffer.
+//
+// A unit's parameters are all-gathered — the members' pieces, in member
+// order, are the unit itself — into a reusable gather buffer just before
+// the unit is used: a block's for its forward pass, again for its backward
+// pass, into the one block buffer (the model's views of a block,
+// blockViews, lie in it); the outer tensors into their own buffer, for the
+// whole step (the model's views of them, m.p and m.g, lie there). After a
+// block's backward pass (after the step for the outer tensors) its
+// gradients, accumulated in the matching gradient buffer, are
+// reduce-scattered into the unit's parameter buffer, free by then, each
+// rank adding its piece's sums to its reduced gradients, and the gradient
+// buffer is zeroed. So a rank holds its shard, the outer tensors and one
+// block. The update is stage 2's, on the shard.
 type zero3 struct {
-	g       comm.Communicator // the sharding group
-	rank    int               // this rank's place in it
-	lo, hi  []int             // each member's chunk of the padded flat buffer
-	units   []unit            // 0: the tensors outside the blocks; 1+li: local block li
-	grads   []float32         // this rank's reduced gradients of Params[lo:hi] (dataParallel.grads)
-	in, out []float32         // packing buffers
+	g     comm.Communicator // the sharding group
+	be    kernels.Backend
+	rank  int       // this rank's place in the group
+	units []unit    // 0: the tensors outside the blocks; 1+li: local block li
+	shard []float32 // this rank's pieces of every unit
+	grads []float32 // their reduced gradients (dataParallel.grads)
+
+	outer, gouter []float32 // unit 0's parameters and gradients
+	block, gblock []float32 // the block in use: its parameters and gradients
+	bp, bg        weights   // views of block and gblock, as blockViews returns them
+	held          int       // the unit whose parameters block holds (0: none)
 }
 
 // unit is a set of ranges of the flat buffer gathered together.
 type unit struct {
 	ranges [][2]int
-	segs   [][][2]int // per member: the ranges' parts in its chunk
-	width  int        // the most elements any member holds of the unit
+	names  []string // the tensor of each range
+	size   int      // the elements of all ranges
+	piece  int      // the elements of each member's piece: ⌈size/S⌉
+	at     int      // where the pieces lie in every member's shard
 }
 
-func newZero3(g comm.Communicator, m *Model, chunk int, grads []float32) *zero3 {
-	S := g.Size()
-	z := &zero3{g: g, rank: g.Rank(), lo: make([]int, S), hi: make([]int, S), grads: grads}
-	for k := range S {
-		z.lo[k], z.hi[k] = k*chunk, (k+1)*chunk
+// views returns the views of buf, u's buffer, as the model's weights:
+// each range as its tensor.
+func (u *unit) views(buf []float32) weights {
+	var ts []Tensor
+	at := 0
+	for i, r := range u.ranges {
+		ts = append(ts, Tensor{Name: u.names[i], Offset: at, Size: r[1] - r[0]})
+		at += r[1] - r[0]
 	}
+	return viewWeights(buf, ts)
+}
+
+// newZero3 lays out the units of m for its sharding group g and allocates
+// the rank's buffers. The model keeps its whole buffers until keepShard.
+func newZero3(g comm.Communicator, m *Model) *zero3 {
+	S := g.Size()
+	z := &zero3{g: g, be: m.be, rank: g.Rank()}
+	at := 0
 	add := func(ranges [][2]int) {
-		u := unit{ranges: ranges, segs: make([][][2]int, S)}
-		for k := range S {
-			n := 0
-			for _, r := range ranges {
-				if s, e := max(r[0], z.lo[k]), min(r[1], z.hi[k]); s < e {
-					u.segs[k] = append(u.segs[k], [2]int{s, e})
-					n += e - s
+		u := unit{ranges: ranges, at: at}
+		for _, r := range ranges {
+			u.size += r[1] - r[0]
+			for _, t := range m.Tensors {
+				if r[0] >= t.Offset && r[0] < t.Offset+t.Size {
+					u.names = append(u.names, t.Name)
 				}
 			}
-			u.width = max(u.width, n)
 		}
+		u.piece = (u.size + S - 1) / S
+		at += u.piece
 		z.units = append(z.units, u)
 	}
 	add(m.globalRanges())
 	for li := range m.numLayers() {
 		add(m.layerRanges(li))
 	}
-	most := 0
-	for _, u := range z.units {
-		most = max(most, u.width)
+	z.shard, z.grads = m.floats(at), m.floats(at)
+	z.outer, z.gouter = m.floats(S*z.units[0].piece), m.floats(S*z.units[0].piece)
+	if len(z.units) > 1 {
+		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
+		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
 	}
-	z.in, z.out = make([]float32, S*most), make([]float32, S*most)
 	return z
 }
 
-// unitSize is the element count of unit i.
-func (z *zero3) unitSize(i int) int {
-	n := 0
-	for _, r := range z.units[i].ranges {
-		n += r[1] - r[0]
+// spans maps member k's shard to the flat layout: its piece of each unit,
+// range by range, the padding left out.
+func (z *zero3) spans(k int) []Span {
+	var out []Span
+	for _, u := range z.units {
+		lo, hi := k*u.piece, min((k+1)*u.piece, u.size)
+		at := 0
+		for _, r := range u.ranges {
+			if s, e := max(lo, at), min(hi, at+r[1]-r[0]); s < e {
+				out = append(out, Span{At: u.at + s - lo, Flat: r[0] + s - at, N: e - s})
+			}
+			at += r[1] - r[0]
+		}
 	}
-	return n
+	return out
 }
 
-// gather all-gathers unit i's parameters into m.Params, under ps's
+// keepShard makes the rank hold its shard only, once m's parameters are
+// final (initialised or restored): it copies the shard out of m.Params,
+// gives m's whole buffers back, and points m's views of the outer tensors
+// at their gather buffers (filled by the first gather).
+func (z *zero3) keepShard(m *Model) {
+	for _, s := range z.spans(z.rank) {
+		m.be.Copy(z.shard[s.At:s.At+s.N], m.Params[s.Flat:s.Flat+s.N])
+	}
+	kernels.Free(m.be, m.Params)
+	kernels.Free(m.be, m.Grads)
+	m.Params, m.Grads = nil, nil
+	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
+}
+
+// bufs are unit i's parameter and gradient buffers.
+func (z *zero3) bufs(i int) (p, g []float32) {
+	if i == 0 {
+		return z.outer, z.gouter
+	}
+	return z.block, z.gblock
+}
+
+// resident is the number of parameter elements the rank holds: its shard
+// and the gather buffers of the outer tensors and of one block.
+func (z *zero3) resident() int { return len(z.shard) + len(z.outer) + len(z.block) }
+
+// gather all-gathers unit i's parameters into its buffer, under ps's
 // context; a failure fails ps, and a failed ps communicates no more.
-func (z *zero3) gather(ps *pass, m *Model, i int) {
+func (z *zero3) gather(ps *pass, i int) {
 	if z == nil || ps.err != nil {
 		return
 	}
 	u, S := &z.units[i], z.g.Size()
-	if u.width == 0 {
+	if i > 0 {
+		z.held = i
+	}
+	if u.size == 0 {
 		return
 	}
-	in, out := z.in[:u.width], z.out[:S*u.width]
-	n := 0
-	for _, s := range u.segs[z.rank] {
-		n += copy(in[n:], m.Params[s[0]:s[1]])
-	}
-	clear(in[n:])
-	if err := z.g.AllGather(ps.ctx, in, out); err != nil {
+	buf, _ := z.bufs(i)
+	if err := z.g.AllGather(ps.ctx, z.shard[u.at:u.at+u.piece], buf[:S*u.piece]); err != nil {
 		ps.fail(fmt.Errorf("sharding stage 3: gathering parameters: %w", err))
-		return
-	}
-	for k := range S {
-		if k == z.rank {
-			continue
-		}
-		n := k * u.width
-		for _, s := range u.segs[k] {
-			n += copy(m.Params[s[0]:s[1]], out[n:])
-		}
 	}
 }
 
-// drop gives back the memory of unit i's parameters outside this rank's
-// shard.
-func (z *zero3) drop(m *Model, i int) {
-	if z == nil {
-		return
-	}
-	lo, hi := z.lo[z.rank], z.hi[z.rank]
-	for _, r := range z.units[i].ranges {
-		if r[0] < lo {
-			release(m.Params[r[0]:min(r[1], lo)])
-		}
-		if r[1] > hi {
-			release(m.Params[max(r[0], hi):r[1]])
-		}
-	}
-}
-
-// reduce reduce-scatters unit i's gradients: each member adds the sums of
-// its shard's elements to its reduced gradients. The unit's gradients in
-// m.Grads are then zeroed and their memory given back. It communicates as
-// gather.
-func (z *zero3) reduce(ps *pass, m *Model, i int) {
+// reduce reduce-scatters unit i's gradients, once the unit's last pass
+// is done: each member adds the sums of its piece to its reduced
+// gradients, the piece landing first in the unit's parameter buffer,
+// which the next gather refills. The unit's gradient buffer is then
+// zeroed. It communicates as gather.
+func (z *zero3) reduce(ps *pass, i int) {
 	if z == nil || ps.err != nil {
 		return
 	}
 	u, S := &z.units[i], z.g.Size()
-	if u.width == 0 {
+	if u.size == 0 {
 		return
 	}
-	in, out := z.in[:S*u.width], z.out[:u.width]
-	for k := range S {
-		n := k * u.width
-		for _, s := range u.segs[k] {
-			n += copy(in[n:], m.Grads[s[0]:s[1]])
-		}
-		clear(in[n : (k+1)*u.width])
+	pbuf, gbuf := z.bufs(i)
+	if i > 0 {
+		z.held = 0
 	}
-	if err := z.g.ReduceScatter(ps.ctx, in, out); err != nil {
+	out := pbuf[:u.piece]
+	if err := z.g.ReduceScatter(ps.ctx, gbuf[:S*u.piece], out); err != nil {
 		ps.fail(fmt.Errorf("sharding stage 3: reduce-scatter of gradients: %w", err))
 		return
 	}
-	n, lo := 0, z.lo[z.rank]
-	for _, s := range u.segs[z.rank] {
-		dst := z.grads[s[0]-lo : s[1]-lo]
-		for j := range dst {
-			dst[j] += out[n+j]
-		}
-		n += s[1] - s[0]
-	}
-	for _, r := range u.ranges {
-		clear(m.Grads[r[0]:r[1]])
-		release(m.Grads[r[0]:r[1]])
-	}
-}
-
-// gatherAll all-gathers every unit (for a checkpoint) under ctx; dropAll
-// gives them back.
-func (z *zero3) gatherAll(ctx context.Context, m *Model) error {
-	ps := &pass{ctx: ctx}
-	for i := range z.units {
-		z.gather(ps, m, i)
-	}
-	return ps.err
-}
-
-func (z *zero3) dropAll(m *Model) {
-	if z == nil {
-		return
-	}
-	for i := range z.units {
-		z.drop(m, i)
-	}
+	dst := z.grads[u.at : u.at+u.piece]
+	z.be.ResidualForward(dst, dst, out)
+	z.be.Zero(gbuf)
 }

@@ -78,6 +78,7 @@ type Trainer struct {
 	groups
 
 	scaler      *lossScaler // fp16's loss scale; nil otherwise
+	sums        []float64   // the step's loss and Σ g², reduced on the device and read back once
 	lastTraffic map[string]int64
 	snap        [][]float32 // an asynchronous save's copies of the state
 	train, eval *data.Loader
@@ -152,12 +153,12 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		return nil, err
 	}
 	o := cfg.Optimizer
-	lo, hi := 0, m.NumParams()
+	spans := []Span{{0, 0, m.NumParams()}}
 	if tr.dp != nil {
-		lo, hi = tr.dp.shardOf(hi) // sharding: the moments of this rank's shard
+		spans = tr.dp.own() // sharding: the moments of this rank's shard
 	}
 	tr.Opt = NewAdamW(be, AdamWConfig{Beta1: float32(o.Beta1), Beta2: float32(o.Beta2), Eps: float32(o.Epsilon),
-		WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, lo, hi)
+		WeightDecay: float32(o.WeightDecay), ClipNorm: o.GradClip.ClipNorm}, spans)
 	tr.Sched = Schedule{MaxLR: o.LR.MaxLR, MinLR: o.LR.MinLR, Warmup: int(o.LR.WarmupRate * float64(o.LR.DecaySteps)), DecaySteps: o.LR.DecaySteps}
 	if err := tr.openData(); err != nil {
 		return nil, err
@@ -166,8 +167,9 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		return nil, err
 	}
 	if z := m.z3; z != nil {
-		z.dropAll(m) // stage 3 keeps its shard only, from here on
+		z.keepShard(m) // stage 3 keeps its shard only, from here on
 	}
+	tr.sums = kernels.Float64s(be, 2)
 	tr.Memory = tr.memory()
 	tr.flopsPerTok = flopsPerToken(m.Cfg, T)
 	return tr, nil
@@ -571,15 +573,17 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 	r0 := time.Now()
 	tr.train.Next(inputs, targets)
 	reader = time.Since(r0)
+	// The step's loss and Σ g² add up on the device, in tr.sums.
+	kernels.Upload(tr.be, tr.sums, []float64{0, 0})
 	// outer is the work on the tensors outside the blocks that brackets
 	// the step's passes (stage 3 gathers them for the step).
 	outer := &pass{ctx: ctx}
 	if z := m.z3; z != nil {
-		// Stage 3: the released gradients are zero already; the reduced
+		// Stage 3: the gradient buffers are zero already; the reduced
 		// shard accumulates the micro-batches. The outer tensors stay
 		// gathered for the step.
-		clear(z.grads)
-		z.gather(outer, m, 0)
+		tr.be.Zero(z.grads)
+		z.gather(outer, 0)
 		if outer.err != nil {
 			return 0, 0, reader, outer.err
 		}
@@ -596,38 +600,29 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		hook = tr.dp.hook(m)
 	}
 	if tr.pp != nil {
-		if loss, err = tr.pp.step(ctx, m, step, d*tr.Accum, inputs, targets, tr.B, tr.T, dscale, hook); err != nil {
+		if err = tr.pp.step(ctx, m, step, d*tr.Accum, inputs, targets, tr.B, tr.T, dscale, hook, tr.sums[:1]); err != nil {
 			return 0, 0, reader, err
 		}
 	} else {
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-			ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale}
+			ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale, loss: tr.sums[:1]}
 			if gm == (d+1)*tr.Accum-1 {
 				ps.onGrads = hook // the last micro-batch completes each block's gradients
 			}
-			loss += float64(m.forward(ps, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T))
+			m.forward(ps, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T)
 			m.backward(ps)
 			if ps.err != nil {
 				return 0, 0, reader, ps.err
 			}
 		}
 	}
-	if tr.dp != nil {
-		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
-			return 0, 0, reader, err
-		}
-	}
 	if tr.pp != nil {
-		if loss, err = tr.lastStageSum(ctx, loss); err != nil {
-			return 0, 0, reader, err
-		}
 		if err = tr.pp.sumTied(ctx, m); err != nil {
 			return 0, 0, reader, err
 		}
 	}
 	if z := m.z3; z != nil {
-		z.reduce(outer, m, 0)
-		z.drop(m, 0)
+		z.reduce(outer, 0)
 		if outer.err != nil {
 			return 0, 0, reader, outer.err
 		}
@@ -637,40 +632,71 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 			return 0, 0, reader, err
 		}
 	}
+	// The one read-back of the step: its loss and this rank's Σ g².
+	tr.gradSquares(tr.sums[1:])
+	sums := []float64{0, 0}
+	if err := kernels.Download(tr.be, sums, tr.sums); err != nil {
+		return 0, 0, reader, err
+	}
+	loss = sums[0]
+	if tr.dp != nil {
+		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
+			return 0, 0, reader, err
+		}
+	}
+	if tr.pp != nil {
+		if loss, err = tr.lastStageSum(ctx, loss); err != nil {
+			return 0, 0, reader, err
+		}
+	}
 	loss /= float64(tr.Accum * D)
-	if norm, err = tr.update(ctx, float32(lr)); err != nil {
+	if norm, err = tr.update(ctx, sums[1], float32(lr)); err != nil {
 		return loss, norm, reader, err
 	}
 	// The update runs asynchronously on a GPU: its failures surface here.
 	return loss, norm, reader, kernels.Sync(tr.be)
 }
 
+// gradSquares adds to out[0], on the device, the Σ g² of the gradients
+// this rank holds for the norm: its shard's reduced gradients under
+// sharding stages 2 and 3, else all of its gradients.
+func (tr *Trainer) gradSquares(out []float64) {
+	m := tr.Model
+	if tr.topo.Sharding > 1 && tr.topo.Stage >= 2 {
+		m.gradSquares(out, tr.dp.grads, tr.dp.own())
+		return
+	}
+	m.gradSquares(out, m.Grads, []Span{{0, 0, m.NumParams()}})
+}
+
 // update clips the gradients to their global norm and applies one AdamW
-// step to the parameters this rank updates. It returns the norm.
-func (tr *Trainer) update(ctx context.Context, lr float32) (float64, error) {
+// step to the parameters this rank updates, given sq, this rank's Σ g²
+// (gradSquares). It returns the norm.
+func (tr *Trainer) update(ctx context.Context, sq float64, lr float32) (float64, error) {
 	if tr.topo.Sharding > 1 {
-		return tr.shardedUpdate(ctx, lr)
+		return tr.shardedUpdate(ctx, sq, lr)
 	}
 	m := tr.Model
-	sq, err := tr.modelSum(ctx, m.gradSquares(m.Grads, 0))
+	sq, err := tr.modelSum(ctx, sq)
 	if err != nil {
 		return 0, err
 	}
-	return tr.apply(m.Grads, sq, lr), nil
+	return tr.apply(m.Params, m.Grads, sq, lr), nil
 }
 
-// apply runs AdamW on grads, the gradients of the parameters this rank
-// updates, given the global sum of their squares sq, and returns the global
-// norm of the true gradient. Under fp16 the gradients are loss-scaled: the
-// scale comes off inside the update, and a non-finite norm skips the step.
-func (tr *Trainer) apply(grads []float32, sq float64, lr float32) float64 {
+// apply runs AdamW on params with grads, the parameters this rank updates
+// and their gradients (laid out by Opt.Spans), given the
+// global sum of the gradients' squares sq, and returns the global norm of
+// the true gradient. Under fp16 the gradients are loss-scaled: the scale
+// comes off inside the update, and a non-finite norm skips the step.
+func (tr *Trainer) apply(params, grads []float32, sq float64, lr float32) float64 {
 	s := tr.scaler.Scale()
 	norm := math.Sqrt(sq) / s
 	if !tr.scaler.update(norm) {
 		tr.log.logf("[amp] gradient overflow at loss scale %g: step skipped, loss scale now %g (skipped steps: %d)", s, tr.scaler.Scale(), tr.scaler.skipped)
 		return norm
 	}
-	tr.Opt.Apply(tr.be, tr.Model, grads, tr.Opt.ClipScale(norm)/float32(s), lr)
+	tr.Opt.Apply(tr.be, tr.Model, params, grads, tr.Opt.ClipScale(norm)/float32(s), lr)
 	return norm
 }
 
@@ -736,44 +762,40 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	targets := make([]int32, bt*tr.Accum*D)
 	n := max(1, tr.Cfg.Engine.EvalIters)
 	m := tr.Model
-	ps := &pass{ctx: ctx} // an evaluation: no dropout, no gradient
-	m.z3.gather(ps, m, 0)
-	defer m.z3.drop(m, 0)
-	var sum float64 // of the micro-batches' mean losses
+	// The micro-batches' mean losses add up on the device, read back once.
+	kernels.Upload(tr.be, tr.sums[:1], []float64{0})
+	ps := &pass{ctx: ctx, loss: tr.sums[:1]} // an evaluation: no dropout, no gradient
+	m.z3.gather(ps, 0)
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
 			in, tg := inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt]
 			if tr.pp == nil {
-				l, err := m.Loss(ctx, in, tg, tr.B, tr.T)
-				if err != nil {
-					return 0, err
-				}
-				sum += float64(l)
-				continue
-			}
-			l, err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T)
-			if err != nil {
+				m.forward(ps, in, tg, tr.B, tr.T)
+			} else if err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T, ps.loss); err != nil {
 				return 0, err
 			}
-			sum += l / float64(bt)
+			if ps.err != nil {
+				return 0, ps.err
+			}
 		}
 	}
-	if ps.err != nil {
-		return 0, ps.err
+	sum := []float64{0}
+	if err := kernels.Download(tr.be, sum, tr.sums[:1]); err != nil {
+		return 0, err
 	}
-	var err error
+	loss, err := sum[0], error(nil)
 	if tr.pp != nil {
-		if sum, err = tr.lastStageSum(ctx, sum); err != nil {
+		if loss, err = tr.lastStageSum(ctx, loss); err != nil {
 			return 0, err
 		}
 	}
 	if tr.dp != nil {
-		if sum, err = tr.dp.sumLoss(ctx, sum); err != nil {
+		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
 			return 0, err
 		}
 	}
-	return sum / float64(n*tr.Accum*D), nil
+	return loss / float64(n*tr.Accum*D), nil
 }
 
 // lastStageSum gives every rank of the model group the value x of the

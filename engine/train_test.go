@@ -71,11 +71,17 @@ func corpusFor(cfg *presets.Config) func() ([]uint16, error) {
 // built-in corpus (corpusFor), and returns the trainer and its result.
 func trainPreset(t *testing.T, preset string, overrides ...string) (*Trainer, *Result) {
 	t.Helper()
+	return trainPresetOn(t, fixedPeak{cpu.New()}, preset, overrides...)
+}
+
+// trainPresetOn is trainPreset on the backend be.
+func trainPresetOn(t *testing.T, be kernels.Backend, preset string, overrides ...string) (*Trainer, *Result) {
+	t.Helper()
 	cfg, err := presets.Load(preset, overrides)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, Options{Builtin: corpusFor(cfg)})
+	tr, err := NewTrainer(cfg, be, Options{Builtin: corpusFor(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@
 // lives in kernels/cuda.
 package kernels
 
+import "fmt"
+
 // Backend is the set of operations the GPT engine runs. Tensors are
 // row-major float32 (shapes in parentheses, outermost first); B is the
 // batch, T the sequence length, C the channels, NH the attention heads,
@@ -14,6 +16,13 @@ package kernels
 // method adds into its gradient outputs (+=); every other output is
 // overwritten. Buffers come from [Float32s] and its kin, so that a backend
 // whose kernels need their own memory (the GPU's) can address them.
+//
+// The methods return nothing to the host: on a backend that implements
+// [Memory] each one only queues its kernel, which runs later, in call
+// order, and what the host needs back (a loss, a norm) is reduced into a
+// buffer of the backend (Sum, SumSquares) and read with [Download]. A
+// synchronous backend (the CPU's) has finished each kernel when the
+// method returns.
 //
 // Each method's reference is the CPU backend (kernels/cpu), whose doc
 // comments give the formulas in full; every backend computes the same
@@ -161,6 +170,10 @@ type Backend interface {
 	// the engine sums maxes (N) and stats (N,2) between passes.
 	// ClassifierMax writes each row's maximum (−Inf for V 0).
 	ClassifierMax(maxes, logits []float32, N, V int)
+	// ClassifierGlobalMax reduces the row maxima of the MP ranks,
+	// all-gathered as gmax (MP,N), to the global ones: maxes (N) =
+	// max over k of gmax[k,:].
+	ClassifierGlobalMax(maxes, gmax []float32, N, MP int)
 	// ClassifierExp exponentiates logits in place against the global row
 	// maxima and writes each row's partial sum and target logit to stats.
 	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int)
@@ -174,9 +187,16 @@ type Backend interface {
 	// the clipping factor), m = β1·m + (1−β1)·g, v = β2·v + (1−β2)·g²,
 	// p −= lr·(m̂/(√v̂ + ε) + wd·p), bias-corrected for the 1-based step.
 	AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int)
-	// SumSquares returns Σ x², accumulated in float64 in an order that does
-	// not depend on the number of threads.
-	SumSquares(x []float32) float64
+	// Sum adds w·Σ x to out[0], a float64 the host reads through
+	// [Memory.Download] (or the Sync of a synchronous backend): the sum is
+	// accumulated in float64 in an order that depends on len(x) only, not
+	// on the number of threads, and multiplied by w once. It reduces on the
+	// device what the host needs as one number (the losses of a step).
+	Sum(out []float64, x []float32, w float64)
+	// SumSquares adds w·Σ x² to out[0], as Sum does (the gradient norm).
+	SumSquares(out []float64, x []float32, w float64)
+	// Copy sets dst to src, of one length, both in the backend's memory.
+	Copy(dst, src []float32)
 	// Zero sets every element of x to 0.
 	Zero(x []float32)
 	// Scale multiplies every element of x by s.
@@ -184,17 +204,38 @@ type Backend interface {
 }
 
 // Memory is implemented by backends whose kernels cannot work on ordinary
-// Go memory (the GPU backend). The engine allocates every buffer a kernel
-// reads or writes through it, and calls Sync before the host reads or
-// writes such a buffer: kernels run asynchronously.
+// Go memory and run asynchronously (the GPU backend). The engine allocates
+// every buffer a kernel reads or writes through it.
+//
+// # Ordering
+//
+// The backend's kernels run on one stream, in call order, after the
+// methods that queue them have returned. The host touches the backend's
+// memory only through Upload and Download, which are ordered on the
+// stream like kernels, and after Sync: between a kernel call and the next
+// Sync (or Download), the host must neither read the kernel's outputs —
+// they may not be written yet — nor write its inputs — the kernel may not
+// have read them yet. A communicator tied to the stream (comm.Stream) is
+// ordered the same way.
 type Memory interface {
 	// Float32s, Int32s and Float64s return zeroed buffers the kernels and
 	// the host can both address.
 	Float32s(n int) []float32
 	Int32s(n int) []int32
 	Float64s(n int) []float64
-	// Free gives back a buffer one of them returned (x is the slice).
+	// Free gives back a buffer one of them returned (x is the slice),
+	// once the kernels queued before have finished with it.
 	Free(x any)
+	// Upload copies src, host memory, into dst, a buffer of the backend of
+	// the same type ([]float32, []int32 or []float64) and length, ordered
+	// after the kernels queued before it: they still see dst's old
+	// contents, the kernels queued after it see src's. src may be reused
+	// as soon as Upload returns.
+	Upload(dst, src any)
+	// Download copies src, a buffer of the backend, into dst, host memory
+	// of the same type and length, once every kernel queued before it has
+	// finished, and returns the backend's first failure, if any.
+	Download(dst, src any) error
 	// Sync waits until every kernel launched so far has finished and
 	// returns the backend's first failure, if any.
 	Sync() error
@@ -241,6 +282,52 @@ func Sync(be Backend) error {
 		return m.Sync()
 	}
 	return nil
+}
+
+// Upload copies src, host memory, into dst, a buffer from Float32s, Int32s
+// or Float64s of the same type and length, ordered on be's stream
+// ([Memory.Upload]); for a backend that computes synchronously, a copy.
+func Upload(be Backend, dst, src any) {
+	if m, ok := be.(Memory); ok {
+		m.Upload(dst, src)
+		return
+	}
+	copyAny(dst, src)
+}
+
+// Download copies src, a buffer of be, into dst, host memory of the same
+// type and length, once be's kernels queued before have finished
+// ([Memory.Download]), and returns be's first failure.
+func Download(be Backend, dst, src any) error {
+	if m, ok := be.(Memory); ok {
+		return m.Download(dst, src)
+	}
+	copyAny(dst, src)
+	return nil
+}
+
+// copyAny copies src into dst, slices of one element type ([]float32,
+// []int32 or []float64) and length; it panics on anything else, a
+// programmer error.
+func copyAny(dst, src any) {
+	n := -1
+	switch d := dst.(type) {
+	case []float32:
+		if s, ok := src.([]float32); ok && len(s) == len(d) {
+			n = copy(d, s)
+		}
+	case []int32:
+		if s, ok := src.([]int32); ok && len(s) == len(d) {
+			n = copy(d, s)
+		}
+	case []float64:
+		if s, ok := src.([]float64); ok && len(s) == len(d) {
+			n = copy(d, s)
+		}
+	}
+	if n < 0 {
+		panic(fmt.Sprintf("kernels: copying %T into %T: want slices of one element type and length", src, dst))
+	}
 }
 
 // AttentionStore is implemented by backends whose attention keeps less than

@@ -447,25 +447,15 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		// The engine gathers a block for each micro-batch's forward and
 		// backward pass and reduce-scatters its gradients after the
 		// backward; the tensors outside the blocks once per step each way.
-		// Each member sends S−1 times the largest part any member holds
-		// of the unit: a unit smaller than a shard of the flat buffer
-		// lies in one or two shards, so that is the unit itself, not 1/S
-		// of it. Nothing overlaps: the engine waits for each gather.
-		chunk := math.Ceil(P / S)
+		// Each unit is cut in S equal pieces, so each collective moves
+		// (S−1)/S of the unit per member. Nothing overlaps: the engine
+		// waits for each gather.
 		block := float64(m.layerParamsTP(s.MP))
 		outer := P - L*block
-		v := (S - 1) * pb * (3*mb*L*math.Min(block, chunk) + 2*math.Min(outer, chunk))
+		v := (S - 1) / S * pb * (3*mb*L*block + 2*outer)
 		ar := 2 * (D - 1) / D * gb / S
 		t.Comm += v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
 		sent += v + ar
-		if r := c.refaultRate(); r > 0 {
-			// Memory given back and written again: the gathered
-			// parameters outside the shard for each pass, and the
-			// gradients each backward writes after the last
-			// reduce-scatter released them.
-			refault := pb * ((S-1)/S*(2*mb*L*block+outer) + mb*L*block + outer)
-			t.Comm += refault / r
-		}
 		opt = math.Ceil(P / S)
 		normN = opt
 	}

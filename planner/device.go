@@ -63,12 +63,6 @@ type Device struct {
 	// as in every built-in profile and in a CPU profile measured without
 	// an inventory (or saved before the link between nodes was measured).
 	InterMeasured string `json:"inter_measured,omitempty"`
-	// RefaultBPS is the rate, in bytes/s, at which one worker writes
-	// memory whose pages were given back (page faults, zeroing, the copy):
-	// sharding stage 3 pays it for every gathered block on a CPU, where
-	// the engine releases what it is not using. Zero: no such cost
-	// (accelerators, and profiles measured before it was).
-	RefaultBPS float64 `json:"refault_bps,omitempty"`
 	// Overlap is the fraction of the data-parallel all-reduce that can
 	// hide behind the backward pass (1 on accelerators with their own
 	// copy engines; less on CPUs, where communication takes the cores
@@ -212,17 +206,6 @@ func (c Cluster) share() float64 {
 		return 1 / float64(c.DevicesPerNode)
 	}
 	return 1
-}
-
-// refaultRate is the rate at which one device refills released memory
-// (Device.RefaultBPS, a single worker's; workers sharing fewer cores split
-// them).
-func (c Cluster) refaultRate() float64 {
-	r := c.Device.RefaultBPS
-	if c.Device.SharedNode && c.Device.Cores > 0 && c.DevicesPerNode > c.Device.Cores {
-		r *= float64(c.Device.Cores) / float64(c.DevicesPerNode)
-	}
-	return r
 }
 
 // memPerDevice is the memory of one device (its share of a SharedNode).

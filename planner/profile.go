@@ -54,7 +54,6 @@ func MeasureCompute(be kernels.Backend, cores int, memBytes int64) Device {
 	d.GEMMHalfRows = half
 	d.OptimizerParamsPerS = adamRate(be)
 	d.ClassifierPerS = classifierRate(be)
-	d.RefaultBPS = refaultRate()
 	if cores > 0 {
 		d.Cores = cores
 	}

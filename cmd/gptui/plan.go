@@ -78,8 +78,8 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if d.InterMeasured != "" {
 			inter = "measured"
 		}
-		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), softmax cross-entropy %.0f M logits/s, AdamW %.0f M params/s, refilling released memory %.2f GB/s, link %.2f GB/s, between nodes %.2f GB/s (%s), %d cores, %.1f GB\n",
-			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.ClassifierPerS/1e6, d.OptimizerParamsPerS/1e6, d.RefaultBPS/1e9, d.IntraBW/1e9, d.InterBW/1e9, inter, d.Cores, float64(d.MemBytes)/1e9)
+		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), softmax cross-entropy %.0f M logits/s, AdamW %.0f M params/s, link %.2f GB/s, between nodes %.2f GB/s (%s), %d cores, %.1f GB\n",
+			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.ClassifierPerS/1e6, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.InterBW/1e9, inter, d.Cores, float64(d.MemBytes)/1e9)
 		if *c == "" {
 			return nil
 		}

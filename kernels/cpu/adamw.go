@@ -34,19 +34,39 @@ func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd
 	})
 }
 
-// normChunk is the fixed size of the pieces SumSquares adds up separately, so
-// the result does not depend on the number of threads.
+// normChunk is the fixed size of the pieces Sum and SumSquares add up
+// separately, so the result does not depend on the number of threads.
 const normChunk = 1 << 16
 
-// SumSquares returns Σ x², accumulated in float64 in a fixed order.
-func (b *Backend) SumSquares(x []float32) float64 {
+// Sum adds w·Σ x to out[0], Σ x accumulated in float64 in a fixed order:
+// chunks of normChunk elements in order, each summed from its first
+// element.
+func (b *Backend) Sum(out []float64, x []float32, w float64) {
+	out[0] += w * b.sum(x, false)
+}
+
+// SumSquares adds w·Σ x² to out[0], accumulated as Sum does.
+func (b *Backend) SumSquares(out []float64, x []float32, w float64) {
+	out[0] += w * b.sum(x, true)
+}
+
+// sum returns Σ x (Σ x² when square is set) in float64, chunk by chunk
+// in parallel, the chunks' sums added in order.
+func (b *Backend) sum(x []float32, square bool) float64 {
 	chunks := (len(x) + normChunk - 1) / normChunk
 	part := make([]float64, chunks)
 	b.ParallelFor(chunks, 1, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
 			var s float64
-			for _, v := range x[c*normChunk : min(len(x), (c+1)*normChunk)] {
-				s += float64(v) * float64(v)
+			xs := x[c*normChunk : min(len(x), (c+1)*normChunk)]
+			if square {
+				for _, v := range xs {
+					s += float64(v) * float64(v)
+				}
+			} else {
+				for _, v := range xs {
+					s += float64(v)
+				}
 			}
 			part[c] = s
 		}

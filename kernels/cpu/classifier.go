@@ -67,6 +67,25 @@ func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
 	})
 }
 
+// ClassifierGlobalMax writes maxes[r] = max over k of gmax[k·N+r], the
+// largest of the MP ranks' row maxima (gmax (MP,N)), taking the earliest
+// rank's value on ties.
+func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
+	if MP == 0 {
+		return
+	}
+	_ = gmax[MP*N-1]
+	for r := range maxes[:N] {
+		m := gmax[r]
+		for k := 1; k < MP; k++ {
+			if x := gmax[k*N+r]; x > m {
+				m = x
+			}
+		}
+		maxes[r] = m
+	}
+}
+
 // ClassifierExp exponentiates logits in place against the global row
 // maxima and writes each row's partial sum and target logit to stats.
 func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {

@@ -1,7 +1,9 @@
 package cpu
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gptui/gptui/kernels"
@@ -230,8 +232,57 @@ func TestAdamWMatchesFormula(t *testing.T) {
 	// step 1: m̂ = g, v̂ = g², so p -= lr·(g/(|g|+ε) + wd·p)
 	want := []float64{1 - 0.01*(0.1/(0.1+1e-8)+0.1*1), -2 - 0.01*(-0.3/(0.3+1e-8)+0.1*-2), 0.5 - 0.01*(0+0.1*0.5)}
 	checkErr(t, "params", p, want, 1e-6)
-	if s := be.SumSquares([]float32{3, 4}); s != 25 {
-		t.Errorf("SumSquares = %v, want 25", s)
+}
+
+// TestSums: Sum and SumSquares add w times their sums into out[0], the
+// same bits whatever the thread count, across chunk boundaries.
+func TestSums(t *testing.T) {
+	be := New()
+	out := []float64{1}
+	be.SumSquares(out, []float32{3, 4}, 0.5)
+	be.Sum(out, []float32{3, -4}, 2)
+	if out[0] != 1+12.5-2 {
+		t.Errorf("1 + ½·Σx² + 2·Σx = %v, want 11.5", out[0])
+	}
+	r := rand.New(rand.NewPCG(23, 24))
+	x := randn(r, 3*normChunk+17, 1)
+	var want, wantSq float64
+	for c := 0; c < len(x); c += normChunk {
+		var s, sq float64
+		for _, v := range x[c:min(len(x), c+normChunk)] {
+			s += float64(v)
+			sq += float64(v) * float64(v)
+		}
+		want += s
+		wantSq += sq
+	}
+	for _, threads := range []int{1, 3} {
+		b := &Backend{threads: threads}
+		got := []float64{0, 0}
+		b.Sum(got[:1], x, 1)
+		b.SumSquares(got[1:], x, 1)
+		if got[0] != want || got[1] != wantSq {
+			t.Errorf("%d threads: Σx = %v, Σx² = %v; want %v, %v", threads, got[0], got[1], want, wantSq)
+		}
+	}
+}
+
+// TestCopyAndGlobalMax: Copy copies; ClassifierGlobalMax takes each row's
+// largest value over the ranks.
+func TestCopyAndGlobalMax(t *testing.T) {
+	be := New()
+	src := []float32{1, 2, 3}
+	dst := make([]float32, 3)
+	be.Copy(dst, src)
+	if !slices.Equal(dst, src) {
+		t.Errorf("Copy: %v, want %v", dst, src)
+	}
+	ninf := float32(math.Inf(-1))
+	gmax := []float32{1, ninf, 5, 2, ninf, -1, 0, ninf, 7} // (3 ranks, 3 rows)
+	maxes := make([]float32, 3)
+	be.ClassifierGlobalMax(maxes, gmax, 3, 3)
+	if want := []float32{2, ninf, 7}; !slices.Equal(maxes, want) {
+		t.Errorf("ClassifierGlobalMax: %v, want %v", maxes, want)
 	}
 }
 

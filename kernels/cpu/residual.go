@@ -1,5 +1,7 @@
 package cpu
 
+import "fmt"
+
 // ResidualForward adds two streams: out = a + c. out may alias a.
 func (b *Backend) ResidualForward(out, a, c []float32) {
 	b.ParallelFor(len(a), 8192, func(lo, hi int) {
@@ -12,6 +14,14 @@ func (b *Backend) ResidualForward(out, a, c []float32) {
 // Zero sets every element of x to 0.
 func (b *Backend) Zero(x []float32) {
 	b.ParallelFor(len(x), 1<<16, func(lo, hi int) { clear(x[lo:hi]) })
+}
+
+// Copy sets dst to src (of one length).
+func (b *Backend) Copy(dst, src []float32) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("cpu: Copy of %d elements into %d", len(src), len(dst)))
+	}
+	b.ParallelFor(len(dst), 1<<16, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
 
 // Scale multiplies every element of x by s.

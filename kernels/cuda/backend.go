@@ -101,11 +101,10 @@ type Backend struct {
 	spans  []span          // the same, sorted by base (for pointer checks)
 	err    error           // the first failure
 
-	// Scratch for GEMM inputs rounded to 16 bits, and SumSquares' partials.
+	// Scratch for GEMM inputs rounded to 16 bits, and Sum's partials.
 	castA, castB Ptr
 	castN        [2]int // elements each holds
 	sumScratch   Ptr
-	sumOut       []float64 // one managed double
 	shared       map[string]int
 
 	peakOnce sync.Once
@@ -164,10 +163,9 @@ func New(opts Options) (*Backend, error) {
 	if b.blas, err = dev.NewBLAS(b.s); err != nil {
 		return fail(err)
 	}
-	if b.sumScratch, err = dev.Alloc(SumSquaresScratch); err != nil {
+	if b.sumScratch, err = dev.Alloc(SumScratch); err != nil {
 		return fail(err)
 	}
-	b.sumOut = b.Float64s(1)
 	if b.err != nil {
 		return fail(b.err)
 	}
@@ -360,6 +358,56 @@ func (b *Backend) Free(x any) {
 		// Kernels queued on the stream may still use it.
 		b.fail("free", errors.Join(b.dev.Sync(b.s), b.dev.Free(Ptr(p))))
 	}
+}
+
+// Upload copies src (host memory) into dst (the backend's) with
+// cuMemcpyHtoD, which runs on the legacy default stream and so after every
+// kernel queued on the backend's stream, and before those queued after it
+// (the stream is a blocking one): ordered as kernels.Memory asks, without
+// the host touching managed memory. It waits for the stream's kernels and
+// returns once src has been copied out, so src may be reused. (A pinned
+// staging buffer and cuMemcpyHtoDAsync would spare the wait.)
+func (b *Backend) Upload(dst, src any) {
+	d, s, n := hostCopy("Upload", dst, src)
+	if b.ok() && n > 0 {
+		b.run("Upload", b.dev.CopyHtoD(b.check(d, n), s, n))
+	}
+}
+
+// Download copies src (the backend's memory) into dst (host memory) once
+// the kernels queued before have finished, and returns the first failure.
+func (b *Backend) Download(dst, src any) error {
+	d, s, n := hostCopy("Download", src, dst)
+	if err := b.Sync(); err != nil {
+		return err
+	}
+	if n > 0 {
+		b.fail("Download", b.dev.CopyDtoH(s, b.check(d, n), n))
+	}
+	return b.Err()
+}
+
+// hostCopy returns the addresses of dev and host, slices of one element
+// type ([]float32, []int32 or []float64) and length, and their size in
+// bytes; it panics on anything else (a bug in the engine).
+func hostCopy(op string, dev, host any) (uintptr, unsafe.Pointer, int) {
+	size := func(x any) (uintptr, unsafe.Pointer, int, int) {
+		switch v := x.(type) {
+		case []float32:
+			return uintptr(unsafe.Pointer(unsafe.SliceData(v))), unsafe.Pointer(unsafe.SliceData(v)), len(v), 4
+		case []int32:
+			return uintptr(unsafe.Pointer(unsafe.SliceData(v))), unsafe.Pointer(unsafe.SliceData(v)), len(v), 4
+		case []float64:
+			return uintptr(unsafe.Pointer(unsafe.SliceData(v))), unsafe.Pointer(unsafe.SliceData(v)), len(v), 8
+		}
+		panic(fmt.Sprintf("cuda: %s of a %T", op, x))
+	}
+	d, _, dn, de := size(dev)
+	_, h, hn, he := size(host)
+	if dn != hn || de != he || fmt.Sprintf("%T", dev) != fmt.Sprintf("%T", host) {
+		panic(fmt.Sprintf("cuda: %s between a %T of %d and a %T of %d", op, dev, dn, host, hn))
+	}
+	return d, h, dn * de
 }
 
 // Sync waits for every kernel queued so far and returns the first failure.
@@ -659,6 +707,13 @@ func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
 	}
 }
 
+// ClassifierGlobalMax reduces the ranks' row maxima gmax (MP,N) to maxes.
+func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
+	if b.ok() {
+		b.run("ClassifierGlobalMax", b.k.ClassifierGlobalMax(b.s, b.ptr(maxes), b.ptr(gmax), N, MP))
+	}
+}
+
 // ClassifierExp writes each row's Σ e^(x−max) and target logit.
 func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {
 	if b.ok() {
@@ -680,19 +735,29 @@ func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd
 	}
 }
 
-// SumSquares returns Σ x² (in float64); it waits for the GPU.
-func (b *Backend) SumSquares(x []float32) float64 {
-	if !b.ok() || len(x) == 0 {
-		return 0
+// Sum adds w·Σ x to out[0] (a double of the backend's memory) on the
+// GPU; the host reads it with Download.
+func (b *Backend) Sum(out []float64, x []float32, w float64) { b.sum("Sum", out, x, w, false) }
+
+// SumSquares adds w·Σ x² to out[0], as Sum.
+func (b *Backend) SumSquares(out []float64, x []float32, w float64) {
+	b.sum("SumSquares", out, x, w, true)
+}
+
+func (b *Backend) sum(op string, out []float64, x []float32, w float64, square bool) {
+	if b.ok() && len(x) > 0 {
+		b.run(op, b.k.Sum(b.s, b.ptr64(out[:1]), b.ptr(x), len(x), b.sumScratch, w, square))
 	}
-	if err := b.k.SumSquares(b.s, b.ptr64(b.sumOut), b.ptr(x), len(x), b.sumScratch, false); err != nil {
-		b.run("SumSquares", err)
-		return math.NaN()
+}
+
+// Copy queues dst = src on the stream.
+func (b *Backend) Copy(dst, src []float32) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("cuda: Copy of %d elements into %d", len(src), len(dst)))
 	}
-	if err := b.Sync(); err != nil {
-		return math.NaN()
+	if b.ok() && len(dst) > 0 {
+		b.run("Copy", b.dev.CopyDtoD(b.ptr(dst), b.ptr(src), 4*len(dst), b.s))
 	}
-	return b.sumOut[0]
 }
 
 // Zero clears x.

@@ -165,3 +165,30 @@ func TestClassifierShards(t *testing.T) {
 		})
 	}
 }
+
+// TestClassifierGlobalMax: the largest of the ranks' row maxima, -Inf
+// (a rank of no columns) and ties included, as kernels/cpu, exactly.
+func TestClassifierGlobalMax(t *testing.T) {
+	for _, tc := range []struct{ N, MP int }{{1, 1}, {5, 2}, {300, 3}, {4099, 8}} {
+		t.Run(fmt.Sprintf("N%dMP%d", tc.N, tc.MP), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(13, uint64(tc.N)))
+			m, k := machine(t)
+			N, MP := tc.N, tc.MP
+			gmax := randn(r, MP*N, 3)
+			for i := range gmax {
+				switch r.IntN(7) {
+				case 0:
+					gmax[i] = float32(math.Inf(-1))
+				case 1:
+					gmax[i] = gmax[i%N] // a tie with rank 0
+				}
+			}
+			want := make([]float32, N)
+			cpuBackend.ClassifierGlobalMax(want, gmax, N, MP)
+			out := m.Alloc(4 * N)
+			must(t, k.ClassifierGlobalMax(0, out, m.Float32s(gmax), N, MP))
+			run(t, m)
+			checkExact(t, "maxes", m.ReadFloat32s(out, N), want)
+		})
+	}
+}

@@ -66,9 +66,9 @@ var kernelNames = []string{
 	"gelu_forward", "gelu_backward",
 	"residual_forward", "scale",
 	"dropout_forward",
-	"cross_entropy", "classifier_max", "classifier_exp", "classifier_finish",
+	"cross_entropy", "classifier_max", "classifier_global_max", "classifier_exp", "classifier_finish",
 	"adamw",
-	"sum_squares_partial", "sum_squares_finish", "non_finite",
+	"sum_partial", "sum_finish", "non_finite",
 }
 
 // KernelNames returns the name of every kernel the Kernels methods launch
@@ -88,14 +88,14 @@ const (
 	lnbMaxGrid  = 1024  // layernorm_backward's most blocks
 	clsThreads  = 512   // classifier kernels: one block per row
 	bbRows      = 256   // bias_backward's rows per block (matmul.cu BB_ROWS)
-	normThreads = 512   // sum_squares_partial
-	normBlocks  = 1024  // sum_squares_partial's most blocks
+	normThreads = 512   // sum_partial
+	normBlocks  = 1024  // sum_partial's most blocks
 	normPerThr  = 8     // elements per thread before another block is added
 )
 
-// SumSquaresScratch is the size in bytes of the scratch SumSquares needs:
-// one double per block of its first kernel.
-const SumSquaresScratch = normBlocks * 8
+// SumScratch is the size in bytes of the scratch Sum needs: one double
+// per block of its first kernel.
+const SumScratch = normBlocks * 8
 
 // ElementwiseGeometry is the launch shape of a grid-stride kernel over work
 // items (elements, or float4s plus the scalar tail).
@@ -144,9 +144,9 @@ func ClassifierGeometry(N int) (grid, block Dim3) {
 	return Dim3{uint32(N), 1, 1}, Dim3{clsThreads, 1, 1}
 }
 
-// SumSquaresGeometry is the first kernel's grid: a fixed function of n, so
-// the order of the sum is too.
-func SumSquaresGeometry(n int64) (grid, block Dim3) {
+// SumGeometry is the first kernel's grid: a fixed function of n, so the
+// order of the sum is too.
+func SumGeometry(n int64) (grid, block Dim3) {
 	b := (n + normThreads*normPerThr - 1) / (normThreads * normPerThr)
 	b = min(max(b, 1), normBlocks)
 	return Dim3{uint32(b), 1, 1}, Dim3{normThreads, 1, 1}
@@ -398,6 +398,18 @@ func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, 
 	return k.launch("classifier_exp", grid, block, 0, s, stats, logits, targets, maxes, int32(N), int32(V), int32(vlo))
 }
 
+// ClassifierGlobalMax writes maxes (N) = the largest over the MP ranks of
+// their row maxima gmax (MP,N).
+func (k *Kernels) ClassifierGlobalMax(s Stream, maxes, gmax Ptr, N, MP int) error {
+	if err := checkSizes("ClassifierGlobalMax", N, MP); err != nil {
+		return err
+	}
+	if MP == 0 {
+		return nil
+	}
+	return k.elementwise("classifier_global_max", s, N, false, maxes, gmax, int64(N), int32(MP))
+}
+
 // ClassifierFinish writes losses (N) from the summed stats and, when grad,
 // turns the exponentiated logits into the loss gradient.
 func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, vlo int, dscale float32, grad bool) error {
@@ -424,20 +436,21 @@ func (k *Kernels) AdamW(s Stream, params, grads, m, v Ptr, n int, lr, beta1, bet
 		params, grads, m, v, int64(n), lr, beta1, beta2, eps, wd, gscale, rc1, rc2)
 }
 
-// SumSquares writes Σ x² over n elements, accumulated in float64, to the
-// double at out, or adds it there when accumulate is true (to sum several
-// tensors before one read). scratch is SumSquaresScratch bytes. The order
-// of the sum is fixed by n, so the result is the same on every run. The
-// host reads the one double after synchronising the stream.
-func (k *Kernels) SumSquares(s Stream, out, x Ptr, n int, scratch Ptr, accumulate bool) error {
+// Sum adds w·Σ x (w·Σ x² when square is set) over n elements,
+// accumulated in float64, to the double at out; scratch is SumScratch
+// bytes. Several sums add into one double before one read (the gradient
+// norm over every tensor). The order of the sum is fixed by n, so the
+// result is the same on every run. The host reads the double after the
+// stream has finished.
+func (k *Kernels) Sum(s Stream, out, x Ptr, n int, scratch Ptr, w float64, square bool) error {
 	if n < 0 {
-		return fmt.Errorf("cuda: SumSquares of %d elements", n)
+		return fmt.Errorf("cuda: Sum of %d elements", n)
 	}
-	grid, block := SumSquaresGeometry(int64(n))
-	if err := k.launch("sum_squares_partial", grid, block, 0, s, scratch, x, int64(n)); err != nil {
+	grid, block := SumGeometry(int64(n))
+	if err := k.launch("sum_partial", grid, block, 0, s, scratch, x, int64(n), flag(square)); err != nil {
 		return err
 	}
-	return k.launch("sum_squares_finish", Dim3{1, 1, 1}, Dim3{256, 1, 1}, 0, s, out, scratch, int32(grid.X), flag(accumulate))
+	return k.launch("sum_finish", Dim3{1, 1, 1}, Dim3{256, 1, 1}, 0, s, out, scratch, int32(grid.X), w)
 }
 
 // NonFinite sets the int32 at flag to 1 when any of n elements of x is an

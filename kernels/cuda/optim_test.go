@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/gptui/gptui/kernels/cuda"
 )
 
 func TestAdamW(t *testing.T) {
@@ -43,35 +45,46 @@ func TestAdamW(t *testing.T) {
 	}
 }
 
-func TestSumSquares(t *testing.T) {
+// TestSum: Sum adds w·Σx and w·Σx² to a double, as kernels/cpu within
+// 1e-12, the same bits on every run, accumulating across calls.
+func TestSum(t *testing.T) {
 	for _, n := range []int{0, 1, 37, 4099, 30011} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			r := rand.New(rand.NewPCG(11, uint64(n)))
-			m, k := machine(t)
-			x := randn(r, n, 2)
-			want := cpuBackend.SumSquares(x)
-			gx, out, scratch := m.Float32s(x), m.Float64s([]float64{123}), m.Alloc(32768)
-			must(t, k.SumSquares(0, out, gx, n, scratch, false))
-			run(t, m)
-			got := m.ReadFloat64s(out, 1)[0]
-			t.Logf("Σx² = %v, kernels/cpu %v", got, want)
-			if math.Abs(got-want) > 1e-12*max(want, 1e-300) || (n == 0 && got != 0) {
-				t.Errorf("Σx² = %v, want %v", got, want)
-			}
-			// Accumulating twice more gives 3×, and the same bits every run.
-			must(t, k.SumSquares(0, out, gx, n, scratch, true))
-			must(t, k.SumSquares(0, out, gx, n, scratch, true))
-			run(t, m)
-			again := m.ReadFloat64s(out, 1)[0]
-			if math.Abs(again-3*got) > 1e-12*max(3*got, 1e-300) {
-				t.Errorf("accumulated Σx² = %v, want %v", again, 3*got)
-			}
-			must(t, k.SumSquares(0, out, gx, n, scratch, false))
-			run(t, m)
-			if again := m.ReadFloat64s(out, 1)[0]; again != got {
-				t.Errorf("second run: %v, first %v: the sum's order is not fixed", again, got)
-			}
-		})
+		for _, square := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d/square=%v", n, square), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(11, uint64(n)))
+				m, k := machine(t)
+				x := randn(r, n, 2)
+				want := []float64{0}
+				if square {
+					cpuBackend.SumSquares(want, x, 0.5)
+				} else {
+					cpuBackend.Sum(want, x, 0.5)
+				}
+				gx, out, scratch := m.Float32s(x), m.Float64s([]float64{0}), m.Alloc(cuda.SumScratch)
+				must(t, k.Sum(0, out, gx, n, scratch, 0.5, square))
+				run(t, m)
+				got := m.ReadFloat64s(out, 1)[0]
+				t.Logf("½Σ = %v, kernels/cpu %v", got, want[0])
+				if math.Abs(got-want[0]) > 1e-12*max(math.Abs(want[0]), 1e-300) || (n == 0 && got != 0) {
+					t.Errorf("½Σ = %v, want %v", got, want[0])
+				}
+				// Two more calls with w = 1 add 2·Σ: 5× the first, and the
+				// same bits every run.
+				must(t, k.Sum(0, out, gx, n, scratch, 1, square))
+				must(t, k.Sum(0, out, gx, n, scratch, 1, square))
+				run(t, m)
+				again := m.ReadFloat64s(out, 1)[0]
+				if math.Abs(again-5*got) > 1e-12*max(math.Abs(5*got), 1e-300) {
+					t.Errorf("accumulated = %v, want %v", again, 5*got)
+				}
+				out2 := m.Float64s([]float64{0})
+				must(t, k.Sum(0, out2, gx, n, scratch, 0.5, square))
+				run(t, m)
+				if again := m.ReadFloat64s(out2, 1)[0]; again != got {
+					t.Errorf("second run: %v, first %v: the sum's order is not fixed", again, got)
+				}
+			})
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package cudacheck
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -189,8 +190,7 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 	c.c.ClassifierExp(stats, logits, targets, maxes, N, V, 300)
 	c.compare("ClassifierFinish", 1e-5, func(be kernels.Backend, a args) {
 		st := kernels.Float64s(be, 2*N)
-		kernels.Sync(be)
-		copy(st, stats)
+		kernels.Upload(be, st, stats)
 		be.ClassifierFinish(a.f(0), a.f(1), a.i(0), a.f(2), st, N, V, 300, 1.0/N, true)
 		kernels.Sync(be)
 		kernels.Free(be, st)
@@ -202,13 +202,18 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 		be.AdamW(a.f(0), a.f(3), a.f(1), a.f(2), 6e-4, 0.9, 0.95, 1e-8, 0.1, 0.5, 7)
 	}, outs{c.randn(P, 0.02), c.randn(P, 0.01), c.abs(c.randn(P, 0.001))}, ins{c.randn(P, 0.1)})
 	sq := c.randn(P, 1)
-	want := c.c.SumSquares(sq)
-	gs := g.Float32s(P)
-	g.Sync()
-	copy(gs, sq)
-	got := g.SumSquares(gs)
-	g.Free(gs)
-	c.report("SumSquares", math.Abs(got-want)/want, math.Abs(got-want), 1e-12)
+	c.compare64("Sum", 1e-12, func(be kernels.Backend, out []float64, a args) { be.Sum(out, a.f(0), 0.25) }, 1, ins{sq}, nil)
+	c.compare64("SumSquares", 1e-12, func(be kernels.Backend, out []float64, a args) {
+		be.SumSquares(out, a.f(0), 1)
+		be.SumSquares(out, a.f(0)[:P/2], 0.5) // a second tensor adds to the same double
+	}, 1, ins{sq}, nil)
+
+	// Copies on the device, and the tensor-parallel loss's row maxima.
+	c.compare("Copy", 0, func(be kernels.Backend, a args) { be.Copy(a.f(0), a.f(1)) }, outs{c.zeros(P)}, ins{sq})
+	gmax := c.randn(4*N, 3)
+	gmax[7] = float32(math.Inf(-1))
+	c.compare("ClassifierGlobalMax", 0, func(be kernels.Backend, a args) { be.ClassifierGlobalMax(a.f(0), a.f(1), N, 4) },
+		outs{c.zeros(N)}, ins{gmax})
 
 	if err := g.Sync(); err != nil {
 		c.failed = append(c.failed, err.Error())
@@ -273,14 +278,12 @@ func (c *checker) compare(name string, tol float64, run func(kernels.Backend, ar
 		var a args
 		for _, x := range append(append([][]float32{}, o...), in...) {
 			y := kernels.Float32s(be, len(x))
-			kernels.Sync(be)
-			copy(y, x)
+			kernels.Upload(be, y, x)
 			a.fs = append(a.fs, y)
 		}
 		for _, x := range iv {
 			y := kernels.Int32s(be, len(x))
-			kernels.Sync(be)
-			copy(y, x)
+			kernels.Upload(be, y, x)
 			a.is = append(a.is, y)
 		}
 		return a
@@ -288,7 +291,12 @@ func (c *checker) compare(name string, tol float64, run func(kernels.Backend, ar
 	ca, ga := mk(c.c), mk(c.g)
 	run(c.c, ca)
 	run(c.g, ga)
-	err := c.g.Sync()
+	got := make([][]float32, len(o))
+	var err error
+	for k := range o {
+		got[k] = make([]float32, len(ga.f(k)))
+		err = errors.Join(err, c.g.Download(got[k], ga.f(k)))
+	}
 	for k := range o {
 		label := name
 		if len(o) > 1 {
@@ -299,7 +307,7 @@ func (c *checker) compare(name string, tol float64, run func(kernels.Backend, ar
 			c.failed = append(c.failed, fmt.Sprintf("%s: %v", label, err))
 			continue
 		}
-		rel, mx := diff(ga.f(k), ca.f(k))
+		rel, mx := diff(got[k], ca.f(k))
 		c.report(label, rel, mx, tol)
 	}
 	for _, x := range ga.fs {
@@ -317,20 +325,20 @@ func (c *checker) compare64(name string, tol float64, run func(kernels.Backend, 
 		var a args
 		for _, x := range in {
 			y := kernels.Float32s(be, len(x))
-			kernels.Sync(be)
-			copy(y, x)
+			kernels.Upload(be, y, x)
 			a.fs = append(a.fs, y)
 		}
 		for _, x := range is {
 			y := kernels.Int32s(be, len(x))
-			kernels.Sync(be)
-			copy(y, x)
+			kernels.Upload(be, y, x)
 			a.is = append(a.is, y)
 		}
 		st := kernels.Float64s(be, n)
 		run(be, st, a)
-		kernels.Sync(be)
-		outsBy[k] = slices.Clone(st)
+		outsBy[k] = make([]float64, n)
+		if err := kernels.Download(be, outsBy[k], st); err != nil {
+			c.failed = append(c.failed, fmt.Sprintf("%s: %v", name, err))
+		}
 		kernels.Free(be, st)
 		for _, x := range a.fs {
 			kernels.Free(be, x)

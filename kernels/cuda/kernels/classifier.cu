@@ -43,6 +43,21 @@ extern "C" __global__ void classifier_max(float* __restrict__ maxes, const float
 	if (threadIdx.x == 0) maxes[r] = mx;
 }
 
+// classifier_global_max: maxes[r] = the largest of the MP ranks' row
+// maxima gmax[k·n + r] (gmax (MP,n), all-gathered), the earliest rank's on
+// ties. Elementwise over the n rows; vec is unused.
+extern "C" __global__ void classifier_global_max(float* __restrict__ maxes, const float* __restrict__ gmax, long long n,
+                                                 int mp, int vec) {
+	GRID_STRIDE(r, n) {
+		float m = gmax[r];
+		for (int k = 1; k < mp; k++) {
+			float x = gmax[k * n + r];
+			if (x > m) m = x;
+		}
+		maxes[r] = m;
+	}
+}
+
 // classifier_exp: row ← e^(row − maxes[r]); stats[2r] = Σ of them (double),
 // stats[2r+1] = the target's logit if this rank holds it, else 0.
 extern "C" __global__ void classifier_exp(double* __restrict__ stats, float* __restrict__ logits,

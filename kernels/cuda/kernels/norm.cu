@@ -1,27 +1,28 @@
-// norm.cu: the global gradient norm's sum of squares and the non-finite
-// check of fp16 loss scaling.
+// norm.cu: sums reduced on the device into one double — the step's loss,
+// the global gradient norm's sum of squares — and the non-finite check of
+// fp16 loss scaling.
 
-// sum_squares_partial: partials[b] = Σ x² over block b's grid-stride share
-// of x (n elements), in double. The grid size is fixed by n (launch.go),
-// so with sum_squares_finish the result is the same on every run.
-extern "C" __global__ void sum_squares_partial(double* __restrict__ partials, const float* __restrict__ x, long long n) {
+// sum_partial: partials[b] = Σ x (Σ x² when square) over block b's
+// grid-stride share of x (n elements), in double. The grid size is fixed
+// by n (launch.go), so with sum_finish the result is the same on every run.
+extern "C" __global__ void sum_partial(double* __restrict__ partials, const float* __restrict__ x, long long n,
+                                       int square) {
 	double s = 0.0;
 	GRID_STRIDE(i, n) {
 		double v = x[i];
-		s += v * v;
+		s += square ? v * v : v;
 	}
 	s = block_sum_d(s);
 	if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// sum_squares_finish: one block adds the np partials in a fixed order and
-// writes the total to *out (accumulate = 0) or adds it (accumulate = 1).
-extern "C" __global__ void sum_squares_finish(double* __restrict__ out, const double* __restrict__ partials, int np,
-                                              int accumulate) {
+// sum_finish: one block adds the np partials in a fixed order and adds w
+// times the total to *out.
+extern "C" __global__ void sum_finish(double* __restrict__ out, const double* __restrict__ partials, int np, double w) {
 	double s = 0.0;
 	for (int i = threadIdx.x; i < np; i += blockDim.x) s += partials[i];
 	s = block_sum_d(s);
-	if (threadIdx.x == 0) *out = accumulate ? *out + s : s;
+	if (threadIdx.x == 0) *out += w * s;
 }
 
 // non_finite sets *flag to 1 when any of the n elements of x is an
