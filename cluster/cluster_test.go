@@ -474,7 +474,7 @@ func TestNodeLost(t *testing.T) {
 	for {
 		var all []int
 		all, agents = processes(tc.workdirs)
-		if len(all) == 6 && len(agents) == 2 {
+		if len(all) == 8 && len(agents) == 2 { // and 2 workdir lock holders, 4 workers
 			break
 		}
 		if time.Now().After(deadline) {

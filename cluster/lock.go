@@ -81,6 +81,11 @@ func (j *Job) heldError(n *node, h *agent.Holder) error {
 // checkLock refuses, with an *InputError, a node whose workdir another
 // job's live holder has locked. It changes nothing on the node.
 func (j *Job) checkLock(ctx context.Context, n *node) error {
+	if j.opts.JobID != j.opts.lockOwner && !j.opts.DryRun {
+		// A restart: the job's earlier attempt kept the lock for it, and
+		// the push before takeLock finds the executable there.
+		return nil
+	}
 	var h *agent.Holder
 	var err error
 	if n.local() {
