@@ -15,6 +15,11 @@
 // workers, as it does when the context ends (SIGINT, SIGTERM, SIGHUP). The
 // workers run in their own process groups and receive SIGKILL from the
 // kernel if the agent itself dies, so no worker outlives its agent.
+//
+// [HoldLock] (`gptui agent --lock`) holds the lock of the node's workdir
+// for a job, the file [LockFile] there, so that one job at a time uses a
+// workdir; [AcquireLock] takes it and [Holder.Stale] tells a dead holder's
+// lock from a live one.
 package agent
 
 import (

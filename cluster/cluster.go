@@ -6,17 +6,19 @@
 // SSH connection per node, reused for everything after; a local node runs
 // its commands without SSH), pushes the gptui executable and the resolved
 // config to the node's workdir (skipped when the remote SHA-256 matches),
-// probes the node with `gptui agent --probe`, checks that the config's data
-// paths exist there (on an SSH node: a local node's workers report a
-// missing path themselves), builds the rank table (or maps a given one
-// onto the nodes), and picks MASTER_ADDR and MASTER_PORT (Options.MasterPort
-// if given). The resulting [Plan] is what --dry-run shows. [Job.Start] then
+// taking the workdir's lock for the job in between (one job per workdir:
+// a workdir another job holds refuses the job before the push, naming it;
+// see package agent's HoldLock), probes the node with `gptui agent
+// --probe`, checks that the config's data paths exist there (on an SSH
+// node: a local node's workers report a missing path themselves), builds
+// the rank table (or maps a given one onto the nodes), and picks
+// MASTER_ADDR and MASTER_PORT (Options.MasterPort if given). The resulting [Plan] is what --dry-run shows. [Job.Start] then
 // starts one agent per node (`gptui agent`, package agent), which starts
 // that node's workers, and merges the agents' event streams into one.
 //
 // Everything the job does is reported on [Job.Events], as events of
 // package event: the node events of the setup (connecting, pushing,
-// probed, ready, failed) and of the run (lost), the agents' worker, log,
+// locked, probed, ready, failed) and of the run (lost), the agents' worker, log,
 // metrics and memory events, and the job events (started, and one of
 // done, failed, stopped at the end). A front end (the headless printer,
 // the terminal UI) renders that stream and nothing else.
@@ -124,6 +126,22 @@ type Options struct {
 	// of a port found free on rank 0's node; every start of the job
 	// (each restart) uses it.
 	MasterPort int
+	// DryRun plans the job without writing anything on the nodes but, on
+	// an SSH node, the gptui executable that the probe runs: no config,
+	// no checkpoint copies, no workdir lock (a workdir another job holds
+	// still refuses the plan).
+	DryRun bool
+	// Command is the command line that started the job, which the
+	// workdir locks name to another job refused; empty means this
+	// process's.
+	Command string
+	// lockOwner names the job across a Supervisor's attempts, whose
+	// locks are each other's (JobID without a Supervisor); lockStarted is
+	// when it started; lockLinger, that a failure of this attempt is
+	// restarted, so its locks are kept for the restart.
+	lockOwner   string
+	lockStarted time.Time
+	lockLinger  bool
 	// HangTimeout is how long the job may go without progress before it
 	// is taken for hung: a worker whose progress reports (every
 	// agent.ProgressEvery) stop for that long, or ranks waiting that long
@@ -279,6 +297,12 @@ func New(opts Options) *Job {
 	}
 	if opts.SSH.KeepAlive == 0 {
 		opts.SSH.KeepAlive = KeepAlive
+	}
+	if opts.Command == "" {
+		opts.Command = commandLine()
+	}
+	if opts.lockOwner == "" {
+		opts.lockOwner, opts.lockStarted = opts.JobID, time.Now()
 	}
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/internal/smalljob"
 	"github.com/gptui/gptui/internal/sshtest"
@@ -199,7 +200,18 @@ func TestPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The plan holds each workdir's lock, and Close releases it.
+		for _, wd := range tc.workdirs {
+			if h, err := agent.ReadLock(wd); err != nil || h == nil || h.Job != p.JobID {
+				t.Errorf("%s: the planned job's lock: %+v, %v", wd, h, err)
+			}
+		}
 		j.Close()
+		for _, wd := range tc.workdirs {
+			if _, err := os.Stat(filepath.Join(wd, agent.LockFile)); !os.IsNotExist(err) {
+				t.Errorf("%s: the lock is left after Close (%v)", wd, err)
+			}
+		}
 		es := <-events
 		var buf bytes.Buffer
 		p.Table.WriteTo(&buf)
@@ -265,7 +277,7 @@ func TestPlan(t *testing.T) {
 				states = append(states, e.State)
 			}
 		}
-		if got := strings.Join(states, ","); got != "connecting,pushing,pushing,probed,ready" {
+		if got := strings.Join(states, ","); got != "connecting,pushing,locked,pushing,probed,ready" {
 			t.Errorf("node events of 127.0.0.2: %s", got)
 		}
 	}
@@ -462,7 +474,7 @@ func TestNodeLost(t *testing.T) {
 	for {
 		var all []int
 		all, agents = processes(tc.workdirs)
-		if len(all) == 6 && len(agents) == 2 {
+		if len(all) == 8 && len(agents) == 2 { // and 2 workdir lock holders, 4 workers
 			break
 		}
 		if time.Now().After(deadline) {

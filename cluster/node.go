@@ -29,6 +29,8 @@ type node struct {
 	// exe is the gptui program on the node: for an SSH node relative to
 	// dir, for a local node the launcher's own.
 	exe string
+	// lock holds the workdir's lock for the job; nil before it is taken.
+	lock *nodeLock
 }
 
 // local reports whether the node runs without SSH.
@@ -47,6 +49,7 @@ func (n *node) addr() string {
 }
 
 func (n *node) close() {
+	n.releaseLock()
 	if n.client != nil {
 		n.client.Close()
 	}
@@ -86,6 +89,10 @@ func (n *node) gptui(ctx context.Context, args ...string) ([]byte, error) {
 	if n.local() {
 		cmd := exec.CommandContext(ctx, n.exe, args...)
 		cmd.Dir = n.dir
+		if _, err := os.Stat(n.dir); err != nil {
+			// A dry run creates no workdir: its probe runs here.
+			cmd.Dir = ""
+		}
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
 			return nil, fmt.Errorf("%s %s: %w: %s", n.exe, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))

@@ -41,6 +41,9 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if o.Config == nil {
 		return nil, errors.New("cluster: no config")
 	}
+	if err := checkLocalWorkdirs(o); err != nil {
+		return nil, err
+	}
 	exe, err := j.exe()
 	if err != nil {
 		return nil, err
@@ -91,9 +94,11 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err := errorsFirst(errs); err != nil {
 		return nil, err
 	}
-	resume, err := j.syncCheckpoints(ctx, nodes)
-	if err != nil {
-		return nil, err
+	var resume string // a dry run copies no checkpoint
+	if !o.DryRun {
+		if resume, err = j.syncCheckpoints(ctx, nodes); err != nil {
+			return nil, err
+		}
 	}
 
 	p := &Plan{JobID: o.JobID, Nodes: plans, Resume: resume}
@@ -129,10 +134,19 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 		if err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, fmt.Errorf("node %s: workdir: %w", name, err)
-		}
 		n.dir, n.exe = dir, exe
+		if o.DryRun {
+			if err := j.checkLock(ctx, n); err != nil {
+				return n, err
+			}
+		} else {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, fmt.Errorf("node %s: workdir: %w", name, err)
+			}
+			if err := j.takeLock(ctx, n); err != nil {
+				return n, err
+			}
+		}
 	} else {
 		if inv.ProxyJump != "" {
 			return nil, inputErrorf("%s:%d: %s: ProxyJump (from ~/.ssh/config) is not supported yet; reach the node directly", o.Hosts, inv.Line, name)
@@ -154,6 +168,11 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 	np.Addr = n.addr()
 
 	if !n.local() {
+		// Refused before anything is written, when another job holds the
+		// workdir; the lock itself is taken by the gptui pushed.
+		if err := j.checkLock(ctx, n); err != nil {
+			return n, err
+		}
 		fi, err := os.Stat(exe)
 		if err != nil {
 			return n, fmt.Errorf("cluster: %w", err)
@@ -166,16 +185,23 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 		ps := Push{File: path.Join(n.dir, "gptui"), Bytes: fi.Size(), Skipped: skipped, Took: time.Since(start)}
 		np.Pushes = append(np.Pushes, ps)
 		j.nodeEvent(name, event.NodePushing, ps.String())
+		if !o.DryRun {
+			if err := j.takeLock(ctx, n); err != nil {
+				return n, err
+			}
+		}
 	}
-	start := time.Now()
-	skipped, err := n.put(ctx, configRel, configYAML)
-	if err != nil {
-		return n, fmt.Errorf("node %s: config: %w", name, err)
-	}
-	ps := Push{File: path.Join(n.dir, configRel), Bytes: int64(len(configYAML)), Skipped: skipped, Took: time.Since(start)}
-	np.Pushes = append(np.Pushes, ps)
-	if !n.local() {
-		j.nodeEvent(name, event.NodePushing, ps.String())
+	if !o.DryRun {
+		start := time.Now()
+		skipped, err := n.put(ctx, configRel, configYAML)
+		if err != nil {
+			return n, fmt.Errorf("node %s: config: %w", name, err)
+		}
+		ps := Push{File: path.Join(n.dir, configRel), Bytes: int64(len(configYAML)), Skipped: skipped, Took: time.Since(start)}
+		np.Pushes = append(np.Pushes, ps)
+		if !n.local() {
+			j.nodeEvent(name, event.NodePushing, ps.String())
+		}
 	}
 
 	out, err := n.gptui(ctx, "agent", "--probe")

@@ -91,6 +91,7 @@ func NewSupervisor(opts Options, p Restarts) *Supervisor {
 	if opts.JobID == "" {
 		opts.JobID = NewJobID()
 	}
+	opts.lockOwner, opts.lockStarted = opts.JobID, time.Now() // every attempt's locks are the job's
 	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}}
 }
 
@@ -128,6 +129,7 @@ func (s *Supervisor) attempt(nodes []sshexec.Node, cfg *presets.Config, n int) *
 	if n > 0 {
 		o.JobID = s.opts.JobID + "-r" + strconv.Itoa(n)
 	}
+	o.lockLinger = n < s.policy.Max
 	j := New(o)
 	fwd := s.forward(j)
 	s.mu.Lock()

@@ -396,6 +396,7 @@ func (j *Job) supervise(r *runState) {
 		}
 	}
 	j.emit(end)
+	j.lingerLocks(nodes, failure)
 	for _, n := range nodes {
 		n.close()
 	}

@@ -39,7 +39,8 @@ type Config struct {
 	// when WorldSize > 1.
 	Secret []byte
 	// Logf, if not nil, reports peers that were refused (they failed the
-	// authentication): who, and why.
+	// authentication): who, and why; after the first, those refused within
+	// 10 s of a line are counted and reported as one line.
 	Logf func(format string, args ...any)
 	// chunkBytes overrides defaultChunkBytes (tests use tiny chunks to
 	// exercise the pipelining with small buffers).

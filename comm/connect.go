@@ -86,7 +86,8 @@ type rankTable struct {
 // master each prove, by an HMAC-SHA256 over random challenges of both
 // sides, the rank and the world size, that they know the secret; a mesh
 // connection proves it over a challenge of the accepting rank. A peer that
-// fails is dropped (and reported through cfg.Logf) and takes no rank's
+// fails is dropped (and reported through cfg.Logf: a flood of them as a
+// count every 10 s) and takes no rank's
 // place: the master waits on for the real rank. Traffic is authenticated
 // when it is set up, not encrypted. The mesh connections have Nagle's algorithm off and 4 MiB socket
 // buffers. Connecting to the master is retried, so the ranks may start in
@@ -205,12 +206,9 @@ func join(ctx context.Context, cfg Config, master string) ([]string, []*net.TCPC
 // rank table.
 func serveMaster(ctx context.Context, ln net.Listener, cfg Config) error {
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
-	arrivals, stop := acceptAll(ctx, ln, func(c net.Conn) (registration, error) { return authenticate(c, cfg) },
-		func(addr net.Addr, err error) {
-			if cfg.Logf != nil {
-				cfg.Logf("comm: master: refused a connection from %s: %v", addr, err)
-			}
-		})
+	refused := newRefusals(cfg.Logf, "comm: master", "connection")
+	defer refused.close() // after stop: every handshake has ended
+	arrivals, stop := acceptAll(ctx, ln, func(c net.Conn) (registration, error) { return authenticate(c, cfg) }, refused.add)
 	defer stop()
 	conns := make([]net.Conn, cfg.WorldSize)
 	addrs := make([]string, cfg.WorldSize)
@@ -355,12 +353,9 @@ func acceptPeers(ctx context.Context, cfg Config, ln net.Listener, token string,
 		return nil
 	}
 	defer context.AfterFunc(ctx, func() { ln.Close() })()
-	hellos, stop := acceptAll(ctx, ln, func(c net.Conn) (int, error) { return readHello(c, cfg.Secret, token) },
-		func(addr net.Addr, err error) {
-			if cfg.Logf != nil {
-				cfg.Logf("comm: rank %d: refused a mesh connection from %s: %v", cfg.Rank, addr, err)
-			}
-		})
+	refused := newRefusals(cfg.Logf, fmt.Sprintf("comm: rank %d", cfg.Rank), "mesh connection")
+	defer refused.close() // after stop: every handshake has ended
+	hellos, stop := acceptAll(ctx, ln, func(c net.Conn) (int, error) { return readHello(c, cfg.Secret, token) }, refused.add)
 	defer stop()
 	for got := 0; got < want; {
 		h := <-hellos

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,6 +259,70 @@ func TestConnectAuthentication(t *testing.T) {
 	defer mu.Unlock()
 	if len(refusals) != 2 || !strings.Contains(refusals[0], "claimed rank 1 without this job's secret") {
 		t.Errorf("refusals reported: %q, want the forger's and the other job's rank's", refusals)
+	}
+}
+
+// TestConnectRefusalFlood floods the master with 200 connections that
+// send garbage before the job forms: they are reported in a few lines (the
+// first with its address, the rest counted), not one line each, and the
+// job forms.
+func TestConnectRefusalFlood(t *testing.T) {
+	const flood = 200
+	port := freePort(t)
+	master := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var mu sync.Mutex
+	var lines []string
+	cfg := func(rank int) Config {
+		return Config{Rank: rank, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 20 * time.Second, Secret: []byte("job"),
+			Logf: func(format string, args ...any) {
+				mu.Lock()
+				defer mu.Unlock()
+				lines = append(lines, fmt.Sprintf(format, args...))
+			}}
+	}
+	worlds := make([]*World, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { worlds[0], errs[0] = Connect(context.Background(), cfg(0)) })
+	for i := 0; i < flood; {
+		c, err := net.Dial("tcp", master)
+		if err != nil {
+			if i > 0 {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // the master is not listening yet
+			continue
+		}
+		c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		c.Close()
+		i++
+	}
+	wg.Go(func() { worlds[1], errs[1] = Connect(context.Background(), cfg(1)) })
+	wg.Wait()
+	t.Cleanup(func() { closeWorlds(worlds) })
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) < 2 || len(lines) > 4 {
+		t.Fatalf("%d lines for %d refused connections, want 2 to 4:\n%s", len(lines), flood, strings.Join(lines, "\n"))
+	}
+	if !strings.HasPrefix(lines[0], "comm: master: refused a connection from 127.0.0.1:") {
+		t.Errorf("first line %q", lines[0])
+	}
+	counted := 1
+	more := regexp.MustCompile(`^comm: master: refused (\d+) more connections? from 1 address in \d+ s \(the last from 127\.0\.0\.1:\d+: .+\)$`)
+	for _, l := range lines[1:] {
+		m := more.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("line %q is not a count of refusals", l)
+		}
+		n, _ := strconv.Atoi(m[1])
+		counted += n
+	}
+	if counted != flood {
+		t.Errorf("the lines count %d refused connections, want %d:\n%s", counted, flood, strings.Join(lines, "\n"))
 	}
 }
 

@@ -87,6 +87,7 @@ const (
 	NodeStopped    = "stopped" // its setup was stopped because another node failed (Message says which)
 	NodePruned     = "pruned"  // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
 	NodeReplica    = "replica" // during a job: a replica of a new checkpoint was copied to the node (Message says which, or why not)
+	NodeLocked     = "locked"  // during setup: the job took the lock of the node's workdir (Message names it, and a stale lock taken over)
 
 	// worker
 	WorkerStarting = "starting"

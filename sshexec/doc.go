@@ -31,11 +31,16 @@
 //
 // A node written as localhost, 127.0.0.1 (or another loopback address) or
 // ::1, without a user, a port and an ssh key, is this machine: [Node.Local]
-// is true and gptui runs its commands without SSH.
+// is true and gptui runs its commands without SSH (localhost's Host is
+// 127.0.0.1). localhost, 127.0.0.1 and ::1 are one node; another loopback
+// address (127.0.0.2, 127.0.0.3, ...) is a node of its own, so several
+// nodes can run on one machine (each needs a workdir of its own).
 //
 // Other names are looked up in ~/.ssh/config as ssh does (see
 // [SSHConfig]): HostName, User, Port, IdentityFile and ProxyJump apply
 // where the inventory line does not say otherwise. Two lines that reach the
-// same address and port are an error, as are unknown keys and malformed
-// values; errors are *[InventoryError] with the file and line.
+// same address and port are an error, as are unknown keys, malformed
+// values, a workdir or identity that begins with '-' (a command on the node
+// would take it for an option) and a line longer than 64 KiB; errors are
+// *[InventoryError] with the file and line.
 package sshexec

@@ -207,25 +207,29 @@ func LoadInventory(path string) ([]Node, error) {
 func ParseInventory(name string, r io.Reader, cfg *SSHConfig) ([]Node, error) {
 	var nodes []Node
 	seen := make(map[string]int) // machine key -> line
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		node, ok, err := parseInventoryLine(sc.Text(), cfg)
+	err := scanLines(name, r, func(n int, line string) error {
+		node, ok, err := parseInventoryLine(line, cfg)
 		if err != nil {
-			return nil, &InventoryError{File: name, Line: n, Msg: err.Error()}
+			return &InventoryError{File: name, Line: n, Msg: err.Error()}
 		}
 		if !ok {
-			continue
+			return nil
 		}
 		node.Line = n
 		key := node.machineKey()
 		if prev, dup := seen[key]; dup {
-			return nil, &InventoryError{File: name, Line: n, Msg: fmt.Sprintf("%s is listed already on line %d (both reach %s)", node.Name, prev, key)}
+			msg := fmt.Sprintf("%s is listed already on line %d (both reach %s)", node.Name, prev, key)
+			if key == "localhost" {
+				msg += "; for several nodes on this machine write 127.0.0.2, 127.0.0.3, ... each with its own workdir=, and ssh=true to reach them over SSH"
+			}
+			return &InventoryError{File: name, Line: n, Msg: msg}
 		}
 		seen[key] = n
 		nodes = append(nodes, node)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(nodes) == 0 {
 		return nil, &InventoryError{File: name, Msg: "no nodes; write one line per node: [user@]host[:port] devices=0-7"}
@@ -233,11 +237,36 @@ func ParseInventory(name string, r io.Reader, cfg *SSHConfig) ([]Node, error) {
 	return nodes, nil
 }
 
+// maxLine bounds an inventory or ssh_config line.
+const maxLine = 64 << 10
+
+// scanLines calls fn with each line of r, numbered from 1, until fn
+// returns an error. A line longer than maxLine is an *InventoryError
+// naming it: no line of these files needs that much.
+func scanLines(name string, r io.Reader, fn func(n int, line string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxLine)
+	n := 1
+	for ; sc.Scan(); n++ {
+		if err := fn(n, sc.Text()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return &InventoryError{File: name, Line: n, Msg: fmt.Sprintf("the line is longer than %d KiB: is this the right file?", maxLine>>10)}
+	} else if err != nil {
+		return fmt.Errorf("%s:%d: %w", name, n, err)
+	}
+	return nil
+}
+
 // machineKey names the machine and port that n reaches, so that two
-// lines for one machine can be found.
+// lines for one machine can be found. localhost, 127.0.0.1 and ::1 are
+// one machine; another loopback address (127.0.0.2) is a node of its own,
+// as over SSH.
 func (n *Node) machineKey() string {
 	if n.Local {
-		if inventoryLoopback(n.Name) {
+		if thisMachine(n.Name) {
 			return "localhost"
 		}
 		return strings.ToLower(n.Name)
@@ -284,6 +313,10 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 		given[key] = true
 		if val == "" {
 			return Node{}, false, fmt.Errorf("%s: empty value", key)
+		}
+		if val[0] == '-' && (key == "workdir" || key == "identity") {
+			// A command on the node would take it for an option (cd -P).
+			return Node{}, false, fmt.Errorf("%s %q begins with '-', which a command would take for an option; write ./%s", key, val, val)
 		}
 		switch key {
 		case "devices":
@@ -335,6 +368,10 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 	}
 	if node.Local {
 		node.Host, node.Port = host, 0
+		if strings.EqualFold(host, "localhost") {
+			// An address, as LocalNode's and a rank table's server_id.
+			node.Host = "127.0.0.1"
+		}
 		node.Identity = cfg.expandHome(node.Identity)
 		return node, true, nil
 	}
@@ -449,6 +486,16 @@ func inventoryUser(s string) bool {
 		return false
 	}
 	return strings.TrimLeft(s, inventoryNameChars) == ""
+}
+
+// thisMachine reports whether host is this machine's usual name:
+// localhost, 127.0.0.1 or ::1.
+func thisMachine(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && (a == netip.IPv6Loopback() || a == netip.AddrFrom4([4]byte{127, 0, 0, 1}))
 }
 
 // inventoryLoopback reports whether host names this machine: localhost or

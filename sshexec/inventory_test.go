@@ -52,7 +52,12 @@ func TestParseInventory(t *testing.T) {
 			{Name: "gpu2", Host: "gpu2.cluster", User: "me", Port: 22, Workdir: DefaultWorkdir, Identity: "/k", ProxyJump: "bastion", Line: 2},
 		}},
 		{"local", "localhost devices=cpu:4\n", []Node{
-			{Name: "localhost", Host: "localhost", Devices: Devices{CPU: 4}, Workdir: DefaultWorkdir, Local: true, Line: 1},
+			{Name: "localhost", Host: "127.0.0.1", Devices: Devices{CPU: 4}, Workdir: DefaultWorkdir, Local: true, Line: 1},
+		}},
+		{"loopback addresses are nodes of their own", "127.0.0.2 workdir=/a\n127.0.0.3 workdir=/b\nlocalhost\n", []Node{
+			{Name: "127.0.0.2", Host: "127.0.0.2", Workdir: "/a", Local: true, Line: 1},
+			{Name: "127.0.0.3", Host: "127.0.0.3", Workdir: "/b", Local: true, Line: 2},
+			{Name: "localhost", Host: "127.0.0.1", Workdir: DefaultWorkdir, Local: true, Line: 3},
 		}},
 		{"loopback address", "127.0.0.2 nic=lo\n", []Node{
 			{Name: "127.0.0.2", Host: "127.0.0.2", Workdir: DefaultWorkdir, NIC: "lo", Local: true, Line: 1},
@@ -128,7 +133,11 @@ func TestParseInventoryErrors(t *testing.T) {
 		{"a\nb\na\n", `hosts.txt:3: a is listed already on line 1 (both reach a:22)`},
 		{"gpu1\nalias-of-gpu1\n", `hosts.txt:2: alias-of-gpu1 is listed already on line 1 (both reach gpu1.cluster:2200)`},
 		{"A:22\na\n", `hosts.txt:2: a is listed already on line 1 (both reach a:22)`},
-		{"localhost\n127.0.0.1\n", `hosts.txt:2: 127.0.0.1 is listed already on line 1 (both reach localhost)`},
+		{"localhost\n127.0.0.1\n", `hosts.txt:2: 127.0.0.1 is listed already on line 1 (both reach localhost); for several nodes on this machine write 127.0.0.2, 127.0.0.3, ... each with its own workdir=, and ssh=true to reach them over SSH`},
+		{"::1\n127.0.0.1 devices=0\n", `hosts.txt:2: 127.0.0.1 is listed already on line 1 (both reach localhost); for several nodes on this machine write 127.0.0.2, 127.0.0.3, ... each with its own workdir=, and ssh=true to reach them over SSH`},
+		{"a workdir=-P", `hosts.txt:1: workdir "-P" begins with '-', which a command would take for an option; write ./-P`},
+		{"a\nb identity=-oProxyCommand", `hosts.txt:2: identity "-oProxyCommand" begins with '-', which a command would take for an option; write ./-oProxyCommand`},
+		{"a\nb\nc devices=" + strings.Repeat("0", 10<<20) + "\nd\n", `hosts.txt:3: the line is longer than 64 KiB: is this the right file?`},
 		{"[::1]:22\n::1 port=22\n", `hosts.txt:2: ::1 is listed already on line 1 (both reach [::1]:22)`},
 		{"a:0", `hosts.txt:1: port "0" is not a port number (1-65535)`},
 		{"a:65536", `hosts.txt:1: port "65536" is not a port number (1-65535)`},
@@ -230,7 +239,7 @@ func TestLoadInventory(t *testing.T) {
 	}
 	want := []Node{
 		{Name: "gpu1", Host: "gpu1", Port: 22, Devices: Devices{IDs: []int{0, 1}}, Workdir: DefaultWorkdir, Line: 1},
-		{Name: "localhost", Host: "localhost", Workdir: DefaultWorkdir, Identity: filepath.Join(home, "k"), Local: true, Line: 2},
+		{Name: "localhost", Host: "127.0.0.1", Workdir: DefaultWorkdir, Identity: filepath.Join(home, "k"), Local: true, Line: 2},
 	}
 	if !reflect.DeepEqual(nodes, want) {
 		t.Errorf("LoadInventory without ssh config =\n%s\nwant\n%s", dumpNodes(nodes), dumpNodes(want))

@@ -1,7 +1,6 @@
 package sshexec
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -93,18 +92,17 @@ type sshConfigParser struct {
 }
 
 func (p *sshConfigParser) parse(name string, r io.Reader, cond *sshCond, depth int) error {
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
+	return scanLines(name, r, func(n int, line string) error {
 		fail := func(format string, args ...any) error {
 			return &InventoryError{File: name, Line: n, Msg: fmt.Sprintf(format, args...)}
 		}
-		key, args, err := sshConfigLine(sc.Text())
+		key, args, err := sshConfigLine(line)
 		if err != nil {
 			return fail("%v", err)
 		}
 		switch key {
 		case "":
-			continue
+			return nil
 		case "host":
 			if len(args) == 0 {
 				return fail("Host needs at least one pattern")
@@ -113,19 +111,19 @@ func (p *sshConfigParser) parse(name string, r io.Reader, cond *sshCond, depth i
 			for _, a := range args {
 				cond.patterns = append(cond.patterns, strings.ToLower(a))
 			}
-			continue
+			return nil
 		case "match":
 			cond = &sshCond{never: true}
 			if len(args) == 1 && strings.EqualFold(args[0], "all") {
 				cond = &sshCond{all: true}
 			}
-			continue
+			return nil
 		case "include":
 			if len(args) == 0 {
 				return fail("Include needs a file")
 			}
 			if !p.include {
-				continue
+				return nil
 			}
 			if depth >= maxIncludeDepth {
 				return fail("Include nested too deeply")
@@ -135,10 +133,10 @@ func (p *sshConfigParser) parse(name string, r io.Reader, cond *sshCond, depth i
 					return err
 				}
 			}
-			continue
+			return nil
 		case "hostname", "user", "port", "identityfile", "proxyjump":
 		default:
-			continue // not an option gptui uses
+			return nil // not an option gptui uses
 		}
 		if len(args) != 1 {
 			if len(args) == 0 {
@@ -153,11 +151,8 @@ func (p *sshConfigParser) parse(name string, r io.Reader, cond *sshCond, depth i
 			}
 		}
 		p.cfg.opts = append(p.cfg.opts, sshOption{cond: cond, key: key, value: v})
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // includeFiles reads the files that the Include argument pattern names,

@@ -97,6 +97,7 @@ func TestParseSSHConfigErrors(t *testing.T) {
 		{"IdentityFile \"/a\"b\n", `config:1: identityfile: text right after a closing quote`},
 		{"\n\nHost\n", `config:3: Host needs at least one pattern`},
 		{"Include\n", `config:1: Include needs a file`},
+		{"Host a\n# " + strings.Repeat("x", 10<<20) + "\n", `config:2: the line is longer than 64 KiB: is this the right file?`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {

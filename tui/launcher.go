@@ -59,7 +59,9 @@ func (l *ClusterLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan ev
 		if len(nodes) == 1 {
 			ssh.AcceptHostKey = req.AcceptHostKey
 		}
-		job := cluster.New(cluster.Options{Nodes: []sshexec.Node{n}, Hosts: l.Hosts, Config: cfg, SSH: ssh})
+		// A probe writes no job's files (DryRun): a node whose workdir a
+		// running job holds says so.
+		job := cluster.New(cluster.Options{Nodes: []sshexec.Node{n}, Hosts: l.Hosts, Config: cfg, SSH: ssh, DryRun: true})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

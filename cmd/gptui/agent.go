@@ -29,6 +29,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ckptInstall := fs.String("checkpoint-install", "", "verify the copied checkpoint `TMPDIR` and publish it in its output directory, then exit (launcher use)")
 	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
 	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
+	lock := fs.Bool("lock", false, "take the lock of the working directory (the node's workdir) for the job read from standard input, answer, and hold it until standard input ends (launcher use)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -51,6 +52,14 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case *ckptInstall != "":
 		_, err := checkpoint.Install(filepath.Dir(filepath.Clean(*ckptInstall)), *ckptInstall, *ckptManifest, *keepLast)
 		return err
+	case *lock:
+		// The lock is released at the end of standard input or at a
+		// signal; a hang-up is one too.
+		ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
+		defer stop()
+		signal.Ignore(syscall.SIGPIPE)
+		defer signal.Reset(syscall.SIGPIPE)
+		return agent.HoldLock(ctx, ".", stdin, stdout)
 	}
 
 	var spec *agent.Spec

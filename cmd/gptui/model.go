@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/engine/hf"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -50,14 +53,26 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("import", stderr)
 	from := fs.String("from", "", "format: hf or llmc")
 	out := fs.String("out", "", "output directory for the checkpoint")
+	force := fs.Bool("force", false, "import into an --out that holds checkpoints: the import becomes the latest, and a later --resume overwrites the steps above it")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if *out == "" || len(pos) != 1 || (*from != "hf" && *from != "llmc") {
-		return usagef("usage: gptui import --from hf DIR | --from llmc FILE.bin --out DIR")
+		return usagef("usage: gptui import --from hf DIR | --from llmc FILE.bin --out DIR [--force]")
 	}
 	src := pos[0]
+	// The import is a checkpoint of step 0: in a training output folder
+	// it would become the latest, and a --resume from it would overwrite
+	// the run's checkpoints one by one.
+	steps, latest, err := checkpoint.Contents(*out)
+	if err != nil {
+		return fmt.Errorf("import: --out %s: %w", *out, err)
+	}
+	held := importHeld(steps, latest)
+	if held != "" && !*force {
+		return usagef("import: --out %s holds %s: the import (step 0) would become the latest there and a --resume would overwrite them; choose an empty folder, or pass --force", *out, held)
+	}
 	be := cpu.New()
 	var m *engine.Model
 	if *from == "hf" {
@@ -84,7 +99,38 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "imported %s as %s\n", src, dir)
+	if held != "" {
+		replaced := ""
+		if slices.Contains(steps, filepath.Base(dir)) {
+			replaced = ", the " + filepath.Base(dir) + " it held replaced"
+		}
+		fmt.Fprintf(stdout, "--force: %s held %s; now latest → %s%s\n", *out, held, filepath.Base(dir), replaced)
+	}
 	return nil
+}
+
+// importHeld describes the checkpoints of an import's output folder
+// (steps, highest first, and the one latest names), or returns "" for
+// none.
+func importHeld(steps []string, latest string) string {
+	if len(steps) == 0 && latest == "" {
+		return ""
+	}
+	var what string
+	switch {
+	case len(steps) == 0:
+	case len(steps) <= 3:
+		what = plural(len(steps), "checkpoint") + " " + strings.Join(steps, ", ")
+	default:
+		what = fmt.Sprintf("%d checkpoints, %s to %s", len(steps), steps[len(steps)-1], steps[0])
+	}
+	if latest != "" {
+		if what != "" {
+			what += ", "
+		}
+		what += "latest → " + latest
+	}
+	return what
 }
 
 // configFor is the gpt2-124m preset reshaped to a model's shape: the config

@@ -188,3 +188,41 @@ func TestCheckpointBadInput(t *testing.T) {
 		t.Errorf("import after --: exit %d, %q: want 2 naming -weird.bin as a file", code, e)
 	}
 }
+
+// TestImportIntoCheckpoints: an import into a folder that holds a run's
+// checkpoints is refused (exit 2, naming them) and changes nothing; with
+// --force it goes ahead and says what it superseded.
+func TestImportIntoCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(srcDir, "../../engine/testdata/llmc/model.bin")
+	out := filepath.Join(dir, "output")
+	if code, _, e := runCLI(t, "import", "--from", "llmc", "--out", out, src); code != 0 {
+		t.Fatalf("import into a new folder: exit %d: %s", code, e)
+	}
+	// The folder of a run at step 200.
+	if err := os.Rename(filepath.Join(out, "step_00000000"), filepath.Join(out, "step_00000200")); err != nil {
+		t.Fatal(err)
+	}
+	latest := filepath.Join(out, "latest")
+	writeTestFile(t, latest, "step_00000200\n")
+
+	code, _, stderr := runCLI(t, "import", "--from", "llmc", "--out", out, src)
+	checkUserError(t, code, stderr, []string{"import: --out " + out + " holds checkpoint step_00000200, latest → step_00000200: the import (step 0) would become the latest there and a --resume would overwrite them; choose an empty folder, or pass --force"})
+	if b, _ := os.ReadFile(latest); string(b) != "step_00000200\n" {
+		t.Errorf("the refused import changed latest to %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(out, "step_00000000")); !os.IsNotExist(err) {
+		t.Errorf("the refused import wrote step_00000000 (%v)", err)
+	}
+
+	code, stdout, e := runCLI(t, "import", "--from", "llmc", "--out", out, src, "--force")
+	if want := "--force: " + out + " held checkpoint step_00000200, latest → step_00000200; now latest → step_00000000\n"; code != 0 || !strings.HasSuffix(stdout, want) {
+		t.Fatalf("import --force: exit %d, stdout %q, want it to end %q; stderr %s", code, stdout, want, e)
+	}
+	if b, _ := os.ReadFile(latest); string(b) != "step_00000000\n" {
+		t.Errorf("after import --force latest is %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(out, "step_00000200")); err != nil {
+		t.Errorf("import --force removed the run's step_00000200: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/gptui/gptui/ranktable"
@@ -88,6 +89,13 @@ func ranktableBuild(args []string, stdout, stderr io.Writer) error {
 	t := ranktable.Build(servers)
 	if err := ranktableProblems(*hosts, t); err != nil {
 		return err
+	}
+	// gptui run takes host names; HCCL, and so 'ranktable check', wants
+	// addresses: say so now rather than at the check.
+	for _, n := range nodes {
+		if net.ParseIP(n.Host) == nil {
+			fmt.Fprintf(stderr, "gptui ranktable: note: %s:%d: %s is a name, not an IP address: gptui run takes it, ranktable check and HCCL do not; write the node's IP address for HCCL\n", *hosts, n.Line, n.Host)
+		}
 	}
 	return ranktableWrite(*out, t, stdout)
 }

@@ -131,7 +131,7 @@ func TestRanktableBuild(t *testing.T) {
 	}
 	want := &ranktable.Table{Version: "1.0", ServerCount: 2, Status: "completed", Servers: []ranktable.Server{
 		{ServerID: "a", HostNicIP: "reserve", Devices: []ranktable.Device{{DeviceID: 3, DeviceIP: "192.168.9.1", RankID: 0}, {DeviceID: 1, DeviceIP: "192.168.9.1", RankID: 1}}},
-		{ServerID: "localhost", HostNicIP: "reserve", Devices: []ranktable.Device{{DeviceID: 0, DeviceIP: "localhost", RankID: 2}, {DeviceID: 1, DeviceIP: "localhost", RankID: 3}}},
+		{ServerID: "127.0.0.1", HostNicIP: "reserve", Devices: []ranktable.Device{{DeviceID: 0, DeviceIP: "127.0.0.1", RankID: 2}, {DeviceID: 1, DeviceIP: "127.0.0.1", RankID: 3}}},
 	}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("table =\n%+v\nwant\n%+v", got, want)
@@ -236,6 +236,33 @@ func TestRanktableErrors(t *testing.T) {
 				t.Errorf("stdout\n%s\nwant\n%s", stdout, tc.stdout)
 			}
 		})
+	}
+}
+
+// What 'ranktable --hosts' writes, 'ranktable check' accepts: localhost is
+// 127.0.0.1, and 127.0.0.2 and 127.0.0.3 are servers of their own. A host
+// name, which check refuses, gets a note at once.
+func TestRanktableBuildThenCheck(t *testing.T) {
+	dir := ranktableDir(t)
+	hosts := writeTestFile(t, filepath.Join(dir, "hosts.txt"), "localhost devices=cpu:2\n127.0.0.2 devices=cpu:2 workdir=/tmp/b\n127.0.0.3 devices=0-1 workdir=/tmp/c\n")
+	out := filepath.Join(dir, "rank_table.json")
+	if code, _, stderr := runCLI(t, "ranktable", "--hosts", hosts, "-o", out); code != 0 || stderr != "" {
+		t.Fatalf("ranktable --hosts: exit %d: %s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "ranktable", "check", out)
+	if code != 0 {
+		t.Fatalf("ranktable check of the table ranktable --hosts wrote: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for _, id := range []string{"127.0.0.1 ", "127.0.0.2 ", "127.0.0.3 "} {
+		if !strings.Contains(stdout, "  "+id) {
+			t.Errorf("check's servers lack %q:\n%s", id, stdout)
+		}
+	}
+
+	named := writeTestFile(t, filepath.Join(dir, "named.txt"), "node1 devices=0\n")
+	code, _, stderr = runCLI(t, "ranktable", "--hosts", named, "-o", filepath.Join(dir, "named.json"))
+	if want := "gptui ranktable: note: " + named + ":1: node1 is a name, not an IP address: gptui run takes it, ranktable check and HCCL do not; write the node's IP address for HCCL\n"; code != 0 || stderr != want {
+		t.Errorf("ranktable --hosts with a name: exit %d, stderr %q, want %q", code, stderr, want)
 	}
 }
 

@@ -198,6 +198,13 @@ func restartWorkerKilled(t *testing.T, args []string) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
 	}
 	t.Logf("rank 3 resumed %v after the kill; the job ended %v after it", resumed, time.Since(killed))
+	// The restart took the workdirs' locks over from the first attempt,
+	// which kept them for it.
+	for _, node := range []string{"127.0.0.2", "127.0.0.3"} {
+		if !regexp.MustCompile(`\[` + regexp.QuoteMeta(node) + `\] locked: workdir \S+: took over job \S+'s own lock`).MatchString(out) {
+			t.Errorf("%s: the restart did not take the first attempt's lock over", node)
+		}
+	}
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "[restart] ") {
 			t.Log(l)

@@ -220,6 +220,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		AgentTimeout: cf.agentTimeout,
 		HangTimeout:  cf.hangTimeout,
 		MasterPort:   cf.port,
+		DryRun:       cf.dryRun,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)

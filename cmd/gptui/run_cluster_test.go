@@ -347,8 +347,8 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd, done := startLongJob(t, c, &stdout, &stderr)
-	if n := len(c.jobProcesses()); n != 6 {
-		t.Errorf("%d job processes, want 2 agents and 4 workers", n)
+	if n := len(c.jobProcesses()); n != 8 {
+		t.Errorf("%d job processes, want 2 agents, 2 workdir lock holders and 4 workers", n)
 	}
 	killed := time.Now()
 	cmd.Process.Kill()
@@ -427,7 +427,8 @@ func (c *sshCluster) agentPID(node int) int {
 	for _, pid := range c.jobProcesses() {
 		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.HasPrefix(exe, c.workdirs[node]+string(filepath.Separator)) && bytes.Equal(bytes.Split(cmdline, []byte{0})[1], []byte("agent")) {
+		// "gptui agent", not the workdir's lock holder "gptui agent --lock".
+		if strings.HasPrefix(exe, c.workdirs[node]+string(filepath.Separator)) && bytes.HasSuffix(cmdline, []byte("\x00agent\x00")) {
 			return pid
 		}
 	}

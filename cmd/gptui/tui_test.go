@@ -143,7 +143,7 @@ func localPID(exe, what string, rank int) int {
 	for _, pid := range processesOf(exe) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) < 2 || args[1] != what {
+		if len(args) < 2 || args[1] != what || what == "agent" && len(args) != 3 { // not the lock holder, "agent --lock"
 			continue
 		}
 		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))

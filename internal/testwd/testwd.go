@@ -1,12 +1,25 @@
 // Package testwd runs a package's tests in a working directory of their
 // own, so that what a test writes to a relative path — a preset's
 // output_dir or log_dir, a rank table — never lands in the source tree.
+//
+// A test binary that starts itself again as a helper process (a worker
+// that is killed on purpose, a rank of a multi-process test) passes its
+// directories on through the environment: the helper makes no directory of
+// its own, so a helper that is killed or calls os.Exit leaves nothing
+// behind in the temporary directory.
 package testwd
 
 import (
 	"fmt"
 	"os"
 	"testing"
+)
+
+// Environment variables a test binary's helpers inherit: the directory
+// the tests run in and the package's source directory.
+const (
+	dirEnv = "GPTUI_TESTWD_DIR"
+	srcEnv = "GPTUI_TESTWD_SRC"
 )
 
 // Main sets *src to the directory the tests started in (the package's
@@ -17,7 +30,18 @@ import (
 //	var srcDir string
 //
 //	func TestMain(m *testing.M) { os.Exit(testwd.Main(m, &srcDir)) }
+//
+// In a helper process, one that the tests started from their own binary
+// with their environment, Main sets *src to the tests' source directory
+// and runs m's tests where the helper was started (the tests' directory,
+// unless the command said otherwise), making and removing nothing.
 func Main(m *testing.M, src *string) int {
+	if dir := os.Getenv(dirEnv); dir != "" {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			*src = os.Getenv(srcEnv)
+			return m.Run()
+		}
+	}
 	wd, err := os.Getwd()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testwd:", err)
@@ -34,5 +58,9 @@ func Main(m *testing.M, src *string) int {
 		fmt.Fprintln(os.Stderr, "testwd:", err)
 		return 1
 	}
+	// The helpers this process starts inherit these (TestMain runs before
+	// any test, so nothing reads the environment concurrently).
+	os.Setenv(dirEnv, dir)
+	os.Setenv(srcEnv, wd)
 	return m.Run()
 }

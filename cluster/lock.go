@@ -1,0 +1,340 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/sshexec"
+)
+
+// One job per workdir (see package agent's lock): a job takes the lock of
+// each node's workdir during Plan, before it writes anything there but the
+// gptui executable (an SSH node's lock is first checked, read-only, before
+// the push), and holds it until the job ends; a Supervisor's attempts hand
+// it on to each other (agent.LingerLine). A workdir that another job holds
+// refuses the job with an *InputError naming that job.
+
+// lockTimeout bounds taking a node's workdir lock.
+const lockTimeout = 15 * time.Second
+
+// lockRelease bounds the wait for a holder to release the lock at the end
+// of a job.
+const lockRelease = 3 * time.Second
+
+// nodeLock is a node's holder of its workdir lock: `gptui agent --lock`.
+type nodeLock struct {
+	proc   *agentProc
+	done   chan struct{} // closed when the holder has exited
+	linger bool          // a restart follows: keep the lock for it
+}
+
+// commandLine is this process's command line, as a shell would take it:
+// the command a lock names by default.
+func commandLine() string {
+	words := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		words[i] = shellQuote(a)
+	}
+	if len(words) > 0 {
+		words[0] = path.Base(os.Args[0])
+	}
+	return strings.Join(words, " ")
+}
+
+// lockHolder describes the job for node n's lock.
+func (j *Job) lockHolder(n *node) agent.Holder {
+	o := j.opts
+	launcher, _ := os.Hostname()
+	return agent.Holder{Job: o.JobID, Owner: o.lockOwner, Node: n.name, Started: o.lockStarted, Command: o.Command, Launcher: launcher}
+}
+
+// lockDir names node n's workdir in messages: as the inventory writes it,
+// or for this machine as a path.
+func lockDir(n *node) string {
+	if n.local() {
+		return n.dir
+	}
+	return n.inv.Workdir
+}
+
+// heldError is the *InputError of node n's workdir held by h.
+func (j *Job) heldError(n *node, h *agent.Holder) error {
+	err := &agent.HeldError{Dir: lockDir(n), Holder: *h}
+	if j.opts.Hosts == sshexec.LocalHosts {
+		return &InputError{err}
+	}
+	return inputErrorf("node %s: %w", n.name, err)
+}
+
+// checkLock refuses, with an *InputError, a node whose workdir another
+// job's live holder has locked. It changes nothing on the node.
+func (j *Job) checkLock(ctx context.Context, n *node) error {
+	if j.opts.JobID != j.opts.lockOwner && !j.opts.DryRun {
+		// A restart: the job's earlier attempt kept the lock for it, and
+		// the push before takeLock finds the executable there.
+		return nil
+	}
+	var h *agent.Holder
+	var err error
+	if n.local() {
+		h, err = agent.ReadLock(n.dir)
+	} else {
+		h, err = n.remoteHolder(ctx)
+	}
+	switch {
+	case err != nil:
+		return inputErrorf("node %s: %w", n.name, err)
+	case h == nil || h.Owner == j.opts.lockOwner:
+		return nil
+	}
+	return j.heldError(n, h)
+}
+
+// remoteHolder returns the live holder of the SSH node n's workdir lock,
+// or nil, from the lock file and what the node says of the process that
+// the file names, read in one command. The command, which changes nothing,
+// is let finish when ctx ends (another node's setup failed): that is
+// quicker than killing it through another session.
+func (n *node) remoteHolder(ctx context.Context) (*agent.Holder, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
+	defer cancel()
+	// Shell builtins only: a process started on a loaded node costs tens
+	// of milliseconds. The file is one line; the pid is its digits.
+	out, err := n.shell(ctx, "cd "+n.shellDir()+" 2>/dev/null && [ -f "+agent.LockFile+" ] || exit 0\n"+
+		"b= h= f= s= l=\n"+
+		"read -r b 2>/dev/null </proc/sys/kernel/random/boot_id\n"+
+		"read -r h 2>/dev/null </proc/sys/kernel/hostname || h=$(uname -n)\n"+
+		"IFS= read -r l <"+agent.LockFile+"\n"+
+		`p=${l#*\"pid\":}; p=${p%%[!0-9]*}`+"\n"+
+		`if [ -r /proc/self/stat ]; then f=proc; [ -n "$p" ] && read -r s 2>/dev/null </proc/$p/stat; fi`+"\n"+
+		`printf '%s\n%s\n%s\n%s\n%s\n' "$b" "$h" "$f" "$s" "$l"`)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	f := strings.SplitN(string(out), "\n", 5)
+	if len(f) < 5 {
+		return nil, fmt.Errorf("%s: reading the workdir lock: unexpected answer %q", n.name, out)
+	}
+	h, err := agent.ParseHolder(path.Join(n.dir, agent.LockFile), []byte(f[4]))
+	if err != nil {
+		return nil, err
+	}
+	m := agent.Machine{BootID: f[0], Host: f[1], Proc: f[2] == "proc", Stat: f[3]}
+	if h.Stale(m) != "" {
+		return nil, nil
+	}
+	return h, nil
+}
+
+// shell runs the shell command cmd on the SSH node n and returns its
+// standard output; a non-zero exit is an error with its standard error.
+func (n *node) shell(ctx context.Context, cmd string) ([]byte, error) {
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = 1<<20, 4096
+	code, err := n.client.Run(ctx, cmd, &stdout, &stderr)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.name, err)
+	}
+	if stdout.over {
+		return nil, fmt.Errorf("%s: more than %d bytes of output from %q", n.name, stdout.max, cmd)
+	}
+	return stdout.Bytes(), nil
+}
+
+// limitedBuffer keeps the first max bytes written to it and drops the
+// rest, noting that it did: what a node sends cannot grow the launcher.
+type limitedBuffer struct {
+	bytes.Buffer
+	max  int
+	over bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); len(p) > room {
+		b.over = true
+		p = p[:max(room, 0)]
+	}
+	b.Buffer.Write(p)
+	return len(p), nil
+}
+
+// takeLock takes node n's workdir lock for the job: it starts the node's
+// holder, `gptui agent --lock` in the workdir, and waits for its answer.
+// A lock another job holds is an *InputError naming it.
+func (j *Job) takeLock(ctx context.Context, n *node) error {
+	ctx, cancel := context.WithTimeout(ctx, lockTimeout)
+	defer cancel()
+	ap, err := n.startLockHolder(ctx)
+	if err != nil {
+		return fmt.Errorf("node %s: workdir lock: %w", n.name, err)
+	}
+	l := &nodeLock{proc: ap, done: make(chan struct{})}
+	var tail bytes.Buffer // the holder's standard error, for errors
+	stderrDone := make(chan struct{})
+	go func() {
+		io.Copy(&tail, io.LimitReader(ap.stderr, 4096))
+		io.Copy(io.Discard, ap.stderr)
+		close(stderrDone)
+	}()
+	replies := make(chan []byte, 1)
+	go func() {
+		br := bufio.NewReader(ap.stdout)
+		line, _ := br.ReadBytes('\n')
+		replies <- line
+		io.Copy(io.Discard, br)
+		<-stderrDone
+		ap.wait()
+		close(l.done)
+	}()
+	b, err := json.Marshal(j.lockHolder(n))
+	if err == nil {
+		_, err = ap.stdin.Write(append(b, '\n'))
+	}
+	var line []byte
+	if err == nil {
+		select {
+		case line = <-replies:
+		case <-ctx.Done():
+			err = context.Cause(ctx)
+		}
+	}
+	var reply agent.LockReply
+	if err == nil {
+		if jerr := json.Unmarshal(line, &reply); jerr != nil {
+			ap.kill()
+			select {
+			case <-l.done:
+			case <-time.After(lockRelease):
+			}
+			err = fmt.Errorf("no answer from gptui agent --lock (%v): %s", jerr, strings.TrimSpace(tail.String()))
+		}
+	}
+	if err == nil && reply.Locked {
+		n.lock = l
+		msg := "workdir " + lockDir(n)
+		switch {
+		case reply.Joined:
+			msg += ", held by another node of this job (a shared workdir)"
+		case reply.TookOver != "":
+			msg += ": took over " + reply.TookOver
+		}
+		j.nodeEvent(n.name, event.NodeLocked, msg)
+		return nil
+	}
+	ap.stdin.Close()
+	ap.kill()
+	switch {
+	case err != nil:
+		return fmt.Errorf("node %s: workdir lock: %w", n.name, err)
+	case reply.Holder != nil:
+		return j.heldError(n, reply.Holder)
+	}
+	return inputErrorf("node %s: workdir %s: %s", n.name, lockDir(n), reply.Error)
+}
+
+// startLockHolder starts `gptui agent --lock` in node n's workdir. A local
+// holder gets a process group of its own, so that a terminal's Ctrl-C
+// reaches the launcher (which stops the job, then releases the lock) and
+// not the holder, and it outlives the launcher's death only until it
+// reads the end of its input.
+func (n *node) startLockHolder(ctx context.Context) (*agentProc, error) {
+	if n.local() {
+		cmd := exec.Command(n.exe, "agent", "--lock")
+		cmd.Dir = n.dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		return &agentProc{stdin: stdin, stdout: stdout, stderr: stderr, wait: cmd.Wait,
+			kill: func() { _ = cmd.Process.Kill() }}, nil
+	}
+	// The holder lives as long as the job: its session outlives ctx.
+	s, err := n.client.Start(context.WithoutCancel(ctx), n.command(true, "agent", "--lock"))
+	if err != nil {
+		return nil, err
+	}
+	return &agentProc{stdin: s.Stdin, stdout: s.Stdout, stderr: s.Stderr,
+		wait: func() error { _, err := s.Wait(); return err },
+		kill: func() { _ = s.Close() }}, nil
+}
+
+// releaseLock ends node n's holder: it releases the lock at once, or, if
+// a restart follows, keeps it for the restart (agent.LockLinger at most).
+func (n *node) releaseLock() {
+	l := n.lock
+	if l == nil {
+		return
+	}
+	n.lock = nil
+	if l.linger {
+		io.WriteString(l.proc.stdin, agent.LingerLine+"\n")
+		l.proc.stdin.Close()
+		return
+	}
+	l.proc.stdin.Close()
+	select {
+	case <-l.done:
+	case <-time.After(lockRelease):
+		l.proc.kill()
+	}
+}
+
+// lingerLocks has the nodes' holders keep their locks for the restart
+// that follows failure, when the job's Supervisor will restart it.
+func (j *Job) lingerLocks(nodes []*node, failure *Failure) {
+	if !j.opts.lockLinger || failure == nil || failure.Code == 2 {
+		return
+	}
+	for _, n := range nodes {
+		if n.lock != nil {
+			n.lock.linger = true
+		}
+	}
+}
+
+// checkLocalWorkdirs refuses two nodes of this machine (without SSH) in
+// one workdir: their jobs would write each other's files.
+func checkLocalWorkdirs(o Options) error {
+	seen := map[string]sshexec.Node{}
+	for _, n := range o.Nodes {
+		if !n.Local {
+			continue
+		}
+		dir, err := expandHome(n.Workdir)
+		if err != nil {
+			return err
+		}
+		if prev, ok := seen[dir]; ok {
+			return inputErrorf("%s:%d: %s runs on this machine without SSH in the workdir %s, as %s on line %d does: give each node its own workdir=, or ssh=true to reach it over SSH", o.Hosts, n.Line, n.Name, n.Workdir, prev.Name, prev.Line)
+		}
+		seen[dir] = n
+	}
+	return nil
+}
