@@ -71,7 +71,7 @@ gptui() {
 }
 
 # dry_gpu SUB ARGS: the stand-in for 'gptui gpu SUB': lines in the formats
-# of cmd/gptui/gpu.go and package cudacheck.
+# of cmd/gptui/gpu.go and packages cudacheck and gpucheck.
 dry_gpu() {
 	local part=
 	[[ ${2:-} == --only ]] && part=$3

@@ -18,6 +18,7 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/comm/nccl"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/gpucheck"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
@@ -382,7 +383,7 @@ func checkKernels(w io.Writer, t *gpuTable, p cuda.Precision) {
 		t.add("kernels "+p.String(), oneLine(err), false)
 		return
 	}
-	err = cudacheck.CheckBackend(be, w)
+	err = gpucheck.CheckBackend(be, w)
 	t.add("kernels "+p.String()+" vs CPU", errText(err), err == nil)
 	be.Close()
 }
@@ -489,11 +490,11 @@ func errText(err error) string {
 func parityRun(ctx context.Context, preset string, steps int, prec cuda.Precision, o []string) (cpuL, gpuL []float32, err error) {
 	o = append(o, fmt.Sprintf("Engine.max_steps=%d", steps), "Engine.save_load.save_steps=0", "Data.Train.dataset.input_dir=", "Engine.log_dir="+os.TempDir()+"/gptui-gpu-check")
 	load := func() (*presets.Config, error) { return presets.Load(preset, o) }
-	return cudacheck.LossParity(ctx, load, engine.Options{Builtin: builtinCorpus}, prec)
+	return gpucheck.LossParity(ctx, load, engine.Options{Builtin: builtinCorpus}, prec)
 }
 
 // gradParity compares one pass's gradients on the GPU in bf16 with the
-// CPU's (cudacheck.GradParity) on the built-in corpus.
+// CPU's (gpucheck.GradParity) on the built-in corpus.
 func gradParity(ctx context.Context, w io.Writer, preset string, o []string) error {
 	cfg, err := presets.Load(preset, o)
 	if err != nil {
@@ -503,7 +504,7 @@ func gradParity(ctx context.Context, w io.Writer, preset string, o []string) err
 	if err != nil {
 		return err
 	}
-	return cudacheck.GradParity(ctx, w, cfg, toks)
+	return gpucheck.GradParity(ctx, w, cfg, toks)
 }
 
 // gpuBench measures the device's GEMM rates with the binary's own cuBLAS

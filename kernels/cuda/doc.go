@@ -22,7 +22,7 @@
 //	launch*.go    each kernel's launch geometry and arguments
 //	emu/          a CPU emulator of CUDA that runs the sources in tests
 //	backend.go    kernels.Backend on the GPU, mixed precision
-//	cudacheck/    the device self-test and every Backend method on the GPU
-//	              against the CPU backend (gptui gpu check), apart from the
-//	              backend
+//	cudacheck/    the device self-test (gptui gpu check), apart from the
+//	              backend; the checks against the CPU backend and the
+//	              engine are package engine/gpucheck
 package cuda

@@ -1,4 +1,4 @@
-package cudacheck
+package gpucheck
 
 import (
 	"errors"
