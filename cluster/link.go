@@ -10,7 +10,7 @@ import (
 
 	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/planner/profile"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -37,7 +37,7 @@ func LinkNodes(hosts string) ([]sshexec.Node, error) {
 // two (from [LinkNodes]) of the inventory at hosts. It sets the job up as
 // a training job (connect, push gptui, an agent on each node) with one CPU
 // worker per node, each running args instead of training — a command that
-// runs [planner.LinkPeer] — and reads the figure rank 0 prints. Progress
+// runs [profile.LinkPeer] — and reads the figure rank 0 prints. Progress
 // goes to logf. It returns the bandwidth in bytes/s and where and when it
 // was measured.
 func MeasureLink(ctx context.Context, hosts string, two []sshexec.Node, ssh sshexec.ClientConfig, args []string, logf func(format string, a ...any)) (float64, string, error) {
@@ -63,7 +63,7 @@ func MeasureLink(ctx context.Context, hosts string, two []sshexec.Node, ssh sshe
 			if e.Kind != event.KindLog {
 				continue
 			}
-			if v, ok := planner.ParseLinkLine(e.Line); ok && e.Rank == 0 {
+			if v, ok := profile.ParseLinkLine(e.Line); ok && e.Rank == 0 {
 				bw = v
 				continue
 			}

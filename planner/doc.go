@@ -13,7 +13,7 @@
 //   - device profiles ([Devices], [Device]): the built-in accelerators
 //     (V100-32G, A100-40G, A100-80G, H100-80G, H200-141G) and a CPU
 //     profile, which may be replaced by one measured on this machine
-//     ([MeasureCompute], [MeasureLink]) and saved as JSON;
+//     (package planner/profile measures it) and saved as JSON;
 //   - a search ([Search]) over every valid combination for the global
 //     batch, keeping the infeasible plans with the reason they fail.
 //

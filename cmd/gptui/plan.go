@@ -17,6 +17,7 @@ import (
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/planner/profile"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -228,7 +229,7 @@ const planLinkPeer = "__plan-link-peer"
 
 // cmdPlanLinkPeer is planLinkPeer: one end of a measured link.
 func cmdPlanLinkPeer(ctx context.Context, stdout io.Writer) error {
-	return planner.LinkPeer(ctx, func(line string) { fmt.Fprintln(stdout, line) })
+	return profile.LinkPeer(ctx, func(line string) { fmt.Fprintln(stdout, line) })
 }
 
 // measureProfile measures this machine: the CPU backend's sgemm and AdamW
@@ -240,13 +241,13 @@ func measureProfile(ctx context.Context, stderr io.Writer) (planner.Device, erro
 		return planner.Device{}, err
 	}
 	fmt.Fprintln(stderr, "gptui plan: measuring sgemm and AdamW ...")
-	d := planner.MeasureCompute(be, runtime.NumCPU(), planner.MemTotal())
+	d := profile.MeasureCompute(be, runtime.NumCPU(), planner.MemTotal())
 	fmt.Fprintln(stderr, "gptui plan: measuring the link between two local workers ...")
 	exe, err := os.Executable()
 	if err != nil {
 		return d, fmt.Errorf("plan: %w", err)
 	}
-	if d.IntraBW, err = planner.MeasureLocalLink(ctx, exe, []string{planLinkPeer}); err != nil {
+	if d.IntraBW, err = profile.MeasureLocalLink(ctx, exe, []string{planLinkPeer}); err != nil {
 		return d, fmt.Errorf("plan: %w", err)
 	}
 	return d, nil

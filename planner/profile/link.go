@@ -1,4 +1,4 @@
-package planner
+package profile
 
 import (
 	"context"
@@ -74,12 +74,12 @@ func MeasureLocalLink(ctx context.Context, exe string, args []string) (float64, 
 	w, err := comm.Connect(ctx, comm.Config{Rank: 0, WorldSize: 2, MasterAddr: addr, MasterPort: port, Timeout: time.Minute, Secret: []byte(secret)})
 	if err != nil {
 		cancel()
-		return 0, errors.Join(fmt.Errorf("planner: connecting to the link peer: %w", err), <-peer)
+		return 0, errors.Join(fmt.Errorf("profile: connecting to the link peer: %w", err), <-peer)
 	}
 	bw, err := worldLink(ctx, w)
 	w.Close()
 	if perr := <-peer; err == nil && perr != nil {
-		err = fmt.Errorf("planner: link peer: %w", perr)
+		err = fmt.Errorf("profile: link peer: %w", perr)
 	}
 	return bw, err
 }
