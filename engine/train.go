@@ -466,6 +466,11 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		return tr.opts.World.Progress().Busy
 	}
 	var tps, times []float64
+	if peak := peakResident(); peak > 0 {
+		// The process's high-water mark so far: its part of the model and
+		// whatever building it took, beside the account logged above.
+		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, gb(peak))
+	}
 	for step := tr.start; step < e.MaxSteps; step++ {
 		tr.current.Store(int64(step))
 		if err := collect(false); err != nil {
