@@ -39,6 +39,8 @@
 //	a layer's forward and backward   gpt2.go: blockForward / blockBackward, side by side;
 //	                                 the kernels themselves in kernels/cpu, one file per family
 //	the parameter layout             params.go: Layout, LayoutPart, Tensor, Part
+//	initialising, loading a part     init.go: the counter-based generator, fillSpans (a rank's
+//	                                 part or shard from the generator, a checkpoint or an llm.c file)
 //	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
 //	sharding (ZeRO stages 1-3)       shardedUpdate, zero3 (sharding.go)

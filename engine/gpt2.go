@@ -61,13 +61,15 @@ func NewModel(be kernels.Backend, cfg ModelConfig, std float64, seed uint64) (*M
 
 // NewModelPart allocates the part of a model one rank holds and initialises
 // it as NewModel initialises the whole model: each element gets the value
-// it has there.
+// it has there (init.go), and nothing outside the part is computed.
 func NewModelPart(be kernels.Backend, cfg ModelConfig, part Part, std float64, seed uint64) (*Model, error) {
 	m, err := newModel(be, cfg, part)
 	if err != nil {
 		return nil, err
 	}
-	initPart(m.Params, m.Tensors, cfg, std, seed)
+	if err := fillSpans(be, m.Tensors, m.whole(), m.Params, initSource(cfg, std, seed)); err != nil {
+		return nil, err
+	}
 	m.seed = seed
 	return m, nil
 }
@@ -106,6 +108,9 @@ func (m *Model) SetRecompute(r Recompute) {
 
 // NumParams counts the parameters held, padded vocabulary rows included.
 func (m *Model) NumParams() int { return m.n }
+
+// whole is the span of a buffer laid out as the model's flat layout.
+func (m *Model) whole() []Span { return []Span{{0, 0, m.n}} }
 
 // numLayers is the number of blocks held.
 func (m *Model) numLayers() int { return len(m.Part.Layers) }
@@ -645,24 +650,6 @@ func (m *Model) tensor(name string) (Tensor, bool) {
 		}
 	}
 	return Tensor{}, false
-}
-
-// partOf returns a model holding part of m, which holds the whole model,
-// with m's dropout seed and recompute policy. The whole part is m itself.
-func (m *Model) partOf(part Part) (*Model, error) {
-	if part.MP == 1 && part.Embed && part.Head && len(part.Layers) == m.Cfg.L {
-		return m, nil
-	}
-	p, err := newModel(m.be, m.Cfg, part)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range p.Tensors {
-		g, _ := m.tensor(t.Name)
-		fromGlobal(p.Params[t.Offset:t.Offset+t.Size], t, m.Params[g.Offset:g.Offset+g.Size])
-	}
-	p.seed, p.recompute = m.seed, m.recompute
-	return p, nil
 }
 
 // floats returns n zeroed float32s in the backend's memory.

@@ -209,14 +209,11 @@ func (z *zero3) spans(k int) []Span {
 	return out
 }
 
-// keepShard makes the rank hold its shard only, once m's parameters are
-// final (initialised or restored): it copies the shard out of m.Params,
-// gives m's whole buffers back, and points m's views of the outer tensors
+// keepShard makes the rank hold its shard only, once the shard's
+// parameters are final (initialised or restored straight into it): it
+// gives m's whole buffers back and points m's views of the outer tensors
 // at their gather buffers (filled by the first gather).
 func (z *zero3) keepShard(m *Model) {
-	for _, s := range z.spans(z.rank) {
-		m.be.Copy(z.shard[s.At:s.At+s.N], m.Params[s.Flat:s.Flat+s.N])
-	}
 	kernels.Free(m.be, m.Params)
 	kernels.Free(m.be, m.Grads)
 	m.Params, m.Grads = nil, nil
