@@ -613,14 +613,18 @@ func (m *Model) padBuffers(k int) {
 
 // layerRanges returns the [start, end) ranges of the flat buffer that hold
 // local block li's parameters (one per layered tensor).
-func (m *Model) layerRanges(li int) [][2]int {
+func (m *Model) layerRanges(li int) [][2]int { return layerRanges(m.Tensors, m.numLayers(), li) }
+
+// layerRanges returns the ranges of block li of a part whose tensors are
+// ts, holding l blocks.
+func layerRanges(ts []Tensor, l, li int) [][2]int {
 	var rs [][2]int
-	for _, t := range m.Tensors {
+	for _, t := range ts {
 		switch t.Name {
 		case "wte", "wpe", "lnfw", "lnfb":
 			continue
 		}
-		n := t.Size / m.numLayers()
+		n := t.Size / l
 		rs = append(rs, [2]int{t.Offset + li*n, t.Offset + (li+1)*n})
 	}
 	return rs
@@ -628,9 +632,12 @@ func (m *Model) layerRanges(li int) [][2]int {
 
 // globalRanges returns the ranges of the parameters outside the blocks:
 // wte, wpe, lnfw, lnfb.
-func (m *Model) globalRanges() [][2]int {
+func (m *Model) globalRanges() [][2]int { return globalRanges(m.Tensors) }
+
+// globalRanges returns the ranges of the outer tensors among ts.
+func globalRanges(ts []Tensor) [][2]int {
 	var rs [][2]int
-	for _, t := range m.Tensors {
+	for _, t := range ts {
 		switch t.Name {
 		case "wte", "wpe", "lnfw", "lnfb":
 			rs = append(rs, [2]int{t.Offset, t.Offset + t.Size})

@@ -150,16 +150,25 @@ func TestLLMCReadsTheRanksSlices(t *testing.T) {
 // whole.
 func checkPart(t *testing.T, name string, m, whole *Model) {
 	t.Helper()
+	want := partParams(m, whole)
 	for _, tn := range m.Tensors {
-		g, _ := whole.tensor(tn.Name)
-		want := make([]float32, tn.Size)
-		for _, pc := range tn.Pieces {
-			copyBlock(want, tn.Shape, pc.Local, whole.Params[g.Offset:g.Offset+g.Size], g.Shape, pc.Global, pc.Shape)
-		}
-		if !slices.Equal(m.Params[tn.Offset:tn.Offset+tn.Size], want) {
+		if !slices.Equal(m.Params[tn.Offset:tn.Offset+tn.Size], want[tn.Offset:tn.Offset+tn.Size]) {
 			t.Errorf("%s: %s differs from its slice of the whole model", name, tn.Name)
 		}
 	}
+}
+
+// partParams returns the parameters of m's part, laid out by m.Tensors,
+// as whole holds them.
+func partParams(m, whole *Model) []float32 {
+	out := make([]float32, m.NumParams())
+	for _, tn := range m.Tensors {
+		g, _ := whole.tensor(tn.Name)
+		for _, pc := range tn.Pieces {
+			copyBlock(out[tn.Offset:tn.Offset+tn.Size], tn.Shape, pc.Local, whole.Params[g.Offset:g.Offset+g.Size], g.Shape, pc.Global, pc.Shape)
+		}
+	}
+	return out
 }
 
 // newRanks builds the trainers of a world-rank job of tiny with overrides,
@@ -214,7 +223,9 @@ func newRanks(t *testing.T, world int, overrides []string) []*Trainer {
 // checkpoint gives each rank its slice of the file's model — under tensor
 // and pipeline parallelism its part, under sharding stage 3 its shard of
 // the part and nothing outside it — and the fresh initialisation of a
-// layout equals one process's.
+// layout equals one process's. Each rank's account of its parameters,
+// gradients and optimizer state, which counts its buffers, is
+// StartupMemory's, from the layout alone.
 func TestInitFromUnderEveryLayout(t *testing.T) {
 	model := filepath.Join(srcDir, "testdata/llmc/model.bin")
 	whole, err := LoadLLMC(nil, model, ModelConfig{}, 0)
@@ -243,6 +254,8 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 	}{
 		{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.global_batch_size=8", "Global.micro_batch_size=4"}},
 		{"sharding2 stage3", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.global_batch_size=8", "Global.micro_batch_size=4"}},
+		{"pp2 sharding2 stage3", 4, []string{"Distributed.pp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.global_batch_size=8", "Global.micro_batch_size=2"}},
+		{"mp2 sharding2 stage2", 4, []string{"Distributed.mp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.global_batch_size=8", "Global.micro_batch_size=4"}},
 	}
 	sources := []struct {
 		name string
@@ -263,6 +276,12 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 					t.Fatal(err)
 				}
 				m := tr.Model
+				// The start-up account from the layout alone is the
+				// trainer's.
+				sm, err := StartupMemory(tr.Cfg, tr.topo.Rank, l.world)
+				if got := tr.Memory; err != nil || sm.Params != got.Params || sm.Grads != got.Grads || sm.Optimizer != got.Optimizer {
+					t.Errorf("%s: rank %d: StartupMemory %+v (%v), the trainer's account %+v", name, tr.topo.Rank, sm, err, got)
+				}
 				if m.z3 == nil {
 					checkPart(t, name, m, src.want)
 					continue
@@ -272,8 +291,9 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 				if m.Params != nil {
 					t.Errorf("%s: rank %d holds a whole buffer of %d parameters", name, tr.topo.Rank, len(m.Params))
 				}
+				want := partParams(m, src.want)
 				for _, s := range tr.dp.own() {
-					if !slices.Equal(m.z3.shard[s.At:s.At+s.N], src.want.Params[s.Flat:s.Flat+s.N]) {
+					if !slices.Equal(m.z3.shard[s.At:s.At+s.N], want[s.Flat:s.Flat+s.N]) {
 						t.Errorf("%s: rank %d's shard differs from the model in elements [%d, %d)", name, tr.topo.Rank, s.Flat, s.Flat+s.N)
 					}
 				}

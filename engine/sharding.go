@@ -164,26 +164,9 @@ func (u *unit) views(buf []float32) weights {
 func newZero3(g comm.Communicator, m *Model) *zero3 {
 	S := g.Size()
 	z := &zero3{g: g, be: m.be, rank: g.Rank()}
-	at := 0
-	add := func(ranges [][2]int) {
-		u := unit{ranges: ranges, at: at}
-		for _, r := range ranges {
-			u.size += r[1] - r[0]
-			for _, t := range m.Tensors {
-				if r[0] >= t.Offset && r[0] < t.Offset+t.Size {
-					u.names = append(u.names, t.Name)
-				}
-			}
-		}
-		u.piece = (u.size + S - 1) / S
-		at += u.piece
-		z.units = append(z.units, u)
-	}
-	add(m.globalRanges())
-	for li := range m.numLayers() {
-		add(m.layerRanges(li))
-	}
-	z.shard, z.grads = m.floats(at), m.floats(at)
+	var length int
+	z.units, length = zero3Units(m.Tensors, m.numLayers(), S)
+	z.shard, z.grads = m.floats(length), m.floats(length)
 	z.outer, z.gouter = m.floats(S*z.units[0].piece), m.floats(S*z.units[0].piece)
 	if len(z.units) > 1 {
 		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
@@ -192,11 +175,43 @@ func newZero3(g comm.Communicator, m *Model) *zero3 {
 	return z
 }
 
+// zero3Units lays out the units of a part whose tensors are ts, holding
+// l blocks, for a sharding group of S members: the outer tensors, then
+// each block. It returns them and the length of every member's shard.
+// It allocates nothing of the model, so the engine's account of a rank
+// (StartupMemory) uses it too.
+func zero3Units(ts []Tensor, l, S int) ([]unit, int) {
+	var units []unit
+	at := 0
+	add := func(ranges [][2]int) {
+		u := unit{ranges: ranges, at: at}
+		for _, r := range ranges {
+			u.size += r[1] - r[0]
+			for _, t := range ts {
+				if r[0] >= t.Offset && r[0] < t.Offset+t.Size {
+					u.names = append(u.names, t.Name)
+				}
+			}
+		}
+		u.piece = (u.size + S - 1) / S
+		at += u.piece
+		units = append(units, u)
+	}
+	add(globalRanges(ts))
+	for li := range l {
+		add(layerRanges(ts, l, li))
+	}
+	return units, at
+}
+
 // spans maps member k's shard to the flat layout: its piece of each unit,
 // range by range, the padding left out.
-func (z *zero3) spans(k int) []Span {
+func (z *zero3) spans(k int) []Span { return unitSpans(z.units, k) }
+
+// unitSpans maps member k's shard of units to the flat layout.
+func unitSpans(units []unit, k int) []Span {
 	var out []Span
-	for _, u := range z.units {
+	for _, u := range units {
 		lo, hi := k*u.piece, min((k+1)*u.piece, u.size)
 		at := 0
 		for _, r := range u.ranges {
