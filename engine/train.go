@@ -198,6 +198,11 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 	shape := ShapeOf(cfg)
 	seed := uint64(cfg.Global.Seed)
 	src := &weightSource{block: initSource(shape, mc.InitializerRange, seed)}
+	// fromFile takes the shape of a file's model, with the config's dropout.
+	fromFile := func(s ModelConfig) {
+		s.HiddenDropout, s.AttnDropout = shape.HiddenDropout, shape.AttnDropout
+		shape = s
+	}
 	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
 		// Weights only, from a gptui checkpoint of the same shape.
 		c, saved, s, err := openModelCheckpoint(mc.InitFrom, nil)
@@ -207,20 +212,19 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
 			return nil, Topology{}, nil, err
 		}
-		shape.MaxT, shape.V, shape.Vp, shape.L, shape.NH, shape.C, shape.F = s.MaxT, s.V, s.Vp, s.L, s.NH, s.C, s.F
+		fromFile(s)
 		src.block = ckptSource(c, ckptParams)
 	} else if mc.InitFrom != "" {
 		f, err := openLLMC(mc.InitFrom)
 		if err != nil {
 			return nil, Topology{}, nil, err
 		}
-		src.block, src.close = f.block, f.Close
-		s := f.cfg
-		if T > s.MaxT {
+		if T > f.cfg.MaxT {
 			f.Close()
-			return nil, Topology{}, nil, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, s.MaxT, mc.InitFrom)}
+			return nil, Topology{}, nil, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, f.cfg.MaxT, mc.InitFrom)}
 		}
-		shape.MaxT, shape.V, shape.Vp, shape.L, shape.NH, shape.C, shape.F = s.MaxT, s.V, s.Vp, s.L, s.NH, s.C, s.F
+		fromFile(f.cfg)
+		src.block, src.close = f.block, f.Close
 	}
 	m, topo, err := func() (*Model, Topology, error) {
 		if err := shape.Validate(); err != nil {
