@@ -68,7 +68,10 @@
 //	stage 2  gradients reduce-scattered, so each rank sums only its shard
 //	stage 3  parameters sharded too, unit by unit (a block, the outer
 //	         tensors), each gathered into a reusable buffer for its passes
-//	         (see zero3)
+//	         (see zero3); the rank never allocates its whole part
+//
+// A rank's buffers are laid out for its sharding when the model is built
+// (newShardedModel), so none is copied or replaced afterwards.
 //
 // The global gradient norm is the norm of the full summed gradient (stage 2
 // adds up the shards' squares across the group), so each element sees the

@@ -75,6 +75,17 @@ func NewModelPart(be kernels.Backend, cfg ModelConfig, part Part, std float64, s
 }
 
 func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
+	return newShardedModel(be, cfg, part, 1, false)
+}
+
+// newShardedModel is newModel with its buffers laid out for a sharding
+// group of S members from the start, so that none is copied or replaced
+// later: Params and Grads with room for a multiple of S elements, as
+// sharding stages 1 and 2 cut them (padBuffers then has nothing to do),
+// or, with stage3, no whole buffers at all — a stage 3 rank holds its
+// shard and the gather buffers zero3 allocates, never its whole part. The
+// buffers are zero.
+func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stage3 bool) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,10 +96,13 @@ func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
-	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: kernels.Float32s(be, n), Grads: kernels.Float32s(be, n), be: be, n: n,
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n,
 		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
-	m.p = viewWeights(m.Params, ts)
-	m.g = viewWeights(m.Grads, ts)
+	if !stage3 {
+		want := (n + S - 1) / S * S
+		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
+		m.p, m.g = viewWeights(m.Params, ts), viewWeights(m.Grads, ts)
+	}
 	return m, nil
 }
 

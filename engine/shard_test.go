@@ -14,6 +14,8 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/internal/allocbound"
 	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels/deferred"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -177,6 +179,12 @@ func partParams(m, whole *Model) []float32 {
 // and returns them (closed at the end of the test).
 func newRanks(t *testing.T, world int, overrides []string) []*Trainer {
 	t.Helper()
+	return newRanksOn(t, world, overrides, func(int) kernels.Backend { return deferredBackend() })
+}
+
+// newRanksOn is newRanks with rank r on the backend be(r).
+func newRanksOn(t *testing.T, world int, overrides []string, be func(r int) kernels.Backend) []*Trainer {
+	t.Helper()
 	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -207,7 +215,7 @@ func newRanks(t *testing.T, world int, overrides []string) []*Trainer {
 				errs[r] = err
 				return
 			}
-			trs[r], errs[r] = NewTrainer(cfg, deferredBackend(), Options{Builtin: corpusFor(cfg), World: w})
+			trs[r], errs[r] = NewTrainer(cfg, be(r), Options{Builtin: corpusFor(cfg), World: w})
 		})
 	}
 	wg.Wait()
@@ -297,6 +305,78 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 						t.Errorf("%s: rank %d's shard differs from the model in elements [%d, %d)", name, tr.topo.Rank, s.Flat, s.Flat+s.N)
 					}
 				}
+			}
+		}
+	}
+}
+
+// allocRecorder is the deferred backend recording the size of every
+// float32 buffer it hands out.
+type allocRecorder struct {
+	*deferred.Backend
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (a *allocRecorder) Float32s(n int) []float32 {
+	a.mu.Lock()
+	a.sizes = append(a.sizes, n)
+	a.mu.Unlock()
+	return a.Backend.Float32s(n)
+}
+
+// TestRankAllocatesOnlyItsBuffers: a sharding rank's buffers are laid out
+// for the sharding from the start, in the backend's memory: under stages
+// 1 and 2 its part's parameters and gradients are allocated once, padded
+// (none is allocated again to pad it, here where the part does not divide
+// by the degree), and a stage 3 rank allocates no buffer of its whole
+// part at all, and no more than its account of parameters, gradients and
+// optimizer state (and activations and scratch).
+func TestRankAllocatesOnlyItsBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world int
+		o     []string
+	}{
+		{"sharding3 stage2", 3, []string{"Distributed.sharding.sharding_degree=3", "Distributed.sharding.sharding_stage=2", "Global.global_batch_size=6", "Global.micro_batch_size=2"}},
+		{"sharding3 stage3", 3, []string{"Distributed.sharding.sharding_degree=3", "Distributed.sharding.sharding_stage=3", "Global.global_batch_size=6", "Global.micro_batch_size=2"}},
+	} {
+		recs := make([]*allocRecorder, tc.world)
+		trs := newRanksOn(t, tc.world, append(tc.o, "Engine.log_dir="+t.TempDir()), func(r int) kernels.Backend {
+			recs[r] = &allocRecorder{Backend: deferred.New(fixedPeak{cpu.New()})}
+			return recs[r]
+		})
+		for r, tr := range trs {
+			n := tr.Model.NumParams()
+			if r == 0 && n%tc.world == 0 {
+				t.Errorf("%s: the part's %d parameters divide by %d: the test needs a part that does not", tc.name, n, tc.world)
+			}
+			whole, total := 0, 0
+			for _, k := range recs[r].sizes {
+				total += k
+				if k >= n && k < n+tc.world { // the part, padded or not
+					whole++
+				}
+			}
+			want := 2 // parameters and gradients
+			if tr.topo.Stage == 3 {
+				want = 0
+				// The account, activations included, and the backward
+				// pass's scratch buffers, which it leaves out.
+				limit := tr.Memory.Total()
+				if sc := tr.Model.sc; sc != nil {
+					for _, b := range sc.bufs {
+						if x, ok := b.([]float32); ok {
+							limit += int64(4 * len(x))
+						}
+					}
+				}
+				if int64(4*total) > limit {
+					t.Errorf("%s: rank %d allocated %d bytes, more than its account and scratch, %d", tc.name, r, 4*total, limit)
+				}
+			}
+			if whole != want {
+				t.Errorf("%s: rank %d allocated %d buffers of its part's %d parameters, want %d", tc.name, r, whole, n, want)
 			}
 		}
 	}

@@ -127,7 +127,6 @@ func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
 type zero3 struct {
 	g     comm.Communicator // the sharding group
 	be    kernels.Backend
-	rank  int       // this rank's place in the group
 	units []unit    // 0: the tensors outside the blocks; 1+li: local block li
 	shard []float32 // this rank's pieces of every unit
 	grads []float32 // their reduced gradients (dataParallel.grads)
@@ -159,11 +158,14 @@ func (u *unit) views(buf []float32) weights {
 	return viewWeights(buf, ts)
 }
 
-// newZero3 lays out the units of m for its sharding group g and allocates
-// the rank's buffers. The model keeps its whole buffers until keepShard.
+// newZero3 lays out the units of m, a model without whole buffers
+// (newShardedModel), for its sharding group g, allocates the rank's
+// buffers and points m's views of the outer tensors at their gather
+// buffers (filled by the first gather). The shard is zero until the
+// parameters are initialised or restored straight into it.
 func newZero3(g comm.Communicator, m *Model) *zero3 {
 	S := g.Size()
-	z := &zero3{g: g, be: m.be, rank: g.Rank()}
+	z := &zero3{g: g, be: m.be}
 	var length int
 	z.units, length = zero3Units(m.Tensors, m.numLayers(), S)
 	z.shard, z.grads = m.floats(length), m.floats(length)
@@ -172,6 +174,7 @@ func newZero3(g comm.Communicator, m *Model) *zero3 {
 		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
 		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
 	}
+	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
 	return z
 }
 
@@ -222,17 +225,6 @@ func unitSpans(units []unit, k int) []Span {
 		}
 	}
 	return out
-}
-
-// keepShard makes the rank hold its shard only, once the shard's
-// parameters are final (initialised or restored straight into it): it
-// gives m's whole buffers back and points m's views of the outer tensors
-// at their gather buffers (filled by the first gather).
-func (z *zero3) keepShard(m *Model) {
-	kernels.Free(m.be, m.Params)
-	kernels.Free(m.be, m.Grads)
-	m.Params, m.Grads = nil, nil
-	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
 }
 
 // bufs are unit i's parameter and gradient buffers.

@@ -176,9 +176,6 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 			return nil, err
 		}
 	}
-	if z := m.z3; z != nil {
-		z.keepShard(m) // stage 3 keeps its shard only, from here on
-	}
 	tr.sums = kernels.Float64s(be, 2)
 	tr.Memory = tr.memory()
 	tr.flopsPerTok = flopsPerToken(m.Cfg, T)
@@ -234,7 +231,10 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 		if err != nil {
 			return nil, Topology{}, err
 		}
-		m, err := newModel(be, shape, topo.part(shape))
+		// Under sharding the buffers are laid out for it from the start:
+		// none is copied later, and a stage 3 rank never holds its whole
+		// part.
+		m, err := newShardedModel(be, shape, topo.part(shape), max(topo.Sharding, 1), topo.Sharding > 1 && topo.Stage == 3)
 		if err != nil {
 			return nil, Topology{}, &ConfigError{Err: err}
 		}
