@@ -238,31 +238,30 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 	return &ConfigError{Msg: fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop Engine.save_load.ckpt_dir", dir, strings.Join(diff, ", "))}
 }
 
-// readParams fills buf, laid out by ts, with the tensors prefix+name of c:
-// each tensor's pieces read from their places in the global tensors, so a
-// checkpoint loads into any part under any parallel layout.
-func readParams(c *checkpoint.Checkpoint, ts []Tensor, prefix string, buf []float32) error {
+// readParams fills dst, a buffer of be laid out by spans (a rank's part,
+// {0, 0, NumParams}, or its shard of it), with the tensors prefix+name of
+// c: each element read from its place in the global tensor, so a
+// checkpoint loads into any part, or shard of a part, under any parallel
+// layout, reading only what the rank holds (fillSpans).
+func readParams(be kernels.Backend, c *checkpoint.Checkpoint, ts []Tensor, prefix string, spans []Span, dst []float32) error {
 	for _, t := range ts {
 		// A tensor missing or of another shape than the config's model is
 		// a checkpoint whose tensors do not match its config.
 		if msg := tensorMismatch(c, prefix+t.Name, t.Global); msg != "" {
 			return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: msg}
 		}
-		local := buf[t.Offset : t.Offset+t.Size]
-		for _, pc := range t.Pieces {
-			dst := local
-			if len(t.Pieces) > 1 || !slices.Equal(pc.Shape, t.Shape) {
-				dst = make([]float32, numel(pc.Shape))
-			}
-			if err := c.Read(prefix+t.Name, pc.Global, pc.Shape, dst); err != nil {
-				return fmt.Errorf("checkpoint %s: %w", c.Dir, err)
-			}
-			if &dst[0] != &local[0] || len(dst) != len(local) {
-				copyBlock(local, t.Shape, pc.Local, dst, pc.Shape, make([]int, len(pc.Shape)), pc.Shape)
-			}
-		}
 	}
-	return nil
+	return fillSpans(be, ts, spans, dst, ckptSource(c, prefix))
+}
+
+// ckptSource reads blocks of c's tensors prefix+name.
+func ckptSource(c *checkpoint.Checkpoint, prefix string) blockSource {
+	return func(t Tensor, start, shape []int, dst []float32, dstShape, dstAt []int) error {
+		if err := c.ReadInto(prefix+t.Name, start, shape, dst, dstShape, dstAt); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", c.Dir, err)
+		}
+		return nil
+	}
 }
 
 // holds checks, before a model of shape is allocated, that c holds each of
@@ -311,42 +310,22 @@ func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
 	if err := compareShape(tr.Cfg, saved, c.Dir); err != nil {
 		return err
 	}
-	// This is setup, before any step: once the kernels queued so far (the
-	// copies of sharding's padding) have run, the host reads the tensors
-	// into the backend's buffers in place.
-	if err := kernels.Sync(tr.be); err != nil {
-		return err
-	}
-	if err := readParams(c, tr.Model.Tensors, ckptParams, tr.Model.Params); err != nil {
+	// Each rank reads what it holds and no more: its part, under stage 3
+	// its shard, and the moments of its shard, so a checkpoint resumes
+	// under any layout, sharding degree and stage.
+	params, spans := tr.heldParams()
+	if err := readParams(tr.be, c, tr.Model.Tensors, ckptParams, spans, params); err != nil {
 		return err
 	}
 	if !hasTensor(c, ckptAdamM+"wte") {
 		return nil
 	}
-	// The moments are read whole and this rank keeps its shard of them, so
-	// a checkpoint resumes under any sharding degree and stage. A rank that
-	// holds them whole reads them in place: a buffer of the whole model
-	// beside them is more memory than the engine's accounting allows for.
-	n := tr.Model.NumParams()
-	var full []float32
 	for _, mv := range []struct {
 		prefix string
 		dst    []float32
 	}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
-		if len(tr.Opt.Spans) == 1 && tr.Opt.Spans[0] == (Span{0, 0, n}) && len(mv.dst) == n {
-			if err := readParams(c, tr.Model.Tensors, mv.prefix, mv.dst); err != nil {
-				return err
-			}
-			continue
-		}
-		if full == nil {
-			full = make([]float32, n)
-		}
-		if err := readParams(c, tr.Model.Tensors, mv.prefix, full); err != nil {
+		if err := readParams(tr.be, c, tr.Model.Tensors, mv.prefix, tr.Opt.Spans, mv.dst); err != nil {
 			return err
-		}
-		for _, s := range tr.Opt.Spans {
-			copy(mv.dst[s.At:s.At+s.N], full[s.Flat:s.Flat+s.N])
 		}
 	}
 	var st trainState
@@ -422,36 +401,48 @@ func LoadModel(be kernels.Backend, dir string) (*Model, *presets.Config, error) 
 // checkpoint's config before the model is allocated; an error from check
 // is returned as it is.
 func LoadModelChecked(be kernels.Backend, dir string, check func(*presets.Config) error) (*Model, *presets.Config, error) {
+	c, cfg, shape, err := openModelCheckpoint(dir, check)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := newModel(be, shape, WholePart(shape))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := readParams(be, c, m.Tensors, ckptParams, m.whole(), m.Params); err != nil {
+		return nil, nil, err
+	}
+	return m, cfg, nil
+}
+
+// openModelCheckpoint opens the checkpoint dir names (as [LoadModel]
+// does) and returns it with its config and model shape, once it has
+// checked that it holds the weights of that shape and check, if not nil,
+// has accepted the config.
+func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkpoint.Checkpoint, *presets.Config, ModelConfig, error) {
 	cfg0 := &presets.Config{}
 	cfg0.Engine.SaveLoad.CkptDir = dir
 	c, _, err := openCheckpoint(cfg0)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ModelConfig{}, err
 	}
 	cfg, err := checkpointConfig(c)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, ModelConfig{}, err
 	}
 	shape := ShapeOf(cfg)
 	if err := shape.Validate(); err != nil {
-		return nil, nil, &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: "config: " + err.Error()}
+		return nil, nil, ModelConfig{}, &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: "config: " + err.Error()}
 	}
 	if err := holds(c, shape, ckptParams); err != nil {
-		return nil, nil, err
+		return nil, nil, ModelConfig{}, err
 	}
 	if check != nil {
 		if err := check(cfg); err != nil {
-			return nil, nil, err
+			return nil, nil, ModelConfig{}, err
 		}
 	}
-	m, err := NewModel(be, shape, 0, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := readParams(c, m.Tensors, ckptParams, m.Params); err != nil {
-		return nil, nil, err
-	}
-	return m, cfg, nil
+	return c, cfg, shape, nil
 }
 
 // ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).

@@ -74,20 +74,29 @@ func newDataParallel(w *comm.World, f comm.Fabric, topo Topology, m *Model) (*da
 		return d, nil
 	}
 	m.padBuffers(S)
-	d.padded = cap(m.Params)
-	chunk := d.padded / S
+	chunk, spans := flatShards(n, S)
+	d.padded = S * chunk
 	d.lo, d.hi = topo.ShardIndex*chunk, (topo.ShardIndex+1)*chunk
-	d.spans, d.length = make([][]Span, S), chunk
-	for k := range S {
-		if lo := k * chunk; lo < n {
-			d.spans[k] = []Span{{0, lo, min(chunk, n-lo)}}
-		}
-	}
+	d.spans, d.length = spans, chunk
 	if topo.Stage == 2 {
 		d.grads = m.floats(chunk)
 	}
 	d.scratch = m.floats(chunk)
 	return d, nil
+}
+
+// flatShards cuts a flat buffer of n elements, padded to a multiple of S,
+// into S equal chunks (sharding stages 1 and 2): it returns their length
+// and each member's span of the layout (none for a chunk of padding only).
+func flatShards(n, S int) (int, [][]Span) {
+	chunk := (n + S - 1) / S
+	spans := make([][]Span, S)
+	for k := range S {
+		if lo := k * chunk; lo < n {
+			spans[k] = []Span{{0, lo, min(chunk, n-lo)}}
+		}
+	}
+	return chunk, spans
 }
 
 // own is this rank's shard: its spans of the flat layout.

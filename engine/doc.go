@@ -39,6 +39,8 @@
 //	a layer's forward and backward   gpt2.go: blockForward / blockBackward, side by side;
 //	                                 the kernels themselves in kernels/cpu, one file per family
 //	the parameter layout             params.go: Layout, LayoutPart, Tensor, Part
+//	initialising, loading a part     init.go: the counter-based generator, fillSpans (a rank's
+//	                                 part or shard from the generator, a checkpoint or an llm.c file)
 //	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
 //	sharding (ZeRO stages 1-3)       shardedUpdate, zero3 (sharding.go)
@@ -66,7 +68,10 @@
 //	stage 2  gradients reduce-scattered, so each rank sums only its shard
 //	stage 3  parameters sharded too, unit by unit (a block, the outer
 //	         tensors), each gathered into a reusable buffer for its passes
-//	         (see zero3)
+//	         (see zero3); the rank never allocates its whole part
+//
+// A rank's buffers are laid out for its sharding when the model is built
+// (newShardedModel), so none is copied or replaced afterwards.
 //
 // The global gradient norm is the norm of the full summed gradient (stage 2
 // adds up the shards' squares across the group), so each element sees the

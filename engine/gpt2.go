@@ -61,18 +61,31 @@ func NewModel(be kernels.Backend, cfg ModelConfig, std float64, seed uint64) (*M
 
 // NewModelPart allocates the part of a model one rank holds and initialises
 // it as NewModel initialises the whole model: each element gets the value
-// it has there.
+// it has there (init.go), and nothing outside the part is computed.
 func NewModelPart(be kernels.Backend, cfg ModelConfig, part Part, std float64, seed uint64) (*Model, error) {
 	m, err := newModel(be, cfg, part)
 	if err != nil {
 		return nil, err
 	}
-	initPart(m.Params, m.Tensors, cfg, std, seed)
+	if err := fillSpans(be, m.Tensors, m.whole(), m.Params, initSource(cfg, std, seed)); err != nil {
+		return nil, err
+	}
 	m.seed = seed
 	return m, nil
 }
 
 func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
+	return newShardedModel(be, cfg, part, 1, false)
+}
+
+// newShardedModel is newModel with its buffers laid out for a sharding
+// group of S members from the start, so that none is copied or replaced
+// later: Params and Grads with room for a multiple of S elements, as
+// sharding stages 1 and 2 cut them (padBuffers then has nothing to do),
+// or, with stage3, no whole buffers at all — a stage 3 rank holds its
+// shard and the gather buffers zero3 allocates, never its whole part. The
+// buffers are zero.
+func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stage3 bool) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -83,10 +96,13 @@ func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
-	m := &Model{Cfg: cfg, Part: part, Tensors: ts, Params: kernels.Float32s(be, n), Grads: kernels.Float32s(be, n), be: be, n: n,
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n,
 		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
-	m.p = viewWeights(m.Params, ts)
-	m.g = viewWeights(m.Grads, ts)
+	if !stage3 {
+		want := (n + S - 1) / S * S
+		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
+		m.p, m.g = viewWeights(m.Params, ts), viewWeights(m.Grads, ts)
+	}
 	return m, nil
 }
 
@@ -106,6 +122,9 @@ func (m *Model) SetRecompute(r Recompute) {
 
 // NumParams counts the parameters held, padded vocabulary rows included.
 func (m *Model) NumParams() int { return m.n }
+
+// whole is the span of a buffer laid out as the model's flat layout.
+func (m *Model) whole() []Span { return []Span{{0, 0, m.n}} }
 
 // numLayers is the number of blocks held.
 func (m *Model) numLayers() int { return len(m.Part.Layers) }
@@ -608,14 +627,18 @@ func (m *Model) padBuffers(k int) {
 
 // layerRanges returns the [start, end) ranges of the flat buffer that hold
 // local block li's parameters (one per layered tensor).
-func (m *Model) layerRanges(li int) [][2]int {
+func (m *Model) layerRanges(li int) [][2]int { return layerRanges(m.Tensors, m.numLayers(), li) }
+
+// layerRanges returns the ranges of block li of a part whose tensors are
+// ts, holding l blocks.
+func layerRanges(ts []Tensor, l, li int) [][2]int {
 	var rs [][2]int
-	for _, t := range m.Tensors {
+	for _, t := range ts {
 		switch t.Name {
 		case "wte", "wpe", "lnfw", "lnfb":
 			continue
 		}
-		n := t.Size / m.numLayers()
+		n := t.Size / l
 		rs = append(rs, [2]int{t.Offset + li*n, t.Offset + (li+1)*n})
 	}
 	return rs
@@ -623,9 +646,12 @@ func (m *Model) layerRanges(li int) [][2]int {
 
 // globalRanges returns the ranges of the parameters outside the blocks:
 // wte, wpe, lnfw, lnfb.
-func (m *Model) globalRanges() [][2]int {
+func (m *Model) globalRanges() [][2]int { return globalRanges(m.Tensors) }
+
+// globalRanges returns the ranges of the outer tensors among ts.
+func globalRanges(ts []Tensor) [][2]int {
 	var rs [][2]int
-	for _, t := range m.Tensors {
+	for _, t := range ts {
 		switch t.Name {
 		case "wte", "wpe", "lnfw", "lnfb":
 			rs = append(rs, [2]int{t.Offset, t.Offset + t.Size})
@@ -645,24 +671,6 @@ func (m *Model) tensor(name string) (Tensor, bool) {
 		}
 	}
 	return Tensor{}, false
-}
-
-// partOf returns a model holding part of m, which holds the whole model,
-// with m's dropout seed and recompute policy. The whole part is m itself.
-func (m *Model) partOf(part Part) (*Model, error) {
-	if part.MP == 1 && part.Embed && part.Head && len(part.Layers) == m.Cfg.L {
-		return m, nil
-	}
-	p, err := newModel(m.be, m.Cfg, part)
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range p.Tensors {
-		g, _ := m.tensor(t.Name)
-		fromGlobal(p.Params[t.Offset:t.Offset+t.Size], t, m.Params[g.Offset:g.Offset+g.Size])
-	}
-	p.seed, p.recompute = m.seed, m.recompute
-	return p, nil
 }
 
 // floats returns n zeroed float32s in the backend's memory.

@@ -68,44 +68,130 @@ func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 // LoadLLMC builds a model from an llm.c model file, taking the shape from its
 // header. Dropout rates come from drop (its shape fields are ignored).
 func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*Model, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
-	}
-	return loadLLMC(be, path, f, fi.Size(), drop, seed)
-}
-
-// loadLLMC reads the llm.c model file of size bytes that r reads from its
-// start; path is used in errors.
-func loadLLMC(be kernels.Backend, path string, r io.Reader, size int64, drop ModelConfig, seed uint64) (*Model, error) {
-	cfg, err := readLLMCHeader(path, r, size)
+	f, err := openLLMC(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	return f.load(be, drop, seed)
+}
+
+// loadLLMC reads the llm.c model file of size bytes that r reads; path is
+// used in errors.
+func loadLLMC(be kernels.Backend, path string, r io.ReaderAt, size int64, drop ModelConfig, seed uint64) (*Model, error) {
+	f, err := newLLMCFile(path, r, size)
+	if err != nil {
+		return nil, err
+	}
+	return f.load(be, drop, seed)
+}
+
+// llmcFile is an llm.c model file whose header has been read: a rank reads
+// the blocks of the tensors it holds from it (block), not the whole model.
+type llmcFile struct {
+	path string
+	r    io.ReaderAt
+	cfg  ModelConfig    // the header's shape
+	at   map[string]int // each tensor's first element after the header
+	file *os.File       // closed by Close, if opened by openLLMC
+}
+
+// openLLMC opens the llm.c model file at path and reads its header.
+func openLLMC(path string) (*llmcFile, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
+	}
+	fi, err := fh.Stat()
+	if err != nil {
+		fh.Close()
+		return nil, badinput.Wrap(fmt.Errorf("model file: %w", err))
+	}
+	f, err := newLLMCFile(path, fh, fi.Size())
+	if err != nil {
+		fh.Close()
+		return nil, err
+	}
+	f.file = fh
+	return f, nil
+}
+
+func newLLMCFile(path string, r io.ReaderAt, size int64) (*llmcFile, error) {
+	cfg, err := readLLMCHeader(path, io.NewSectionReader(r, 0, size), size)
+	if err != nil {
+		return nil, err
+	}
+	ts, _ := Layout(cfg)
+	f := &llmcFile{path: path, r: r, cfg: cfg, at: make(map[string]int, len(ts))}
+	for _, t := range ts {
+		f.at[t.Name] = t.Offset
+	}
+	return f, nil
+}
+
+// Close closes the file openLLMC opened.
+func (f *llmcFile) Close() error {
+	if f.file == nil {
+		return nil
+	}
+	return f.file.Close()
+}
+
+// load builds the whole model from f.
+func (f *llmcFile) load(be kernels.Backend, drop ModelConfig, seed uint64) (*Model, error) {
+	cfg := f.cfg
 	cfg.HiddenDropout, cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
 	m, err := newModel(be, cfg, WholePart(cfg))
 	if err != nil {
 		return nil, err
 	}
 	m.seed = seed
-	// In chunks: the parameters cost their buffer, not a second copy.
-	buf := make([]byte, 4*min(len(m.Params), 1<<18))
-	for done := 0; done < len(m.Params); {
-		k := min(len(m.Params)-done, len(buf)/4)
-		if _, err := io.ReadFull(r, buf[:4*k]); err != nil {
-			return nil, &FormatError{path, fmt.Sprintf("truncated: holds %d of %d parameter bytes for its header's shape", 4*done, 4*len(m.Params))}
-		}
-		for i := range k {
-			m.Params[done+i] = math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:]))
-		}
-		done += k
+	if err := fillSpans(be, m.Tensors, m.whole(), m.Params, f.block); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// llmcWindow is the most bytes of the file one read takes in: the runs of
+// a block (rows of whole tensors, or of a tensor-parallel slice) are read
+// through a window this size, so a block costs few reads, a buffer of at
+// most this size, and no more of the file than its span.
+const llmcWindow = 1 << 20
+
+// block is a blockSource of the file's tensors.
+func (f *llmcFile) block(t Tensor, start, shape []int, dst []float32, dstShape, dstAt []int) error {
+	base := int64(4*llmcHeaderInts) + 4*int64(f.at[t.Name])
+	// The block spans the file from its first element to its last.
+	first, last := 0, 1
+	for i, s := range strides(t.Global) {
+		first += start[i] * s
+		last += (start[i] + shape[i] - 1) * s
+	}
+	var win []byte
+	var wlo int64 // the file offset of win[0]
+	var err error
+	eachRun(t.Global, start, shape, dstShape, dstAt, 0, numRuns(shape), func(k, g, n int) bool {
+		lo, hi := base+4*int64(g), base+4*int64(g+n)
+		if win == nil || lo < wlo || hi > wlo+int64(len(win)) {
+			if win == nil {
+				win = make([]byte, max(min(llmcWindow, 4*(last-first)), 4*n))
+			}
+			win = win[:min(int64(cap(win)), base+4*int64(last)-lo)] // not past the block
+			wlo = lo
+			m, rerr := f.r.ReadAt(win, lo)
+			if m < 4*n {
+				err = &FormatError{f.path, fmt.Sprintf("truncated: no %s values at byte %d (%v)", t.Name, lo, rerr)}
+				return false
+			}
+			win = win[:m]
+		}
+		b := win[lo-wlo : hi-wlo]
+		for i := range n {
+			dst[k+i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+		return true
+	})
+	return err
 }
 
 // SaveLLMC writes the model as an llm.c fp32 model file (version 3).

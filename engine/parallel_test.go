@@ -448,12 +448,23 @@ func (h hostUploads) Upload(dst, src any) {
 // TestOneReadBackPerStep: a training step reads one thing back from the
 // device — its loss and Σ g², reduced there — whatever the micro-batches,
 // tensors and parallel layout; and uploads its tokens and the sums' zeros.
+// (Building the trainer uploads the first weights before.)
 func TestOneReadBackPerStep(t *testing.T) {
 	const steps, accum = 3, 4
 	o := append(parityOverrides(t), fmt.Sprintf("Engine.max_steps=%d", steps), "Engine.eval_freq=0", "Engine.save_load.save_steps=0")
 	be := deferred.New(fixedPeak{cpu.New()})
+	cfg, err := presets.Load("tiny", append(o, "Global.local_batch_size=8", "Global.micro_batch_size=2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewTrainer(cfg, be, Options{Builtin: corpusFor(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c0 := be.Counts()
-	trainPresetOn(t, be, "tiny", append(o, "Global.local_batch_size=8", "Global.micro_batch_size=2")...)
+	if _, err := tr.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	c := be.Counts()
 	if got := c.Downloads - c0.Downloads; got != steps {
 		t.Errorf("one process: %d downloads in %d steps of %d micro-batches, want one a step", got, steps, accum)

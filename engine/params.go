@@ -2,8 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math"
-	"math/rand/v2"
 
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/presets"
@@ -318,61 +316,4 @@ func numel(shape []int) int {
 		n *= d
 	}
 	return n
-}
-
-// initParams fills params as GPT-2 is initialised: N(0, std) for embeddings
-// and matrices, the residual output projections (attprojw, fcprojw) scaled by
-// 1/√(2L), biases 0, LayerNorm weights 1 and biases 0. The padded rows of wte
-// stay 0: no token reads them and no logit is computed for them.
-func initParams(params []float32, ts []Tensor, cfg ModelConfig, std float64, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 0x6770747569)) // "gptui"
-	resid := std / math.Sqrt(2*float64(cfg.L))
-	for _, t := range ts {
-		p := params[t.Offset : t.Offset+t.Size]
-		switch t.Name {
-		case "ln1w", "ln2w", "lnfw":
-			for i := range p {
-				p[i] = 1
-			}
-		case "wte":
-			for i := range p[:cfg.V*cfg.C] {
-				p[i] = float32(rng.NormFloat64() * std)
-			}
-		case "wpe", "qkvw", "fcw":
-			for i := range p {
-				p[i] = float32(rng.NormFloat64() * std)
-			}
-		case "attprojw", "fcprojw":
-			for i := range p {
-				p[i] = float32(rng.NormFloat64() * resid)
-			}
-		}
-	}
-}
-
-// fromGlobal fills this rank's tensor t (in local) from the whole model's
-// tensor of the same name (in global, of shape t.Global).
-func fromGlobal(local []float32, t Tensor, global []float32) {
-	for _, pc := range t.Pieces {
-		copyBlock(local, t.Shape, pc.Local, global, t.Global, pc.Global, pc.Shape)
-	}
-}
-
-// initPart fills the parameters of a part as initParams fills the whole
-// model's, so every element has the value it has in one process.
-func initPart(params []float32, ts []Tensor, cfg ModelConfig, std float64, seed uint64) {
-	gts, n := Layout(cfg)
-	if len(gts) == len(ts) && n == len(params) {
-		initParams(params, ts, cfg, std, seed)
-		return
-	}
-	full := make([]float32, n)
-	initParams(full, gts, cfg, std, seed)
-	for _, t := range ts {
-		for _, g := range gts {
-			if g.Name == t.Name {
-				fromGlobal(params[t.Offset:t.Offset+t.Size], t, full[g.Offset:g.Offset+g.Size])
-			}
-		}
-	}
 }

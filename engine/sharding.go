@@ -127,7 +127,6 @@ func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
 type zero3 struct {
 	g     comm.Communicator // the sharding group
 	be    kernels.Backend
-	rank  int       // this rank's place in the group
 	units []unit    // 0: the tensors outside the blocks; 1+li: local block li
 	shard []float32 // this rank's pieces of every unit
 	grads []float32 // their reduced gradients (dataParallel.grads)
@@ -159,17 +158,39 @@ func (u *unit) views(buf []float32) weights {
 	return viewWeights(buf, ts)
 }
 
-// newZero3 lays out the units of m for its sharding group g and allocates
-// the rank's buffers. The model keeps its whole buffers until keepShard.
+// newZero3 lays out the units of m, a model without whole buffers
+// (newShardedModel), for its sharding group g, allocates the rank's
+// buffers and points m's views of the outer tensors at their gather
+// buffers (filled by the first gather). The shard is zero until the
+// parameters are initialised or restored straight into it.
 func newZero3(g comm.Communicator, m *Model) *zero3 {
 	S := g.Size()
-	z := &zero3{g: g, be: m.be, rank: g.Rank()}
+	z := &zero3{g: g, be: m.be}
+	var length int
+	z.units, length = zero3Units(m.Tensors, m.numLayers(), S)
+	z.shard, z.grads = m.floats(length), m.floats(length)
+	z.outer, z.gouter = m.floats(S*z.units[0].piece), m.floats(S*z.units[0].piece)
+	if len(z.units) > 1 {
+		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
+		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
+	}
+	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
+	return z
+}
+
+// zero3Units lays out the units of a part whose tensors are ts, holding
+// l blocks, for a sharding group of S members: the outer tensors, then
+// each block. It returns them and the length of every member's shard.
+// It allocates nothing of the model, so the engine's account of a rank
+// (StartupMemory) uses it too.
+func zero3Units(ts []Tensor, l, S int) ([]unit, int) {
+	var units []unit
 	at := 0
 	add := func(ranges [][2]int) {
 		u := unit{ranges: ranges, at: at}
 		for _, r := range ranges {
 			u.size += r[1] - r[0]
-			for _, t := range m.Tensors {
+			for _, t := range ts {
 				if r[0] >= t.Offset && r[0] < t.Offset+t.Size {
 					u.names = append(u.names, t.Name)
 				}
@@ -177,26 +198,23 @@ func newZero3(g comm.Communicator, m *Model) *zero3 {
 		}
 		u.piece = (u.size + S - 1) / S
 		at += u.piece
-		z.units = append(z.units, u)
+		units = append(units, u)
 	}
-	add(m.globalRanges())
-	for li := range m.numLayers() {
-		add(m.layerRanges(li))
+	add(globalRanges(ts))
+	for li := range l {
+		add(layerRanges(ts, l, li))
 	}
-	z.shard, z.grads = m.floats(at), m.floats(at)
-	z.outer, z.gouter = m.floats(S*z.units[0].piece), m.floats(S*z.units[0].piece)
-	if len(z.units) > 1 {
-		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
-		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
-	}
-	return z
+	return units, at
 }
 
 // spans maps member k's shard to the flat layout: its piece of each unit,
 // range by range, the padding left out.
-func (z *zero3) spans(k int) []Span {
+func (z *zero3) spans(k int) []Span { return unitSpans(z.units, k) }
+
+// unitSpans maps member k's shard of units to the flat layout.
+func unitSpans(units []unit, k int) []Span {
 	var out []Span
-	for _, u := range z.units {
+	for _, u := range units {
 		lo, hi := k*u.piece, min((k+1)*u.piece, u.size)
 		at := 0
 		for _, r := range u.ranges {
@@ -207,20 +225,6 @@ func (z *zero3) spans(k int) []Span {
 		}
 	}
 	return out
-}
-
-// keepShard makes the rank hold its shard only, once m's parameters are
-// final (initialised or restored): it copies the shard out of m.Params,
-// gives m's whole buffers back, and points m's views of the outer tensors
-// at their gather buffers (filled by the first gather).
-func (z *zero3) keepShard(m *Model) {
-	for _, s := range z.spans(z.rank) {
-		m.be.Copy(z.shard[s.At:s.At+s.N], m.Params[s.Flat:s.Flat+s.N])
-	}
-	kernels.Free(m.be, m.Params)
-	kernels.Free(m.be, m.Grads)
-	m.Params, m.Grads = nil, nil
-	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
 }
 
 // bufs are unit i's parameter and gradient buffers.

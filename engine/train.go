@@ -138,10 +138,11 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		rank, world = opts.World.Rank(), opts.World.Size()
 	}
 	opts.Rank = rank
-	m, topo, err := newRankModel(cfg, be, rank, world)
+	m, topo, src, err := newRankModel(cfg, be, rank, world)
 	if err != nil {
 		return nil, err
 	}
+	defer src.Close()
 	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
 	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
 	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
@@ -166,8 +167,14 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if err := tr.resume(); err != nil {
 		return nil, err
 	}
-	if z := m.z3; z != nil {
-		z.keepShard(m) // stage 3 keeps its shard only, from here on
+	if tr.resumedFrom == "" {
+		// The first weights, filled only now that the sharding has laid
+		// out the buffers: each rank computes or reads the part it holds,
+		// under stage 3 its shard alone.
+		params, spans := tr.heldParams()
+		if err := fillSpans(be, m.Tensors, spans, params, src.block); err != nil {
+			return nil, err
+		}
 	}
 	tr.sums = kernels.Float64s(be, 2)
 	tr.Memory = tr.memory()
@@ -175,56 +182,69 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	return tr, nil
 }
 
-// newRankModel builds rank's part of the model of cfg: its shape from the
-// config or from Model.init_from (a gptui checkpoint's weights, or an llm.c
-// model file, of which each rank keeps its part), its place in the layout,
-// and recompute.
-func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Model, Topology, error) {
+// newRankModel allocates rank's part of the model of cfg — its shape from
+// the config or from Model.init_from (a gptui checkpoint's weights, or an
+// llm.c model file), its place in the layout, and recompute — and returns
+// where its first weights come from: the file, or the initialisation.
+// Nothing of the model outside the part is allocated or read. The caller
+// fills the part (NewTrainer, once the sharding is known) and closes the
+// source.
+func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Model, Topology, *weightSource, error) {
 	mc := cfg.Model
 	T := cfg.Data.Train.Dataset.MaxSeqLen
-	drop := ModelConfig{HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
-	// The whole model when it comes from a file, else just its shape.
-	var whole *Model
-	var err error
 	shape := ShapeOf(cfg)
+	seed := uint64(cfg.Global.Seed)
+	src := &weightSource{block: initSource(shape, mc.InitializerRange, seed)}
+	// fromFile takes the shape of a file's model, with the config's dropout.
+	fromFile := func(s ModelConfig) {
+		s.HiddenDropout, s.AttnDropout = shape.HiddenDropout, shape.AttnDropout
+		shape = s
+	}
 	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
 		// Weights only, from a gptui checkpoint of the same shape.
-		var saved *presets.Config
-		if whole, saved, err = LoadModel(be, mc.InitFrom); err != nil {
-			return nil, Topology{}, err
+		c, saved, s, err := openModelCheckpoint(mc.InitFrom, nil)
+		if err != nil {
+			return nil, Topology{}, nil, err
 		}
 		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
-			return nil, Topology{}, err
+			return nil, Topology{}, nil, err
 		}
-		whole.Cfg.HiddenDropout, whole.Cfg.AttnDropout = drop.HiddenDropout, drop.AttnDropout
-		whole.SetDropoutSeed(uint64(cfg.Global.Seed))
-		shape = whole.Cfg
+		fromFile(s)
+		src.block = ckptSource(c, ckptParams)
 	} else if mc.InitFrom != "" {
-		if whole, err = LoadLLMC(be, mc.InitFrom, drop, uint64(cfg.Global.Seed)); err != nil {
+		f, err := openLLMC(mc.InitFrom)
+		if err != nil {
+			return nil, Topology{}, nil, err
+		}
+		if T > f.cfg.MaxT {
+			f.Close()
+			return nil, Topology{}, nil, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, f.cfg.MaxT, mc.InitFrom)}
+		}
+		fromFile(f.cfg)
+		src.block, src.close = f.block, f.Close
+	}
+	m, topo, err := func() (*Model, Topology, error) {
+		if err := shape.Validate(); err != nil {
+			return nil, Topology{}, &ConfigError{Err: err}
+		}
+		topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
+		if err != nil {
 			return nil, Topology{}, err
 		}
-		if T > whole.Cfg.MaxT {
-			return nil, Topology{}, &ConfigError{Msg: fmt.Sprintf("Data.Train.dataset.max_seq_len %d exceeds the %d positions of %s; lower max_seq_len", T, whole.Cfg.MaxT, mc.InitFrom)}
+		// Under sharding the buffers are laid out for it from the start:
+		// none is copied later, and a stage 3 rank never holds its whole
+		// part.
+		m, err := newShardedModel(be, shape, topo.part(shape), max(topo.Sharding, 1), topo.Sharding > 1 && topo.Stage == 3)
+		if err != nil {
+			return nil, Topology{}, &ConfigError{Err: err}
 		}
-		shape = whole.Cfg
-	}
-	if err := shape.Validate(); err != nil {
-		return nil, Topology{}, &ConfigError{Err: err}
-	}
-	topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
+		return m, topo, nil
+	}()
 	if err != nil {
-		return nil, Topology{}, err
+		src.Close()
+		return nil, Topology{}, nil, err
 	}
-	part := topo.part(shape)
-	var m *Model
-	if whole != nil {
-		m, err = whole.partOf(part)
-	} else {
-		m, err = NewModelPart(be, shape, part, mc.InitializerRange, uint64(cfg.Global.Seed))
-	}
-	if err != nil {
-		return nil, Topology{}, &ConfigError{Err: err}
-	}
+	m.seed = seed
 	if cfg.Engine.UseRecompute {
 		switch cfg.Engine.RecomputeGranularity {
 		case "only_attn":
@@ -233,7 +253,32 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 			m.SetRecompute(RecomputeFull)
 		}
 	}
-	return m, topo, nil
+	return m, topo, src, nil
+}
+
+// weightSource is where a rank's first weights come from.
+type weightSource struct {
+	block blockSource
+	close func() error // nil, or releases the file read
+}
+
+// Close releases the file the source reads, if any.
+func (s *weightSource) Close() error {
+	if s.close == nil {
+		return nil
+	}
+	return s.close()
+}
+
+// heldParams returns the buffer of the parameters this rank keeps and its
+// spans of the part's flat layout: the part's whole buffer, or under
+// sharding stage 3 its shard (the rest is gathered unit by unit when
+// used).
+func (tr *Trainer) heldParams() ([]float32, []Span) {
+	if z := tr.Model.z3; z != nil {
+		return z.shard, tr.dp.own()
+	}
+	return tr.Model.Params, tr.Model.whole()
 }
 
 // resume finds the checkpoint the run resumes from (Engine.save_load.ckpt_dir),
@@ -466,6 +511,11 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		return tr.opts.World.Progress().Busy
 	}
 	var tps, times []float64
+	if peak := peakResident(); peak > 0 {
+		// The process's high-water mark so far: its part of the model and
+		// whatever building it took, beside the account logged above.
+		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, gb(peak))
+	}
 	for step := tr.start; step < e.MaxSteps; step++ {
 		tr.current.Store(int64(step))
 		if err := collect(false); err != nil {

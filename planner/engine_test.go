@@ -155,3 +155,57 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		})
 	}
 }
+
+// TestStartupShard13B: a rank of 13b-4node (dp 4 × mp 2 × pp 4 on 4 nodes
+// × 8 devices) needs at start-up only its shard of the model — its
+// stage's blocks split over mp, and the embeddings or the head — by the
+// engine's own accounting (engine.StartupMemory, computed from the layout
+// without allocating: 4 bytes a parameter and a gradient, 8 of moments)
+// and by the planner (its engine accounting of CPU workers, and the fp16
+// figure `gptui plan -c 13b-4node` gives for its V100s: 2 bytes a
+// parameter): the same parameter count, a little over an eighth of the
+// whole model's 52 GB.
+func TestStartupShard13B(t *testing.T) {
+	cfg := mustLoad(t, "13b-4node")
+	m, s := ModelOf(cfg), StrategyOf(cfg)
+	world := s.Devices()
+	whole := 4 * m.Params()
+	if whole < 50e9 {
+		t.Fatalf("13b-4node's model is %d bytes in fp32, not the 52 GB this test is about", whole)
+	}
+	// The engine's account of every rank: the largest is the planner's.
+	var most engine.Memory
+	for r := range world {
+		em, err := engine.StartupMemory(cfg, r, world)
+		if err != nil {
+			t.Fatal(err)
+		}
+		P := em.Params / 4
+		if em.Grads != 4*P || em.Optimizer != 8*P {
+			t.Errorf("rank %d: grads %d optimizer %d bytes for %d parameters; want 4 and 8 bytes each", r, em.Grads, em.Optimizer, P)
+		}
+		// The rank's stage: ranks are numbered mp innermost, then
+		// sharding, then the stage (docs/parallelism.md).
+		st := r / (s.MP * s.ShardingDegree) % s.PP
+		if want := stageParams(m, s, st); P != want {
+			t.Errorf("rank %d (stage %d): the engine counts %d parameters, the planner %d", r, st, P, want)
+		}
+		if float64(em.Params) > 1.1*float64(whole)/float64(s.MP*s.PP) {
+			t.Errorf("rank %d holds %d bytes of parameters: more than 1.1 × its eighth of the whole model's %d", r, em.Params, whole)
+		}
+		if em.Params+em.Grads+em.Optimizer > most.Params+most.Grads+most.Optimizer {
+			most = em
+		}
+	}
+	cpu := Estimate(m, Cluster{Nodes: 4, DevicesPerNode: 8, Device: device(t, "cpu")}, s)
+	if cpu.Mem.Params != most.Params || cpu.Mem.Grads != most.Grads || cpu.Mem.Optimizer != most.Optimizer {
+		t.Errorf("planner (engine accounting): params %d grads %d optimizer %d; the engine's largest rank %d %d %d",
+			cpu.Mem.Params, cpu.Mem.Grads, cpu.Mem.Optimizer, most.Params, most.Grads, most.Optimizer)
+	}
+	v100 := Estimate(m, Cluster{Nodes: 4, DevicesPerNode: 8, Device: device(t, "V100-32G")}, s)
+	if v100.Mem.Params != most.Params/2 {
+		t.Errorf("planner (fp16 on V100): params %d bytes; want 2 bytes for each of the %d parameters of the largest rank", v100.Mem.Params, most.Params/4)
+	}
+	t.Logf("13b-4node: whole model %.1f GB; the largest rank's parameters %.2f GB, with gradients and moments %.2f GB (engine), %.2f GB of fp16 parameters (planner, V100)",
+		float64(whole)/1e9, float64(most.Params)/1e9, float64(most.Params+most.Grads+most.Optimizer)/1e9, float64(v100.Mem.Params)/1e9)
+}

@@ -115,12 +115,20 @@ func (c *Checkpoint) Tensor(name string) (TensorInfo, bool) {
 // start and has shape shape, row-major, assembling it from the slices that
 // hold its parts. len(dst) must be the block's element count.
 func (c *Checkpoint) Read(name string, start, shape []int, dst []float32) error {
+	return c.ReadInto(name, start, shape, dst, shape, make([]int, len(shape)))
+}
+
+// ReadInto is [Checkpoint.Read] writing the block into dst, a row-major
+// array of shape dstShape, at dstAt (a rank's slice of a tensor is read
+// into its place in the rank's buffer, without a copy). The block must fit
+// there and len(dst) must be dstShape's element count.
+func (c *Checkpoint) ReadInto(name string, start, shape []int, dst []float32, dstShape, dstAt []int) error {
 	t, ok := c.Tensor(name)
 	if !ok {
 		return fmt.Errorf("checkpoint: %s: no tensor %q", c.Dir, name)
 	}
-	if len(start) != len(t.Shape) || len(shape) != len(t.Shape) {
-		return fmt.Errorf("checkpoint: tensor %q has %d dimensions; block start %v shape %v", name, len(t.Shape), start, shape)
+	if len(start) != len(t.Shape) || len(shape) != len(t.Shape) || len(dstShape) != len(t.Shape) || len(dstAt) != len(t.Shape) {
+		return fmt.Errorf("checkpoint: tensor %q has %d dimensions; block start %v shape %v, destination shape %v at %v", name, len(t.Shape), start, shape, dstShape, dstAt)
 	}
 	want, err := safetensors.Elements(shape, 0)
 	if err != nil {
@@ -130,9 +138,12 @@ func (c *Checkpoint) Read(name string, start, shape []int, dst []float32) error 
 		if start[d] < 0 || start[d] > g-shape[d] {
 			return fmt.Errorf("checkpoint: tensor %q: block start %v shape %v reaches outside its shape %v", name, start, shape, t.Shape)
 		}
+		if dstAt[d] < 0 || dstAt[d] > dstShape[d]-shape[d] {
+			return fmt.Errorf("checkpoint: tensor %q: block of shape %v at %v reaches outside its destination of shape %v", name, shape, dstAt, dstShape)
+		}
 	}
-	if int64(len(dst)) != want {
-		return fmt.Errorf("checkpoint: tensor %q: block of shape %v needs %d values, dst has %d", name, shape, want, len(dst))
+	if have, err := safetensors.Elements(dstShape, 0); err != nil || int64(len(dst)) != have {
+		return fmt.Errorf("checkpoint: tensor %q: destination of shape %v needs %d values, dst has %d", name, dstShape, have, len(dst))
 	}
 
 	open := make(map[string]*os.File)
@@ -155,7 +166,7 @@ next:
 			}
 			ext[d] = hi - lo[d]
 			srcLo[d] = lo[d] - s.Start[d]
-			dstLo[d] = lo[d] - start[d]
+			dstLo[d] = lo[d] - start[d] + dstAt[d]
 			vol *= int64(ext[d])
 		}
 		st := c.files[s.File]
@@ -168,7 +179,7 @@ next:
 			open[s.File] = f
 		}
 		h, _ := st.Tensor(s.entry(name)) // checked by Load
-		if err := st.ReadBlock(f, h, srcLo, ext, dst, shape, dstLo); err != nil {
+		if err := st.ReadBlock(f, h, srcLo, ext, dst, dstShape, dstLo); err != nil {
 			return formatError(err)
 		}
 		got += vol
