@@ -444,14 +444,14 @@ func reshape(c *presets.Config, ranks int) error {
 	if sh == 1 {
 		d.Sharding.ShardingStage = 1
 	}
-	if p := layout.Check(c.LayoutModel(), c.Layout(), layout.Batch{Global: g.GlobalBatchSize}); p != nil {
+	if p := layout.Check(c.Shape(), c.Layout(), layout.Batch{Global: g.GlobalBatchSize}); p != nil {
 		return errors.New(p.Msg)
 	}
 	g.LocalBatchSize = g.GlobalBatchSize / replicas
 	if g.MicroBatchSize <= 0 || g.LocalBatchSize%g.MicroBatchSize != 0 {
 		g.MicroBatchSize = gcd(max(g.MicroBatchSize, 1), g.LocalBatchSize)
 	}
-	if p := layout.Check(c.LayoutModel(), c.Layout(), c.Batch()); p != nil {
+	if p := layout.Check(c.Shape(), c.Layout(), c.Batch()); p != nil {
 		return p
 	}
 	return nil

@@ -78,14 +78,3 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 	}
 	return mem, nil
 }
-
-// flopsPerToken is the training FLOPs per token of model c at sequence
-// length T: 6·N for the matrix multiplies of forward and backward (N: every
-// parameter but the position embedding and the padded vocabulary rows)
-// plus 6·L·C·T for attention's scores and weighted sums (causal, so half
-// of 12·L·C·T).
-func flopsPerToken(c ModelConfig, T int) float64 {
-	_, total := Layout(c)
-	N := total - c.MaxT*c.C - (c.Vp-c.V)*c.C
-	return 6*float64(N) + 6*float64(c.L*c.C*T)
-}

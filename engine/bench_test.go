@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gptui/gptui/arch"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -32,10 +33,10 @@ func benchStep(b *testing.B, shape ModelConfig, B, T int) {
 
 // BenchmarkStepTiny is the quickstart preset's shape (B=8, T=64).
 func BenchmarkStepTiny(b *testing.B) {
-	benchStep(b, ModelConfig{MaxT: 256, V: 50257, Vp: 50304, L: 2, NH: 4, C: 64, F: 256}, 8, 64)
+	benchStep(b, ModelConfig{Shape: arch.Shape{MaxT: 256, V: 50257, Vp: 50304, L: 2, NH: 4, C: 64, F: 256}}, 8, 64)
 }
 
 // BenchmarkStepGPT2 is GPT-2 124M at B=4, T=64, the llm.c CPU comparison.
 func BenchmarkStepGPT2(b *testing.B) {
-	benchStep(b, ModelConfig{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072}, 4, 64)
+	benchStep(b, ModelConfig{Shape: arch.Shape{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072}}, 4, 64)
 }

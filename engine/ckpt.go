@@ -448,11 +448,8 @@ func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkp
 // ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).
 func ShapeOf(cfg *presets.Config) ModelConfig {
 	mc := cfg.Model
-	return ModelConfig{
-		MaxT: mc.MaxPositionEmbeddings, V: mc.VocabSize, Vp: cfg.PaddedVocab(), L: mc.NumLayers,
-		NH: mc.NumAttentionHeads, C: mc.HiddenSize, F: mc.FFNHiddenSize,
-		HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb),
-	}
+	return ModelConfig{Shape: cfg.Shape(),
+		HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
 }
 
 // SaveModel writes a checkpoint holding only m's weights (no optimizer

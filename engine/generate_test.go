@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/gptui/gptui/arch"
 	"math/rand/v2"
 	"testing"
 
@@ -11,7 +12,7 @@ import (
 // TestGenerateKVCacheMatchesRecompute: greedy decoding with the key/value
 // cache gives, token for token, what re-running the whole sequence gives.
 func TestGenerateKVCacheMatchesRecompute(t *testing.T) {
-	shape := ModelConfig{MaxT: 80, V: 97, Vp: 128, L: 2, NH: 4, C: 32, F: 128}
+	shape := ModelConfig{Shape: arch.Shape{MaxT: 80, V: 97, Vp: 128, L: 2, NH: 4, C: 32, F: 128}}
 	m, err := NewModel(cpu.New(), shape, 0.02, 3)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/gptui/gptui/arch"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -10,7 +11,7 @@ import (
 	"github.com/gptui/gptui/kernels/ref"
 )
 
-var testShape = ModelConfig{MaxT: 8, V: 37, Vp: 128, L: 2, NH: 2, C: 8, F: 32}
+var testShape = ModelConfig{Shape: arch.Shape{MaxT: 8, V: 37, Vp: 128, L: 2, NH: 2, C: 8, F: 32}}
 
 // refLoss is the whole model's forward in float64, composed of the reference
 // layers, with no dropout: the mean cross-entropy of targets.
@@ -209,7 +210,7 @@ func TestScheduleLR(t *testing.T) {
 
 func TestLayoutMatchesLLMC(t *testing.T) {
 	// Offsets of llm.c's GPT-2 124M (V=50257, Vp=50304, maxT=1024, L=12, C=768).
-	ts, n := Layout(ModelConfig{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072})
+	ts, n := Layout(ModelConfig{Shape: arch.Shape{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072}})
 	if n != 124475904 {
 		t.Errorf("GPT-2 124M with padded vocabulary: %d parameters, want 124475904", n)
 	}
@@ -217,6 +218,17 @@ func TestLayoutMatchesLLMC(t *testing.T) {
 	for i, tn := range ts {
 		if tn.Name != names[i] {
 			t.Errorf("tensor %d is %s, want %s", i, tn.Name, names[i])
+		}
+	}
+}
+
+// TestLayoutCountsShape: the tensors the engine lays out are the
+// parameters package arch counts (which the planner and the FLOPs per
+// token use), for shapes with F ≠ 4C and odd sizes.
+func TestLayoutCountsShape(t *testing.T) {
+	for _, s := range []arch.Shape{testShape.Shape, {MaxT: 5, V: 130, Vp: 256, L: 1, NH: 3, C: 6, F: 10}, {MaxT: 1024, V: 50257, Vp: 50304, L: 24, NH: 16, C: 1024, F: 4096}} {
+		if _, n := Layout(ModelConfig{Shape: s}); int64(n) != s.Params() {
+			t.Errorf("%+v: Layout lays out %d parameters, arch counts %d", s, n, s.Params())
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/gptui/gptui/arch"
 	"math"
 	"slices"
 	"testing"
@@ -132,7 +133,7 @@ func b2f(b bool) float64 {
 // biases 0, the padded vocabulary rows 0 — and a different seed gives
 // different weights.
 func TestInitDistribution(t *testing.T) {
-	cfg := ModelConfig{MaxT: 64, V: 1000, Vp: 1024, L: 4, NH: 4, C: 64, F: 256}
+	cfg := ModelConfig{Shape: arch.Shape{MaxT: 64, V: 1000, Vp: 1024, L: 4, NH: 4, C: 64, F: 256}}
 	const std = 0.02
 	m, err := NewModel(nil, cfg, std, 42)
 	if err != nil {
@@ -188,7 +189,7 @@ func TestInitDistribution(t *testing.T) {
 // sharding stage 3 fills them — each element a rank initialises has the
 // value it has in the whole model.
 func TestInitPartsAgree(t *testing.T) {
-	cfg := ModelConfig{MaxT: 32, V: 250, Vp: 256, L: 8, NH: 4, C: 32, F: 128}
+	cfg := ModelConfig{Shape: arch.Shape{MaxT: 32, V: 250, Vp: 256, L: 8, NH: 4, C: 32, F: 128}}
 	const std, seed = 0.02, 99
 	whole, err := NewModel(nil, cfg, std, seed)
 	if err != nil {

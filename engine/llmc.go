@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/gptui/gptui/arch"
 	"io"
 	"math"
 	"os"
@@ -51,7 +52,7 @@ func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 	if h[1] != llmcModelVersion {
 		return ModelConfig{}, &FormatError{path, fmt.Sprintf("version %d not supported (want %d, fp32 with padded vocab); re-export it as fp32", h[1], llmcModelVersion)}
 	}
-	cfg := ModelConfig{MaxT: int(h[2]), V: int(h[3]), L: int(h[4]), NH: int(h[5]), C: int(h[6]), Vp: int(h[7])}
+	cfg := ModelConfig{Shape: arch.Shape{MaxT: int(h[2]), V: int(h[3]), L: int(h[4]), NH: int(h[5]), C: int(h[6]), Vp: int(h[7])}}
 	cfg.F = 4 * cfg.C
 	if err := cfg.ValidateNamed(llmcNames); err != nil {
 		return ModelConfig{}, &FormatError{path, err.Error()}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/gptui/gptui/arch"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +19,7 @@ import (
 // whose shape the file cannot hold is refused before the model is
 // allocated. The nil backend allocates with make, which the measure counts.
 func FuzzLoadLLMC(f *testing.F) {
-	small := ModelConfig{MaxT: 8, V: 10, Vp: 128, L: 2, NH: 2, C: 8, F: 32}
+	small := ModelConfig{Shape: arch.Shape{MaxT: 8, V: 10, Vp: 128, L: 2, NH: 2, C: 8, F: 32}}
 	m, err := NewModel(nil, small, 0.02, 1)
 	if err != nil {
 		f.Fatal(err)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/arch"
 
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/presets"
@@ -9,13 +10,7 @@ import (
 
 // ModelConfig is the shape of a GPT-2 model.
 type ModelConfig struct {
-	MaxT int // max_position_embeddings: rows of the position embedding
-	V    int // vocabulary size (real tokens)
-	Vp   int // vocabulary padded to a multiple of 128 (rows of wte)
-	L    int // transformer blocks
-	NH   int // attention heads
-	C    int // hidden size (channels)
-	F    int // MLP hidden size (ffn_hidden_size), 4·C in GPT-2
+	arch.Shape // the sizes: MaxT, V, Vp, L, NH, C, F
 
 	HiddenDropout float32 // dropout on embeddings and on each residual branch
 	AttnDropout   float32 // dropout on attention probabilities
@@ -61,11 +56,6 @@ func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 			n.L, c.L, n.C, c.C, n.F, c.F, n.V, c.V, n.MaxT, c.MaxT, p, float64(presets.MaxElements))
 	}
 	return nil
-}
-
-// layoutModel is what the layout rule reads of the shape.
-func (c ModelConfig) layoutModel() layout.Model {
-	return layout.Model{Layers: c.L, Heads: c.NH, FFN: c.F, PaddedVocab: c.Vp}
 }
 
 // Tensor is one named parameter: a view into the model's single buffer.
@@ -122,7 +112,7 @@ func (p Part) check(cfg ModelConfig) error {
 	case p.MP < 1 || p.MPRank < 0 || p.MPRank >= p.MP:
 		return fmt.Errorf("tensor-parallel rank %d of %d", p.MPRank, p.MP)
 	}
-	if pr := layout.Check(cfg.layoutModel(), layout.Layout{DP: 1, Sharding: 1, MP: p.MP, PP: 1, VPP: 1, Stage: 1}, layout.Batch{}); pr != nil {
+	if pr := layout.Check(cfg.Shape, layout.Layout{DP: 1, Sharding: 1, MP: p.MP, PP: 1, VPP: 1, Stage: 1}, layout.Batch{}); pr != nil {
 		return pr
 	}
 	for i, l := range p.Layers {

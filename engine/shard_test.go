@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"github.com/gptui/gptui/arch"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,7 +71,7 @@ func TestBoxes(t *testing.T) {
 // allocates its parameters and gradients and nothing on the scale of the
 // whole model (which is 3.6 times the part here).
 func TestNewModelPartAllocatesThePart(t *testing.T) {
-	cfg := ModelConfig{MaxT: 256, V: 8000, Vp: 8064, L: 8, NH: 8, C: 256, F: 1024}
+	cfg := ModelConfig{Shape: arch.Shape{MaxT: 256, V: 8000, Vp: 8064, L: 8, NH: 8, C: 256, F: 1024}}
 	part := partAt(cfg, 2, 1, 2, 1, 1)
 	_, n := LayoutPart(cfg, part)
 	_, whole := Layout(cfg)

@@ -38,7 +38,7 @@ type Topology struct {
 // NewTopology checks layout l and batch b against the world size and the
 // model (the one rule, [layout.Check]) and places rank in the grid.
 func NewTopology(l layout.Layout, b layout.Batch, cfg ModelConfig, rank, world int) (Topology, error) {
-	if p := layout.Check(cfg.layoutModel(), l, b); p != nil {
+	if p := layout.Check(cfg.Shape, l, b); p != nil {
 		return Topology{}, &ConfigError{Err: p}
 	}
 	s, dp, mp, pp, vpp := l.Sharding, l.DP, l.MP, l.PP, l.VPP

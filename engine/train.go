@@ -178,7 +178,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	}
 	tr.sums = kernels.Float64s(be, 2)
 	tr.Memory = tr.memory()
-	tr.flopsPerTok = flopsPerToken(m.Cfg, T)
+	tr.flopsPerTok = m.Cfg.FLOPsPerToken(T)
 	return tr, nil
 }
 

@@ -12,15 +12,11 @@
 // evenly, and each replica's share into whole micro-batches.
 package layout
 
-import "fmt"
+import (
+	"fmt"
 
-// Model is what the rule reads of a model's shape.
-type Model struct {
-	Layers      int // num_layers
-	Heads       int // num_attention_heads
-	FFN         int // ffn_hidden_size
-	PaddedVocab int // vocab_size rounded up to a multiple of 128: the rows of wte
-}
+	"github.com/gptui/gptui/arch"
+)
 
 // Layout is a parallel layout: the degree of each dimension, the sharding
 // stage and the pipeline schedule.
@@ -65,7 +61,7 @@ var schedules = []string{"1f1b", "interleaved", "gpipe"}
 //   - the global batch is local × dp × sharding, the local batch a multiple
 //     of the micro-batch, and with virtual stages (the interleaved
 //     schedule) the micro-batches of a step a multiple of pp.
-func Check(m Model, l Layout, b Batch) *Problem {
+func Check(m arch.Shape, l Layout, b Batch) *Problem {
 	for _, d := range []struct {
 		key string
 		v   int
@@ -90,18 +86,18 @@ func Check(m Model, l Layout, b Batch) *Problem {
 		return &Problem{"Distributed.pp_schedule", fmt.Sprintf("%q is not a schedule; use 1f1b, interleaved or gpipe", l.Schedule)}
 	}
 	switch {
-	case m.Heads%l.MP != 0:
-		return multiple("Model.num_attention_heads", m.Heads, "Distributed.mp_degree", l.MP)
-	case m.FFN%l.MP != 0:
-		return multiple("Model.ffn_hidden_size", m.FFN, "Distributed.mp_degree", l.MP)
-	case m.PaddedVocab%l.MP != 0:
-		return &Problem{"Distributed.mp_degree", fmt.Sprintf("%d does not divide the padded vocabulary %d (vocab_size rounded up to a multiple of 128); pick a divisor", l.MP, m.PaddedVocab)}
-	case l.VPP == 1 && m.Layers%l.PP != 0:
-		return multiple("Model.num_layers", m.Layers, "Distributed.pp_degree", l.PP)
+	case m.NH%l.MP != 0:
+		return multiple("Model.num_attention_heads", m.NH, "Distributed.mp_degree", l.MP)
+	case m.F%l.MP != 0:
+		return multiple("Model.ffn_hidden_size", m.F, "Distributed.mp_degree", l.MP)
+	case m.Vp%l.MP != 0:
+		return &Problem{"Distributed.mp_degree", fmt.Sprintf("%d does not divide the padded vocabulary %d (vocab_size rounded up to a multiple of 128); pick a divisor", l.MP, m.Vp)}
+	case l.VPP == 1 && m.L%l.PP != 0:
+		return multiple("Model.num_layers", m.L, "Distributed.pp_degree", l.PP)
 	case l.VPP > 1 && l.PP == 1:
 		return &Problem{"Distributed.vpp_degree", fmt.Sprintf("%d needs pp_degree > 1: virtual stages are chunks of a pipeline", l.VPP)}
-	case l.VPP > 1 && m.Layers%(l.PP*l.VPP) != 0:
-		return &Problem{"Model.num_layers", fmt.Sprintf("%d is not a multiple of pp_degree × vpp_degree (%d × %d = %d); change one of them", m.Layers, l.PP, l.VPP, l.PP*l.VPP)}
+	case l.VPP > 1 && m.L%(l.PP*l.VPP) != 0:
+		return &Problem{"Model.num_layers", fmt.Sprintf("%d is not a multiple of pp_degree × vpp_degree (%d × %d = %d); change one of them", m.L, l.PP, l.VPP, l.PP*l.VPP)}
 	case l.VPP > 1 && sched != "interleaved":
 		return &Problem{"Distributed.pp_schedule", fmt.Sprintf("%s does not run vpp_degree %d; use interleaved", sched, l.VPP)}
 	}

@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"github.com/gptui/gptui/arch"
 	"strings"
 	"testing"
 )
@@ -8,13 +9,13 @@ import (
 // TestCheck: each rule refuses the layouts that break it, naming the key to
 // change, and lets the others through.
 func TestCheck(t *testing.T) {
-	gpt2 := Model{Layers: 12, Heads: 12, FFN: 3072, PaddedVocab: 50304}
+	gpt2 := arch.Shape{L: 12, NH: 12, F: 3072, Vp: 50304}
 	one := Layout{DP: 1, Sharding: 1, MP: 1, PP: 1, VPP: 1, Stage: 1}
 	with := func(f func(*Layout)) Layout { l := one; f(&l); return l }
 	batch := Batch{Global: 8, Local: 8, Micro: 2}
 	for _, tt := range []struct {
 		name  string
-		m     Model
+		m     arch.Shape
 		l     Layout
 		b     Batch
 		key   string // "" for none
@@ -28,8 +29,8 @@ func TestCheck(t *testing.T) {
 		{"unknown schedule", gpt2, with(func(l *Layout) { l.Schedule = "zigzag" }), batch, "Distributed.pp_schedule", `"zigzag"`},
 		{"mp divides all", gpt2, with(func(l *Layout) { l.MP = 4 }), batch, "", ""},
 		{"mp and heads", gpt2, with(func(l *Layout) { l.MP = 5 }), batch, "Model.num_attention_heads", "mp_degree (5)"},
-		{"mp and ffn", Model{12, 12, 102, 50304}, with(func(l *Layout) { l.MP = 4 }), batch, "Model.ffn_hidden_size", "mp_degree (4)"},
-		{"mp and vocabulary", Model{12, 12, 3072, 50304 + 128}, with(func(l *Layout) { l.MP = 12 }), batch, "Distributed.mp_degree", "padded vocabulary 50432"},
+		{"mp and ffn", arch.Shape{L: 12, NH: 12, F: 102, Vp: 50304}, with(func(l *Layout) { l.MP = 4 }), batch, "Model.ffn_hidden_size", "mp_degree (4)"},
+		{"mp and vocabulary", arch.Shape{L: 12, NH: 12, F: 3072, Vp: 50304 + 128}, with(func(l *Layout) { l.MP = 12 }), batch, "Distributed.mp_degree", "padded vocabulary 50432"},
 		{"pp and layers", gpt2, with(func(l *Layout) { l.PP = 5 }), batch, "Model.num_layers", "pp_degree (5)"},
 		{"pp divides", gpt2, with(func(l *Layout) { l.PP = 4 }), batch, "", ""},
 		{"vpp without pp", gpt2, with(func(l *Layout) { l.VPP = 2; l.Schedule = "interleaved" }), batch, "Distributed.vpp_degree", "pp_degree > 1"},

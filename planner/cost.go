@@ -76,7 +76,7 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 	p.Time, p.CommBytes = stepTime(m, c, s)
 	p.StepTime = p.Time.Compute + p.Time.Comm + p.Time.Optimizer
 	p.TokensPerS = float64(m.GlobalBatch*m.SeqLen) / p.StepTime
-	p.MFU = m.FLOPsPerToken() * p.TokensPerS / (c.Device.PeakFLOPS * c.share() * float64(c.Size()))
+	p.MFU = m.FLOPsPerToken(m.SeqLen) * p.TokensPerS / (c.Device.PeakFLOPS * c.share() * float64(c.Size()))
 	if s.PP > 1 {
 		p.BubbleFraction = float64(s.PP-1) / float64(s.VPP*p.microBatches(m))
 	}
@@ -102,7 +102,7 @@ func invalid(m Model, c Cluster, s Strategy) string {
 	case s.Recompute != RecomputeNone && s.Recompute != RecomputeFull && s.Recompute != RecomputeOnlyAttn:
 		return fmt.Sprintf("recompute %q: want none, full or only_attn", s.Recompute)
 	}
-	if p := layout.Check(m.layout(), s.layout(), s.batch(m)); p != nil {
+	if p := layout.Check(m.Shape, s.layout(), s.batch(m)); p != nil {
 		return p.Error()
 	}
 	return ""
@@ -113,11 +113,11 @@ func invalid(m Model, c Cluster, s Strategy) string {
 // on the first and (tied) last stage, the position embedding on the first,
 // the final LayerNorm on the last.
 func stageParams(m Model, s Strategy, st int) int64 {
-	C := int64(m.Hidden)
-	n := int64(m.Layers/s.PP) * m.layerParamsTP(s.MP)
-	wte := int64(m.PaddedVocab) * C / int64(s.MP)
+	C := int64(m.C)
+	n := int64(m.L/s.PP) * m.layerParamsTP(s.MP)
+	wte := int64(m.Vp) * C / int64(s.MP)
 	if st == 0 {
-		n += wte + int64(m.Positions)*C
+		n += wte + int64(m.MaxT)*C
 	}
 	if st == s.PP-1 {
 		n += 2 * C
@@ -182,15 +182,15 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 		case 3:
 			// The shard, plus the tensors outside the blocks (gathered
 			// for the step) and one block at a time.
-			C := int64(m.Hidden)
+			C := int64(m.C)
 			outer := int64(0)
 			if st == 0 {
-				outer += int64(m.PaddedVocab)*C/int64(s.MP) + int64(m.Positions)*C
+				outer += int64(m.Vp)*C/int64(s.MP) + int64(m.MaxT)*C
 			}
 			if st == s.PP-1 {
 				outer += 2 * C
 				if s.PP > 1 {
-					outer += int64(m.PaddedVocab) * C / int64(s.MP)
+					outer += int64(m.Vp) * C / int64(s.MP)
 				}
 			}
 			work := 4 * (chunk + outer + m.layerParamsTP(s.MP))
@@ -238,9 +238,9 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 // F-wide tensors, the attention probabilities, the final LayerNorm, the
 // logits over the real vocabulary and the losses).
 func engineActivations(m Model, s Strategy, st int) int64 {
-	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.Hidden), int64(m.FFN)
-	NH, V, t := int64(m.Heads), int64(m.Vocab), int64(s.MP)
-	L := int64(m.Layers / s.PP)
+	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C), int64(m.F)
+	NH, V, t := int64(m.NH), int64(m.V), int64(s.MP)
+	L := int64(m.L / s.PP)
 	N := B * T
 	n := (L + 1) * N * C // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
@@ -252,7 +252,7 @@ func engineActivations(m Model, s Strategy, st int) int64 {
 	if st == s.PP-1 {
 		Vl := V // logits over the real vocabulary ids of the rows held
 		if t > 1 {
-			Vl = min(int64(m.PaddedVocab)/t, V)
+			Vl = min(int64(m.Vp)/t, V)
 		}
 		n += N*C + 2*N + N*Vl + N // final LayerNorm, logits, losses
 	}
@@ -282,8 +282,8 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 		}
 	}
 	layer := mixedLayerActivations(m, s, s.Recompute)
-	acts := inflight(m, s, st) * float64(m.Layers/s.PP) * layer
-	sbh := float64(s.MicroBatch) * float64(m.SeqLen) * float64(m.Hidden)
+	acts := inflight(m, s, st) * float64(m.L/s.PP) * layer
+	sbh := float64(s.MicroBatch) * float64(m.SeqLen) * float64(m.C)
 	k := pb / 2
 	if st == 0 {
 		acts += 3 * sbh * k // embedding output and its dropout mask
@@ -291,7 +291,7 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 	if st == s.PP-1 {
 		// final LayerNorm input and output; logits in the training dtype
 		// and the fp32 softmax of the loss, over the vocabulary shard.
-		acts += 4*sbh*k + float64(s.MicroBatch)*float64(m.SeqLen)*float64(m.PaddedVocab)/float64(s.MP)*(pb+4)
+		acts += 4*sbh*k + float64(s.MicroBatch)*float64(m.SeqLen)*float64(m.Vp)/float64(s.MP)*(pb+4)
 	}
 	other := float64(c.Device.ReservedBytes)
 	if s.Recompute == RecomputeFull {
@@ -309,7 +309,7 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 // attention-score term, full keeps only the block input (2·s·b·h).
 func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
 	sb := float64(s.MicroBatch) * float64(m.SeqLen)
-	h, F, a, t := float64(m.Hidden), float64(m.FFN), float64(m.Heads), float64(s.MP)
+	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
 	k := 1.0
 	if m.Dtype == "fp32" {
 		k = 2
@@ -334,9 +334,9 @@ func gemmTime(c Cluster, flops, rows float64) float64 {
 // stepTime predicts one optimizer step and the bytes a device sends.
 func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	var t Time
-	B, T, C, F := float64(s.MicroBatch), float64(m.SeqLen), float64(m.Hidden), float64(m.FFN)
-	V, tp := float64(m.Vocab), float64(s.MP)
-	L := float64(m.Layers / s.PP)
+	B, T, C, F := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C), float64(m.F)
+	V, tp := float64(m.V), float64(s.MP)
+	L := float64(m.L / s.PP)
 	rows := B * T
 	mb := float64(m.GlobalBatch / s.Replicas() / s.MicroBatch)
 
@@ -461,7 +461,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	}
 	if s.PP > 1 {
 		// the tied embedding's gradients between the first and last stage
-		v := float64(m.PaddedVocab) * C / tp * pb
+		v := float64(m.Vp) * C / tp * pb
 		t.Comm += v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)
 		sent += v
 	}

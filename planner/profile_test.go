@@ -106,7 +106,7 @@ func TestClassifierTime(t *testing.T) {
 			if !with.Feasible || !without.Feasible {
 				t.Fatalf("%s / %s", with.Reason, without.Reason)
 			}
-			want := float64(m.GlobalBatch*m.SeqLen) * float64(m.Vocab) / cpu.ClassifierPerS
+			want := float64(m.GlobalBatch*m.SeqLen) * float64(m.V) / cpu.ClassifierPerS
 			if got := with.StepTime - without.StepTime; math.Abs(got-want) > 1e-9*want {
 				t.Errorf("the classifier adds %.6f s, want rows·V/rate = %.6f s", got, want)
 			}

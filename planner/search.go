@@ -110,7 +110,7 @@ func Search(m Model, c Cluster, o Options) ([]Plan, error) {
 	// others 1) and the global batch over dp replicas.
 	valid := func(mp, pp, vpp, dp int) bool {
 		s := Strategy{DP: dp, ShardingDegree: 1, ShardingStage: 1, MP: mp, PP: pp, VPP: vpp}
-		return layout.Check(m.layout(), s.layout(), layout.Batch{Global: m.GlobalBatch}) == nil
+		return layout.Check(m.Shape, s.layout(), layout.Batch{Global: m.GlobalBatch}) == nil
 	}
 	var plans []Plan
 	for _, mp := range divisors(n) {
@@ -124,7 +124,7 @@ func Search(m Model, c Cluster, o Options) ([]Plan, error) {
 			// Virtual stages only on pipelines of more than two stages,
 			// as Megatron-LM interleaves: a search choice, not a rule.
 			vpps := []int{1}
-			for v := 2; pp > 2 && v <= m.Layers/pp; v++ {
+			for v := 2; pp > 2 && v <= m.L/pp; v++ {
 				if valid(mp, pp, v, 1) {
 					vpps = append(vpps, v)
 				}

@@ -78,9 +78,9 @@ func TestSearchSpace(t *testing.T) {
 		switch {
 		case s.Devices() != 8:
 			t.Errorf("%s uses %d devices", s, s.Devices())
-		case m.Heads%s.MP != 0 || s.MP > 4:
+		case m.NH%s.MP != 0 || s.MP > 4:
 			t.Errorf("%s: mp does not divide the heads or leaves the node", s)
-		case m.Layers%s.PP != 0:
+		case m.L%s.PP != 0:
 			t.Errorf("%s: pp does not divide the layers", s)
 		case s.VPP > 1 && s.PP <= 2:
 			t.Errorf("%s: vpp with pp ≤ 2", s)

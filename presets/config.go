@@ -24,7 +24,10 @@
 // line and dotted key it concerns.
 package presets
 
-import "github.com/gptui/gptui/layout"
+import (
+	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/layout"
+)
 
 // Config is a complete gptui training configuration. Its YAML keys are the
 // snake_case names of PaddleFleetX (see the yaml struct tags and the package
@@ -220,19 +223,14 @@ func (c *Config) AccumulateSteps() int {
 
 // PaddedVocab returns Model.VocabSize rounded up to a multiple of 128, the
 // row count of the embedding table (50257 pads to 50304).
-func (c *Config) PaddedVocab() int {
-	const align = 128
-	v := c.Model.VocabSize
-	if v <= 0 {
-		return 0
-	}
-	return (v + align - 1) / align * align
-}
+func (c *Config) PaddedVocab() int { return arch.PadVocab(c.Model.VocabSize) }
 
-// LayoutModel is what the layout rule ([layout.Check]) reads of c's model.
-func (c *Config) LayoutModel() layout.Model {
+// Shape is c's model as sizes: what the engine lays out, the planner
+// prices and the layout rule ([layout.Check]) reads.
+func (c *Config) Shape() arch.Shape {
 	m := c.Model
-	return layout.Model{Layers: m.NumLayers, Heads: m.NumAttentionHeads, FFN: m.FFNHiddenSize, PaddedVocab: c.PaddedVocab()}
+	return arch.Shape{MaxT: m.MaxPositionEmbeddings, V: m.VocabSize, Vp: c.PaddedVocab(), L: m.NumLayers,
+		NH: m.NumAttentionHeads, C: m.HiddenSize, F: m.FFNHiddenSize}
 }
 
 // Layout is c's parallel layout.

@@ -200,7 +200,7 @@ func checks() []check {
 		// The parallel layout: the one rule the engine and the planner
 		// also follow.
 		func(c *Config) (string, string) {
-			if p := layout.Check(c.LayoutModel(), c.Layout(), c.Batch()); p != nil {
+			if p := layout.Check(c.Shape(), c.Layout(), c.Batch()); p != nil {
 				return p.Key, p.Msg
 			}
 			return "", ""

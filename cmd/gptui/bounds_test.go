@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/gptui/gptui/arch"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,7 +34,7 @@ func hostileFiles(t *testing.T, dir string) hostile {
 		hfDir: filepath.Join(dir, "hf"), llmc: filepath.Join(dir, "wide.bin"), llmcShort: filepath.Join(dir, "short.bin"),
 		trainData: filepath.Join(dir, "train"), evalData: filepath.Join(dir, "eval"),
 	}
-	small := engine.ModelConfig{MaxT: 16, V: 100, Vp: 128, L: 2, NH: 2, C: 8, F: 32}
+	small := engine.ModelConfig{Shape: arch.Shape{MaxT: 16, V: 100, Vp: 128, L: 2, NH: 2, C: 8, F: 32}}
 	_, n := engine.Layout(small)
 	if err := hf.Export(h.hfDir, small, make([]float32, n)); err != nil {
 		t.Fatal(err)

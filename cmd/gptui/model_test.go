@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gptui/gptui/arch"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -43,7 +44,7 @@ func TestRoundTrips(t *testing.T) {
 	}
 	sameFile(t, src, filepath.Join(dir, "back.bin"))
 
-	shape := engine.ModelConfig{MaxT: 32, V: 300, Vp: 384, L: 2, NH: 4, C: 16, F: 64, HiddenDropout: 0.1, AttnDropout: 0.1}
+	shape := engine.ModelConfig{Shape: arch.Shape{MaxT: 32, V: 300, Vp: 384, L: 2, NH: 4, C: 16, F: 64}, HiddenDropout: 0.1, AttnDropout: 0.1}
 	m, err := engine.NewModel(cpu.New(), shape, 0.02, 9)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/gptui/gptui/arch"
 	"io"
 	"math"
 	"os"
@@ -156,15 +157,15 @@ func readConfig(path string) (engine.ModelConfig, bool, error) {
 	if (c.ScaleAttnWeights != nil && !*c.ScaleAttnWeights) || c.ScaleAttnByInverseLayerIdx {
 		return engine.ModelConfig{}, false, bad("attention scaling other than 1/sqrt(head_size) not supported")
 	}
-	cfg := engine.ModelConfig{
+	cfg := engine.ModelConfig{Shape: arch.Shape{
 		MaxT: *c.NPositions,
 		V:    *c.VocabSize,
 		L:    *c.NLayer,
 		NH:   *c.NHead,
 		C:    *c.NEmbd,
 		F:    4 * *c.NEmbd,
-	}
-	cfg.Vp = (cfg.V + 127) / 128 * 128
+	}}
+	cfg.Vp = arch.PadVocab(cfg.V)
 	if c.NInner != nil {
 		cfg.F = *c.NInner
 	}

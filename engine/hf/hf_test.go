@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gptui/gptui/arch"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -22,7 +23,7 @@ import (
 	"github.com/gptui/gptui/kernels/cpu"
 )
 
-var testCfg = engine.ModelConfig{MaxT: 16, V: 37, Vp: 128, L: 2, NH: 2, C: 8, F: 32, HiddenDropout: 0.1, AttnDropout: 0.05}
+var testCfg = engine.ModelConfig{Shape: arch.Shape{MaxT: 16, V: 37, Vp: 128, L: 2, NH: 2, C: 8, F: 32}, HiddenDropout: 0.1, AttnDropout: 0.05}
 
 // randomParams fills a buffer for cfg with N(0, std), padded wte rows
 // included, so that a test notices where they leak.
@@ -52,7 +53,7 @@ func tensorOf(t *testing.T, cfg engine.ModelConfig, name string) engine.Tensor {
 func TestRoundTrip(t *testing.T) {
 	for _, cfg := range []engine.ModelConfig{
 		testCfg,
-		{MaxT: 5, V: 130, Vp: 256, L: 1, NH: 3, C: 6, F: 10}, // F ≠ 4C, two padded blocks
+		{Shape: arch.Shape{MaxT: 5, V: 130, Vp: 256, L: 1, NH: 3, C: 6, F: 10}}, // F ≠ 4C, two padded blocks
 	} {
 		t.Run(fmt.Sprintf("V%d_F%d", cfg.V, cfg.F), func(t *testing.T) {
 			params := randomParams(cfg, 1, 1)
@@ -337,7 +338,7 @@ func TestConfigJSON(t *testing.T) {
   "torch_dtype": "float32"
 }
 `},
-		{engine.ModelConfig{MaxT: 4, V: 50257, Vp: 50304, L: 1, NH: 2, C: 4, F: 24}, `"vocab_size": 50257,
+		{engine.ModelConfig{Shape: arch.Shape{MaxT: 4, V: 50257, Vp: 50304, L: 1, NH: 2, C: 4, F: 24}}, `"vocab_size": 50257,
   "n_positions": 4,
   "n_ctx": 4,
   "n_embd": 4,
