@@ -45,6 +45,15 @@ func (s Shape) Params() int64 {
 	return int64(s.Vp)*C + int64(s.MaxT)*C + int64(s.L)*s.LayerParams() + 2*C
 }
 
+// ParamBound is Params computed in float64, so that it cannot overflow
+// for any sizes: what a check of an untrusted shape compares with a limit
+// before anything is laid out.
+func (s Shape) ParamBound() float64 {
+	C, F := float64(s.C), float64(s.F)
+	block := 4*C*C + 2*C*F + 9*C + F
+	return float64(s.Vp)*C + float64(s.MaxT)*C + float64(s.L)*block + 2*C
+}
+
 // FLOPsPerToken is the training FLOPs of one token at sequence length T,
 // the numerator of MFU: 6·N for the matrix multiplies of the forward and
 // backward passes (N: every parameter but the position embedding and the

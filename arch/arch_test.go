@@ -19,6 +19,9 @@ func TestGPT2Shapes(t *testing.T) {
 		if got := tc.s.Params(); got != tc.params {
 			t.Errorf("%s: %d parameters, want %d", tc.name, got, tc.params)
 		}
+		if got := tc.s.ParamBound(); got != float64(tc.params) {
+			t.Errorf("%s: bound %g parameters, want %d", tc.name, got, tc.params)
+		}
 		if got := tc.s.FLOPsPerToken(tc.T); got != tc.flops {
 			t.Errorf("%s: %.6g FLOPs per token, want %.6g", tc.name, got, tc.flops)
 		}

@@ -91,7 +91,7 @@ func (g *Group) Traffic() Traffic {
 type request struct {
 	name string
 	ctx  context.Context // the blocking form's context; Background otherwise
-	run  func(*pipe) error
+	run  func(*runner) error
 	done chan struct{}
 	err  error // set before done is closed
 }
@@ -119,7 +119,7 @@ func (r *request) finish(err error) {
 }
 
 // issue queues an operation for the group's worker.
-func (g *Group) issue(ctx context.Context, name string, run func(*pipe) error) *request {
+func (g *Group) issue(ctx context.Context, name string, run func(*runner) error) *request {
 	r := &request{name: name, ctx: ctx, run: run, done: make(chan struct{})}
 	g.mu.Lock()
 	if err := g.w.failure(); err != nil {
@@ -146,7 +146,7 @@ func failed(name string, err error) *request {
 // do runs an operation and waits for it. If ctx ends first, the World is
 // aborted (the operation may already be under way on the other members),
 // which makes the operation end promptly.
-func (g *Group) do(ctx context.Context, name string, run func(*pipe) error) error {
+func (g *Group) do(ctx context.Context, name string, run func(*runner) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("comm: %s: %w", name, context.Cause(ctx))
 	}
@@ -189,7 +189,7 @@ func (g *Group) next() *request {
 // work runs the group's operations one by one until the World ends.
 func (g *Group) work() {
 	defer close(g.done)
-	p := &pipe{g: g}
+	p := &runner{g: g}
 	for r := g.next(); r != nil; r = g.next() {
 		if err := g.w.failure(); err != nil {
 			r.finish(err)
@@ -221,12 +221,12 @@ func checkLen(name string, ok bool, format string, args ...any) error {
 // all-gather) in pieces of about 1 MiB, so that large buffers stream: each
 // member sends and receives 2(s−1)/s·4·len(buf) bytes.
 func (g *Group) AllReduce(ctx context.Context, buf []float32) error {
-	return g.do(ctx, "AllReduce", func(p *pipe) error { return p.allReduce(buf) })
+	return g.do(ctx, "AllReduce", func(p *runner) error { return p.allReduce(buf) })
 }
 
 // AllReduceAsync starts AllReduce and returns at once.
 func (g *Group) AllReduceAsync(buf []float32) Request {
-	return g.issue(context.Background(), "AllReduce", func(p *pipe) error { return p.allReduce(buf) })
+	return g.issue(context.Background(), "AllReduce", func(p *runner) error { return p.allReduce(buf) })
 }
 
 // AllReduce64 replaces buf, on every member, with the element-wise sum of
@@ -234,7 +234,7 @@ func (g *Group) AllReduceAsync(buf []float32) Request {
 // over the members). It is meant for a few scalars such as loss sums: every
 // member sends its whole buffer to every other one.
 func (g *Group) AllReduce64(ctx context.Context, buf []float64) error {
-	return g.do(ctx, "AllReduce64", func(p *pipe) error { return p.allReduce64(buf) })
+	return g.do(ctx, "AllReduce64", func(p *runner) error { return p.allReduce64(buf) })
 }
 
 // ReduceScatter sums the members' in element-wise and leaves this member's
@@ -245,7 +245,7 @@ func (g *Group) ReduceScatter(ctx context.Context, in, out []float32) error {
 	if err := checkLen("ReduceScatter", len(in) == g.Size()*len(out), "len(in) = %d, want Size·len(out) = %d", len(in), g.Size()*len(out)); err != nil {
 		return err
 	}
-	return g.do(ctx, "ReduceScatter", func(p *pipe) error { return p.reduceScatter(in, out) })
+	return g.do(ctx, "ReduceScatter", func(p *runner) error { return p.reduceScatter(in, out) })
 }
 
 // ReduceScatterAsync starts ReduceScatter and returns at once.
@@ -253,7 +253,7 @@ func (g *Group) ReduceScatterAsync(in, out []float32) Request {
 	if err := checkLen("ReduceScatter", len(in) == g.Size()*len(out), "len(in) = %d, want Size·len(out) = %d", len(in), g.Size()*len(out)); err != nil {
 		return failed("ReduceScatter", err)
 	}
-	return g.issue(context.Background(), "ReduceScatter", func(p *pipe) error { return p.reduceScatter(in, out) })
+	return g.issue(context.Background(), "ReduceScatter", func(p *runner) error { return p.reduceScatter(in, out) })
 }
 
 // AllGather concatenates the members' in, in rank order, into out on every
@@ -263,7 +263,7 @@ func (g *Group) AllGather(ctx context.Context, in, out []float32) error {
 	if err := checkLen("AllGather", len(out) == g.Size()*len(in), "len(out) = %d, want Size·len(in) = %d", len(out), g.Size()*len(in)); err != nil {
 		return err
 	}
-	return g.do(ctx, "AllGather", func(p *pipe) error { return p.allGather(in, out) })
+	return g.do(ctx, "AllGather", func(p *runner) error { return p.allGather(in, out) })
 }
 
 // AllGatherAsync starts AllGather and returns at once.
@@ -271,7 +271,7 @@ func (g *Group) AllGatherAsync(in, out []float32) Request {
 	if err := checkLen("AllGather", len(out) == g.Size()*len(in), "len(out) = %d, want Size·len(in) = %d", len(out), g.Size()*len(in)); err != nil {
 		return failed("AllGather", err)
 	}
-	return g.issue(context.Background(), "AllGather", func(p *pipe) error { return p.allGather(in, out) })
+	return g.issue(context.Background(), "AllGather", func(p *runner) error { return p.allGather(in, out) })
 }
 
 // Broadcast copies root's buf into buf on every other member (root is a
@@ -280,7 +280,7 @@ func (g *Group) Broadcast(ctx context.Context, buf []float32, root int) error {
 	if err := checkLen("Broadcast", root >= 0 && root < g.Size(), "root %d is outside the group [0, %d)", root, g.Size()); err != nil {
 		return err
 	}
-	return g.do(ctx, "Broadcast", func(p *pipe) error { return p.broadcast(buf, root) })
+	return g.do(ctx, "Broadcast", func(p *runner) error { return p.broadcast(buf, root) })
 }
 
 // Send sends buf to group member to. It returns once the data is handed to
@@ -289,7 +289,7 @@ func (g *Group) Send(ctx context.Context, buf []float32, to int) error {
 	if err := g.checkPeer("Send", to); err != nil {
 		return err
 	}
-	return g.do(ctx, "Send", func(p *pipe) error { return p.send(buf, to) })
+	return g.do(ctx, "Send", func(p *runner) error { return p.send(buf, to) })
 }
 
 // Recv receives into buf what group member from sends with Send; the
@@ -298,7 +298,7 @@ func (g *Group) Recv(ctx context.Context, buf []float32, from int) error {
 	if err := g.checkPeer("Recv", from); err != nil {
 		return err
 	}
-	return g.do(ctx, "Recv", func(p *pipe) error { return p.recv(buf, from) })
+	return g.do(ctx, "Recv", func(p *runner) error { return p.recv(buf, from) })
 }
 
 // Exchange sends each of sends to its member and receives each of recvs
@@ -318,7 +318,7 @@ func (g *Group) Exchange(ctx context.Context, sends, recvs []Transfer) error {
 			return err
 		}
 	}
-	return g.do(ctx, "Exchange", func(p *pipe) error {
+	return g.do(ctx, "Exchange", func(p *runner) error {
 		for _, x := range sends {
 			if err := p.send(x.Buf, x.Peer); err != nil {
 				return err
@@ -346,5 +346,5 @@ func (g *Group) checkPeer(name string, peer int) error {
 // Barrier returns once every member has called it (a dissemination
 // barrier: ⌈log₂ Size⌉ rounds of empty messages).
 func (g *Group) Barrier(ctx context.Context) error {
-	return g.do(ctx, "Barrier", func(p *pipe) error { return p.barrier() })
+	return g.do(ctx, "Barrier", func(p *runner) error { return p.barrier() })
 }

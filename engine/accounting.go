@@ -18,7 +18,7 @@ func (tr *Trainer) memory() Memory {
 	if tr.topo.Stage >= 2 {
 		mem.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
 	}
-	if z := m.z3; z != nil {
+	if z := m.stage3; z != nil {
 		// Stage 3 holds its shard and the gather buffers of the outer
 		// tensors and of one block, and the same of the gradients.
 		mem.Params = int64(4 * z.resident())
@@ -46,7 +46,7 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 		return Memory{}, err
 	}
 	part := topo.part(shape)
-	ts, n := LayoutPart(shape, part)
+	ts, n := PartTensors(shape, part)
 	b := int64(4 * n)
 	mem := Memory{Params: b, Grads: b, Optimizer: 2 * b}
 	S := topo.Sharding
@@ -62,7 +62,7 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 		return int64(8 * k)
 	}
 	if topo.Stage == 3 {
-		units, length := zero3Units(ts, len(part.Layers), S)
+		units, length := stage3Units(ts, len(part.Layers), S)
 		held := length + S*units[0].piece // the shard, the outer tensors' gather buffer …
 		if len(units) > 1 {
 			held += S * units[1].piece // … and one block's

@@ -22,7 +22,7 @@ func benchStep(b *testing.B, shape ModelConfig, B, T int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.ZeroGrad()
-		trainPass(b, m, in, tg, B, T, Pass{Step: i}, 1/float32(B*T))
+		trainPass(b, m, in, tg, B, T, DropoutKey{Step: i}, 1/float32(B*T))
 		sq := []float64{0}
 		be.SumSquares(sq, m.Grads, 1)
 		norm := math.Sqrt(sq[0])

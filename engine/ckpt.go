@@ -80,7 +80,7 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 		return tr.snap[i]
 	}
 	var params []float32
-	if m.z3 != nil {
+	if m.stage3 != nil {
 		// Stage 3: the part's parameters gathered from the shards.
 		var err error
 		if params, err = tr.fullParams(ctx); err != nil {
@@ -101,9 +101,9 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 		}
 	}
 	held := [][]float32{params, mo, vo}
-	if tr.model != nil && tr.topo.Rank != 0 {
+	if tr.modelGroup != nil && tr.topo.Rank != 0 {
 		for _, b := range held {
-			if err := tr.model.Send(ctx, b, 0); err != nil {
+			if err := tr.modelGroup.Send(ctx, b, 0); err != nil {
 				return nil, fmt.Errorf("checkpoint: sending rank %d's part to rank 0: %w", tr.topo.Rank, err)
 			}
 		}
@@ -111,16 +111,16 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 	}
 	var parts []checkpoint.Part
 	parts = appendParts(parts, m.Part, m.Tensors, held)
-	if tr.model != nil {
+	if tr.modelGroup != nil {
 		// The model group lists pp-major, mp-minor: member i is stage
 		// i/mp, tensor-parallel rank i%mp.
-		for i := 1; i < tr.model.Size(); i++ {
+		for i := 1; i < tr.modelGroup.Size(); i++ {
 			part := partAt(m.Cfg, tr.topo.MP, i%tr.topo.MP, tr.topo.PP, tr.topo.VPP, i/tr.topo.MP)
-			ts, n := LayoutPart(m.Cfg, part)
+			ts, n := PartTensors(m.Cfg, part)
 			bufs := [][]float32{make([]float32, n), make([]float32, n), make([]float32, n)}
 			for _, b := range bufs {
-				if err := tr.model.Recv(ctx, b, i); err != nil {
-					return nil, fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.model.Ranks()[i], err)
+				if err := tr.modelGroup.Recv(ctx, b, i); err != nil {
+					return nil, fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.modelGroup.Ranks()[i], err)
 				}
 			}
 			parts = appendParts(parts, part, ts, bufs)
@@ -269,7 +269,7 @@ func ckptSource(c *checkpoint.Checkpoint, prefix string) blockSource {
 // Load has checked against their headers, then bound what is allocated.
 // shape must be valid.
 func holds(c *checkpoint.Checkpoint, shape ModelConfig, prefix string) error {
-	ts, _ := Layout(shape)
+	ts, _ := Tensors(shape)
 	for _, t := range ts {
 		if msg := tensorMismatch(c, prefix+t.Name, t.Global); msg != "" {
 			return &checkpoint.FormatError{File: filepath.Join(c.Dir, checkpoint.ManifestFile), Msg: fmt.Sprintf(

@@ -29,14 +29,14 @@ import (
 // group, in host memory).
 type dataParallel struct {
 	topo    Topology
-	all     comm.Communicator // every replica of this rank's part of the model
+	dp      comm.Communicator // every replica of this rank's part of the model
 	shard   comm.Communicator // the sharding group (ranks with this dp index)
-	dp      comm.Communicator // ranks holding the same shard
+	dpShard comm.Communicator // ranks holding the same shard
 	ctl     *comm.Group       // the sharding group on the control plane; nil without sharding
 	pending []comm.Request
 	lo, hi  int       // stages 1 and 2: this rank's chunk of the padded flat buffers
 	padded  int       // stages 1 and 2: the flat buffers' length padded to sharding_degree chunks
-	spans   [][]Span  // each sharding group member's shard (stage 3: zero3.spans)
+	spans   [][]Span  // each sharding group member's shard (stage 3: stage3.spans)
 	length  int       // the elements of every member's shard, padding included
 	grads   []float32 // stages 2 and 3: the reduced gradients of this rank's shard
 	scratch []float32 // stages 1 and 2: a chunk-sized buffer for the parameter all-gather
@@ -45,13 +45,13 @@ type dataParallel struct {
 func newDataParallel(w *comm.World, f comm.Fabric, topo Topology, m *Model) (*dataParallel, error) {
 	d := &dataParallel{topo: topo}
 	var err error
-	if d.all, err = f.Communicator("dp", topo.replicaGroup()); err != nil {
+	if d.dp, err = f.Communicator("dp", topo.replicaGroup()); err != nil {
 		return nil, err
 	}
 	if d.shard, err = f.Communicator("sharding", topo.shardGroup()); err != nil {
 		return nil, err
 	}
-	if d.dp, err = f.Communicator("dp-shard", topo.dpGroup()); err != nil {
+	if d.dpShard, err = f.Communicator("dp-shard", topo.dpGroup()); err != nil {
 		return nil, err
 	}
 	n := m.NumParams()
@@ -64,8 +64,8 @@ func newDataParallel(w *comm.World, f comm.Fabric, topo Topology, m *Model) (*da
 	}
 	S := topo.Sharding
 	if topo.Stage == 3 {
-		z := newZero3(d.shard, m)
-		m.z3 = z
+		z := newStage3(d.shard, m)
+		m.stage3 = z
 		d.grads = z.grads
 		d.spans, d.length = make([][]Span, S), len(z.shard)
 		for k := range S {
@@ -110,7 +110,7 @@ func (d *dataParallel) hook(m *Model) func(int) {
 	}
 	return func(l int) {
 		for _, r := range m.layerRanges(l) {
-			d.pending = append(d.pending, d.all.AllReduceAsync(m.Grads[r[0]:r[1]]))
+			d.pending = append(d.pending, d.dp.AllReduceAsync(m.Grads[r[0]:r[1]]))
 		}
 	}
 }
@@ -125,14 +125,14 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 			}
 		} // stage 3 reduce-scattered unit by unit
 		if d.topo.DP > 1 {
-			if err := d.dp.AllReduce(ctx, d.grads); err != nil {
+			if err := d.dpShard.AllReduce(ctx, d.grads); err != nil {
 				return fmt.Errorf("data parallel: all-reduce of gradient shard: %w", err)
 			}
 		}
 		return nil
 	}
 	for _, r := range m.globalRanges() {
-		d.pending = append(d.pending, d.all.AllReduceAsync(m.Grads[r[0]:r[1]]))
+		d.pending = append(d.pending, d.dp.AllReduceAsync(m.Grads[r[0]:r[1]]))
 	}
 	var errs []error
 	for _, p := range d.pending {
@@ -150,7 +150,7 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 // sumLoss adds up the replicas' loss sums.
 func (d *dataParallel) sumLoss(ctx context.Context, loss float64) (float64, error) {
 	b := []float64{loss}
-	if err := d.all.AllReduce64(ctx, b); err != nil {
+	if err := d.dp.AllReduce64(ctx, b); err != nil {
 		return 0, fmt.Errorf("data parallel: loss all-reduce: %w", err)
 	}
 	return b[0], nil
@@ -158,9 +158,9 @@ func (d *dataParallel) sumLoss(ctx context.Context, loss float64) (float64, erro
 
 // traffic sums the bytes this rank sent through its groups.
 func (d *dataParallel) traffic() map[string]int64 {
-	t := map[string]int64{"dp": d.all.Traffic().SentBytes}
+	t := map[string]int64{"dp": d.dp.Traffic().SentBytes}
 	if d.topo.Sharding > 1 {
-		t["dp"] = d.all.Traffic().SentBytes + d.dp.Traffic().SentBytes
+		t["dp"] = d.dp.Traffic().SentBytes + d.dpShard.Traffic().SentBytes
 		t["sharding"] = d.shard.Traffic().SentBytes
 	}
 	return t

@@ -4,7 +4,7 @@
 // logging and checkpoints, every parallel dimension, and generation.
 //
 // The model keeps its parameters in one flat buffer and its gradients in
-// another, laid out tensor by tensor in llm.c's order ([Layout]); each layer
+// another, laid out tensor by tensor in llm.c's order ([Tensors]); each layer
 // runs on a [kernels.Backend] (kernels/cpu or kernels/cuda). A [Trainer]
 // owns a model, its optimizer, the data and the communication groups of
 // one rank, and [Trainer.Run] trains it.
@@ -38,13 +38,13 @@
 //
 //	a layer's forward and backward   gpt2.go: blockForward / blockBackward, side by side;
 //	                                 the kernels themselves in kernels/cpu, one file per family
-//	the parameter layout             params.go: Layout, LayoutPart, Tensor, Part
+//	the parameter layout             params.go: Tensors, PartTensors, Tensor, Part
 //	initialising, loading a part     init.go: the counter-based generator, fillSpans (a rank's
 //	                                 part or shard from the generator, a checkpoint or an llm.c file)
 //	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
-//	sharding (ZeRO stages 1-3)       shardedUpdate, zero3 (sharding.go)
-//	tensor parallel                  tensorParallel (tensorparallel.go), the slices in LayoutPart
+//	sharding (ZeRO stages 1-3)       shardedUpdate, stage3 (sharding.go)
+//	tensor parallel                  tensorParallel (tensorparallel.go), the slices in PartTensors
 //	pipeline parallel                pipeSchedule, pipeline (pipeline.go)
 //	recompute                        Recompute (gpt2.go), Engine.use_recompute
 //	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
@@ -68,7 +68,7 @@
 //	stage 2  gradients reduce-scattered, so each rank sums only its shard
 //	stage 3  parameters sharded too, unit by unit (a block, the outer
 //	         tensors), each gathered into a reusable buffer for its passes
-//	         (see zero3); the rank never allocates its whole part
+//	         (see stage3); the rank never allocates its whole part
 //
 // A rank's buffers are laid out for its sharding when the model is built
 // (newShardedModel), so none is copied or replaced afterwards.

@@ -128,7 +128,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 // sequence, appending its keys and values to the cache, and leaves the
 // next-token logits (B,V) in a.logits.
 func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
-	be, c, p := m.be, m.Cfg, m.p
+	be, c, p := m.be, m.Cfg, m.param
 	B, C, F, V := kv.B, c.C, c.F, c.V
 	kernels.Sync(be) // the host writes a.x and the caches below
 	for b := 0; b < B; b++ {

@@ -28,21 +28,21 @@ type Model struct {
 	Cfg     ModelConfig // the whole model's shape
 	Part    Part        // what this rank holds
 	Tensors []Tensor    // parameter views, llm.c order
-	Params  []float32   // all parameters held, laid out by Tensors (nil under sharding stage 3: see zero3)
+	Params  []float32   // all parameters held, laid out by Tensors (nil under sharding stage 3: see stage3)
 	Grads   []float32   // gradients, same layout
 
-	be kernels.Backend
-	n  int     // parameters held (NumParams)
-	p  weights // views of Params
-	g  weights // views of Grads
-	d  dims    // local sizes
+	be    kernels.Backend
+	n     int     // parameters held (NumParams)
+	param weights // views of Params
+	grad  weights // views of Grads
+	dims  dims    // local sizes
 
 	seed      uint64    // dropout stream seed
 	recompute Recompute // activation policy
 	acts      *activations
-	sc        *scratch
+	scratch   *scratch
 	tp        *tensorParallel // nil without tensor parallelism
-	z3        *zero3          // nil unless sharding stage 3 shards the parameters
+	stage3    *stage3         // nil unless sharding stage 3 shards the parameters
 	loss      []float64       // Forward's and Loss's device scalar
 }
 
@@ -83,7 +83,7 @@ func newModel(be kernels.Backend, cfg ModelConfig, part Part) (*Model, error) {
 // later: Params and Grads with room for a multiple of S elements, as
 // sharding stages 1 and 2 cut them (padBuffers then has nothing to do),
 // or, with stage3, no whole buffers at all — a stage 3 rank holds its
-// shard and the gather buffers zero3 allocates, never its whole part. The
+// shard and the gather buffers stage3 allocates, never its whole part. The
 // buffers are zero.
 func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stage3 bool) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
@@ -92,16 +92,16 @@ func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stag
 	if err := part.check(cfg); err != nil {
 		return nil, err
 	}
-	ts, n := LayoutPart(cfg, part)
+	ts, n := PartTensors(cfg, part)
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
 	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n,
-		d: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
+		dims: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
 	if !stage3 {
 		want := (n + S - 1) / S * S
 		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
-		m.p, m.g = viewWeights(m.Params, ts), viewWeights(m.Grads, ts)
+		m.param, m.grad = viewWeights(m.Params, ts), viewWeights(m.Grads, ts)
 	}
 	return m, nil
 }
@@ -115,8 +115,8 @@ func (m *Model) SetRecompute(r Recompute) {
 	if r != m.recompute {
 		m.recompute = r
 		m.acts.free(m.be)
-		m.sc.free(m.be)
-		m.acts, m.sc = nil, nil
+		m.scratch.free(m.be)
+		m.acts, m.scratch = nil, nil
 	}
 }
 
@@ -188,7 +188,7 @@ func newLayerActs(n func(int) []float32, N, C, Cl, Fl int) layerActs {
 }
 
 func (m *Model) newScratch(B, T int) *scratch {
-	c, d := m.Cfg, m.d
+	c, d := m.Cfg, m.dims
 	N, C := B*T, c.C
 	var bufs []any
 	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
@@ -215,11 +215,11 @@ func (m *Model) newScratch(B, T int) *scratch {
 // resid[lo … hi], layers[lo:hi] and att[lo:hi], the others nil, and the
 // head's buffers when the range ends the model.
 func (m *Model) newActivations(B, T, lo, hi int) *activations {
-	if m.sc == nil || len(m.sc.proj) != B*T*m.Cfg.C {
-		m.sc.free(m.be)
-		m.sc = m.newScratch(B, T)
+	if m.scratch == nil || len(m.scratch.proj) != B*T*m.Cfg.C {
+		m.scratch.free(m.be)
+		m.scratch = m.newScratch(B, T)
 	}
-	c, d, sc := m.Cfg, m.d, m.sc
+	c, d, sc := m.Cfg, m.dims, m.scratch
 	C, Ll := c.C, m.numLayers()
 	N := B * T
 	a := &activations{B: B, T: T}
@@ -290,10 +290,10 @@ func (m *Model) ensureActs(B, T int) {
 	}
 }
 
-// Pass identifies one forward pass for the dropout streams: the optimizer
+// DropoutKey identifies one forward pass for the dropout streams: the optimizer
 // step and the global index of the micro-batch's first sample in that step.
 // The masks depend on these only, not on how the batch is split.
-type Pass struct {
+type DropoutKey struct {
 	Step   int
 	Sample int
 }
@@ -306,7 +306,7 @@ const (
 	siteMLPOut
 )
 
-func (m *Model) dropout(p float32, ps Pass, l, site int) kernels.Dropout {
+func (m *Model) dropout(p float32, ps DropoutKey, l, site int) kernels.Dropout {
 	return kernels.Dropout{P: p, Key: kernels.SiteKey(m.seed, uint64(ps.Step), uint64(l), uint64(site))}
 }
 
@@ -318,8 +318,8 @@ func (m *Model) dropout(p float32, ps Pass, l, site int) kernels.Dropout {
 // (no pipeline parallelism); under tensor parallelism every rank of the
 // group calls it, and a failure of the group's communication under ctx is
 // the error.
-func (m *Model) Forward(ctx context.Context, inputs, targets []int32, B, T int, ps Pass, dscale float32) (float32, error) {
-	return m.meanLoss(&pass{ctx: ctx, Pass: ps, train: true, dscale: dscale}, inputs, targets, B, T)
+func (m *Model) Forward(ctx context.Context, inputs, targets []int32, B, T int, ps DropoutKey, dscale float32) (float32, error) {
+	return m.meanLoss(&pass{ctx: ctx, DropoutKey: ps, train: true, dscale: dscale}, inputs, targets, B, T)
 }
 
 // Backward accumulates into Grads the gradient of the loss of the last
@@ -327,8 +327,8 @@ func (m *Model) Forward(ctx context.Context, inputs, targets []int32, B, T int, 
 // called as soon as the parameter gradients of local block li are
 // complete, from the last block down (data parallel starts their
 // all-reduce there while the blocks below still compute).
-func (m *Model) Backward(ctx context.Context, ps Pass, onGrads func(li int)) error {
-	p := &pass{ctx: ctx, Pass: ps, train: true, onGrads: onGrads}
+func (m *Model) Backward(ctx context.Context, ps DropoutKey, onGrads func(li int)) error {
+	p := &pass{ctx: ctx, DropoutKey: ps, train: true, onGrads: onGrads}
 	m.backward(p)
 	return p.err
 }
@@ -390,7 +390,7 @@ func (m *Model) backward(p *pass) {
 // Vocabulary-parallel: each rank looks up the tokens of its rows (zeros
 // for the others), the first adds the positions, and the group sums.
 func (m *Model) embedForward(a *activations, ps *pass) {
-	be, c, p, d := m.be, m.Cfg, m.p, m.d
+	be, c, p, d := m.be, m.Cfg, m.param, m.dims
 	B, T, C := a.B, a.T, c.C
 	hd := float32(0)
 	if ps.train {
@@ -406,14 +406,14 @@ func (m *Model) embedForward(a *activations, ps *pass) {
 		be.EncoderShardForward(a.resid[0], a.inputs, p.wte, d.vlo, wpe, B, T, C)
 		m.tp.allReduce(ps, a.resid[0])
 	}
-	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.Pass, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 }
 
 // embedBackward accumulates the embedding gradients from sc.dresid.
 func (m *Model) embedBackward(a *activations, ps *pass) {
-	be, c, g, d, sc := m.be, m.Cfg, m.g, m.d, m.sc
+	be, c, g, d, sc := m.be, m.Cfg, m.grad, m.dims, m.scratch
 	B, T, C := a.B, a.T, c.C
-	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.Pass, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 	if m.Part.MP == 1 {
 		be.EncoderBackward(g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
 		return
@@ -428,7 +428,7 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	}
 	for li := lo; li < hi; li++ {
-		m.z3.gather(ps, 1+li)
+		m.stage3.gather(ps, 1+li)
 		m.blockForward(a, li, ps, hd, ad)
 	}
 }
@@ -439,12 +439,12 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	for li := hi - 1; li >= lo; li-- {
-		m.z3.gather(ps, 1+li)
+		m.stage3.gather(ps, 1+li)
 		if m.recompute == RecomputeFull {
 			m.blockForward(a, li, ps, hd, ad)
 		}
 		m.blockBackward(a, li, ps, hd, ad)
-		m.z3.reduce(ps, 1+li)
+		m.stage3.reduce(ps, 1+li)
 		if ps.onGrads != nil {
 			ps.onGrads(li)
 		}
@@ -460,7 +460,7 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
 // never the logits.
 func (m *Model) headForward(a *activations, ps *pass) {
-	be, c, p, d, sc := m.be, m.Cfg, m.p, m.d, m.sc
+	be, c, p, d, sc := m.be, m.Cfg, m.param, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
 	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
 	if d.Vl > 0 {
@@ -485,7 +485,7 @@ func (m *Model) headForward(a *activations, ps *pass) {
 // headBackward starts the backward pass: from the logits' gradient to
 // sc.dresid = dL/d resid[Ll].
 func (m *Model) headBackward(a *activations, ps *pass) {
-	be, c, p, g, d, sc := m.be, m.Cfg, m.p, m.g, m.d, m.sc
+	be, c, p, g, d, sc := m.be, m.Cfg, m.param, m.grad, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
 	if d.Vl > 0 {
 		be.MatmulBackward(sc.dln, g.wte[:d.Vl*C], nil, a.logits, a.lnf, p.wte[:d.Vl*C], N, C, d.Vl)
@@ -501,10 +501,10 @@ func (m *Model) headBackward(a *activations, ps *pass) {
 
 // attnDropout is the dropout of the attention probabilities of block l,
 // placing this rank's heads among all of them.
-func (m *Model) attnDropout(p float32, ps Pass, l int) kernels.Dropout {
+func (m *Model) attnDropout(p float32, ps DropoutKey, l int) kernels.Dropout {
 	d := m.dropout(p, ps, l, siteAttnProbs)
 	if m.Part.MP > 1 {
-		d.Heads, d.Head0 = m.Cfg.NH, m.Part.MPRank*m.d.NHl
+		d.Heads, d.Head0 = m.Cfg.NH, m.Part.MPRank*m.dims.NHl
 	}
 	return d
 }
@@ -527,7 +527,7 @@ func (m *Model) rowBias(b []float32) []float32 {
 // hidden units), attproj and fcproj row-parallel (partial sums, all-reduced
 // before the bias-free dropout and the residual add).
 func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
-	be, c, d, sc := m.be, m.Cfg, m.d, m.sc
+	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
 	la, att := &a.layers[li], a.att[li]
@@ -536,10 +536,10 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 
 	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, N, C)
 	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, bp.qkvb, N, C, 3*Cl)
-	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.Pass, l), uint64(ps.Sample)*uint64(c.NH*T*T))
+	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.rowBias(bp.attprojb), N, Cl, C)
 	m.tp.allReduce(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
 	be.ResidualForward(la.res2, a.resid[li], sc.proj)
 
 	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, N, C)
@@ -547,7 +547,7 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be.GeluForward(la.fchGelu, la.fch)
 	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.rowBias(bp.fcprojb), N, Fl, C)
 	m.tp.allReduce(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
+	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
 	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
 }
 
@@ -556,17 +556,17 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 // Tensor-parallel: the input gradients of the column-parallel qkv and fc
 // are partial sums, all-reduced before their LayerNorm's backward.
 func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) {
-	be, c, d, sc := m.be, m.Cfg, m.d, m.sc
+	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
 	la, att := &a.layers[li], a.att[li]
 	off := uint64(ps.Sample) * uint64(T*C)
 	bp, bg := m.blockViews(li)
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
-	dropAttn := m.attnDropout(ad, ps.Pass, l)
+	dropAttn := m.attnDropout(ad, ps.DropoutKey, l)
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteMLPOut), off)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
 	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
 	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, la.ln2, bp.fcw, N, C, Fl)
@@ -574,7 +574,7 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	be.LayerNormBackward(sc.dresid, bg.ln2w, bg.ln2b, sc.dln, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.Pass, l, siteAttnOut), off)
+	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
 	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, sc.proj, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
@@ -588,15 +588,15 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 // blockViews returns the views of local block li's parameters and
 // gradients: the layered tensors' slices of that block, the other fields
 // nil. Under sharding stage 3 they lie in the gather buffers of the block
-// in use (zero3), else in Params and Grads.
+// in use (stage3), else in Params and Grads.
 func (m *Model) blockViews(li int) (p, g weights) {
-	if z := m.z3; z != nil {
+	if z := m.stage3; z != nil {
 		if z.held != 1+li {
 			panic(fmt.Sprintf("engine: block %d used while the gather buffer holds unit %d", li, z.held))
 		}
 		return z.bp, z.bg
 	}
-	return m.p.block(li, m.numLayers()), m.g.block(li, m.numLayers())
+	return m.param.block(li, m.numLayers()), m.grad.block(li, m.numLayers())
 }
 
 // block returns block li of L's views of w's layered tensors.
@@ -622,7 +622,7 @@ func (m *Model) padBuffers(k int) {
 	kernels.Free(m.be, m.Params)
 	kernels.Free(m.be, m.Grads)
 	m.Params, m.Grads = p, g
-	m.p, m.g = viewWeights(p, m.Tensors), viewWeights(g, m.Tensors)
+	m.param, m.grad = viewWeights(p, m.Tensors), viewWeights(g, m.Tensors)
 }
 
 // layerRanges returns the [start, end) ranges of the flat buffer that hold

@@ -78,7 +78,7 @@ func TestModelGradient(t *testing.T) {
 	in, tg := randomBatch(r, B*T, testShape.V)
 
 	m.ZeroGrad()
-	loss := trainPass(t, m, in, tg, B, T, Pass{}, 1/float32(B*T))
+	loss := trainPass(t, m, in, tg, B, T, DropoutKey{}, 1/float32(B*T))
 	p64 := ref.To64(m.Params)
 	want := refLoss(m.Cfg, m.Tensors, p64, in, tg, B, T)
 	if d := float64(loss) - want; d > 1e-5 || d < -1e-5 {
@@ -141,7 +141,7 @@ func TestRecomputeIsExact(t *testing.T) {
 		m.ZeroGrad()
 		var loss float32
 		for micro := 0; micro < 2; micro++ {
-			ps := Pass{Step: 3, Sample: micro * B}
+			ps := DropoutKey{Step: 3, Sample: micro * B}
 			loss += trainPass(t, m, in, tg, B, T, ps, 1/float32(2*B*T))
 		}
 		return run{loss, slices.Clone(m.Grads), m.ActivationBytes(B, T)}
@@ -171,12 +171,12 @@ func TestDropoutDependsOnSamplesNotSplit(t *testing.T) {
 	in, tg := randomBatch(r, 4*T, shape.V)
 	whole, _ := NewModel(cpu.New(), shape, 0.02, 5)
 	whole.ZeroGrad()
-	lw := trainPass(t, whole, in, tg, 4, T, Pass{Step: 1}, 1/float32(4*T))
+	lw := trainPass(t, whole, in, tg, 4, T, DropoutKey{Step: 1}, 1/float32(4*T))
 	split, _ := NewModel(cpu.New(), shape, 0.02, 5)
 	split.ZeroGrad()
 	var ls float32
 	for k := 0; k < 2; k++ {
-		ps := Pass{Step: 1, Sample: 2 * k}
+		ps := DropoutKey{Step: 1, Sample: 2 * k}
 		ls += trainPass(t, split, in[2*k*T:(2*k+2)*T], tg[2*k*T:(2*k+2)*T], 2, T, ps, 1/float32(4*T)) / 2
 	}
 	if d := lw - ls; d > 1e-5 || d < -1e-5 {
@@ -210,7 +210,7 @@ func TestScheduleLR(t *testing.T) {
 
 func TestLayoutMatchesLLMC(t *testing.T) {
 	// Offsets of llm.c's GPT-2 124M (V=50257, Vp=50304, maxT=1024, L=12, C=768).
-	ts, n := Layout(ModelConfig{Shape: arch.Shape{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072}})
+	ts, n := Tensors(ModelConfig{Shape: arch.Shape{MaxT: 1024, V: 50257, Vp: 50304, L: 12, NH: 12, C: 768, F: 3072}})
 	if n != 124475904 {
 		t.Errorf("GPT-2 124M with padded vocabulary: %d parameters, want 124475904", n)
 	}
@@ -227,7 +227,7 @@ func TestLayoutMatchesLLMC(t *testing.T) {
 // token use), for shapes with F ≠ 4C and odd sizes.
 func TestLayoutCountsShape(t *testing.T) {
 	for _, s := range []arch.Shape{testShape.Shape, {MaxT: 5, V: 130, Vp: 256, L: 1, NH: 3, C: 6, F: 10}, {MaxT: 1024, V: 50257, Vp: 50304, L: 24, NH: 16, C: 1024, F: 4096}} {
-		if _, n := Layout(ModelConfig{Shape: s}); int64(n) != s.Params() {
+		if _, n := Tensors(ModelConfig{Shape: s}); int64(n) != s.Params() {
 			t.Errorf("%+v: Layout lays out %d parameters, arch counts %d", s, n, s.Params())
 		}
 	}
@@ -235,7 +235,7 @@ func TestLayoutCountsShape(t *testing.T) {
 
 // trainPass runs the forward and backward pass of one micro-batch of a
 // model of one process (no communication to fail) and returns its loss.
-func trainPass(t testing.TB, m *Model, in, tg []int32, B, T int, ps Pass, dscale float32) float32 {
+func trainPass(t testing.TB, m *Model, in, tg []int32, B, T int, ps DropoutKey, dscale float32) float32 {
 	t.Helper()
 	ctx := context.Background()
 	loss, err := m.Forward(ctx, in, tg, B, T, ps, dscale)

@@ -18,10 +18,10 @@ import (
 // as comm.Communicator; the control plane — the model group's checkpoint
 // parts and norm scalars, the stop agreement — stays on w's TCP groups.
 type groups struct {
-	dp    *dataParallel // the replicas' gradients; nil for one replica
-	model *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
-	pp    *pipeline     // nil without pipeline parallelism
-	stop  *stopper      // agrees on a stop at step boundaries
+	dp         *dataParallel // the replicas' gradients; nil for one replica
+	modelGroup *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
+	pp         *pipeline     // nil without pipeline parallelism
+	stop       *stopper      // agrees on a stop at step boundaries
 }
 
 // newGroups creates the groups of m's rank at topo (w nil for one
@@ -44,7 +44,7 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 			m.tp = &tensorParallel{g: tg}
 		}
 		if topo.MP*topo.PP > 1 {
-			if g.model, err = w.NamedGroup("model", topo.modelGroup()); err != nil {
+			if g.modelGroup, err = w.NamedGroup("model", topo.modelGroup()); err != nil {
 				return g, err
 			}
 		}

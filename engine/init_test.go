@@ -195,7 +195,7 @@ func TestInitPartsAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gts, _ := Layout(cfg)
+	gts, _ := Tensors(cfg)
 	// check compares element i of part's layout ts, in buf[i-lo], with the whole model.
 	check := func(name string, ts []Tensor, lo, hi int, buf []float32) {
 		t.Helper()

@@ -15,7 +15,7 @@ import (
 
 // llm.c's GPT-2 model file: a header of 256 little-endian int32 — magic
 // 20240326, version, maxT, V, L, NH, C, Vp — then the float32 parameters in
-// Layout order. Version 3 is fp32 with a padded vocabulary (the only one read
+// Tensors order. Version 3 is fp32 with a padded vocabulary (the only one read
 // here); version 5 is bf16.
 const (
 	llmcModelMagic   = 20240326
@@ -58,7 +58,7 @@ func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 		return ModelConfig{}, &FormatError{path, err.Error()}
 	}
 	// Validate bounds the shape, so the layout's count cannot overflow.
-	_, n := Layout(cfg)
+	_, n := Tensors(cfg)
 	if have := size - 4*llmcHeaderInts; int64(n) > have/4 {
 		return ModelConfig{}, &FormatError{path, fmt.Sprintf("truncated or corrupt header: its shape (L %d, C %d, Vp %d, maxT %d) has %d parameters, %d bytes, but the file holds %d bytes after the header",
 			cfg.L, cfg.C, cfg.Vp, cfg.MaxT, n, 4*int64(n), max(have, 0))}
@@ -122,7 +122,7 @@ func newLLMCFile(path string, r io.ReaderAt, size int64) (*llmcFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	ts, _ := Layout(cfg)
+	ts, _ := Tensors(cfg)
 	f := &llmcFile{path: path, r: r, cfg: cfg, at: make(map[string]int, len(ts))}
 	for _, t := range ts {
 		f.at[t.Name] = t.Offset

@@ -149,7 +149,7 @@ func startRanks(t *testing.T, world int, overrides []string, o rankOptions) *ran
 // memory: downloaded from the backend, or gathered from the sharding
 // group's shards under stage 3 (a collective).
 func hostParams(ctx context.Context, tr *Trainer) ([]float32, error) {
-	if tr.Model.z3 != nil {
+	if tr.Model.stage3 != nil {
 		return tr.fullParams(ctx)
 	}
 	p := make([]float32, tr.Model.NumParams())
@@ -185,11 +185,11 @@ func checkReplicas(t *testing.T, r *rankRun) {
 	}
 }
 
-// wholeParams assembles the whole model's parameters, laid out by Layout,
+// wholeParams assembles the whole model's parameters, laid out by Tensors,
 // from the parts the ranks of the first replica hold.
 func wholeParams(r *rankRun) []float32 {
 	cfg := r.trs[0].Model.Cfg
-	gts, n := Layout(cfg)
+	gts, n := Tensors(cfg)
 	out := make([]float32, n)
 	for i, tr := range r.trs {
 		if tr.topo.DataIndex() != 0 {
@@ -514,7 +514,7 @@ func TestStage3HoldsShard(t *testing.T) {
 func checkStage3Memory(t *testing.T, r *rankRun) (resident, whole int64) {
 	t.Helper()
 	for k, tr := range r.trs {
-		z, m := tr.Model.z3, tr.Model
+		z, m := tr.Model.stage3, tr.Model
 		if z == nil {
 			t.Errorf("rank %d: no stage-3 state", k)
 			continue

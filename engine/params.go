@@ -31,7 +31,7 @@ func (c ModelConfig) Validate() error { return c.ValidateNamed(configNames) }
 // a size that is not positive, a vocabulary beyond uint16 tokens, heads
 // that do not divide the hidden size, more than [presets.MaxLayers] layers
 // or [presets.MaxElements] parameters. A shape that passes can be laid out
-// ([Layout]) without an int overflowing.
+// ([Tensors]) without an int overflowing.
 func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 	for _, f := range []struct {
 		name string
@@ -51,7 +51,7 @@ func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 	case c.L > presets.MaxLayers:
 		return fmt.Errorf("%s %d exceeds the %d layers gptui supports", n.L, c.L, presets.MaxLayers)
 	}
-	if p := presets.ParamBound(c.Vp, c.MaxT, c.L, c.C, c.F); p > presets.MaxElements {
+	if p := c.ParamBound(); p > presets.MaxElements {
 		return fmt.Errorf("%s %d, %s %d, %s %d, %s %d and %s %d make %.3g parameters, more than the %.3g gptui supports",
 			n.L, c.L, n.C, c.C, n.F, c.F, n.V, c.V, n.MaxT, c.MaxT, p, float64(presets.MaxElements))
 	}
@@ -123,16 +123,16 @@ func (p Part) check(cfg ModelConfig) error {
 	return nil
 }
 
-// Layout lists the parameter tensors of the whole model cfg in llm.c's file
+// Tensors lists the parameter tensors of the whole model cfg in llm.c's file
 // order: wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
 // fcw, fcb, fcprojw, fcprojb, lnfw, lnfb. It returns the tensors and the
 // total element count.
-func Layout(cfg ModelConfig) ([]Tensor, int) { return LayoutPart(cfg, WholePart(cfg)) }
+func Tensors(cfg ModelConfig) ([]Tensor, int) { return PartTensors(cfg, WholePart(cfg)) }
 
-// LayoutPart lists the tensors part holds, in Layout's order (the ones it
+// PartTensors lists the tensors part holds, in Tensors' order (the ones it
 // does not hold left out), with their local shapes and their pieces of the
 // global tensors. part must be valid for cfg.
-func LayoutPart(cfg ModelConfig, part Part) ([]Tensor, int) {
+func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 	C, F, M, r := cfg.C, cfg.F, max(part.MP, 1), part.MPRank
 	Cl, Fl, Vpl := C/M, F/M, cfg.Vp/M
 	Ll := len(part.Layers)
@@ -235,7 +235,7 @@ func LayoutPart(cfg ModelConfig, part Part) ([]Tensor, int) {
 	return ts, off
 }
 
-// weights are named views of one buffer laid out by LayoutPart (parameters
+// weights are named views of one buffer laid out by PartTensors (parameters
 // or their gradients); the tensors a part does not hold are nil.
 type weights struct {
 	wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb []float32

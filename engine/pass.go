@@ -8,10 +8,10 @@ import "context"
 // gradients, and its first failure. The model keeps none of this between
 // calls.
 type pass struct {
-	ctx    context.Context
-	Pass           // step and first sample: the keys of the dropout masks
-	train  bool    // dropout on and the loss gradient left for backward; false: an evaluation
-	dscale float32 // the scale of the loss gradient (1/(B·T·accumulation·replicas), times fp16's loss scale)
+	ctx        context.Context
+	DropoutKey         // step and first sample: the keys of the dropout masks
+	train      bool    // dropout on and the loss gradient left for backward; false: an evaluation
+	dscale     float32 // the scale of the loss gradient (1/(B·T·accumulation·replicas), times fp16's loss scale)
 
 	// loss, if not nil, is a float64 of the backend's memory the head adds
 	// the pass's mean loss to (on the device: the host reads it once, when

@@ -237,7 +237,7 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 		v := p.virtual(op.chunk)
 		lo, hi := op.chunk*p.lc, (op.chunk+1)*p.lc
 		gm := first + op.mb
-		ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * B}, train: true, dscale: dscale, loss: loss}
+		ps := &pass{ctx: ctx, DropoutKey: DropoutKey{Step: step, Sample: gm * B}, train: true, dscale: dscale, loss: loss}
 		key := [2]int{op.mb, op.chunk}
 		if !op.backward {
 			a := p.get(m, B, T, op.chunk)
@@ -287,7 +287,7 @@ func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]in
 	var sends, recvs []comm.Transfer
 	gradIn := false
 	for _, x := range e.sends {
-		buf := m.sc.dresid
+		buf := m.scratch.dresid
 		if !x.grad {
 			k := x.from / p.topo.PP
 			buf = live[[2]int{x.mb, k}].resid[(k+1)*p.lc]
@@ -297,9 +297,9 @@ func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]in
 	for _, x := range e.recvs {
 		var buf []float32
 		if x.grad {
-			if len(p.dnext) != len(m.sc.dresid) {
+			if len(p.dnext) != len(m.scratch.dresid) {
 				kernels.Free(m.be, p.dnext)
-				p.dnext = kernels.Float32s(m.be, len(m.sc.dresid))
+				p.dnext = kernels.Float32s(m.be, len(m.scratch.dresid))
 			}
 			buf, gradIn = p.dnext, true
 		} else {
@@ -330,7 +330,7 @@ func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]in
 		return fmt.Errorf("pipeline: exchange %d of the schedule (before pass %d of %d): %w", i, i+1, len(p.ops), err)
 	}
 	if gradIn {
-		m.sc.dresid, p.dnext = p.dnext, m.sc.dresid
+		m.scratch.dresid, p.dnext = p.dnext, m.scratch.dresid
 		p.swap = !p.swap
 	}
 	for k, f := range p.done {
@@ -351,7 +351,7 @@ type finished struct {
 // frees with its scratch), should the step end with the two swapped.
 func (p *pipeline) restoreGrad(m *Model) {
 	if p.swap {
-		m.sc.dresid, p.dnext = p.dnext, m.sc.dresid
+		m.scratch.dresid, p.dnext = p.dnext, m.scratch.dresid
 		p.swap = false
 	}
 }
@@ -374,7 +374,7 @@ func (p *pipeline) sumTied(ctx context.Context, m *Model) error {
 	if p.tied == nil {
 		return nil
 	}
-	if err := p.tied.AllReduce(ctx, m.g.wte); err != nil {
+	if err := p.tied.AllReduce(ctx, m.grad.wte); err != nil {
 		return fmt.Errorf("pipeline: summing the tied embedding's gradients: %w", err)
 	}
 	return nil

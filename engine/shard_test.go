@@ -73,8 +73,8 @@ func TestBoxes(t *testing.T) {
 func TestNewModelPartAllocatesThePart(t *testing.T) {
 	cfg := ModelConfig{Shape: arch.Shape{MaxT: 256, V: 8000, Vp: 8064, L: 8, NH: 8, C: 256, F: 1024}}
 	part := partAt(cfg, 2, 1, 2, 1, 1)
-	_, n := LayoutPart(cfg, part)
-	_, whole := Layout(cfg)
+	_, n := PartTensors(cfg, part)
+	_, whole := Tensors(cfg)
 	var err error
 	used := allocbound.Measure(func() { _, err = NewModelPart(nil, cfg, part, 0.02, 1) })
 	if err != nil {
@@ -291,7 +291,7 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 				if got := tr.Memory; err != nil || sm.Params != got.Params || sm.Grads != got.Grads || sm.Optimizer != got.Optimizer {
 					t.Errorf("%s: rank %d: StartupMemory %+v (%v), the trainer's account %+v", name, tr.topo.Rank, sm, err, got)
 				}
-				if m.z3 == nil {
+				if m.stage3 == nil {
 					checkPart(t, name, m, src.want)
 					continue
 				}
@@ -302,7 +302,7 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 				}
 				want := partParams(m, src.want)
 				for _, s := range tr.dp.own() {
-					if !slices.Equal(m.z3.shard[s.At:s.At+s.N], want[s.Flat:s.Flat+s.N]) {
+					if !slices.Equal(m.stage3.shard[s.At:s.At+s.N], want[s.Flat:s.Flat+s.N]) {
 						t.Errorf("%s: rank %d's shard differs from the model in elements [%d, %d)", name, tr.topo.Rank, s.Flat, s.Flat+s.N)
 					}
 				}
@@ -365,7 +365,7 @@ func TestRankAllocatesOnlyItsBuffers(t *testing.T) {
 				// The account, activations included, and the backward
 				// pass's scratch buffers, which it leaves out.
 				limit := tr.Memory.Total()
-				if sc := tr.Model.sc; sc != nil {
+				if sc := tr.Model.scratch; sc != nil {
 					for _, b := range sc.bufs {
 						if x, ok := b.([]float32); ok {
 							limit += int64(4 * len(x))

@@ -17,7 +17,7 @@ import (
 func (tr *Trainer) shardedUpdate(ctx context.Context, sq float64, lr float32) (float64, error) {
 	d, m := tr.dp, tr.Model
 	var params, grads []float32
-	switch z := m.z3; {
+	switch z := m.stage3; {
 	case z != nil:
 		params, grads = z.shard, d.grads
 	case tr.topo.Stage == 2:
@@ -100,10 +100,10 @@ func (tr *Trainer) fullMoments(ctx context.Context, host func(i, n int) []float3
 // the model under stage 3, gathered from the sharding group's shards (a
 // collective, for checkpoints).
 func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
-	return tr.gatherShards(ctx, tr.Model.z3.shard)
+	return tr.gatherShards(ctx, tr.Model.stage3.shard)
 }
 
-// zero3 shards a model's parameters for sharding stage 3 unit by unit, as
+// stage3 shards a model's parameters for sharding stage 3 unit by unit, as
 // FSDP shards its flat parameters. A unit is one block, or the tensors
 // outside the blocks (wte, wpe, lnf); laid out as its ranges of the flat
 // buffer one after another, padded to a multiple of S elements, it is cut
@@ -124,7 +124,7 @@ func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
 // rank adding its piece's sums to its reduced gradients, and the gradient
 // buffer is zeroed. So a rank holds its shard, the outer tensors and one
 // block. The update is stage 2's, on the shard.
-type zero3 struct {
+type stage3 struct {
 	g     comm.Communicator // the sharding group
 	be    kernels.Backend
 	units []unit    // 0: the tensors outside the blocks; 1+li: local block li
@@ -158,32 +158,32 @@ func (u *unit) views(buf []float32) weights {
 	return viewWeights(buf, ts)
 }
 
-// newZero3 lays out the units of m, a model without whole buffers
+// newStage3 lays out the units of m, a model without whole buffers
 // (newShardedModel), for its sharding group g, allocates the rank's
 // buffers and points m's views of the outer tensors at their gather
 // buffers (filled by the first gather). The shard is zero until the
 // parameters are initialised or restored straight into it.
-func newZero3(g comm.Communicator, m *Model) *zero3 {
+func newStage3(g comm.Communicator, m *Model) *stage3 {
 	S := g.Size()
-	z := &zero3{g: g, be: m.be}
+	z := &stage3{g: g, be: m.be}
 	var length int
-	z.units, length = zero3Units(m.Tensors, m.numLayers(), S)
+	z.units, length = stage3Units(m.Tensors, m.numLayers(), S)
 	z.shard, z.grads = m.floats(length), m.floats(length)
 	z.outer, z.gouter = m.floats(S*z.units[0].piece), m.floats(S*z.units[0].piece)
 	if len(z.units) > 1 {
 		z.block, z.gblock = m.floats(S*z.units[1].piece), m.floats(S*z.units[1].piece)
 		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
 	}
-	m.p, m.g = z.units[0].views(z.outer), z.units[0].views(z.gouter)
+	m.param, m.grad = z.units[0].views(z.outer), z.units[0].views(z.gouter)
 	return z
 }
 
-// zero3Units lays out the units of a part whose tensors are ts, holding
+// stage3Units lays out the units of a part whose tensors are ts, holding
 // l blocks, for a sharding group of S members: the outer tensors, then
 // each block. It returns them and the length of every member's shard.
 // It allocates nothing of the model, so the engine's account of a rank
 // (StartupMemory) uses it too.
-func zero3Units(ts []Tensor, l, S int) ([]unit, int) {
+func stage3Units(ts []Tensor, l, S int) ([]unit, int) {
 	var units []unit
 	at := 0
 	add := func(ranges [][2]int) {
@@ -209,7 +209,7 @@ func zero3Units(ts []Tensor, l, S int) ([]unit, int) {
 
 // spans maps member k's shard to the flat layout: its piece of each unit,
 // range by range, the padding left out.
-func (z *zero3) spans(k int) []Span { return unitSpans(z.units, k) }
+func (z *stage3) spans(k int) []Span { return unitSpans(z.units, k) }
 
 // unitSpans maps member k's shard of units to the flat layout.
 func unitSpans(units []unit, k int) []Span {
@@ -228,7 +228,7 @@ func unitSpans(units []unit, k int) []Span {
 }
 
 // bufs are unit i's parameter and gradient buffers.
-func (z *zero3) bufs(i int) (p, g []float32) {
+func (z *stage3) bufs(i int) (p, g []float32) {
 	if i == 0 {
 		return z.outer, z.gouter
 	}
@@ -237,11 +237,11 @@ func (z *zero3) bufs(i int) (p, g []float32) {
 
 // resident is the number of parameter elements the rank holds: its shard
 // and the gather buffers of the outer tensors and of one block.
-func (z *zero3) resident() int { return len(z.shard) + len(z.outer) + len(z.block) }
+func (z *stage3) resident() int { return len(z.shard) + len(z.outer) + len(z.block) }
 
 // gather all-gathers unit i's parameters into its buffer, under ps's
 // context; a failure fails ps, and a failed ps communicates no more.
-func (z *zero3) gather(ps *pass, i int) {
+func (z *stage3) gather(ps *pass, i int) {
 	if z == nil || ps.err != nil {
 		return
 	}
@@ -263,7 +263,7 @@ func (z *zero3) gather(ps *pass, i int) {
 // gradients, the piece landing first in the unit's parameter buffer,
 // which the next gather refills. The unit's gradient buffer is then
 // zeroed. It communicates as gather.
-func (z *zero3) reduce(ps *pass, i int) {
+func (z *stage3) reduce(ps *pass, i int) {
 	if z == nil || ps.err != nil {
 		return
 	}

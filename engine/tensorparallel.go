@@ -8,7 +8,7 @@ import (
 
 // tensorParallel is the communication of a model's tensor-parallel group
 // (the package doc's "Tensor parallel" says what crosses it and when; the
-// slices each rank holds are in LayoutPart). A nil *tensorParallel does
+// slices each rank holds are in PartTensors). A nil *tensorParallel does
 // nothing: the model is not split.
 type tensorParallel struct {
 	g comm.Communicator

@@ -275,7 +275,7 @@ func (s *weightSource) Close() error {
 // sharding stage 3 its shard (the rest is gathered unit by unit when
 // used).
 func (tr *Trainer) heldParams() ([]float32, []Span) {
-	if z := tr.Model.z3; z != nil {
+	if z := tr.Model.stage3; z != nil {
 		return z.shard, tr.dp.own()
 	}
 	return tr.Model.Params, tr.Model.whole()
@@ -628,7 +628,7 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 	// outer is the work on the tensors outside the blocks that brackets
 	// the step's passes (stage 3 gathers them for the step).
 	outer := &pass{ctx: ctx}
-	if z := m.z3; z != nil {
+	if z := m.stage3; z != nil {
 		// Stage 3: the gradient buffers are zero already; the reduced
 		// shard accumulates the micro-batches. The outer tensors stay
 		// gathered for the step.
@@ -655,7 +655,7 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 		}
 	} else {
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-			ps := &pass{ctx: ctx, Pass: Pass{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale, loss: tr.sums[:1]}
+			ps := &pass{ctx: ctx, DropoutKey: DropoutKey{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale, loss: tr.sums[:1]}
 			if gm == (d+1)*tr.Accum-1 {
 				ps.onGrads = hook // the last micro-batch completes each block's gradients
 			}
@@ -671,7 +671,7 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, 
 			return 0, 0, reader, err
 		}
 	}
-	if z := m.z3; z != nil {
+	if z := m.stage3; z != nil {
 		z.reduce(outer, 0)
 		if outer.err != nil {
 			return 0, 0, reader, outer.err
@@ -753,11 +753,11 @@ func (tr *Trainer) apply(params, grads []float32, sq float64, lr float32) float6
 // modelSum adds x up over the ranks that hold the parts of one model (the
 // tensor- and pipeline-parallel groups).
 func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
-	if tr.model == nil {
+	if tr.modelGroup == nil {
 		return x, nil
 	}
 	b := []float64{x}
-	if err := tr.model.AllReduce64(ctx, b); err != nil {
+	if err := tr.modelGroup.AllReduce64(ctx, b); err != nil {
 		return 0, fmt.Errorf("model parallel: gradient norm: %w", err)
 	}
 	return b[0], nil
@@ -779,8 +779,8 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 	if tp := tr.Model.tp; tp != nil {
 		now["mp"] = tp.g.Traffic().SentBytes
 	}
-	if tr.model != nil {
-		now["model"] = tr.model.Traffic().SentBytes
+	if tr.modelGroup != nil {
+		now["model"] = tr.modelGroup.Traffic().SentBytes
 	}
 	if p := tr.pp; p != nil {
 		now["pp"] = p.c.Traffic().SentBytes
@@ -815,7 +815,7 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	// The micro-batches' mean losses add up on the device, read back once.
 	kernels.Upload(tr.be, tr.sums[:1], []float64{0})
 	ps := &pass{ctx: ctx, loss: tr.sums[:1]} // an evaluation: no dropout, no gradient
-	m.z3.gather(ps, 0)
+	m.stage3.gather(ps, 0)
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
@@ -855,7 +855,7 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 		x = 0
 	}
 	b := []float64{x}
-	if err := tr.model.AllReduce64(ctx, b); err != nil {
+	if err := tr.modelGroup.AllReduce64(ctx, b); err != nil {
 		return 0, fmt.Errorf("pipeline: loss: %w", err)
 	}
 	return b[0], nil

@@ -12,16 +12,6 @@ const (
 	MaxElements = 1 << 40
 )
 
-// ParamBound is the parameter count of a GPT-2 with a vocabulary of vp
-// (padded) rows, maxT positions, L blocks of hidden size C and MLP width F,
-// computed in float64 so that it cannot overflow for any sizes. The engine's
-// layout (engine.Layout) counts the same parameters exactly.
-func ParamBound(vp, maxT, L, C, F int) float64 {
-	c, f := float64(C), float64(F)
-	block := 4*c*c + 2*c*f + 9*c + f // ln1, qkv, attention projection, ln2, fc, fc projection
-	return float64(vp)*c + float64(maxT)*c + float64(L)*block + 2*c
-}
-
 // ActivationBound is the element count of the largest single activation
 // tensor a micro-batch of B sequences of T tokens needs: the attention
 // probabilities (B·NH·T·T), the logits (B·T·vp), the MLP's (B·T·F) or the

@@ -210,7 +210,7 @@ func checks() []check {
 			if m.NumLayers > MaxLayers {
 				return "Model.num_layers", fmt.Sprintf("%d exceeds the %d layers gptui supports; lower it", m.NumLayers, MaxLayers)
 			}
-			if n := ParamBound(c.PaddedVocab(), m.MaxPositionEmbeddings, m.NumLayers, m.HiddenSize, m.FFNHiddenSize); n > MaxElements {
+			if n := c.Shape().ParamBound(); n > MaxElements {
 				return "Model.num_layers", fmt.Sprintf("the model would have %.3g parameters, more than the %.3g gptui supports; lower Model.num_layers, hidden_size, ffn_hidden_size, vocab_size or max_position_embeddings", n, float64(MaxElements))
 			}
 			return "", ""

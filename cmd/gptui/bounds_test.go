@@ -35,7 +35,7 @@ func hostileFiles(t *testing.T, dir string) hostile {
 		trainData: filepath.Join(dir, "train"), evalData: filepath.Join(dir, "eval"),
 	}
 	small := engine.ModelConfig{Shape: arch.Shape{MaxT: 16, V: 100, Vp: 128, L: 2, NH: 2, C: 8, F: 32}}
-	_, n := engine.Layout(small)
+	_, n := engine.Tensors(small)
 	if err := hf.Export(h.hfDir, small, make([]float32, n)); err != nil {
 		t.Fatal(err)
 	}

@@ -74,11 +74,11 @@ func GradParity(ctx context.Context, w io.Writer, cfg *presets.Config, toks []ui
 			return nil, nil, 0, err
 		}
 		m.ZeroGrad()
-		loss, err := m.Forward(ctx, inputs, targets, B, T, engine.Pass{}, 1/float32(B*T))
+		loss, err := m.Forward(ctx, inputs, targets, B, T, engine.DropoutKey{}, 1/float32(B*T))
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		if err := m.Backward(ctx, engine.Pass{}, nil); err != nil {
+		if err := m.Backward(ctx, engine.DropoutKey{}, nil); err != nil {
 			return nil, nil, 0, err
 		}
 		if err := kernels.Sync(be); err != nil {

@@ -20,7 +20,7 @@ import (
 // allocated before the file is seen to hold it.
 func FuzzImport(f *testing.F) {
 	src := f.TempDir()
-	_, n := engine.Layout(testCfg)
+	_, n := engine.Tensors(testCfg)
 	if err := Export(src, testCfg, make([]float32, n)); err != nil {
 		f.Fatal(err)
 	}

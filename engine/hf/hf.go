@@ -1,5 +1,5 @@
 // Package hf converts GPT-2 parameters between gptui's single parameter
-// buffer (llm.c's layout, see [engine.Layout]) and a Hugging Face
+// buffer (llm.c's layout, see [engine.Tensors]) and a Hugging Face
 // transformers checkpoint directory for GPT2LMHeadModel: model.safetensors
 // and config.json.
 //
@@ -82,7 +82,7 @@ func (m mapping) size() int {
 // mappings lists the Hugging Face tensors of cfg in state_dict order and the
 // size of the llm.c buffer they map into.
 func mappings(cfg engine.ModelConfig) ([]mapping, int) {
-	ts, total := engine.Layout(cfg)
+	ts, total := engine.Tensors(cfg)
 	off := make(map[string]int, len(ts))
 	per := make(map[string]int, len(ts)) // per-layer size of layered tensors
 	for _, t := range ts {
@@ -131,7 +131,7 @@ func transpose(dst, src []float32, rows, cols int) {
 
 // Export writes dir/model.safetensors (float32) and dir/config.json for
 // transformers' GPT2LMHeadModel, creating dir if needed. params is laid out
-// by engine.Layout(cfg); the padded vocabulary rows of wte are not written.
+// by engine.Tensors(cfg); the padded vocabulary rows of wte are not written.
 // The output is deterministic, and each file is replaced atomically.
 func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 	if err := cfg.Validate(); err != nil {
@@ -181,7 +181,7 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 }
 
 // Import reads a Hugging Face GPT-2 checkpoint directory (model.safetensors
-// and config.json) into engine.Layout's buffer. The padded vocabulary rows
+// and config.json) into the buffer engine.Tensors lays out. The padded vocabulary rows
 // of wte are zero. Dropout rates come from resid_pdrop and attn_pdrop
 // (transformers' default 0.1 where absent); embd_pdrop is not read.
 //
@@ -227,7 +227,7 @@ func fits(st *modelFile, cfg engine.ModelConfig, confPath string) error {
 		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d needs %d tensors but %s holds %d; fix n_layer or the model file",
 			cfg.L, 12*cfg.L+4, filepath.Base(st.Path), len(st.entries))}
 	}
-	_, total := engine.Layout(cfg) // cfg is validated: no overflow
+	_, total := engine.Tensors(cfg) // cfg is validated: no overflow
 	params := int64(total) - int64(cfg.Vp-cfg.V)*int64(cfg.C)
 	if data := st.DataLen(); 2*params > data {
 		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d, n_embd %d, n_inner %d, vocab_size %d and n_positions %d make %d parameters, at least %d bytes, but %s holds %d bytes of tensor data; fix config.json or the model file",

@@ -28,7 +28,7 @@ var testCfg = engine.ModelConfig{Shape: arch.Shape{MaxT: 16, V: 37, Vp: 128, L: 
 // randomParams fills a buffer for cfg with N(0, std), padded wte rows
 // included, so that a test notices where they leak.
 func randomParams(cfg engine.ModelConfig, std float64, seed uint64) []float32 {
-	_, n := engine.Layout(cfg)
+	_, n := engine.Tensors(cfg)
 	r := rand.New(rand.NewPCG(seed, 99))
 	p := make([]float32, n)
 	for i := range p {
@@ -40,7 +40,7 @@ func randomParams(cfg engine.ModelConfig, std float64, seed uint64) []float32 {
 // tensorOf returns the llm.c tensor named name.
 func tensorOf(t *testing.T, cfg engine.ModelConfig, name string) engine.Tensor {
 	t.Helper()
-	ts, _ := engine.Layout(cfg)
+	ts, _ := engine.Tensors(cfg)
 	for _, x := range ts {
 		if x.Name == name {
 			return x
@@ -348,7 +348,7 @@ func TestConfigJSON(t *testing.T) {
 	}
 	for _, tt := range tests {
 		dir := t.TempDir()
-		_, n := engine.Layout(tt.cfg)
+		_, n := engine.Tensors(tt.cfg)
 		if err := Export(dir, tt.cfg, make([]float32, n)); err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +430,7 @@ func (f *tensorFile) mapTensors(conv func(data []byte) (string, []byte)) {
 // returns its directory and parameters.
 func exported(t *testing.T) (string, []float32) {
 	t.Helper()
-	_, n := engine.Layout(testCfg)
+	_, n := engine.Tensors(testCfg)
 	params := make([]float32, n)
 	r := rand.New(rand.NewPCG(5, 5))
 	for i := range params {
@@ -645,7 +645,7 @@ func editConfig(old, new string) func(t *testing.T, dir string) {
 }
 
 func TestExportErrors(t *testing.T) {
-	_, n := engine.Layout(testCfg)
+	_, n := engine.Tensors(testCfg)
 	bad := testCfg
 	bad.NH = 3
 	file := filepath.Join(t.TempDir(), "file")

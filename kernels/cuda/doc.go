@@ -19,7 +19,7 @@
 //	nccl.go       the NCCL communicator (comm/nccl builds the fabric on it)
 //	kernels/*.cu  the kernel sources, one file per kernel family
 //	source.go     the sources as one NVRTC program
-//	launch*.go    each kernel's launch geometry and arguments
+//	kernels*.go   Kernels: each kernel's launch geometry and arguments
 //	emu/          a CPU emulator of CUDA that runs the sources in tests
 //	backend.go    kernels.Backend on the GPU, mixed precision
 //	cudacheck/    the device self-test (gptui gpu check), apart from the

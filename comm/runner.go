@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// pipe runs one operation at a time for a group's worker: it queues frames
+// runner runs one operation at a time for a group's worker: it queues frames
 // on the connections, posts receives, and waits, each wait bounded by the
 // timeout, the operation's context and the World's end. It remembers what
 // the operation has in flight so that a failed operation can be unwound
 // before its buffers are given back.
-type pipe struct {
+type runner struct {
 	g     *Group
 	ctx   context.Context
 	op    byte
@@ -39,8 +39,8 @@ type canceled struct{ cause error }
 func (e *canceled) Error() string { return e.cause.Error() }
 func (e *canceled) Unwrap() error { return e.cause }
 
-// reset prepares the pipe for the next operation.
-func (p *pipe) reset(ctx context.Context) {
+// reset prepares the runner for the next operation.
+func (p *runner) reset(ctx context.Context) {
 	p.ctx = ctx
 	clear(p.recvs)
 	p.recvs = p.recvs[:0]
@@ -53,23 +53,23 @@ func (p *pipe) reset(ctx context.Context) {
 }
 
 // start begins a collective: it takes the group's next sequence number.
-func (p *pipe) start(op byte) {
+func (p *runner) start(op byte) {
 	p.op = op
 	p.seq = p.g.collSeq
 	p.g.collSeq++
 }
 
 // progress restarts the timeout after data moved.
-func (p *pipe) progress() { p.timer.Reset(p.g.w.timeout) }
+func (p *runner) progress() { p.timer.Reset(p.g.w.timeout) }
 
 // mod returns x modulo the group size, in [0, size).
-func (p *pipe) mod(x int) int {
+func (p *runner) mod(x int) int {
 	s := p.g.Size()
 	return ((x % s) + s) % s
 }
 
 // sendTo queues data for group member q as frame index of the operation.
-func (p *pipe) sendTo(q int, index int, data []byte) (uint64, error) {
+func (p *runner) sendTo(q int, index int, data []byte) (uint64, error) {
 	c := p.g.conns[q]
 	t, err := c.send(header{op: p.op, group: p.g.id, seq: p.seq, index: uint32(index)}, data)
 	if err != nil {
@@ -81,7 +81,7 @@ func (p *pipe) sendTo(q int, index int, data []byte) (uint64, error) {
 }
 
 // noteSend records that the operation queued ticket t on c.
-func (p *pipe) noteSend(c *conn, t uint64) {
+func (p *runner) noteSend(c *conn, t uint64) {
 	for i := range p.sends {
 		if p.sends[i].c == c {
 			p.sends[i].ticket = max(p.sends[i].ticket, t)
@@ -93,7 +93,7 @@ func (p *pipe) noteSend(c *conn, t uint64) {
 
 // post registers a receive from group member q: the oldest early frame
 // completes it at once, or the reader fills it when its frame comes.
-func (p *pipe) post(q int, it *recvItem) error {
+func (p *runner) post(q int, it *recvItem) error {
 	ib := p.g.boxes[q]
 	ib.mu.Lock()
 	if len(ib.unexpected) > 0 {
@@ -123,7 +123,7 @@ func (p *pipe) post(q int, it *recvItem) error {
 }
 
 // wait waits for a receive from group member q to complete.
-func (p *pipe) wait(q int, it *recvItem) error {
+func (p *runner) wait(q int, it *recvItem) error {
 	c, ib := p.g.conns[q], p.g.boxes[q]
 	for {
 		bye := c.byeSeen.Load() // before the state: see readLoop
@@ -156,7 +156,7 @@ func (p *pipe) wait(q int, it *recvItem) error {
 }
 
 // waitSent waits until the frame with ticket t on c is written.
-func (p *pipe) waitSent(c *conn, t uint64) error {
+func (p *runner) waitSent(c *conn, t uint64) error {
 	for {
 		ok, ch := c.sent(t)
 		if ok {
@@ -181,7 +181,7 @@ func (p *pipe) waitSent(c *conn, t uint64) error {
 // not started, waits for those it is filling and for the writers to be
 // done with the operation's frames (they drop them once the World has
 // ended), and returns the error for the caller.
-func (p *pipe) fail(name string, err error) error {
+func (p *runner) fail(name string, err error) error {
 	w := p.g.w
 	var ce *canceled
 	isCancel := errors.As(err, &ce)
@@ -240,7 +240,7 @@ type step struct {
 // carries index i, which the receiver checks against its own step count.
 // Receives are posted ahead as far as their gates allow, so that the
 // reader fills them straight from the socket and forwards them at once.
-func (p *pipe) ring(from, to int, first [][]byte, steps []step) error {
+func (p *runner) ring(from, to int, first [][]byte, steps []step) error {
 	var next *conn
 	if to >= 0 {
 		next = p.g.conns[to]
@@ -346,7 +346,7 @@ func f32Span(b []float32, off int, s span) []byte { return f32Bytes(b[off+s.lo :
 // it receives the finished chunk r−k−1 and passes it on. Every element is
 // thus added along the ring in one fixed order and then copied, so all
 // members end with the same bits.
-func (p *pipe) allReduce(buf []float32) error {
+func (p *runner) allReduce(buf []float32) error {
 	p.start(opAllReduce)
 	s, r, n := p.g.Size(), p.g.rank, len(buf)
 	if s == 1 || n == 0 {
@@ -391,7 +391,7 @@ func (p *pipe) allReduce(buf []float32) error {
 // reduceScatter is the reduce-scatter half of allReduce, except that the
 // sums accumulate in out (each piece of out is reused once per step, after
 // its previous contents have been sent) so that in stays untouched.
-func (p *pipe) reduceScatter(in, out []float32) error {
+func (p *runner) reduceScatter(in, out []float32) error {
 	p.start(opReduceScatter)
 	s, m := p.g.Size(), len(out)
 	if s == 1 {
@@ -412,7 +412,7 @@ func (p *pipe) reduceScatter(in, out []float32) error {
 	return p.reduceScatterInto(in, out)
 }
 
-func (p *pipe) reduceScatterInto(in, out []float32) error {
+func (p *runner) reduceScatterInto(in, out []float32) error {
 	s, r, m := p.g.Size(), p.g.rank, len(out)
 	segs := pieces(0, m, p.g.w.chunkBytes/4)
 	var first [][]byte
@@ -440,7 +440,7 @@ func (p *pipe) reduceScatterInto(in, out []float32) error {
 
 // allGather copies in to its place in out and passes the chunks around
 // the ring: in step k member r receives chunk r−k−1 and forwards it.
-func (p *pipe) allGather(in, out []float32) error {
+func (p *runner) allGather(in, out []float32) error {
 	p.start(opAllGather)
 	s, r, m := p.g.Size(), p.g.rank, len(in)
 	copy(out[r*m:(r+1)*m], in)
@@ -463,7 +463,7 @@ func (p *pipe) allGather(in, out []float32) error {
 }
 
 // broadcast pipelines buf along the chain root, root+1, …, root−1.
-func (p *pipe) broadcast(buf []float32, root int) error {
+func (p *runner) broadcast(buf []float32, root int) error {
 	p.start(opBroadcast)
 	s, r := p.g.Size(), p.g.rank
 	if s == 1 || len(buf) == 0 {
@@ -491,7 +491,7 @@ func (p *pipe) broadcast(buf []float32, root int) error {
 
 // p2pPieces cuts a point-to-point buffer into frames; an empty buffer is
 // one empty frame, so that Send and Recv always pair up.
-func (p *pipe) p2pPieces(buf []float32) [][]byte {
+func (p *runner) p2pPieces(buf []float32) [][]byte {
 	segs := pieces(0, len(buf), p.g.w.chunkBytes/4)
 	if len(segs) == 0 {
 		return [][]byte{nil}
@@ -503,13 +503,13 @@ func (p *pipe) p2pPieces(buf []float32) [][]byte {
 	return b
 }
 
-func (p *pipe) send(buf []float32, to int) error {
+func (p *runner) send(buf []float32, to int) error {
 	p.op, p.seq = opSendRecv, p.g.sendSeq[to]
 	p.g.sendSeq[to]++
 	return p.ring(-1, to, p.p2pPieces(buf), nil)
 }
 
-func (p *pipe) recv(buf []float32, from int) error {
+func (p *runner) recv(buf []float32, from int) error {
 	p.op, p.seq = opSendRecv, p.g.recvSeq[from]
 	p.g.recvSeq[from]++
 	b := p.p2pPieces(buf)
@@ -522,7 +522,7 @@ func (p *pipe) recv(buf []float32, from int) error {
 
 // barrier is a dissemination barrier: in round k every member signals
 // member r+2^k and waits for member r−2^k.
-func (p *pipe) barrier() error {
+func (p *runner) barrier() error {
 	p.start(opBarrier)
 	s, r := p.g.Size(), p.g.rank
 	for d := 1; d < s; d *= 2 {
@@ -535,7 +535,7 @@ func (p *pipe) barrier() error {
 
 // allReduce64 sends the whole buffer to every other member and adds all
 // members' buffers in rank order.
-func (p *pipe) allReduce64(buf []float64) error {
+func (p *runner) allReduce64(buf []float64) error {
 	p.start(opAllReduce64)
 	s, r, n := p.g.Size(), p.g.rank, len(buf)
 	if s == 1 || n == 0 {

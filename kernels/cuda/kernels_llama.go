@@ -6,7 +6,7 @@ import (
 )
 
 // The Llama family's kernels (kernels/rmsnorm.cu, rope.cu, swiglu.cu);
-// grouped-query attention is in launch_attention.go.
+// grouped-query attention is in kernels_attention.go.
 
 // llamaKernelNames are the kernels of this file's methods, in source order.
 var llamaKernelNames = []string{"rmsnorm_forward", "rmsnorm_backward", "rope", "swiglu_forward", "swiglu_backward"}
