@@ -445,13 +445,6 @@ func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkp
 	return c, cfg, shape, nil
 }
 
-// ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).
-func ShapeOf(cfg *presets.Config) ModelConfig {
-	mc := cfg.Model
-	return ModelConfig{Shape: cfg.Shape(),
-		HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
-}
-
 // SaveModel writes a checkpoint holding only m's weights (no optimizer
 // state) with cfg as its config: what `gptui import` makes.
 func SaveModel(m *Model, cfg *presets.Config, outputDir string) (string, error) {

@@ -103,9 +103,10 @@ func flatShards(n, S int) (int, [][]Span) {
 func (d *dataParallel) own() []Span { return d.spans[d.topo.ShardIndex] }
 
 // hook returns the onGrads of a pass that starts block l's all-reduce, or nil
-// when the gradients are reduced in one piece at the end (stage 2).
+// when the gradients are reduced in one piece at the end (stage 2) or
+// there are no replicas (d nil).
 func (d *dataParallel) hook(m *Model) func(int) {
-	if d.topo.Stage >= 2 {
+	if d == nil || d.topo.Stage >= 2 {
 		return nil
 	}
 	return func(l int) {
@@ -115,8 +116,12 @@ func (d *dataParallel) hook(m *Model) func(int) {
 	}
 }
 
-// finish completes the gradient reduction after the last backward pass.
+// finish completes the gradient reduction after the last backward pass
+// (nothing without replicas).
 func (d *dataParallel) finish(ctx context.Context, m *Model) error {
+	if d == nil {
+		return nil
+	}
 	if d.topo.Stage >= 2 {
 		if d.topo.Stage == 2 {
 			full := m.Grads[:cap(m.Grads)]
@@ -147,8 +152,11 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 	return nil
 }
 
-// sumLoss adds up the replicas' loss sums.
+// sumLoss adds up the replicas' loss sums (loss itself without replicas).
 func (d *dataParallel) sumLoss(ctx context.Context, loss float64) (float64, error) {
+	if d == nil {
+		return loss, nil
+	}
 	b := []float64{loss}
 	if err := d.dp.AllReduce64(ctx, b); err != nil {
 		return 0, fmt.Errorf("data parallel: loss all-reduce: %w", err)

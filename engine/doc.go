@@ -11,7 +11,12 @@
 //
 // # The life of a step
 //
-// Every rank runs the same loop ([Trainer.Run], trainStep in train.go):
+// Every rank runs the same loop, [Trainer.Run] (train.go): each step it
+// agrees with the other ranks on whether to stop (checkStop), runs
+// trainStep (step.go, its phases named after the list below), logs the
+// step (meter.go), evaluates (evaluateAt) and saves on schedule
+// (saver.go). trainStep reads as llm.c's loop; each parallel dimension
+// takes part through a hook in its own file, a no-op where it is not used:
 //
 //  1. data: every rank reads the whole global batch (engine/data's loader
 //     serves global batches, so the samples do not depend on the split)
@@ -27,8 +32,9 @@
 //  5. reduce: the gradients are summed over the replicas (dataparallel.go),
 //     block by block while the blocks below still compute;
 //  6. update: the step's loss and Σ g² are read back from the device,
-//     once, the global gradient norm is clipped and AdamW applied
-//     (optimizer.go), on a shard of the buffer under sharding.
+//     once (readSums), the global gradient norm is clipped and AdamW
+//     applied (update.go, optimizer.go), on a shard of the buffer under
+//     sharding.
 //
 // The losses, gradients, dropout masks and updates are those of one process
 // training on the whole batch, whatever the parallel layout: the parity
@@ -43,14 +49,16 @@
 //	                                 part or shard from the generator, a checkpoint or an llm.c file)
 //	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
-//	sharding (ZeRO stages 1-3)       shardedUpdate, stage3 (sharding.go)
+//	sharding (ZeRO stages 1-3)       stage3 (sharding.go), shardedUpdate (update.go)
 //	tensor parallel                  tensorParallel (tensorparallel.go), the slices in PartTensors
 //	pipeline parallel                pipeSchedule, pipeline (pipeline.go)
 //	recompute                        Recompute (gpt2.go), Engine.use_recompute
 //	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
 //	checkpoints, resume              ckpt.go (save, restore), agree.go (every rank resumes the same step),
 //	                                 engine/checkpoint (the format), engine/safetensors (its data files)
-//	interrupts and async saves       stop.go
+//	the training loop, one step      train.go: Run; step.go: trainStep; meter.go, saver.go
+//	the update, the gradient norm    update.go (shardedUpdate for sharding), optimizer.go
+//	stops and interrupts             stop.go; saves during a run, async too: saver.go
 //	training logs and metrics        logs.go, event.Metrics
 //	llm.c and Hugging Face files     llmc.go, engine/hf
 //	generation                       generate.go (key/value cache)

@@ -16,6 +16,13 @@ type ModelConfig struct {
 	AttnDropout   float32 // dropout on attention probabilities
 }
 
+// ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).
+func ShapeOf(cfg *presets.Config) ModelConfig {
+	mc := cfg.Model
+	return ModelConfig{Shape: cfg.Shape(),
+		HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
+}
+
 // ShapeNames names ModelConfig's sizes as the input they came from calls
 // them (a config key, a header field), for error messages.
 type ShapeNames struct{ MaxT, V, L, NH, C, F string }

@@ -369,9 +369,10 @@ func (p *pipeline) get(m *Model, B, T, k int) *activations {
 	return m.newActivations(B, T, k*p.lc, (k+1)*p.lc)
 }
 
-// sumTied adds up the tied wte's gradients of the first and last stage.
+// sumTied adds up the tied wte's gradients of the first and last stage
+// (nothing without a pipeline, or when one rank holds both).
 func (p *pipeline) sumTied(ctx context.Context, m *Model) error {
-	if p.tied == nil {
+	if p == nil || p.tied == nil {
 		return nil
 	}
 	if err := p.tied.AllReduce(ctx, m.grad.wte); err != nil {

@@ -46,8 +46,7 @@ func TestLossScaleOverflowSkips(t *testing.T) {
 	before := append([]float32(nil), tr.Model.Params...)
 	// The first step overflows (1e39 is +Inf in float32): nothing moves.
 	tr.log = &runLog{out: &out} // Run opens the files; a step called alone logs here
-	n := cfg.Global.GlobalBatchSize * cfg.Data.Train.Dataset.MaxSeqLen
-	if _, _, _, err := tr.trainStep(context.Background(), 0, 1e-3, make([]int32, n), make([]int32, n)); err != nil {
+	if _, _, _, err := tr.trainStep(context.Background(), 0, 1e-3, tr.newBatch()); err != nil {
 		t.Fatal(err)
 	}
 	for i := range before {

@@ -9,53 +9,6 @@ import (
 	"github.com/gptui/gptui/kernels"
 )
 
-// shardedUpdate clips and applies one AdamW step to this rank's shard and
-// all-gathers the parameters (the package doc's "Data parallel and
-// sharding"), given sq, this rank's Σ g² (Trainer.gradSquares). It returns
-// the global gradient norm: that of the full summed gradient, as one
-// process would compute it.
-func (tr *Trainer) shardedUpdate(ctx context.Context, sq float64, lr float32) (float64, error) {
-	d, m := tr.dp, tr.Model
-	var params, grads []float32
-	switch z := m.stage3; {
-	case z != nil:
-		params, grads = z.shard, d.grads
-	case tr.topo.Stage == 2:
-		params, grads = m.Params[d.lo:d.hi], d.grads
-	default:
-		params, grads = m.Params[d.lo:d.hi], m.Grads[d.lo:d.hi]
-	}
-	if tr.topo.Stage >= 2 {
-		// Each rank summed the squares of its shard.
-		s := []float64{sq}
-		if err := d.shard.AllReduce64(ctx, s); err != nil {
-			return 0, fmt.Errorf("sharding: gradient norm: %w", err)
-		}
-		sq = s[0]
-	}
-	sq, err := tr.modelSum(ctx, sq)
-	if err != nil {
-		return 0, err
-	}
-	norm := tr.apply(params, grads, sq, lr)
-	if tr.topo.Stage == 3 {
-		return norm, nil // the parameters stay sharded
-	}
-	return norm, tr.gatherParams(ctx)
-}
-
-// gatherParams all-gathers the parameter chunks of the sharding group
-// (stages 1 and 2).
-func (tr *Trainer) gatherParams(ctx context.Context) error {
-	d, m := tr.dp, tr.Model
-	full := m.Params[:d.padded]
-	m.be.Copy(d.scratch, full[d.lo:d.hi])
-	if err := d.shard.AllGather(ctx, d.scratch, full); err != nil {
-		return fmt.Errorf("sharding: parameter all-gather: %w", err)
-	}
-	return nil
-}
-
 // gatherShards returns in host memory, laid out by the model's layout, a
 // buffer the sharding group holds in shards, own being this rank's (in
 // the backend's memory, laid out by its spans): a collective of the

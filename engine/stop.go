@@ -3,10 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/gptui/gptui/comm"
-	"github.com/gptui/gptui/engine/checkpoint"
 )
 
 // StopError is the error of a run that stopped because Options.Stop was
@@ -71,36 +69,4 @@ func (s *stopper) requested(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("agreeing on a stop: %w", err)
 	}
 	return b[0] > 0, nil
-}
-
-// pendingSave is a checkpoint being written in the background.
-type pendingSave struct {
-	step    int           // the step saved (1-based, as in its directory name)
-	blocked time.Duration // what the snapshot cost the step loop
-	done    chan struct{} // closed when dir, err and write are set
-	dir     string
-	err     error
-	write   time.Duration
-}
-
-// startSave writes the snapshot j in a background goroutine.
-func startSave(j *saveJob, blocked time.Duration) *pendingSave {
-	p := &pendingSave{step: j.man.Step, blocked: blocked, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		t0 := time.Now()
-		p.dir, p.err = checkpoint.Save(j.outputDir, j.man, j.parts, j.keepLast)
-		p.write = time.Since(t0)
-	}()
-	return p
-}
-
-// finished reports whether the save has ended, without waiting.
-func (p *pendingSave) finished() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }

@@ -45,32 +45,3 @@ func (tp *tensorParallel) allGather(ps *pass, in, out []float32) {
 		ps.fail(fmt.Errorf("tensor parallel: all-gather: %w", err))
 	}
 }
-
-// gradSquares adds to out[0], on the device, Σ g² over grads, the
-// gradients of the parameters spans maps (laid out as a shard's), weighted
-// so that summing it over the ranks of the tensor- and pipeline-parallel
-// groups counts every gradient of the whole model once: a tensor held
-// whole by every rank of the tensor-parallel group counts 1/mp on each,
-// and the last pipeline stage's copy of the tied wte, whose gradient
-// equals the first stage's, counts 0.
-func (m *Model) gradSquares(out []float64, grads []float32, spans []Span) {
-	M := m.Part.MP
-	tiedCopy := m.Part.Head && !m.Part.Embed
-	if M == 1 && !tiedCopy && len(spans) == 1 {
-		m.be.SumSquares(out, grads[spans[0].At:spans[0].At+spans[0].N], 1)
-		return
-	}
-	for _, sp := range spans {
-		for _, t := range m.Tensors {
-			s, e := max(t.Offset, sp.Flat), min(t.Offset+t.Size, sp.Flat+sp.N)
-			if s >= e || t.Name == "wte" && tiedCopy {
-				continue
-			}
-			w := 1.0
-			if !t.Split {
-				w = 1 / float64(M)
-			}
-			m.be.SumSquares(out, grads[sp.At+s-sp.Flat:sp.At+e-sp.Flat], w)
-		}
-	}
-}

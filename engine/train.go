@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -412,355 +411,88 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		err = errors.Join(err, tr.log.lost())
 	}()
 	res = &Result{}
-	if tr.start > 0 {
-		tr.log.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
-	}
-	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
-	if tr.start >= e.MaxSteps {
-		// Every rank resumed from the same step (NewTrainer checked), so
-		// every rank stops here.
-		msg := fmt.Sprintf("[done] nothing to do: the checkpoint is at step %d and Engine.max_steps is %d; raise Engine.max_steps (-o Engine.max_steps=N) to train further", tr.start, e.MaxSteps)
-		if _, ok := tr.Cfg.DerivedFrom("Optimizer.lr.decay_steps"); ok {
-			msg += fmt.Sprintf(", with Optimizer.lr.decay_steps set, which is derived from it now (-o Optimizer.lr.decay_steps=%d keeps the schedule)", tr.Sched.DecaySteps)
-		}
-		tr.log.logf("%s", msg)
+	if !tr.logStart() {
 		return res, nil
 	}
-	tr.log.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
-	tr.log.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
-	for _, n := range tr.Cfg.Notes {
-		tr.log.logf("[config] %s", n)
-	}
-	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
-		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
-	tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
-	if sc := tr.scaler; sc != nil {
-		tr.log.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
-	}
-	for _, w := range tr.warnings {
-		tr.log.logf("[checkpoint] %s", w)
-	}
-	saveSteps := tr.Cfg.Engine.SaveLoad.SaveSteps
-	saved := -1 // the last step saved
-	var pending *pendingSave
-	// collect reports the background save, waiting for it if wait is set
-	// or it has finished; it returns the save's error.
-	collect := func(wait bool) error {
-		if pending == nil || !wait && !pending.finished() {
-			return nil
-		}
-		if !pending.finished() {
-			tr.log.logf("[checkpoint] waiting for the save of step %d in flight", pending.step)
-		}
-		<-pending.done
-		p := pending
-		pending = nil
-		if p.err != nil {
-			return fmt.Errorf("saving checkpoint in the background: %w", p.err)
-		}
-		res.Checkpoint = p.dir
-		tr.log.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
-		return nil
-	}
+	sv, mt, b := tr.newSaver(res), tr.newMeter(), tr.newBatch()
 	defer func() {
-		if cerr := collect(true); cerr != nil && err == nil {
+		if cerr := sv.collect(true); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	save := func(step int) error {
-		saved = step
-		if tr.Cfg.Engine.SaveLoad.Async {
-			t0 := time.Now()
-			if err := collect(true); err != nil {
-				return err
-			}
-			j, err := tr.snapshot(context.WithoutCancel(ctx), step, true)
-			if err != nil {
-				return fmt.Errorf("saving checkpoint: %w", err)
-			}
-			if j != nil {
-				pending = startSave(j, time.Since(t0))
-				tr.log.logf("%s", checkpoint.SavingLine(pending.step))
-			}
-			return nil
-		}
-		t0 := time.Now()
-		dir, err := tr.Save(context.WithoutCancel(ctx), step)
-		if err != nil {
-			return fmt.Errorf("saving checkpoint: %w", err)
-		}
-		if dir != "" {
-			res.Checkpoint = dir
-			tr.log.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
-		}
-		return nil
-	}
-
-	G := tr.Cfg.Global.GlobalBatchSize
-	inputs := make([]int32, G*tr.T)
-	targets := make([]int32, G*tr.T)
-	var window struct {
-		n                   int
-		reader, batch, comm float64
-	}
-	// busy is the time this rank's communicator operations have run.
-	busy := func() time.Duration {
-		if tr.opts.World == nil {
-			return 0
-		}
-		return tr.opts.World.Progress().Busy
-	}
-	var tps, times []float64
-	if peak := peakResident(); peak > 0 {
-		// The process's high-water mark so far: its part of the model and
-		// whatever building it took, beside the account logged above.
-		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, gb(peak))
-	}
-	for step := tr.start; step < e.MaxSteps; step++ {
+	for step := tr.start; step < tr.Cfg.Engine.MaxSteps; step++ {
 		tr.current.Store(int64(step))
-		if err := collect(false); err != nil {
+		if err := sv.collect(false); err != nil {
 			return res, err
 		}
-		stop, err := tr.stop.requested(ctx)
-		if err != nil {
+		if err := tr.checkStop(ctx, step, sv); err != nil {
 			return res, err
 		}
-		if stop {
-			if saveSteps > 0 && step > tr.start && saved != step-1 {
-				if err := save(step - 1); err != nil {
-					return res, err
-				}
-			}
-			if err := collect(true); err != nil {
-				return res, err
-			}
-			tr.log.logf("[stop] stopped before step %d", step)
-			return res, &StopError{Step: step, Checkpoint: res.Checkpoint}
-		}
-		if err := ctx.Err(); err != nil {
-			// Interrupted between steps: keep the work done so far. (A
-			// parallel job's ranks may see the signal at different steps,
-			// so only a single process saves here.)
-			if saveSteps > 0 && step > tr.start && tr.topo.World == 1 && saved != step-1 {
-				if serr := save(step - 1); serr != nil {
-					return res, errors.Join(err, serr)
-				}
-			}
-			return res, err
-		}
-		t0, busy0 := time.Now(), busy()
+		mt.begin()
 		lr := tr.Sched.LR(step)
-		loss, norm, reader, err := tr.trainStep(ctx, step, lr, inputs, targets)
+		loss, norm, reader, err := tr.trainStep(ctx, step, lr, b)
 		if err != nil {
 			return res, err
 		}
-		dt := time.Since(t0).Seconds()
 		res.Losses = append(res.Losses, float32(loss))
-		tokens := float64(tr.B * tr.T * tr.Accum * tr.topo.Replicas())
-		if step > tr.start {
-			tps = append(tps, tokens/dt)
-			times = append(times, dt)
+		mt.end(step, lr, loss, norm, reader)
+		if err := tr.evaluateAt(ctx, step, lr, loss, res); err != nil {
+			return res, err
 		}
-		window.n++
-		window.reader += reader.Seconds()
-		window.batch += dt
-		window.comm += (busy() - busy0).Seconds()
-
-		last := step == e.MaxSteps-1
-		if e.LoggingFreq > 0 && (step%e.LoggingFreq == 0 || last) {
-			avgBatch := window.batch / float64(window.n)
-			ips := tokens / avgBatch
-			mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
-			tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
-				tr.train.Epoch(), step, lr, loss, window.reader/float64(window.n), avgBatch, ips, 100*mfu, gb(mem.Total()))
-			if sc := tr.scaler; sc != nil {
-				tr.log.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
-			}
-			mt := Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, GradNorm: norm, TokensPerS: ips,
-				StepTimeS: avgBatch, ReaderS: window.reader / float64(window.n), MFU: mfu, MemBytes: mem.Total(), CommBytes: tr.stepTraffic(window.n),
-				CommS: window.comm / float64(window.n)}
-			if sc := tr.scaler; sc != nil {
-				mt.LossScale, mt.SkippedSteps = sc.Scale(), sc.skipped
-			}
-			tr.log.writeMetrics(mt)
-			window.n, window.reader, window.batch, window.comm = 0, 0, 0, 0
-		}
-		if tr.eval != nil && e.EvalFreq > 0 && ((step+1)%e.EvalFreq == 0 || last) {
-			el, err := tr.Evaluate(ctx)
-			if err != nil {
-				return res, err
-			}
-			res.EvalLosses = append(res.EvalLosses, el)
-			tr.log.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
-			tr.log.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: mem.Total()})
-		}
-		if saveSteps > 0 && ((step+1)%saveSteps == 0 || last) {
-			if err := save(step); err != nil {
-				return res, err
-			}
+		if err := sv.after(ctx, step); err != nil {
+			return res, err
 		}
 	}
-	res.TokensPerS = median(tps)
-	res.StepTimeS = median(times)
-	if res.StepTimeS > 0 {
-		res.MFU = tr.flopsPerTok * float64(tr.B*tr.T*tr.Accum*tr.topo.Replicas()) / res.StepTimeS / (tr.be.PeakFLOPS() * float64(tr.topo.World))
-	}
+	mt.summarise(res)
 	return res, nil
 }
 
-// trainStep runs one optimizer step: the forward and backward passes of
-// this rank's micro-batches, the gradient reduction across replicas, and the
-// update. inputs and targets hold the global batch. It returns the mean loss
-// of the global batch, the gradient norm before clipping and the time spent
-// reading data.
-//
-// Every rank reads the whole global batch and keeps the micro-batches of its
-// data index (rank d takes micro-batches d·accum … (d+1)·accum−1), so the
-// samples, their order and their dropout masks (Pass.Sample is the global
-// sample index) are those of one process training on the whole batch.
-func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, inputs, targets []int32) (loss, norm float64, reader time.Duration, err error) {
-	m, D, d := tr.Model, tr.topo.Replicas(), tr.topo.DataIndex()
-	r0 := time.Now()
-	tr.train.Next(inputs, targets)
-	reader = time.Since(r0)
-	// The step's loss and Σ g² add up on the device, in tr.sums.
-	kernels.Upload(tr.be, tr.sums, []float64{0, 0})
-	// outer is the work on the tensors outside the blocks that brackets
-	// the step's passes (stage 3 gathers them for the step).
-	outer := &pass{ctx: ctx}
-	if z := m.stage3; z != nil {
-		// Stage 3: the gradient buffers are zero already; the reduced
-		// shard accumulates the micro-batches. The outer tensors stay
-		// gathered for the step.
-		tr.be.Zero(z.grads)
-		z.gather(outer, 0)
-		if outer.err != nil {
-			return 0, 0, reader, outer.err
-		}
-	} else {
-		m.ZeroGrad()
-	}
-	dscale := 1 / float32(tr.B*tr.T*tr.Accum*D)
-	if tr.scaler != nil {
-		dscale *= float32(tr.scaler.Scale())
-	}
-	bt := tr.B * tr.T
-	var hook func(int)
-	if tr.dp != nil {
-		hook = tr.dp.hook(m)
-	}
-	if tr.pp != nil {
-		if err = tr.pp.step(ctx, m, step, d*tr.Accum, inputs, targets, tr.B, tr.T, dscale, hook, tr.sums[:1]); err != nil {
-			return 0, 0, reader, err
-		}
-	} else {
-		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-			ps := &pass{ctx: ctx, DropoutKey: DropoutKey{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale, loss: tr.sums[:1]}
-			if gm == (d+1)*tr.Accum-1 {
-				ps.onGrads = hook // the last micro-batch completes each block's gradients
-			}
-			m.forward(ps, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, tr.T)
-			m.backward(ps)
-			if ps.err != nil {
-				return 0, 0, reader, ps.err
-			}
-		}
-	}
-	if tr.pp != nil {
-		if err = tr.pp.sumTied(ctx, m); err != nil {
-			return 0, 0, reader, err
-		}
-	}
-	if z := m.stage3; z != nil {
-		z.reduce(outer, 0)
-		if outer.err != nil {
-			return 0, 0, reader, outer.err
-		}
-	}
-	if tr.dp != nil {
-		if err = tr.dp.finish(ctx, m); err != nil {
-			return 0, 0, reader, err
-		}
-	}
-	// The one read-back of the step: its loss and this rank's Σ g².
-	tr.gradSquares(tr.sums[1:])
-	sums := []float64{0, 0}
-	if err := kernels.Download(tr.be, sums, tr.sums); err != nil {
-		return 0, 0, reader, err
-	}
-	loss = sums[0]
-	if tr.dp != nil {
-		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
-			return 0, 0, reader, err
-		}
-	}
-	if tr.pp != nil {
-		if loss, err = tr.lastStageSum(ctx, loss); err != nil {
-			return 0, 0, reader, err
-		}
-	}
-	loss /= float64(tr.Accum * D)
-	if norm, err = tr.update(ctx, sums[1], float32(lr)); err != nil {
-		return loss, norm, reader, err
-	}
-	// The update runs asynchronously on a GPU: its failures surface here.
-	return loss, norm, reader, kernels.Sync(tr.be)
-}
-
-// gradSquares adds to out[0], on the device, the Σ g² of the gradients
-// this rank holds for the norm: its shard's reduced gradients under
-// sharding stages 2 and 3, else all of its gradients.
-func (tr *Trainer) gradSquares(out []float64) {
-	m := tr.Model
-	if tr.topo.Sharding > 1 && tr.topo.Stage >= 2 {
-		m.gradSquares(out, tr.dp.grads, tr.dp.own())
-		return
-	}
-	m.gradSquares(out, m.Grads, []Span{{0, 0, m.NumParams()}})
-}
-
-// update clips the gradients to their global norm and applies one AdamW
-// step to the parameters this rank updates, given sq, this rank's Σ g²
-// (gradSquares). It returns the norm.
-func (tr *Trainer) update(ctx context.Context, sq float64, lr float32) (float64, error) {
-	if tr.topo.Sharding > 1 {
-		return tr.shardedUpdate(ctx, sq, lr)
-	}
-	m := tr.Model
-	sq, err := tr.modelSum(ctx, sq)
+// checkStop ends the run before step when the ranks agree to stop: it
+// saves the finished steps, waits for a save in flight and returns a
+// *StopError. When ctx has ended it returns ctx's error, after saving the
+// finished steps in a single process (a parallel job's ranks may see the
+// signal at different steps, so only Options.Stop saves there).
+func (tr *Trainer) checkStop(ctx context.Context, step int, sv *saver) error {
+	stop, err := tr.stop.requested(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return tr.apply(m.Params, m.Grads, sq, lr), nil
+	if stop {
+		if err := sv.saveFinished(ctx, step); err != nil {
+			return err
+		}
+		if err := sv.collect(true); err != nil {
+			return err
+		}
+		tr.log.logf("[stop] stopped before step %d", step)
+		return &StopError{Step: step, Checkpoint: sv.res.Checkpoint}
+	}
+	if err := ctx.Err(); err != nil {
+		if tr.topo.World == 1 {
+			if serr := sv.saveFinished(ctx, step); serr != nil {
+				return errors.Join(err, serr)
+			}
+		}
+		return err
+	}
+	return nil
 }
 
-// apply runs AdamW on params with grads, the parameters this rank updates
-// and their gradients (laid out by Opt.Spans), given the
-// global sum of the gradients' squares sq, and returns the global norm of
-// the true gradient. Under fp16 the gradients are loss-scaled: the scale
-// comes off inside the update, and a non-finite norm skips the step.
-func (tr *Trainer) apply(params, grads []float32, sq float64, lr float32) float64 {
-	s := tr.scaler.Scale()
-	norm := math.Sqrt(sq) / s
-	if !tr.scaler.update(norm) {
-		tr.log.logf("[amp] gradient overflow at loss scale %g: step skipped, loss scale now %g (skipped steps: %d)", s, tr.scaler.Scale(), tr.scaler.skipped)
-		return norm
+// evaluateAt evaluates after step when Engine.eval_freq (or the last
+// step) says so, and logs the loss and its perplexity.
+func (tr *Trainer) evaluateAt(ctx context.Context, step int, lr, loss float64, res *Result) error {
+	e := tr.Cfg.Engine
+	if tr.eval == nil || e.EvalFreq <= 0 || (step+1)%e.EvalFreq != 0 && step != e.MaxSteps-1 {
+		return nil
 	}
-	tr.Opt.Apply(tr.be, tr.Model, params, grads, tr.Opt.ClipScale(norm)/float32(s), lr)
-	return norm
-}
-
-// modelSum adds x up over the ranks that hold the parts of one model (the
-// tensor- and pipeline-parallel groups).
-func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
-	if tr.modelGroup == nil {
-		return x, nil
+	el, err := tr.Evaluate(ctx)
+	if err != nil {
+		return err
 	}
-	b := []float64{x}
-	if err := tr.modelGroup.AllReduce64(ctx, b); err != nil {
-		return 0, fmt.Errorf("model parallel: gradient norm: %w", err)
-	}
-	return b[0], nil
+	res.EvalLosses = append(res.EvalLosses, el)
+	tr.log.logf("[eval] epoch: %d step: %d loss: %.6f ppl: %.4f", tr.train.Epoch(), step, el, exp(el))
+	tr.log.writeMetrics(Metrics{Step: step, Epoch: tr.train.Epoch(), Loss: loss, LR: lr, EvalLoss: el, MemBytes: tr.Memory.Total()})
+	return nil
 }
 
 // Step returns the step Run is in (0 before Run). It is safe to call
@@ -840,10 +572,8 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 			return 0, err
 		}
 	}
-	if tr.dp != nil {
-		if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
-			return 0, err
-		}
+	if loss, err = tr.dp.sumLoss(ctx, loss); err != nil {
+		return 0, err
 	}
 	return loss / float64(n*tr.Accum*D), nil
 }
