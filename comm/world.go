@@ -216,6 +216,15 @@ func (w *World) NamedGroup(name string, ranks []int) (*Group, error) {
 	return g, nil
 }
 
+// WorldGroup is NamedGroup(name, every rank): a group of the whole world.
+func (w *World) WorldGroup(name string) (*Group, error) {
+	all := make([]int, w.Size())
+	for i := range all {
+		all[i] = i
+	}
+	return w.NamedGroup(name, all)
+}
+
 // getBuf returns a buffer for an n-byte frame that arrived early.
 func (w *World) getBuf(n int) *frameBuf {
 	if n > w.chunkBytes {

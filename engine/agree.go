@@ -51,11 +51,7 @@ func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) 
 		}
 		self.step, self.hash = s.Step, s.Manifest[:4*agreeHashChunks]
 	}
-	all := make([]int, w.Size())
-	for i := range all {
-		all[i] = i
-	}
-	g, err := w.NamedGroup("resume", all)
+	g, err := w.WorldGroup("resume")
 	if err != nil {
 		return err
 	}

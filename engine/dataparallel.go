@@ -157,11 +157,7 @@ func (d *dataParallel) sumLoss(ctx context.Context, loss float64) (float64, erro
 	if d == nil {
 		return loss, nil
 	}
-	b := []float64{loss}
-	if err := d.dp.AllReduce64(ctx, b); err != nil {
-		return 0, fmt.Errorf("data parallel: loss all-reduce: %w", err)
-	}
-	return b[0], nil
+	return sum64(ctx, d.dp, loss, "data parallel: loss all-reduce")
 }
 
 // traffic sums the bytes this rank sent through its groups.

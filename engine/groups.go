@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/kernels"
@@ -73,4 +74,16 @@ func backendStream(be kernels.Backend) comm.Stream {
 		return m
 	}
 	return nil
+}
+
+// sum64 adds the scalar x up over the members of c (a loss, a Σ g², a stop
+// flag): one float64 all-reduce, its failure wrapped with what.
+func sum64(ctx context.Context, c interface {
+	AllReduce64(context.Context, []float64) error
+}, x float64, what string) (float64, error) {
+	b := []float64{x}
+	if err := c.AllReduce64(ctx, b); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return b[0], nil
 }

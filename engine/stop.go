@@ -40,11 +40,7 @@ func newStopper(w *comm.World, stop <-chan struct{}) (*stopper, error) {
 	if w == nil || w.Size() == 1 || stop == nil {
 		return s, nil
 	}
-	all := make([]int, w.Size())
-	for i := range all {
-		all[i] = i
-	}
-	g, err := w.NamedGroup("stop", all)
+	g, err := w.WorldGroup("stop")
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +60,6 @@ func (s *stopper) requested(ctx context.Context) (bool, error) {
 	if s.world == nil {
 		return flag > 0, nil
 	}
-	b := []float64{flag}
-	if err := s.world.AllReduce64(ctx, b); err != nil {
-		return false, fmt.Errorf("agreeing on a stop: %w", err)
-	}
-	return b[0] > 0, nil
+	n, err := sum64(ctx, s.world, flag, "agreeing on a stop")
+	return n > 0, err
 }

@@ -584,11 +584,7 @@ func (tr *Trainer) lastStageSum(ctx context.Context, x float64) (float64, error)
 	if !tr.Model.Part.Head || tr.topo.MPIndex != 0 {
 		x = 0
 	}
-	b := []float64{x}
-	if err := tr.modelGroup.AllReduce64(ctx, b); err != nil {
-		return 0, fmt.Errorf("pipeline: loss: %w", err)
-	}
-	return b[0], nil
+	return sum64(ctx, tr.modelGroup, x, "pipeline: loss")
 }
 
 func (tr *Trainer) recomputeName() string {

@@ -60,11 +60,7 @@ func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
 	if tr.modelGroup == nil {
 		return x, nil
 	}
-	b := []float64{x}
-	if err := tr.modelGroup.AllReduce64(ctx, b); err != nil {
-		return 0, fmt.Errorf("model parallel: gradient norm: %w", err)
-	}
-	return b[0], nil
+	return sum64(ctx, tr.modelGroup, x, "model parallel: gradient norm")
 }
 
 // gradSquares adds to out[0], on the device, Σ g² over grads, the
@@ -114,11 +110,10 @@ func (tr *Trainer) shardedUpdate(ctx context.Context, sq float64, lr float32) (f
 	}
 	if tr.topo.Stage >= 2 {
 		// Each rank summed the squares of its shard.
-		s := []float64{sq}
-		if err := d.shard.AllReduce64(ctx, s); err != nil {
-			return 0, fmt.Errorf("sharding: gradient norm: %w", err)
+		var err error
+		if sq, err = sum64(ctx, d.shard, sq, "sharding: gradient norm"); err != nil {
+			return 0, err
 		}
-		sq = s[0]
 	}
 	sq, err := tr.modelSum(ctx, sq)
 	if err != nil {

@@ -102,12 +102,8 @@ func New(ctx context.Context, w *comm.World, opts Options) (*Fabric, error) {
 		timeout: cmpOr(opts.Timeout, comm.DefaultTimeout), poll: cmpOr(opts.Poll, DefaultPoll),
 		dead: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
-	all := make([]int, w.Size())
-	for i := range all {
-		all[i] = i
-	}
 	var err error
-	if f.boot, err = w.NamedGroup("nccl bootstrap", all); err != nil {
+	if f.boot, err = w.WorldGroup("nccl bootstrap"); err != nil {
 		return nil, fmt.Errorf("nccl: %w", err)
 	}
 	id, err := f.uniqueID(ctx)

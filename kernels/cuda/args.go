@@ -23,6 +23,53 @@ type packedArgs struct {
 	offsets []int  // where each argument starts in buf
 }
 
+// ArgKind is the type of a kernel argument, as ArgBits reads it.
+type ArgKind byte
+
+// The kinds of kernel argument, in the order the emulator numbers them.
+const (
+	ArgPtr ArgKind = iota
+	ArgInt32
+	ArgUint32
+	ArgInt64
+	ArgUint64
+	ArgFloat32
+	ArgFloat64
+)
+
+// Size is the argument's size in bytes.
+func (k ArgKind) Size() int {
+	switch k {
+	case ArgInt32, ArgUint32, ArgFloat32:
+		return 4
+	}
+	return 8
+}
+
+// ArgBits reads a kernel argument — a Ptr, int32, uint32, int64, uint64,
+// float32 or float64 — as its kind and its bits (zero-extended); ok is
+// false for any other type. The backend packs arguments by it and the
+// emulator records them by it.
+func ArgBits(a any) (kind ArgKind, bits uint64, ok bool) {
+	switch v := a.(type) {
+	case Ptr:
+		return ArgPtr, uint64(v), true
+	case int32:
+		return ArgInt32, uint64(uint32(v)), true
+	case uint32:
+		return ArgUint32, uint64(v), true
+	case int64:
+		return ArgInt64, uint64(v), true
+	case uint64:
+		return ArgUint64, v, true
+	case float32:
+		return ArgFloat32, uint64(math.Float32bits(v)), true
+	case float64:
+		return ArgFloat64, math.Float64bits(v), true
+	}
+	return 0, 0, false
+}
+
 // packArgs lays out kernel arguments. Each is a Ptr, int32, uint32,
 // int64, uint64, float32 or float64, stored in the machine's byte order at the next
 // offset that is a multiple of its size, as the C ABI aligns a kernel's
@@ -33,26 +80,11 @@ func packArgs(args []any) (packedArgs, error) {
 	}
 	p := packedArgs{offsets: make([]int, len(args))}
 	for i, a := range args {
-		var size int
-		var bits uint64
-		switch v := a.(type) {
-		case Ptr:
-			size, bits = 8, uint64(v)
-		case int32:
-			size, bits = 4, uint64(uint32(v))
-		case uint32:
-			size, bits = 4, uint64(v)
-		case int64:
-			size, bits = 8, uint64(v)
-		case uint64:
-			size, bits = 8, v
-		case float32:
-			size, bits = 4, uint64(math.Float32bits(v))
-		case float64:
-			size, bits = 8, math.Float64bits(v)
-		default:
+		kind, bits, ok := ArgBits(a)
+		if !ok {
 			return packedArgs{}, fmt.Errorf("cuda: kernel argument %d is a %T; use Ptr, int32, uint32, int64, uint64, float32 or float64", i, a)
 		}
+		size := kind.Size()
 		off := (len(p.buf) + size - 1) / size * size
 		if off+size > maxArgBytes {
 			return packedArgs{}, fmt.Errorf("cuda: kernel arguments exceed %d bytes at argument %d", maxArgBytes, i)

@@ -399,27 +399,11 @@ func (m *Machine) Launch(f cuda.Function, grid, block cuda.Dim3, shared int, s c
 	}
 	l := launch{fn: fn, grid: grid, block: block, shared: uint64(shared)}
 	for i, a := range args {
-		var k byte
-		var b uint64
-		switch v := a.(type) {
-		case cuda.Ptr:
-			k, b = 0, uint64(v)
-		case int32:
-			k, b = 1, uint64(uint32(v))
-		case uint32:
-			k, b = 2, uint64(v)
-		case int64:
-			k, b = 3, uint64(v)
-		case uint64:
-			k, b = 4, v
-		case float32:
-			k, b = 5, uint64(math.Float32bits(v))
-		case float64:
-			k, b = 6, math.Float64bits(v)
-		default:
+		k, b, ok := cuda.ArgBits(a)
+		if !ok {
 			return fmt.Errorf("emu: %s: argument %d has Go type %T, which no kernel takes", name, i, a)
 		}
-		l.kinds = append(l.kinds, k)
+		l.kinds = append(l.kinds, byte(k))
 		l.bits = append(l.bits, b)
 	}
 	m.launches = append(m.launches, l)
