@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"time"
 )
 
@@ -61,7 +62,7 @@ func (mt *meter) end(step int, lr, loss, norm float64, reader time.Duration) {
 	mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
 	mem := tr.Memory.Total()
 	tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
-		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, 100*mfu, gb(mem))
+		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, 100*mfu, units.GB(mem, 3))
 	if sc := tr.scaler; sc != nil {
 		tr.log.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
 	}
@@ -114,7 +115,7 @@ func (tr *Trainer) logStart() bool {
 		tr.log.logf("[config] %s", n)
 	}
 	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
-		tr.opts.Rank, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), tr.recomputeName(), gb(mem.Total()))
+		tr.opts.Rank, units.GB(mem.Params, 3), units.GB(mem.Grads, 3), units.GB(mem.Optimizer, 3), units.GB(mem.Activations, 3), tr.recomputeName(), units.GB(mem.Total(), 3))
 	tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
 	if sc := tr.scaler; sc != nil {
 		tr.log.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
@@ -125,7 +126,7 @@ func (tr *Trainer) logStart() bool {
 	if peak := peakResident(); peak > 0 {
 		// The process's high-water mark so far: its part of the model and
 		// whatever building it took, beside the account logged above.
-		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, gb(peak))
+		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, units.GB(peak, 3))
 	}
 	return true
 }

@@ -598,5 +598,3 @@ func (tr *Trainer) recomputeName() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func gb(n int64) string { return fmt.Sprintf("%.3f GB", float64(n)/1e9) }

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"math"
 
 	"github.com/gptui/gptui/layout"
@@ -84,7 +85,7 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 	switch mb := p.microBatches(m); {
 	case float64(p.Mem.Total) > Usable*float64(p.Capacity):
 		p.Feasible = false
-		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", gbs(p.Mem.Total), 100*Usable, gbs(p.Capacity))
+		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", units.GB(p.Mem.Total, 2), 100*Usable, units.GB(p.Capacity, 2))
 	case s.PP > 1 && mb < s.PP:
 		p.Feasible = false
 		p.Reason = fmt.Sprintf("pipeline never fills: %d micro-batch(es) per step for %d stages", mb, s.PP)
@@ -471,6 +472,3 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	t.Optimizer = opt/rate + (normN+zeroN)/(7*rate)
 	return t, sent
 }
-
-// gbs formats bytes as gigabytes.
-func gbs(n int64) string { return fmt.Sprintf("%.2f GB", float64(n)/1e9) }

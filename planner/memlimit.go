@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"path"
 	"slices"
 	"strconv"
@@ -54,9 +55,6 @@ func lowest(ls ...MemLimit) MemLimit {
 	return low
 }
 
-// inGiB formats n bytes as GiB with one decimal.
-func inGiB(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
-
 // addressLimit is what an address-space limit of limit bytes leaves a
 // process that holds used bytes of address space already, keeping
 // reserve for what it will map besides: at least 1 byte (a limit below
@@ -64,7 +62,7 @@ func inGiB(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) 
 func addressLimit(limit, used, reserve int64) MemLimit {
 	left := max(limit-used-reserve, 1)
 	return MemLimit{Bytes: left, What: fmt.Sprintf("the %s that its address-space limit leaves (ulimit -v %d KiB = %s, of which %s is mapped already, by the Go runtime mostly, and %s kept for its threads and buffers; raise ulimit -v or lift it)",
-		inGiB(left), limit>>10, inGiB(limit), inGiB(used), inGiB(reserve))}
+		units.GiB(left), limit>>10, units.GiB(limit), units.GiB(used), units.GiB(reserve))}
 }
 
 // cgroupMemLimit returns the lowest memory limit of the process's cgroups

@@ -3,6 +3,7 @@ package planner
 import (
 	"fmt"
 	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/internal/units"
 
 	"github.com/gptui/gptui/presets"
 )
@@ -24,7 +25,7 @@ func ModelOf(cfg *presets.Config) Model {
 // String describes the model in one line.
 func (m Model) String() string {
 	return fmt.Sprintf("GPT %s params (layers %d, hidden %d, heads %d, ffn %d, vocab %d), seq %d, global batch %d, %s",
-		humanCount(float64(m.Params())), m.L, m.C, m.NH, m.F, m.Vp, m.SeqLen, m.GlobalBatch, m.Dtype)
+		units.Params(float64(m.Params())), m.L, m.C, m.NH, m.F, m.Vp, m.SeqLen, m.GlobalBatch, m.Dtype)
 }
 
 // layerParamsTP is one block's parameters on one of tp tensor-parallel
@@ -33,17 +34,4 @@ func (m Model) String() string {
 func (m Model) layerParamsTP(tp int) int64 {
 	C, F, t := int64(m.C), int64(m.F), int64(tp)
 	return (4*C*C+2*C*F+3*C+F)/t + 6*C
-}
-
-// humanCount writes n as 355M or 1.3B.
-func humanCount(n float64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.1fB", n/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.0fM", n/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.0fK", n/1e3)
-	}
-	return fmt.Sprintf("%.0f", n)
 }

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"math"
 	"testing"
 
@@ -90,9 +91,9 @@ func TestSeedPresetsChosenPlan(t *testing.T) {
 			}
 			ref := Estimate(m, c, StrategyOf(cfg))
 			t.Logf("%s on %s: chosen %s: %.3f s/step, %s/device; seed's %s: %.3f s/step, %s/device (%s); chosen %.2f× as fast",
-				sp.preset, c, best.Strategy, best.StepTime, gbs(best.Mem.Total), ref.Strategy, ref.StepTime, gbs(ref.Mem.Total), feasibleWord(ref), ref.StepTime/best.StepTime)
+				sp.preset, c, best.Strategy, best.StepTime, units.GB(best.Mem.Total, 2), ref.Strategy, ref.StepTime, units.GB(ref.Mem.Total, 2), feasibleWord(ref), ref.StepTime/best.StepTime)
 			if float64(best.Mem.Total) > Usable*float64(best.Capacity) {
-				t.Errorf("chosen plan needs %s of %s", gbs(best.Mem.Total), gbs(best.Capacity))
+				t.Errorf("chosen plan needs %s of %s", units.GB(best.Mem.Total, 2), units.GB(best.Capacity, 2))
 			}
 			if ref.Feasible && best.StepTime > ref.StepTime {
 				t.Errorf("chosen %.3f s slower than the seed's %.3f s", best.StepTime, ref.StepTime)

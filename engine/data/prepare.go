@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"io"
 	"io/fs"
 	"os"
@@ -702,38 +703,11 @@ func (p *progress) draw(done int64, tokens int, now time.Time, end string) {
 		rate = float64(tokens) / secs
 	}
 	line := fmt.Sprintf("prepare [%s] %5.1f%%  %s / %s  %s tokens  %s tokens/s",
-		bar, 100*frac, formatBytes(done), formatBytes(p.total), formatCount(float64(tokens)), formatCount(rate))
+		bar, 100*frac, units.Bytes(done), units.Bytes(p.total), units.Metric(float64(tokens)), units.Metric(rate))
 	pad := ""
 	if len(line) < p.width {
 		pad = strings.Repeat(" ", p.width-len(line))
 	}
 	p.width = len(line)
 	fmt.Fprint(p.w, "\r"+line+pad+end)
-}
-
-// formatBytes formats n bytes with a binary unit.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
-}
-
-// formatCount formats a count with a metric suffix.
-func formatCount(v float64) string {
-	switch {
-	case v >= 1e9:
-		return fmt.Sprintf("%.2fG", v/1e9)
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }

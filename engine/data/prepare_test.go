@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -266,35 +267,10 @@ func TestPrepareProgress(t *testing.T) {
 		t.Errorf("progress %q is not a line redrawn with \\r and ended with one newline", s)
 	}
 	last := s[strings.LastIndex(s, "\r")+1:]
-	for _, w := range []string{"100.0%", "8.8 KiB / 8.8 KiB", formatCount(float64(stats.Tokens)) + " tokens", "tokens/s",
+	for _, w := range []string{"100.0%", "8.8 KiB / 8.8 KiB", units.Metric(float64(stats.Tokens)) + " tokens", "tokens/s",
 		"[" + strings.Repeat("=", 30) + "]"} {
 		if !strings.Contains(last, w) {
 			t.Errorf("final progress line %q does not contain %q", last, w)
-		}
-	}
-}
-
-func TestFormatHelpers(t *testing.T) {
-	bytesTests := []struct {
-		n    int64
-		want string
-	}{
-		{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {1536, "1.5 KiB"}, {5 << 20, "5.0 MiB"}, {3 << 30, "3.0 GiB"},
-	}
-	for _, tt := range bytesTests {
-		if got := formatBytes(tt.n); got != tt.want {
-			t.Errorf("formatBytes(%d) = %q, want %q", tt.n, got, tt.want)
-		}
-	}
-	countTests := []struct {
-		v    float64
-		want string
-	}{
-		{0, "0"}, {999, "999"}, {1500, "1.5k"}, {2_500_000, "2.50M"}, {7e9, "7.00G"},
-	}
-	for _, tt := range countTests {
-		if got := formatCount(tt.v); got != tt.want {
-			t.Errorf("formatCount(%v) = %q, want %q", tt.v, got, tt.want)
 		}
 	}
 }
