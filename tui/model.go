@@ -206,6 +206,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tickMsg:
 		m.now = time.Time(msg)
+		m.dash.settle(m.now)
 		return m, tick()
 	case eventsMsg:
 		cmd, replan = m.onEvents(msg)
@@ -255,9 +256,9 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 			m.nodes.apply(ev)
 			nodes = true
 		}
-		m.dash.apply(ev)
+		m.dash.apply(ev, msg.at)
 	}
-	m.dash.settle()
+	m.dash.settle(m.now)
 	if !msg.closed {
 		return readEvents(m.jobN, m.runner.Events()), nodes
 	}
@@ -283,7 +284,7 @@ func (m *Model) onStarted(msg startedMsg) tea.Cmd {
 	if msg.err != nil {
 		e := event.New(event.KindJob)
 		e.State, e.Message, e.Time = event.JobFailed, "launch: "+msg.err.Error(), time.Time{}
-		m.dash.apply(e) // the banner says why
+		m.dash.apply(e, time.Time{}) // the banner says why
 		m.status = e.Message
 		if m.quitting {
 			return tea.Quit

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 
@@ -136,7 +137,8 @@ const probeStream = 0
 type eventsMsg struct {
 	stream int // a probe's (≤ probeStream), or the job's number
 	events []event.Event
-	closed bool // the stream has ended
+	closed bool      // the stream has ended
+	at     time.Time // when the first of them arrived (zero: at their own times)
 }
 
 // startedMsg reports the result of Launcher.Start.
@@ -156,7 +158,7 @@ func readEvents(stream int, ch <-chan event.Event) tea.Cmd {
 		if !ok {
 			return eventsMsg{stream: stream, closed: true}
 		}
-		msg := eventsMsg{stream: stream, events: []event.Event{ev}}
+		msg := eventsMsg{stream: stream, events: []event.Event{ev}, at: time.Now()}
 		for len(msg.events) < maxBatch {
 			select {
 			case ev, ok := <-ch:
