@@ -164,6 +164,7 @@ func newDashModel(logCap, points int) dashModel {
 		follow:  true,
 		charted: -1,
 		focus:   paneLog,
+		slow:    slowest{rank: -1},
 		hist:    make(map[int]*rankHist),
 		lost:    make(map[string]string),
 		events:  newEventLog(eventRows),
@@ -585,6 +586,8 @@ func (m *dashModel) update(msg tea.KeyPressMsg, k keyMap, page int, h host) (boo
 		return true, h.openPrompt(promptSearch, "search the log: ", m.search, "")
 	case is(msg, k.Report):
 		return true, m.writeReport(h)
+	case is(msg, k.Drop):
+		return true, h.askDrop()
 	case is(msg, k.Next):
 		m.focus = (m.focus + 1) % numPanes
 	case is(msg, k.Prev):

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/sshexec"
 )
 
 // The dashboard's live truth: what it shows in the seconds that matter,
@@ -187,7 +190,7 @@ func TestSilentAndStalled(t *testing.T) {
 	s++
 	feed(m, stepOf(sec, s, 3.2, noise(s))...)
 	clock(m, sec)
-	named := regexp.MustCompile(`slowest rank 2: stalled (\d+\.\d) s at step (\d+)`)
+	named := regexp.MustCompile(`slowest rank 2: stalled (\d+\.\d) s in step (\d+)`)
 	for k := 0; ; k++ {
 		out := m.Render()
 		if mm := named.FindStringSubmatch(out); mm != nil {
@@ -312,5 +315,104 @@ func TestWideColumns(t *testing.T) {
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	if row := rankRowOf(m.Render(), 0); !strings.Contains(row, "stopped with the j") {
 		t.Errorf("at 80 columns, rank 0's row %q", row)
+	}
+}
+
+// TestJobRestartsAndDropNode: the Job screen's Restarts and Min nodes
+// fields go with the job (--max-restarts, --min-nodes; a job that may
+// shrink takes its ranks from its nodes at each attempt); after node2 is
+// lost and the job fails, the UI's exit status would say so, D asks to
+// drop node2, and yes resumes the job from its checkpoint on node1 alone,
+// re-planned dp4 → dp2 with the global batch kept by accumulation, as a
+// restart with --min-nodes 1 would.
+func TestJobRestartsAndDropNode(t *testing.T) {
+	t.Chdir(t.TempDir())
+	l := &testLauncher{}
+	var nodes []sshexec.Node
+	for i, n := range []string{"node1", "node2"} {
+		nodes = append(nodes, sshexec.Node{Name: n, Host: fmt.Sprintf("10.0.0.%d", 10+i), Devices: sshexec.Devices{CPU: 2}, Workdir: "w", Line: i + 1})
+	}
+	over := []string{"Distributed.dp_degree=4", "Global.global_batch_size=4", "Global.local_batch_size=1", "Global.micro_batch_size=1", "Engine.max_steps=100"}
+	m := New(Options{Launcher: l, Nodes: nodes, Config: "tiny", Overrides: over})
+	m.Update(tea.WindowSizeMsg{Width: 120, Height: 40})
+	var evs []event.Event
+	for _, n := range []string{"node1", "node2"} {
+		evs = append(evs, ev(event.KindNode, 1, func(e *event.Event) {
+			e.Node, e.State, e.Probe = n, event.NodeReady, &event.Probe{Hostname: n, OS: "linux/amd64", Cores: 4, MemBytes: 8 << 30}
+		}))
+	}
+	m.Update(eventsMsg{stream: probeStream, events: evs})
+	press(m, "3", "g", "j", "enter", "backspace", "'2", "enter", "j", "enter", "backspace", "'x", "enter")
+	if !strings.Contains(m.status, "--min-nodes \"x\"") {
+		t.Errorf("a bad --min-nodes: status %q", m.status)
+	}
+	press(m, "enter", "backspace", "'1", "enter")
+	if scr := m.Render(); !strings.Contains(scr, "Restarts   2   --max-restarts: up to 2") || !strings.Contains(scr, "Min nodes  1   --min-nodes: 1: a restart leaves out") {
+		t.Errorf("the Job screen's restart fields:\n%s", scr)
+	}
+	press(m, "G")
+	cmd := press(m, "enter")
+	if cmd == nil {
+		t.Fatalf("launch: %q", m.status)
+	}
+	m.Update(cmd())
+	j := l.jobs[0]
+	if j.Restarts != (cluster.Restarts{Max: 2, MinNodes: 1}) || !j.Elastic || fmt.Sprint(j.Nodes) != "[node1 node2]" {
+		t.Errorf("the job's restarts %+v, elastic %v, nodes %v", j.Restarts, j.Elastic, j.Nodes)
+	}
+	// The job loses node2, and cannot go on.
+	evs = []event.Event{ev(event.KindJob, 2, func(e *event.Event) { e.State = event.JobStarted })}
+	for r := range 4 {
+		evs = append(evs, ev(event.KindWorker, 2, func(e *event.Event) {
+			e.Node, e.Rank, e.State = []string{"node1", "node2"}[r/2], r, event.WorkerRunning
+		}))
+	}
+	feed(m, evs...)
+	press(m, "D")
+	if !strings.Contains(m.status, "no node was lost") {
+		t.Errorf("D with no node lost: %q", m.status)
+	}
+	feed(m, ev(event.KindNode, 10, func(e *event.Event) {
+		e.Node, e.State, e.Message = "node2", event.NodeLost, "its agent has been silent for 3 s"
+	}))
+	press(m, "D")
+	if !strings.Contains(m.status, "the job still runs") {
+		t.Errorf("D while the job runs: %q", m.status)
+	}
+	feed(m, ev(event.KindJob, 15, func(e *event.Event) {
+		e.State, e.Rank, e.Message = event.JobFailed, -1, "cluster: restart 2: node2: connection refused (3 tries; 0 node(s) would be left, --min-nodes 1)"
+	}))
+	m.Update(eventsMsg{stream: m.jobN, closed: true})
+	if err := m.Err(); err == nil || !strings.Contains(err.Error(), "the job failed: restart 2: node2: connection refused") {
+		t.Errorf("Err after the failed job: %v", err)
+	}
+	press(m, "D")
+	q := ""
+	if m.confirm != nil {
+		q = m.confirm.question
+	}
+	if want := "Drop node2 and resume from the newest checkpoint on the nodes left (1 node, 2 ranks: dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept))?"; q != want {
+		t.Fatalf("D asks %q, want %q (status %q)", q, want, m.status)
+	}
+	cmd = press(m, "y")
+	if cmd == nil {
+		t.Fatalf("y: %q", m.status)
+	}
+	m.Update(cmd())
+	if len(l.jobs) != 2 {
+		t.Fatalf("%d jobs started", len(l.jobs))
+	}
+	j = l.jobs[1]
+	if !j.Resume || fmt.Sprint(j.Nodes) != "[node1]" || j.Table.RankSize() != 2 || j.Resolved.Distributed.DPDegree != 2 ||
+		j.Resolved.Global.GlobalBatchSize != 4 || j.Resolved.Global.LocalBatchSize != 2 || !slices.Contains(j.Overrides, "Distributed.dp_degree=2") {
+		t.Errorf("the resumed job: resume %v nodes %v ranks %d dp %d batch %d/%d overrides %v", j.Resume, j.Nodes, j.Table.RankSize(),
+			j.Resolved.Distributed.DPDegree, j.Resolved.Global.GlobalBatchSize, j.Resolved.Global.LocalBatchSize, j.Overrides)
+	}
+	if scr := m.Render(); !strings.Contains(scr, "job running") {
+		t.Errorf("after the drop:\n%s", scr)
+	}
+	press(m, "1")
+	if scr := m.Render(); !regexp.MustCompile(`node2 .* dropped`).MatchString(scr) {
+		t.Errorf("the Nodes screen does not show node2 dropped:\n%s", scr)
 	}
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// ReportPath is where w on the dashboard writes the report picture
 	// (report.png if empty).
 	ReportPath string
+	// Restarts is the restart policy the Job screen starts with
+	// (--max-restarts, --min-nodes); each job is launched with the
+	// screen's.
+	Restarts cluster.Restarts
 }
 
 // Prompt purposes.
@@ -80,6 +84,7 @@ const (
 	promptDevices         // a node's device range
 	promptConfig          // the config or preset
 	promptOverride        // an -o override
+	promptRestarts        // --max-restarts or --min-nodes (arg: the row)
 )
 
 // confirmation is a yes/no question on the bottom line.
@@ -156,7 +161,7 @@ func New(opt Options) *Model {
 		h:      24,
 		nodes:  newNodesModel(opt.Nodes),
 		ranks:  newRankModel(opt.RankTablePath),
-		job:    newJobModel(opt.Config, opt.Overrides),
+		job:    newJobModel(opt.Config, opt.Overrides, opt.Restarts),
 		dash:   newDashModel(opt.LogLines, opt.LossPoints),
 		input:  in,
 		probes: make(map[int]<-chan event.Event),
@@ -334,6 +339,10 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		}
 		return nil
 	}
+	if m.job.restarts.MinNodes > 0 && len(m.ranks.edited) > 0 {
+		m.status = "--min-nodes does not go with devices edited on the Rank table screen (2), which fix the nodes: set Min nodes to 0 on the Job screen, or undo the edits"
+		return nil
+	}
 	t := m.ranks.table(m.nodes.rows)
 	id := cluster.NewJobID()
 	path := m.ranks.jobPath(id)
@@ -349,6 +358,9 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		TablePath: path,
 		JobID:     id,
 		Resolved:  m.job.cfg,
+		Restarts:  m.job.restarts,
+		Nodes:     m.nodes.readyNames(),
+		Elastic:   m.job.restarts.MinNodes > 0,
 	}
 	m.jobN++
 	m.launching = true
@@ -410,6 +422,7 @@ type host interface {
 	say(status string)
 	launch(resume bool) tea.Cmd
 	retry(node, key string) tea.Cmd
+	askDrop() tea.Cmd
 	applyPlan()
 	plans() int
 	reportPath() string
@@ -612,6 +625,12 @@ func (m *Model) submit(v string) tea.Cmd {
 	case promptConfig:
 		m.job.source = strings.TrimSpace(v)
 		m.job.resolve()
+	case promptRestarts:
+		var row int
+		fmt.Sscan(m.arg, &row)
+		if err := m.job.setRestarts(row, v); err != nil {
+			m.status = err.Error()
+		}
 	case promptOverride:
 		var i int
 		fmt.Sscan(m.arg, &i)
@@ -620,7 +639,7 @@ func (m *Model) submit(v string) tea.Cmd {
 			m.status = err.Error()
 		}
 		if len(m.job.overrides) > n {
-			m.job.sel = i + 1 // the new override's row
+			m.job.sel = rowOverride + i // the new override's row
 		}
 		m.job.sel = min(m.job.sel, m.job.launchRow())
 	}
@@ -635,6 +654,19 @@ func (m *Model) Summary() []string {
 		return nil
 	}
 	return m.dash.summary(m.opt.Nodes)
+}
+
+// Err returns the last job's failure, for the exit status once the UI
+// has quit: nil when no job ran, or the last one did not fail.
+func (m *Model) Err() error {
+	if m.jobN == 0 || m.dash.state != event.JobFailed {
+		return nil
+	}
+	why := "see its log"
+	if f := m.dash.failure; f != nil && f.Message != "" {
+		why = strings.TrimPrefix(f.Message, "cluster: ")
+	}
+	return fmt.Errorf("the job failed: %s", why)
 }
 
 // View draws the UI.

@@ -281,7 +281,7 @@ func (s slowest) ratio() float64 {
 }
 
 // text is the verdict in a few words: "rank 2 silent 4s", "slowest rank
-// 2: stalled 3.1 s at step 12", "slowest rank 1 ×1.7 (0.240 s
+// 2: stalled 3.1 s in step 12", "slowest rank 1 ×1.7 (0.240 s
 // compute/step)"; short leaves out what is in parentheses and the step.
 func (s slowest) text(short bool) string {
 	switch {
@@ -292,7 +292,7 @@ func (s slowest) text(short bool) string {
 	case s.stall.secs > 0 && short:
 		return fmt.Sprintf("slowest rank %d: stalled %.1f s", s.rank, s.stall.secs)
 	case s.stall.secs > 0:
-		return fmt.Sprintf("slowest rank %d: stalled %.1f s at step %d", s.rank, s.stall.secs, s.stall.step)
+		return fmt.Sprintf("slowest rank %d: stalled %.1f s in step %d", s.rank, s.stall.secs, s.stall.step)
 	case short:
 		return fmt.Sprintf("slowest rank %d ×%.1f", s.rank, s.ratio())
 	}

@@ -6,6 +6,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
@@ -59,6 +60,14 @@ type Job struct {
 	TablePath string           // where the rank table was saved, if it was
 	JobID     string           // the job's id (cluster.NewJobID), which names its jobs/<id> directories
 	Resolved  *presets.Config  // Config with Overrides applied, as the UI checked it
+	Restarts  cluster.Restarts // the automatic restart policy (--max-restarts, --min-nodes)
+	// Nodes names the inventory's nodes the job runs on (those of Table);
+	// none means every node.
+	Nodes []string
+	// Elastic: a restart may leave nodes out (Restarts.MinNodes), so each
+	// attempt's ranks come from its nodes, as Table's came from all of
+	// them, rather than from Table.
+	Elastic bool
 }
 
 // Planner is the hook for the planner (package planner, `gptui plan`):

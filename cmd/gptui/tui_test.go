@@ -189,7 +189,7 @@ func headerStep(scr string) int {
 
 // rankRow returns the ranks pane's row of rank r, "" if it is not shown.
 func rankRow(scr string, r int) string {
-	re := regexp.MustCompile(fmt.Sprintf(`(?m)^[ ›]%d +(waiting|starting|running|done|stopped|failed|lost|hung|restarting).*$`, r))
+	re := regexp.MustCompile(fmt.Sprintf(`(?m)^[ ›]%d +(waiting|starting|running|silent|done|stopped|failed|lost|hung|restarting).*$`, r))
 	return re.FindString(scr)
 }
 
@@ -340,13 +340,15 @@ func TestTUILocalStraggler(t *testing.T) {
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
-// TestTUILocalHang: a worker stopped with SIGSTOP shows hung within the
-// hang bound (3 s, checked every second) and the other stopped; the
-// stopped worker is killed with the gang.
+// TestTUILocalHang: a worker stopped with SIGSTOP shows silent within 5 s,
+// its own row and the header naming it (no other rank named the slowest
+// meanwhile), then hung at the hang bound (6 s, checked every second) and
+// the other stopped; the stopped worker is killed with the gang, and the
+// UI exits 1 after the failed job.
 func TestTUILocalHang(t *testing.T) {
 	long(t)
 	exe := builtGPTUI(t)
-	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 3s"))
+	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 6s"))
 	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
 	s.keys("Enter")
 	s.await(regexp.MustCompile(`step ([2-9]|\d\d+)/100000  loss`), 120*time.Second)
@@ -357,17 +359,92 @@ func TestTUILocalHang(t *testing.T) {
 	syscall.Kill(pid, syscall.SIGSTOP)
 	defer syscall.Kill(pid, syscall.SIGCONT)
 	at := time.Now()
-	scr := s.await(regexp.MustCompile(`ranks: 1 stopped · 1 hung \(cause\)`), 30*time.Second)
+	scr := s.await(regexp.MustCompile(`rank 0 silent \d+s`), 5*time.Second)
+	t.Logf("silent %v after the SIGSTOP:\n%s", time.Since(at).Round(100*time.Millisecond), scr)
+	if row := rankRow(scr, 0); !regexp.MustCompile(`^[ ›]0 +silent \d+s`).MatchString(row) {
+		t.Errorf("rank 0's row %q, want silent", row)
+	}
+	if strings.Contains(scr, "slowest rank 1") || !strings.Contains(scr, "ranks: 1 running · 1 silent") {
+		t.Errorf("while rank 0 is silent:\n%s", scr)
+	}
+	scr = s.await(regexp.MustCompile(`ranks: 1 stopped · 1 hung \(cause\)`), 30*time.Second)
 	t.Logf("hung %v after the SIGSTOP:\n%s", time.Since(at).Round(100*time.Millisecond), scr)
-	if time.Since(at) < 3*time.Second {
-		t.Errorf("hung %v after the SIGSTOP, before the 3 s bound", time.Since(at))
+	if time.Since(at) < 6*time.Second {
+		t.Errorf("hung %v after the SIGSTOP, before the 6 s bound", time.Since(at))
 	}
 	flat := strings.Join(strings.Fields(scr), " ")
 	if row := rankRow(scr, 0); !strings.Contains(row, "hung ✗") || !strings.Contains(flat, "✗ the job hung: rank 0 on localhost stuck: no progress report for") {
 		t.Errorf("rank 0's row %q, or the banner:\n%s", row, scr)
 	}
+	if row := rankRow(scr, 1); !strings.Contains(row, "stopped with the job because rank 0 hung") {
+		t.Errorf("rank 1's row %q, want its reason", row)
+	}
 	s.keys("q")
-	s.await(exitRE, 30*time.Second)
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "1" || !strings.Contains(strings.Join(strings.Fields(scr), " "), "gptui: the job failed: job hung: rank 0") {
+		t.Errorf("after the failed job gptui exited with status %s, want 1 and the failure:\n%s", code, scr)
+	}
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// TestTUILocalStall: one worker of a local dp2 job stopped for 3 s
+// (SIGSTOP, SIGCONT) is shown silent meanwhile, with no other rank named
+// the slowest while it is, and named the slowest within 3 steps of the
+// stop; then the other is stopped for 3 s, and the header names it
+// within 3 steps in turn.
+func TestTUILocalStall(t *testing.T) {
+	long(t)
+	exe := builtGPTUI(t)
+	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1"))
+	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
+	s.keys("Enter")
+	s.await(regexp.MustCompile(`step ([5-9]|\d\d+)/100000  loss`), 120*time.Second)
+	for _, rank := range []int{1, 0} {
+		pid := localPID(exe, "train", rank)
+		if pid == 0 {
+			t.Fatalf("no worker of rank %d among %v", rank, processesOf(exe))
+		}
+		from := headerStep(s.screen())
+		syscall.Kill(pid, syscall.SIGSTOP)
+		stopped := time.Now()
+		other := regexp.MustCompile(fmt.Sprintf(`slowest rank %d`, 1-rank))
+		named := regexp.MustCompile(fmt.Sprintf(`slowest rank %d: stalled (\d+\.\d) s in step (\d+)`, rank))
+		silent := false
+		var scr string
+		for {
+			scr = s.screen()
+			if time.Since(stopped) > 3*time.Second {
+				syscall.Kill(pid, syscall.SIGCONT)
+			}
+			now := strings.Contains(scr, fmt.Sprintf("rank %d silent", rank))
+			silent = silent || now
+			if now && other.MatchString(scr) {
+				t.Errorf("rank %d silent, rank %d named the slowest:\n%s", rank, 1-rank, scr)
+			}
+			if named.MatchString(scr) {
+				break
+			}
+			if time.Since(stopped) > 60*time.Second {
+				syscall.Kill(pid, syscall.SIGCONT)
+				t.Fatalf("rank %d not named the slowest 60 s after its 3 s stop at step %d:\n%s", rank, from, scr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+		at := headerStep(scr)
+		t.Logf("rank %d stopped at step %d, named at step %d: %s (silent shown: %v)", rank, from, at, named.FindString(scr), silent)
+		if at-from > 3 {
+			t.Errorf("rank %d named %d steps after its stop, want at most 3:\n%s", rank, at-from, scr)
+		}
+		if !silent {
+			t.Errorf("rank %d was never shown silent during its 3 s stop", rank)
+		}
+		s.await(regexp.MustCompile(fmt.Sprintf(`step (%d|%d\d+)/`, at+3, (at+3)/10)), 60*time.Second)
+	}
+	s.keys("q")
+	s.await(regexp.MustCompile(`stop it and quit\?`), 10*time.Second)
+	s.keys("y")
+	s.await(exitRE, 60*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
@@ -447,8 +524,8 @@ func TestTUIHosts(t *testing.T) {
 	s.keys("q")
 	quit := time.Now()
 	scr = s.await(exitRE, 30*time.Second)
-	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
-		t.Errorf("gptui exited with status %s:\n%s", code, scr)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "1" {
+		t.Errorf("gptui exited with status %s after the failed job, want 1:\n%s", code, scr)
 	}
 	c.awaitGone(t, quit, 10*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
@@ -508,6 +585,8 @@ func TestTUIArgs(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "hosts.txt")
 	os.WriteFile(bad, []byte("gpu0 devices=0-7\ngpu1 devices=0-x\n"), 0o644)
+	good := filepath.Join(dir, "good.txt")
+	os.WriteFile(good, []byte("gpu0 devices=0-7\ngpu1 devices=0-7\n"), 0o644)
 	for _, tt := range []struct {
 		args []string
 		want []string
@@ -517,6 +596,8 @@ func TestTUIArgs(t *testing.T) {
 		{[]string{"--nproc", "0", "--preset", "tiny"}, []string{"--nproc 0"}},
 		{[]string{"--preset", "tiny", "-c", "gpt2-124m"}, []string{"--preset or -c"}},
 		{[]string{"--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"--min-nodes", "1", "--preset", "tiny"}, []string{"--min-nodes need --hosts"}},
+		{[]string{"--hosts", good, "--min-nodes", "3"}, []string{"--min-nodes 3", "want 1 to 2"}},
 	} {
 		code, _, stderr := runCLI(t, tt.args...)
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
