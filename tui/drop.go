@@ -8,6 +8,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -24,6 +25,7 @@ import (
 // without them.
 type drop struct {
 	nodes     []string // the lost nodes
+	again     []string // the nodes left whose setup a restart stopped: set up again first
 	overrides []string
 	how       string // the re-plan, as the question says it
 }
@@ -40,12 +42,21 @@ func (m *Model) planDrop() (*drop, string) {
 	case m.job.cfg == nil:
 		return nil, "the config does not resolve: fix it on the Job screen (3) first"
 	}
+	// The nodes left: ready, or set up before and stopped since only
+	// because a restart gave up on the lost node.
 	rows := slices.Clone(m.nodes.rows)
 	left := 0
+	d := &drop{nodes: lost}
 	for i := range rows {
-		if slices.Contains(lost, rows[i].node.Name) {
-			rows[i].dropped = true
-		} else if rows[i].ready() {
+		r := &rows[i]
+		switch {
+		case slices.Contains(lost, r.node.Name):
+			r.dropped = true
+		case r.state == event.NodeStopped && r.probe != nil && !r.dropped:
+			r.state = event.NodeReady
+			d.again = append(d.again, r.node.Name)
+			left++
+		case r.ready():
 			left++
 		}
 	}
@@ -59,7 +70,6 @@ func (m *Model) planDrop() (*drop, string) {
 		return nil, fmt.Sprintf("cannot re-plan the job for the %d ranks left: %v", ranks, err)
 	}
 	gb := was.Global.GlobalBatchSize
-	d := &drop{nodes: lost}
 	d.overrides = planner.ApplyOverrides(m.job.overrides, planner.Overrides(planner.StrategyOf(&c), gb), planner.Overrides(planner.StrategyOf(was), gb))
 	if _, err := presets.Load(m.job.source, d.overrides); err != nil {
 		return nil, fmt.Sprintf("cannot re-plan the job for the %d ranks left: %v", ranks, err)
@@ -84,7 +94,24 @@ func (m *Model) askDrop() tea.Cmd {
 		}
 		m.job.overrides = d.overrides
 		m.job.resolve()
-		return m.launch(true)
+		if len(d.again) == 0 {
+			return m.launch(true)
+		}
+		m.status = "setting " + strings.Join(d.again, ", ") + " up again, then resuming the job…"
+		cmd := m.probe(ProbeRequest{Nodes: d.again})
+		m.dropProbe = m.probeN
+		return cmd
 	})
 	return nil
+}
+
+// dropped is what follows the end of probe stream: after the probe of a
+// drop, the job resumes on the nodes left (launch says why not, if it
+// cannot).
+func (m *Model) dropped(stream int) tea.Cmd {
+	if stream != m.dropProbe || m.dropProbe == 0 {
+		return nil
+	}
+	m.dropProbe = 0
+	return m.launch(true)
 }

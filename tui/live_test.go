@@ -379,9 +379,13 @@ func TestJobRestartsAndDropNode(t *testing.T) {
 	if !strings.Contains(m.status, "the job still runs") {
 		t.Errorf("D while the job runs: %q", m.status)
 	}
-	feed(m, ev(event.KindJob, 15, func(e *event.Event) {
-		e.State, e.Rank, e.Message = event.JobFailed, -1, "cluster: restart 2: node2: connection refused (3 tries; 0 node(s) would be left, --min-nodes 1)"
-	}))
+	feed(m,
+		ev(event.KindNode, 14, func(e *event.Event) {
+			e.Node, e.State, e.Message = "node1", event.NodeStopped, "setup stopped: node node2 failed"
+		}),
+		ev(event.KindJob, 15, func(e *event.Event) {
+			e.State, e.Rank, e.Message = event.JobFailed, -1, "cluster: restart 2: node2: connection refused (3 tries; 0 node(s) would be left, --min-nodes 1)"
+		}))
 	m.Update(eventsMsg{stream: m.jobN, closed: true})
 	if err := m.Err(); err == nil || !strings.Contains(err.Error(), "the job failed: restart 2: node2: connection refused") {
 		t.Errorf("Err after the failed job: %v", err)
@@ -394,9 +398,16 @@ func TestJobRestartsAndDropNode(t *testing.T) {
 	if want := "Drop node2 and resume from the newest checkpoint on the nodes left (1 node, 2 ranks: dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept))?"; q != want {
 		t.Fatalf("D asks %q, want %q (status %q)", q, want, m.status)
 	}
-	cmd = press(m, "y")
+	// node1's setup was stopped by the failed restart: it is set up
+	// again, and then the job resumes.
+	press(m, "y")
+	if len(l.probes) == 0 || fmt.Sprint(l.probes[len(l.probes)-1].Nodes) != "[node1]" || m.dropProbe == 0 {
+		t.Fatalf("y: probes %+v, status %q", l.probes, m.status)
+	}
+	m.Update(eventsMsg{stream: m.dropProbe, events: []event.Event{ev(event.KindNode, 20, func(e *event.Event) { e.Node, e.State = "node1", event.NodeReady })}})
+	_, cmd = m.Update(eventsMsg{stream: m.dropProbe, closed: true})
 	if cmd == nil {
-		t.Fatalf("y: %q", m.status)
+		t.Fatalf("after the probe: %q", m.status)
 	}
 	m.Update(cmd())
 	if len(l.jobs) != 2 {

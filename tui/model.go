@@ -133,6 +133,7 @@ type Model struct {
 	launching bool                       // Start was called and has not answered yet
 	quitting  bool                       // quit once the job has stopped
 	restart   bool                       // restart from the checkpoint once the job has stopped
+	dropProbe int                        // the probe after which a drop resumes the job (D); 0 for none
 }
 
 // New returns the UI's model.
@@ -248,7 +249,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 		}
 		if msg.closed {
 			delete(m.probes, msg.stream)
-			return nil, true
+			return m.dropped(msg.stream), true
 		}
 		return readEvents(msg.stream, m.probes[msg.stream]), true
 	}

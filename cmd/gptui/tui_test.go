@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/png"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/gptui/gptui/event"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -559,6 +562,108 @@ func TestTUIHostsNodeLost(t *testing.T) {
 
 	s.keys("q")
 	s.await(exitRE, 30*time.Second)
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
+// TestTUIHostsDropNode: small as dp4 on two sshd nodes (two CPU workers
+// each), launched from the Job screen with Restarts 1 and Min nodes 2 set
+// there; the second node's sshd, agent and workers are killed after step
+// 12. Its ranks show lost, and stay lost through the restart, which
+// cannot set the node up again and, with min nodes 2, fails; the banner
+// offers D, which asks, drops the node, re-plans for the first node's two
+// ranks (dp2, accumulating 2: the global batch kept) and resumes from its
+// checkpoint. The job finishes with every step's loss that of the
+// uninterrupted run (1e-5), and the UI exits 0.
+func TestTUIHostsDropNode(t *testing.T) {
+	long(t)
+	exe := builtGPTUI(t)
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	var args []string
+	for _, a := range restartArgs(t, "output") {
+		args = append(args, shellQuoteTest(a))
+	}
+	line := "HOME=" + shellQuoteTest(c.home) + " SSH_AUTH_SOCK= NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) +
+		" --hosts " + shellQuoteTest(c.hosts) + " --agent-timeout 3s " + strings.Join(args, " ")
+	s := startTmux(t, t.TempDir(), 140, 40, line)
+	s.await(bothReadyRE, 90*time.Second)
+	s.keys("3", "g", "j", "Enter", "BSpace", "1", "Enter", "j", "Enter", "BSpace", "2", "Enter")
+	s.await(regexp.MustCompile(`(?s)Restarts   1 .*Min nodes  2 .*rank table: 4 ✓`), 10*time.Second)
+	s.keys("G", "Enter")
+	for deadline := time.Now().Add(120 * time.Second); headerStep(s.screen()) < 12; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no step 12 after 120 s:\n%s", s.screen())
+		}
+	}
+	// The second node goes: its sshd first, so that the restart cannot
+	// reach it, then its agent and workers.
+	stopped := make(chan struct{})
+	go func() { c.servers[1].Stop(); close(stopped) }()
+	defer func() { <-stopped }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", c.servers[1].HostPort(), time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the second node's sshd still listens 10 s after its stop")
+		}
+	}
+	node2 := c.workdirs[1] + string(filepath.Separator)
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	scr := s.await(regexp.MustCompile(`restart 1/1 from step \d+`), 60*time.Second)
+	for r := 2; r < 4; r++ {
+		if row := rankRow(scr, r); !strings.Contains(row, "lost") {
+			t.Errorf("at the restart, rank %d's row %q, want lost:\n%s", r, row, scr)
+		}
+	}
+	scr = s.await(regexp.MustCompile(`D drops 127\.0\.0\.3 and resumes on the nodes left`), 60*time.Second)
+	t.Logf("the restart failed:\n%s", scr)
+	flat := strings.Join(strings.Fields(scr), " ")
+	if !strings.Contains(flat, "--min-nodes 2") || !strings.Contains(scr, "ranks: 2 stopped · 2 lost") {
+		t.Errorf("after the restart failed:\n%s", scr)
+	}
+	for r := 2; r < 4; r++ {
+		if row := rankRow(scr, r); !strings.Contains(row, "lost") {
+			t.Errorf("rank %d's row %q, want lost", r, row)
+		}
+	}
+	s.keys("D")
+	s.await(regexp.MustCompile(`Drop 127\.0\.0\.3 and resume from the newest checkpoint on the nodes left \(1 node, 2 ranks: dp4 mb1 → dp2 mb1, accumulate 2`), 10*time.Second)
+	s.keys("y")
+	scr = s.await(regexp.MustCompile(`job done`), 240*time.Second)
+	t.Logf("after the drop:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 2 done") {
+		t.Errorf("after the drop, the job's two ranks are not done:\n%s", scr)
+	}
+	// Rank 0's metrics: the steps before the resume, and those after.
+	f, err := os.Open(filepath.Join(c.workdirs[0], "log", "metrics.0.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := event.ReadMetrics(f.Name(), f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]float64{}
+	for _, m := range ms {
+		if m.EvalLoss == 0 {
+			got[m.Step] = m.Loss
+		}
+	}
+	compareLosses(t, got, want, 1, restartSteps)
+	s.keys("q")
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
+		t.Errorf("gptui exited with status %s:\n%s", code, scr)
+	}
+	c.awaitGone(t, time.Now(), 10*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
