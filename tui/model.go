@@ -5,8 +5,9 @@
 // It follows the Elm architecture of Bubble Tea: Model (model.go) is the
 // root model, with one child model per screen, each in its own file and
 // handling its own keys: nodes.go, ranktable.go, job.go and the dashboard
-// (dashboard.go: its model and events; dashview.go and dashpanes.go: how
-// it is drawn; ranks.go: the ranks' states and pace). Everything from
+// (dashboard.go: its model and events; dashview.go, dashpanes.go and
+// events.go: how it is drawn; ranks.go: the ranks' states, silences and
+// pace; drop.go: dropping a lost node). Everything from
 // outside — the nodes' and the job's events, the planner's answer
 // (plan.go), a written report (report.go), ticks — arrives as a message
 // through a command; nothing changes the model from another goroutine, and
