@@ -74,7 +74,8 @@ func eta(m *Model) float64 {
 // agents send steps 1–35 again at its start, in one burst. The header
 // stays at step 35 (it never goes back to step 1), and from the new
 // attempt's first step on its ETA is within 25% of the time actually left
-// (the old dashboard said 5 s at step 36, with 163 s left).
+// (the old dashboard said 5 s at step 36, with 163 s left); the
+// checkpoint resumed from is named, not "no checkpoint yet".
 func TestETAAfterRestart(t *testing.T) {
 	m := liveJob(t, 200)
 	one := func(int) float64 { return 0.3 }
@@ -98,8 +99,9 @@ func TestETAAfterRestart(t *testing.T) {
 	}
 	feed(m, replay...)
 	clock(m, 46)
-	if out := m.Render(); !strings.Contains(out, "step 35/200 (resuming)") || headerStepOf(out) != 35 {
-		t.Errorf("after the burst of old records, the header is not at step 35:\n%s", out)
+	if out := m.Render(); !strings.Contains(out, "step 35/200 (resuming)") || headerStepOf(out) != 35 ||
+		strings.Contains(out, "no checkpoint yet") || !strings.Contains(out, "checkpoint step 35") {
+		t.Errorf("after the burst of old records, the header is not at step 35, resumed from its checkpoint:\n%s", out)
 	}
 	const end = 46 + 199 - 35 // the last step, at a second a step from the new attempt's start
 	for s := 36; s <= 60; s++ {
