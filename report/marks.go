@@ -76,6 +76,10 @@ func (k *Marker) Add(e event.Event) {
 			if e.Restart == nil {
 				return
 			}
+			// The attempt had done at least the steps of the checkpoint
+			// it saved (its stop may save steps whose records were not
+			// read yet).
+			k.step = max(k.step, e.Restart.Step)
 			k.end(MarkFailure, e.Restart.Cause)
 			k.marks = append(k.marks, Mark{Step: e.Restart.Step, Kind: MarkRestart, Label: fmt.Sprintf("restart %d/%d from step %d", e.Restart.Count, e.Restart.Max, e.Restart.Step)})
 			k.step, k.marked = e.Restart.Step, false

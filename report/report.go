@@ -495,6 +495,13 @@ func (ml markLines) Plot(c draw.Canvas, p *plot.Plot) {
 		if x < c.Min.X-1 || x > c.Max.X+1 {
 			continue
 		}
+		// Marks at one step (a failure and the restart from its step)
+		// stand side by side, in the order they happened.
+		for _, o := range ml.marks[:i] {
+			if o.Step == m.Step {
+				x += vg.Points(3)
+			}
+		}
 		c.StrokeLine2(markStyle(m.Kind), x, c.Min.Y, x, c.Max.Y)
 		if ml.labels {
 			// Staggered, so that marks close together stay legible.

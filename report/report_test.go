@@ -149,6 +149,18 @@ func TestMarksOfARestart(t *testing.T) {
 	if _, err := LoadMarks(filepath.Join(t.TempDir(), "none.jsonl")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a missing log: %v", err)
 	}
+	// A stop that saved steps not yet seen: the failure is at least at
+	// the step resumed from, and the two marks stand side by side.
+	var late Marker
+	for _, e := range []event.Event{
+		{Kind: event.KindMetrics, Rank: 0, Metrics: &event.Metrics{Step: 13}},
+		{Kind: event.KindJob, State: event.JobRestarting, Rank: -1, Restart: &event.Restart{Count: 1, Max: 1, Cause: "x", Step: 15}},
+	} {
+		late.Add(e)
+	}
+	if got := late.Marks(); len(got) != 2 || got[0].Step != 15 || got[1].Step != 15 {
+		t.Errorf("a restart from a step past the last seen: %+v", got)
+	}
 	// A hang, then the failure it causes, is one mark; a lost node too.
 	var h Marker
 	for _, e := range []event.Event{
@@ -236,6 +248,48 @@ func TestReportMarksEveryPanel(t *testing.T) {
 	}
 	if dir := os.Getenv("GPTUI_REPORT_PNG"); dir != "" { // to look at it
 		os.WriteFile(filepath.Join(dir, "report-restart.png"), pngBytes, 0o644)
+	}
+}
+
+// TestMarksAtOneStep: a failure and the restart from its own step stand
+// side by side, both seen.
+func TestMarksAtOneStep(t *testing.T) {
+	_, runs := killRestart()
+	o := Options{Width: 800, Height: 600, Marks: []Mark{{Step: 15, Kind: MarkFailure, Label: "x"}, {Step: 15, Kind: MarkRestart, Label: "y"}}}
+	img, places, err := render(runs, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	pic, err := png.Decode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(x, y0, y1 int, c color.Color) int {
+		n := 0
+		want, _, _, _ := c.RGBA()
+		_, wg, _, _ := c.RGBA()
+		for y := y0; y < y1; y++ {
+			r, g, _, _ := pic.At(x, y).RGBA()
+			if math.Abs(float64(r>>8)-float64(want>>8)) < 30 && math.Abs(float64(g>>8)-float64(wg>>8)) < 30 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, p := range places {
+		x, h := p.x(15), p.data.Dy()
+		red := max(count(x-1, p.data.Min.Y, p.data.Max.Y, markStyle(MarkFailure).Color), count(x, p.data.Min.Y, p.data.Max.Y, markStyle(MarkFailure).Color))
+		green := 0
+		for dx := 2; dx <= 6; dx++ {
+			green = max(green, count(x+dx, p.data.Min.Y, p.data.Max.Y, markStyle(MarkRestart).Color))
+		}
+		if red < h*8/10 || green < h*4/10 {
+			t.Errorf("%s: at step 15, %d red and %d green pixels of %d: want both lines", p.title, red, green, h)
+		}
 	}
 }
 

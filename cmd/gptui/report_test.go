@@ -22,9 +22,8 @@ import (
 // checkpoint; its events are written to a log as they come. gptui report
 // of its metrics and that log marks the failure (red) and the restart
 // (green) across every panel of the picture: in each column of panels, a
-// red and a green line crossing each of its three panels, the red one to
-// the right of the green (the failure came after the checkpoint resumed
-// from).
+// red and a green line crossing each of its three panels. (Where they
+// are, to the step, the report package's tests check.)
 func TestReportOfARestart(t *testing.T) {
 	long(t)
 	exe := builtGPTUI(t)
@@ -106,9 +105,6 @@ func TestReportOfARestart(t *testing.T) {
 		t.Logf("panels %v: the failure at x=%d crosses %d panels, the restart at x=%d %d", half, rx, rRuns, gx, gRuns)
 		if rRuns != 3 || gRuns != 3 {
 			t.Errorf("panels %v: the failure crosses %d panels, the restart %d; want the three of the column each", half, rRuns, gRuns)
-		}
-		if rx <= gx {
-			t.Errorf("panels %v: the failure (x=%d) is not right of the restart (x=%d)", half, rx, gx)
 		}
 	}
 }
