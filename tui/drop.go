@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/planner"
@@ -97,21 +99,64 @@ func (m *Model) askDrop() tea.Cmd {
 		if len(d.again) == 0 {
 			return m.launch(true)
 		}
-		m.status = "setting " + strings.Join(d.again, ", ") + " up again, then resuming the job…"
-		cmd := m.probe(ProbeRequest{Nodes: d.again})
-		m.dropProbe = m.probeN
-		return cmd
+		m.drop = dropState{nodes: d.again, until: m.now.Add(dropWait)}
+		return m.retryDrop()
 	})
 	return nil
 }
 
-// dropped is what follows the end of probe stream: after the probe of a
-// drop, the job resumes on the nodes left (launch says why not, if it
-// cannot).
-func (m *Model) dropped(stream int) tea.Cmd {
-	if stream != m.dropProbe || m.dropProbe == 0 {
+// dropWait bounds how long a drop tries to set the nodes left up again:
+// the failed job's last attempt may keep their workdir locks for a
+// restart that did not come (agent.LockLinger), and refuse them as
+// another job's until then.
+const dropWait = agent.LockLinger + 5*time.Second
+
+// dropState is a drop setting the nodes left up again before the job
+// resumes.
+type dropState struct {
+	nodes []string  // the nodes to set up again
+	probe int       // the probe under way; 0 for none
+	until time.Time // when to give up, by the model's clock
+}
+
+// dropRetryMsg is the time to set the nodes left up again once more.
+type dropRetryMsg struct{}
+
+// retryDrop sets the nodes left up again.
+func (m *Model) retryDrop() tea.Cmd {
+	if len(m.drop.nodes) == 0 {
 		return nil
 	}
-	m.dropProbe = 0
-	return m.launch(true)
+	m.status = "setting " + strings.Join(m.drop.nodes, ", ") + " up again, then resuming the job…"
+	cmd := m.probe(ProbeRequest{Nodes: m.drop.nodes})
+	m.drop.probe = m.probeN
+	return cmd
+}
+
+// dropped is what follows the end of probe stream: after the probe of a
+// drop, the job resumes on the nodes left once they are ready (launch
+// says why not, if it cannot); until then they are set up again every
+// cluster.RetryDelay, for dropWait at most.
+func (m *Model) dropped(stream int) tea.Cmd {
+	if m.drop.probe == 0 || stream != m.drop.probe {
+		return nil
+	}
+	m.drop.probe = 0
+	var not []string
+	for _, r := range m.nodes.rows {
+		if slices.Contains(m.drop.nodes, r.node.Name) && !r.ready() {
+			not = append(not, r.node.Name+" "+r.stateText())
+		}
+	}
+	if len(not) == 0 {
+		m.drop = dropState{}
+		return m.launch(true)
+	}
+	if m.now.After(m.drop.until) {
+		m.drop = dropState{}
+		m.status = "could not set " + strings.Join(not, ", ") + " up again: see the Nodes screen (1), then r resumes the job"
+		return nil
+	}
+	m.status = strings.Join(not, ", ") + ": setting it up again in a moment (the job's last attempt may hold its workdir for a restart)…"
+	return tea.Tick(cluster.RetryDelay, func(time.Time) tea.Msg { return dropRetryMsg{} })
 }

@@ -401,15 +401,26 @@ func TestJobRestartsAndDropNode(t *testing.T) {
 		t.Fatalf("D asks %q, want %q (status %q)", q, want, m.status)
 	}
 	// node1's setup was stopped by the failed restart: it is set up
-	// again, and then the job resumes.
+	// again, and then the job resumes; a try that fails (the last
+	// attempt's workdir lock, kept for a restart that did not come) is
+	// tried again.
+	clock(m, 16)
 	press(m, "y")
-	if len(l.probes) == 0 || fmt.Sprint(l.probes[len(l.probes)-1].Nodes) != "[node1]" || m.dropProbe == 0 {
-		t.Fatalf("y: probes %+v, status %q", l.probes, m.status)
-	}
-	m.Update(eventsMsg{stream: m.dropProbe, events: []event.Event{ev(event.KindNode, 20, func(e *event.Event) { e.Node, e.State = "node1", event.NodeReady })}})
-	_, cmd = m.Update(eventsMsg{stream: m.dropProbe, closed: true})
-	if cmd == nil {
-		t.Fatalf("after the probe: %q", m.status)
+	for try, state := range []string{event.NodeFailed, event.NodeReady} {
+		if len(l.probes) != try+1 || fmt.Sprint(l.probes[try].Nodes) != "[node1]" || m.drop.probe == 0 {
+			t.Fatalf("try %d: probes %+v, status %q", try, l.probes, m.status)
+		}
+		m.Update(eventsMsg{stream: m.drop.probe, events: []event.Event{ev(event.KindNode, 20, func(e *event.Event) { e.Node, e.State = "node1", state })}})
+		_, cmd = m.Update(eventsMsg{stream: m.drop.probe, closed: true})
+		if cmd == nil {
+			t.Fatalf("try %d: after the probe: %q", try, m.status)
+		}
+		if try == 0 {
+			if !strings.Contains(m.status, "node1 failed: setting it up again in a moment") || len(l.jobs) != 1 {
+				t.Errorf("after a failed try: status %q, %d jobs", m.status, len(l.jobs))
+			}
+			m.Update(dropRetryMsg{}) // the tick's
+		}
 	}
 	m.Update(cmd())
 	if len(l.jobs) != 2 {

@@ -134,7 +134,7 @@ type Model struct {
 	launching bool                       // Start was called and has not answered yet
 	quitting  bool                       // quit once the job has stopped
 	restart   bool                       // restart from the checkpoint once the job has stopped
-	dropProbe int                        // the probe after which a drop resumes the job (D); 0 for none
+	drop      dropState                  // a drop (D) setting the nodes left up again
 }
 
 // New returns the UI's model.
@@ -223,6 +223,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.onPlan(msg)
 	case reportMsg:
 		m.onReport(msg)
+	case dropRetryMsg:
+		cmd = m.retryDrop()
 	case tea.KeyPressMsg:
 		cmd, replan = m.onKey(msg), true
 	case tea.PasteMsg:
