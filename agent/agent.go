@@ -214,6 +214,7 @@ func (a *agent) metricsPath(rank int) string {
 func (a *agent) started(w launch.Worker, pid int) {
 	e := a.workerEvent(w.Rank, event.WorkerRunning)
 	e.Message = "pid " + strconv.Itoa(pid)
+	e.Proc = &event.Proc{PID: pid}
 	a.emit(e)
 	done := make(chan struct{})
 	a.mu.Lock()
@@ -298,7 +299,9 @@ func (a *agent) heartbeat(done <-chan struct{}) {
 // node's health (event.Health: CPU, memory, the workers' resident memory,
 // their GPUs' load) and the memory of each running worker: the used memory
 // of its GPU (devices maps rank to device) from NVML, or else the resident
-// memory of its process group, with the machine's memory as the total.
+// memory of its process group, with the machine's memory as the total;
+// with it, the worker's pid and the CPU its process group used since the
+// last report (event.Proc).
 func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 	var lib *nvml.Lib
 	if len(devices) > 0 {
@@ -316,6 +319,8 @@ func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 		}
 	}
 	slices.Sort(gpus)
+	ticks := map[int]uint64{} // the last reading of each group's CPU time
+	last := time.Now()
 	t := time.NewTicker(MemoryEvery)
 	defer t.Stop()
 	for {
@@ -334,7 +339,14 @@ func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 		for _, pid := range ranks {
 			groups = append(groups, pid)
 		}
-		rss := groupRSS(groups)
+		use := groupUsage(groups)
+		now := time.Now()
+		secs := now.Sub(last).Seconds()
+		last = now
+		rss := make(map[int]int64, len(use))
+		for g, u := range use {
+			rss[g] = u.rss
+		}
 		he := event.New(event.KindHealth)
 		hv := health(&cpu, rss, lib, gpus)
 		he.Health = &hv
@@ -342,6 +354,11 @@ func (a *agent) sampleMemory(done <-chan struct{}, devices map[int]int) {
 		for r, pid := range ranks {
 			e := event.New(event.KindMemory)
 			e.Rank, e.Device = r, -1
+			e.Proc = &event.Proc{PID: pid}
+			if before, ok := ticks[pid]; ok {
+				e.Proc.CPUPercent = cpuPercent(use[pid].ticks, before, secs)
+			}
+			ticks[pid] = use[pid].ticks
 			if d, gpu := devices[r]; gpu && lib != nil {
 				used, tot, err := lib.Memory(d)
 				if err != nil {

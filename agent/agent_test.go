@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 // worker runs a script: "print TEXT", "warn TEXT" (to stderr), "metrics DIR N" (N records in
-// RANK's metrics file in DIR), "sleep D", "report JSON" (an exit record,
+// RANK's metrics file in DIR), "sleep D", "spin D" (busy for D), "report JSON" (an exit record,
 // ReportExit), "exit N".
 func worker(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
@@ -62,6 +63,10 @@ func worker(args []string) int {
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
+		case "spin":
+			d, _ := time.ParseDuration(arg)
+			for start := time.Now(); time.Since(start) < d; {
+			}
 		case "exit":
 			n, _ := strconv.Atoi(arg)
 			return n
@@ -127,7 +132,7 @@ func find(es []event.Event, kind, state string, rank int) *event.Event {
 }
 
 func TestRunReportsEvents(t *testing.T) {
-	s := spec(t, []string{"print", "hello", "metrics", "", "3", "sleep", "1500ms"}, []string{"print", "world", "warn", "careful"})
+	s := spec(t, []string{"print", "hello", "metrics", "", "3", "spin", "2500ms"}, []string{"print", "world", "warn", "careful"})
 	s.Workers[0].Args[3] = s.LogDir
 	// A stale metrics file from an earlier run is not reported.
 	os.WriteFile(event.MetricsFile(s.LogDir, 11), []byte(`{"step":99}`+"\n"), 0o644)
@@ -176,6 +181,22 @@ func TestRunReportsEvents(t *testing.T) {
 	}
 	if e := find(es, event.KindMemory, "", 10); e == nil || e.Used <= 0 || e.Total < e.Used || e.Device != -1 {
 		t.Errorf("memory event of rank 10: %+v", e)
+	}
+	// Each memory event names the worker's pid; the spinning worker's CPU
+	// shows from the second report on.
+	run := find(es, event.KindWorker, event.WorkerRunning, 10)
+	var cpu []float64
+	for _, e := range es {
+		if e.Kind == event.KindMemory && e.Rank == 10 {
+			if e.Proc == nil || run == nil || run.Proc == nil || e.Proc.PID != run.Proc.PID || run.Message != fmt.Sprintf("pid %d", run.Proc.PID) {
+				t.Errorf("memory event %+v of rank 10 (running: %+v): want its pid", e.Proc, run)
+				continue
+			}
+			cpu = append(cpu, e.Proc.CPUPercent)
+		}
+	}
+	if len(cpu) < 2 || cpu[0] != 0 || slices.Max(cpu) < 5 {
+		t.Errorf("rank 10's CPU while it spins: %v%%, want 0 at first (no earlier reading), then some", cpu)
 	}
 	if e := find(es, event.KindHealth, "", -1); e == nil || e.Health == nil || e.Health.MemTotal <= 0 || e.Health.MemUsed <= 0 ||
 		e.Health.WorkersRSS <= 0 || e.Health.CPUPercent < 0 || e.Health.CPUPercent > 100 || e.Health.Cores < 1 {
@@ -341,11 +362,21 @@ func TestReadSpec(t *testing.T) {
 }
 
 func TestProcParsing(t *testing.T) {
-	if g, ok := statPgrp([]byte("123 (a b) c) S 1 456 456 0 -1")); !ok || g != 456 {
-		t.Errorf("statPgrp = %d, %v; want 456", g, ok)
+	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
+	if st, ok := parseStat("123 (a b) c) S 1 456 456 0 -1 4194304 10 0 0 0 250 70 0 0 20 0 1 0 98765 1 2"); !ok || st != (procStat{state: 'S', pgrp: 456, ticks: 320, start: 98765}) {
+		t.Errorf("parseStat = %+v, %v; want state S, group 456, 320 ticks, start 98765", st, ok)
 	}
-	if _, ok := statPgrp([]byte("garbage")); ok {
-		t.Error("statPgrp of garbage succeeded")
+	for _, bad := range []string{"garbage", "1 (x) S 1 2", "1 (x) S 1 x 2 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5",
+		"1 (x) S 1 2 2 0 -1 0 0 0 0 0 -1 2 0 0 20 0 1 0 5", "1 (x) SS 1 2 2 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 5"} {
+		if _, ok := parseStat(bad); ok {
+			t.Errorf("parseStat(%q) succeeded", bad)
+		}
+	}
+	if p := cpuPercent(350, 200, 1); p != 150 {
+		t.Errorf("150 ticks in 1 s: %v%%, want 150%% (a core and a half)", p)
+	}
+	if p := cpuPercent(100, 200, 1); p != 0 {
+		t.Errorf("a reading that went back: %v%%", p)
 	}
 	status := []byte("Name:\tx\nVmRSS:\t   2048 kB\nVmSwap:\t0 kB\n")
 	if n := meminfoField(status, "VmRSS:"); n != 2048*1024 {
@@ -357,7 +388,11 @@ func TestProcParsing(t *testing.T) {
 	if p := Probe(); p.Cores < 1 || p.MemBytes <= 0 || p.Hostname == "" || (len(p.Devices) == 0 && p.NoGPU == "") {
 		t.Errorf("Probe() = %+v", p)
 	}
-	if rss := groupRSS([]int{syscall.Getpgrp()}); rss[syscall.Getpgrp()] <= 0 {
-		t.Errorf("groupRSS of the test's own group: %v", rss)
+	// The test's own group: its memory, and CPU time once it has spun.
+	g := syscall.Getpgrp()
+	for start := time.Now(); time.Since(start) < 30*time.Millisecond; {
+	}
+	if u := groupUsage([]int{g}); u[g].rss <= 0 || u[g].ticks == 0 {
+		t.Errorf("groupUsage of the test's own group: %+v", u)
 	}
 }

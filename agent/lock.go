@@ -113,32 +113,16 @@ func (h *Holder) Stale(m Machine) string {
 	case m.Stat == "":
 		return fmt.Sprintf("its process %d is gone", h.PID)
 	}
-	state, start, ok := parseStat(m.Stat)
+	st, ok := parseStat(m.Stat)
 	switch {
 	case !ok:
 		return ""
-	case state == 'Z' || state == 'X':
+	case st.state == 'Z' || st.state == 'X':
 		return fmt.Sprintf("its process %d is gone", h.PID)
-	case h.PIDStart != 0 && start != h.PIDStart:
+	case h.PIDStart != 0 && st.start != h.PIDStart:
 		return fmt.Sprintf("its pid %d is another process's now", h.PID)
 	}
 	return ""
-}
-
-// parseStat returns the state and the start time of the text of
-// /proc/<pid>/stat: "pid (comm) state ppid ... starttime ...", where comm
-// may hold spaces and parentheses and starttime is field 22.
-func parseStat(stat string) (state byte, start uint64, ok bool) {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	return f[0][0], start, err == nil
 }
 
 // HeldError is the refusal of a lock that another job holds.
@@ -173,8 +157,8 @@ type Lock struct {
 func AcquireLock(dir string, want Holder) (*Lock, error) {
 	self := ThisMachine(os.Getpid())
 	want.PID, want.Host, want.BootID = os.Getpid(), self.Host, self.BootID
-	if _, start, ok := parseStat(self.Stat); ok {
-		want.PIDStart = start
+	if st, ok := parseStat(self.Stat); ok {
+		want.PIDStart = st.start
 	}
 	unguard, err := guard(dir)
 	if err != nil {

@@ -95,7 +95,8 @@ func TestLock(t *testing.T) {
 	}
 
 	self := ThisMachine(os.Getpid())
-	_, ourStart, _ := parseStat(self.Stat)
+	our, _ := parseStat(self.Stat)
+	ourStart := our.start
 	for _, tc := range []struct {
 		name   string
 		holder func(h *Holder)

@@ -16,13 +16,14 @@
 //	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
 //	worker   Node, Rank, State, Code, Signal, Exit starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
-//	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
+//	memory   Node, Rank, Device, Used, Total, Proc  one device's memory (or a CPU worker's RSS), and the worker process's own figures, each second
 //	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
 //	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
 //	heartbeat Node                           an agent is alive: sent every second while it runs
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
-// worker event "running" has the pid in Message ("pid 4242"); a job event
+// worker event "running" has the pid in Proc (and in Message, "pid
+// 4242"); a job event
 // "failed" has the failed worker's Code and Signal; a worker event
 // "exited", "failed" or "stopped" carries the worker's own Exit record when
 // it wrote one before exiting (its exit status alone cannot tell bad input
@@ -147,6 +148,9 @@ type Event struct {
 	Progress *Progress `json:"progress,omitempty"`
 	// Health is a node's load, for KindHealth.
 	Health *Health `json:"health,omitempty"`
+	// Proc is a worker process's pid and CPU, for a memory event (and its
+	// pid for a worker event "running").
+	Proc *Proc `json:"proc,omitempty"`
 
 	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
 	Used   int64 `json:"used,omitempty"`   // bytes
@@ -217,6 +221,17 @@ type GPUHealth struct {
 	MemTotal    int64   `json:"mem_total"`
 	PowerW      float64 `json:"power_w"`
 	TempC       int     `json:"temp_c"`
+}
+
+// Proc is what the agent sees of one worker's process (its process
+// group): its pid and the CPU it used over the last second, from
+// /proc/<pid>/stat.
+type Proc struct {
+	PID int `json:"pid"`
+	// CPUPercent is the CPU time of the process group over the last
+	// second, in percent of one core: 250 is two and a half cores busy.
+	// 0 in a worker event "running" (not measured yet).
+	CPUPercent float64 `json:"cpu_percent,omitempty"`
 }
 
 // Progress is where a worker is: its step and its communicator's

@@ -3,6 +3,7 @@ package tui
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gptui/gptui/event"
 )
@@ -33,12 +34,12 @@ func BenchmarkDashboard64Ranks(b *testing.B) {
 		i++
 		m.dash.apply(ev(event.KindMemory, 0, func(e *event.Event) {
 			e.Node, e.Rank, e.Device, e.Used, e.Total = "localhost", i%64, -1, int64(i%1000)<<20, 64<<30
-		}))
+		}), time.Time{})
 		m.dash.apply(ev(event.KindMetrics, 0, func(e *event.Event) {
 			e.Node, e.Rank = "localhost", i%64
 			e.Metrics = &event.Metrics{Step: 1000 + i/64, Loss: 4, StepTimeS: 0.25, CommS: 0.1, TokensPerS: 12345}
-		}))
-		m.dash.settle()
+		}), time.Time{})
+		m.dash.settle(t0)
 		_ = m.View()
 	}
 }

@@ -3,6 +3,7 @@ package tui
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/report"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -22,6 +24,7 @@ const (
 	paneChart = iota
 	paneNodes
 	paneRanks
+	paneEvents
 	paneLog
 	numPanes
 )
@@ -72,9 +75,10 @@ type dashModel struct {
 	zoom  bool // the focused pane fills the dashboard
 
 	ranks   []rankState
-	sel     int  // the rank whose log is shown
-	rankTop int  // first row of the ranks pane shown
-	bySlow  bool // the ranks pane lists the slowest first
+	hist    map[int]*rankHist // every rank's steps across the attempts, for the report
+	sel     int               // the rank whose log is shown
+	rankTop int               // first row of the ranks pane shown
+	bySlow  bool              // the ranks pane lists the slowest first
 	order   []int
 	slow    slowest
 
@@ -109,6 +113,44 @@ type dashModel struct {
 	ckpt     ckptState
 	logDir   string // the job's Engine.log_dir
 	reported string // what the last w wrote, or why it could not
+
+	// from is the step the job's current attempt resumed from (0: from
+	// the start): its agents send the metrics records up to it again, as
+	// they read the resumed run's metrics files from the start, and those
+	// are history, not this attempt's pace.
+	from    int
+	lost    map[string]string // the nodes lost during the job and not ready since, with why
+	blame   string            // what ended the current attempt ("rank 3 failed"), once known
+	marks   report.Marker     // the restarts, failures, hangs and lost nodes, for the report
+	events  eventLog          // the events pane's rows
+	evOff   int               // rows between the bottom of the events pane and the newest row
+	settled time.Time         // the clock of the last settle
+}
+
+// rankHist is one rank's steps for the report: every step, thinned out
+// as it grows, and the evaluations.
+type rankHist struct {
+	train, evals *series[sample]
+}
+
+// history returns rank r's history, making it on first use.
+func (m *dashModel) history(r int) *rankHist {
+	h := m.hist[r]
+	if h == nil {
+		h = &rankHist{train: newSeries[sample](histPoints), evals: newSeries[sample](histPoints)}
+		m.hist[r] = h
+	}
+	return h
+}
+
+// addNew appends p to s unless s already reaches p's step: a record sent
+// again (a resumed attempt's history) neither cuts nor repeats the
+// series.
+func addNew[T stepped](s *series[T], p T, again bool) {
+	if last, ok := s.last(); again && ok && last.stepOf() >= p.stepOf() {
+		return
+	}
+	s.add(p)
 }
 
 func newDashModel(logCap, points int) dashModel {
@@ -122,15 +164,24 @@ func newDashModel(logCap, points int) dashModel {
 		follow:  true,
 		charted: -1,
 		focus:   paneLog,
+		slow:    slowest{rank: -1},
+		hist:    make(map[int]*rankHist),
+		lost:    make(map[string]string),
+		events:  newEventLog(eventRows),
 	}
 }
 
-// reset prepares for a new job of cfg; a resumed job keeps the loss curve,
-// which it continues.
+// reset prepares for a new job of cfg; a resumed job keeps the loss
+// curve, which it continues, the ranks' history and marks for the report,
+// the events, and the newest checkpoint, from which it resumes.
 func (m *dashModel) reset(cfg *presets.Config, keepCurve bool) {
 	fresh := newDashModel(m.logCap, m.train.cap)
 	if keepCurve {
 		fresh.train, fresh.eval = m.train, m.eval
+		fresh.hist, fresh.marks, fresh.events, fresh.ckpt = m.hist, m.marks, m.events, m.ckpt
+		fresh.ckpt.saving = 0
+		fresh.from = m.ckpt.step
+		fresh.marks.Resume(m.ckpt.step)
 	}
 	fresh.focus, fresh.window, fresh.ema, fresh.wrap, fresh.bySlow = m.focus, m.window, m.ema, m.wrap, m.bySlow
 	if cfg != nil {
@@ -146,7 +197,7 @@ func (m *dashModel) rank(r int) *rankState {
 		return nil
 	}
 	for len(m.ranks) <= r {
-		m.ranks = append(m.ranks, rankState{})
+		m.ranks = append(m.ranks, rankState{cpu: -1})
 	}
 	return &m.ranks[r]
 }
@@ -154,76 +205,164 @@ func (m *dashModel) rank(r int) *rankState {
 // running reports whether the job is under way.
 func (m *dashModel) running() bool { return m.state == event.JobStarted || m.state == "stopping" }
 
-// apply records one event of the job.
-func (m *dashModel) apply(ev event.Event) {
-	if r := m.rank(ev.Rank); r != nil && ev.Kind != event.KindJob {
-		if ev.Node != "" {
-			r.node = ev.Node
-		}
-		if ev.Time.After(r.heard) {
-			r.heard = ev.Time
-		}
+// apply records one event of the job, which arrived at at (the
+// launcher's clock; zero: the event's own time).
+func (m *dashModel) apply(ev event.Event, at time.Time) {
+	if at.IsZero() {
+		at = ev.Time
 	}
+	if r := m.rank(ev.Rank); r != nil && ev.Kind != event.KindJob && ev.Node != "" {
+		r.node = ev.Node
+	}
+	m.events.add(ev)
+	m.marks.Add(ev)
 	switch ev.Kind {
 	case event.KindWorker:
 		if r := m.rank(ev.Rank); r != nil {
-			r.onWorker(ev)
+			if ev.State == event.WorkerFailed && m.blame == "" {
+				m.blame = fmt.Sprintf("rank %d failed", ev.Rank)
+			}
+			r.onWorker(ev, m.stopBlame())
+			if ended(r.state) {
+				m.dropMem(ev.Rank)
+			}
 		}
 	case event.KindMetrics:
-		r := m.rank(ev.Rank)
-		if r == nil || ev.Metrics == nil {
-			return
-		}
-		if r.state == rankWaiting || r.state == rankStarting || r.state == rankRestarting {
-			r.state = rankRunning
-		}
-		mt := *ev.Metrics
-		r.add(mt, ev.Time, histPoints)
-		if m.charted < 0 || ev.Rank < m.charted {
-			m.charted = ev.Rank
-		}
-		if ev.Rank != m.charted {
-			return
-		}
-		if mt.EvalLoss != 0 {
-			m.eval.add(point{mt.Step, mt.EvalLoss})
-			return
-		}
-		m.train.add(point{mt.Step, mt.Loss})
+		m.onMetrics(ev)
 	case event.KindProgress:
 		if r := m.rank(ev.Rank); r != nil && ev.Progress != nil {
-			p := *ev.Progress
-			r.prog = &p
+			r.onProgress(*ev.Progress, at)
 		}
 	case event.KindMemory:
 		m.onMemory(ev)
 	case event.KindHealth:
-		if ev.Health != nil && ev.Node != "" {
+		if ev.Health != nil && ev.Node != "" && m.running() {
 			m.health[ev.Node] = nodeHealth{Health: *ev.Health, at: ev.Time}
 		}
 	case event.KindLog:
 		m.onLog(ev)
 	case event.KindNode:
-		if ev.State == event.NodeLost {
-			for i := range m.ranks {
-				if r := &m.ranks[i]; r.node == ev.Node && !ended(r.state) {
-					r.state, r.why = rankLost, "node lost: "+clean(ev.Message)
-				}
-			}
-		}
+		m.onNode(ev)
 	case event.KindJob:
 		m.onJob(ev)
+	}
+}
+
+// onMetrics keeps a metrics record: the rank's history and, unless it is
+// a record of an earlier attempt sent again (at or before the step the
+// attempt resumed from), the rank's pace and figures.
+func (m *dashModel) onMetrics(ev event.Event) {
+	r := m.rank(ev.Rank)
+	if r == nil || ev.Metrics == nil {
+		return
+	}
+	mt := *ev.Metrics
+	again := m.from > 0 && mt.Step <= m.from
+	h := m.history(ev.Rank)
+	if mt.EvalLoss != 0 {
+		addNew(h.evals, sampleOf(mt, ev.Time), again)
+	} else {
+		addNew(h.train, sampleOf(mt, ev.Time), again)
+	}
+	if m.charted < 0 || ev.Rank < m.charted {
+		m.charted = ev.Rank
+	}
+	if ev.Rank == m.charted {
+		if mt.EvalLoss != 0 {
+			addNew(m.eval, point{mt.Step, mt.EvalLoss}, again)
+		} else {
+			addNew(m.train, point{mt.Step, mt.Loss}, again)
+		}
+	}
+	if again || mt.EvalLoss != 0 {
+		return
+	}
+	if r.state == rankWaiting || r.state == rankStarting || r.state == rankRestarting {
+		r.state = rankRunning
+	}
+	r.add(mt, ev.Time)
+}
+
+// onNode applies a node event: a lost node's ranks are lost, and stay so
+// (through a restart) until the node is ready again; its figures go.
+func (m *dashModel) onNode(ev event.Event) {
+	switch ev.State {
+	case event.NodeLost:
+		why := "node lost: " + clean(ev.Message)
+		m.lost[ev.Node] = why
+		if m.blame == "" {
+			m.blame = "node " + ev.Node + " was lost"
+		}
+		for i := range m.ranks {
+			if r := &m.ranks[i]; r.node == ev.Node && (!ended(r.state) || r.state == rankStopped) {
+				r.state, r.why = rankLost, why
+				r.gone()
+			}
+		}
+		m.dropNode(ev.Node)
+	case event.NodeReady:
+		delete(m.lost, ev.Node)
+	}
+}
+
+// lostNodes returns the names of the nodes lost and not ready since.
+func (m *dashModel) lostNodes() []string {
+	return slices.Sorted(maps.Keys(m.lost))
+}
+
+// nodesLeft is the number of the job's nodes (those of its ranks) that
+// are not lost.
+func (m *dashModel) nodesLeft() int {
+	var left []string
+	for _, r := range m.ranks {
+		if _, lost := m.lost[r.node]; !lost && r.node != "" && !slices.Contains(left, r.node) {
+			left = append(left, r.node)
+		}
+	}
+	return len(left)
+}
+
+// stopBlame is what ended the attempt, for a rank its stop ends: "rank 3
+// failed"; "" when the user stopped it or nothing is known.
+func (m *dashModel) stopBlame() string {
+	if m.state == "stopping" {
+		return ""
+	}
+	return m.blame
+}
+
+// dropMem removes the memory bar of a CPU worker that has ended: no
+// figure of a process that is gone stays on the screen.
+func (m *dashModel) dropMem(rank int) {
+	m.mem = slices.DeleteFunc(m.mem, func(r memRow) bool { return r.device < 0 && r.rank == rank })
+	m.indexMem()
+}
+
+// dropNode removes a node's health and memory bars.
+func (m *dashModel) dropNode(node string) {
+	delete(m.health, node)
+	m.mem = slices.DeleteFunc(m.mem, func(r memRow) bool { return r.node == node })
+	m.indexMem()
+}
+
+// indexMem rebuilds memIdx after m.mem changed.
+func (m *dashModel) indexMem() {
+	clear(m.memIdx)
+	for j, r := range m.mem {
+		m.memIdx[r.memKey] = j
 	}
 }
 
 // onMemory keeps a memory report: the rank's own figure and the bar of its
 // device.
 func (m *dashModel) onMemory(ev event.Event) {
-	if ev.Device < 0 && ev.Used <= 0 {
-		return // a worker that has just exited: its last figure stands
+	r := m.rank(ev.Rank)
+	if ev.Device < 0 && ev.Used <= 0 || r == nil || ended(r.state) {
+		return // a worker that has just exited
 	}
-	if r := m.rank(ev.Rank); r != nil {
-		r.mem, r.memTotal = ev.Used, ev.Total
+	r.mem, r.memTotal = ev.Used, ev.Total
+	if ev.Proc != nil {
+		r.pid, r.cpu = ev.Proc.PID, ev.Proc.CPUPercent
 	}
 	k := memKey{node: ev.Node, device: ev.Device}
 	if ev.Device < 0 {
@@ -235,9 +374,7 @@ func (m *dashModel) onMemory(ev event.Event) {
 		slices.SortFunc(m.mem, func(x, y memRow) int {
 			return cmp.Or(strings.Compare(x.node, y.node), cmp.Compare(x.device, y.device), cmp.Compare(x.rank, y.rank))
 		})
-		for j, r := range m.mem {
-			m.memIdx[r.memKey] = j
-		}
+		m.indexMem()
 		i = m.memIdx[k]
 	}
 	m.mem[i].used, m.mem[i].total = ev.Used, ev.Total
@@ -278,15 +415,21 @@ func (m *dashModel) onJob(ev event.Event) {
 			r := *ev.Restart
 			r.Cause = clean(r.Cause)
 			m.restart, m.replan = &r, ""
+			m.from = r.Step
 		}
 		// The next attempt starts afresh: nothing of this one's figures
-		// may pass for its.
+		// may pass for its. A lost node's ranks stay lost until it is
+		// back.
 		for i := range m.ranks {
-			m.ranks[i].forget()
-			m.ranks[i].state = rankRestarting
+			r := &m.ranks[i]
+			r.forget()
+			r.state = rankRestarting
+			if why, ok := m.lost[r.node]; ok {
+				r.state, r.why = rankLost, why
+			}
 		}
 		m.mem, m.memIdx, m.health = nil, make(map[memKey]int), make(map[string]nodeHealth)
-		m.ckpt.saving, m.hung, m.failure, m.banner, m.slow = 0, "", nil, false, slowest{rank: -1}
+		m.ckpt.saving, m.hung, m.failure, m.banner, m.slow, m.blame = 0, "", nil, false, slowest{rank: -1}, ""
 		return
 	case event.JobReplanned:
 		m.replan = clean(ev.Message)
@@ -295,6 +438,10 @@ func (m *dashModel) onJob(ev event.Event) {
 		m.hung = clean(ev.Message)
 		if r := m.rank(ev.Rank); r != nil && !ended(r.state) {
 			r.state, r.why = rankHung, "hung: no progress"
+			r.gone()
+		}
+		if ev.Rank >= 0 {
+			m.blame = fmt.Sprintf("rank %d hung", ev.Rank)
 		}
 		return // the job's failure, which follows, stops it
 	}
@@ -319,26 +466,58 @@ func (m *dashModel) onJob(ev event.Event) {
 			if !ended(r.state) || r.state == rankStopped {
 				r.state, r.code, r.signal, r.why = rankFailed, ev.Code, ev.Signal, how(ev.Code, ev.Signal)
 			}
+			if !strings.HasPrefix(m.blame, fmt.Sprintf("rank %d ", ev.Rank)) && r.state == rankFailed {
+				m.blame = fmt.Sprintf("rank %d failed", ev.Rank)
+			}
 			m.sel, m.logOff, m.follow = ev.Rank, 0, true
 		}
 		m.stopRest()
-	case event.JobStopped:
+		m.ended()
+	case event.JobStopped, event.JobDone:
 		m.end = ev.Time
-		m.stopRest()
+		if ev.State == event.JobStopped {
+			m.stopRest()
+		}
+		m.ended()
 	default:
 		m.end = ev.Time
 	}
 }
 
-// stopRest marks the ranks that still run as stopped: the job has ended,
-// and the stop ended them.
-func (m *dashModel) stopRest() {
+// ended clears what only a running job has: its nodes' load and its
+// processes' memory.
+func (m *dashModel) ended() {
+	m.mem, m.memIdx, m.health = nil, make(map[memKey]int), make(map[string]nodeHealth)
 	for i := range m.ranks {
-		if r := &m.ranks[i]; !ended(r.state) {
-			r.state = rankStopped
-			if r.why == "" {
-				r.why = "stopped with the job"
+		if r := &m.ranks[i]; ended(r.state) || r.state == rankRestarting {
+			r.gone()
+		}
+	}
+}
+
+// stopRest marks the ranks that still run as stopped: the job has ended,
+// and the stop ended them. Ranks the stop ended before the job's failure
+// named its cause are told it now.
+func (m *dashModel) stopRest() {
+	blame := m.stopBlame()
+	for i := range m.ranks {
+		r := &m.ranks[i]
+		switch {
+		case r.state == rankRestarting:
+			r.state, r.why = rankStopped, "stopped: the restart failed"
+			if m.state != event.JobFailed {
+				r.why = "stopped with the job before its restart"
 			}
+		case !ended(r.state):
+			r.state = rankStopped
+			if r.why == "" || blame != "" {
+				r.why = "stopped with the job"
+				if blame != "" {
+					r.why += " because " + blame
+				}
+			}
+		case r.state == rankStopped && !r.cause && blame != "":
+			r.why = stoppedWhy(blame, r.code, r.signal)
 		}
 	}
 }
@@ -351,13 +530,23 @@ func (m *dashModel) over() {
 	if m.state != event.JobDone {
 		m.stopRest()
 	}
-	m.settle()
+	m.ended()
+	m.settle(m.settled)
 }
 
-// settle brings the figures drawn from many events up to date after a
-// batch of them: the slowest rank and the order of the ranks pane.
-func (m *dashModel) settle() {
-	m.slow = findSlowest(m.ranks)
+// settle brings the figures drawn from many events and the clock up to
+// date after a batch of events or a tick at now: which ranks are silent,
+// the slowest rank and the order of the ranks pane.
+func (m *dashModel) settle(now time.Time) {
+	m.settled = now
+	for i := range m.ranks {
+		r := &m.ranks[i]
+		r.silent = 0
+		if d := now.Sub(r.heard); r.state == rankRunning && !r.heard.IsZero() && d > silentAfter && m.running() {
+			r.silent = d
+		}
+	}
+	m.slow = findSlowest(m.ranks, now)
 	if len(m.order) != len(m.ranks) {
 		m.order = make([]int, len(m.ranks))
 	}
@@ -365,16 +554,21 @@ func (m *dashModel) settle() {
 		m.order[i] = i
 	}
 	if m.bySlow {
+		// Silent ranks first, the longest silent first; then by compute
+		// time, a recent stall counted in.
 		key := func(i int) float64 {
 			r := &m.ranks[i]
-			if len(r.recent) == 0 {
+			if r.silent > 0 {
+				return 1e9 + r.silent.Seconds()
+			}
+			c, ok := r.medianCompute()
+			if !ok {
 				return -1
 			}
-			var cs []float64
-			for _, s := range r.tail(slowWindow) {
-				cs = append(cs, s.computeS)
+			if r.stall.secs > 0 && now.Sub(r.stall.at) <= stallHold {
+				c += r.stall.secs
 			}
-			return median(cs)
+			return c
 		}
 		keys := make([]float64, len(m.ranks))
 		for i := range keys {
@@ -392,6 +586,8 @@ func (m *dashModel) update(msg tea.KeyPressMsg, k keyMap, page int, h host) (boo
 		return true, h.openPrompt(promptSearch, "search the log: ", m.search, "")
 	case is(msg, k.Report):
 		return true, m.writeReport(h)
+	case is(msg, k.Drop):
+		return true, h.askDrop()
 	case is(msg, k.Next):
 		m.focus = (m.focus + 1) % numPanes
 	case is(msg, k.Prev):
@@ -406,7 +602,7 @@ func (m *dashModel) update(msg tea.KeyPressMsg, k keyMap, page int, h host) (boo
 		m.ema = !m.ema
 	case is(msg, k.Order):
 		m.bySlow = !m.bySlow
-		m.settle()
+		m.settle(m.settled)
 	case is(msg, k.Follow):
 		m.follow = !m.follow
 		if m.follow {
@@ -475,6 +671,8 @@ func (m *dashModel) move(msg tea.KeyPressMsg, k keyMap, page int) bool {
 		}
 		m.logOff = min(max(m.logOff-d, 0), max(n-1, 0))
 		m.follow = m.logOff == 0 && d > 0
+	case paneEvents:
+		m.evOff = min(max(m.evOff-d, 0), max(len(m.events.rows)-1, 0))
 	case paneChart:
 		return false
 	}

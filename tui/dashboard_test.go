@@ -61,7 +61,7 @@ func TestRankStates(t *testing.T) {
 			t.Errorf("states %s, cause %v", got, m.dash.ranks[3].cause)
 		}
 		out := m.Render()
-		for _, s := range []string{"ranks: 3 stopped · 1 failed (cause)", "✗ rank 3 on node2 failed: killed by SIGKILL", "failed ✗", "stopped: killed by SIGTERM"} {
+		for _, s := range []string{"ranks: 3 stopped · 1 failed (cause)", "✗ rank 3 on node2 failed: killed by SIGKILL", "failed ✗", "stopped with the job because rank 3 failed"} {
 			if !strings.Contains(out, s) {
 				t.Errorf("the screen lacks %q:\n%s", s, out)
 			}

@@ -5,19 +5,20 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/charmbracelet/x/ansi"
 )
 
 // nodesLines draws the nodes pane in w×h cells: each node's health as its
 // agent reports it (CPU, memory, the workers' resident memory), then the
 // memory of each of its devices or CPU workers as a bar, with a GPU's
-// utilisation, power and temperature.
+// utilisation, power and temperature; a lost node's line says so. The
+// figures are those of the running job's processes: none stays once they
+// have ended.
 func (m *dashModel) nodesLines(st styles, w, h int) []string {
 	out := []string{rule(st, "Nodes  health, memory used/total", w, m.focus == paneNodes)}
 	var body []string
 	nodes := m.nodeNames()
-	if len(nodes) == 0 {
-		return append(out, fit("  no reports yet", w))
-	}
 	for _, n := range nodes {
 		body = append(body, m.healthLines(st, n, w)...)
 		for _, r := range m.mem {
@@ -25,6 +26,18 @@ func (m *dashModel) nodesLines(st styles, w, h int) []string {
 				body = append(body, m.memLine(st, r, w))
 			}
 		}
+	}
+	for _, n := range m.lostNodes() {
+		body = append(body, fit(" "+st.Bold.r(n)+"  "+st.Bad.r("lost: no reports"), w))
+	}
+	if len(body) == 0 {
+		switch {
+		case m.running():
+			return append(out, fit("  no reports yet", w))
+		case m.state != "":
+			return append(out, fit("  no process of the job runs", w))
+		}
+		return append(out, fit("  no job", w))
 	}
 	rows := h - 1
 	top := min(m.memTop, max(len(body)-rows, 0))
@@ -112,23 +125,34 @@ func (m *dashModel) memLine(st styles, r memRow, w int) string {
 // rankCol is a column of the ranks pane.
 type rankCol struct {
 	head string
-	w    int
+	w    int // its width; the collective column's least
 	prio int // columns of low priority go first when the pane is narrow
 	cell func(r *rankState) string
 }
 
+// collectiveHead heads the column of the collective in flight.
+const collectiveHead = "collective / how it ended"
+
 // heatMin is the fewest cells the heat strip keeps.
 const heatMin = 10
 
+// flexMax bounds how wide the node and collective columns grow when the
+// pane has room.
+const flexMax = 64
+
 // ranksLines draws the ranks pane in w×h cells: a row per rank, in rank
-// order or slowest first, with its state, step, step and compute time,
-// throughput, memory, its collective in flight (or last, or how it ended)
-// and the age of its last word; at the end of each row the heat strip,
-// its compute time over its last steps against the median rank's.
+// order or slowest first, with its state (or how long it has been
+// silent), node, pid, step, step and compute time, CPU, throughput,
+// memory, its collective in flight (or last, or how it ended) and the
+// age of its last progress report; at the end of each row the heat
+// strip, its compute time over its last steps against the median rank's.
+// The columns of least use go first when the pane is narrow; when it is
+// wide, the node and collective columns take what their text needs and
+// the heat strip the rest.
 func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 	title := "Ranks  " + m.stateCounts(st)
 	if m.slow.rank >= 0 {
-		title += fmt.Sprintf(" · slowest rank %d ×%.1f", m.slow.rank, m.slow.ratio())
+		title += " · " + m.slow.text(true)
 	}
 	order := "by number"
 	if m.bySlow {
@@ -142,12 +166,21 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 	cols := []rankCol{
 		{"state", 11, 9, func(r *rankState) string {
 			s := stateName(r.state)
+			if r.silent > 0 {
+				s = "silent " + duration(r.silent.Seconds())
+			}
 			if r.cause {
 				s += " ✗"
 			}
 			return s
 		}},
 		{"node", 12, 2, func(r *rankState) string { return r.node }},
+		{"pid", 7, 0, func(r *rankState) string {
+			if r.pid == 0 || ended(r.state) {
+				return "-"
+			}
+			return fmt.Sprint(r.pid)
+		}},
 		{"step", 7, 8, func(r *rankState) string {
 			if r.steps == 0 {
 				return "-"
@@ -156,6 +189,12 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 		}},
 		{"step s", 7, 4, func(r *rankState) string { return secs(r, r.last.StepTimeS) }},
 		{"comp s", 7, 7, func(r *rankState) string { return secs(r, r.last.ComputeS()) }},
+		{"cpu", 5, 3, func(r *rankState) string {
+			if r.cpu < 0 || ended(r.state) {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f%%", r.cpu)
+		}},
 		{"tok/s", 7, 1, func(r *rankState) string {
 			if r.steps == 0 {
 				return "-"
@@ -168,24 +207,30 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 			}
 			return bytesize(r.mem)
 		}},
-		{"collective / how it ended", 26, 6, collective},
-		{"heard", 6, 5, func(r *rankState) string {
+		{collectiveHead, 26, 6, collective},
+		{"heard", 8, 5, func(r *rankState) string {
 			if ended(r.state) || r.heard.IsZero() || now.IsZero() {
 				return "-"
 			}
 			return duration(max(now.Sub(r.heard).Seconds(), 0)) + " ago"
 		}},
 	}
+	// Without a process, a rank has no pid, CPU, memory or word.
+	if !slices.ContainsFunc(m.ranks, func(r rankState) bool { return r.state == rankRunning || r.state == rankStarting }) {
+		cols = slices.DeleteFunc(cols, func(c rankCol) bool {
+			return c.head == "pid" || c.head == "cpu" || c.head == "mem" || c.head == "heard"
+		})
+	}
 	// Drop the columns of least priority until the strip has room.
 	numW := max(len(fmt.Sprint(len(m.ranks)-1)), 4) + 1
-	for {
-		used := 1 + numW
+	used := func() int {
+		n := 1 + numW
 		for _, c := range cols {
-			used += c.w + 1
+			n += c.w + 1
 		}
-		if w-used >= heatMin || len(cols) <= 2 {
-			break
-		}
+		return n
+	}
+	for w-used() < heatMin && len(cols) > 2 {
 		low := 0
 		for i, c := range cols {
 			if c.prio < cols[low].prio {
@@ -194,14 +239,25 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 		}
 		cols = append(cols[:low], cols[low+1:]...)
 	}
-	used := 1 + numW
+	// Room to spare goes to the node and collective columns, as much as
+	// their text needs, then to the heat strip.
+	for i := range cols {
+		c := &cols[i]
+		if c.head != "node" && c.head != collectiveHead {
+			continue
+		}
+		need := c.w
+		for k := range m.ranks {
+			need = max(need, ansi.StringWidth(c.cell(&m.ranks[k])))
+		}
+		c.w += max(min(min(need, flexMax)-c.w, w-used()-heatMin), 0)
+	}
 	var head strings.Builder
 	head.WriteString(" " + fmt.Sprintf("%-*s", numW, "rank"))
 	for _, c := range cols {
 		head.WriteString(fit(c.head, c.w) + " ")
-		used += c.w + 1
 	}
-	heatW := max(w-used, 0)
+	heatW := max(w-used(), 0)
 	head.WriteString(fit("compute per step vs others (█ ≥3×)", heatW))
 	out = append(out, st.Dim.r(fit(head.String(), w)))
 
@@ -236,7 +292,11 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 		for k, c := range cols {
 			cell := fit(c.cell(r), c.w)
 			if k == 0 {
-				cell = st.state(r.state).r(cell)
+				s := r.state
+				if r.silent > 0 {
+					s = rankSilent
+				}
+				cell = st.state(s).r(cell)
 			}
 			b.WriteString(cell + " ")
 		}

@@ -40,9 +40,30 @@ func (m *dashModel) view(st styles, w, h int, now time.Time) []string {
 		lines = append(lines, fit(at(left, i), chartW)+" "+fit(at(right, i), sideW))
 	}
 	lines = append(lines, m.pane(st, paneRanks, w, ranksH, now)...)
+	// The log beside the events where there is room; else the events,
+	// a few rows, above the log.
+	if w >= wideEvents {
+		logW := w * 11 / 20
+		evW := w - logW - 1
+		lg := m.pane(st, paneLog, logW, logH, now)
+		es := m.pane(st, paneEvents, evW, logH, now)
+		for i := range logH {
+			lines = append(lines, fit(at(lg, i), logW)+" "+fit(at(es, i), evW))
+		}
+		return pad(lines, h)
+	}
+	evH := min(4, logH-4)
+	if evH >= 2 {
+		lines = append(lines, m.pane(st, paneEvents, w, evH, now)...)
+		logH -= evH
+	}
 	lines = append(lines, m.pane(st, paneLog, w, logH, now)...)
 	return pad(lines, h)
 }
+
+// wideEvents is the narrowest dashboard that shows the events pane beside
+// the log rather than above it.
+const wideEvents = 120
 
 // pane draws one pane with its title rule in w×h cells.
 func (m *dashModel) pane(st styles, p, w, h int, now time.Time) []string {
@@ -54,6 +75,8 @@ func (m *dashModel) pane(st styles, p, w, h int, now time.Time) []string {
 		out = m.nodesLines(st, w, h)
 	case paneRanks:
 		out = m.ranksLines(st, w, h, now)
+	case paneEvents:
+		out = m.eventsLines(st, w, h)
 	default:
 		out = m.logLines(st, w, h)
 	}
@@ -88,16 +111,25 @@ func (m *dashModel) lead() *rankState {
 }
 
 // eta estimates the time to the last step from the pace of the charted
-// rank's recent steps, by their clock (so evaluations and saves count):
-// smoother than the last step's time, and right from the second record.
+// rank's recent steps in this attempt: by their clock (so evaluations
+// and saves count), smoother than the last step's time and right from
+// the second record; but never faster than the steps' own times say (a
+// burst of records read at once is no pace).
 func (m *dashModel) eta(r *rankState) (float64, bool) {
 	if !m.running() || m.maxSteps <= r.last.Step+1 {
 		return 0, false
 	}
-	per := r.last.StepTimeS
-	if t := r.tail(32); len(t) >= 2 && t[len(t)-1].step > t[0].step {
+	t := r.tail(32)
+	var own []float64
+	for _, s := range t {
+		if s.stepS > 0 {
+			own = append(own, s.stepS)
+		}
+	}
+	per := median(own)
+	if len(t) >= 2 && t[len(t)-1].step > t[0].step {
 		if d := t[len(t)-1].at.Sub(t[0].at).Seconds(); d > 0 {
-			per = d / float64(t[len(t)-1].step-t[0].step)
+			per = max(per, d/float64(t[len(t)-1].step-t[0].step))
 		}
 	}
 	if per <= 0 {
@@ -128,6 +160,20 @@ func (m *dashModel) header(st styles, w int, now time.Time) []string {
 		if eta, ok := m.eta(r); ok {
 			f = append(f, "ETA "+duration(eta))
 		}
+	} else if m.from > 0 {
+		// A resumed attempt before its first step: where it resumes, not
+		// the steps its agents send again.
+		step := fmt.Sprintf("step %d", m.from)
+		if m.maxSteps > 0 {
+			step += fmt.Sprintf("/%d", m.maxSteps)
+		}
+		if m.running() {
+			step += " (resuming)"
+		}
+		f = append(f, step)
+		if p, ok := m.train.last(); ok && p.step <= m.from {
+			f = append(f, st.Bold.r(fmt.Sprintf("loss %.4f", p.v)))
+		}
 	}
 	if !m.start.IsZero() {
 		end := m.end
@@ -142,8 +188,11 @@ func (m *dashModel) header(st styles, w int, now time.Time) []string {
 		f = append(f, "ranks: "+m.stateCounts(st))
 	}
 	if s := m.slow; s.rank >= 0 {
-		text := fmt.Sprintf("slowest rank %d ×%.1f (%.3f s compute/step)", s.rank, s.ratio(), s.compute)
-		if s.ratio() >= 1.5 {
+		text := s.text(false)
+		switch {
+		case s.silent > 0:
+			text = st.Bad.r(text)
+		case s.stall.secs > 0 || s.ratio() >= 1.5:
 			text = st.Warn.r(text)
 		}
 		f = append(f, text)
@@ -194,6 +243,9 @@ func (m *dashModel) stateCounts(st styles) string {
 func (m *dashModel) ckptText(now time.Time) string {
 	c := m.ckpt
 	s := "no checkpoint yet"
+	if c.step == 0 && m.from > 0 {
+		s = fmt.Sprintf("checkpoint step %d", m.from) // the one the attempt resumed from
+	}
 	if c.step > 0 {
 		s = fmt.Sprintf("checkpoint step %d", c.step)
 		if !c.at.IsZero() && now.After(c.at) {
@@ -261,6 +313,9 @@ func (m *dashModel) bannerLines(st styles, w, n int) []string {
 	}
 	if len(f.Tail) > 0 {
 		head += " — its last lines (esc hides; the log has them all):"
+	}
+	if lost := m.lostNodes(); len(lost) > 0 && m.nodesLeft() > 0 {
+		head += fmt.Sprintf(" — D drops %s and resumes on the nodes left", strings.Join(lost, ", "))
 	}
 	var out []string
 	for _, l := range wrap(head, w-2) {

@@ -185,6 +185,16 @@ func launchedJob(t testing.TB, ranks int, over []string, now time.Duration, w, h
 // 200-step run, with evaluations, memory and logs.
 func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 	t.Helper()
+	return trainingJobOn(t, ranks, points, w, h, func(int) string { return "localhost" })
+}
+
+// twoNodes puts ranks 0–1 on node1 and the others on node2.
+func twoNodes(r int) string { return []string{"node1", "node2"}[min(r/2, 1)] }
+
+// trainingJobOn is trainingJob with the ranks on the nodes nodeOf says;
+// pids 4200+rank.
+func trainingJobOn(t testing.TB, ranks, points, w, h int, nodeOf func(rank int) string) *Model {
+	t.Helper()
 	over := []string{fmt.Sprintf("Distributed.dp_degree=%d", ranks), "Global.local_batch_size=1", "Global.micro_batch_size=1",
 		fmt.Sprintf("Global.global_batch_size=%d", ranks), fmt.Sprintf("Engine.max_steps=%d", points*5/3)}
 	t.Chdir(t.TempDir())
@@ -192,7 +202,10 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 	var evs []event.Event
 	evs = append(evs, ev(event.KindJob, 0, func(e *event.Event) { e.State = event.JobStarted }))
 	for r := range ranks {
-		evs = append(evs, ev(event.KindWorker, 0.5, func(e *event.Event) { e.Node, e.Rank, e.State = "localhost", r, event.WorkerRunning }))
+		evs = append(evs, ev(event.KindWorker, 0.5, func(e *event.Event) {
+			e.Node, e.Rank, e.State = nodeOf(r), r, event.WorkerRunning
+			e.Proc = &event.Proc{PID: 4200 + r}
+		}))
 	}
 	for i := 1; i <= points; i++ {
 		step := i
@@ -208,26 +221,35 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 				comm = 0.01
 			}
 			evs = append(evs, ev(event.KindMetrics, float64(step), func(e *event.Event) {
-				e.Node, e.Rank = "localhost", r
+				e.Node, e.Rank = nodeOf(r), r
 				e.Metrics = &event.Metrics{Step: step, Loss: loss, LR: 1e-3, GradNorm: 0.5, TokensPerS: 12345, StepTimeS: 0.25, CommS: comm, MFU: 0.0123}
 			}))
 		}
 		if step%25 == 0 {
 			evs = append(evs, ev(event.KindMetrics, float64(step), func(e *event.Event) {
-				e.Node, e.Rank = "localhost", 0
+				e.Node, e.Rank = nodeOf(0), 0
 				e.Metrics = &event.Metrics{Step: step, Loss: loss, EvalLoss: loss + 0.2}
 			}))
 		}
 	}
-	evs = append(evs, ev(event.KindHealth, 60, func(e *event.Event) {
-		e.Node = "localhost"
-		e.Health = &event.Health{CPUPercent: 87, Cores: 16, MemUsed: 12 << 30, MemTotal: 64 << 30, WorkersRSS: int64(ranks*300) << 20}
-	}))
+	var nodes []string
+	for r := range ranks {
+		if !slices.Contains(nodes, nodeOf(r)) {
+			nodes = append(nodes, nodeOf(r))
+		}
+	}
+	for _, n := range nodes {
+		evs = append(evs, ev(event.KindHealth, 60, func(e *event.Event) {
+			e.Node = n
+			e.Health = &event.Health{CPUPercent: 87, Cores: 16, MemUsed: 12 << 30, MemTotal: 64 << 30, WorkersRSS: int64(ranks*300/len(nodes)) << 20}
+		}))
+	}
 	for r := range ranks {
 		evs = append(evs, ev(event.KindMemory, 60, func(e *event.Event) {
-			e.Node, e.Rank, e.Device, e.Used, e.Total = "localhost", r, -1, int64(300+10*r)<<20, 64<<30
+			e.Node, e.Rank, e.Device, e.Used, e.Total = nodeOf(r), r, -1, int64(300+10*r)<<20, 64<<30
+			e.Proc = &event.Proc{PID: 4200 + r, CPUPercent: float64(95 + r)}
 		}), ev(event.KindProgress, float64(points), func(e *event.Event) {
-			e.Node, e.Rank = "localhost", r
+			e.Node, e.Rank = nodeOf(r), r
 			e.Progress = &event.Progress{Step: points + 1, Ops: int64(2 * points), InFlight: []event.Op{{Group: "dp", Op: "AllReduce", Seq: int64(2*points + 1), WaitS: 0.2}}}
 			if r == 1 {
 				e.Progress.InFlight = nil
@@ -236,12 +258,122 @@ func trainingJob(t testing.TB, ranks, points, w, h int) *Model {
 		}))
 		for i := range 30 {
 			evs = append(evs, ev(event.KindLog, 60, func(e *event.Event) {
-				e.Node, e.Rank = "localhost", r
+				e.Node, e.Rank = nodeOf(r), r
 				e.Line = fmt.Sprintf("[train] rank %d step %d loss %.4f lr 1.0e-03 tokens/s 12345", r, i*4, 10-float64(i)/10)
 			}))
 		}
 	}
 	feed(m, evs...)
+	return m
+}
+
+// progress is rank's progress report on node at sec, in step, waiting
+// in its all-reduce.
+func progress(sec float64, node string, rank, step int) event.Event {
+	return ev(event.KindProgress, sec, func(e *event.Event) {
+		e.Node, e.Rank = node, rank
+		e.Progress = &event.Progress{Step: step, Ops: int64(2 * step), InFlight: []event.Op{{Group: "dp", Op: "AllReduce", Seq: int64(2*step + 1), WaitS: 0.2}}}
+	})
+}
+
+// silentRank is a 4-rank job 60 steps in whose rank 2 has sent no
+// progress report for 5 s, at the clock of t0+66 s: the others report
+// every second, waiting for it in their all-reduce.
+func silentRank(t testing.TB, w, h int) *Model {
+	m := trainingJobOn(t, 4, 60, w, h, twoNodes)
+	var evs []event.Event
+	for s := 61; s <= 66; s++ {
+		for r := range 4 {
+			if r != 2 || s <= 61 {
+				evs = append(evs, progress(float64(s), twoNodes(r), r, 61))
+			}
+		}
+	}
+	feed(m, evs...)
+	m.Update(tickMsg(t0.Add(66 * time.Second)))
+	return m
+}
+
+// lostNode is a 4-rank job on node1 and node2 whose node2 was lost at
+// step 60; the launcher's restart could not set it up again and, with
+// --min-nodes 2, the job failed.
+func lostNode(t testing.TB, w, h int) *Model {
+	m := trainingJobOn(t, 4, 60, w, h, twoNodes)
+	silent := "its agent has been silent for 3 s (no heartbeat; the agent is stopped, frozen or cut off)"
+	feed(m,
+		ev(event.KindNode, 63, func(e *event.Event) { e.Node, e.State, e.Message = "node2", event.NodeLost, silent }),
+		worker(63.2, "node1", 0, event.WorkerStopped, 143, ""),
+		worker(63.2, "node1", 1, event.WorkerStopped, 143, ""),
+		ev(event.KindJob, 63.5, func(e *event.Event) {
+			e.State = event.JobRestarting
+			e.Restart = &event.Restart{Count: 1, Max: 1, Cause: "node node2 lost: " + silent, Step: 55}
+		}),
+		ev(event.KindNode, 64, func(e *event.Event) { e.Node, e.State = "node1", event.NodeConnecting }),
+		ev(event.KindNode, 64, func(e *event.Event) { e.Node, e.State = "node2", event.NodeConnecting }),
+		ev(event.KindNode, 64.5, func(e *event.Event) { e.Node, e.State = "node1", event.NodeReady }),
+		ev(event.KindNode, 64.5, func(e *event.Event) {
+			e.Node, e.State, e.Message = "node2", event.NodeFailed, "dial tcp 10.0.0.12:22: connect: connection refused"
+		}),
+		ev(event.KindJob, 68, func(e *event.Event) {
+			e.State, e.Rank = event.JobFailed, -1
+			e.Message = "cluster: restart 1: node node2: dial tcp 10.0.0.12:22: connect: connection refused (3 tries; 1 node(s) would be left, --min-nodes 2)"
+		}))
+	m.Update(tickMsg(t0.Add(69 * time.Second)))
+	return m
+}
+
+// restartedJob is a 4-rank job killed at step 60 (rank 3, SIGKILL),
+// restarted by the launcher from step 55 and 8 steps into its second
+// attempt, its agents having sent steps 1–55 again at its start.
+func restartedJob(t testing.TB, w, h int) *Model {
+	m := trainingJobOn(t, 4, 60, w, h, twoNodes)
+	feed(m,
+		worker(60.5, "node2", 3, event.WorkerFailed, -1, "SIGKILL"),
+		worker(60.6, "node2", 2, event.WorkerStopped, -1, "SIGTERM"),
+		worker(60.7, "node1", 0, event.WorkerStopped, 143, ""),
+		worker(60.7, "node1", 1, event.WorkerStopped, 143, ""),
+		ev(event.KindJob, 61, func(e *event.Event) {
+			e.State = event.JobRestarting
+			e.Restart = &event.Restart{Count: 1, Max: 3, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 55}
+		}),
+		ev(event.KindJob, 64, func(e *event.Event) {
+			e.State, e.Message = event.JobStarted, "job 20260301-120000-1234-r1: 4 ranks on 2 nodes, MASTER_ADDR=10.0.0.10 MASTER_PORT=29500"
+		}))
+	var evs []event.Event
+	for r := range 4 {
+		evs = append(evs, worker(64.2, twoNodes(r), r, event.WorkerStarting, 0, ""))
+	}
+	for r := range 4 {
+		evs = append(evs, ev(event.KindWorker, 64.5, func(e *event.Event) {
+			e.Node, e.Rank, e.State, e.Proc = twoNodes(r), r, event.WorkerRunning, &event.Proc{PID: 4300 + r}
+		}))
+	}
+	for r := range 4 { // the resumed run's metrics files, read again from the start
+		for s := 1; s <= 55; s++ {
+			evs = append(evs, ev(event.KindMetrics, 66, func(e *event.Event) {
+				e.Node, e.Rank = twoNodes(r), r
+				e.Metrics = &event.Metrics{Step: s, Loss: 9, LR: 1e-3, StepTimeS: 0.25, CommS: 0.1, TokensPerS: 12345}
+			}))
+		}
+	}
+	for s := 56; s <= 63; s++ {
+		for r := range 4 {
+			evs = append(evs, ev(event.KindMetrics, 66+2*float64(s-55), func(e *event.Event) {
+				e.Node, e.Rank = twoNodes(r), r
+				e.Metrics = &event.Metrics{Step: s, Loss: 4.5, LR: 1e-3, GradNorm: 0.4, StepTimeS: 1.9, CommS: 1.7, TokensPerS: 1620, MFU: 0.002}
+			}), progress(66+2*float64(s-55), twoNodes(r), r, s+1))
+		}
+		if s == 60 {
+			for r := range 4 {
+				evs = append(evs, ev(event.KindMemory, 78, func(e *event.Event) {
+					e.Node, e.Rank, e.Device, e.Used, e.Total = twoNodes(r), r, -1, int64(300+10*r)<<20, 64<<30
+					e.Proc = &event.Proc{PID: 4300 + r, CPUPercent: float64(95 + r)}
+				}))
+			}
+		}
+	}
+	feed(m, evs...)
+	m.Update(tickMsg(t0.Add(83 * time.Second)))
 	return m
 }
 

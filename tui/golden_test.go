@@ -163,4 +163,22 @@ func TestGolden(t *testing.T) {
 			t.Run(name, func(t *testing.T) { golden(t, name, sc.make(t, sz[0], sz[1])) })
 		}
 	}
+	// The live truth of issue 23, at the smallest and a large terminal.
+	for _, sc := range []struct {
+		name string
+		make func(t *testing.T, w, h int) *Model
+	}{
+		{"dashboard-events", func(t *testing.T, w, h int) *Model {
+			m := restartedJob(t, w, h)
+			press(m, "tab", "tab", "tab", "tab") // log → chart → nodes → ranks → events
+			return m
+		}},
+		{"dashboard-silent", func(t *testing.T, w, h int) *Model { return silentRank(t, w, h) }},
+		{"dashboard-node-lost", func(t *testing.T, w, h int) *Model { return lostNode(t, w, h) }},
+	} {
+		for _, sz := range [][2]int{{80, 24}, {200, 60}} {
+			name := fmt.Sprintf("%s-%dx%d", sc.name, sz[0], sz[1])
+			t.Run(name, func(t *testing.T) { golden(t, name, sc.make(t, sz[0], sz[1])) })
+		}
+	}
 }

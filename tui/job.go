@@ -2,27 +2,41 @@ package tui
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 )
 
-// jobModel is the Job screen: the preset or config file, its -o overrides,
-// the strategy they resolve to, the planner's estimate, and the launch.
+// jobModel is the Job screen: the preset or config file, the restart
+// policy, its -o overrides, the strategy they resolve to, the planner's
+// estimate, and the launch.
 type jobModel struct {
 	source    string   // preset name or config file
 	overrides []string // Section.key=value
-	sel       int      // row: 0 the config, then the overrides, then add, then launch
+	sel       int      // row: 0 the config, then the restarts, the fewest nodes, the overrides, add, launch
+	// restarts is the job's automatic restart policy (--max-restarts,
+	// --min-nodes).
+	restarts cluster.Restarts
 
 	cfg *presets.Config // source with overrides, resolved; nil if err
 	err error
 }
 
-func newJobModel(source string, overrides []string) jobModel {
-	m := jobModel{source: source, overrides: append([]string(nil), overrides...)}
+// Rows before the overrides.
+const (
+	rowConfig   = iota
+	rowRestarts // --max-restarts
+	rowMinNodes // --min-nodes
+	rowOverride // the first override
+)
+
+func newJobModel(source string, overrides []string, restarts cluster.Restarts) jobModel {
+	m := jobModel{source: source, overrides: append([]string(nil), overrides...), restarts: restarts}
 	m.resolve()
 	m.sel = m.launchRow()
 	return m
@@ -38,8 +52,49 @@ func (m *jobModel) resolve() {
 }
 
 // Row kinds.
-func (m *jobModel) addRow() int    { return len(m.overrides) + 1 }
-func (m *jobModel) launchRow() int { return len(m.overrides) + 2 }
+func (m *jobModel) addRow() int    { return rowOverride + len(m.overrides) }
+func (m *jobModel) launchRow() int { return m.addRow() + 1 }
+
+// override returns the index of the override on the selected row, -1
+// for none.
+func (m *jobModel) override() int {
+	if m.sel >= rowOverride && m.sel < m.addRow() {
+		return m.sel - rowOverride
+	}
+	return -1
+}
+
+// setRestarts sets the restart policy's field of row (rowRestarts or
+// rowMinNodes) from text: a number, 0 for none (never restart; every
+// node).
+func (m *jobModel) setRestarts(row int, text string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(text))
+	switch {
+	case row == rowRestarts && (err != nil || n < 0):
+		return fmt.Errorf("--max-restarts %q: want 0 (never restart) or more", text)
+	case row == rowMinNodes && (err != nil || n < 0):
+		return fmt.Errorf("--min-nodes %q: want the fewest nodes a restart goes on with, 0 for every node", text)
+	case row == rowRestarts:
+		m.restarts.Max = n
+	default:
+		m.restarts.MinNodes = n
+	}
+	return nil
+}
+
+// restartsText says what the restart policy does.
+func (m *jobModel) restartsText() (restarts, minNodes string) {
+	r := m.restarts
+	restarts = "never: a failure ends the job"
+	if r.Max > 0 {
+		restarts = fmt.Sprintf("up to %d, from the newest checkpoint, after a failure, a lost node or a hang", r.Max)
+	}
+	minNodes = "every node: a restart waits for all of them"
+	if r.MinNodes > 0 {
+		minNodes = fmt.Sprintf("%d: a restart leaves out the nodes it cannot reach and re-plans, down to %d", r.MinNodes, r.MinNodes)
+	}
+	return restarts, minNodes
+}
 
 // ranks returns the number of ranks the strategy needs, 0 without a config.
 func (m *jobModel) ranks() int {
@@ -93,10 +148,14 @@ func (m *jobModel) update(msg tea.KeyPressMsg, k keyMap, page int, h host) (bool
 		return true, nil
 	case is(msg, k.Open, k.Edit):
 		switch {
-		case m.sel == 0:
+		case m.sel == rowConfig:
 			return true, h.openPrompt(promptConfig, "config or preset: ", m.source, "")
-		case m.sel <= len(m.overrides):
-			return true, h.openPrompt(promptOverride, "-o ", m.overrides[m.sel-1], fmt.Sprint(m.sel-1))
+		case m.sel == rowRestarts:
+			return true, h.openPrompt(promptRestarts, "--max-restarts ", fmt.Sprint(m.restarts.Max), fmt.Sprint(rowRestarts))
+		case m.sel == rowMinNodes:
+			return true, h.openPrompt(promptRestarts, "--min-nodes ", fmt.Sprint(m.restarts.MinNodes), fmt.Sprint(rowMinNodes))
+		case m.override() >= 0:
+			return true, h.openPrompt(promptOverride, "-o ", m.overrides[m.override()], fmt.Sprint(m.override()))
 		case m.sel == m.addRow():
 			return true, h.openPrompt(promptOverride, "-o ", "", fmt.Sprint(len(m.overrides)))
 		case is(msg, k.Open) && m.sel == m.launchRow():
@@ -124,8 +183,8 @@ func (m *jobModel) move(msg tea.KeyPressMsg, k keyMap, plans, page int) bool {
 		m.sel = 0
 	case is(msg, k.Bottom):
 		m.sel = m.launchRow()
-	case is(msg, k.Delete) && m.sel >= 1 && m.sel <= len(m.overrides):
-		m.setOverride(m.sel-1, "")
+	case is(msg, k.Delete) && m.override() >= 0:
+		m.setOverride(m.override(), "")
 		m.sel = min(m.sel, m.launchRow())
 	default:
 		return false
@@ -220,12 +279,19 @@ func (m *jobModel) upperLines(st styles, v jobView, w int, compact bool) []strin
 		}
 		lines = append(lines, fit(mark+fmt.Sprintf("%-10s ", label)+text, w))
 	}
-	row(0, "Config", m.source+st.Dim.r("   (enter: edit; a preset name or a YAML file)"))
-	if compact && len(m.overrides) > 1 && (m.sel < 1 || m.sel > len(m.overrides)) {
+	row(rowConfig, "Config", m.source+st.Dim.r("   (enter: edit; a preset name or a YAML file)"))
+	restarts, minNodes := m.restartsText()
+	if compact && m.sel != rowRestarts && m.sel != rowMinNodes {
+		row(-1, "Restarts", fmt.Sprintf("%d, min nodes %d", m.restarts.Max, m.restarts.MinNodes)+st.Dim.r("   (--max-restarts, --min-nodes)"))
+	} else {
+		row(rowRestarts, "Restarts", fmt.Sprint(m.restarts.Max)+st.Dim.r("   --max-restarts: "+restarts))
+		row(rowMinNodes, "Min nodes", fmt.Sprint(m.restarts.MinNodes)+st.Dim.r("   --min-nodes: "+minNodes))
+	}
+	if compact && len(m.overrides) > 1 && m.override() < 0 {
 		row(-1, fmt.Sprintf("-o (%d)", len(m.overrides)), strings.Join(m.overrides, " "))
 	} else {
 		for i, o := range m.overrides {
-			row(i+1, "-o", o)
+			row(rowOverride+i, "-o", o)
 		}
 	}
 	row(m.addRow(), "", st.Dim.r("+ add an override (enter or a; d deletes the selected one)"))

@@ -13,7 +13,7 @@ type keyMap struct {
 	// The Nodes screen's.
 	Retry, Accept key.Binding
 	// The dashboard's.
-	Wrap, Zoom, Window, EMA, Order, Report key.Binding
+	Wrap, Zoom, Window, EMA, Order, Report, Drop key.Binding
 }
 
 func newKeyMap() keyMap {
@@ -56,6 +56,7 @@ func newKeyMap() keyMap {
 		EMA:       b([]string{"e"}, "e", "loss: EMA on/off"),
 		Order:     b([]string{"o"}, "o", "ranks: slowest first on/off"),
 		Report:    b([]string{"w"}, "w", "dashboard: write report.png"),
+		Drop:      b([]string{"D"}, "D", "drop a lost node, resume"),
 		Yes:       b([]string{"y", "Y"}, "y", "yes"),
 		No:        b([]string{"n", "N", "esc"}, "n", "no"),
 	}
@@ -67,7 +68,7 @@ func (k keyMap) helpGroups() [][]key.Binding {
 		{k.Help, k.Quit, k.Screen1, k.Screen2, k.Screen3, k.Screen4, k.Next, k.Prev, k.Back},
 		{k.Up, k.Down, k.PageUp, k.PageDown, k.Top, k.Bottom, k.Open, k.Filter},
 		{k.Stop, k.Restart, k.Edit, k.Add, k.Delete, k.Save, k.Apply, k.Retry, k.Accept},
-		{k.Follow, k.NextMatch, k.PrevMatch, k.Wrap, k.Zoom, k.Window, k.EMA, k.Order, k.Report},
+		{k.Follow, k.NextMatch, k.PrevMatch, k.Wrap, k.Zoom, k.Window, k.EMA, k.Order, k.Report, k.Drop},
 	}
 }
 

@@ -30,8 +30,6 @@ type ClusterLauncher struct {
 	Overrides []string
 	// SSH configures the connections.
 	SSH sshexec.ClientConfig
-	// Restarts is the automatic restart policy of each job.
-	Restarts cluster.Restarts
 	// AgentTimeout and HangTimeout are cluster.Options' (0: the defaults).
 	AgentTimeout, HangTimeout time.Duration
 }
@@ -91,8 +89,8 @@ func (l *ClusterLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan ev
 }
 
 // Start plans the job with the UI's rank table and starts it under a
-// cluster.Supervisor; both happen in the background, reported on the
-// runner's events.
+// cluster.Supervisor with the job's restart policy; both happen in the
+// background, reported on the runner's events.
 func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
 	cfg := job.Resolved
 	if job.Resume {
@@ -102,11 +100,19 @@ func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
 			return nil, err
 		}
 	}
+	nodes := l.Nodes
+	if len(job.Nodes) > 0 {
+		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n sshexec.Node) bool { return !slices.Contains(job.Nodes, n.Name) })
+	}
+	table, tableFile := job.Table, job.TablePath
+	if job.Elastic {
+		table, tableFile = nil, "" // each attempt's, from its nodes
+	}
 	cj := cluster.NewSupervisor(cluster.Options{
-		Nodes: l.Nodes, Hosts: l.Hosts, Config: cfg, SSH: l.SSH,
-		RankTable: job.Table, RankTableFile: job.TablePath, JobID: job.JobID,
+		Nodes: nodes, Hosts: l.Hosts, Config: cfg, SSH: l.SSH,
+		RankTable: table, RankTableFile: tableFile, JobID: job.JobID,
 		AgentTimeout: l.AgentTimeout, HangTimeout: l.HangTimeout,
-	}, l.Restarts)
+	}, job.Restarts)
 	ctx, cancel := context.WithCancel(ctx)
 	r := &clusterRunner{events: make(chan event.Event, 256), cancel: cancel}
 	failed := make(chan error, 1)

@@ -5,8 +5,9 @@
 // It follows the Elm architecture of Bubble Tea: Model (model.go) is the
 // root model, with one child model per screen, each in its own file and
 // handling its own keys: nodes.go, ranktable.go, job.go and the dashboard
-// (dashboard.go: its model and events; dashview.go and dashpanes.go: how
-// it is drawn; ranks.go: the ranks' states and pace). Everything from
+// (dashboard.go: its model and events; dashview.go, dashpanes.go and
+// events.go: how it is drawn; ranks.go: the ranks' states, silences and
+// pace; drop.go: dropping a lost node). Everything from
 // outside — the nodes' and the job's events, the planner's answer
 // (plan.go), a written report (report.go), ticks — arrives as a message
 // through a command; nothing changes the model from another goroutine, and
@@ -71,6 +72,10 @@ type Options struct {
 	// ReportPath is where w on the dashboard writes the report picture
 	// (report.png if empty).
 	ReportPath string
+	// Restarts is the restart policy the Job screen starts with
+	// (--max-restarts, --min-nodes); each job is launched with the
+	// screen's.
+	Restarts cluster.Restarts
 }
 
 // Prompt purposes.
@@ -80,6 +85,7 @@ const (
 	promptDevices         // a node's device range
 	promptConfig          // the config or preset
 	promptOverride        // an -o override
+	promptRestarts        // --max-restarts or --min-nodes (arg: the row)
 )
 
 // confirmation is a yes/no question on the bottom line.
@@ -128,6 +134,7 @@ type Model struct {
 	launching bool                       // Start was called and has not answered yet
 	quitting  bool                       // quit once the job has stopped
 	restart   bool                       // restart from the checkpoint once the job has stopped
+	drop      dropState                  // a drop (D) setting the nodes left up again
 }
 
 // New returns the UI's model.
@@ -156,7 +163,7 @@ func New(opt Options) *Model {
 		h:      24,
 		nodes:  newNodesModel(opt.Nodes),
 		ranks:  newRankModel(opt.RankTablePath),
-		job:    newJobModel(opt.Config, opt.Overrides),
+		job:    newJobModel(opt.Config, opt.Overrides, opt.Restarts),
 		dash:   newDashModel(opt.LogLines, opt.LossPoints),
 		input:  in,
 		probes: make(map[int]<-chan event.Event),
@@ -206,6 +213,7 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, nil
 	case tickMsg:
 		m.now = time.Time(msg)
+		m.dash.settle(m.now)
 		return m, tick()
 	case eventsMsg:
 		cmd, replan = m.onEvents(msg)
@@ -215,6 +223,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.onPlan(msg)
 	case reportMsg:
 		m.onReport(msg)
+	case dropRetryMsg:
+		cmd = m.retryDrop()
 	case tea.KeyPressMsg:
 		cmd, replan = m.onKey(msg), true
 	case tea.PasteMsg:
@@ -242,7 +252,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 		}
 		if msg.closed {
 			delete(m.probes, msg.stream)
-			return nil, true
+			return m.dropped(msg.stream), true
 		}
 		return readEvents(msg.stream, m.probes[msg.stream]), true
 	}
@@ -255,9 +265,9 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 			m.nodes.apply(ev)
 			nodes = true
 		}
-		m.dash.apply(ev)
+		m.dash.apply(ev, msg.at)
 	}
-	m.dash.settle()
+	m.dash.settle(m.now)
 	if !msg.closed {
 		return readEvents(m.jobN, m.runner.Events()), nodes
 	}
@@ -283,7 +293,7 @@ func (m *Model) onStarted(msg startedMsg) tea.Cmd {
 	if msg.err != nil {
 		e := event.New(event.KindJob)
 		e.State, e.Message, e.Time = event.JobFailed, "launch: "+msg.err.Error(), time.Time{}
-		m.dash.apply(e) // the banner says why
+		m.dash.apply(e, time.Time{}) // the banner says why
 		m.status = e.Message
 		if m.quitting {
 			return tea.Quit
@@ -333,6 +343,10 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		}
 		return nil
 	}
+	if m.job.restarts.MinNodes > 0 && len(m.ranks.edited) > 0 {
+		m.status = "--min-nodes does not go with devices edited on the Rank table screen (2), which fix the nodes: set Min nodes to 0 on the Job screen, or undo the edits"
+		return nil
+	}
 	t := m.ranks.table(m.nodes.rows)
 	id := cluster.NewJobID()
 	path := m.ranks.jobPath(id)
@@ -348,6 +362,9 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		TablePath: path,
 		JobID:     id,
 		Resolved:  m.job.cfg,
+		Restarts:  m.job.restarts,
+		Nodes:     m.nodes.readyNames(),
+		Elastic:   m.job.restarts.MinNodes > 0,
 	}
 	m.jobN++
 	m.launching = true
@@ -409,6 +426,7 @@ type host interface {
 	say(status string)
 	launch(resume bool) tea.Cmd
 	retry(node, key string) tea.Cmd
+	askDrop() tea.Cmd
 	applyPlan()
 	plans() int
 	reportPath() string
@@ -611,6 +629,12 @@ func (m *Model) submit(v string) tea.Cmd {
 	case promptConfig:
 		m.job.source = strings.TrimSpace(v)
 		m.job.resolve()
+	case promptRestarts:
+		var row int
+		fmt.Sscan(m.arg, &row)
+		if err := m.job.setRestarts(row, v); err != nil {
+			m.status = err.Error()
+		}
 	case promptOverride:
 		var i int
 		fmt.Sscan(m.arg, &i)
@@ -619,7 +643,7 @@ func (m *Model) submit(v string) tea.Cmd {
 			m.status = err.Error()
 		}
 		if len(m.job.overrides) > n {
-			m.job.sel = i + 1 // the new override's row
+			m.job.sel = rowOverride + i // the new override's row
 		}
 		m.job.sel = min(m.job.sel, m.job.launchRow())
 	}
@@ -634,6 +658,19 @@ func (m *Model) Summary() []string {
 		return nil
 	}
 	return m.dash.summary(m.opt.Nodes)
+}
+
+// Err returns the last job's failure, for the exit status once the UI
+// has quit: nil when no job ran, or the last one did not fail.
+func (m *Model) Err() error {
+	if m.jobN == 0 || m.dash.state != event.JobFailed {
+		return nil
+	}
+	why := "see its log"
+	if f := m.dash.failure; f != nil && f.Message != "" {
+		why = strings.TrimPrefix(f.Message, "cluster: ")
+	}
+	return fmt.Errorf("the job failed: %s", why)
 }
 
 // View draws the UI.

@@ -287,8 +287,12 @@ func TestDashboardLogFollowAndSearch(t *testing.T) {
 		t.Errorf("rank 1's log not shown: sel %d focus %d", d.sel, d.focus)
 	}
 	press(m, "shift+tab")
+	if d.focus != paneEvents {
+		t.Errorf("shift+tab: focus %d, want the events pane", d.focus)
+	}
+	press(m, "shift+tab")
 	if d.focus != paneRanks {
-		t.Errorf("shift+tab: focus %d", d.focus)
+		t.Errorf("shift+tab twice: focus %d", d.focus)
 	}
 }
 

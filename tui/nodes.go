@@ -19,10 +19,13 @@ type nodeRow struct {
 	msg   string
 	note  string // the last pruned or replica message, which changes no state
 	probe *event.Probe
+	// dropped: the user left the node out of the job (D on the dashboard,
+	// after it was lost); R takes it back.
+	dropped bool
 }
 
-// ready reports whether the node is set up for a job.
-func (r nodeRow) ready() bool { return r.state == event.NodeReady }
+// ready reports whether the node is set up for a job and in it.
+func (r nodeRow) ready() bool { return r.state == event.NodeReady && !r.dropped }
 
 // broken reports whether the node needs the user: its setup failed, it
 // was lost, or its setup was stopped.
@@ -43,6 +46,8 @@ func (r nodeRow) unknownKey() string {
 // singled out, since what to do about it differs from other failures.
 func (r nodeRow) stateText() string {
 	switch {
+	case r.dropped:
+		return "dropped"
 	case r.state == event.NodeFailed && strings.Contains(r.msg, "host key"):
 		return "host key"
 	case r.state == "":
@@ -134,7 +139,7 @@ func (m *nodesModel) readyProbes() map[string]*event.Probe {
 func (m *nodesModel) notReady() string {
 	var parts []string
 	for _, r := range m.rows {
-		if !r.ready() {
+		if !r.ready() && !r.dropped {
 			parts = append(parts, r.node.Name+" "+r.stateText())
 		}
 	}
@@ -176,6 +181,7 @@ func (m *nodesModel) update(msg tea.KeyPressMsg, k keyMap, h host) (bool, tea.Cm
 		if r == nil {
 			return true, nil
 		}
+		r.dropped = false // set up again, it is in the job again
 		return true, h.retry(r.node.Name, "")
 	case is(msg, k.Accept):
 		r := m.selected()
@@ -376,8 +382,11 @@ func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 	if r.msg != "" {
 		add(r.msg)
 	}
-	if r.broken() {
+	if r.broken() || r.dropped {
 		add("R sets the node up again (connect, push, probe).")
+	}
+	if r.dropped {
+		add("It was dropped from the job after it was lost (D on the dashboard); R takes it back.")
 	}
 	if r.note != "" {
 		add(r.note)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 )
 
@@ -21,10 +22,13 @@ const (
 	rankLost       = "lost"       // its node was lost: no word of it can come
 	rankHung       = "hung"       // the launcher found it stuck (no progress for the hang bound)
 	rankRestarting = "restarting" // the job restarts, from its newest checkpoint
+	// rankSilent is a running rank that has sent no progress report for
+	// silentAfter: shown, not kept (its state stays running).
+	rankSilent = "silent"
 )
 
 // rankOrder is the order in which the header counts the states.
-var rankOrder = []string{rankRunning, rankStarting, rankWaiting, rankRestarting, rankDone, rankStopped, rankFailed, rankHung, rankLost}
+var rankOrder = []string{rankRunning, rankSilent, rankStarting, rankWaiting, rankRestarting, rankDone, rankStopped, rankFailed, rankHung, rankLost}
 
 // stateName is a rank state as shown.
 func stateName(s string) string {
@@ -49,53 +53,90 @@ const recentSteps = 64
 // name a rank; two slow ones do).
 const slowWindow = 3
 
+// silentAfter is how long a running rank may send no progress report
+// (its worker sends one every agent.ProgressEvery, whatever it does)
+// before it is shown silent: two reports missed means the process is
+// stopped, frozen or starved, long before the launcher's hang bound.
+const silentAfter = 2 * agent.ProgressEvery
+
+// stallHold is how long after a rank's silence has ended the header
+// still names it the slowest: a stall of a few seconds stops every rank
+// (they wait for it in their collectives) but may leave no trace in its
+// compute time, when it came during a collective.
+const stallHold = 20 * time.Second
+
+// A rank is named the slowest by its compute time only when it is
+// clearly slower: straggleRatio times the others' median, and longer by
+// at least straggleShare of the step time. Ranks within that are equal:
+// no straggler is named.
+const (
+	straggleRatio = 1.25
+	straggleShare = 0.1
+)
+
 // sample is one training step of a rank, as the dashboard keeps it.
 type sample struct {
 	step                       int
 	at                         time.Time // when it was logged, by the rank's clock
-	loss, eval, lr, gnorm      float64
+	loss, eval, lr, gnorm, mfu float64
 	stepS, computeS, tokensPer float64
 }
 
 func (s sample) stepOf() int { return s.step }
 
-// metrics returns s as a metrics record, for the report.
-func (s sample) metrics() event.Metrics {
-	return event.Metrics{Step: s.step, Loss: s.loss, EvalLoss: s.eval, LR: s.lr, GradNorm: s.gnorm, StepTimeS: s.stepS, TokensPerS: s.tokensPer}
+// sampleOf returns the sample of a metrics record logged at at.
+func sampleOf(mt event.Metrics, at time.Time) sample {
+	return sample{step: mt.Step, at: at, loss: mt.Loss, eval: mt.EvalLoss, lr: mt.LR, gnorm: mt.GradNorm, mfu: mt.MFU,
+		stepS: mt.StepTimeS, computeS: mt.ComputeS(), tokensPer: mt.TokensPerS}
 }
 
-// rankState is what the dashboard knows of one rank.
+// metrics returns s as a metrics record, for the report (its CommS the
+// step less its compute time).
+func (s sample) metrics() event.Metrics {
+	return event.Metrics{Step: s.step, Loss: s.loss, EvalLoss: s.eval, LR: s.lr, GradNorm: s.gnorm, MFU: s.mfu,
+		StepTimeS: s.stepS, CommS: max(s.stepS-s.computeS, 0), TokensPerS: s.tokensPer}
+}
+
+// stall is a silence of a rank that has ended: its progress reports
+// stopped for a while, then came again.
+type stall struct {
+	at   time.Time // when the reports came again
+	secs float64   // how long they had stopped, less the usual interval
+	step int       // the step the rank was in
+}
+
+// rankState is what the dashboard knows of one rank in the job's current
+// attempt.
 type rankState struct {
 	node   string
 	state  string // a rank* state
 	code   int
 	signal string
-	cause  bool      // the job's failure names this rank as its cause
-	why    string    // how it ended or what is wrong, in a few words
-	heard  time.Time // its last event, by its node's clock
+	cause  bool   // the job's failure names this rank as its cause
+	why    string // how it ended or what is wrong, in a few words
+	// heard is when its last progress report arrived: the worker sends
+	// one every agent.ProgressEvery itself, so its age says whether the
+	// process runs, whatever the rest of its node says.
+	heard time.Time
+	// silent is how long it has sent no progress report, once that is
+	// more than silentAfter (and it runs); 0 otherwise. Set by settle.
+	silent time.Duration
+	stall  stall // its last silence, once over
 	last   event.Metrics
-	steps  int // training records received
+	steps  int // training records received in this attempt
 
-	recent []sample        // the last recentSteps steps, a ring
-	next   int             // where the next one goes once the ring is full
-	hist   *series[sample] // every step, thinned out as it grows, for the report
-	evals  *series[sample] // the evaluations, likewise
+	recent []sample // the last recentSteps steps, a ring
+	next   int      // where the next one goes once the ring is full
 
-	mem, memTotal int64 // its memory (a GPU's, or a CPU worker's RSS)
+	mem, memTotal int64   // its memory (a GPU's, or a CPU worker's RSS)
+	pid           int     // its process, once running
+	cpu           float64 // the CPU its process used over the last second, in % of a core; -1 unknown
 	prog          *event.Progress
 }
 
-// add records one training step, or an evaluation, of the rank.
-func (r *rankState) add(mt event.Metrics, at time.Time, histCap int) {
-	if r.hist == nil {
-		r.hist, r.evals = newSeries[sample](histCap), newSeries[sample](histCap)
-	}
-	if mt.EvalLoss != 0 {
-		r.evals.add(sample{step: mt.Step, at: at, eval: mt.EvalLoss})
-		return
-	}
-	s := sample{step: mt.Step, at: at, loss: mt.Loss, lr: mt.LR, gnorm: mt.GradNorm, stepS: mt.StepTimeS, computeS: mt.ComputeS(), tokensPer: mt.TokensPerS}
-	r.hist.add(s)
+// add records one training step of the rank, logged at at.
+func (r *rankState) add(mt event.Metrics, at time.Time) {
+	s := sampleOf(mt, at)
 	r.last, r.steps = mt, r.steps+1
 	if len(r.recent) > 0 && r.recent[r.lastAt()].step >= mt.Step {
 		r.recent, r.next = r.recent[:0], 0 // resumed from an earlier step
@@ -106,6 +147,18 @@ func (r *rankState) add(mt event.Metrics, at time.Time, histCap int) {
 	}
 	r.recent[r.next] = s
 	r.next = (r.next + 1) % recentSteps
+}
+
+// onProgress records a progress report that arrived at at: the rank is
+// heard from, and a silence it ends is kept as its stall.
+func (r *rankState) onProgress(p event.Progress, at time.Time) {
+	if gap := at.Sub(r.heard); !r.heard.IsZero() && gap > silentAfter && r.state == rankRunning {
+		r.stall = stall{at: at, secs: (gap - agent.ProgressEvery).Seconds(), step: p.Step}
+	}
+	if at.After(r.heard) {
+		r.heard = at
+	}
+	r.prog = &p
 }
 
 // lastAt is the index of the newest recent sample.
@@ -126,12 +179,33 @@ func (r *rankState) tail(n int) []sample {
 	return out
 }
 
+// medianCompute is the median compute time of the rank's last slowWindow
+// steps; ok is false before its first.
+func (r *rankState) medianCompute() (float64, bool) {
+	if len(r.recent) == 0 {
+		return 0, false
+	}
+	var cs []float64
+	for _, s := range r.tail(slowWindow) {
+		cs = append(cs, s.computeS)
+	}
+	return median(cs), true
+}
+
 // forget drops what the rank did in an earlier attempt of the job: its
-// figures, progress and memory (its history, for the report, stays).
+// figures, progress, process and memory (the history, for the report,
+// is the dashboard's and stays).
 func (r *rankState) forget() {
 	r.last, r.steps, r.recent, r.next = event.Metrics{}, 0, r.recent[:0], 0
-	r.prog, r.mem, r.memTotal, r.heard = nil, 0, 0, time.Time{}
+	r.prog, r.mem, r.memTotal, r.heard, r.silent, r.stall = nil, 0, 0, time.Time{}, 0, stall{}
+	r.pid, r.cpu = 0, -1
 	r.code, r.signal, r.cause, r.why = 0, "", false, ""
+}
+
+// gone clears the figures of a process that has ended: its memory and
+// CPU are no longer.
+func (r *rankState) gone() {
+	r.mem, r.memTotal, r.cpu, r.silent = 0, 0, -1, 0
 }
 
 // how says how a worker that ended exited: "killed by SIGKILL", "exit
@@ -145,31 +219,56 @@ func how(code int, signal string) string {
 
 // onWorker applies a worker event to the rank. The launcher's verdicts
 // stay: a hung or lost rank that the stop then ends is still hung or lost.
-func (r *rankState) onWorker(ev event.Event) {
+// blame is what ended the job's attempt, if the dashboard knows ("rank 3
+// failed"), for the ranks the job's stop then ends.
+func (r *rankState) onWorker(ev event.Event, blame string) {
 	switch ev.State {
 	case event.WorkerStarting:
 		r.state = rankStarting
 	case event.WorkerRunning:
 		r.state = rankRunning
+		if ev.Proc != nil {
+			r.pid = ev.Proc.PID
+		}
 	case event.WorkerExited:
 		r.state, r.why = rankDone, ""
 	case event.WorkerFailed:
 		r.state, r.code, r.signal = rankFailed, ev.Code, ev.Signal
 		r.why = how(ev.Code, ev.Signal)
+		if ev.Exit != nil && ev.Exit.Error != "" {
+			r.why += ": " + clean(ev.Exit.Error)
+		}
 	case event.WorkerStopped:
 		if r.state == rankHung || r.state == rankLost {
 			return
 		}
 		r.state, r.code, r.signal = rankStopped, ev.Code, ev.Signal
-		r.why = "stopped: " + how(ev.Code, ev.Signal)
+		r.why = stoppedWhy(blame, ev.Code, ev.Signal)
+	}
+	if ended(r.state) {
+		r.gone()
 	}
 }
 
-// slowest is the dashboard's verdict on the ranks' pace.
+// stoppedWhy says why the job's stop ended a rank: what ended the job, if
+// known, else how the rank exited.
+func stoppedWhy(blame string, code int, signal string) string {
+	if blame != "" {
+		return "stopped with the job because " + blame
+	}
+	return "stopped: " + how(code, signal)
+}
+
+// slowest is the dashboard's verdict on the ranks' pace: the rank that
+// holds the others back, if one does. A silent rank comes first (it holds
+// every rank now), then the last stall within stallHold, then the rank
+// whose compute time is clearly the longest.
 type slowest struct {
-	rank    int     // the slowest rank; -1 without two ranks to compare
-	compute float64 // its median compute time per step over slowWindow steps
-	typical float64 // the median of the other ranks'
+	rank    int           // the slowest rank; -1 for none
+	silent  time.Duration // it is silent now, for this long
+	stall   stall         // or it stalled (stall.secs > 0)
+	compute float64       // or its median compute time per step over slowWindow steps is the longest
+	typical float64       // the median of the ranks' median compute times (the others', for a compute verdict)
 }
 
 // ratio is how many times longer the slowest rank computes than the
@@ -181,17 +280,63 @@ func (s slowest) ratio() float64 {
 	return s.compute / s.typical
 }
 
-// findSlowest names the rank whose median compute time (step time less
-// the time in collectives, event.Metrics.ComputeS) over its last
-// slowWindow steps is the longest, among the running ranks (or all, once
-// fewer than two run). In a
-// synchronous job every rank's step takes the slowest's time, so the step
-// time alone names no one: the others wait for the straggler in their
-// collectives.
-func findSlowest(ranks []rankState) slowest {
+// text is the verdict in a few words: "rank 2 silent 4s", "slowest rank
+// 2: stalled 3.1 s in step 12", "slowest rank 1 ×1.7 (0.240 s
+// compute/step)"; short leaves out what is in parentheses and the step.
+func (s slowest) text(short bool) string {
+	switch {
+	case s.rank < 0:
+		return ""
+	case s.silent > 0:
+		return fmt.Sprintf("rank %d silent %s", s.rank, duration(s.silent.Seconds()))
+	case s.stall.secs > 0 && short:
+		return fmt.Sprintf("slowest rank %d: stalled %.1f s", s.rank, s.stall.secs)
+	case s.stall.secs > 0:
+		return fmt.Sprintf("slowest rank %d: stalled %.1f s in step %d", s.rank, s.stall.secs, s.stall.step)
+	case short:
+		return fmt.Sprintf("slowest rank %d ×%.1f", s.rank, s.ratio())
+	}
+	return fmt.Sprintf("slowest rank %d ×%.1f (%.3f s compute/step)", s.rank, s.ratio(), s.compute)
+}
+
+// findSlowest gives the verdict on the ranks at now (see slowest). By
+// compute time, the slowest rank is the one whose median compute time
+// (step time less the time in collectives, event.Metrics.ComputeS) over
+// its last slowWindow steps is the longest, among the running ranks (or
+// all, once fewer than two run), if it is clearly the longest
+// (straggleRatio, straggleShare). In a synchronous job every rank's step
+// takes the slowest's time, so the step time alone names no one: the
+// others wait for the straggler in their collectives.
+func findSlowest(ranks []rankState, now time.Time) slowest {
 	s := slowest{rank: -1}
-	var meds []float64
-	at := -1 // the slowest's place in meds
+	for i := range ranks {
+		if r := &ranks[i]; r.silent > s.silent {
+			s.rank, s.silent = i, r.silent
+		}
+	}
+	var meds, steps []float64
+	for i := range ranks {
+		if m, ok := ranks[i].medianCompute(); ok {
+			meds = append(meds, m)
+			steps = append(steps, ranks[i].last.StepTimeS)
+		}
+	}
+	s.typical = median(slices.Clone(meds))
+	if s.rank >= 0 {
+		return s
+	}
+	for i := range ranks {
+		r := &ranks[i]
+		if r.state != rankRunning || r.stall.secs <= 0 || now.Sub(r.stall.at) > stallHold {
+			continue
+		}
+		if s.rank < 0 || r.stall.at.After(s.stall.at) {
+			s.rank, s.stall = i, r.stall
+		}
+	}
+	if s.rank >= 0 {
+		return s
+	}
 	// The running ranks; when fewer than two run (the job has ended),
 	// every rank's last steps, so the verdict outlives the job.
 	live := 0
@@ -200,26 +345,27 @@ func findSlowest(ranks []rankState) slowest {
 			live++
 		}
 	}
+	meds = meds[:0]
+	at := -1 // the slowest's place in meds
 	for i := range ranks {
 		r := &ranks[i]
-		if len(r.recent) == 0 || live >= 2 && r.state != rankRunning {
+		med, ok := r.medianCompute()
+		if !ok || live >= 2 && r.state != rankRunning {
 			continue
 		}
-		var cs []float64
-		for _, x := range r.tail(slowWindow) {
-			cs = append(cs, x.computeS)
-		}
-		med := median(cs)
 		meds = append(meds, med)
 		if s.rank < 0 || med > s.compute {
 			s.rank, s.compute, at = i, med, len(meds)-1
 		}
 	}
 	if len(meds) < 2 {
-		return slowest{rank: -1}
+		return slowest{rank: -1, typical: s.typical}
 	}
 	// Against the others: with two ranks, the other one.
 	s.typical = median(append(meds[:at], meds[at+1:]...))
+	if s.compute < straggleRatio*s.typical || s.compute-s.typical < straggleShare*median(steps) {
+		return slowest{rank: -1, typical: s.typical}
+	}
 	return s
 }
 
@@ -236,14 +382,19 @@ func median(xs []float64) float64 {
 	return (xs[n/2-1] + xs[n/2]) / 2
 }
 
-// counts summarises the ranks' states: "3 running · 1 failed (cause)".
+// counts summarises the ranks' states: "3 running · 1 silent", "3
+// stopped · 1 failed (cause)".
 func counts(ranks []rankState) string {
 	n := map[string]int{}
 	cause := map[string]bool{}
 	for _, r := range ranks {
-		n[r.state]++
+		s := r.state
+		if r.silent > 0 {
+			s = rankSilent
+		}
+		n[s]++
 		if r.cause {
-			cause[r.state] = true
+			cause[s] = true
 		}
 	}
 	var parts []string

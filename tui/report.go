@@ -13,28 +13,25 @@ import (
 
 // reportMsg says how writing the report picture went.
 type reportMsg struct {
-	path  string
-	ranks int
-	err   error
+	path         string
+	ranks, marks int
+	err          error
 }
 
 // writeReport returns the command that draws the job's metrics as the
 // report picture of `gptui report` (package report), from the steps every
-// rank's history keeps (thinned out on long runs, as the loss curve is),
-// and writes it to the report path. The records are copied here, so the
-// command shares nothing with the model.
+// rank's history keeps across the job's attempts (thinned out on long
+// runs, as the loss curve is), with the restarts, failures, hangs and
+// lost nodes marked, and writes it to the report path. The records are
+// copied here, so the command shares nothing with the model.
 func (m *dashModel) writeReport(h host) tea.Cmd {
 	runs := report.Runs{}
-	for r := range m.ranks {
-		rs := &m.ranks[r]
-		if rs.hist == nil {
-			continue
-		}
+	for r, hs := range m.hist {
 		var ms []event.Metrics
-		for _, s := range rs.hist.pts {
+		for _, s := range hs.train.pts {
 			ms = append(ms, s.metrics())
 		}
-		for _, s := range rs.evals.pts {
+		for _, s := range hs.evals.pts {
 			ms = append(ms, s.metrics())
 		}
 		slices.SortStableFunc(ms, func(a, b event.Metrics) int { return a.Step - b.Step })
@@ -46,11 +43,11 @@ func (m *dashModel) writeReport(h host) tea.Cmd {
 		h.say("no metrics yet: the report needs a logged step")
 		return nil
 	}
-	path, title := h.reportPath(), "gptui "+m.job
+	path, title, marks := h.reportPath(), "gptui "+m.job, m.marks.Marks()
 	h.say("writing " + path + "…")
 	return func() tea.Msg {
-		err := report.WriteFile(path, runs, report.Options{Width: 1200, Height: 900, Title: title})
-		return reportMsg{path: path, ranks: len(runs), err: err}
+		err := report.WriteFile(path, runs, report.Options{Width: 1200, Height: 900, Title: title, Marks: marks})
+		return reportMsg{path: path, ranks: len(runs), marks: len(marks), err: err}
 	}
 }
 
@@ -64,7 +61,7 @@ func (m *Model) onReport(msg reportMsg) {
 	if err != nil {
 		p = msg.path
 	}
-	m.status = fmt.Sprintf("wrote %s: 1200×900 pixels, %d ranks (the same picture as gptui report)", p, msg.ranks)
+	m.status = fmt.Sprintf("wrote %s: 1200×900 pixels, %d ranks, %d marks (the same picture as gptui report)", p, msg.ranks, msg.marks)
 }
 
 // reportPath is where w writes the report picture.

@@ -2,9 +2,11 @@ package tui
 
 import (
 	"context"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
@@ -58,6 +60,14 @@ type Job struct {
 	TablePath string           // where the rank table was saved, if it was
 	JobID     string           // the job's id (cluster.NewJobID), which names its jobs/<id> directories
 	Resolved  *presets.Config  // Config with Overrides applied, as the UI checked it
+	Restarts  cluster.Restarts // the automatic restart policy (--max-restarts, --min-nodes)
+	// Nodes names the inventory's nodes the job runs on (those of Table);
+	// none means every node.
+	Nodes []string
+	// Elastic: a restart may leave nodes out (Restarts.MinNodes), so each
+	// attempt's ranks come from its nodes, as Table's came from all of
+	// them, rather than from Table.
+	Elastic bool
 }
 
 // Planner is the hook for the planner (package planner, `gptui plan`):
@@ -136,7 +146,8 @@ const probeStream = 0
 type eventsMsg struct {
 	stream int // a probe's (≤ probeStream), or the job's number
 	events []event.Event
-	closed bool // the stream has ended
+	closed bool      // the stream has ended
+	at     time.Time // when the first of them arrived (zero: at their own times)
 }
 
 // startedMsg reports the result of Launcher.Start.
@@ -156,7 +167,7 @@ func readEvents(stream int, ch <-chan event.Event) tea.Cmd {
 		if !ok {
 			return eventsMsg{stream: stream, closed: true}
 		}
-		msg := eventsMsg{stream: stream, events: []event.Event{ev}}
+		msg := eventsMsg{stream: stream, events: []event.Event{ev}, at: time.Now()}
 		for len(msg.events) < maxBatch {
 			select {
 			case ev, ok := <-ch:

@@ -57,7 +57,7 @@ func (st styles) state(s string) style {
 	switch s {
 	case "running", "ready", "probed", "done", "exited", "started":
 		return st.OK
-	case "failed", "lost", "host key":
+	case "failed", "lost", "hung", "silent", "host key":
 		return st.Bad
 	case "connecting", "pushing", "starting", "stopping", "stopped":
 		return st.Warn

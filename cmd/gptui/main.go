@@ -117,7 +117,8 @@ Commands:
            rank the parallel strategies by predicted memory and step time
   gpu      libs | check [--only PARTS] | bench | nccl    where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs;
            run every NCCL operation of a multi-process GPU job on one rank
-  report   --log-dir DIR [--log-dir DIR2 ...] [-o report.png]   draw loss, lr, step time and tokens/s of a run as a PNG
+  report   --log-dir DIR [--log-dir DIR2 ...] [--events FILE] [-o report.png]   draw a run's loss, lr, step time, tokens/s, per-rank
+           compute time and gradient norm as a PNG, its restarts and failures marked
 
 Run 'gptui COMMAND -h' for a command's flags.
 `

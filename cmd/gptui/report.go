@@ -15,6 +15,8 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("report", stderr)
 	var dirs listFlag
 	fs.Var(&dirs, "log-dir", "a log `DIR` of the run (Engine.log_dir); repeat it for each node of a multi-node run")
+	var logs listFlag
+	fs.Var(&logs, "events", "the run's event log `FILE` (JSON lines of events): its restarts, failures, hangs and lost nodes are marked on every panel; repeat it for a log in parts")
 	out := fs.String("o", "report.png", "the PNG `FILE` to write")
 	title := fs.String("title", "", "a title above the panels (default: the log directories)")
 	width := fs.Int("width", 1200, "the picture's width in `PIXELS`")
@@ -32,15 +34,23 @@ func cmdReport(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usageError{err}
 	}
+	var marks []report.Mark
+	for _, path := range logs {
+		ms, err := report.LoadMarks(path)
+		if err != nil {
+			return usageError{err}
+		}
+		marks = append(marks, ms...)
+	}
 	if *title == "" {
 		*title = "gptui report " + strings.Join(dirs, " ")
 	}
-	if err := report.WriteFile(*out, runs, report.Options{Width: *width, Height: *height, Title: *title}); err != nil {
+	if err := report.WriteFile(*out, runs, report.Options{Width: *width, Height: *height, Title: *title, Marks: marks}); err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
 			return usageError{err} // -o names no writable directory
 		}
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d×%d pixels, %d ranks\n", *out, *width, *height, len(runs))
+	fmt.Fprintf(stdout, "wrote %s: %d×%d pixels, %d ranks, %d marks\n", *out, *width, *height, len(runs), len(marks))
 	return nil
 }

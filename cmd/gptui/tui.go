@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -45,12 +46,15 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	table := fs.String("rank-table", "", "where the rank table is written (default: jobs/<job>/rank_table.json at a launch, the job's directory; rank_table.json when saved with w)")
 	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
 	var cf clusterFlags
-	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (on the same nodes: the UI's rank table fixes them)")
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (the Job screen's Restarts)")
+	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (the Job screen's Min nodes; default: every node)")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "a node whose agent sends nothing for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "the job is hung when a worker sends no progress report for this long, or ranks wait this long in one collective")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	cf.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { cf.set[f.Name] = true })
 	if cf.agentTimeout < 2*time.Second || cf.hangTimeout < 2*time.Second {
 		return usagef("--agent-timeout %v, --hang-timeout %v: want at least 2s each (agents and workers report every second)", cf.agentTimeout, cf.hangTimeout)
 	}
@@ -72,8 +76,9 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Colour:        os.Getenv("NO_COLOR") == "",
 		Plan:          tui.NewPlanner(),
 	}
+	opt.Restarts = cf.restarts
 	l := &tui.ClusterLauncher{Hosts: *hosts, Config: *c, Overrides: *o, SSH: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
-		Restarts: cf.restarts, AgentTimeout: cf.agentTimeout, HangTimeout: cf.hangTimeout}
+		AgentTimeout: cf.agentTimeout, HangTimeout: cf.hangTimeout}
 	if *hosts != "" {
 		nodes, err := sshexec.LoadInventory(*hosts)
 		if err != nil {
@@ -84,8 +89,8 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		l.Nodes = nodes
 	} else {
-		if cf.restarts.Max != 0 {
-			return usagef("--max-restarts needs --hosts FILE")
+		if cf.restarts.Max != 0 || cf.set["min-nodes"] {
+			return usagef("--max-restarts and --min-nodes need --hosts FILE")
 		}
 		// This machine, run by the same launcher as a cluster: an agent
 		// process and its workers, in the current directory.
@@ -100,7 +105,8 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // runTUI runs the UI until the user quits, then stops whatever job is still
-// running and waits for its workers to be gone.
+// running and waits for its workers to be gone. A last job that failed
+// is its error (exit status 1).
 func runTUI(ctx context.Context, opt tui.Options, in io.Reader, out io.Writer) error {
 	m := tui.New(opt)
 	popts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(out)}
@@ -117,6 +123,9 @@ func runTUI(ctx context.Context, opt tui.Options, in io.Reader, out io.Writer) e
 	}
 	if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if err == nil {
+		err = m.Err()
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"image/png"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/gptui/gptui/event"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -189,7 +192,7 @@ func headerStep(scr string) int {
 
 // rankRow returns the ranks pane's row of rank r, "" if it is not shown.
 func rankRow(scr string, r int) string {
-	re := regexp.MustCompile(fmt.Sprintf(`(?m)^[ ›]%d +(waiting|starting|running|done|stopped|failed|lost|hung|restarting).*$`, r))
+	re := regexp.MustCompile(fmt.Sprintf(`(?m)^[ ›]%d +(waiting|starting|running|silent|done|stopped|failed|lost|hung|restarting).*$`, r))
 	return re.FindString(scr)
 }
 
@@ -340,34 +343,98 @@ func TestTUILocalStraggler(t *testing.T) {
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
-// TestTUILocalHang: a worker stopped with SIGSTOP shows hung within the
-// hang bound (3 s, checked every second) and the other stopped; the
-// stopped worker is killed with the gang.
+// TestTUILocalHang: a worker of a local dp2 job stopped for 3 s
+// (SIGSTOP, SIGCONT) is shown silent meanwhile, with no other rank named
+// the slowest while it is, and named the slowest within 3 steps of the
+// stop; then the other is stopped for 3 s, and the header names it within
+// 3 steps in turn. Then a worker stopped for good shows silent within
+// 5 s, its own row and the header naming it, then hung at the hang bound
+// (10 s, checked every second) and the other stopped, saying why; the
+// stopped worker is killed with the gang, and the UI exits 1 after the
+// failed job.
 func TestTUILocalHang(t *testing.T) {
 	long(t)
 	exe := builtGPTUI(t)
-	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 3s"))
+	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 10s"))
 	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
 	s.keys("Enter")
-	s.await(regexp.MustCompile(`step ([2-9]|\d\d+)/100000  loss`), 120*time.Second)
-	pid := localPID(exe, "train", 0)
-	if pid == 0 {
-		t.Fatalf("no worker of rank 0 among %v", processesOf(exe))
+	s.await(regexp.MustCompile(`step ([5-9]|\d\d+)/100000  loss`), 120*time.Second)
+	for _, rank := range []int{1, 0} {
+		pid := localPID(exe, "train", rank)
+		if pid == 0 {
+			t.Fatalf("no worker of rank %d among %v", rank, processesOf(exe))
+		}
+		from := headerStep(s.screen())
+		syscall.Kill(pid, syscall.SIGSTOP)
+		stopped := time.Now()
+		other := regexp.MustCompile(fmt.Sprintf(`slowest rank %d`, 1-rank))
+		named := regexp.MustCompile(fmt.Sprintf(`slowest rank %d: stalled (\d+\.\d) s in step (\d+)`, rank))
+		silent := false
+		var scr string
+		for {
+			scr = s.screen()
+			if time.Since(stopped) > 3*time.Second {
+				syscall.Kill(pid, syscall.SIGCONT)
+			}
+			now := strings.Contains(scr, fmt.Sprintf("rank %d silent", rank))
+			silent = silent || now
+			if now && other.MatchString(scr) {
+				t.Errorf("rank %d silent, rank %d named the slowest:\n%s", rank, 1-rank, scr)
+			}
+			if named.MatchString(scr) {
+				break
+			}
+			if time.Since(stopped) > 60*time.Second {
+				syscall.Kill(pid, syscall.SIGCONT)
+				t.Fatalf("rank %d not named the slowest 60 s after its 3 s stop at step %d:\n%s", rank, from, scr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+		at := headerStep(scr)
+		t.Logf("rank %d stopped at step %d, named at step %d: %s (silent shown: %v)", rank, from, at, named.FindString(scr), silent)
+		if at-from > 3 {
+			t.Errorf("rank %d named %d steps after its stop, want at most 3:\n%s", rank, at-from, scr)
+		}
+		if !silent {
+			t.Errorf("rank %d was never shown silent during its 3 s stop", rank)
+		}
+		for deadline := time.Now().Add(60 * time.Second); headerStep(s.screen()) < at+3; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no step %d 60 s after step %d:\n%s", at+3, at, s.screen())
+			}
+		}
 	}
+
+	pid := localPID(exe, "train", 0)
 	syscall.Kill(pid, syscall.SIGSTOP)
 	defer syscall.Kill(pid, syscall.SIGCONT)
 	at := time.Now()
-	scr := s.await(regexp.MustCompile(`ranks: 1 stopped · 1 hung \(cause\)`), 30*time.Second)
+	scr := s.await(regexp.MustCompile(`rank 0 silent \d+s`), 5*time.Second)
+	t.Logf("silent %v after the SIGSTOP:\n%s", time.Since(at).Round(100*time.Millisecond), scr)
+	if row := rankRow(scr, 0); !regexp.MustCompile(`^[ ›]0 +silent \d+s`).MatchString(row) {
+		t.Errorf("rank 0's row %q, want silent", row)
+	}
+	if strings.Contains(scr, "slowest rank 1") || !strings.Contains(scr, "ranks: 1 running · 1 silent") {
+		t.Errorf("while rank 0 is silent:\n%s", scr)
+	}
+	scr = s.await(regexp.MustCompile(`ranks: 1 stopped · 1 hung \(cause\)`), 30*time.Second)
 	t.Logf("hung %v after the SIGSTOP:\n%s", time.Since(at).Round(100*time.Millisecond), scr)
-	if time.Since(at) < 3*time.Second {
-		t.Errorf("hung %v after the SIGSTOP, before the 3 s bound", time.Since(at))
+	if time.Since(at) < 10*time.Second {
+		t.Errorf("hung %v after the SIGSTOP, before the 10 s bound", time.Since(at))
 	}
 	flat := strings.Join(strings.Fields(scr), " ")
 	if row := rankRow(scr, 0); !strings.Contains(row, "hung ✗") || !strings.Contains(flat, "✗ the job hung: rank 0 on localhost stuck: no progress report for") {
 		t.Errorf("rank 0's row %q, or the banner:\n%s", row, scr)
 	}
+	if row := rankRow(scr, 1); !strings.Contains(row, "stopped with the job because rank 0 hung") {
+		t.Errorf("rank 1's row %q, want its reason", row)
+	}
 	s.keys("q")
-	s.await(exitRE, 30*time.Second)
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "1" || !strings.Contains(strings.Join(strings.Fields(scr), " "), "gptui: the job failed: job hung: rank 0") {
+		t.Errorf("after the failed job gptui exited with status %s, want 1 and the failure:\n%s", code, scr)
+	}
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
@@ -447,8 +514,8 @@ func TestTUIHosts(t *testing.T) {
 	s.keys("q")
 	quit := time.Now()
 	scr = s.await(exitRE, 30*time.Second)
-	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
-		t.Errorf("gptui exited with status %s:\n%s", code, scr)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "1" {
+		t.Errorf("gptui exited with status %s after the failed job, want 1:\n%s", code, scr)
 	}
 	c.awaitGone(t, quit, 10*time.Second)
 	awaitNoProcess(t, exe, 10*time.Second)
@@ -485,6 +552,108 @@ func TestTUIHostsNodeLost(t *testing.T) {
 	awaitNoProcess(t, exe, 10*time.Second)
 }
 
+// TestTUIHostsDropNode: small as dp4 on two sshd nodes (two CPU workers
+// each), launched from the Job screen with Restarts 1 and Min nodes 2 set
+// there; the second node's sshd, agent and workers are killed after step
+// 12. Its ranks show lost, and stay lost through the restart, which
+// cannot set the node up again and, with min nodes 2, fails; the banner
+// offers D, which asks, drops the node, re-plans for the first node's two
+// ranks (dp2, accumulating 2: the global batch kept) and resumes from its
+// checkpoint. The job finishes with every step's loss that of the
+// uninterrupted run (1e-5), and the UI exits 0.
+func TestTUIHostsDropNode(t *testing.T) {
+	long(t)
+	exe := builtGPTUI(t)
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	var args []string
+	for _, a := range restartArgs(t, "output") {
+		args = append(args, shellQuoteTest(a))
+	}
+	line := "HOME=" + shellQuoteTest(c.home) + " SSH_AUTH_SOCK= NO_COLOR=1 GPTUI_THREADS=1 " + shellQuoteTest(exe) +
+		" --hosts " + shellQuoteTest(c.hosts) + " --agent-timeout 3s " + strings.Join(args, " ")
+	s := startTmux(t, t.TempDir(), 140, 40, line)
+	s.await(bothReadyRE, 90*time.Second)
+	s.keys("3", "g", "j", "Enter", "BSpace", "1", "Enter", "j", "Enter", "BSpace", "2", "Enter")
+	s.await(regexp.MustCompile(`(?s)Restarts   1 .*Min nodes  2 .*rank table: 4 ✓`), 10*time.Second)
+	s.keys("G", "Enter")
+	for deadline := time.Now().Add(120 * time.Second); headerStep(s.screen()) < 12; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no step 12 after 120 s:\n%s", s.screen())
+		}
+	}
+	// The second node goes: its sshd first, so that the restart cannot
+	// reach it, then its agent and workers.
+	stopped := make(chan struct{})
+	go func() { c.servers[1].Stop(); close(stopped) }()
+	defer func() { <-stopped }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", c.servers[1].HostPort(), time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the second node's sshd still listens 10 s after its stop")
+		}
+	}
+	node2 := c.workdirs[1] + string(filepath.Separator)
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	scr := s.await(regexp.MustCompile(`restart 1/1 from step \d+`), 60*time.Second)
+	for r := 2; r < 4; r++ {
+		if row := rankRow(scr, r); !strings.Contains(row, "lost") {
+			t.Errorf("at the restart, rank %d's row %q, want lost:\n%s", r, row, scr)
+		}
+	}
+	scr = s.await(regexp.MustCompile(`D drops 127\.0\.0\.3 and resumes on the nodes left`), 60*time.Second)
+	t.Logf("the restart failed:\n%s", scr)
+	flat := strings.Join(strings.Fields(scr), " ")
+	if !strings.Contains(flat, "--min-nodes 2") || !strings.Contains(scr, "ranks: 2 stopped · 2 lost") {
+		t.Errorf("after the restart failed:\n%s", scr)
+	}
+	for r := 2; r < 4; r++ {
+		if row := rankRow(scr, r); !strings.Contains(row, "lost") {
+			t.Errorf("rank %d's row %q, want lost", r, row)
+		}
+	}
+	s.keys("D")
+	s.await(regexp.MustCompile(`Drop 127\.0\.0\.3 and resume from the newest checkpoint on the nodes left \(1 node, 2 ranks: dp4 mb1 → dp2 mb1, accumulate 2`), 10*time.Second)
+	s.keys("y")
+	scr = s.await(regexp.MustCompile(`job done`), 240*time.Second)
+	t.Logf("after the drop:\n%s", scr)
+	if !strings.Contains(scr, "ranks: 2 done") {
+		t.Errorf("after the drop, the job's two ranks are not done:\n%s", scr)
+	}
+	// Rank 0's metrics: the steps before the resume, and those after.
+	f, err := os.Open(filepath.Join(c.workdirs[0], "log", "metrics.0.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := event.ReadMetrics(f.Name(), f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]float64{}
+	for _, m := range ms {
+		if m.EvalLoss == 0 {
+			got[m.Step] = m.Loss
+		}
+	}
+	compareLosses(t, got, want, 1, restartSteps)
+	s.keys("q")
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" {
+		t.Errorf("gptui exited with status %s:\n%s", code, scr)
+	}
+	c.awaitGone(t, time.Now(), 10*time.Second)
+	awaitNoProcess(t, exe, 10*time.Second)
+}
+
 func TestTUIArgs(t *testing.T) {
 	for _, tt := range []struct {
 		args []string
@@ -508,6 +677,8 @@ func TestTUIArgs(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "hosts.txt")
 	os.WriteFile(bad, []byte("gpu0 devices=0-7\ngpu1 devices=0-x\n"), 0o644)
+	good := filepath.Join(dir, "good.txt")
+	os.WriteFile(good, []byte("gpu0 devices=0-7\ngpu1 devices=0-7\n"), 0o644)
 	for _, tt := range []struct {
 		args []string
 		want []string
@@ -517,6 +688,8 @@ func TestTUIArgs(t *testing.T) {
 		{[]string{"--nproc", "0", "--preset", "tiny"}, []string{"--nproc 0"}},
 		{[]string{"--preset", "tiny", "-c", "gpt2-124m"}, []string{"--preset or -c"}},
 		{[]string{"--no-such-flag"}, []string{"no-such-flag"}},
+		{[]string{"--min-nodes", "1", "--preset", "tiny"}, []string{"--min-nodes need --hosts"}},
+		{[]string{"--hosts", good, "--min-nodes", "3"}, []string{"--min-nodes 3", "want 1 to 2"}},
 	} {
 		code, _, stderr := runCLI(t, tt.args...)
 		lines := strings.Split(strings.TrimSpace(stderr), "\n")
