@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"slices"
 	"strings"
 	"time"
@@ -76,9 +77,9 @@ func (m *dashModel) healthLines(st styles, node string, w int) []string {
 	if !ok {
 		return []string{fit(" "+st.Bold.r(node), w)}
 	}
-	f := []string{st.Bold.r(node), fmt.Sprintf("cpu %.0f%% of %d", hl.CPUPercent, hl.Cores), fmt.Sprintf("mem %s/%s", bytesize(hl.MemUsed), bytesize(hl.MemTotal))}
+	f := []string{st.Bold.r(node), fmt.Sprintf("cpu %.0f%% of %d", hl.CPUPercent, hl.Cores), fmt.Sprintf("mem %s/%s", units.BytesShort(hl.MemUsed), units.BytesShort(hl.MemTotal))}
 	if hl.WorkersRSS > 0 {
-		f = append(f, "workers "+bytesize(hl.WorkersRSS))
+		f = append(f, "workers "+units.BytesShort(hl.WorkersRSS))
 	}
 	return pack(f, w, 2)
 }
@@ -90,9 +91,9 @@ func (m *dashModel) memLine(st styles, r memRow, w int) string {
 	if r.device < 0 {
 		dev = fmt.Sprintf("r%d", r.rank)
 	}
-	val := bytesize(r.used)
+	val := units.BytesShort(r.used)
 	if r.total > 0 {
-		val += "/" + bytesize(r.total)
+		val += "/" + units.BytesShort(r.total)
 	}
 	if r.device >= 0 {
 		for _, g := range m.health[r.node].GPUs {
@@ -199,13 +200,13 @@ func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
 			if r.steps == 0 {
 				return "-"
 			}
-			return si(r.last.TokensPerS)
+			return units.Metric(r.last.TokensPerS)
 		}},
 		{"mem", 7, 3, func(r *rankState) string {
 			if r.mem <= 0 {
 				return "-"
 			}
-			return bytesize(r.mem)
+			return units.BytesShort(r.mem)
 		}},
 		{collectiveHead, 26, 6, collective},
 		{"heard", 8, 5, func(r *rankState) string {

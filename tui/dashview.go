@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"strings"
 	"time"
 
@@ -156,7 +157,7 @@ func (m *dashModel) header(st styles, w int, now time.Time) []string {
 		if e, ok := m.eval.last(); ok {
 			f = append(f, fmt.Sprintf("eval %.4f", e.v))
 		}
-		f = append(f, si(mt.TokensPerS)+" tok/s", fmt.Sprintf("MFU %.1f%%", mt.MFU*100))
+		f = append(f, units.Metric(mt.TokensPerS)+" tok/s", fmt.Sprintf("MFU %.1f%%", mt.MFU*100))
 		if eta, ok := m.eta(r); ok {
 			f = append(f, "ETA "+duration(eta))
 		}
@@ -382,6 +383,6 @@ func (m *dashModel) speedLines(st styles, w int) []string {
 	}
 	return []string{
 		row("step s", steps, fmt.Sprintf("%.3f", r.last.StepTimeS)),
-		row("tok/s ", tps, si(r.last.TokensPerS)),
+		row("tok/s ", tps, units.Metric(r.last.TokensPerS)),
 	}
 }

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"fmt"
+	"github.com/gptui/gptui/internal/units"
 	"regexp"
 	"strconv"
 	"strings"
@@ -237,7 +238,7 @@ func (r nodeRow) devicesText() string {
 		return "not probed"
 	}
 	if len(p.Devices) == 0 {
-		s := fmt.Sprintf("%d cores, %s RAM", p.Cores, bytesize(p.MemBytes))
+		s := fmt.Sprintf("%d cores, %s RAM", p.Cores, units.BytesShort(p.MemBytes))
 		if p.NoGPU != "" {
 			s += "; no GPU: " + p.NoGPU
 		}
@@ -250,7 +251,7 @@ func (r nodeRow) devicesText() string {
 		for j < len(p.Devices) && p.Devices[j].Name == p.Devices[i].Name && p.Devices[j].MemTotal == p.Devices[i].MemTotal {
 			j++
 		}
-		parts = append(parts, fmt.Sprintf("%d× %s %s", j-i, p.Devices[i].Name, bytesize(p.Devices[i].MemTotal)))
+		parts = append(parts, fmt.Sprintf("%d× %s %s", j-i, p.Devices[i].Name, units.BytesShort(p.Devices[i].MemTotal)))
 		i = j
 	}
 	return strings.Join(parts, ", ")
@@ -397,9 +398,9 @@ func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 		}
 	}
 	if p := r.probe; p != nil {
-		add(fmt.Sprintf("%s (%s): %d cores, %s RAM", p.Hostname, p.OS, p.Cores, bytesize(p.MemBytes)))
+		add(fmt.Sprintf("%s (%s): %d cores, %s RAM", p.Hostname, p.OS, p.Cores, units.BytesShort(p.MemBytes)))
 		for _, d := range p.Devices {
-			add(fmt.Sprintf("  %d  %s  %s free of %s  %s", d.Index, d.Name, bytesize(d.MemFree), bytesize(d.MemTotal), d.PCIBusID))
+			add(fmt.Sprintf("  %d  %s  %s free of %s  %s", d.Index, d.Name, units.BytesShort(d.MemFree), units.BytesShort(d.MemTotal), d.PCIBusID))
 		}
 	}
 	return out

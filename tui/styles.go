@@ -114,23 +114,6 @@ func bar(st styles, used, total int64, w int) string {
 	return st.Bar.r(strings.Repeat("█", full)) + st.Dim.r(strings.Repeat("░", w-full))
 }
 
-// bytesize formats a byte count the way nvidia-smi users read it: 1.5G,
-// 312M, 64K.
-func bytesize(b int64) string {
-	const k = 1 << 10
-	switch {
-	case b >= k*k*k*k:
-		return fmt.Sprintf("%.1fT", float64(b)/(k*k*k*k))
-	case b >= k*k*k:
-		return fmt.Sprintf("%.1fG", float64(b)/(k*k*k))
-	case b >= k*k:
-		return fmt.Sprintf("%.0fM", float64(b)/(k*k))
-	case b >= k:
-		return fmt.Sprintf("%.0fK", float64(b)/k)
-	}
-	return fmt.Sprintf("%dB", b)
-}
-
 // duration formats seconds as 1h02m, 3m05s or 42s.
 func duration(s float64) string {
 	if s < 0 || s != s {
@@ -144,17 +127,6 @@ func duration(s float64) string {
 		return fmt.Sprintf("%dm%02ds", t/60, t%60)
 	}
 	return fmt.Sprintf("%ds", t)
-}
-
-// si formats a rate with a k or M suffix.
-func si(v float64) string {
-	switch {
-	case v >= 1e6:
-		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
-		return fmt.Sprintf("%.1fk", v/1e3)
-	}
-	return fmt.Sprintf("%.0f", v)
 }
 
 // clean makes text from outside (a worker's output, an error message) safe
