@@ -148,6 +148,12 @@ func (a *agent) run(ctx context.Context) error {
 				a.emit(e)
 				return
 			}
+			if c, ok := parseCheckpoint(line); ok && stderr {
+				e := event.New(event.KindCheckpoint)
+				e.Rank, e.State, e.Checkpoint = rank, c.State, &c.Checkpoint
+				a.emit(e)
+				return
+			}
 			e := event.New(event.KindLog)
 			e.Rank, e.Line, e.Stderr = rank, string(line), stderr
 			a.emit(e)
@@ -213,7 +219,7 @@ func (a *agent) metricsPath(rank int) string {
 // tailing its metrics.
 func (a *agent) started(w launch.Worker, pid int) {
 	e := a.workerEvent(w.Rank, event.WorkerRunning)
-	e.Message = "pid " + strconv.Itoa(pid)
+	e.PID, e.Message = pid, "pid "+strconv.Itoa(pid)
 	a.emit(e)
 	done := make(chan struct{})
 	a.mu.Lock()

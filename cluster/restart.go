@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
@@ -71,9 +70,10 @@ type Supervisor struct {
 	done     chan struct{}
 	err      error
 	restarts int
-	saved    int            // the newest step a checkpoint was saved at; -1 none
-	workers  map[string]int // workers per node name, from the last plan
-	strategy string         // the last attempt's strategy, for messages
+	saved    int             // the newest step a checkpoint was saved at; -1 none
+	workers  map[string]int  // workers per node name, from the last plan
+	strategy string          // the last attempt's strategy, for messages
+	left     map[string]bool // nodes an attempt left out, by name, until they are back
 }
 
 // forwarded is what forward found in one attempt's events.
@@ -92,7 +92,7 @@ func NewSupervisor(opts Options, p Restarts) *Supervisor {
 		opts.JobID = NewJobID()
 	}
 	opts.lockOwner, opts.lockStarted = opts.JobID, time.Now() // every attempt's locks are the job's
-	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}}
+	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}, left: map[string]bool{}}
 }
 
 // Events returns the events of every attempt. The channel is closed once
@@ -159,12 +159,12 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 				end := e
 				f.end = &end
 				continue
+			case e.Kind == event.KindJob && e.State == event.JobStarted:
+				e.Job = s.opts.JobID // the job's, of every attempt (Message names the attempt's)
 			case e.Kind == event.KindNode && e.State == event.NodeFailed:
 				f.failed = append(f.failed, nodeError{e.Node, e.Message})
-			case e.Kind == event.KindLog:
-				if n, ok := checkpoint.ParseSaved(e.Line); ok && n > f.saved {
-					f.saved = n
-				}
+			case e.Kind == event.KindCheckpoint && e.State == event.CheckpointSaved && e.Checkpoint != nil:
+				f.saved = max(f.saved, e.Checkpoint.Step)
 			}
 			s.events <- e
 		}
@@ -343,6 +343,14 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 		p, err := j.Plan(ctx)
 		if err == nil {
 			s.remember(p)
+			for _, name := range nodeNames(nodes) {
+				if s.left[name] {
+					delete(s.left, name)
+					e := event.New(event.KindNode)
+					e.Node, e.State, e.Message = name, event.NodeBack, "reachable again: the job runs on it from this restart"
+					s.events <- e
+				}
+			}
 			return j, nil
 		}
 		j.Close()
@@ -376,6 +384,9 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 		}
 		if len(gone) == 0 || len(left) < min {
 			return nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
+		}
+		for _, g := range gone {
+			s.left[g.name] = true
 		}
 		nodes, try = left, 0
 	}

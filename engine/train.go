@@ -47,6 +47,13 @@ type Options struct {
 	// lets the collectives of those steps and of the save run. Nil never
 	// stops.
 	Stop <-chan struct{}
+	// OnCheckpoint, if set, is told of each checkpoint this rank writes:
+	// state event.CheckpointSaving when a save begins in the background,
+	// event.CheckpointSaved once it is written (the step done and the
+	// directory). Only the rank that writes the checkpoint (rank 0) tells
+	// it. Launchers learn of checkpoints through it (package agent's
+	// ReportCheckpoint), not from the log line that says the same.
+	OnCheckpoint func(state string, c event.Checkpoint)
 }
 
 // Metrics is one logged training step, as written to metrics.<rank>.jsonl:
@@ -415,6 +422,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		}
 		res.Checkpoint = p.dir
 		tr.log.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
+		tr.onCheckpoint(event.CheckpointSaved, p.step, p.dir)
 		return nil
 	}
 	defer func() {
@@ -436,6 +444,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 			if j != nil {
 				pending = startSave(j, time.Since(t0))
 				tr.log.logf("%s", checkpoint.SavingLine(pending.step))
+				tr.onCheckpoint(event.CheckpointSaving, pending.step, "")
 			}
 			return nil
 		}
@@ -447,6 +456,7 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 		if dir != "" {
 			res.Checkpoint = dir
 			tr.log.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
+			tr.onCheckpoint(event.CheckpointSaved, step+1, dir)
 		}
 		return nil
 	}
@@ -716,6 +726,14 @@ func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
 // Step returns the step Run is in (0 before Run). It is safe to call
 // from any goroutine while Run runs.
 func (tr *Trainer) Step() int { return int(tr.current.Load()) }
+
+// onCheckpoint tells Options.OnCheckpoint of a checkpoint of step (steps
+// done) in dir.
+func (tr *Trainer) onCheckpoint(state string, step int, dir string) {
+	if f := tr.opts.OnCheckpoint; f != nil {
+		f(state, event.Checkpoint{Step: step, Dir: dir})
+	}
+}
 
 // stepTraffic returns the bytes sent per group and step, averaged over the
 // steps since the last call.

@@ -13,16 +13,26 @@
 // Kinds and the fields each one uses:
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
-//	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
-//	worker   Node, Rank, State, Code, Signal, Exit starting, running, exited, failed, stopped
+//	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, back, pruned
+//	worker   Node, Rank, State, Code, Signal, Exit, PID starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
-//	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
+//	checkpoint Node, Rank, State, Checkpoint, Message saving, saved, copied, replicated, replica-failed
+//	job      State, Message, Rank, Node, Tail, Job started, done, failed, stopped, restarting, replanned, hung
 //	heartbeat Node                           an agent is alive: sent every second while it runs
+//	progress Node, Rank, Progress            a worker's step and collectives, each second
+//	health   Node, Health                    a node's load, each second
+//
+// The facts a program acts on are in typed fields, never in a Message or
+// a log Line, which are for people: a checkpoint saved is a checkpoint
+// event (the worker reports it to its agent as a record on its standard
+// error, package agent, as it does its progress and its exit record), not
+// the "[checkpoint] saved step N" line it also logs.
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
-// worker event "running" has the pid in Message ("pid 4242"); a job event
+// worker event "running" has the process id in PID (and, for people, in
+// Message: "pid 4242"); a job event "started" names the job in Job; a job event
 // "failed" has the failed worker's Code and Signal; a worker event
 // "exited", "failed" or "stopped" carries the worker's own Exit record when
 // it wrote one before exiting (its exit status alone cannot tell bad input
@@ -54,7 +64,7 @@ import (
 
 // Version is the wire format's version. Change it whenever the meaning of
 // a field changes.
-const Version = 2
+const Version = 3
 
 // Kinds of event.
 const (
@@ -73,6 +83,11 @@ const (
 	KindProgress = "progress"
 	// KindHealth is a node's load (Health), from its agent every second.
 	KindHealth = "health"
+	// KindCheckpoint is a fact about a checkpoint (Checkpoint): a worker
+	// saved one or began saving one, or the launcher copied one to a node
+	// (for a resume) or replicated it (Engine.save_load.replicas). Its
+	// State is one of the Checkpoint* states.
+	KindCheckpoint = "checkpoint"
 )
 
 // States of nodes, workers and jobs.
@@ -86,8 +101,10 @@ const (
 	NodeLost       = "lost"    // its connection dropped during the job
 	NodeStopped    = "stopped" // its setup was stopped because another node failed (Message says which)
 	NodePruned     = "pruned"  // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
-	NodeReplica    = "replica" // during a job: a replica of a new checkpoint was copied to the node (Message says which, or why not)
 	NodeLocked     = "locked"  // during setup: the job took the lock of the node's workdir (Message names it, and a stale lock taken over)
+	// NodeBack: at a restart, a node that an earlier attempt left out
+	// (it stayed unreachable) is part of the job again.
+	NodeBack = "back"
 
 	// worker
 	WorkerStarting = "starting"
@@ -117,6 +134,26 @@ const (
 	// Rank is the stuck rank and Message the diagnosis (every rank's
 	// operation). The job then fails (or restarts).
 	JobHung = "hung"
+
+	// checkpoint
+	// CheckpointSaving: Rank began saving the checkpoint of
+	// Checkpoint.Step in the background; its CheckpointSaved follows.
+	CheckpointSaving = "saving"
+	// CheckpointSaved: Rank wrote the checkpoint of Checkpoint.Step to
+	// Checkpoint.Dir on Node (relative to its workdir unless absolute).
+	CheckpointSaved = "saved"
+	// CheckpointCopied: the launcher copied the checkpoint
+	// Checkpoint.Dir to Node from node Checkpoint.From, so that every
+	// rank of a resuming job starts from it.
+	CheckpointCopied = "copied"
+	// CheckpointReplicated: the launcher copied a new checkpoint to Node
+	// from node Checkpoint.From, as one of its replicas; Message says so
+	// in words, with the time the copy took.
+	CheckpointReplicated = "replicated"
+	// CheckpointReplicaFailed: a replica could not be made on Node
+	// (Checkpoint, where known, says which); Message says why. Training
+	// goes on.
+	CheckpointReplicaFailed = "replica-failed"
 )
 
 // Event is one fact about the job.
@@ -136,9 +173,16 @@ type Event struct {
 	Line    string   `json:"line,omitempty"`
 	Stderr  bool     `json:"stderr,omitempty"` // a log line came from the worker's standard error
 
+	// PID is a worker's process id, for a worker event running.
+	PID int `json:"pid,omitempty"`
+	// Job is the job's id, for a job event started.
+	Job string `json:"job,omitempty"`
+
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`
 	Restart *Restart `json:"restart,omitempty"`
+	// Checkpoint is the checkpoint of a KindCheckpoint event.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Exit is a worker's own account of its end, for a worker event
 	// exited, failed or stopped: nil when it wrote none (it was killed,
 	// or crashed) or its exit status is not the one it announced.
@@ -180,6 +224,18 @@ type Restart struct {
 	Max   int    `json:"max"`   // the most restarts allowed
 	Cause string `json:"cause"` // the failure that caused it
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
+}
+
+// Checkpoint is one checkpoint, as a KindCheckpoint event names it.
+type Checkpoint struct {
+	// Step is the number of steps done, the step a resume from it starts
+	// at (the directory's step_N).
+	Step int `json:"step"`
+	// Dir is its directory on the event's node, relative to the node's
+	// workdir unless absolute; empty for a save begun (saving).
+	Dir string `json:"dir,omitempty"`
+	// From is the node it was copied from, for copied and replicated.
+	From string `json:"from,omitempty"`
 }
 
 // Exit is what a worker says of its end, written just before it exits

@@ -251,7 +251,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 	}
 	for _, ev := range msg.events {
 		switch ev.Kind {
-		case event.KindProbe, event.KindNode:
+		case event.KindProbe, event.KindNode, event.KindCheckpoint:
 			m.nodes.apply(ev)
 			nodes = true
 		}

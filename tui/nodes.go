@@ -94,9 +94,13 @@ func (m *nodesModel) apply(ev event.Event) {
 		if r.state == "" || r.state == event.NodeConnecting {
 			r.state = event.NodeProbed
 		}
+	case event.KindCheckpoint:
+		if ev.State == event.CheckpointReplicated || ev.State == event.CheckpointReplicaFailed {
+			m.row(ev.Node).note = "replica: " + clean(ev.Message) // news, not a state
+		}
 	case event.KindNode:
 		r := m.row(ev.Node)
-		if ev.State == event.NodePruned || ev.State == event.NodeReplica {
+		if ev.State == event.NodePruned || ev.State == event.NodeBack {
 			r.note = ev.State + ": " + clean(ev.Message) // news, not a state
 			return
 		}
