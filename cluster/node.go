@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -256,7 +257,12 @@ func (n *node) pruneJobs(ctx context.Context, keep int) ([]string, error) {
 				names = append(names, e.Name())
 			}
 		}
-		old := oldJobs(names, keep)
+		// A detached job's folder (package jobdir) is kept while its
+		// supervisor runs.
+		old := slices.DeleteFunc(oldJobs(names, keep), func(id string) bool {
+			j, err := jobdir.Read(filepath.Join(n.dir, "jobs", id))
+			return err == nil && j.Alive
+		})
 		for _, id := range old {
 			if err := os.RemoveAll(filepath.Join(n.dir, "jobs", id)); err != nil {
 				return nil, err

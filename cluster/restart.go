@@ -61,19 +61,21 @@ type Supervisor struct {
 	policy Restarts
 	events chan event.Event
 
-	mu       sync.Mutex
-	job      *Job // the current attempt
-	fwd      <-chan forwarded
-	cancel   context.CancelCauseFunc
-	started  bool
-	closed   bool
-	done     chan struct{}
-	err      error
-	restarts int
-	saved    int             // the newest step a checkpoint was saved at; -1 none
-	workers  map[string]int  // workers per node name, from the last plan
-	strategy string          // the last attempt's strategy, for messages
-	left     map[string]bool // nodes an attempt left out, by name, until they are back
+	mu        sync.Mutex
+	job       *Job // the current attempt
+	fwd       <-chan forwarded
+	cancel    context.CancelCauseFunc
+	interrupt context.CancelCauseFunc // interrupts the running attempt; nil between attempts
+	requests  int                     // restarts asked for (Restart)
+	started   bool
+	closed    bool
+	done      chan struct{}
+	err       error
+	restarts  int
+	saved     int             // the newest step a checkpoint was saved at; -1 none
+	workers   map[string]int  // workers per node name, from the last plan
+	strategy  string          // the last attempt's strategy, for messages
+	left      map[string]bool // nodes an attempt left out, by name, until they are back
 }
 
 // forwarded is what forward found in one attempt's events.
@@ -213,10 +215,42 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	s.cancel = cancel
 	j, fwd := s.job, s.fwd
+	actx := s.attemptContext(ctx)
 	s.mu.Unlock()
-	err := j.Start(ctx)
+	err := j.Start(actx)
 	go s.loop(ctx, j, fwd)
 	return err
+}
+
+// attemptContext returns the context of the next attempt, which Restart
+// ends. s.mu is held.
+func (s *Supervisor) attemptContext(ctx context.Context) context.Context {
+	actx, cancel := context.WithCancelCause(ctx)
+	s.interrupt = cancel
+	return actx
+}
+
+// ErrRestartRequested is the cause of an attempt that Restart
+// interrupted.
+var ErrRestartRequested = errors.New("cluster: restart requested")
+
+// Restart interrupts the running attempt — its workers save their
+// finished steps and exit, as at an interrupt — and starts the job again
+// from the newest checkpoint, as after a failure, whatever Restarts.Max
+// says (a requested restart is not a failure's). It is an error when no
+// attempt runs: the job is being set up, restarting, or over.
+func (s *Supervisor) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.started || s.closed:
+		return errors.New("the job is not running")
+	case s.interrupt == nil:
+		return errors.New("the job is restarting already, or has ended")
+	}
+	s.interrupt(ErrRestartRequested)
+	s.interrupt = nil
+	return nil
 }
 
 // Stop stops the job, or the restart under way; Wait then returns an
@@ -268,17 +302,27 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		if f.saved > s.saved {
 			s.saved = f.saved
 		}
-		var fail *Failure
-		if !errors.As(err, &fail) || fail.BadInput || s.restarts >= s.policy.Max || ctx.Err() != nil {
-			finish(err, f.end)
-			return
-		}
 		s.mu.Lock()
-		s.restarts++
+		s.interrupt = nil
 		s.mu.Unlock()
+		var fail *Failure
 		e := event.New(event.KindJob)
 		e.State = event.JobRestarting
-		e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
+		switch {
+		case errors.Is(err, ErrRestartRequested) && ctx.Err() == nil:
+			s.mu.Lock()
+			s.requests++
+			s.mu.Unlock()
+			e.Restart = &event.Restart{Count: s.requests, Requested: true, Cause: "restart requested", Step: max(s.saved, 0)}
+		case !errors.As(err, &fail) || fail.BadInput || s.restarts >= s.policy.Max || ctx.Err() != nil:
+			finish(err, f.end)
+			return
+		default:
+			s.mu.Lock()
+			s.restarts++
+			s.mu.Unlock()
+			e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
+		}
 		e.Message = RestartLine(e.Restart)
 		s.events <- e
 
@@ -295,17 +339,22 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		}
 		s.mu.Lock()
 		j, fwd = nj, s.fwd
+		actx := s.attemptContext(ctx)
 		s.mu.Unlock()
-		_ = j.Start(ctx) // a failure to start is Wait's
+		_ = j.Start(actx) // a failure to start is Wait's
 	}
 }
 
 // RestartLine describes a restart: "1/3: rank 3 on node2 was killed by
-// SIGKILL; resuming from step 10".
+// SIGKILL; resuming from step 10", or for a requested one "restart
+// requested; resuming from step 10".
 func RestartLine(r *event.Restart) string {
 	from := "restarting from the start (no checkpoint saved yet)"
 	if r.Step > 0 {
 		from = fmt.Sprintf("resuming from step %d", r.Step)
+	}
+	if r.Requested {
+		return fmt.Sprintf("%s; %s", r.Cause, from)
 	}
 	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
 }

@@ -56,6 +56,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -224,6 +225,9 @@ type Restart struct {
 	Max   int    `json:"max"`   // the most restarts allowed
 	Cause string `json:"cause"` // the failure that caused it
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
+	// Requested: someone asked for it (gptui restart, the UI's r); Count
+	// then counts those, and Max does not apply.
+	Requested bool `json:"requested,omitempty"`
 }
 
 // Checkpoint is one checkpoint, as a KindCheckpoint event names it.
@@ -360,21 +364,37 @@ func (e *VersionError) Error() string {
 // the end of the stream.
 func (r *Reader) Next() (Event, error) {
 	for r.s.Scan() {
-		line := bytes.TrimSpace(r.s.Bytes())
-		if len(line) == 0 || line[0] != '{' {
+		e, err := Decode(r.s.Bytes())
+		if errors.Is(err, ErrNotEvent) {
 			continue
 		}
-		var e Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			continue
-		}
-		if e.V != Version {
-			return Event{}, &VersionError{Got: e.V}
-		}
-		return e, nil
+		return e, err
 	}
 	if err := r.s.Err(); err != nil {
 		return Event{}, fmt.Errorf("event: %w", err)
 	}
 	return Event{}, io.EOF
+}
+
+// ErrNotEvent is Decode's error for a line that is not an event's (not a
+// JSON object).
+var ErrNotEvent = errors.New("event: not an event")
+
+// Decode decodes one line of the wire format (its newline may be there or
+// not): ErrNotEvent for a line that is not a JSON object, a *VersionError
+// for an event of another version. Reader reads with it, and so does
+// whatever follows a file of events (package jobdir).
+func Decode(line []byte) (Event, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return Event{}, ErrNotEvent
+	}
+	var e Event
+	if err := json.Unmarshal(line, &e); err != nil {
+		return Event{}, ErrNotEvent
+	}
+	if e.V != Version {
+		return Event{}, &VersionError{Got: e.V}
+	}
+	return e, nil
 }
