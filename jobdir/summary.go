@@ -86,7 +86,7 @@ func (s *Summary) Add(e event.Event) {
 		case event.JobStarted:
 			s.State, s.Message, s.Ended = StateRunning, "", time.Time{}
 		case event.JobRestarting:
-			s.State, s.Nodes, s.lead = StateRestarting, nil, -1
+			s.State, s.Nodes, s.lead, s.Step, s.Loss = StateRestarting, nil, -1, 0, 0
 			s.Restarts++
 			if e.Restart != nil {
 				s.Message = e.Restart.Cause

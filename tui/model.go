@@ -298,6 +298,10 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 	// The job is over and its workers are gone (or the UI detached).
 	m.runner = nil
 	m.dash.over()
+	if c := m.confirm; c != nil && c.quit {
+		m.confirm = nil // the question was about the job
+		return tea.Quit, nodes
+	}
 	switch {
 	case m.quitting || m.detached != "":
 		return tea.Quit, nodes
@@ -618,7 +622,8 @@ func (m *Model) applyPlan() {
 // one (ClusterLauncher's, or one attached) is left running by default, or
 // stopped; another is stopped.
 func (m *Model) quit() tea.Cmd {
-	if !m.busy() {
+	if !m.busy() || m.runner != nil && m.jobEnded() {
+		// Nothing runs: its stream only waits for the supervisor's exit.
 		return tea.Quit
 	}
 	stop := func() tea.Cmd {
@@ -642,6 +647,16 @@ func (m *Model) quit() tea.Cmd {
 		quit:     true,
 	}
 	return nil
+}
+
+// jobEnded reports whether the job's end (done, failed, stopped) has
+// come.
+func (m *Model) jobEnded() bool {
+	switch m.dash.state {
+	case event.JobDone, event.JobFailed, event.JobStopped:
+		return true
+	}
+	return false
 }
 
 // detach quits leaving the job running, once it has started.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/gptui/gptui/jobdir"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -196,8 +198,10 @@ func rankRow(scr string, r int) string {
 // TestTUILocal runs 'gptui --nproc 2 --preset tiny' in tmux: it launches
 // the job from the Job screen, waits for a loss in the dashboard, checks
 // every rank's row, the memory bars and the log tail, writes the report
-// picture with w, stops the job with s (every rank stopped, none failed),
-// quits with q, and reads where the logs and the checkpoint are.
+// picture with w, quits with q leaving the job running (detach, the
+// default), opens it again with 'gptui attach', stops it with s (every
+// rank stopped, none failed), quits, and reads where the logs and the
+// checkpoint are.
 func TestTUILocal(t *testing.T) {
 	exe := builtGPTUI(t)
 	dir := t.TempDir()
@@ -244,7 +248,22 @@ func TestTUILocal(t *testing.T) {
 		t.Errorf("report.png: %v", err)
 	}
 
-	// s: the job stops; every rank is stopped, none failed.
+	// q: the job runs on its own, detached; the UI asks, detach first.
+	s.keys("q")
+	s.await(regexp.MustCompile(`A job is running: detach \(it runs on; gptui attach reopens it\) or stop it\? \[D/s\]`), 10*time.Second)
+	s.keys("Enter")
+	scr = s.await(exitRE, 30*time.Second)
+	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" || !regexp.MustCompile(`gptui: job \S+ runs on: 'gptui attach`).MatchString(scr) {
+		t.Errorf("q, enter: exit %s:\n%s", code, scr)
+	}
+	if n := len(processesOf(exe)); n < 4 {
+		t.Errorf("after detaching, %d gptui processes: want the supervisor, the agent and two workers", n)
+	}
+
+	// gptui attach opens it again; s stops it: every rank is stopped, none
+	// failed.
+	s = startTmux(t, dir, 120, 32, "NO_COLOR=1 "+shellQuoteTest(exe)+" attach")
+	s.await(lossRE, 30*time.Second)
 	s.keys("s")
 	s.await(regexp.MustCompile(`Stop the job\?`), 10*time.Second)
 	s.keys("y")
@@ -268,12 +287,12 @@ func TestTUILocal(t *testing.T) {
 }
 
 // uiPID returns the pid of the UI among exe's processes: the one that is
-// neither an agent nor a worker.
+// neither an agent, a worker nor a job's supervisor.
 func uiPID(exe string) int {
 	for _, pid := range processesOf(exe) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 1 && args[1] != "agent" && args[1] != "train" {
+		if len(args) > 1 && args[1] != "agent" && args[1] != "train" && args[1] != jobdir.SuperviseCommand {
 			return pid
 		}
 	}
