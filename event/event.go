@@ -13,7 +13,7 @@
 // Kinds and the fields each one uses:
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
-//	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, back, pruned
+//	node     Node, State, Message, HostKey   connecting, pushing, probed, ready, failed, stopped, lost, back, pruned
 //	worker   Node, Rank, State, Code, Signal, Exit, PID starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
@@ -184,6 +184,9 @@ type Event struct {
 	Restart *Restart `json:"restart,omitempty"`
 	// Checkpoint is the checkpoint of a KindCheckpoint event.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// HostKey, for a node event failed, is the host key the node offered
+	// and why it was refused, when that is why it failed.
+	HostKey *HostKey `json:"host_key,omitempty"`
 	// Exit is a worker's own account of its end, for a worker event
 	// exited, failed or stopped: nil when it wrote none (it was killed,
 	// or crashed) or its exit status is not the one it announced.
@@ -240,6 +243,19 @@ type Checkpoint struct {
 	Dir string `json:"dir,omitempty"`
 	// From is the node it was copied from, for copied and replicated.
 	From string `json:"from,omitempty"`
+}
+
+// HostKey is a node's host key that the launcher refused (package
+// sshexec, HostKeyError).
+type HostKey struct {
+	// Kind is "unknown" (known_hosts does not know the node), "changed"
+	// (it records another key) or "revoked" (the key is marked @revoked).
+	Kind string `json:"kind"`
+	// Fingerprint is the SHA-256 fingerprint of the key the node offered
+	// ("SHA256:...").
+	Fingerprint string `json:"fingerprint"`
+	// Known is, for changed, the fingerprints known_hosts records.
+	Known string `json:"known,omitempty"`
 }
 
 // Exit is what a worker says of its end, written just before it exits
