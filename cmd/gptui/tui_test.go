@@ -198,10 +198,10 @@ func rankRow(scr string, r int) string {
 // TestTUILocal runs 'gptui --nproc 2 --preset tiny' in tmux: it launches
 // the job from the Job screen, waits for a loss in the dashboard, checks
 // every rank's row, the memory bars and the log tail, writes the report
-// picture with w, quits with q leaving the job running (detach, the
-// default), opens it again with 'gptui attach', stops it with s (every
-// rank stopped, none failed), quits, and reads where the logs and the
-// checkpoint are.
+// picture with w; q asks whether to detach or stop (esc stays); the
+// terminal is then closed, and the job trains on without the UI; 'gptui
+// attach' opens it again, s stops it (every rank stopped, none failed), q
+// quits, and says where the logs and the checkpoint are.
 func TestTUILocal(t *testing.T) {
 	exe := builtGPTUI(t)
 	dir := t.TempDir()
@@ -249,15 +249,25 @@ func TestTUILocal(t *testing.T) {
 	}
 
 	// q: the job runs on its own, detached; the UI asks, detach first.
+	// esc stays; then the terminal is closed (SIGHUP to the UI), and the
+	// job runs on.
 	s.keys("q")
 	s.await(regexp.MustCompile(`A job is running: detach \(it runs on; gptui attach reopens it\) or stop it\? \[D/s\]`), 10*time.Second)
-	s.keys("Enter")
-	scr = s.await(exitRE, 30*time.Second)
-	if code := exitRE.FindStringSubmatch(scr)[1]; code != "0" || !regexp.MustCompile(`gptui: job \S+ runs on: 'gptui attach`).MatchString(scr) {
-		t.Errorf("q, enter: exit %s:\n%s", code, scr)
+	s.keys("Escape")
+	s.await(regexp.MustCompile(`s stop  r restart  \? help  q quit`), 10*time.Second)
+	ui := uiPID(exe)
+	s.kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for slices.Contains(processesOf(exe), ui) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
 	}
+	if slices.Contains(processesOf(exe), ui) {
+		t.Errorf("the UI (pid %d) runs on after its terminal closed", ui)
+	}
+	metrics := filepath.Join(dir, "log", "metrics.0.jsonl")
+	awaitSteps(t, metrics, metricsStep(metrics), 2, 60*time.Second)
 	if n := len(processesOf(exe)); n < 4 {
-		t.Errorf("after detaching, %d gptui processes: want the supervisor, the agent and two workers", n)
+		t.Errorf("after the UI's terminal closed, %d gptui processes: want the supervisor, the agent and two workers", n)
 	}
 
 	// gptui attach opens it again; s stops it: every rank is stopped, none
