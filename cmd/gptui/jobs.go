@@ -16,7 +16,8 @@ import (
 )
 
 // cmdJobs implements 'gptui jobs': the jobs started from this directory
-// (jobs/<id>/), oldest first, with their state, step, loss, nodes and age.
+// (jobs/<id>/), oldest first, with their state, steps done, loss, nodes
+// and age.
 func cmdJobs(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("jobs", stderr)
 	if err := parse(fs, args); err != nil {
@@ -31,7 +32,7 @@ func cmdJobs(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tSTEP\tLOSS\tNODES\tAGE\t")
+	fmt.Fprintln(tw, "ID\tSTATE\tSTEPS\tLOSS\tNODES\tAGE\t")
 	now := time.Now()
 	for _, j := range jobs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", j.ID, j.State(), jobStep(j), jobLoss(j), jobNodes(j), age(now.Sub(j.Spec.Created)))
@@ -39,13 +40,14 @@ func cmdJobs(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-// jobStep is a job's step of its total, "-" before its first.
+// jobStep is the steps a job has done of its total (its newest logged
+// step's, counted from 1), "-" before its first.
 func jobStep(j *jobdir.Job) string {
 	s := j.Summary
 	if s.Step == 0 && s.Loss == 0 {
 		return fmt.Sprintf("-/%d", s.MaxSteps)
 	}
-	return fmt.Sprintf("%d/%d", s.Step, s.MaxSteps)
+	return fmt.Sprintf("%d/%d", s.Step+1, s.MaxSteps)
 }
 
 func jobLoss(j *jobdir.Job) string {

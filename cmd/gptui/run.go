@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -181,8 +183,32 @@ func (cf clusterFlags) checkRestarts(n int) error {
 // runCluster runs a job of 'gptui run': it plans the job on the nodes (the
 // inventory's, or this machine as its one node), then (unless --dry-run)
 // runs it, printing its events.
+//
+// Every run but a dry one keeps its folder, jobs/<id>/ in the current
+// directory, as a detached one does (see package jobdir): its event log,
+// summary and control socket, so that 'gptui jobs' lists it, 'gptui
+// attach' opens it and 'gptui stop' stops it, while it runs and after.
 func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
-	return runJob(ctx, cf, c, o, stdout, stderr, jobHooks{})
+	if cf.dryRun {
+		return runJob(ctx, cf, c, o, stdout, stderr, jobHooks{})
+	}
+	if err := checkJob(cf, c, o); err != nil {
+		return err
+	}
+	j, err := newJobDir(cf, c, o)
+	if err != nil {
+		return fmt.Errorf("run: the job's folder: %w", err)
+	}
+	var started bool
+	err = supervise(ctx, j, &started, stdout, stderr)
+	if !started {
+		// Its setup failed (said on the terminal), or was interrupted:
+		// nothing ran, and nothing stays (a refused job writes nothing in
+		// the workdir another job holds).
+		os.RemoveAll(j.Dir)
+		os.Remove(filepath.Dir(j.Dir)) // jobs/, if that leaves it empty
+	}
+	return err
 }
 
 // jobHooks are what a detached job's supervisor (cmdSupervise) adds to

@@ -62,11 +62,10 @@ func flagsOf(s jobdir.Spec) (clusterFlags, string, []string) {
 	return cf, s.Config, o
 }
 
-// detachRun starts the job of 'gptui run --detach': it checks what a run
-// in the foreground would refuse at once (the config, the inventory, the
-// flags), makes the job's folder, starts its supervisor detached from
-// this terminal, prints the job's id and returns.
-func detachRun(cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
+// checkJob checks what a job of 'gptui run' would refuse at once, before
+// anything is written: the config, the inventory, the restart policy,
+// --show-ranks and the rank table. Its errors are usage errors.
+func checkJob(cf clusterFlags, c string, o []string) error {
 	if _, err := loadConfig(c, o); err != nil {
 		return err
 	}
@@ -90,23 +89,44 @@ func detachRun(cf clusterFlags, c string, o []string, stdout, stderr io.Writer) 
 			return usageError{fmt.Errorf("run: %w", err)}
 		}
 	}
+	return nil
+}
+
+// newJobDir makes the folder of a new job of 'gptui run' in the current
+// directory (jobs/<id>/) and returns it as read back.
+func newJobDir(cf clusterFlags, c string, o []string) (*jobdir.Job, error) {
 	wd, err := os.Getwd()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec := specOf(cf, c, o)
 	spec.ID, spec.Dir = cluster.NewJobID(), wd
 	dir, err := jobdir.Create(wd, spec)
 	if err != nil {
-		return fmt.Errorf("run: %w", err)
+		return nil, err
 	}
-	sup, err := jobdir.Launch(dir, "")
+	return jobdir.Read(dir)
+}
+
+// detachRun starts the job of 'gptui run --detach': it checks what a run
+// in the foreground would refuse at once (checkJob), makes the job's
+// folder, starts its supervisor detached from this terminal, prints the
+// job's id and returns.
+func detachRun(cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
+	if err := checkJob(cf, c, o); err != nil {
+		return err
+	}
+	j, err := newJobDir(cf, c, o)
 	if err != nil {
 		return fmt.Errorf("run: %w", err)
 	}
-	fmt.Fprintln(stdout, spec.ID)
+	sup, err := jobdir.Launch(j.Dir, "")
+	if err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	fmt.Fprintln(stdout, j.ID)
 	fmt.Fprintf(stderr, "gptui: job %s runs detached (its supervisor: pid %d); 'gptui attach %s' shows it, 'gptui stop %s' stops it; its output: %s\n",
-		spec.ID, sup.PID, spec.ID, spec.ID, filepath.Join(jobdir.Path(".", spec.ID), jobdir.OutputFile))
+		j.ID, sup.PID, j.ID, j.ID, filepath.Join(jobdir.Path(".", j.ID), jobdir.OutputFile))
 	return nil
 }
 
@@ -116,16 +136,14 @@ var errStopRequested = errors.New("stopped on request (gptui stop, or the UI's s
 // cmdSupervise implements 'gptui __supervise DIR' (jobdir.SuperviseCommand):
 // the supervisor of the detached job in the folder DIR, which jobdir.Launch
 // starts in a session of its own. It runs the job as 'gptui run --no-tui'
-// does — its printed lines go to DIR/output.log — writes every event to the
-// job's event log, and answers the control socket: stop (an interrupt: the
-// workers save and exit) and restart. A hang-up never stops it; SIGINT and
-// SIGTERM interrupt the job as they do a foreground run.
+// does (supervise) — its printed lines go to DIR/output.log. A hang-up
+// never stops it; SIGINT and SIGTERM interrupt the job as they do a
+// foreground run.
 func cmdSupervise(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
 		return usagef("%s DIR: the job's folder", jobdir.SuperviseCommand)
 	}
-	dir := args[0]
-	prev, err := jobdir.Read(dir)
+	prev, err := jobdir.Read(args[0])
 	if err != nil {
 		return usageError{err}
 	}
@@ -133,7 +151,20 @@ func cmdSupervise(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("job %s has a supervisor already (pid %d)", prev.ID, prev.Supervisor.PID)
 	}
 	signal.Ignore(syscall.SIGHUP)
-	spec := prev.Spec
+	var started bool
+	return supervise(ctx, prev, &started, stdout, stderr)
+}
+
+// supervise runs the job in its folder, prev.Dir (as prev was read before
+// it starts), writing every event to the job's event log and answering its
+// control socket — stop (an interrupt: the workers save and exit) and
+// restart — and prints its events as 'gptui run --no-tui' does. A job
+// of 'gptui run' in the foreground is supervised so too, in the launcher's
+// own process.
+//
+// started is set once the job has started (its setup done).
+func supervise(ctx context.Context, prev *jobdir.Job, started *bool, stdout, stderr io.Writer) error {
+	dir, spec := prev.Dir, prev.Spec
 	cf, c, o := flagsOf(spec)
 
 	// A job whose supervisor ran before (gptui restart of an ended job)
@@ -192,6 +223,7 @@ func cmdSupervise(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintf(stderr, "gptui: %v\n", err)
 		}
 		ended = ended || e.Ends()
+		*started = *started || e.Kind == event.KindJob && e.State == event.JobStarted
 	}
 	if again {
 		e := event.New(event.KindJob)
