@@ -217,9 +217,11 @@ func supervise(ctx context.Context, prev *jobdir.Job, started *bool, stdout, std
 		return err
 	}
 
-	var ended bool
+	var ended, logFailed bool
 	tee := func(e event.Event) {
-		if err := log.Write(e); err != nil {
+		if err := log.Write(e); err != nil && !logFailed {
+			// The job goes on; its views see its events up to here.
+			logFailed = true
 			fmt.Fprintf(stderr, "gptui: %v\n", err)
 		}
 		ended = ended || e.Ends()
