@@ -81,7 +81,7 @@ func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.E
 		// At the end of what is written: go on while the supervisor runs.
 		if err != nil {
 			e := event.New(event.KindJob)
-			e.State, e.Message = event.JobFailed, "the job's event log: "+err.Error()
+			e.State, e.Message = event.JobFailed, err.Error()
 			send(e)
 			return false
 		}
@@ -173,7 +173,7 @@ func tailFile(ctx context.Context, path string, off int64, emit func(event.Event
 					var ve *event.VersionError
 					switch {
 					case errors.As(derr, &ve):
-						ferr = derr
+						ferr = fmt.Errorf("%s holds events of format v%d, this gptui reads v%d: open it with the gptui that wrote it", path, ve.Got, event.Version)
 					case derr != nil:
 						continue
 					default:
