@@ -219,7 +219,7 @@ func (a *agent) metricsPath(rank int) string {
 // tailing its metrics.
 func (a *agent) started(w launch.Worker, pid int) {
 	e := a.workerEvent(w.Rank, event.WorkerRunning)
-	e.PID, e.Message = pid, "pid "+strconv.Itoa(pid)
+	e.Message = "pid " + strconv.Itoa(pid)
 	a.emit(e)
 	done := make(chan struct{})
 	a.mu.Lock()

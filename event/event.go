@@ -14,7 +14,7 @@
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
 //	node     Node, State, Message, HostKey   connecting, pushing, probed, ready, failed, stopped, lost, back, pruned
-//	worker   Node, Rank, State, Code, Signal, Exit, PID starting, running, exited, failed, stopped
+//	worker   Node, Rank, State, Code, Signal, Exit starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total one device's memory (or a CPU worker's RSS), each second
 //	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
@@ -31,8 +31,8 @@
 // the "[checkpoint] saved step N" line it also logs.
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
-// worker event "running" has the process id in PID (and, for people, in
-// Message: "pid 4242"); a job event "started" names the job in Job; a job event
+// worker event "running" has the pid in Message ("pid 4242"); a job event
+// "started" names the job in Job; a job event
 // "failed" has the failed worker's Code and Signal; a worker event
 // "exited", "failed" or "stopped" carries the worker's own Exit record when
 // it wrote one before exiting (its exit status alone cannot tell bad input
@@ -174,8 +174,6 @@ type Event struct {
 	Line    string   `json:"line,omitempty"`
 	Stderr  bool     `json:"stderr,omitempty"` // a log line came from the worker's standard error
 
-	// PID is a worker's process id, for a worker event running.
-	PID int `json:"pid,omitempty"`
 	// Job is the job's id, for a job event started.
 	Job string `json:"job,omitempty"`
 

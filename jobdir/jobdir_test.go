@@ -27,6 +27,14 @@ func newJob(t *testing.T) (base, dir string) {
 	return base, dir
 }
 
+// gone is the record of a supervisor of this machine that is gone: no
+// process has its pid.
+func gone() Supervisor {
+	s := Self("")
+	s.PID = 1 << 30
+	return s
+}
+
 func TestCreateAndRead(t *testing.T) {
 	base, dir := newJob(t)
 	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
@@ -71,21 +79,13 @@ func TestAlive(t *testing.T) {
 		t.Fatalf("this process, %+v, is not alive", self)
 	}
 	for _, s := range []Supervisor{
-		{PID: self.PID, Boot: self.Boot, Start: self.Start + 1},
-		{PID: self.PID, Boot: "another boot", Start: self.Start},
-		{PID: 1 << 30},
+		{PID: self.PID, Host: self.Host, Boot: self.Boot, Start: self.Start + 1},
+		{PID: self.PID, Host: self.Host, Boot: "another boot", Start: self.Start},
+		{PID: 1 << 30, Host: self.Host},
 		{},
 	} {
 		if s.Alive() {
 			t.Errorf("%+v is alive", s)
-		}
-	}
-	if st, err := parseStartTime([]byte("42 (a) b) c) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 777 20 21")); err != nil || st != 777 {
-		t.Errorf("parseStartTime of a command with parentheses: %d, %v", st, err)
-	}
-	for _, bad := range []string{"", "42 (a", "42 (a) S 1 2"} {
-		if _, err := parseStartTime([]byte(bad)); err == nil {
-			t.Errorf("parseStartTime(%q) took it", bad)
 		}
 	}
 }
@@ -213,7 +213,7 @@ func TestLogAndFollow(t *testing.T) {
 	case <-time.After(2 * livenessEvery):
 	}
 	l.Close()
-	WriteSupervisor(dir, Supervisor{PID: 1 << 30})
+	WriteSupervisor(dir, gone())
 	if _, ok := <-ch; ok {
 		t.Fatal("an event after the end")
 	}
@@ -247,7 +247,7 @@ func TestFollowDeadSupervisor(t *testing.T) {
 	e := event.New(event.KindJob)
 	e.State = event.JobStarted
 	l.Write(e)
-	WriteSupervisor(dir, Supervisor{PID: 1 << 30, Start: 5})
+	WriteSupervisor(dir, gone())
 	var last event.Event
 	for e := range Follow(context.Background(), dir, 0) {
 		last = e

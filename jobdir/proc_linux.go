@@ -1,11 +1,7 @@
 package jobdir
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
 	"net"
-	"os"
 	"syscall"
 )
 
@@ -14,25 +10,6 @@ import (
 // closes, and no signal sent to the terminal's process group reaches it.
 func detachedSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true}
-}
-
-// processExists reports whether a process of id pid exists.
-func processExists(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// zombie reports whether process pid has exited and waits to be reaped.
-func zombie(pid int) (bool, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false, errors.New("jobdir: /proc stat line without a state")
-	}
-	return b[i+2] == 'Z' || b[i+2] == 'X', nil
 }
 
 // peerUID returns the user id of the process at the other end of c

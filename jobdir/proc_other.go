@@ -3,7 +3,6 @@
 package jobdir
 
 import (
-	"errors"
 	"net"
 	"os"
 	"syscall"
@@ -13,15 +12,6 @@ import (
 func detachedSysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setsid: true}
 }
-
-// processExists reports whether a process of id pid exists.
-func processExists(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
-// zombie cannot tell here: no /proc.
-func zombie(pid int) (bool, error) { return false, errors.ErrUnsupported }
 
 // peerUID takes the socket's file permissions (0600, in a 0700 folder)
 // for the check: without SO_PEERCRED, the peer is this user.

@@ -1,46 +1,51 @@
 package jobdir
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gptui/gptui/agent"
 )
 
 // Supervisor is the process that runs a job (supervisor.json): the facts
-// that tell it from any later process of the same id.
+// that tell it from any later process of the same id, as a workdir lock
+// names its holder (agent.Holder).
 type Supervisor struct {
 	PID int `json:"pid"`
-	// Boot is the machine's boot id when it started
-	// (/proc/sys/kernel/random/boot_id): a pid of another boot is not it.
-	Boot string `json:"boot,omitempty"`
-	// Start is its start time in clock ticks after boot (the 22nd field of
+	// Start is its start time in clock ticks after boot (field 22 of
 	// /proc/PID/stat): another process given the same pid later has
 	// another.
 	Start uint64 `json:"start,omitempty"`
+	// Host is its machine's host name, and Boot the machine's boot id
+	// when it started: a pid of another boot is not it.
+	Host string `json:"host,omitempty"`
+	Boot string `json:"boot,omitempty"`
 	// Socket is the path of its control socket.
 	Socket  string    `json:"socket"`
 	Started time.Time `json:"started"`
 }
 
 // Alive reports whether the supervisor still runs: a process of its pid,
-// started when it was, in this boot of the machine.
+// started when it was, in this boot of its machine (agent.Holder.Stale
+// decides; a supervisor on another machine, whose job folder is on a
+// shared filesystem, cannot be checked and counts as running).
 func (s Supervisor) Alive() bool {
 	if s.PID <= 0 {
 		return false
 	}
-	return processIs(s.PID, s.Boot, s.Start)
+	h := agent.Holder{PID: s.PID, PIDStart: s.Start, Host: s.Host, BootID: s.Boot}
+	return h.Stale(agent.ThisMachine(s.PID)) == ""
 }
 
 // Self returns the record of this process as the supervisor of the job,
 // listening on socket.
 func Self(socket string) Supervisor {
-	boot, start := identity(os.Getpid())
-	return Supervisor{PID: os.Getpid(), Boot: boot, Start: start, Socket: socket, Started: time.Now()}
+	h := agent.ThisProcess()
+	return Supervisor{PID: h.PID, Start: h.PIDStart, Host: h.Host, Boot: h.BootID, Socket: socket, Started: time.Now()}
 }
 
 // WriteSupervisor writes s as the folder's supervisor.json.
@@ -120,62 +125,4 @@ func tail(path string, from int64) string {
 		lines = lines[len(lines)-5:]
 	}
 	return strings.Join(lines, " / ")
-}
-
-// identity returns this boot's id and the start time of process pid;
-// empty and 0 where the system does not say (not Linux).
-func identity(pid int) (boot string, start uint64) {
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		boot = string(bytes.TrimSpace(b))
-	}
-	start, _ = startTime(pid)
-	return boot, start
-}
-
-// startTime returns the start time of process pid in clock ticks after
-// boot, from /proc/PID/stat.
-func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseStartTime(b)
-}
-
-// parseStartTime returns the 22nd field of a /proc/PID/stat line: the
-// fields after the command name, which is in parentheses and may hold
-// anything, start with the 3rd.
-func parseStartTime(stat []byte) (uint64, error) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, errors.New("jobdir: /proc stat line without a command")
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 20 {
-		return 0, errors.New("jobdir: /proc stat line too short")
-	}
-	var v uint64
-	if _, err := fmt.Sscan(f[19], &v); err != nil {
-		return 0, fmt.Errorf("jobdir: /proc stat start time %q", f[19])
-	}
-	return v, nil
-}
-
-// processIs reports whether process pid runs and is the one of this boot
-// and start time (where the system says: Linux's /proc).
-func processIs(pid int, boot string, start uint64) bool {
-	if !processExists(pid) {
-		return false
-	}
-	nowBoot, nowStart := identity(pid)
-	if boot != "" && nowBoot != "" && boot != nowBoot {
-		return false
-	}
-	if start != 0 && nowStart != 0 && start != nowStart {
-		return false
-	}
-	if z, err := zombie(pid); err == nil && z {
-		return false
-	}
-	return true
 }

@@ -2,6 +2,7 @@ package tui
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 	)
 	for r := range 2 {
 		write(mk(event.KindWorker, nodeOf[r], r, event.WorkerStarting, nil),
-			mk(event.KindWorker, nodeOf[r], r, event.WorkerRunning, func(e *event.Event) { e.PID = 4242 + r }),
+			mk(event.KindWorker, nodeOf[r], r, event.WorkerRunning, func(e *event.Event) { e.Message = fmt.Sprintf("pid %d", 4242+r) }),
 			mk(event.KindMetrics, nodeOf[r], r, "", func(e *event.Event) {
 				e.Metrics = &event.Metrics{Step: 7, Loss: 3.5, LR: 1e-3, TokensPerS: 1000, StepTimeS: 0.1}
 			}))
@@ -165,7 +166,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 	await(true, "back: reachable again")
 	write(mk(event.KindJob, "", -1, event.JobStarted, nil))
 	for r := range 2 {
-		write(mk(event.KindWorker, nodeOf[r], r, event.WorkerRunning, func(e *event.Event) { e.PID = 5000 + r }))
+		write(mk(event.KindWorker, nodeOf[r], r, event.WorkerRunning, nil))
 	}
 	write(
 		mk(event.KindNode, "gpu1", -1, event.NodeLost, func(e *event.Event) { e.Message = "its agent has been silent for 10 s" }),
@@ -180,7 +181,9 @@ func TestEventLogThroughDashboard(t *testing.T) {
 
 	// The supervisor gone after the end: the stream ends, the job is over.
 	log.Close()
-	jobdir.WriteSupervisor(dir, jobdir.Supervisor{PID: 1 << 30})
+	gone := jobdir.Self("")
+	gone.PID = 1 << 30 // no process of this machine
+	jobdir.WriteSupervisor(dir, gone)
 	deadline := time.After(20 * time.Second)
 	for m.runner != nil {
 		select {
