@@ -225,7 +225,7 @@ const jobIDTime = "20060102-150405"
 // jobIDPattern matches the job ids New and a Supervisor make, such as
 // 20250102-150405-1a2b3c and its restarts 20250102-150405-1a2b3c-r1:
 // only such directories are ever pruned.
-var jobIDPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}(-r[0-9]+)?$`)
+var jobIDPattern = regexp.MustCompile(`^` + jobdir.IDPattern + `(-r[0-9]+)?$`)
 
 // oldJobs returns the names of names that look like job ids, but for the
 // newest keep of them (the ids sort by time), in order.

@@ -96,9 +96,12 @@ type Spec struct {
 // Local reports whether the job runs on this machine alone.
 func (s *Spec) Local() bool { return s.Hosts == "" }
 
-// idRE matches the ids jobs get (cluster.NewJobID: 20261121-201141-455c59),
-// the only names of folders this package creates or reads as jobs.
-var idRE = regexp.MustCompile(`^\d{8}-\d{6}-[0-9a-f]{6}$`)
+// IDPattern is the regular expression of the ids jobs get
+// (cluster.NewJobID: 20261121-201141-455c59), the only names of folders
+// this package creates or reads as jobs, and that a node's prune removes.
+const IDPattern = `[0-9]{8}-[0-9]{6}-[0-9a-f]{6}`
+
+var idRE = regexp.MustCompile(`^` + IDPattern + `$`)
 
 // ValidID reports whether id is a job id.
 func ValidID(id string) bool { return idRE.MatchString(id) }
