@@ -148,6 +148,12 @@ func (a *agent) run(ctx context.Context) error {
 				a.emit(e)
 				return
 			}
+			if c, ok := parseCheckpoint(line); ok && stderr {
+				e := event.New(event.KindCheckpoint)
+				e.Rank, e.State, e.Checkpoint = rank, c.State, &c.Checkpoint
+				a.emit(e)
+				return
+			}
 			e := event.New(event.KindLog)
 			e.Rank, e.Line, e.Stderr = rank, string(line), stderr
 			a.emit(e)

@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 
 // worker runs a script: "print TEXT", "warn TEXT" (to stderr), "metrics DIR N" (N records in
 // RANK's metrics file in DIR), "sleep D", "spin D" (busy for D), "report JSON" (an exit record,
-// ReportExit), "exit N".
+// ReportExit), "checkpoint STATE:STEP:DIR" (a checkpoint record,
+// ReportCheckpoint), "exit N".
 func worker(args []string) int {
 	rank, _ := strconv.Atoi(os.Getenv("RANK"))
 	for len(args) >= 2 {
@@ -60,6 +61,10 @@ func worker(args []string) int {
 				return 100
 			}
 			ReportExit(os.Stderr, x)
+		case "checkpoint":
+			f := strings.SplitN(arg, ":", 3)
+			step, _ := strconv.Atoi(f[1])
+			ReportCheckpoint(os.Stderr, f[0], event.Checkpoint{Step: step, Dir: f[2]})
 		case "sleep":
 			d, _ := time.ParseDuration(arg)
 			time.Sleep(d)
@@ -132,7 +137,8 @@ func find(es []event.Event, kind, state string, rank int) *event.Event {
 }
 
 func TestRunReportsEvents(t *testing.T) {
-	s := spec(t, []string{"print", "hello", "metrics", "", "3", "spin", "2500ms"}, []string{"print", "world", "warn", "careful"})
+	s := spec(t, []string{"print", "hello", "metrics", "", "3", "spin", "2500ms"},
+		[]string{"print", "world", "warn", "careful", "checkpoint", "saving:10:", "checkpoint", "saved:10:output/step_00000010"})
 	s.Workers[0].Args[3] = s.LogDir
 	// A stale metrics file from an earlier run is not reported.
 	os.WriteFile(event.MetricsFile(s.LogDir, 11), []byte(`{"step":99}`+"\n"), 0o644)
@@ -166,6 +172,22 @@ func TestRunReportsEvents(t *testing.T) {
 	}
 	if !warned {
 		t.Errorf("no log event of rank 11's line on standard error")
+	}
+	// The checkpoint records are typed events, not log lines.
+	for _, st := range []string{event.CheckpointSaving, event.CheckpointSaved} {
+		e := find(es, event.KindCheckpoint, st, 11)
+		want := event.Checkpoint{Step: 10}
+		if st == event.CheckpointSaved {
+			want.Dir = "output/step_00000010"
+		}
+		if e == nil || e.Checkpoint == nil || *e.Checkpoint != want {
+			t.Errorf("rank 11's checkpoint %s event %+v, want %+v", st, e, want)
+		}
+	}
+	for _, e := range es {
+		if e.Kind == event.KindLog && strings.Contains(e.Line, "gptui-") {
+			t.Errorf("a record came as a log line: %q", e.Line)
+		}
 	}
 	var steps []int
 	for _, e := range es {

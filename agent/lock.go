@@ -96,6 +96,20 @@ func ThisMachine(pid int) Machine {
 	return m
 }
 
+// ThisProcess returns this process as a Holder names a process: its pid,
+// its start time, its machine's host name and boot id (the job's fields
+// left empty). [Holder.Stale] tells whether a process so named still
+// runs; a detached job's supervisor record (package jobdir) names its
+// process so too.
+func ThisProcess() Holder {
+	self := ThisMachine(os.Getpid())
+	h := Holder{PID: os.Getpid(), Host: self.Host, BootID: self.BootID}
+	if st, ok := parseStat(self.Stat); ok {
+		h.PIDStart = st.start
+	}
+	return h
+}
+
 // Stale says why the lock h is stale on the machine m, the machine that
 // holds the workdir, or returns "" if its holder may still run: its
 // machine has restarted since (another boot id), its process is gone (no
@@ -155,11 +169,8 @@ type Lock struct {
 // that of another attempt is taken over, that of the same attempt (another
 // node sharing the workdir) joined.
 func AcquireLock(dir string, want Holder) (*Lock, error) {
-	self := ThisMachine(os.Getpid())
-	want.PID, want.Host, want.BootID = os.Getpid(), self.Host, self.BootID
-	if st, ok := parseStat(self.Stat); ok {
-		want.PIDStart = st.start
-	}
+	self := ThisProcess()
+	want.PID, want.PIDStart, want.Host, want.BootID = self.PID, self.PIDStart, self.Host, self.BootID
 	unguard, err := guard(dir)
 	if err != nil {
 		return nil, err

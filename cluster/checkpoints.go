@@ -258,6 +258,8 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 			what := fmt.Sprintf("copying checkpoint %s/%s from %s", outputDir, s.Name, nodes[from].name)
 			j.nodeEvent(nodes[i].name, event.NodePushing, what)
 			if err = copyCheckpoint(ctx, nodes[from], nodes[i], outputDir, s, keepLast); err == nil {
+				ck := &event.Checkpoint{Step: c.step, Dir: path.Join(outputDir, s.Name), From: nodes[from].name}
+				j.checkpointEvent(nodes[i].name, event.CheckpointCopied, ck, fmt.Sprintf("copied checkpoint %s from %s", ck.Dir, ck.From))
 				return nil
 			}
 			err = fmt.Errorf("%s to %s: %w", what, nodes[i].name, err)

@@ -328,6 +328,14 @@ func (j *Job) nodeEvent(name, state, msg string) {
 	j.emit(e)
 }
 
+// checkpointEvent sends a checkpoint event of the launcher's about node
+// name: c (nil where unknown), and msg for people.
+func (j *Job) checkpointEvent(name, state string, c *event.Checkpoint, msg string) {
+	e := event.New(event.KindCheckpoint)
+	e.Node, e.State, e.Checkpoint, e.Message = name, state, c, msg
+	j.emit(e)
+}
+
 // Close ends a job that was planned but not started (or whose Plan
 // failed): it closes the connections and the events channel. On a started
 // job it stops the job and waits for its end. Close is safe to call more

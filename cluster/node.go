@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -224,7 +225,7 @@ const jobIDTime = "20060102-150405"
 // jobIDPattern matches the job ids New and a Supervisor make, such as
 // 20250102-150405-1a2b3c and its restarts 20250102-150405-1a2b3c-r1:
 // only such directories are ever pruned.
-var jobIDPattern = regexp.MustCompile(`^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}(-r[0-9]+)?$`)
+var jobIDPattern = regexp.MustCompile(`^` + jobdir.IDPattern + `(-r[0-9]+)?$`)
 
 // oldJobs returns the names of names that look like job ids, but for the
 // newest keep of them (the ids sort by time), in order.
@@ -256,7 +257,12 @@ func (n *node) pruneJobs(ctx context.Context, keep int) ([]string, error) {
 				names = append(names, e.Name())
 			}
 		}
-		old := oldJobs(names, keep)
+		// A detached job's folder (package jobdir) is kept while its
+		// supervisor runs.
+		old := slices.DeleteFunc(oldJobs(names, keep), func(id string) bool {
+			j, err := jobdir.Read(filepath.Join(n.dir, "jobs", id))
+			return err == nil && j.Alive
+		})
 		for _, id := range old {
 			if err := os.RemoveAll(filepath.Join(n.dir, "jobs", id)); err != nil {
 				return nil, err

@@ -78,7 +78,12 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 			}
 			own[i] = true
 			stop(err)
-			j.nodeEvent(names[i], event.NodeFailed, err.Error())
+			e := event.New(event.KindNode)
+			e.Node, e.State, e.Message = names[i], event.NodeFailed, err.Error()
+			if ke := (*sshexec.HostKeyError)(nil); errors.As(err, &ke) {
+				e.HostKey = &event.HostKey{Kind: ke.Kind, Fingerprint: ke.Fingerprint, Known: ke.Known}
+			}
+			j.emit(e)
 			return err
 		}
 		return nil

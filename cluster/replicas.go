@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"path"
 	"sync"
 	"time"
 
@@ -21,8 +22,8 @@ const (
 // the newest checkpoint of the saving node to the next replicas-1 nodes in
 // inventory order, through the launcher (copyCheckpoint), one copy at a
 // time, in the background. A save reported while a copy runs is taken up
-// after it; of several, only the newest. Each copy is a NodeReplica event
-// on the receiving node.
+// after it; of several, only the newest. Each copy is a checkpoint event
+// on the receiving node: CheckpointReplicated, or CheckpointReplicaFailed.
 type replicator struct {
 	j        *Job
 	nodes    []*node
@@ -99,7 +100,7 @@ func (r *replicator) replicate(ctx context.Context, src int) {
 	sl := r.j.opts.Config.Engine.SaveLoad
 	all, err := r.j.summaries(ctx, r.nodes, sl.OutputDir)
 	if err != nil {
-		r.j.nodeEvent(r.nodes[src].name, event.NodeReplica, "no replica made: "+err.Error())
+		r.j.checkpointEvent(r.nodes[src].name, event.CheckpointReplicaFailed, nil, "no replica made: "+err.Error())
 		return
 	}
 	want := all[src]
@@ -114,12 +115,13 @@ func (r *replicator) replicate(ctx context.Context, src int) {
 		}
 		wg.Go(func() {
 			t0 := time.Now()
-			what := fmt.Sprintf("checkpoint %s/%s from %s", sl.OutputDir, want.Name, r.nodes[src].name)
+			c := &event.Checkpoint{Step: want.Step, Dir: path.Join(sl.OutputDir, want.Name), From: r.nodes[src].name}
+			what := fmt.Sprintf("checkpoint %s from %s", c.Dir, c.From)
 			if err := copyCheckpoint(ctx, r.nodes[src], r.nodes[dst], sl.OutputDir, want, sl.KeepLast); err != nil {
-				r.j.nodeEvent(r.nodes[dst].name, event.NodeReplica, "no replica of "+what+": "+err.Error())
+				r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicaFailed, c, "no replica of "+what+": "+err.Error())
 				return
 			}
-			r.j.nodeEvent(r.nodes[dst].name, event.NodeReplica, fmt.Sprintf("replica of %s in %.1f s", what, time.Since(t0).Seconds()))
+			r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicated, c, fmt.Sprintf("replica of %s in %.1f s", what, time.Since(t0).Seconds()))
 		})
 	}
 	wg.Wait()

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
@@ -62,18 +61,21 @@ type Supervisor struct {
 	policy Restarts
 	events chan event.Event
 
-	mu       sync.Mutex
-	job      *Job // the current attempt
-	fwd      <-chan forwarded
-	cancel   context.CancelCauseFunc
-	started  bool
-	closed   bool
-	done     chan struct{}
-	err      error
-	restarts int
-	saved    int            // the newest step a checkpoint was saved at; -1 none
-	workers  map[string]int // workers per node name, from the last plan
-	strategy string         // the last attempt's strategy, for messages
+	mu        sync.Mutex
+	job       *Job // the current attempt
+	fwd       <-chan forwarded
+	cancel    context.CancelCauseFunc
+	interrupt context.CancelCauseFunc // interrupts the running attempt; nil between attempts
+	requests  int                     // restarts asked for (Restart)
+	started   bool
+	closed    bool
+	done      chan struct{}
+	err       error
+	restarts  int
+	saved     int             // the newest step a checkpoint was saved at; -1 none
+	workers   map[string]int  // workers per node name, from the last plan
+	strategy  string          // the last attempt's strategy, for messages
+	left      map[string]bool // nodes an attempt left out, by name, until they are back
 }
 
 // forwarded is what forward found in one attempt's events.
@@ -92,7 +94,7 @@ func NewSupervisor(opts Options, p Restarts) *Supervisor {
 		opts.JobID = NewJobID()
 	}
 	opts.lockOwner, opts.lockStarted = opts.JobID, time.Now() // every attempt's locks are the job's
-	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}}
+	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}, left: map[string]bool{}}
 }
 
 // Events returns the events of every attempt. The channel is closed once
@@ -159,12 +161,12 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 				end := e
 				f.end = &end
 				continue
+			case e.Kind == event.KindJob && e.State == event.JobStarted:
+				e.Job = s.opts.JobID // the job's, of every attempt (Message names the attempt's)
 			case e.Kind == event.KindNode && e.State == event.NodeFailed:
 				f.failed = append(f.failed, nodeError{e.Node, e.Message})
-			case e.Kind == event.KindLog:
-				if n, ok := checkpoint.ParseSaved(e.Line); ok && n > f.saved {
-					f.saved = n
-				}
+			case e.Kind == event.KindCheckpoint && e.State == event.CheckpointSaved && e.Checkpoint != nil:
+				f.saved = max(f.saved, e.Checkpoint.Step)
 			}
 			s.events <- e
 		}
@@ -213,10 +215,42 @@ func (s *Supervisor) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	s.cancel = cancel
 	j, fwd := s.job, s.fwd
+	actx := s.attemptContext(ctx)
 	s.mu.Unlock()
-	err := j.Start(ctx)
+	err := j.Start(actx)
 	go s.loop(ctx, j, fwd)
 	return err
+}
+
+// attemptContext returns the context of the next attempt, which Restart
+// ends. s.mu is held.
+func (s *Supervisor) attemptContext(ctx context.Context) context.Context {
+	actx, cancel := context.WithCancelCause(ctx)
+	s.interrupt = cancel
+	return actx
+}
+
+// ErrRestartRequested is the cause of an attempt that Restart
+// interrupted.
+var ErrRestartRequested = errors.New("cluster: restart requested")
+
+// Restart interrupts the running attempt — its workers save their
+// finished steps and exit, as at an interrupt — and starts the job again
+// from the newest checkpoint, as after a failure, whatever Restarts.Max
+// says (a requested restart is not a failure's). It is an error when no
+// attempt runs: the job is being set up, restarting, or over.
+func (s *Supervisor) Restart() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case !s.started || s.closed:
+		return errors.New("the job is not running")
+	case s.interrupt == nil:
+		return errors.New("the job is restarting already, or has ended")
+	}
+	s.interrupt(ErrRestartRequested)
+	s.interrupt = nil
+	return nil
 }
 
 // Stop stops the job, or the restart under way; Wait then returns an
@@ -268,17 +302,27 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		if f.saved > s.saved {
 			s.saved = f.saved
 		}
-		var fail *Failure
-		if !errors.As(err, &fail) || fail.BadInput || s.restarts >= s.policy.Max || ctx.Err() != nil {
-			finish(err, f.end)
-			return
-		}
 		s.mu.Lock()
-		s.restarts++
+		s.interrupt = nil
 		s.mu.Unlock()
+		var fail *Failure
 		e := event.New(event.KindJob)
 		e.State = event.JobRestarting
-		e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
+		switch {
+		case errors.Is(err, ErrRestartRequested) && ctx.Err() == nil:
+			s.mu.Lock()
+			s.requests++
+			s.mu.Unlock()
+			e.Restart = &event.Restart{Count: s.requests, Requested: true, Cause: "restart requested", Step: max(s.saved, 0)}
+		case !errors.As(err, &fail) || fail.BadInput || s.restarts >= s.policy.Max || ctx.Err() != nil:
+			finish(err, f.end)
+			return
+		default:
+			s.mu.Lock()
+			s.restarts++
+			s.mu.Unlock()
+			e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
+		}
 		e.Message = RestartLine(e.Restart)
 		s.events <- e
 
@@ -295,17 +339,22 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		}
 		s.mu.Lock()
 		j, fwd = nj, s.fwd
+		actx := s.attemptContext(ctx)
 		s.mu.Unlock()
-		_ = j.Start(ctx) // a failure to start is Wait's
+		_ = j.Start(actx) // a failure to start is Wait's
 	}
 }
 
 // RestartLine describes a restart: "1/3: rank 3 on node2 was killed by
-// SIGKILL; resuming from step 10".
+// SIGKILL; resuming from step 10", or for a requested one "restart
+// requested; resuming from step 10".
 func RestartLine(r *event.Restart) string {
 	from := "restarting from the start (no checkpoint saved yet)"
 	if r.Step > 0 {
 		from = fmt.Sprintf("resuming from step %d", r.Step)
+	}
+	if r.Requested {
+		return fmt.Sprintf("%s; %s", r.Cause, from)
 	}
 	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
 }
@@ -343,6 +392,14 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 		p, err := j.Plan(ctx)
 		if err == nil {
 			s.remember(p)
+			for _, name := range nodeNames(nodes) {
+				if s.left[name] {
+					delete(s.left, name)
+					e := event.New(event.KindNode)
+					e.Node, e.State, e.Message = name, event.NodeBack, "reachable again: the job runs on it from this restart"
+					s.events <- e
+				}
+			}
 			return j, nil
 		}
 		j.Close()
@@ -376,6 +433,9 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 		}
 		if len(gone) == 0 || len(left) < min {
 			return nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
+		}
+		for _, g := range gone {
+			s.left[g.name] = true
 		}
 		nodes, try = left, 0
 	}

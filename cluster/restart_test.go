@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,82 @@ func TestConfigFor(t *testing.T) {
 	}
 	if cfg.Distributed.DPDegree != 4 || cfg.Engine.SaveLoad.CkptDir != "" {
 		t.Errorf("the job's own config was changed: dp %d ckpt_dir %q", cfg.Distributed.DPDegree, cfg.Engine.SaveLoad.CkptDir)
+	}
+}
+
+// TestSupervisorRestartRequested: Restart, while the job trains, stops the
+// gang with a checkpoint (an interrupt) and starts it again from it, a
+// requested restart that Restarts.Max (0 here) does not bound; the job
+// then trains on past that step. Restart before Start, or once the job
+// has ended, is an error.
+func TestSupervisorRestartRequested(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: cmd/gptui's TestDetach* run gptui's restart of a job")
+	}
+	tc := newCluster(t, "cpu:1")
+	s := NewSupervisor(tc.options(t, "Engine.max_steps=1000000", "Engine.save_load.save_steps=5", "Distributed.dp_degree=2",
+		"Global.local_batch_size=1", "Global.micro_batch_size=1", "Global.global_batch_size=2", "Data.Train.dataset.max_seq_len=16"), Restarts{})
+	if err := s.Restart(); err == nil {
+		t.Error("Restart before Start succeeded")
+	}
+	saved, restarted, past := make(chan int, 64), make(chan *event.Restart, 1), make(chan int, 1)
+	go func() {
+		var r *event.Restart
+		for e := range s.Events() {
+			switch {
+			case e.Kind == event.KindCheckpoint && e.State == event.CheckpointSaved:
+				select {
+				case saved <- e.Checkpoint.Step:
+				default:
+				}
+			case e.Kind == event.KindJob && e.State == event.JobRestarting:
+				r = e.Restart
+				restarted <- r
+			case e.Kind == event.KindMetrics && r != nil && e.Rank == 0 && e.Metrics.Step > r.Step+2:
+				select {
+				case past <- e.Metrics.Step:
+				default:
+				}
+			}
+		}
+	}()
+	if _, err := s.Plan(context.Background()); err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var step int
+	select {
+	case step = <-saved:
+	case <-time.After(90 * time.Second):
+		t.Fatal("no checkpoint after 90 s")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	select {
+	case r := <-restarted:
+		if !r.Requested || r.Step < step || r.Max != 0 || !strings.Contains(RestartLine(r), "restart requested; resuming from step") {
+			t.Errorf("the restart %+v (%s), want a requested one from step %d or later", r, RestartLine(r), step)
+		}
+		t.Logf("%s (a checkpoint of step %d saved before)", RestartLine(r), step)
+	case <-time.After(60 * time.Second):
+		t.Fatal("no restart 60 s after Restart")
+	}
+	select {
+	case n := <-past:
+		t.Logf("training again at step %d", n)
+	case <-time.After(90 * time.Second):
+		t.Fatal("not training past the restart's step after 90 s")
+	}
+	s.Stop()
+	if err := s.Wait(); !errors.Is(err, ErrStopped) {
+		t.Errorf("Wait after Stop: %v", err)
+	}
+	if err := s.Restart(); err == nil {
+		t.Error("Restart of an ended job succeeded")
 	}
 }

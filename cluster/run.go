@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/agent"
-	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -90,7 +89,7 @@ func (j *Job) Start(ctx context.Context) error {
 		r.stop <- startErr
 	} else {
 		e := event.New(event.KindJob)
-		e.State = event.JobStarted
+		e.State, e.Job = event.JobStarted, p.JobID
 		e.Message = fmt.Sprintf("job %s: %d ranks on %d nodes, MASTER_ADDR=%s MASTER_PORT=%d", p.JobID, p.World, len(nodes), p.MasterAddr, p.MasterPort)
 		j.emit(e)
 		context.AfterFunc(ctx, func() {
@@ -332,10 +331,11 @@ func (j *Job) supervise(r *runState) {
 					agentEnd[m.node] = e.State
 				}
 				continue
-			case event.KindLog:
-				if _, ok := checkpoint.ParseSaved(e.Line); ok {
+			case event.KindCheckpoint:
+				if e.State == event.CheckpointSaved {
 					rep.saved(m.node)
 				}
+			case event.KindLog:
 				t := append(tails[e.Rank], e.Line)
 				if len(t) > tailLines {
 					t = t[len(t)-tailLines:]

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/engine/checkpoint"
+	"github.com/gptui/gptui/event"
 )
 
 // saver keeps a run's checkpoints on Engine.save_load's schedule: every
@@ -63,6 +64,7 @@ func (s *saver) save(ctx context.Context, step int) error {
 		if j != nil {
 			s.pending = startSave(j, time.Since(t0))
 			tr.log.logf("%s", checkpoint.SavingLine(s.pending.step))
+			tr.onCheckpoint(event.CheckpointSaving, s.pending.step, "")
 		}
 		return nil
 	}
@@ -73,6 +75,7 @@ func (s *saver) save(ctx context.Context, step int) error {
 	if dir != "" {
 		s.res.Checkpoint = dir
 		tr.log.logf("%s", checkpoint.SavedLine(step+1, dir, fmt.Sprintf("blocked the step %.1f ms", ms(time.Since(t0)))))
+		tr.onCheckpoint(event.CheckpointSaved, step+1, dir)
 	}
 	return nil
 }
@@ -94,6 +97,7 @@ func (s *saver) collect(wait bool) error {
 	}
 	s.res.Checkpoint = p.dir
 	s.tr.log.logf("%s", checkpoint.SavedLine(p.step, p.dir, fmt.Sprintf("blocked the step %.1f ms; write %.1f ms in background", ms(p.blocked), ms(p.write))))
+	s.tr.onCheckpoint(event.CheckpointSaved, p.step, p.dir)
 	return nil
 }
 

@@ -46,6 +46,13 @@ type Options struct {
 	// lets the collectives of those steps and of the save run. Nil never
 	// stops.
 	Stop <-chan struct{}
+	// OnCheckpoint, if set, is told of each checkpoint this rank writes:
+	// state event.CheckpointSaving when a save begins in the background,
+	// event.CheckpointSaved once it is written (the step done and the
+	// directory). Only the rank that writes the checkpoint (rank 0) tells
+	// it. Launchers learn of checkpoints through it (package agent's
+	// ReportCheckpoint), not from the log line that says the same.
+	OnCheckpoint func(state string, c event.Checkpoint)
 }
 
 // Metrics is one logged training step, as written to metrics.<rank>.jsonl:
@@ -498,6 +505,14 @@ func (tr *Trainer) evaluateAt(ctx context.Context, step int, lr, loss float64, r
 // Step returns the step Run is in (0 before Run). It is safe to call
 // from any goroutine while Run runs.
 func (tr *Trainer) Step() int { return int(tr.current.Load()) }
+
+// onCheckpoint tells Options.OnCheckpoint of a checkpoint of step (steps
+// done) in dir.
+func (tr *Trainer) onCheckpoint(state string, step int, dir string) {
+	if f := tr.opts.OnCheckpoint; f != nil {
+		f(state, event.Checkpoint{Step: step, Dir: dir})
+	}
+}
 
 // stepTraffic returns the bytes sent per group and step, averaged over the
 // steps since the last call.

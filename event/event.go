@@ -13,17 +13,26 @@
 // Kinds and the fields each one uses:
 //
 //	probe    Node, Probe                     what a node has (its devices or CPU)
-//	node     Node, State, Message            connecting, pushing, probed, ready, failed, stopped, lost, pruned
+//	node     Node, State, Message, HostKey   connecting, pushing, probed, ready, failed, stopped, lost, back, pruned
 //	worker   Node, Rank, State, Code, Signal, Exit starting, running, exited, failed, stopped
 //	metrics  Node, Rank, Metrics             one training step (or evaluation) of a rank
 //	memory   Node, Rank, Device, Used, Total, Proc  one device's memory (or a CPU worker's RSS), and the worker process's own figures, each second
 //	log      Node, Rank, Line, Stderr        one line of a worker's output (Stderr: from its standard error)
-//	job      State, Message, Rank, Node, Tail started, done, failed, stopped, restarting, replanned
+//	checkpoint Node, Rank, State, Checkpoint, Message saving, saved, copied, replicated, replica-failed
+//	job      State, Message, Rank, Node, Tail, Job started, done, failed, stopped, restarting, replanned, hung
 //	heartbeat Node                           an agent is alive: sent every second while it runs
+//	progress Node, Rank, Progress            a worker's step and collectives, each second
+//	health   Node, Health                    a node's load, each second
+//
+// The facts a program acts on are in typed fields, never in a Message or
+// a log Line, which are for people: a checkpoint saved is a checkpoint
+// event (the worker reports it to its agent as a record on its standard
+// error, package agent, as it does its progress and its exit record), not
+// the "[checkpoint] saved step N" line it also logs.
 //
 // Also set where they apply: a node event "probed" carries the Probe; a
 // worker event "running" has the pid in Proc (and in Message, "pid
-// 4242"); a job event
+// 4242"); a job event "started" names the job in Job; a job event
 // "failed" has the failed worker's Code and Signal; a worker event
 // "exited", "failed" or "stopped" carries the worker's own Exit record when
 // it wrote one before exiting (its exit status alone cannot tell bad input
@@ -47,6 +56,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -55,7 +65,7 @@ import (
 
 // Version is the wire format's version. Change it whenever the meaning of
 // a field changes.
-const Version = 2
+const Version = 3
 
 // Kinds of event.
 const (
@@ -74,6 +84,11 @@ const (
 	KindProgress = "progress"
 	// KindHealth is a node's load (Health), from its agent every second.
 	KindHealth = "health"
+	// KindCheckpoint is a fact about a checkpoint (Checkpoint): a worker
+	// saved one or began saving one, or the launcher copied one to a node
+	// (for a resume) or replicated it (Engine.save_load.replicas). Its
+	// State is one of the Checkpoint* states.
+	KindCheckpoint = "checkpoint"
 )
 
 // States of nodes, workers and jobs.
@@ -87,8 +102,10 @@ const (
 	NodeLost       = "lost"    // its connection dropped during the job
 	NodeStopped    = "stopped" // its setup was stopped because another node failed (Message says which)
 	NodePruned     = "pruned"  // after a successful job: old jobs/<id> directories removed (Message says which, or why not)
-	NodeReplica    = "replica" // during a job: a replica of a new checkpoint was copied to the node (Message says which, or why not)
 	NodeLocked     = "locked"  // during setup: the job took the lock of the node's workdir (Message names it, and a stale lock taken over)
+	// NodeBack: at a restart, a node that an earlier attempt left out
+	// (it stayed unreachable) is part of the job again.
+	NodeBack = "back"
 
 	// worker
 	WorkerStarting = "starting"
@@ -118,6 +135,26 @@ const (
 	// Rank is the stuck rank and Message the diagnosis (every rank's
 	// operation). The job then fails (or restarts).
 	JobHung = "hung"
+
+	// checkpoint
+	// CheckpointSaving: Rank began saving the checkpoint of
+	// Checkpoint.Step in the background; its CheckpointSaved follows.
+	CheckpointSaving = "saving"
+	// CheckpointSaved: Rank wrote the checkpoint of Checkpoint.Step to
+	// Checkpoint.Dir on Node (relative to its workdir unless absolute).
+	CheckpointSaved = "saved"
+	// CheckpointCopied: the launcher copied the checkpoint
+	// Checkpoint.Dir to Node from node Checkpoint.From, so that every
+	// rank of a resuming job starts from it.
+	CheckpointCopied = "copied"
+	// CheckpointReplicated: the launcher copied a new checkpoint to Node
+	// from node Checkpoint.From, as one of its replicas; Message says so
+	// in words, with the time the copy took.
+	CheckpointReplicated = "replicated"
+	// CheckpointReplicaFailed: a replica could not be made on Node
+	// (Checkpoint, where known, says which); Message says why. Training
+	// goes on.
+	CheckpointReplicaFailed = "replica-failed"
 )
 
 // Event is one fact about the job.
@@ -137,9 +174,17 @@ type Event struct {
 	Line    string   `json:"line,omitempty"`
 	Stderr  bool     `json:"stderr,omitempty"` // a log line came from the worker's standard error
 
+	// Job is the job's id, for a job event started.
+	Job string `json:"job,omitempty"`
+
 	Probe   *Probe   `json:"probe,omitempty"`
 	Metrics *Metrics `json:"metrics,omitempty"`
 	Restart *Restart `json:"restart,omitempty"`
+	// Checkpoint is the checkpoint of a KindCheckpoint event.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// HostKey, for a node event failed, is the host key the node offered
+	// and why it was refused, when that is why it failed.
+	HostKey *HostKey `json:"host_key,omitempty"`
 	// Exit is a worker's own account of its end, for a worker event
 	// exited, failed or stopped: nil when it wrote none (it was killed,
 	// or crashed) or its exit status is not the one it announced.
@@ -184,6 +229,34 @@ type Restart struct {
 	Max   int    `json:"max"`   // the most restarts allowed
 	Cause string `json:"cause"` // the failure that caused it
 	Step  int    `json:"step"`  // the step the job resumes from (0: from the start)
+	// Requested: someone asked for it (gptui restart, the UI's r); Count
+	// then counts those, and Max does not apply.
+	Requested bool `json:"requested,omitempty"`
+}
+
+// Checkpoint is one checkpoint, as a KindCheckpoint event names it.
+type Checkpoint struct {
+	// Step is the number of steps done, the step a resume from it starts
+	// at (the directory's step_N).
+	Step int `json:"step"`
+	// Dir is its directory on the event's node, relative to the node's
+	// workdir unless absolute; empty for a save begun (saving).
+	Dir string `json:"dir,omitempty"`
+	// From is the node it was copied from, for copied and replicated.
+	From string `json:"from,omitempty"`
+}
+
+// HostKey is a node's host key that the launcher refused (package
+// sshexec, HostKeyError).
+type HostKey struct {
+	// Kind is "unknown" (known_hosts does not know the node), "changed"
+	// (it records another key) or "revoked" (the key is marked @revoked).
+	Kind string `json:"kind"`
+	// Fingerprint is the SHA-256 fingerprint of the key the node offered
+	// ("SHA256:...").
+	Fingerprint string `json:"fingerprint"`
+	// Known is, for changed, the fingerprints known_hosts records.
+	Known string `json:"known,omitempty"`
 }
 
 // Exit is what a worker says of its end, written just before it exits
@@ -319,21 +392,37 @@ func (e *VersionError) Error() string {
 // the end of the stream.
 func (r *Reader) Next() (Event, error) {
 	for r.s.Scan() {
-		line := bytes.TrimSpace(r.s.Bytes())
-		if len(line) == 0 || line[0] != '{' {
+		e, err := Decode(r.s.Bytes())
+		if errors.Is(err, ErrNotEvent) {
 			continue
 		}
-		var e Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			continue
-		}
-		if e.V != Version {
-			return Event{}, &VersionError{Got: e.V}
-		}
-		return e, nil
+		return e, err
 	}
 	if err := r.s.Err(); err != nil {
 		return Event{}, fmt.Errorf("event: %w", err)
 	}
 	return Event{}, io.EOF
+}
+
+// ErrNotEvent is Decode's error for a line that is not an event's (not a
+// JSON object).
+var ErrNotEvent = errors.New("event: not an event")
+
+// Decode decodes one line of the wire format (its newline may be there or
+// not): ErrNotEvent for a line that is not a JSON object, a *VersionError
+// for an event of another version. Reader reads with it, and so does
+// whatever follows a file of events (package jobdir).
+func Decode(line []byte) (Event, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 || line[0] != '{' {
+		return Event{}, ErrNotEvent
+	}
+	var e Event
+	if err := json.Unmarshal(line, &e); err != nil {
+		return Event{}, ErrNotEvent
+	}
+	if e.V != Version {
+		return Event{}, &VersionError{Got: e.V}
+	}
+	return e, nil
 }

@@ -12,7 +12,6 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/report"
@@ -55,7 +54,8 @@ type nodeHealth struct {
 	at time.Time
 }
 
-// ckptState is what the job's save lines said about its checkpoints.
+// ckptState is what the job's checkpoint events said about its
+// checkpoints.
 type ckptState struct {
 	step   int // the newest saved step (steps done); 0 for none
 	dir    string
@@ -241,6 +241,8 @@ func (m *dashModel) apply(ev event.Event, at time.Time) {
 		}
 	case event.KindLog:
 		m.onLog(ev)
+	case event.KindCheckpoint:
+		m.onCheckpoint(ev)
 	case event.KindNode:
 		m.onNode(ev)
 	case event.KindJob:
@@ -380,8 +382,7 @@ func (m *dashModel) onMemory(ev event.Event) {
 	m.mem[i].used, m.mem[i].total = ev.Used, ev.Total
 }
 
-// onLog keeps a line of a rank's output, and what its checkpoint lines
-// say.
+// onLog keeps a line of a rank's output.
 func (m *dashModel) onLog(ev event.Event) {
 	if m.rank(ev.Rank) == nil {
 		return
@@ -396,13 +397,25 @@ func (m *dashModel) onLog(ev event.Event) {
 		// Keep the lines in view where they are.
 		m.logOff = min(m.logOff+1, max(l.len()-1, 0))
 	}
-	if step, dir, ok := checkpoint.ParseSavedDir(ev.Line); ok && step >= m.ckpt.step {
-		m.ckpt.step, m.ckpt.dir, m.ckpt.node, m.ckpt.at = step, dir, ev.Node, ev.Time
-		if m.ckpt.saving <= step {
-			m.ckpt.saving = 0
+}
+
+// onCheckpoint keeps what a worker's checkpoint event says: a save begun
+// in the background, or a checkpoint saved.
+func (m *dashModel) onCheckpoint(ev event.Event) {
+	c := ev.Checkpoint
+	if c == nil {
+		return
+	}
+	switch ev.State {
+	case event.CheckpointSaved:
+		if c.Step >= m.ckpt.step {
+			m.ckpt.step, m.ckpt.dir, m.ckpt.node, m.ckpt.at = c.Step, c.Dir, ev.Node, ev.Time
+			if m.ckpt.saving <= c.Step {
+				m.ckpt.saving = 0
+			}
 		}
-	} else if step, ok := checkpoint.ParseSaving(ev.Line); ok {
-		m.ckpt.saving = step
+	case event.CheckpointSaving:
+		m.ckpt.saving = c.Step
 	}
 }
 
@@ -451,8 +464,8 @@ func (m *dashModel) onJob(ev event.Event) {
 		if m.restart == nil {
 			m.start = ev.Time // a restarted job's time counts from its first start
 		}
-		if id, _, ok := strings.Cut(strings.TrimPrefix(m.message, "job "), ":"); ok {
-			m.job = id
+		if ev.Job != "" {
+			m.job = ev.Job
 		}
 	case event.JobFailed:
 		e := ev

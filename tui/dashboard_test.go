@@ -11,7 +11,6 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/presets"
 )
@@ -350,10 +349,8 @@ func TestLogWrapAndZoom(t *testing.T) {
 func TestCheckpointAndCharts(t *testing.T) {
 	m := trainingJob(t, 2, 120, 140, 40)
 	feed(m,
-		ev(event.KindLog, 100, func(e *event.Event) {
-			e.Node, e.Rank, e.Line = "localhost", 0, checkpoint.SavedLine(100, "output/step_00000100", "blocked the step 3.0 ms")
-		}),
-		ev(event.KindLog, 120, func(e *event.Event) { e.Node, e.Rank, e.Line = "localhost", 0, checkpoint.SavingLine(120) }))
+		ckptEvent(100, event.CheckpointSaved, 100, "output/step_00000100"),
+		ckptEvent(120, event.CheckpointSaving, 120, ""))
 	if out := m.Render(); !strings.Contains(out, "checkpoint step 100 21s ago, saving step 120…") {
 		t.Errorf("checkpoint status:\n%s", out)
 	}
@@ -431,12 +428,17 @@ func TestReportKey(t *testing.T) {
 	}
 }
 
+// ckptEvent is rank 0's checkpoint event at sec: state, of step, in dir.
+func ckptEvent(sec float64, state string, step int, dir string) event.Event {
+	return ev(event.KindCheckpoint, sec, func(e *event.Event) {
+		e.Node, e.Rank, e.State, e.Checkpoint = "localhost", 0, state, &event.Checkpoint{Step: step, Dir: dir}
+	})
+}
+
 // TestSummary: after the job, where its logs and newest checkpoint are.
 func TestSummary(t *testing.T) {
 	m := trainingJob(t, 2, 10, 80, 24)
-	feed(m, ev(event.KindLog, 11, func(e *event.Event) {
-		e.Node, e.Rank, e.Line = "localhost", 0, checkpoint.SavedLine(10, "output/step_00000010", "blocked the step 3.0 ms")
-	}))
+	feed(m, ckptEvent(11, event.CheckpointSaved, 10, "output/step_00000010"))
 	got := strings.Join(m.Summary(), "\n")
 	for _, s := range []string{"the job's logs (workerlog.<rank>, metrics.<rank>.jsonl): localhost:log", "the newest checkpoint: localhost:output/step_00000010 (step 10)"} {
 		if !strings.Contains(got, s) {

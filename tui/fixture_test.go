@@ -116,6 +116,7 @@ func probedNodes(t testing.TB, w, h int) *Model {
 		ev(event.KindNode, 1, func(e *event.Event) {
 			e.Node, e.State = "gpu2", event.NodeFailed
 			e.Message = "unknown host key for 10.0.0.12:22 (SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A); verify it and rerun with --accept-new-host-keys"
+			e.HostKey = &event.HostKey{Kind: "unknown", Fingerprint: "SHA256:q3mC1Yv0m2dcrV8Zp0YQzWw4a3JvT9cK6k1eX7qzZ0A"}
 		}),
 		ev(event.KindNode, 2, func(e *event.Event) {
 			e.Node, e.State = "gpu3", event.NodeFailed

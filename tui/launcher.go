@@ -3,12 +3,16 @@ package tui
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -16,9 +20,10 @@ import (
 // ClusterLauncher is the Launcher of gptui: it runs jobs with the cluster
 // runner (package cluster, the launcher of 'gptui run --hosts') on the
 // nodes of an inventory, over SSH, or on this machine as a local node
-// (sshexec.Node.Local). The UI thus gets the same events, the same gang
+// (sshexec.Node.Local), each under a supervisor of its own, detached from
+// the UI (package jobdir). The UI thus gets the same events, the same gang
 // stop, hang diagnosis and lost-node detection for a job on this machine
-// as for one on a cluster.
+// as for one on a cluster, and a job outlives the UI.
 type ClusterLauncher struct {
 	// Nodes are the inventory's nodes; Hosts its file name, for messages.
 	Nodes []sshexec.Node
@@ -32,6 +37,9 @@ type ClusterLauncher struct {
 	SSH sshexec.ClientConfig
 	// AgentTimeout and HangTimeout are cluster.Options' (0: the defaults).
 	AgentTimeout, HangTimeout time.Duration
+	// Exe is the gptui executable that runs a job's supervisor; empty
+	// means this one.
+	Exe string
 }
 
 // Probe sets up each node asked for on its own (connect, push, probe,
@@ -88,72 +96,93 @@ func (l *ClusterLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan ev
 	return ch
 }
 
-// Start plans the job with the UI's rank table and starts it under a
-// cluster.Supervisor with the job's restart policy; both happen in the
-// background, reported on the runner's events.
+// Start starts the job detached from the UI, as 'gptui run --detach'
+// does: it writes what the job runs (the config, its overrides, the UI's
+// rank table, the policies) in the job's folder, jobs/<id>/, and starts
+// the job's supervisor (package jobdir) in a session of its own; the UI
+// is then a view onto it, following its event log and stopping or
+// restarting it through its control socket. Quitting the UI, or losing
+// its terminal, leaves the job running ('gptui attach' reopens it).
+//
+// The job runs with its restart policy (Job.Restarts), on the nodes
+// Job.Nodes names (every node when none), with the UI's rank table unless
+// it is elastic (each attempt's ranks then come from its nodes).
 func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
-	cfg := job.Resolved
-	if job.Resume {
-		// The same as 'gptui train --resume'.
-		var err error
-		if cfg, err = presets.Load(job.Config, append(append([]string(nil), job.Overrides...), "Engine.save_load.ckpt_dir=auto")); err != nil {
-			return nil, err
-		}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
 	}
-	nodes := l.Nodes
-	if len(job.Nodes) > 0 {
-		nodes = slices.DeleteFunc(slices.Clone(nodes), func(n sshexec.Node) bool { return !slices.Contains(job.Nodes, n.Name) })
-	}
-	table, tableFile := job.Table, job.TablePath
-	if job.Elastic {
-		table, tableFile = nil, "" // each attempt's, from its nodes
-	}
-	cj := cluster.NewSupervisor(cluster.Options{
-		Nodes: nodes, Hosts: l.Hosts, Config: cfg, SSH: l.SSH,
-		RankTable: table, RankTableFile: tableFile, JobID: job.JobID,
+	spec := jobdir.Spec{
+		ID: job.JobID, Dir: wd, Config: job.Config, Overrides: append([]string(nil), job.Overrides...),
+		Resume: job.Resume, RankTable: job.TablePath, AcceptNewHostKeys: l.SSH.AcceptNewHostKeys,
 		AgentTimeout: l.AgentTimeout, HangTimeout: l.HangTimeout,
-	}, job.Restarts)
+		MaxRestarts: job.Restarts.Max, MinNodes: job.Restarts.MinNodes, MaxNodes: job.Restarts.MaxNodes,
+		Nodes: append([]string(nil), job.Nodes...),
+	}
+	if job.Elastic {
+		spec.RankTable = "" // each attempt's, from its nodes
+	}
+	if l.Hosts == sshexec.LocalHosts {
+		spec.Nproc = 0
+		for _, n := range l.Nodes {
+			spec.Nproc += max(n.Devices.CPU, 1)
+		}
+		if job.Table != nil {
+			spec.Nproc = job.Table.RankSize()
+		}
+	} else {
+		spec.Hosts = l.Hosts
+	}
+	dir, err := jobdir.Create(wd, spec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := jobdir.Launch(dir, l.Exe); err != nil {
+		return nil, err
+	}
+	return FollowJob(ctx, dir, 0), nil
+}
+
+// FollowJob returns the Runner of the detached job in the folder dir: its
+// events are the job's event log from offset from on (0: the whole job,
+// replayed) and its samples as they come, until the job has ended (see
+// jobdir.Follow); Stop and Restart go through the job's control socket.
+func FollowJob(ctx context.Context, dir string, from int64) Runner {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &clusterRunner{events: make(chan event.Event, 256), cancel: cancel}
-	failed := make(chan error, 1)
-	go func() {
-		defer close(r.events)
-		for e := range cj.Events() {
-			r.events <- e
-		}
-		if err := <-failed; err != nil {
-			e := event.New(event.KindJob)
-			e.State, e.Message = event.JobFailed, err.Error()
-			if ctx.Err() != nil {
-				e.State = event.JobStopped // Stop while the job was being planned
-			}
-			r.events <- e
-		}
-		cancel()
-	}()
-	go func() {
-		if _, err := cj.Plan(ctx); err != nil {
-			cj.Close()
-			failed <- err
-			return
-		}
-		if err := cj.Start(ctx); err != nil {
-			cj.Wait() // its events end with the job's failure
-		}
-		failed <- nil
-	}()
-	return r, nil
+	return &jobRunner{dir: dir, events: jobdir.Follow(ctx, dir, from), cancel: cancel}
 }
 
-// clusterRunner is a job of the cluster runner.
-type clusterRunner struct {
-	events chan event.Event
-	cancel context.CancelFunc // stops the job, while it is planned or runs
+// jobRunner is a job run by its own supervisor.
+type jobRunner struct {
+	dir    string
+	events <-chan event.Event
+	cancel context.CancelFunc
 }
 
-func (r *clusterRunner) Events() <-chan event.Event { return r.events }
+func (r *jobRunner) Events() <-chan event.Event { return r.events }
 
-// Stop ends the job's context: during the setup that ends it; once the job
-// runs it is an interrupt (cluster.Job.Start), on which the workers save
-// their finished steps and exit, and which no restart follows.
-func (r *clusterRunner) Stop() { r.cancel() }
+// call sends op to the job's supervisor.
+func (r *jobRunner) call(op string) error {
+	j, err := jobdir.Read(r.dir)
+	if err != nil {
+		return err
+	}
+	if !j.Alive {
+		return fmt.Errorf("job %s is not running (%s)", j.ID, j.State())
+	}
+	return jobdir.Call(j.Supervisor.Socket, op)
+}
+
+// Stop stops the job as 'gptui stop' does: its workers save their
+// finished steps and exit. The events go on to the job's end.
+func (r *jobRunner) Stop() { _ = r.call(jobdir.OpStop) }
+
+// Restart stops the job's gang with a checkpoint and starts it again from
+// it, in the same job.
+func (r *jobRunner) Restart() error { return r.call(jobdir.OpRestart) }
+
+// Detach stops following the job, which runs on; Events is then closed.
+func (r *jobRunner) Detach() { r.cancel() }
+
+// ID returns the job's id.
+func (r *jobRunner) ID() string { return filepath.Base(r.dir) }

@@ -31,6 +31,7 @@ import (
 
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -76,6 +77,21 @@ type Options struct {
 	// (--max-restarts, --min-nodes); each job is launched with the
 	// screen's.
 	Restarts cluster.Restarts
+	// Attach, if set, is a job the UI opens on its dashboard at the start
+	// (gptui attach), as if it had launched it.
+	Attach *Attached
+}
+
+// Attached is a job already running, or ended, that the UI opens.
+type Attached struct {
+	Runner Runner
+	// Config is its config (the dashboard's total steps and log
+	// directory); nil if it does not resolve.
+	Config *presets.Config
+	// Reopen starts the job again after its end, resuming from its newest
+	// checkpoint (gptui restart), and returns what follows it from there;
+	// nil means r cannot.
+	Reopen func() (Runner, error)
 }
 
 // Prompt purposes.
@@ -88,12 +104,18 @@ const (
 	promptRestarts        // --max-restarts or --min-nodes (arg: the row)
 )
 
-// confirmation is a yes/no question on the bottom line.
+// confirmation is a yes/no question on the bottom line, or with stop set,
+// the question of quitting with a detached job running: yes (the
+// default: enter, y, d) detaches, s stops.
 type confirmation struct {
 	question string
 	yes      func() tea.Cmd
+	stop     func() tea.Cmd
 	quit     bool // the question of q and ctrl+c
 }
+
+// statusMsg puts a message on the bottom line.
+type statusMsg string
 
 // tickMsg is the clock, once a second, for the elapsed time.
 type tickMsg time.Time
@@ -135,6 +157,9 @@ type Model struct {
 	quitting  bool                       // quit once the job has stopped
 	restart   bool                       // restart from the checkpoint once the job has stopped
 	drop      dropState                  // a drop (D) setting the nodes left up again
+	detaching bool                       // quit leaving the job to run, once it has started
+	detached  string                     // the job the UI quit leaving running
+	attached  *Attached                  // the job opened at the start, if any
 }
 
 // New returns the UI's model.
@@ -176,11 +201,18 @@ func New(opt Options) *Model {
 			m.screen = screenNodes
 		}
 	}
+	if a := opt.Attach; a != nil {
+		m.attached, m.runner, m.jobN, m.screen = a, a.Runner, 1, screenDash
+		m.dash.reset(a.Config, false)
+	}
 	return m
 }
 
-// Init starts probing the nodes and the clock.
+// Init starts probing the nodes and the clock, or follows the job opened.
 func (m *Model) Init() tea.Cmd {
+	if m.attached != nil {
+		return tea.Batch(tick(), readEvents(m.jobN, m.runner.Events()))
+	}
 	return tea.Batch(tick(), m.probe(ProbeRequest{}))
 }
 
@@ -225,6 +257,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.onReport(msg)
 	case dropRetryMsg:
 		cmd = m.retryDrop()
+	case statusMsg:
+		m.status = string(msg)
 	case tea.KeyPressMsg:
 		cmd, replan = m.onKey(msg), true
 	case tea.PasteMsg:
@@ -261,7 +295,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 	}
 	for _, ev := range msg.events {
 		switch ev.Kind {
-		case event.KindProbe, event.KindNode:
+		case event.KindProbe, event.KindNode, event.KindCheckpoint:
 			m.nodes.apply(ev)
 			nodes = true
 		}
@@ -271,11 +305,15 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 	if !msg.closed {
 		return readEvents(m.jobN, m.runner.Events()), nodes
 	}
-	// The job is over and its workers are gone.
+	// The job is over and its workers are gone (or the UI detached).
 	m.runner = nil
 	m.dash.over()
+	if c := m.confirm; c != nil && c.quit {
+		m.confirm = nil // the question was about the job
+		return tea.Quit, nodes
+	}
 	switch {
-	case m.quitting:
+	case m.quitting || m.detached != "":
 		return tea.Quit, nodes
 	case m.restart:
 		m.restart = false
@@ -295,14 +333,17 @@ func (m *Model) onStarted(msg startedMsg) tea.Cmd {
 		e.State, e.Message, e.Time = event.JobFailed, "launch: "+msg.err.Error(), time.Time{}
 		m.dash.apply(e, time.Time{}) // the banner says why
 		m.status = e.Message
-		if m.quitting {
+		if m.quitting || m.detaching {
 			return tea.Quit
 		}
 		return nil
 	}
 	m.runner = msg.runner
 	cmd := readEvents(m.jobN, m.runner.Events())
-	if m.quitting {
+	switch {
+	case m.detaching:
+		return m.detach()
+	case m.quitting:
 		return tea.Batch(cmd, m.stopJob())
 	}
 	return cmd
@@ -453,6 +494,19 @@ func (m *Model) openPrompt(purpose int, label, value, arg string) tea.Cmd {
 func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 	k := m.keys
 	m.status = ""
+	if c := m.confirm; c != nil && c.stop != nil {
+		switch msg.String() {
+		case "enter", "y", "Y", "d", "D", "ctrl+c":
+			m.confirm = nil
+			return c.yes()
+		case "s", "S":
+			m.confirm = nil
+			return c.stop()
+		case "esc", "n", "N", "q":
+			m.confirm = nil
+		}
+		return nil
+	}
 	if m.confirm != nil {
 		switch {
 		case is(msg, k.Yes):
@@ -582,22 +636,98 @@ func (m *Model) applyPlan() {
 	}
 }
 
-// quit quits, first asking to stop a running job.
+// quit quits, first asking what becomes of a running job: a detached
+// one (ClusterLauncher's, or one attached) is left running by default, or
+// stopped; another is stopped.
 func (m *Model) quit() tea.Cmd {
-	if !m.busy() {
+	if !m.busy() || m.runner != nil && m.jobEnded() {
+		// Nothing runs: its stream only waits for the supervisor's exit.
 		return tea.Quit
 	}
-	m.ask("A job is running: stop it and quit?", func() tea.Cmd {
+	stop := func() tea.Cmd {
 		m.quitting = true
 		m.status = "stopping the job…"
 		return m.stopJob()
-	})
-	m.confirm.quit = true
+	}
+	_, detachable := m.runner.(DetachedRunner)
+	if m.launching && m.opt.Launcher != nil {
+		_, detachable = m.opt.Launcher.(*ClusterLauncher)
+	}
+	if !detachable {
+		m.ask("A job is running: stop it and quit?", stop)
+		m.confirm.quit = true
+		return nil
+	}
+	m.confirm = &confirmation{
+		question: "A job is running: detach (it runs on; gptui attach reopens it) or stop it? [D/s]",
+		yes:      m.detach,
+		stop:     stop,
+		quit:     true,
+	}
 	return nil
 }
 
-// askRestart asks to restart the job from its latest checkpoint.
+// jobEnded reports whether the job's end (done, failed, stopped) has
+// come.
+func (m *Model) jobEnded() bool {
+	switch m.dash.state {
+	case event.JobDone, event.JobFailed, event.JobStopped:
+		return true
+	}
+	return false
+}
+
+// detach quits leaving the job running, once it has started.
+func (m *Model) detach() tea.Cmd {
+	r, ok := m.runner.(DetachedRunner)
+	if !ok {
+		m.detaching, m.status = true, "detaching once the job has started…"
+		return nil
+	}
+	m.detached = r.ID()
+	r.Detach() // its events end
+	return tea.Quit
+}
+
+// Quitting reports whether the user asked to stop the job and quit.
+func (m *Model) Quitting() bool { return m.quitting }
+
+// Detached returns the id of the job the UI quit leaving running, "" if
+// none.
+func (m *Model) Detached() string { return m.detached }
+
+// askRestart asks to restart the job from its latest checkpoint: a
+// detached job in place, through its supervisor; another by stopping it
+// and launching it again, resuming.
 func (m *Model) askRestart() tea.Cmd {
+	if r, ok := m.runner.(DetachedRunner); ok {
+		m.ask("Restart the job from its latest checkpoint? Its workers save, stop and start again.", func() tea.Cmd {
+			return func() tea.Msg {
+				if err := r.Restart(); err != nil {
+					return statusMsg("restart: " + err.Error())
+				}
+				return nil
+			}
+		})
+		return nil
+	}
+	if a := m.attached; a != nil && m.runner == nil && m.opt.Launcher == nil {
+		if a.Reopen == nil {
+			m.status = "this job cannot be restarted from here: gptui restart ID"
+			return nil
+		}
+		m.ask("Restart the job from its latest checkpoint?", func() tea.Cmd {
+			r, err := a.Reopen()
+			if err != nil {
+				m.status = "restart: " + err.Error()
+				return nil
+			}
+			m.jobN++
+			m.runner, m.dash.state = r, ""
+			return readEvents(m.jobN, r.Events())
+		})
+		return nil
+	}
 	if m.jobN == 0 {
 		m.status = "no job has run yet: launch it from the Job screen"
 		return nil
@@ -771,6 +901,8 @@ func (m *Model) bottomLines(w int) []string {
 	switch {
 	case m.inputOn:
 		return []string{fit(m.input.View(), w)}
+	case m.confirm != nil && m.confirm.stop != nil:
+		return long(m.st.Warn.r(m.confirm.question))
 	case m.confirm != nil:
 		return long(m.st.Warn.r(m.confirm.question + " [y/N]"))
 	case m.status != "":

@@ -78,7 +78,8 @@ func TestNodesProbe(t *testing.T) {
 }
 
 func TestHostKeyChanged(t *testing.T) {
-	r := nodeRow{msg: "host key for 10.0.0.12:22 changed: known SHA256:old, offered SHA256:new; if the node was reinstalled, remove its line from /root/.ssh/known_hosts (line 3)"}
+	r := nodeRow{msg: "host key for 10.0.0.12:22 changed: known SHA256:old, offered SHA256:new; if the node was reinstalled, remove its line from /root/.ssh/known_hosts (line 3)",
+		hostKey: &event.HostKey{Kind: "changed", Fingerprint: "SHA256:new", Known: "SHA256:old"}}
 	r.node.Host, r.node.Port, r.state = "10.0.0.12", 2222, event.NodeFailed
 	adv := strings.Join(r.hostKeyAdvice(), "\n")
 	if !strings.Contains(adv, "SHA256:new") || !strings.Contains(adv, "ssh-keygen -R [10.0.0.12]:2222") {

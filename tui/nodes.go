@@ -3,7 +3,6 @@ package tui
 import (
 	"fmt"
 	"github.com/gptui/gptui/internal/units"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -23,6 +22,8 @@ type nodeRow struct {
 	// dropped: the user left the node out of the job (D on the dashboard,
 	// after it was lost); R takes it back.
 	dropped bool
+	// hostKey is the host key refused, when that is why the setup failed.
+	hostKey *event.HostKey
 }
 
 // ready reports whether the node is set up for a job and in it.
@@ -37,10 +38,10 @@ func (r nodeRow) broken() bool {
 // unknownKey returns the fingerprint of the host key the node offered that
 // known_hosts does not know; "" when that is not why it failed.
 func (r nodeRow) unknownKey() string {
-	if r.state != event.NodeFailed || !strings.Contains(r.msg, "unknown host key") {
+	if r.state != event.NodeFailed || r.hostKey == nil || r.hostKey.Kind != sshexec.HostKeyUnknown {
 		return ""
 	}
-	return fingerprintRE.FindString(r.msg)
+	return r.hostKey.Fingerprint
 }
 
 // stateText is the state as shown: a failure because of the host key is
@@ -49,7 +50,7 @@ func (r nodeRow) stateText() string {
 	switch {
 	case r.dropped:
 		return "dropped"
-	case r.state == event.NodeFailed && strings.Contains(r.msg, "host key"):
+	case r.state == event.NodeFailed && r.hostKey != nil:
 		return "host key"
 	case r.state == "":
 		return "waiting"
@@ -100,13 +101,17 @@ func (m *nodesModel) apply(ev event.Event) {
 		if r.state == "" || r.state == event.NodeConnecting {
 			r.state = event.NodeProbed
 		}
+	case event.KindCheckpoint:
+		if ev.State == event.CheckpointReplicated || ev.State == event.CheckpointReplicaFailed {
+			m.row(ev.Node).note = "replica: " + clean(ev.Message) // news, not a state
+		}
 	case event.KindNode:
 		r := m.row(ev.Node)
-		if ev.State == event.NodePruned || ev.State == event.NodeReplica {
+		if ev.State == event.NodePruned || ev.State == event.NodeBack {
 			r.note = ev.State + ": " + clean(ev.Message) // news, not a state
 			return
 		}
-		r.state, r.msg = ev.State, clean(ev.Message)
+		r.state, r.msg, r.hostKey = ev.State, clean(ev.Message), ev.HostKey
 		if ev.Probe != nil { // the cluster runner reports its probe this way
 			r.probe = ev.Probe
 		}
@@ -273,27 +278,24 @@ func (r nodeRow) address() string {
 	return s
 }
 
-var fingerprintRE = regexp.MustCompile(`SHA256:[A-Za-z0-9+/=]+`)
-
 // hostKeyAdvice says what to do about a host-key failure.
 func (r nodeRow) hostKeyAdvice() []string {
-	fp := fingerprintRE.FindAllString(r.msg, -1)
 	host := r.node.Host
 	if r.node.Port != 0 && r.node.Port != 22 {
 		host = fmt.Sprintf("[%s]:%d", r.node.Host, r.node.Port)
 	}
-	offered := "the offered key"
-	if len(fp) > 0 {
-		offered = fp[len(fp)-1]
+	offered, kind := "the offered key", ""
+	if k := r.hostKey; k != nil {
+		offered, kind = k.Fingerprint, k.Kind
 	}
-	switch {
-	case strings.Contains(r.msg, "changed"):
+	switch kind {
+	case sshexec.HostKeyChanged:
 		return []string{
 			"The node offers " + offered + ", not the key known_hosts records for it.",
 			"If it was reinstalled, forget the old key and retry:  ssh-keygen -R " + host,
 			"Otherwise something else answers at its address: do not connect.",
 		}
-	case strings.Contains(r.msg, "revoked"):
+	case sshexec.HostKeyRevoked:
 		return []string{"Its key " + offered + " is marked @revoked: gptui will not connect to it."}
 	}
 	keyscan := "ssh-keyscan " + r.node.Host + " >> ~/.ssh/known_hosts"

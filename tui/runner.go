@@ -51,6 +51,20 @@ type Runner interface {
 	Stop()
 }
 
+// DetachedRunner is a Runner whose job runs on its own (ClusterLauncher's,
+// FollowJob's): the UI can leave it running, and have it restarted in
+// place.
+type DetachedRunner interface {
+	Runner
+	// Detach stops following the job, which runs on; Events is closed.
+	Detach()
+	// Restart stops the job's gang with a checkpoint and starts it again
+	// from it, in the same job (the events go on).
+	Restart() error
+	// ID is the job's id, for 'gptui attach ID'.
+	ID() string
+}
+
 // Job is what the UI asks a Launcher to start.
 type Job struct {
 	Config    string           // preset name or config file, as for -c

@@ -7,6 +7,8 @@
 //	gptui train -c CONFIG|PRESET [-o Section.key=value ...]
 //	gptui run --no-tui --nproc N -c CONFIG|PRESET [-o ...]   N local workers
 //	gptui run --no-tui --hosts FILE -c CONFIG|PRESET [-o ...]  a job on the inventory's nodes over SSH
+//	gptui run --detach [--nproc N | --hosts FILE] ...         either, detached from the terminal
+//	gptui jobs | attach [ID] | stop ID | restart ID           the jobs started here (jobs/<id>/)
 //	gptui agent [--probe]                     the node side of a cluster job (started by run)
 //	gptui config -c CONFIG|PRESET [-o ...]    print the resolved config
 //	gptui ranktable --hosts FILE [-o OUT] | merge A B ... -o OUT | check FILE
@@ -36,6 +38,7 @@ import (
 	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 )
 
 // usageError is a mistake on the command line: bad input (badinput.Err).
@@ -105,6 +108,11 @@ Commands:
   train    -c CONFIG|PRESET [-o Section.key=value ...]   train a model
   run      --no-tui --nproc N -c ... [-o ...]            train with N local worker processes
   run      --no-tui --hosts FILE -c ... [-o ...]         train on the inventory's nodes over SSH (--dry-run: show the plan)
+  run      --detach [--nproc N | --hosts FILE] -c ...    the same job detached from this terminal: prints its id and returns
+  jobs                                                   list the jobs started here (jobs/<id>/): state, step, loss, nodes, age
+  attach   [ID]                                          the dashboard of a running or ended job (default: the newest)
+  stop     ID                                            stop a detached job with a checkpoint
+  restart  ID                                            restart a job from its newest checkpoint
   agent    [--probe]                                     the node side of a cluster job, started by run over SSH
   config   -c CONFIG|PRESET [-o ...]                     print the resolved config
   presets                                                list the built-in presets
@@ -160,6 +168,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdGPU(ctx, args[1:], stdout, stderr)
 	case "report":
 		return cmdReport(args[1:], stdout, stderr)
+	case "jobs":
+		return cmdJobs(args[1:], stdout, stderr)
+	case "attach":
+		return cmdAttach(ctx, args[1:], stdout, stderr)
+	case "stop":
+		return cmdStop(ctx, args[1:], stdout, stderr)
+	case "restart":
+		return cmdRestart(args[1:], stdout, stderr)
+	case jobdir.SuperviseCommand: // hidden: a detached job's supervisor
+		return cmdSupervise(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -59,15 +59,7 @@ type printer struct {
 	last    map[int]*event.Metrics // rank -> newest training metrics
 	nodeOf  map[int]string
 	changed bool
-	done    doneLine // from rank 0's [done] lines
-}
-
-// doneLine is what 'gptui train' prints at its end.
-type doneLine struct {
-	steps      int
-	finalLoss  string
-	tokensPerS string
-	checkpoint string
+	ckpt    *event.Event // the newest checkpoint saved (a checkpoint event)
 }
 
 func (p *printer) shown(rank int) bool { return p.show == nil || p.show(rank) }
@@ -112,11 +104,17 @@ func (p *printer) event(e event.Event) {
 		p.printf("[%s] %s%s", e.Node, e.State, msg)
 	case event.KindLog:
 		p.nodeOf[e.Rank] = e.Node
-		if e.Rank == 0 {
-			p.parseDone(e.Line)
-		}
 		if p.shown(e.Rank) {
 			p.printf("[%s/%d] %s", e.Node, e.Rank, e.Line)
+		}
+	case event.KindCheckpoint:
+		switch e.State {
+		case event.CheckpointSaved:
+			if c := e.Checkpoint; c != nil && (p.ckpt == nil || c.Step >= p.ckpt.Checkpoint.Step) {
+				p.ckpt = &e
+			}
+		case event.CheckpointReplicated, event.CheckpointReplicaFailed:
+			p.printf("[%s] replica: %s", e.Node, e.Message)
 		}
 	case event.KindMetrics:
 		if e.Metrics != nil && e.Metrics.EvalLoss == 0 {
@@ -167,31 +165,6 @@ func (p *printer) localEvent(e event.Event) {
 	}
 }
 
-// parseDone picks the figures out of rank 0's "[done] steps: N first loss:
-// A final loss: B median step: S s ips: T tokens/s ..." and "[done]
-// checkpoint: DIR" lines.
-func (p *printer) parseDone(line string) {
-	rest, ok := strings.CutPrefix(line, "[done] ")
-	if !ok {
-		return
-	}
-	if dir, ok := strings.CutPrefix(rest, "checkpoint: "); ok {
-		p.done.checkpoint = dir
-		return
-	}
-	f := strings.Fields(rest)
-	for i := 0; i+1 < len(f); i++ {
-		switch {
-		case f[i] == "steps:":
-			p.done.steps, _ = strconv.Atoi(f[i+1])
-		case f[i] == "final" && i+2 < len(f) && f[i+1] == "loss:":
-			p.done.finalLoss = f[i+2]
-		case f[i] == "ips:":
-			p.done.tokensPerS = f[i+1]
-		}
-	}
-}
-
 // summary prints the periodic line: rank 0's step and loss, the job's
 // tokens/s and the slowest rank.
 func (p *printer) summary() {
@@ -227,27 +200,18 @@ func (p *printer) final(err error) {
 		p.printf("[summary] wall time %v", wall)
 		return
 	}
-	d := p.done
-	loss, tps := d.finalLoss, d.tokensPerS
+	// Rank 0's last step is always logged: its metrics are the run's end.
+	steps, loss, tps := 0, "none", "none"
 	if m, ok := p.last[0]; ok {
-		if loss == "" {
-			loss = strconv.FormatFloat(m.Loss, 'f', 6, 64)
-		}
-		if tps == "" {
-			tps = strconv.FormatFloat(m.TokensPerS, 'f', 0, 64)
-		}
-		if d.steps == 0 {
-			d.steps = m.Step + 1
-		}
+		// The loss as 'gptui train' prints it (a float32).
+		steps, loss, tps = m.Step+1, fmt.Sprintf("%.6f", float32(m.Loss)), strconv.FormatFloat(m.TokensPerS, 'f', 0, 64)
 	}
-	ckpt := d.checkpoint
-	if ckpt == "" {
-		ckpt = "none"
-	} else if n := p.nodeOf[0]; n != "" {
-		// The path is on rank 0's node (relative to its workdir).
-		ckpt = n + ":" + ckpt
+	ckpt := "none"
+	if c := p.ckpt; c != nil {
+		// The path is on the saving rank's node (relative to its workdir).
+		ckpt = c.Node + ":" + c.Checkpoint.Dir
 	}
-	p.printf("[summary] steps %d final loss %s tokens/s %s wall time %v checkpoint %s", d.steps, loss, tps, wall, ckpt)
+	p.printf("[summary] steps %d final loss %s tokens/s %s wall time %v checkpoint %s", steps, loss, tps, wall, ckpt)
 }
 
 // printFailure prints on w how the job failed: the rank that failed (or

@@ -6,11 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -26,6 +30,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	c, o := configFlags(fs)
 	preset := fs.String("preset", "", "a preset `NAME` (the same as -c NAME)")
 	noTUI := fs.Bool("no-tui", false, "print the workers' output lines instead of the interactive UI (required for now)")
+	detach := fs.Bool("detach", false, "run the job on its own, detached from this terminal: print its id and return ('gptui jobs', 'attach', 'stop' and 'restart' act on it)")
 	var cf clusterFlags
 	fs.IntVar(&cf.nproc, "nproc", 1, "number of worker processes to start on this machine")
 	fs.StringVar(&cf.show, "show-ranks", "0", "whose output to print: 'all' or a comma-separated list of ranks")
@@ -54,13 +59,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		*c = *preset
 	}
-	if !*noTUI {
-		return usagef("run: pass --no-tui to run headless; the interactive UI is `gptui --hosts FILE --preset NAME` (no command)")
+	if !*noTUI && !*detach {
+		return usagef("run: pass --no-tui to run headless, or --detach to run detached from this terminal; the interactive UI is `gptui --hosts FILE --preset NAME` (no command)")
 	}
 	cf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cf.set[f.Name] = true })
 	if err := cf.check(); err != nil {
 		return err
+	}
+	if *detach {
+		if cf.dryRun {
+			return usagef("run: --dry-run starts nothing: leave out --detach")
+		}
+		return detachRun(cf, *c, *o, stdout, stderr)
 	}
 	return runCluster(ctx, cf, *c, *o, stdout, stderr)
 }
@@ -69,6 +80,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // or, without hosts, on this machine (nproc workers).
 type clusterFlags struct {
 	hosts, rankTable string
+	nodes            []string // the inventory's nodes to run on (a detached job's spec); none: every node
 	nproc, port      int
 	acceptNew        bool
 	dryRun           bool
@@ -173,7 +185,46 @@ func (cf clusterFlags) checkRestarts(n int) error {
 // runCluster runs a job of 'gptui run': it plans the job on the nodes (the
 // inventory's, or this machine as its one node), then (unless --dry-run)
 // runs it, printing its events.
+//
+// Every run but a dry one keeps its folder, jobs/<id>/ in the current
+// directory, as a detached one does (see package jobdir): its event log,
+// summary and control socket, so that 'gptui jobs' lists it, 'gptui
+// attach' opens it and 'gptui stop' stops it, while it runs and after.
 func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdout, stderr io.Writer) error {
+	if cf.dryRun {
+		return runJob(ctx, cf, c, o, stdout, stderr, jobHooks{})
+	}
+	if err := checkJob(cf, c, o); err != nil {
+		return err
+	}
+	j, err := newJobDir(cf, c, o)
+	if err != nil {
+		return fmt.Errorf("run: the job's folder: %w", err)
+	}
+	var started bool
+	err = supervise(ctx, j, &started, stdout, stderr)
+	if !started {
+		// Its setup failed (said on the terminal), or was interrupted:
+		// nothing ran, and nothing stays (a refused job writes nothing in
+		// the workdir another job holds).
+		os.RemoveAll(j.Dir)
+		os.Remove(filepath.Dir(j.Dir)) // jobs/, if that leaves it empty
+	}
+	return err
+}
+
+// jobHooks are what a detached job's supervisor (cmdSupervise) adds to
+// runJob: the job's id, a function that each event passes through before
+// it is printed (the event log), and one told of the job's supervisor
+// once it exists (the control socket's restarts).
+type jobHooks struct {
+	id      string
+	tee     func(event.Event)
+	created func(*cluster.Supervisor)
+}
+
+// runJob is runCluster with hooks.
+func runJob(ctx context.Context, cf clusterFlags, c string, o []string, stdout, stderr io.Writer, h jobHooks) error {
 	local := cf.local()
 	world := -1 // --hosts: the ranks are checked once the job's size is known
 	if local {
@@ -207,6 +258,9 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		if nodes, err = sshexec.LoadInventory(cf.hosts); err != nil {
 			return usageError{fmt.Errorf("run: %w", err)}
 		}
+		if len(cf.nodes) > 0 {
+			nodes = slices.DeleteFunc(nodes, func(n sshexec.Node) bool { return !slices.Contains(cf.nodes, n.Name) })
+		}
 		if err := cf.checkRestarts(len(nodes)); err != nil {
 			return usageError{fmt.Errorf("run: %w", err)}
 		}
@@ -221,6 +275,7 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 		HangTimeout:  cf.hangTimeout,
 		MasterPort:   cf.port,
 		DryRun:       cf.dryRun,
+		JobID:        h.id,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)
@@ -232,11 +287,26 @@ func runCluster(ctx context.Context, cf clusterFlags, c string, o []string, stdo
 
 	start := time.Now()
 	job := cluster.NewSupervisor(opts, cf.restarts)
+	if h.created != nil {
+		h.created(job)
+	}
 	pr := &printer{out: stdout, err: stderr, local: local, show: show, every: cf.summaryEvery, start: start}
 	printed := make(chan struct{})
 	go func() {
 		defer close(printed)
-		pr.consume(job.Events())
+		events := job.Events()
+		if h.tee != nil {
+			ch := make(chan event.Event, 256)
+			go func() {
+				defer close(ch)
+				for e := range job.Events() {
+					h.tee(e)
+					ch <- e
+				}
+			}()
+			events = ch
+		}
+		pr.consume(events)
 	}()
 	plan, err := job.Plan(ctx)
 	if err != nil {

@@ -150,6 +150,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		World:   world,
 		Fabric:  fab,
 		Stop:    stop,
+		// Under an agent, each checkpoint is a record the agent sends on
+		// as a typed event (restarts, replicas and the UI act on it).
+		OnCheckpoint: func(state string, c event.Checkpoint) { agent.ReportCheckpoint(stderr, state, c) },
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/sshexec"
 	"github.com/gptui/gptui/tui"
 )
@@ -104,9 +106,10 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return runTUI(ctx, opt, os.Stdin, stdout)
 }
 
-// runTUI runs the UI until the user quits, then stops whatever job is still
-// running and waits for its workers to be gone. A last job that failed
-// is its error (exit status 1).
+// runTUI runs the UI until the user quits. A job the UI launched or
+// opened runs detached (its own supervisor): it is left running unless the
+// user stopped it. A job of another Launcher is stopped, and its workers
+// waited for. A last job that failed is its error (exit status 1).
 func runTUI(ctx context.Context, opt tui.Options, in io.Reader, out io.Writer) error {
 	m := tui.New(opt)
 	popts := []tea.ProgramOption{tea.WithContext(ctx), tea.WithInput(in), tea.WithOutput(out)}
@@ -114,9 +117,22 @@ func runTUI(ctx context.Context, opt tui.Options, in io.Reader, out io.Writer) e
 		popts = append(popts, tea.WithColorProfile(colorprofile.Ascii))
 	}
 	_, err := tea.NewProgram(m, popts...).Run()
-	if r := m.Runner(); r != nil {
+	// A detached job runs on whatever became of the UI: quit, killed, or
+	// its terminal gone. Another is stopped, and waited for.
+	id := m.Detached()
+	switch r := m.Runner().(type) {
+	case tui.DetachedRunner:
+		r.Detach()
+		if !m.Quitting() {
+			id = r.ID()
+		}
+	case nil:
+	default:
 		r.Stop()
 		drain(r.Events(), 30*time.Second)
+	}
+	if id != "" {
+		fmt.Fprintf(out, "gptui: job %s runs on: 'gptui attach %s' reopens it, 'gptui stop %s' stops it\n", id, id, id)
 	}
 	for _, l := range m.Summary() {
 		fmt.Fprintln(out, l)
@@ -144,4 +160,48 @@ func drain(ch <-chan event.Event, limit time.Duration) {
 			return
 		}
 	}
+}
+
+// cmdAttach implements 'gptui attach [ID]': the UI's dashboard on a job
+// started here (the newest by default), running or ended, by following
+// its event log from the start. q leaves it running (or stops it, if
+// asked to); r restarts it, in place while it runs, from its newest
+// checkpoint after its end.
+func cmdAttach(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("attach", stderr)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	j, err := jobArg("attach", pos, true)
+	if err != nil {
+		return err
+	}
+	if !term.IsTerminal(os.Stdin.Fd()) || !term.IsTerminal(os.Stdout.Fd()) {
+		return usagef("attach: the dashboard needs a terminal, and standard input or output is not one: 'gptui jobs' gives the job's state, %s its event log", filepath.Join(j.Dir, jobdir.EventsFile))
+	}
+	_, c, o := flagsOf(j.Spec)
+	cfg, _ := loadConfig(c, o) // nil: the dashboard does without its total steps
+	var nodes []sshexec.Node
+	if j.Spec.Local() {
+		nodes = []sshexec.Node{sshexec.LocalNode(max(j.Spec.Nproc, 1))}
+	} else if inv, err := sshexec.LoadInventory(j.Spec.Hosts); err == nil {
+		nodes = inv
+	}
+	opt := tui.Options{
+		Context: ctx, Config: c, Overrides: o, Nodes: nodes,
+		Colour: os.Getenv("NO_COLOR") == "",
+		Attach: &tui.Attached{
+			Runner: tui.FollowJob(ctx, j.Dir, 0),
+			Config: cfg,
+			Reopen: func() (tui.Runner, error) {
+				from := eventsSize(j)
+				if err := restartEnded(j); err != nil {
+					return nil, err
+				}
+				return tui.FollowJob(ctx, j.Dir, from), nil
+			},
+		},
+	}
+	return runTUI(ctx, opt, os.Stdin, stdout)
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 )
 
 // The terminal UI's end-to-end tests run a real gptui binary (builtGPTUI)
@@ -199,8 +200,10 @@ func rankRow(scr string, r int) string {
 // TestTUILocal runs 'gptui --nproc 2 --preset tiny' in tmux: it launches
 // the job from the Job screen, waits for a loss in the dashboard, checks
 // every rank's row, the memory bars and the log tail, writes the report
-// picture with w, stops the job with s (every rank stopped, none failed),
-// quits with q, and reads where the logs and the checkpoint are.
+// picture with w; q asks whether to detach or stop (esc stays); the
+// terminal is then closed, and the job trains on without the UI; 'gptui
+// attach' opens it again, s stops it (every rank stopped, none failed), q
+// quits, and says where the logs and the checkpoint are.
 func TestTUILocal(t *testing.T) {
 	exe := builtGPTUI(t)
 	dir := t.TempDir()
@@ -247,7 +250,32 @@ func TestTUILocal(t *testing.T) {
 		t.Errorf("report.png: %v", err)
 	}
 
-	// s: the job stops; every rank is stopped, none failed.
+	// q: the job runs on its own, detached; the UI asks, detach first.
+	// esc stays; then the terminal is closed (SIGHUP to the UI), and the
+	// job runs on.
+	s.keys("q")
+	s.await(regexp.MustCompile(`A job is running: detach \(it runs on; gptui attach reopens it\) or stop it\? \[D/s\]`), 10*time.Second)
+	s.keys("Escape")
+	s.await(regexp.MustCompile(`s stop  r restart  \? help  q quit`), 10*time.Second)
+	ui := uiPID(exe)
+	s.kill()
+	deadline := time.Now().Add(20 * time.Second)
+	for slices.Contains(processesOf(exe), ui) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if slices.Contains(processesOf(exe), ui) {
+		t.Errorf("the UI (pid %d) runs on after its terminal closed", ui)
+	}
+	metrics := filepath.Join(dir, "log", "metrics.0.jsonl")
+	awaitSteps(t, metrics, metricsStep(metrics), 2, 60*time.Second)
+	if n := len(processesOf(exe)); n < 4 {
+		t.Errorf("after the UI's terminal closed, %d gptui processes: want the supervisor, the agent and two workers", n)
+	}
+
+	// gptui attach opens it again; s stops it: every rank is stopped, none
+	// failed.
+	s = startTmux(t, dir, 120, 32, "NO_COLOR=1 "+shellQuoteTest(exe)+" attach")
+	s.await(lossRE, 30*time.Second)
 	s.keys("s")
 	s.await(regexp.MustCompile(`Stop the job\?`), 10*time.Second)
 	s.keys("y")
@@ -271,12 +299,12 @@ func TestTUILocal(t *testing.T) {
 }
 
 // uiPID returns the pid of the UI among exe's processes: the one that is
-// neither an agent nor a worker.
+// neither an agent, a worker nor a job's supervisor.
 func uiPID(exe string) int {
 	for _, pid := range processesOf(exe) {
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 1 && args[1] != "agent" && args[1] != "train" {
+		if len(args) > 1 && args[1] != "agent" && args[1] != "train" && args[1] != jobdir.SuperviseCommand {
 			return pid
 		}
 	}

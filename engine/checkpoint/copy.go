@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -269,7 +268,9 @@ func replace(outputDir, dir, tmp, want string, rename func(from, to string) erro
 }
 
 // savedPrefix starts the log line a trainer writes after each checkpoint
-// it saved (SavedLine); launchers watch for it (ParseSaved).
+// it saved (SavedLine), for people: programs learn of checkpoints from the
+// trainer's typed report (engine.Options.OnCheckpoint), never from this
+// line.
 const savedPrefix = "[checkpoint] saved step "
 
 // SavedLine returns the log line for a checkpoint of step saved in dir,
@@ -278,49 +279,8 @@ func SavedLine(step int, dir, detail string) string {
 	return fmt.Sprintf("%s%d to %s (%s)", savedPrefix, step, dir, detail)
 }
 
-// ParseSaved returns the step of a SavedLine; ok is false for any other
-// line.
-func ParseSaved(line string) (step int, ok bool) {
-	step, _, ok = ParseSavedDir(line)
-	return step, ok
-}
-
-// ParseSavedDir returns the step and the directory of a SavedLine; ok is
-// false for any other line.
-func ParseSavedDir(line string) (step int, dir string, ok bool) {
-	rest, found := strings.CutPrefix(line, savedPrefix)
-	if !found {
-		return 0, "", false
-	}
-	n, rest, found := strings.Cut(rest, " to ")
-	if !found {
-		return 0, "", false
-	}
-	step, err := strconv.Atoi(n)
-	if i := strings.LastIndex(rest, " ("); i >= 0 {
-		rest = rest[:i]
-	}
-	return step, rest, err == nil && step >= 0
-}
-
-// savingPrefix starts the log line of a save that goes on in the
-// background (SavingLine); its SavedLine follows when it is written.
-const savingPrefix = "[checkpoint] saving step "
-
 // SavingLine returns the log line a trainer writes when the save of
-// step begins in the background.
+// step begins in the background; its SavedLine follows when it is written.
 func SavingLine(step int) string {
-	return fmt.Sprintf("%s%d in the background", savingPrefix, step)
-}
-
-// ParseSaving returns the step of a SavingLine; ok is false for any other
-// line.
-func ParseSaving(line string) (step int, ok bool) {
-	rest, found := strings.CutPrefix(line, savingPrefix)
-	if !found {
-		return 0, false
-	}
-	n, _, _ := strings.Cut(rest, " ")
-	step, err := strconv.Atoi(n)
-	return step, err == nil && step >= 0
+	return fmt.Sprintf("[checkpoint] saving step %d in the background", step)
 }

@@ -15,36 +15,6 @@ import (
 	"testing"
 )
 
-// TestParseSaved: the line SavedLine writes gives its step back; other
-// lines give none.
-func TestParseSaved(t *testing.T) {
-	for _, tt := range []struct {
-		line string
-		step int
-		ok   bool
-	}{
-		{SavedLine(10, "output/step_00000010", "blocked the step 3.1 ms"), 10, true},
-		{"[checkpoint] saved step 10 to output/step_00000010", 10, true},
-		{"[checkpoint] resumed from output/step_00000010 at step 10", 0, false},
-		{"[checkpoint] saved step x to d", 0, false},
-		{"[checkpoint] saved step -3 to d", 0, false},
-		{"[train] epoch: 0 step: 10", 0, false},
-	} {
-		if step, ok := ParseSaved(tt.line); step != tt.step && ok || ok != tt.ok {
-			t.Errorf("ParseSaved(%q) = %d, %v; want %d, %v", tt.line, step, ok, tt.step, tt.ok)
-		}
-		if _, dir, ok := ParseSavedDir(tt.line); ok && dir != "output/step_00000010" {
-			t.Errorf("ParseSavedDir(%q): dir %q", tt.line, dir)
-		}
-		if _, ok := ParseSaving(tt.line); ok {
-			t.Errorf("ParseSaving(%q) took a line that is no SavingLine", tt.line)
-		}
-	}
-	if step, ok := ParseSaving(SavingLine(20)); !ok || step != 20 {
-		t.Errorf("ParseSaving(SavingLine(20)) = %d, %v", step, ok)
-	}
-}
-
 // TestVerified: a summary verifies the checkpoint of its own step and
 // manifest, not one its history only lists.
 func TestVerified(t *testing.T) {
