@@ -175,211 +175,277 @@ func (j *Job) Wait() error {
 }
 
 // supervise merges the nodes' events into Events and applies the gang
-// semantics, until every agent's stream has ended.
+// semantics, until every agent's stream has ended: a loop that hands each
+// thing that can happen to a handler of the gang's state.
 func (j *Job) supervise(r *runState) {
-	p, nodes := j.plan, j.nodes
-	running := 0
-	for _, ap := range r.procs {
-		if ap != nil {
-			running++
-		}
-	}
-	var (
-		failure   *Failure
-		stopCause error
-		stopping  bool
-		force     <-chan time.Time
-		graceful  bool // stopping for an interrupt: the workers are saving
-		tails     = map[int][]string{}
-		nodeOf    = map[int]string{}
-		agentEnd  = make([]string, len(nodes)) // each agent's final job state
-		ended     = make([]bool, len(nodes))
-		heard     = make([]time.Time, len(nodes)) // each agent's last event
-		killed    = make([]bool, len(nodes))      // silent agents killed
-		silence   = j.opts.AgentTimeout
-	)
-	var logErrs []RankLogError // ranks that finished, but whose logs failed
-	if silence <= 0 {
-		silence = DefaultAgentTimeout
-	}
-	for i := range heard {
-		heard[i] = time.Now()
-	}
-	rep := newReplicator(j, nodes) // nil without Engine.save_load.replicas > 1
-	// Each running rank's last progress report, for the hang diagnosis.
-	reports := map[int]*rankProgress{}
-	hangBound := j.opts.hangTimeout()
+	g := newGang(j, r)
 	// Agents send a heartbeat every second: one that has been silent for
-	// longer than silence is lost, and so is its node.
-	liveness := time.NewTicker(silence / 10)
+	// longer than g.silence is lost, and so is its node.
+	liveness := time.NewTicker(g.silence / 10)
 	defer liveness.Stop()
-	for i, np := range p.Nodes {
-		for _, w := range np.Spec.Workers {
-			nodeOf[w.Rank] = nodes[i].name
-		}
-	}
-	beginStop := func(timeout time.Duration) {
-		if stopping {
-			return
-		}
-		stopping = true
-		for i, ap := range r.procs {
-			if ap != nil && !ended[i] {
-				ap.stdin.Close() // the agent stops its workers
-			}
-		}
-		force = time.After(timeout)
-	}
-	// interrupt forwards an interrupt to the agents, whose workers save
-	// and exit; a stop during it (Stop, a second interrupt) closes their
-	// standard input, which kills the workers.
-	interrupt := func() {
-		if stopping {
-			return
-		}
-		stopping, graceful = true, true
-		for i, ap := range r.procs {
-			if ap != nil && !ended[i] {
-				if _, err := io.WriteString(ap.stdin, agent.InterruptLine+"\n"); err != nil {
-					ap.stdin.Close()
-				}
-			}
-		}
-		force = time.After(InterruptTimeout)
-	}
-	if running == 0 {
-		stopping = true
-	}
-	for running > 0 {
+	for g.running > 0 {
 		select {
 		case cause := <-r.intr:
-			if failure == nil && stopCause == nil {
-				stopCause = cause
-			}
-			interrupt()
+			g.onInterrupt(cause)
 		case cause := <-r.stop:
-			if failure == nil && stopCause == nil {
-				stopCause = cause
-			}
-			if graceful {
-				graceful, stopping = false, false
-			}
-			beginStop(CancelTimeout)
-		case <-force:
-			force = nil
-			for i, ap := range r.procs {
-				if ap != nil && !ended[i] {
-					ap.kill()
-				}
-			}
+			g.onStop(cause)
+		case <-g.force:
+			g.onForce()
 		case now := <-liveness.C:
-			if h := diagnoseHang(reports, nodeOf, now, hangBound); h != nil && !stopping && failure == nil && stopCause == nil {
-				e := event.New(event.KindJob)
-				e.State, e.Rank, e.Node, e.Message = event.JobHung, h.rank, nodeOf[h.rank], h.msg
-				j.emit(e)
-				failure = &Failure{Rank: h.rank, Node: nodeOf[h.rank], Code: -1, Hung: true, Msg: h.msg}
-				beginStop(StopTimeout)
-			}
-			for i, ap := range r.procs {
-				if ap == nil || ended[i] || killed[i] || now.Sub(heard[i]) <= silence {
-					continue
-				}
-				killed[i] = true
-				if stopping {
-					// Stopping already: don't wait for the silent agent.
-					ap.kill()
-					continue
-				}
-				why := fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat; the agent is stopped, frozen or cut off)", now.Sub(heard[i]).Seconds())
-				j.nodeEvent(nodes[i].name, event.NodeLost, why)
-				if failure == nil && stopCause == nil {
-					failure = &Failure{Rank: -1, Node: nodes[i].name, Code: -1, Lost: true, Msg: why}
-				}
-				beginStop(StopTimeout)
-				ap.kill()
-			}
+			g.onTick(now)
 		case m := <-r.in:
-			name := nodes[m.node].name
-			heard[m.node] = time.Now()
-			if m.end {
-				running--
-				ended[m.node] = true
-				if agentEnd[m.node] == "" && !stopping {
-					// The stream ended without the agent's last word: the
-					// node, its agent or the connection is gone.
-					why := "the agent's connection closed"
-					if m.err != nil {
-						why = m.err.Error()
-					}
-					j.nodeEvent(name, event.NodeLost, why)
-					if failure == nil && stopCause == nil {
-						failure = &Failure{Rank: -1, Node: name, Code: -1, Lost: true, Msg: why, Tail: m.stderr}
-					}
-					beginStop(StopTimeout)
-				}
-				continue
-			}
-			e := m.ev
-			e.Node = name
-			switch e.Kind {
-			case event.KindHeartbeat:
-				continue
-			case event.KindJob:
-				// The agent's view of its part; the job's events are the
-				// launcher's.
-				if e.State != event.JobStarted {
-					agentEnd[m.node] = e.State
-				}
-				continue
-			case event.KindCheckpoint:
-				if e.State == event.CheckpointSaved {
-					rep.saved(m.node)
-				}
-			case event.KindLog:
-				t := append(tails[e.Rank], e.Line)
-				if len(t) > tailLines {
-					t = t[len(t)-tailLines:]
-				}
-				tails[e.Rank] = t
-			case event.KindProgress:
-				if e.Progress != nil && e.Rank >= 0 {
-					reports[e.Rank] = &rankProgress{heard: time.Now(), p: *e.Progress}
-				}
-			case event.KindWorker:
-				if e.State == event.WorkerExited || e.State == event.WorkerFailed || e.State == event.WorkerStopped {
-					delete(reports, e.Rank)
-				}
-				if e.State == event.WorkerFailed && failure == nil && stopCause == nil && !stopping {
-					failure = &Failure{Rank: e.Rank, Node: name, Code: e.Code, Signal: e.Signal, BadInput: e.Exit != nil && e.Exit.BadInput}
-					beginStop(StopTimeout)
-				}
-				if x := e.Exit; e.State == event.WorkerExited && x != nil && x.Finished && x.Error != "" {
-					logErrs = append(logErrs, RankLogError{Rank: e.Rank, Node: name, Msg: x.Error})
-				}
-			}
-			j.emit(e)
+			g.onMessage(m)
 		}
 	}
+	g.end()
+}
 
+// gang is the state of a job's supervision: which agents run, how the job
+// is ending (a failure, a stop's cause, an interrupt's save), and what the
+// end will report.
+type gang struct {
+	j *Job
+	r *runState
+
+	running   int      // agents whose streams go on
+	failure   *Failure // the first failure, if any
+	stopCause error    // why the job was stopped, if it was
+	stopping  bool     // the agents were told to stop
+	graceful  bool     // stopping for an interrupt: the workers are saving
+	force     <-chan time.Time
+
+	tails    map[int][]string // each rank's last log lines
+	nodeOf   map[int]string   // each rank's node
+	agentEnd []string         // each agent's final job state
+	ended    []bool           // each agent's stream has ended
+	heard    []time.Time      // each agent's last event
+	killed   []bool           // silent agents killed
+	silence  time.Duration    // how long an agent may be silent
+	logErrs  []RankLogError   // ranks that finished, but whose logs failed
+
+	rep       *replicator           // nil without Engine.save_load.replicas > 1
+	reports   map[int]*rankProgress // each running rank's last progress report, for the hang diagnosis
+	hangBound time.Duration
+}
+
+func newGang(j *Job, r *runState) *gang {
+	n := len(j.nodes)
+	g := &gang{j: j, r: r, tails: map[int][]string{}, nodeOf: map[int]string{},
+		agentEnd: make([]string, n), ended: make([]bool, n), heard: make([]time.Time, n), killed: make([]bool, n),
+		silence: j.opts.AgentTimeout, rep: newReplicator(j, j.nodes), reports: map[int]*rankProgress{}, hangBound: j.opts.hangTimeout()}
+	if g.silence <= 0 {
+		g.silence = DefaultAgentTimeout
+	}
+	for _, ap := range r.procs {
+		if ap != nil {
+			g.running++
+		}
+	}
+	for i := range g.heard {
+		g.heard[i] = time.Now()
+	}
+	for i, np := range j.plan.Nodes {
+		for _, w := range np.Spec.Workers {
+			g.nodeOf[w.Rank] = j.nodes[i].name
+		}
+	}
+	if g.running == 0 {
+		g.stopping = true
+	}
+	return g
+}
+
+// stopWith notes cause as the job's end unless a failure or an earlier
+// stop is already it.
+func (g *gang) stopWith(cause error) {
+	if g.failure == nil && g.stopCause == nil {
+		g.stopCause = cause
+	}
+}
+
+// fail notes f as the job's failure unless the job already failed or was
+// stopped.
+func (g *gang) fail(f *Failure) {
+	if g.failure == nil && g.stopCause == nil {
+		g.failure = f
+	}
+}
+
+// beginStop tells every agent to stop its workers (closing its standard
+// input) and kills those left after timeout.
+func (g *gang) beginStop(timeout time.Duration) {
+	if g.stopping {
+		return
+	}
+	g.stopping = true
+	for i, ap := range g.r.procs {
+		if ap != nil && !g.ended[i] {
+			ap.stdin.Close()
+		}
+	}
+	g.force = time.After(timeout)
+}
+
+// onInterrupt forwards an interrupt to the agents, whose workers save and
+// exit; a stop during it (Stop, a second interrupt) closes their standard
+// input, which kills the workers.
+func (g *gang) onInterrupt(cause error) {
+	g.stopWith(cause)
+	if g.stopping {
+		return
+	}
+	g.stopping, g.graceful = true, true
+	for i, ap := range g.r.procs {
+		if ap != nil && !g.ended[i] {
+			if _, err := io.WriteString(ap.stdin, agent.InterruptLine+"\n"); err != nil {
+				ap.stdin.Close()
+			}
+		}
+	}
+	g.force = time.After(InterruptTimeout)
+}
+
+// onStop stops the job (Stop): during an interrupt's save too.
+func (g *gang) onStop(cause error) {
+	g.stopWith(cause)
+	if g.graceful {
+		g.graceful, g.stopping = false, false
+	}
+	g.beginStop(CancelTimeout)
+}
+
+// onForce kills the agents a stop's timeout found still running.
+func (g *gang) onForce() {
+	g.force = nil
+	for i, ap := range g.r.procs {
+		if ap != nil && !g.ended[i] {
+			ap.kill()
+		}
+	}
+}
+
+// onTick diagnoses a hang and finds the agents silent too long, whose
+// nodes are lost.
+func (g *gang) onTick(now time.Time) {
+	j := g.j
+	if h := diagnoseHang(g.reports, g.nodeOf, now, g.hangBound); h != nil && !g.stopping && g.failure == nil && g.stopCause == nil {
+		e := event.New(event.KindJob)
+		e.State, e.Rank, e.Node, e.Message = event.JobHung, h.rank, g.nodeOf[h.rank], h.msg
+		j.emit(e)
+		g.failure = &Failure{Rank: h.rank, Node: g.nodeOf[h.rank], Code: -1, Hung: true, Msg: h.msg}
+		g.beginStop(StopTimeout)
+	}
+	for i, ap := range g.r.procs {
+		if ap == nil || g.ended[i] || g.killed[i] || now.Sub(g.heard[i]) <= g.silence {
+			continue
+		}
+		g.killed[i] = true
+		if g.stopping {
+			// Stopping already: don't wait for the silent agent.
+			ap.kill()
+			continue
+		}
+		why := fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat; the agent is stopped, frozen or cut off)", now.Sub(g.heard[i]).Seconds())
+		j.nodeEvent(j.nodes[i].name, event.NodeLost, why)
+		g.fail(&Failure{Rank: -1, Node: j.nodes[i].name, Code: -1, Lost: true, Msg: why})
+		g.beginStop(StopTimeout)
+		ap.kill()
+	}
+}
+
+// onMessage takes an agent's event, or the end of its stream: a stream
+// that ends without the agent's last word means its node is lost. Events
+// pass on to Events but heartbeats and the agents' own job events.
+func (g *gang) onMessage(m msg) {
+	j := g.j
+	name := j.nodes[m.node].name
+	g.heard[m.node] = time.Now()
+	if m.end {
+		g.running--
+		g.ended[m.node] = true
+		if g.agentEnd[m.node] == "" && !g.stopping {
+			// The node, its agent or the connection is gone.
+			why := "the agent's connection closed"
+			if m.err != nil {
+				why = m.err.Error()
+			}
+			j.nodeEvent(name, event.NodeLost, why)
+			g.fail(&Failure{Rank: -1, Node: name, Code: -1, Lost: true, Msg: why, Tail: m.stderr})
+			g.beginStop(StopTimeout)
+		}
+		return
+	}
+	e := m.ev
+	e.Node = name
+	switch e.Kind {
+	case event.KindHeartbeat:
+		return
+	case event.KindJob:
+		// The agent's view of its part; the job's events are the
+		// launcher's.
+		if e.State != event.JobStarted {
+			g.agentEnd[m.node] = e.State
+		}
+		return
+	case event.KindCheckpoint:
+		if e.State == event.CheckpointSaved {
+			g.rep.saved(m.node)
+		}
+	case event.KindLog:
+		t := append(g.tails[e.Rank], e.Line)
+		if len(t) > tailLines {
+			t = t[len(t)-tailLines:]
+		}
+		g.tails[e.Rank] = t
+	case event.KindProgress:
+		if e.Progress != nil && e.Rank >= 0 {
+			g.reports[e.Rank] = &rankProgress{heard: time.Now(), p: *e.Progress}
+		}
+	case event.KindWorker:
+		g.onWorker(e, name)
+	}
+	j.emit(e)
+}
+
+// onWorker notes a worker's end: a failure fails the gang, a finished
+// worker whose logs failed is noted for the end's report.
+func (g *gang) onWorker(e event.Event, node string) {
+	if e.State == event.WorkerExited || e.State == event.WorkerFailed || e.State == event.WorkerStopped {
+		delete(g.reports, e.Rank)
+	}
+	if e.State == event.WorkerFailed && g.failure == nil && g.stopCause == nil && !g.stopping {
+		g.failure = &Failure{Rank: e.Rank, Node: node, Code: e.Code, Signal: e.Signal, BadInput: e.Exit != nil && e.Exit.BadInput}
+		g.beginStop(StopTimeout)
+	}
+	if x := e.Exit; e.State == event.WorkerExited && x != nil && x.Finished && x.Error != "" {
+		g.logErrs = append(g.logErrs, RankLogError{Rank: e.Rank, Node: node, Msg: x.Error})
+	}
+}
+
+// end reports how the job ended — failed, stopped or done (with its log
+// failures) — sets the run's error, prunes old job folders after success
+// and closes the job.
+func (g *gang) end() {
+	j, r, failure := g.j, g.r, g.failure
 	// A failed or stopped job's copy in flight is abandoned: the next
 	// attempt's sync copies what it needs.
-	rep.close(failure != nil || stopCause != nil)
+	g.rep.close(failure != nil || g.stopCause != nil)
 	end := event.New(event.KindJob)
 	switch {
 	case failure != nil:
 		if !failure.Lost {
-			failure.Tail = append([]string(nil), tails[failure.Rank]...)
+			failure.Tail = append([]string(nil), g.tails[failure.Rank]...)
 		}
 		r.err = failure
 		end.State, end.Rank, end.Node, end.Code, end.Signal, end.Tail = event.JobFailed, failure.Rank, failure.Node, failure.Code, failure.Signal, failure.Tail
 		end.Message = failure.Error()
-	case stopCause != nil:
-		r.err = fmt.Errorf("cluster: job stopped: %w", stopCause)
-		end.State, end.Message = event.JobStopped, stopCause.Error()
+	case g.stopCause != nil:
+		r.err = fmt.Errorf("cluster: job stopped: %w", g.stopCause)
+		end.State, end.Message = event.JobStopped, g.stopCause.Error()
 	default:
-		for i, s := range agentEnd {
+		for i, s := range g.agentEnd {
 			if s != event.JobDone {
-				r.err = fmt.Errorf("cluster: node %s ended its part %q", nodes[i].name, s)
+				r.err = fmt.Errorf("cluster: node %s ended its part %q", j.nodes[i].name, s)
 			}
 		}
 		end.State = event.JobDone
@@ -388,16 +454,16 @@ func (j *Job) supervise(r *runState) {
 		} else {
 			// Finished, whatever its logs' disk said: reported, not
 			// failed (nor restarted).
-			if len(logErrs) > 0 {
-				le := &LogError{Ranks: logErrs}
+			if len(g.logErrs) > 0 {
+				le := &LogError{Ranks: g.logErrs}
 				r.err, end.Message = le, le.Error()
 			}
-			j.pruneJobs(nodes)
+			j.pruneJobs(j.nodes)
 		}
 	}
 	j.emit(end)
-	j.lingerLocks(nodes, failure)
-	for _, n := range nodes {
+	j.lingerLocks(j.nodes, failure)
+	for _, n := range j.nodes {
 		n.close()
 	}
 	j.mu.Lock()
