@@ -17,7 +17,7 @@ import (
 
 // TestEventLogThroughDashboard: each kind of event, written to a job's
 // event log as its supervisor writes it (jobdir.Log), comes back through
-// FollowJob — the runner of 'gptui attach' and of jobs the UI launches —
+// jobdir.Attach — the runner of 'gptui attach' and of jobs the UI launches —
 // and shows on the dashboard (or the Nodes screen): no log line is read
 // for a fact.
 func TestEventLogThroughDashboard(t *testing.T) {
@@ -40,7 +40,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	runner := FollowJob(ctx, dir, 0)
+	runner := jobdir.Attach(ctx, dir, 0)
 	nodes := []sshexec.Node{{Name: "gpu0", Host: "10.0.0.1"}, {Name: "gpu1", Host: "10.0.0.2"}}
 	m := New(Options{Nodes: nodes, Config: "tiny", Attach: &Attached{Runner: runner, Config: cfg}})
 	m.Update(tea.WindowSizeMsg{Width: 160, Height: 50})

@@ -12,9 +12,10 @@
 // (plan.go), a written report (report.go), ticks — arrives as a message
 // through a command; nothing changes the model from another goroutine, and
 // drawing reads the model and does nothing else. The UI only renders
-// state: what to set up and run is a Launcher's business (launcher.go:
-// ClusterLauncher, the launcher `gptui run --no-tui` prints from), and
-// what it reports is the event stream of package event.
+// state: what to set up and run is a Launcher's business, what to plan a
+// Planner's (runner.go: the hooks' interfaces; package tui/hooks: gptui's,
+// over packages cluster, jobdir and planner), and what a job reports is
+// the event stream of package event.
 package tui
 
 import (
@@ -637,7 +638,7 @@ func (m *Model) applyPlan() {
 }
 
 // quit quits, first asking what becomes of a running job: a detached
-// one (ClusterLauncher's, or one attached) is left running by default, or
+// one (a DetachingLauncher's, or one attached) is left running by default, or
 // stopped; another is stopped.
 func (m *Model) quit() tea.Cmd {
 	if !m.busy() || m.runner != nil && m.jobEnded() {
@@ -651,7 +652,7 @@ func (m *Model) quit() tea.Cmd {
 	}
 	_, detachable := m.runner.(DetachedRunner)
 	if m.launching && m.opt.Launcher != nil {
-		_, detachable = m.opt.Launcher.(*ClusterLauncher)
+		_, detachable = m.opt.Launcher.(DetachingLauncher)
 	}
 	if !detachable {
 		m.ask("A job is running: stop it and quit?", stop)

@@ -51,9 +51,9 @@ type Runner interface {
 	Stop()
 }
 
-// DetachedRunner is a Runner whose job runs on its own (ClusterLauncher's,
-// FollowJob's): the UI can leave it running, and have it restarted in
-// place.
+// DetachedRunner is a Runner whose job runs on its own (a
+// DetachingLauncher's; jobdir.Attach's): the UI can leave it running, and
+// have it restarted in place.
 type DetachedRunner interface {
 	Runner
 	// Detach stops following the job, which runs on; Events is closed.
@@ -63,6 +63,15 @@ type DetachedRunner interface {
 	Restart() error
 	// ID is the job's id, for 'gptui attach ID'.
 	ID() string
+}
+
+// DetachingLauncher is a Launcher whose jobs run on their own, detached
+// from the UI: Start returns a DetachedRunner, and quitting the UI may
+// leave the job running.
+type DetachingLauncher interface {
+	Launcher
+	// StartsDetached marks the kind; it does nothing.
+	StartsDetached()
 }
 
 // Job is what the UI asks a Launcher to start.

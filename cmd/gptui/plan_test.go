@@ -14,6 +14,7 @@ import (
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/tui"
+	"github.com/gptui/gptui/tui/hooks"
 )
 
 // TestPlanJSON: --json prints a list of plans with exactly the documented
@@ -312,7 +313,7 @@ func TestPlanProfile(t *testing.T) {
 // seeds' spellings of the keys they set.
 func TestTUIPlanner(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // the built-in cpu profile
-	plan := tui.NewPlanner()
+	plan := hooks.Planner()
 	two := ranktable.Build([]ranktable.ServerInput{{ServerID: "127.0.0.1", DeviceIDs: []int{0, 1}}})
 	for _, tc := range []struct {
 		name      string

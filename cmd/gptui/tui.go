@@ -20,6 +20,7 @@ import (
 	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/sshexec"
 	"github.com/gptui/gptui/tui"
+	"github.com/gptui/gptui/tui/hooks"
 )
 
 // wantsTUI reports whether 'gptui' with these arguments opens the
@@ -76,10 +77,10 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Overrides:     *o,
 		RankTablePath: *table,
 		Colour:        os.Getenv("NO_COLOR") == "",
-		Plan:          tui.NewPlanner(),
+		Plan:          hooks.Planner(),
 	}
 	opt.Restarts = cf.restarts
-	l := &tui.ClusterLauncher{Hosts: *hosts, Config: *c, Overrides: *o, SSH: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
+	l := &hooks.Cluster{Hosts: *hosts, Config: *c, Overrides: *o, SSH: sshexec.ClientConfig{AcceptNewHostKeys: *acceptNew},
 		AgentTimeout: cf.agentTimeout, HangTimeout: cf.hangTimeout}
 	if *hosts != "" {
 		nodes, err := sshexec.LoadInventory(*hosts)
@@ -192,14 +193,14 @@ func cmdAttach(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Context: ctx, Config: c, Overrides: o, Nodes: nodes,
 		Colour: os.Getenv("NO_COLOR") == "",
 		Attach: &tui.Attached{
-			Runner: tui.FollowJob(ctx, j.Dir, 0),
+			Runner: jobdir.Attach(ctx, j.Dir, 0),
 			Config: cfg,
 			Reopen: func() (tui.Runner, error) {
 				from := eventsSize(j)
 				if err := restartEnded(j); err != nil {
 					return nil, err
 				}
-				return tui.FollowJob(ctx, j.Dir, from), nil
+				return jobdir.Attach(ctx, j.Dir, from), nil
 			},
 		},
 	}

@@ -1,11 +1,16 @@
-package tui
+// Package hooks connects the terminal UI (package tui, which renders
+// state and nothing else) to the rest of gptui, through the UI's hooks:
+// [Cluster] is its tui.Launcher, setting nodes up with package cluster and
+// starting each job under a supervisor of its own in its job folder
+// (package jobdir), whose runner the UI follows; [Planner] is its
+// tui.Planner, ranking strategies with package planner.
+package hooks
 
 import (
 	"context"
 	"errors"
-	"fmt"
+	"github.com/gptui/gptui/tui"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -17,14 +22,14 @@ import (
 	"github.com/gptui/gptui/sshexec"
 )
 
-// ClusterLauncher is the Launcher of gptui: it runs jobs with the cluster
+// Cluster is the terminal UI's Launcher (tui.Launcher): it runs jobs with the cluster
 // runner (package cluster, the launcher of 'gptui run --hosts') on the
 // nodes of an inventory, over SSH, or on this machine as a local node
 // (sshexec.Node.Local), each under a supervisor of its own, detached from
 // the UI (package jobdir). The UI thus gets the same events, the same gang
 // stop, hang diagnosis and lost-node detection for a job on this machine
 // as for one on a cluster, and a job outlives the UI.
-type ClusterLauncher struct {
+type Cluster struct {
 	// Nodes are the inventory's nodes; Hosts its file name, for messages.
 	Nodes []sshexec.Node
 	Hosts string
@@ -47,7 +52,7 @@ type ClusterLauncher struct {
 // at once, so that a node that fails holds no other back, and reports it
 // all as events; then it gives the jobs up. A mistake that is no one
 // node's (a cluster.InputError) comes as a job event in state failed.
-func (l *ClusterLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan event.Event {
+func (l *Cluster) Probe(ctx context.Context, req tui.ProbeRequest) <-chan event.Event {
 	cfg, err := presets.Load(l.Config, l.Overrides)
 	if err != nil {
 		cfg, _ = presets.Load("tiny", nil)
@@ -107,7 +112,7 @@ func (l *ClusterLauncher) Probe(ctx context.Context, req ProbeRequest) <-chan ev
 // The job runs with its restart policy (Job.Restarts), on the nodes
 // Job.Nodes names (every node when none), with the UI's rank table unless
 // it is elastic (each attempt's ranks then come from its nodes).
-func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
+func (l *Cluster) Start(ctx context.Context, job tui.Job) (tui.Runner, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, err
@@ -140,49 +145,9 @@ func (l *ClusterLauncher) Start(ctx context.Context, job Job) (Runner, error) {
 	if _, err := jobdir.Launch(dir, l.Exe); err != nil {
 		return nil, err
 	}
-	return FollowJob(ctx, dir, 0), nil
+	return jobdir.Attach(ctx, dir, 0), nil
 }
 
-// FollowJob returns the Runner of the detached job in the folder dir: its
-// events are the job's event log from offset from on (0: the whole job,
-// replayed) and its samples as they come, until the job has ended (see
-// jobdir.Follow); Stop and Restart go through the job's control socket.
-func FollowJob(ctx context.Context, dir string, from int64) Runner {
-	ctx, cancel := context.WithCancel(ctx)
-	return &jobRunner{dir: dir, events: jobdir.Follow(ctx, dir, from), cancel: cancel}
-}
-
-// jobRunner is a job run by its own supervisor.
-type jobRunner struct {
-	dir    string
-	events <-chan event.Event
-	cancel context.CancelFunc
-}
-
-func (r *jobRunner) Events() <-chan event.Event { return r.events }
-
-// call sends op to the job's supervisor.
-func (r *jobRunner) call(op string) error {
-	j, err := jobdir.Read(r.dir)
-	if err != nil {
-		return err
-	}
-	if !j.Alive {
-		return fmt.Errorf("job %s is not running (%s)", j.ID, j.State())
-	}
-	return jobdir.Call(j.Supervisor.Socket, op)
-}
-
-// Stop stops the job as 'gptui stop' does: its workers save their
-// finished steps and exit. The events go on to the job's end.
-func (r *jobRunner) Stop() { _ = r.call(jobdir.OpStop) }
-
-// Restart stops the job's gang with a checkpoint and starts it again from
-// it, in the same job.
-func (r *jobRunner) Restart() error { return r.call(jobdir.OpRestart) }
-
-// Detach stops following the job, which runs on; Events is then closed.
-func (r *jobRunner) Detach() { r.cancel() }
-
-// ID returns the job's id.
-func (r *jobRunner) ID() string { return filepath.Base(r.dir) }
+// StartsDetached marks Cluster's jobs as running on their own: quitting the
+// UI may leave them running (tui.DetachingLauncher).
+func (l *Cluster) StartsDetached() {}

@@ -1,8 +1,9 @@
-package tui
+package hooks
 
 import (
 	"errors"
 	"fmt"
+	"github.com/gptui/gptui/tui"
 	"strconv"
 	"strings"
 
@@ -10,13 +11,13 @@ import (
 	"github.com/gptui/gptui/presets"
 )
 
-// NewPlanner returns the Job screen's planner: the strategies of the job's
+// Planner returns the Job screen's planner (tui.Planner): the strategies of the job's
 // config on the rank table's devices, with the device profile the UI
 // picked from the nodes' probes, ranked as 'gptui plan' ranks them with no
 // degree fixed, the config's own marked, each with the overrides that
 // select it. The UI calls it in a command when the job changes.
-func NewPlanner() Planner {
-	return func(req PlanRequest) (*PlanReport, error) {
+func Planner() tui.Planner {
+	return func(req tui.PlanRequest) (*tui.PlanReport, error) {
 		cl, err := jobCluster(req)
 		if err != nil {
 			return nil, err
@@ -28,7 +29,7 @@ func NewPlanner() Planner {
 // jobCluster is the cluster of a job's rank table: its nodes and devices
 // per node, with the profile req names (the cpu profile measured by
 // --profile when there is one).
-func jobCluster(req PlanRequest) (planner.Cluster, error) {
+func jobCluster(req tui.PlanRequest) (planner.Cluster, error) {
 	t := req.Table
 	if t == nil || len(t.Servers) == 0 {
 		return planner.Cluster{}, errors.New("no devices in the rank table")
@@ -49,7 +50,7 @@ func jobCluster(req PlanRequest) (planner.Cluster, error) {
 }
 
 // planReport ranks the strategies of the job on cl for the Job screen.
-func planReport(req PlanRequest, cl planner.Cluster) (*PlanReport, error) {
+func planReport(req tui.PlanRequest, cl planner.Cluster) (*tui.PlanReport, error) {
 	cfg := req.Resolved
 	caps := planner.Unlimited()
 	if cl.Device.Accounting == planner.AccountingEngine {
@@ -64,7 +65,7 @@ func planReport(req PlanRequest, cl planner.Cluster) (*PlanReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &PlanReport{Fits: ref.Feasible, Command: planCommand(req, cl, m.GlobalBatch), Note: cl.Links()}
+	r := &tui.PlanReport{Fits: ref.Feasible, Command: planCommand(req, cl, m.GlobalBatch), Note: cl.Links()}
 	refOverrides := planner.Overrides(ref.Strategy, m.GlobalBatch)
 	feasible := len(plans) - planner.Rejected(plans)
 	place := ""
@@ -81,7 +82,7 @@ func planReport(req PlanRequest, cl planner.Cluster) (*PlanReport, error) {
 		if current {
 			place = fmt.Sprintf("plan %d of %d", len(r.Plans)+1, feasible)
 		}
-		r.Plans = append(r.Plans, PlanRow{
+		r.Plans = append(r.Plans, tui.PlanRow{
 			Strategy: p.Strategy.String(), MemBytes: p.Mem.Total, StepS: p.StepTime, TokensPerS: p.TokensPerS,
 			MFU: p.MFU, Bubble: bubble, CommS: p.Time.Comm, Current: current,
 			Overrides: planner.ApplyOverrides(req.Overrides, planner.Overrides(p.Strategy, m.GlobalBatch), refOverrides),
@@ -105,7 +106,7 @@ func planReport(req PlanRequest, cl planner.Cluster) (*PlanReport, error) {
 // as the Job screen: the job's config and overrides, less those that would
 // fix part of the strategy (the search has nothing fixed), with the global
 // batch kept.
-func planCommand(req PlanRequest, cl planner.Cluster, globalBatch int) string {
+func planCommand(req tui.PlanRequest, cl planner.Cluster, globalBatch int) string {
 	args := []string{"gptui", "plan", "-c", shellWord(req.Config)}
 	dropped := false
 	for _, o := range req.Overrides {
