@@ -21,9 +21,9 @@ import (
 
 // syncCheckpoints makes every node hold the checkpoint a resuming job
 // (Engine.save_load.ckpt_dir: auto) starts from, before any worker starts,
-// and returns its directory, which every rank then loads ("" when no node
-// holds a checkpoint: every rank starts at step 0). A job that does not
-// resume is left alone.
+// and returns its directory, which every rank then loads, and its step
+// ("" and 0 when no node holds a checkpoint: every rank starts at step 0).
+// A job that does not resume is left alone.
 //
 // It asks each node for its newest checkpoint that loads (every file
 // verified) and for the step, manifest hash and run of every checkpoint
@@ -41,31 +41,31 @@ import (
 // incomplete directory of the step there (checkpoint.Install). If a node
 // cannot take the step (its disk is full, say), the next older step of
 // this run is tried.
-func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (string, error) {
+func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (dir string, step int, err error) {
 	sl := j.opts.Config.Engine.SaveLoad
 	if sl.CkptDir != "auto" {
-		return "", nil
+		return "", 0, nil
 	}
 	sums, err := j.summaries(ctx, nodes, sl.OutputDir)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	src := newestOf(sums)
 	if src < 0 {
-		return "", nil // nothing to resume from anywhere: every rank starts at step 0
+		return "", 0, nil // nothing to resume from anywhere: every rank starts at step 0
 	}
 	if err := agreeCheckpoints(nodes, sums, src, sl.OutputDir); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	cands := resumeCandidates(sums, src)
 	var last error
 	for k, c := range cands {
 		failed, err := j.complete(ctx, nodes, sums, c, sl.OutputDir, sl.KeepLast)
 		if err == nil {
-			return path.Join(sl.OutputDir, checkpoint.DirName(c.step)), nil
+			return path.Join(sl.OutputDir, checkpoint.DirName(c.step)), c.step, nil
 		}
 		if ctx.Err() != nil {
-			return "", err
+			return "", 0, err
 		}
 		last = err
 		next := "no older checkpoint of this run to try"
@@ -76,7 +76,7 @@ func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (string, error
 			j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("step %d cannot be completed on every node; %s", c.step, next))
 		}
 	}
-	return "", fmt.Errorf("resume: no checkpoint of this run in %s can be held by every node: %w", sl.OutputDir, last)
+	return "", 0, fmt.Errorf("resume: no checkpoint of this run in %s can be held by every node: %w", sl.OutputDir, last)
 }
 
 // summaries asks every node for the checkpoint.Summary of outputDir.

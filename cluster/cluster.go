@@ -172,6 +172,8 @@ type Plan struct {
 	// Resume is the checkpoint directory every rank of a resuming job
 	// loads, which the launcher made every node hold; "" for none.
 	Resume string
+	// ResumeStep is Resume's step, 0 for none.
+	ResumeStep int
 }
 
 // NodePlan is one node's part of a plan.

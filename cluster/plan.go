@@ -100,13 +100,14 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	var resume string // a dry run copies no checkpoint
+	var step int
 	if !o.DryRun {
-		if resume, err = j.syncCheckpoints(ctx, nodes); err != nil {
+		if resume, step, err = j.syncCheckpoints(ctx, nodes); err != nil {
 			return nil, err
 		}
 	}
 
-	p := &Plan{JobID: o.JobID, Nodes: plans, Resume: resume}
+	p := &Plan{JobID: o.JobID, Nodes: plans, Resume: resume, ResumeStep: step}
 	workers, err := j.assign(p, nodes)
 	if err != nil {
 		return nil, err

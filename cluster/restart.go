@@ -326,7 +326,10 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		e.Message = RestartLine(e.Restart)
 		s.events <- e
 
-		nj, err := s.replan(ctx)
+		nj, p, err := s.replan(ctx)
+		if err == nil && p.ResumeStep != e.Restart.Step {
+			s.events <- resumedFrom(*e.Restart, p.ResumeStep)
+		}
 		if err != nil {
 			end := event.New(event.KindJob)
 			end.State, end.Message = event.JobFailed, err.Error()
@@ -359,16 +362,36 @@ func RestartLine(r *event.Restart) string {
 	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
 }
 
+// resumedFrom is the event that corrects restart r's step where the
+// replan resumes from another than the newest saved the restart named
+// (the nodes could not all hold it): a JobReplanned event with the
+// restart and its true step.
+func resumedFrom(r event.Restart, step int) event.Event {
+	e := event.New(event.KindJob)
+	e.State = event.JobReplanned
+	switch {
+	case step == 0:
+		e.Message = fmt.Sprintf("restarting from the start, not from step %d: no checkpoint can be held by every node", r.Step)
+	case step < r.Step:
+		e.Message = fmt.Sprintf("resuming from step %d, not %d: no newer checkpoint can be held by every node", step, r.Step)
+	default:
+		e.Message = fmt.Sprintf("resuming from step %d, the newest checkpoint every node holds", step)
+	}
+	r.Step = step
+	e.Restart = &r
+	return e
+}
+
 // replan sets the next attempt up: on every node the job may use, trying
 // PlanTries times, then without the nodes that failed every try (if at
 // least MinNodes are left), re-planned for the ranks left.
-func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
+func (s *Supervisor) replan(ctx context.Context) (*Job, *Plan, error) {
 	nodes := s.nodes()
 	var gone []nodeError
 	for try := 1; ; try++ {
 		cfg, how, err := s.configFor(nodes)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if how != "" {
 			msg := how
@@ -400,18 +423,18 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 					s.events <- e
 				}
 			}
-			return j, nil
+			return j, p, nil
 		}
 		j.Close()
 		f := <-s.fwd
 		var ie *InputError
 		if errors.As(err, &ie) || ctx.Err() != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if try < PlanTries {
 			select {
 			case <-ctx.Done():
-				return nil, context.Cause(ctx)
+				return nil, nil, context.Cause(ctx)
 			case <-time.After(RetryDelay):
 			}
 			continue
@@ -432,7 +455,7 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, error) {
 			}
 		}
 		if len(gone) == 0 || len(left) < min {
-			return nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
+			return nil, nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
 		}
 		for _, g := range gone {
 			s.left[g.name] = true

@@ -73,6 +73,30 @@ func TestRestartLine(t *testing.T) {
 	}
 }
 
+// TestResumedFrom: where the replan resumes from another step than the
+// restart named, a JobReplanned event carries the restart with the true
+// step and says which.
+func TestResumedFrom(t *testing.T) {
+	r := event.Restart{Count: 1, Max: 1, Cause: "rank 3 killed", Step: 25}
+	for _, tt := range []struct {
+		step int
+		want string
+	}{
+		{10, "resuming from step 10, not 25: no newer checkpoint can be held by every node"},
+		{0, "restarting from the start, not from step 25: no checkpoint can be held by every node"},
+		{30, "resuming from step 30, the newest checkpoint every node holds"},
+	} {
+		e := resumedFrom(r, tt.step)
+		if e.Kind != event.KindJob || e.State != event.JobReplanned || e.Message != tt.want || e.Restart == nil ||
+			e.Restart.Step != tt.step || e.Restart.Count != 1 || e.Restart.Cause != r.Cause {
+			t.Errorf("step %d: %+v (restart %+v), want %q", tt.step, e, e.Restart, tt.want)
+		}
+	}
+	if r.Step != 25 {
+		t.Errorf("resumedFrom changed its argument: %+v", r)
+	}
+}
+
 // TestSupervisorNoRestart: with restarts allowed, a worker's exit status 2
 // (bad input: here Model.init_from is not a model file) ends the job at
 // once with that failure, and a Stop ends it as stopped; neither is

@@ -129,7 +129,10 @@ const (
 	// checkpoint; Restart says which restart, why and from which step.
 	JobRestarting = "restarting"
 	// JobReplanned: nodes stayed unreachable at a restart and the job was
-	// re-planned for those left; Message says how.
+	// re-planned for those left; Message says how. With Restart set, it
+	// corrects the restart's step instead: the job resumes from
+	// Restart.Step, not from the step the JobRestarting event named (not
+	// every node could hold that checkpoint).
 	JobReplanned = "replanned"
 	// JobHung: the job made no progress for the launcher's hang bound;
 	// Rank is the stuck rank and Message the diagnosis (every rank's

@@ -81,10 +81,21 @@ func (k *Marker) Add(e event.Event) {
 			// read yet).
 			k.step = max(k.step, e.Restart.Step)
 			k.end(MarkFailure, e.Restart.Cause)
-			k.marks = append(k.marks, Mark{Step: e.Restart.Step, Kind: MarkRestart, Label: fmt.Sprintf("restart %d/%d from step %d", e.Restart.Count, e.Restart.Max, e.Restart.Step)})
+			k.marks = append(k.marks, restartMark(e.Restart))
 			k.step, k.marked = e.Restart.Step, false
+		case event.JobReplanned:
+			// The restart resumes from another step than it named.
+			if i := len(k.marks) - 1; e.Restart != nil && i >= 0 && k.marks[i].Kind == MarkRestart {
+				k.marks[i] = restartMark(e.Restart)
+				k.step = e.Restart.Step
+			}
 		}
 	}
+}
+
+// restartMark is the mark of restart r.
+func restartMark(r *event.Restart) Mark {
+	return Mark{Step: r.Step, Kind: MarkRestart, Label: fmt.Sprintf("restart %d/%d from step %d", r.Count, r.Max, r.Step)}
 }
 
 // Resume notes that the run was started again from step (a resume that

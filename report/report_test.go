@@ -161,6 +161,20 @@ func TestMarksOfARestart(t *testing.T) {
 	if got := late.Marks(); len(got) != 2 || got[0].Step != 15 || got[1].Step != 15 {
 		t.Errorf("a restart from a step past the last seen: %+v", got)
 	}
+	// A restart that resumes from an older step than it named (a node
+	// could not hold the newest): its one mark moves there.
+	var older Marker
+	for _, e := range []event.Event{
+		{Kind: event.KindMetrics, Rank: 0, Metrics: &event.Metrics{Step: 27}},
+		{Kind: event.KindJob, State: event.JobRestarting, Rank: -1, Restart: &event.Restart{Count: 1, Max: 1, Cause: "x", Step: 25}},
+		{Kind: event.KindJob, State: event.JobReplanned, Rank: -1, Restart: &event.Restart{Count: 1, Max: 1, Cause: "x", Step: 10}},
+		{Kind: event.KindMetrics, Rank: 0, Metrics: &event.Metrics{Step: 12}},
+	} {
+		older.Add(e)
+	}
+	if got, want := older.Marks(), []Mark{{Step: 27, Kind: MarkFailure, Label: "x"}, {Step: 10, Kind: MarkRestart, Label: "restart 1/1 from step 10"}}; !slices.Equal(got, want) {
+		t.Errorf("a restart from an older step: %+v, want %+v", got, want)
+	}
 	// A hang, then the failure it causes, is one mark; a lost node too.
 	var h Marker
 	for _, e := range []event.Event{

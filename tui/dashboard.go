@@ -446,6 +446,9 @@ func (m *dashModel) onJob(ev event.Event) {
 		return
 	case event.JobReplanned:
 		m.replan = clean(ev.Message)
+		if ev.Restart != nil && m.restart != nil {
+			m.restart.Step, m.from = ev.Restart.Step, ev.Restart.Step
+		}
 		return
 	case event.JobHung:
 		m.hung = clean(ev.Message)

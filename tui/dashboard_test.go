@@ -147,6 +147,15 @@ func TestRankStates(t *testing.T) {
 		if strings.Contains(out, "12.3k tok/s") || strings.Contains(out, "MFU") || !strings.Contains(out, "ranks: 4 restarting") || !strings.Contains(out, "restart 1/2 from step 10") {
 			t.Errorf("after the restart:\n%s", out)
 		}
+		// The replan resumes from an older step than the restart named.
+		feed(m, ev(event.KindJob, 35, func(e *event.Event) {
+			e.State = event.JobReplanned
+			e.Message = "resuming from step 5, not 10: no newer checkpoint can be held by every node"
+			e.Restart = &event.Restart{Count: 1, Max: 2, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 5}
+		}))
+		if out := m.Render(); m.dash.from != 5 || !strings.Contains(out, "restart 1/2 from step 5") {
+			t.Errorf("after the replan from step 5 (from %d):\n%s", m.dash.from, out)
+		}
 		feed(m, worker(40, "node1", 0, event.WorkerStarting, 0, ""), worker(41, "node1", 0, event.WorkerRunning, 0, ""))
 		if got := fmt.Sprint(states(m)); got != "[running restarting restarting restarting]" {
 			t.Errorf("states %s", got)

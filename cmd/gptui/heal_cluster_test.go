@@ -263,8 +263,19 @@ func TestResumeMissedReplica(t *testing.T) {
 		}
 		// The first node holds only its newest (step 15, or a later one
 		// where the kill came steps late), which the second cannot take.
-		if w := "[127.0.0.3] pushing: step 1"; !strings.Contains(out[i:], w) || !strings.Contains(out[i:], " cannot be completed on every node; trying step 10\n") {
-			t.Errorf("the restart did not go back to step 10 for the second node:\n%s", out[i:])
+		// The restart line names that step; the next says the job resumes
+		// from step 10 instead.
+		var named int
+		if _, err := fmt.Sscanf(out[i+len("[restart] 1/1: "):], "rank 3 on 127.0.0.3 was killed by SIGKILL; resuming from step %d\n", &named); err != nil || named < 15 {
+			t.Errorf("the restart line names no step from 15 on (%v):\n%s", err, out[i:])
+		}
+		for _, w := range []string{
+			fmt.Sprintf("[127.0.0.3] pushing: step %d cannot be completed on every node; trying step 10\n", named),
+			fmt.Sprintf("[restart] resuming from step 10, not %d: no newer checkpoint can be held by every node\n", named),
+		} {
+			if !strings.Contains(out[i:], w) {
+				t.Errorf("the restart did not go back to step 10 for the second node: no %q in\n%s", w, out[i:])
+			}
 		}
 		checkResumedEverywhere(t, out[i:], want, 10, restartSteps)
 	})

@@ -135,6 +135,10 @@ func (p *printer) event(e event.Event) {
 			p.printf("[restart] %s", e.Message)
 			return
 		case event.JobReplanned:
+			if e.Restart != nil {
+				p.printf("[restart] %s", e.Message)
+				return
+			}
 			p.printf("[elastic] %s", e.Message)
 			return
 		case event.JobHung:
