@@ -108,6 +108,7 @@ type dashModel struct {
 	hung     string         // the launcher's hang diagnosis, if it made one
 	start    time.Time      // when the job started, by the launcher's clock
 	end      time.Time      // when it ended
+	closed   bool           // its events ended: its processes are gone (or the UI detached)
 	restart  *event.Restart // the launcher's latest automatic restart, if any
 	replan   string         // how the job was re-planned at it, if it was
 	ckpt     ckptState
@@ -540,6 +541,7 @@ func (m *dashModel) stopRest() {
 
 // over notes that the job's stream has ended: its workers are gone.
 func (m *dashModel) over() {
+	m.closed = true
 	if m.state == event.JobStarted || m.state == "stopping" || m.state == "" {
 		m.state = event.JobStopped
 	}

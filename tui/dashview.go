@@ -315,7 +315,8 @@ func (m *dashModel) bannerLines(st styles, w, n int) []string {
 	if len(f.Tail) > 0 {
 		head += " — its last lines (esc hides; the log has them all):"
 	}
-	if lost := m.lostNodes(); len(lost) > 0 && m.nodesLeft() > 0 {
+	// D works once the job's processes are gone, not at its failed event.
+	if lost := m.lostNodes(); len(lost) > 0 && m.nodesLeft() > 0 && m.closed {
 		head += fmt.Sprintf(" — D drops %s and resumes on the nodes left", strings.Join(lost, ", "))
 	}
 	var out []string

@@ -297,7 +297,7 @@ func silentRank(t testing.TB, w, h int) *Model {
 
 // lostNode is a 4-rank job on node1 and node2 whose node2 was lost at
 // step 60; the launcher's restart could not set it up again and, with
-// --min-nodes 2, the job failed.
+// --min-nodes 2, the job failed; its processes are gone.
 func lostNode(t testing.TB, w, h int) *Model {
 	m := trainingJobOn(t, 4, 60, w, h, twoNodes)
 	silent := "its agent has been silent for 3 s (no heartbeat; the agent is stopped, frozen or cut off)"
@@ -319,6 +319,7 @@ func lostNode(t testing.TB, w, h int) *Model {
 			e.State, e.Rank = event.JobFailed, -1
 			e.Message = "cluster: restart 1: node node2: dial tcp 10.0.0.12:22: connect: connection refused (3 tries; 1 node(s) would be left, --min-nodes 2)"
 		}))
+	m.Update(eventsMsg{stream: m.jobN, closed: true})
 	m.Update(tickMsg(t0.Add(69 * time.Second)))
 	return m
 }
