@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"time"
 
-	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 )
 
@@ -76,38 +74,6 @@ func PublishProgress(w io.Writer, done <-chan struct{}, get func() event.Progres
 		case <-t.C:
 		}
 	}
-}
-
-// Progresser reports a communicator's operations: *comm.World (its TCP
-// groups) and *nccl.Fabric (its NCCL communicators).
-type Progresser interface {
-	Progress() comm.Progress
-}
-
-// ProgressOf is a worker's progress: its step and its communicators'
-// operations, all of them together (none without communicators): the
-// operations in flight, the longest-running first, the number done, and
-// the one that started last of those done last.
-func ProgressOf(step int, comms ...Progresser) event.Progress {
-	p := event.Progress{Step: step}
-	var inFlight []comm.OpStatus
-	var last comm.OpStatus
-	for _, c := range comms {
-		cp := c.Progress()
-		p.Ops += cp.Done
-		inFlight = append(inFlight, cp.InFlight...)
-		if cp.Last.Seq > 0 && (last.Seq == 0 || cp.Last.Since.After(last.Since)) {
-			last = cp.Last
-		}
-	}
-	slices.SortStableFunc(inFlight, func(a, b comm.OpStatus) int { return a.Since.Compare(b.Since) })
-	for _, s := range inFlight {
-		p.InFlight = append(p.InFlight, event.Op{Group: s.Group, Op: s.Op, Seq: s.Seq, WaitS: time.Since(s.Since).Seconds()})
-	}
-	if last.Seq > 0 {
-		p.Last = &event.Op{Group: last.Group, Op: last.Op, Seq: last.Seq}
-	}
-	return p
 }
 
 // parseProgress returns the progress of a progress line; ok is false for

@@ -134,14 +134,9 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		return err
 	}
 	var fab comm.Fabric
-	var comms []agent.Progresser
-	if world != nil {
-		comms = append(comms, world)
-	}
 	if fabric != nil {
 		defer fabric.Close() // before the World's
 		fab = fabric
-		comms = append(comms, fabric)
 	}
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
 		Stdout:  stdout,
@@ -161,7 +156,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// hang can be told from a slow step, and who is stuck.
 	published := make(chan struct{})
 	defer close(published)
-	go agent.PublishProgress(stderr, published, func() event.Progress { return agent.ProgressOf(tr.Step(), comms...) })
+	go agent.PublishProgress(stderr, published, tr.Progress)
 	res, err := tr.Run(ctx)
 	var pe *comm.PeerError
 	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {
