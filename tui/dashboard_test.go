@@ -251,7 +251,7 @@ func TestLaunchNeedsReadyNodes(t *testing.T) {
 	if len(l.jobs) != 0 || !strings.Contains(m.status, "every node must be ready, and gpu1 connecting, gpu2 host key, gpu3 failed") {
 		t.Errorf("launch with nodes not ready: %d jobs, status %q", len(l.jobs), m.status)
 	}
-	if n := m.ranks.table(m.nodes.rows).RankSize(); n != 8 {
+	if n := m.rankTable.table(m.nodes.rows).RankSize(); n != 8 {
 		t.Errorf("the rank table counts %d ranks, want gpu0's 8", n)
 	}
 	press(m, "2")

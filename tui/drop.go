@@ -65,7 +65,7 @@ func (m *Model) planDrop() (*drop, string) {
 	if left == 0 {
 		return nil, fmt.Sprintf("no node is left ready without %s: set one up again with R on the Nodes screen (1)", strings.Join(lost, ", "))
 	}
-	ranks := m.ranks.table(rows).RankSize()
+	ranks := m.rankTable.table(rows).RankSize()
 	was := m.job.cfg
 	c := *was
 	if err := cluster.Reshape(&c, ranks); err != nil {

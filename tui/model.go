@@ -6,7 +6,7 @@
 // root model, with one child model per screen, each in its own file and
 // handling its own keys: nodes.go, ranktable.go, job.go and the dashboard
 // (dashboard.go: its model and events; dashview.go, dashpanes.go and
-// events.go: how it is drawn; ranks.go: the ranks' states, silences and
+// events.go: how it is drawn; rankstate.go: the ranks' states, silences and
 // pace; drop.go: dropping a lost node). Everything from
 // outside — the nodes' and the job's events, the planner's answer
 // (plan.go), a written report (report.go), ticks — arrives as a message
@@ -136,10 +136,10 @@ type Model struct {
 	back   []int // screens to return to with esc
 	now    time.Time
 
-	nodes nodesModel
-	ranks rankModel
-	job   jobModel
-	dash  dashModel
+	nodes     nodesModel
+	rankTable rankTableModel
+	job       jobModel
+	dash      dashModel
 
 	help    bool
 	confirm *confirmation
@@ -181,18 +181,18 @@ func New(opt Options) *Model {
 	in.SetVirtualCursor(false)
 	in.SetStyles(textinput.Styles{})
 	m := &Model{
-		opt:    opt,
-		ctx:    opt.Context,
-		st:     newStyles(opt.Colour),
-		keys:   newKeyMap(),
-		w:      80,
-		h:      24,
-		nodes:  newNodesModel(opt.Nodes),
-		ranks:  newRankModel(opt.RankTablePath),
-		job:    newJobModel(opt.Config, opt.Overrides, opt.Restarts),
-		dash:   newDashModel(opt.LogLines, opt.LossPoints),
-		input:  in,
-		probes: make(map[int]<-chan event.Event),
+		opt:       opt,
+		ctx:       opt.Context,
+		st:        newStyles(opt.Colour),
+		keys:      newKeyMap(),
+		w:         80,
+		h:         24,
+		nodes:     newNodesModel(opt.Nodes),
+		rankTable: newRankTableModel(opt.RankTablePath),
+		job:       newJobModel(opt.Config, opt.Overrides, opt.Restarts),
+		dash:      newDashModel(opt.LogLines, opt.LossPoints),
+		input:     in,
+		probes:    make(map[int]<-chan event.Event),
 	}
 	// Start where there is something to look at: the nodes while they are
 	// probed, the job when there is only this machine.
@@ -370,7 +370,7 @@ func (m *Model) launchProblem() string {
 	if _, err := planDevice(m.job.cfg, m.nodes.readyNames(), m.nodes.readyProbes()); err != nil {
 		return err.Error()
 	}
-	if n, want := m.ranks.table(m.nodes.rows).RankSize(), m.job.ranks(); n != want {
+	if n, want := m.rankTable.table(m.nodes.rows).RankSize(), m.job.ranks(); n != want {
 		return fmt.Sprintf("the strategy needs %d ranks, the rank table has %d: fix one of them", want, n)
 	}
 	return ""
@@ -385,14 +385,14 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		}
 		return nil
 	}
-	if m.job.restarts.MinNodes > 0 && len(m.ranks.edited) > 0 {
+	if m.job.restarts.MinNodes > 0 && len(m.rankTable.edited) > 0 {
 		m.status = "--min-nodes does not go with devices edited on the Rank table screen (2), which fix the nodes: set Min nodes to 0 on the Job screen, or undo the edits"
 		return nil
 	}
-	t := m.ranks.table(m.nodes.rows)
+	t := m.rankTable.table(m.nodes.rows)
 	id := cluster.NewJobID()
-	path := m.ranks.jobPath(id)
-	if err := m.ranks.write(path, t); err != nil {
+	path := m.rankTable.jobPath(id)
+	if err := m.rankTable.write(path, t); err != nil {
 		m.status = "rank table: " + err.Error()
 		return nil
 	}
@@ -412,7 +412,7 @@ func (m *Model) launch(resume bool) tea.Cmd {
 	m.launching = true
 	m.dash.reset(m.job.cfg, resume)
 	m.dash.message = "starting"
-	m.go2(screenDash)
+	m.show(screenDash)
 	n, l, ctx := m.jobN, m.opt.Launcher, m.ctx
 	return func() tea.Msg {
 		r, err := l.Start(ctx, job)
@@ -448,8 +448,8 @@ func (m *Model) stopJob() tea.Cmd {
 	return func() tea.Msg { r.Stop(); return nil }
 }
 
-// go2 shows a screen, remembering the one to go back to.
-func (m *Model) go2(s int) {
+// show shows a screen, remembering the one to go back to.
+func (m *Model) show(s int) {
 	if s != m.screen {
 		m.back = append(m.back, m.screen)
 		if len(m.back) > 16 {
@@ -560,7 +560,7 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 		m.help = true
 		return nil
 	case is(msg, k.Screen1, k.Screen2, k.Screen3, k.Screen4):
-		m.go2(int(msg.String()[0] - '1'))
+		m.show(int(msg.String()[0] - '1'))
 		return nil
 	case is(msg, k.Stop):
 		if m.runner == nil {
@@ -580,7 +580,7 @@ func (m *Model) onKey(msg tea.KeyPressMsg) tea.Cmd {
 	case screenNodes:
 		used, cmd = m.nodes.update(msg, k, m)
 	case screenRanks:
-		used, cmd = m.ranks.update(msg, k, m.nodes.rows, m)
+		used, cmd = m.rankTable.update(msg, k, m.nodes.rows, m)
 	case screenJob:
 		used, cmd = m.job.update(msg, k, max(m.h/3, 1), m)
 	case screenDash:
@@ -754,7 +754,7 @@ func (m *Model) submit(v string) tea.Cmd {
 			m.status = fmt.Sprintf("%q is not in rank %d's log", v, m.dash.sel)
 		}
 	case promptDevices:
-		if err := m.ranks.setDevices(m.arg, v); err != nil {
+		if err := m.rankTable.setDevices(m.arg, v); err != nil {
 			m.status = err.Error()
 		}
 	case promptConfig:
@@ -832,10 +832,10 @@ func (m *Model) Render() string {
 	case m.screen == screenNodes:
 		b = m.nodes.view(m.st, w, body)
 	case m.screen == screenRanks:
-		b = m.ranks.view(m.st, m.nodes.rows, w, body)
+		b = m.rankTable.view(m.st, m.nodes.rows, w, body)
 	case m.screen == screenJob:
 		b = m.job.view(m.st, jobView{
-			table: m.ranks.table(m.nodes.rows), ready: len(m.nodes.readyNames()), all: len(m.nodes.rows),
+			table: m.rankTable.table(m.nodes.rows), ready: len(m.nodes.readyNames()), all: len(m.nodes.rows),
 			blocked: m.launchProblem(), planner: m.opt.Plan != nil, plan: &m.plan,
 		}, w, body)
 	default:

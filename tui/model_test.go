@@ -90,7 +90,7 @@ func TestHostKeyChanged(t *testing.T) {
 func TestRankTableEditAndWrite(t *testing.T) {
 	m := readyNodes(t, 80, 24)
 	press(m, "2")
-	if n := m.ranks.table(m.nodes.rows).RankSize(); n != 32 {
+	if n := m.rankTable.table(m.nodes.rows).RankSize(); n != 32 {
 		t.Fatalf("world size %d, want 32", n)
 	}
 	// Bad input is one line naming the node, and changes nothing.
@@ -99,7 +99,7 @@ func TestRankTableEditAndWrite(t *testing.T) {
 		t.Errorf("status after a bad range: %q", m.status)
 	}
 	press(m, "enter", "backspace", "backspace", "backspace", "'0-3", "enter")
-	tab := m.ranks.table(m.nodes.rows)
+	tab := m.rankTable.table(m.nodes.rows)
 	if n := tab.RankSize(); n != 28 {
 		t.Errorf("world size %d after gpu1 0-3, want 28", n)
 	}
@@ -107,7 +107,7 @@ func TestRankTableEditAndWrite(t *testing.T) {
 		t.Errorf("gpu2 ranks [%d,%d), want [12,20)", lo, hi)
 	}
 	press(m, "w")
-	got, err := ranktable.Read(m.ranks.at)
+	got, err := ranktable.Read(m.rankTable.at)
 	if err != nil {
 		t.Fatal(err)
 	}

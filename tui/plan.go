@@ -42,7 +42,7 @@ func (m *Model) planRequest() (req PlanRequest, key string, err error) {
 	if m.opt.Plan == nil || m.job.cfg == nil {
 		return req, "", nil
 	}
-	table := m.ranks.table(m.nodes.rows)
+	table := m.rankTable.table(m.nodes.rows)
 	probes := m.nodes.readyProbes()
 	dev, err := planDevice(m.job.cfg, m.nodes.readyNames(), probes)
 	req = PlanRequest{Config: m.job.source, Overrides: m.job.overrides, Resolved: m.job.cfg, Table: table, Probes: probes, Device: dev}

@@ -13,10 +13,10 @@ import (
 	"github.com/gptui/gptui/sshexec"
 )
 
-// rankModel is the Rank table screen: nodes × devices with their rank ids,
+// rankTableModel is the Rank table screen: nodes × devices with their rank ids,
 // each node's device range editable, written as the RANK_TABLE_FILE JSON
 // the runner uses.
-type rankModel struct {
+type rankTableModel struct {
 	edited map[string]sshexec.Devices // device ranges typed in, by node name
 	sel    int
 	path   string // where w writes the table, and a launch (Options.RankTablePath); "" for the defaults
@@ -24,13 +24,13 @@ type rankModel struct {
 	at     string // where it was last written
 }
 
-func newRankModel(path string) rankModel {
-	return rankModel{edited: make(map[string]sshexec.Devices), path: path}
+func newRankTableModel(path string) rankTableModel {
+	return rankTableModel{edited: make(map[string]sshexec.Devices), path: path}
 }
 
 // savePath is where w writes the table: the path given, else
 // rank_table.json.
-func (m *rankModel) savePath() string {
+func (m *rankTableModel) savePath() string {
 	if m.path != "" {
 		return m.path
 	}
@@ -40,7 +40,7 @@ func (m *rankModel) savePath() string {
 // jobPath is where a launch writes the table of job id: the path given,
 // else under the job's own directory, jobs/<id>/rank_table.json, as the
 // nodes keep the job's config in theirs.
-func (m *rankModel) jobPath(id string) string {
+func (m *rankTableModel) jobPath(id string) string {
 	if m.path != "" {
 		return m.path
 	}
@@ -50,7 +50,7 @@ func (m *rankModel) jobPath(id string) string {
 // devices returns the devices a node contributes: as edited here, else as
 // the inventory says, else every device its probe found (one CPU worker
 // for a node without GPUs).
-func (m *rankModel) devices(r nodeRow) sshexec.Devices {
+func (m *rankTableModel) devices(r nodeRow) sshexec.Devices {
 	if d, ok := m.edited[r.node.Name]; ok {
 		return d
 	}
@@ -70,7 +70,7 @@ func (m *rankModel) devices(r nodeRow) sshexec.Devices {
 }
 
 // setDevices sets a node's devices from text such as "0-3,6" or "cpu:4".
-func (m *rankModel) setDevices(node, text string) error {
+func (m *rankTableModel) setDevices(node, text string) error {
 	d, err := sshexec.ParseDevices(strings.TrimSpace(text))
 	if err != nil {
 		return fmt.Errorf("devices for %s: %w", node, err)
@@ -81,7 +81,7 @@ func (m *rankModel) setDevices(node, text string) error {
 
 // table builds the rank table of the ready nodes: a node that failed, was
 // lost or is still being set up has no ranks.
-func (m *rankModel) table(rows []nodeRow) *ranktable.Table {
+func (m *rankTableModel) table(rows []nodeRow) *ranktable.Table {
 	var in []ranktable.ServerInput
 	for _, r := range rows {
 		if !r.ready() {
@@ -108,7 +108,7 @@ func (m *rankModel) table(rows []nodeRow) *ranktable.Table {
 }
 
 // write saves the table to path.
-func (m *rankModel) write(path string, t *ranktable.Table) error {
+func (m *rankTableModel) write(path string, t *ranktable.Table) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -122,14 +122,14 @@ func (m *rankModel) write(path string, t *ranktable.Table) error {
 }
 
 // dirty reports whether t differs from what was last written.
-func (m *rankModel) dirty(t *ranktable.Table) bool {
+func (m *rankTableModel) dirty(t *ranktable.Table) bool {
 	b, _ := t.MarshalJSON()
 	return string(b) != m.saved
 }
 
 // update handles a key of the Rank table screen; it reports whether it
 // used it, and what follows.
-func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, rows []nodeRow, h host) (bool, tea.Cmd) {
+func (m *rankTableModel) update(msg tea.KeyPressMsg, k keyMap, rows []nodeRow, h host) (bool, tea.Cmd) {
 	switch {
 	case is(msg, k.Open, k.Edit) && len(rows) > 0:
 		r := rows[min(m.sel, len(rows)-1)]
@@ -146,7 +146,7 @@ func (m *rankModel) update(msg tea.KeyPressMsg, k keyMap, rows []nodeRow, h host
 }
 
 // move handles the keys that move the selection.
-func (m *rankModel) move(msg tea.KeyPressMsg, k keyMap, n int) bool {
+func (m *rankTableModel) move(msg tea.KeyPressMsg, k keyMap, n int) bool {
 	switch {
 	case is(msg, k.Up):
 		m.sel = max(m.sel-1, 0)
@@ -163,7 +163,7 @@ func (m *rankModel) move(msg tea.KeyPressMsg, k keyMap, n int) bool {
 }
 
 // view draws the screen in w×h cells.
-func (m *rankModel) view(st styles, rows []nodeRow, w, h int) []string {
+func (m *rankTableModel) view(st styles, rows []nodeRow, w, h int) []string {
 	t := m.table(rows)
 	nameW := 6
 	for _, r := range rows {
