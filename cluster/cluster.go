@@ -39,8 +39,6 @@
 package cluster
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -51,6 +49,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
@@ -289,7 +288,7 @@ type Job struct {
 // New returns a job for opts. Nothing happens until Plan.
 func New(opts Options) *Job {
 	if opts.JobID == "" {
-		opts.JobID = NewJobID()
+		opts.JobID = jobdir.NewID()
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = DefaultParallel
@@ -307,14 +306,6 @@ func New(opts Options) *Job {
 		opts.lockOwner, opts.lockStarted = opts.JobID, time.Now()
 	}
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
-}
-
-// NewJobID returns a new job ID, made of the time and random digits
-// (20261121-201141-455c59): the name of the job's jobs/<id> directories.
-func NewJobID() string {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	return time.Now().Format(jobIDTime) + "-" + hex.EncodeToString(b)
 }
 
 // Events returns the job's events. The channel is closed once the job

@@ -219,9 +219,6 @@ func (n *node) startAgent(ctx context.Context) (*agentProc, error) {
 	}, nil
 }
 
-// jobIDTime is the time layout that starts the job ids New makes.
-const jobIDTime = "20060102-150405"
-
 // jobIDPattern matches the job ids New and a Supervisor make, such as
 // 20250102-150405-1a2b3c and its restarts 20250102-150405-1a2b3c-r1:
 // only such directories are ever pruned.

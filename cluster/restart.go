@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
@@ -91,7 +92,7 @@ type nodeError struct{ name, msg string }
 // restart policy p. Nothing happens until Plan.
 func NewSupervisor(opts Options, p Restarts) *Supervisor {
 	if opts.JobID == "" {
-		opts.JobID = NewJobID()
+		opts.JobID = jobdir.NewID()
 	}
 	opts.lockOwner, opts.lockStarted = opts.JobID, time.Now() // every attempt's locks are the job's
 	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}, left: map[string]bool{}}
@@ -323,7 +324,7 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 			s.mu.Unlock()
 			e.Restart = &event.Restart{Count: s.restarts, Max: s.policy.Max, Cause: fail.Error(), Step: max(s.saved, 0)}
 		}
-		e.Message = RestartLine(e.Restart)
+		e.Message = e.Restart.String()
 		s.events <- e
 
 		nj, p, err := s.replan(ctx)
@@ -346,20 +347,6 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		s.mu.Unlock()
 		_ = j.Start(actx) // a failure to start is Wait's
 	}
-}
-
-// RestartLine describes a restart: "1/3: rank 3 on node2 was killed by
-// SIGKILL; resuming from step 10", or for a requested one "restart
-// requested; resuming from step 10".
-func RestartLine(r *event.Restart) string {
-	from := "restarting from the start (no checkpoint saved yet)"
-	if r.Step > 0 {
-		from = fmt.Sprintf("resuming from step %d", r.Step)
-	}
-	if r.Requested {
-		return fmt.Sprintf("%s; %s", r.Cause, from)
-	}
-	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
 }
 
 // resumedFrom is the event that corrects restart r's step where the

@@ -57,22 +57,6 @@ func TestReshape(t *testing.T) {
 	}
 }
 
-// TestRestartLine: the restart's line names the restart, the cause and
-// the step the job resumes from (or that it starts over).
-func TestRestartLine(t *testing.T) {
-	for _, tt := range []struct {
-		r    event.Restart
-		want string
-	}{
-		{event.Restart{Count: 1, Max: 3, Cause: "rank 3 on node2 was killed by SIGKILL", Step: 10}, "1/3: rank 3 on node2 was killed by SIGKILL; resuming from step 10"},
-		{event.Restart{Count: 2, Max: 2, Cause: "node node2 lost: connection reset"}, "2/2: node node2 lost: connection reset; restarting from the start (no checkpoint saved yet)"},
-	} {
-		if got := RestartLine(&tt.r); got != tt.want {
-			t.Errorf("got %q, want %q", got, tt.want)
-		}
-	}
-}
-
 // TestResumedFrom: where the replan resumes from another step than the
 // restart named, a JobReplanned event carries the restart with the true
 // step and says which.
@@ -273,10 +257,10 @@ func TestSupervisorRestartRequested(t *testing.T) {
 	}
 	select {
 	case r := <-restarted:
-		if !r.Requested || r.Step < step || r.Max != 0 || !strings.Contains(RestartLine(r), "restart requested; resuming from step") {
-			t.Errorf("the restart %+v (%s), want a requested one from step %d or later", r, RestartLine(r), step)
+		if !r.Requested || r.Step < step || r.Max != 0 || !strings.Contains(r.String(), "restart requested; resuming from step") {
+			t.Errorf("the restart %+v (%s), want a requested one from step %d or later", r, r.String(), step)
 		}
-		t.Logf("%s (a checkpoint of step %d saved before)", RestartLine(r), step)
+		t.Logf("%s (a checkpoint of step %d saved before)", r.String(), step)
 	case <-time.After(60 * time.Second):
 		t.Fatal("no restart 60 s after Restart")
 	}

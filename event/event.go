@@ -237,6 +237,20 @@ type Restart struct {
 	Requested bool `json:"requested,omitempty"`
 }
 
+// String describes the restart: "1/3: rank 3 on node2 was killed by
+// SIGKILL; resuming from step 10", or for a requested one "restart
+// requested; resuming from step 10".
+func (r *Restart) String() string {
+	from := "restarting from the start (no checkpoint saved yet)"
+	if r.Step > 0 {
+		from = fmt.Sprintf("resuming from step %d", r.Step)
+	}
+	if r.Requested {
+		return fmt.Sprintf("%s; %s", r.Cause, from)
+	}
+	return fmt.Sprintf("%d/%d: %s; %s", r.Count, r.Max, r.Cause, from)
+}
+
 // Checkpoint is one checkpoint, as a KindCheckpoint event names it.
 type Checkpoint struct {
 	// Step is the number of steps done, the step a resume from it starts

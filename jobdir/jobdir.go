@@ -27,6 +27,8 @@
 package jobdir
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,9 +101,21 @@ type Spec struct {
 // Local reports whether the job runs on this machine alone.
 func (s *Spec) Local() bool { return s.Hosts == "" }
 
-// IDPattern is the regular expression of the ids jobs get
-// (cluster.NewJobID: 20261121-201141-455c59), the only names of folders
-// this package creates or reads as jobs, and that a node's prune removes.
+// NewID returns a new job id, made of the time and random digits
+// (20261121-201141-455c59): the name of the job's folder here and of its
+// jobs/<id> directories on the nodes.
+func NewID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return time.Now().Format(idTime) + "-" + hex.EncodeToString(b)
+}
+
+// idTime is the time layout that starts a job id.
+const idTime = "20060102-150405"
+
+// IDPattern is the regular expression of the ids jobs get (NewID), the
+// only names of folders this package creates or reads as jobs, and that a
+// node's prune removes.
 const IDPattern = `[0-9]{8}-[0-9]{6}-[0-9a-f]{6}`
 
 var idRE = regexp.MustCompile(`^` + IDPattern + `$`)

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
 )
 
@@ -96,7 +95,7 @@ func rowOf(ev event.Event) eventRow {
 		}
 	case event.KindJob:
 		if ev.Restart != nil {
-			row.cause = clean(cluster.RestartLine(ev.Restart))
+			row.cause = clean(ev.Restart.String())
 		}
 		if ev.State == event.JobFailed && row.cause == "" {
 			row.cause = how(ev.Code, ev.Signal)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -390,7 +391,7 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		return nil
 	}
 	t := m.rankTable.table(m.nodes.rows)
-	id := cluster.NewJobID()
+	id := jobdir.NewID()
 	path := m.rankTable.jobPath(id)
 	if err := m.rankTable.write(path, t); err != nil {
 		m.status = "rank table: " + err.Error()

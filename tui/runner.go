@@ -81,7 +81,7 @@ type Job struct {
 	Resume    bool             // continue from the newest checkpoint (train --resume)
 	Table     *ranktable.Table // the ranks: which devices of which nodes
 	TablePath string           // where the rank table was saved, if it was
-	JobID     string           // the job's id (cluster.NewJobID), which names its jobs/<id> directories
+	JobID     string           // the job's id (jobdir.NewID), which names its jobs/<id> directories
 	Resolved  *presets.Config  // Config with Overrides applied, as the UI checked it
 	Restarts  cluster.Restarts // the automatic restart policy (--max-restarts, --min-nodes)
 	// Nodes names the inventory's nodes the job runs on (those of Table);

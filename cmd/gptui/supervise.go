@@ -100,7 +100,7 @@ func newJobDir(cf clusterFlags, c string, o []string) (*jobdir.Job, error) {
 		return nil, err
 	}
 	spec := specOf(cf, c, o)
-	spec.ID, spec.Dir = cluster.NewJobID(), wd
+	spec.ID, spec.Dir = jobdir.NewID(), wd
 	dir, err := jobdir.Create(wd, spec)
 	if err != nil {
 		return nil, err
@@ -234,7 +234,7 @@ func supervise(ctx context.Context, prev *jobdir.Job, started *bool, stdout, std
 		if ck := sum.Checkpoint; ck != nil {
 			e.Restart.Step = ck.Step
 		}
-		e.Message = cluster.RestartLine(e.Restart)
+		e.Message = e.Restart.String()
 		tee(e)
 	}
 	err = cfgErr
