@@ -89,6 +89,7 @@ func (c *sshCluster) sameCheckpoint(t *testing.T, step string, a, b int) {
 // and the ranks' agreement ended the job with exit 2.)
 func TestResumeHealsDamagedCheckpoint(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := c.replicaJob(t)
@@ -166,6 +167,7 @@ func TestResumeHealsDamagedCheckpoint(t *testing.T) {
 // Each continues with the losses of an uninterrupted run.
 func TestResumeMissedReplica(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := c.replicaJob(t, "-o", "Engine.save_load.keep_last=1")

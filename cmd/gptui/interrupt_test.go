@@ -198,6 +198,7 @@ func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 // checkpoint is exact.
 func TestRunHostsInterruptSaves(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	for _, tc := range stopSignals {
 		t.Run(tc.sig.String(), func(t *testing.T) { runHostsInterruptSaves(t, c, tc.sig, tc.code) })

@@ -236,6 +236,7 @@ func TestTrainAuto(t *testing.T) {
 // a note.
 func TestPlanProfile(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	bin := builtGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	env := append(os.Environ(), "HOME="+c.home, "SSH_AUTH_SOCK=", "GPTUI_THREADS=1")

@@ -117,6 +117,7 @@ func compareLosses(t *testing.T, got, want map[int]float64, from, to int) {
 // end with the losses of an uninterrupted run. The checkpoints go to a
 // directory both nodes see (a shared filesystem).
 func TestRestartWorkerKilled(t *testing.T) {
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	restartWorkerKilled(t, restartArgs(t, filepath.Join(t.TempDir(), "shared-out")))
 }
 
@@ -126,6 +127,7 @@ func TestRestartWorkerKilled(t *testing.T) {
 // resumed attempt starts.
 func TestRestartWorkerKilledPerNodeCheckpoints(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	restartWorkerKilled(t, restartArgs(t, "output"))
 }
 
@@ -231,6 +233,7 @@ func restartWorkerKilled(t *testing.T, args []string) {
 // uninterrupted dp4 run.
 func TestElasticNodeLost(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	elasticNodeLost(t, restartArgs(t, filepath.Join(t.TempDir(), "shared-out")))
 }
 
@@ -239,6 +242,7 @@ func TestElasticNodeLost(t *testing.T) {
 // has them.
 func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	elasticNodeLost(t, restartArgs(t, "output"))
 }
 

@@ -21,6 +21,7 @@ import (
 // run's restartSteps, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -93,6 +94,7 @@ func TestResumeHostsSync(t *testing.T) {
 // refused (exit 2).
 func TestReplicasSurviveNodeLoss(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	run := func(args ...string) (string, error) {
@@ -135,6 +137,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 // size, with the four panels; a missing log directory is exit 2.
 func TestReportTwoNodeRun(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd := c.command(t, &stdout, &stderr, append(small(t), "-o", "Engine.max_steps=12", "-o", "Engine.eval_freq=4", "-o", "Engine.eval_iters=1", "-o", "Engine.logging_freq=1",

@@ -206,6 +206,7 @@ func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duratio
 // dry run before it pushed the binary, so the job's own setup skips the
 // push. Tensor parallel groups (mp2) hold ranks 0-1 and 2-3, one per node.
 func TestRunHosts(t *testing.T) {
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	for _, tt := range []struct {
 		name      string
 		devices   string
@@ -316,6 +317,7 @@ func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exe
 // leaves no process on either node.
 func TestRunHostsWorkerKilled(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	_, done := startLongJob(t, c, &stdout, &stderr)
@@ -344,6 +346,7 @@ func TestRunHostsWorkerKilled(t *testing.T) {
 // connections drop, and the agents stop their workers within 10 s.
 func TestRunHostsLauncherKilled(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	cmd, done := startLongJob(t, c, &stdout, &stderr)
@@ -362,6 +365,7 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 // fingerprint.
 func TestRunHostsBadInput(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:1")
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.txt")
@@ -473,6 +477,7 @@ func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, awai
 // stopped agent, so nothing is left once it is continued.
 func TestRunHostsAgentStopped(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int
@@ -513,6 +518,7 @@ func TestRunHostsAgentStopped(t *testing.T) {
 // stopped worker is killed, so nothing is left once it is continued.
 func TestRunHostsWorkerStopped(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int
