@@ -217,8 +217,9 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 // stopped with 'gptui stop' (a checkpoint) and opened again once stopped,
 // 'gptui jobs' giving its state at each point.
 func TestDetachLocal(t *testing.T) {
+	t.Parallel() // its processes are its own: ownGPTUI
 	dir := t.TempDir()
-	exe := builtGPTUI(t)
+	exe := ownGPTUI(t)
 	start := "GPTUI_THREADS=1 " + shellQuoteTest(exe) + " run --detach --nproc 2 " + detachArgs(t)
 	detachScenario(t, dir, nil, start, event.MetricsFile(filepath.Join(dir, "log"), 0), "localhost", filepath.Join(dir, "output"))
 }
@@ -228,8 +229,9 @@ func TestDetachLocal(t *testing.T) {
 // metrics and checkpoint are in the first node's workdir.
 func TestDetachHosts(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are its own: ownGPTUI
 	dir := t.TempDir()
-	exe := builtGPTUI(t)
+	exe := ownGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	env := []string{"HOME=" + c.home, "SSH_AUTH_SOCK=", "GPTUI_THREADS=1"}
 	start := shellQuoteTest(exe) + " run --detach --hosts " + shellQuoteTest(c.hosts) + " " + detachArgs(t)

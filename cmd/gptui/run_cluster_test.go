@@ -62,6 +62,28 @@ func builtGPTUI(t *testing.T) string {
 	return filepath.Join(gptuiBin.dir, "gptui")
 }
 
+// ownGPTUI is builtGPTUI under a name of the test's own (a hard link in
+// its temporary directory, or a copy): the processes it starts are the
+// test's alone by their executable's path (/proc/PID/exe), so that a
+// test that checks none is left (awaitNoProcess, localPID) may run in
+// parallel with others.
+func ownGPTUI(t *testing.T) string {
+	t.Helper()
+	shared := builtGPTUI(t)
+	bin := filepath.Join(t.TempDir(), "gptui")
+	if os.Link(shared, bin) == nil {
+		return bin
+	}
+	b, err := os.ReadFile(shared)
+	if err == nil {
+		err = os.WriteFile(bin, b, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
 // srcDir is the package's source directory: the tests run in a temporary
 // directory of their own (testwd), so that what the commands write to
 // relative paths (tiny's output_dir, log_dir) stays out of the source tree.

@@ -205,7 +205,8 @@ func rankRow(scr string, r int) string {
 // attach' opens it again, s stops it (every rank stopped, none failed), q
 // quits, and says where the logs and the checkpoint are.
 func TestTUILocal(t *testing.T) {
-	exe := builtGPTUI(t)
+	t.Parallel() // its processes are its own: ownGPTUI
+	exe := ownGPTUI(t)
 	dir := t.TempDir()
 	s := startTmux(t, dir, 120, 32, localCommand(exe, "-o Engine.logging_freq=2 -o Engine.save_load.save_steps=4"))
 
@@ -500,7 +501,8 @@ func launchHosts(t *testing.T, s *tmuxSession) string {
 // the UI exits 0.
 func TestTUIHosts(t *testing.T) {
 	long(t)
-	exe := builtGPTUI(t)
+	t.Parallel() // its processes are its own: ownGPTUI
+	exe := ownGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	known := filepath.Join(c.home, ".ssh", "known_hosts")
 	if err := os.WriteFile(known, []byte(c.servers[0].KnownHostsLine()+"\n"), 0o600); err != nil {
@@ -554,7 +556,8 @@ func TestTUIHosts(t *testing.T) {
 // node, until R on the Nodes screen sets it up again.
 func TestTUIHostsNodeLost(t *testing.T) {
 	long(t)
-	exe := builtGPTUI(t)
+	t.Parallel() // its processes are its own: ownGPTUI
+	exe := ownGPTUI(t)
 	c := newSSHCluster(t, "cpu:1")
 	s := startTmux(t, t.TempDir(), 120, 32, hostsCommand(c, exe, "--agent-timeout 3s"))
 	s.await(bothReadyRE, 90*time.Second)
@@ -591,7 +594,8 @@ func TestTUIHostsNodeLost(t *testing.T) {
 // uninterrupted run (1e-5), and the UI exits 0.
 func TestTUIHostsDropNode(t *testing.T) {
 	long(t)
-	exe := builtGPTUI(t)
+	t.Parallel() // its processes are its own: ownGPTUI
+	exe := ownGPTUI(t)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
 	var args []string
