@@ -19,6 +19,7 @@
 //	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
 //	gptui plan -c CONFIG|PRESET [-o ...] [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--json]
 //	gptui gpu libs|check|bench|nccl           where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs; NCCL's data path on one rank
+//	gptui report --log-dir DIR [--log-dir DIR2 ...] [--events FILE] [-o report.png]   a run's metrics drawn as one PNG
 //
 // Exit status: 0 on success, 2 for bad input (config, data, files), 1 for
 // any other failure, and 128 + the signal's number (130, 143, 129) when

@@ -3,7 +3,7 @@
 //
 // src/cuda_emu.h makes CUDA C compile as C++20 under g++ (threads, blocks, shared
 // memory, __syncthreads, warp shuffles, atomics; see its comment), and
-// driver.cpp replays a script of launches over host buffers. [Build]
+// src/driver.cpp replays a script of launches over host buffers. [Build]
 // compiles the very source NVRTC gets (cuda.Source()) with them into one
 // host binary; a [Machine] is a [cuda.Launcher] over that binary: it holds
 // host copies of the buffers, records launches, and [Machine.Run] replays
