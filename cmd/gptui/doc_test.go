@@ -530,6 +530,7 @@ func (r *docRunner) quoted(t *testing.T, cmd string) docRun {
 // stands for any number of lines. The quoted lines may be a part of the
 // output (a page quotes the lines it explains), in the order printed.
 func TestDocExamples(t *testing.T) {
+	t.Parallel() // beside the other tests that look for no process of theirs left
 	root, pages := docPages(t)
 	cache := t.TempDir()
 	r := &docRunner{runs: map[string]docRun{},
