@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
@@ -115,7 +116,7 @@ func (s *Supervisor) nodes() []sshexec.Node {
 // [Job.Plan] does.
 func (s *Supervisor) Plan(ctx context.Context) (*Plan, error) {
 	if r, n := s.opts.Config.Engine.SaveLoad.Replicas, len(s.nodes()); r > n {
-		return nil, inputErrorf("Engine.save_load.replicas: %d, but the job has %d %s: want 1 to %d (each checkpoint on that many nodes)", r, n, plural(n, "node"), n)
+		return nil, inputErrorf("Engine.save_load.replicas: %d, but the job has %d %s: want 1 to %d (each checkpoint on that many nodes)", r, n, units.Plural(n, "node"), n)
 	}
 	j := s.attempt(s.nodes(), s.opts.Config, 0)
 	p, err := j.Plan(ctx)

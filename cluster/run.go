@@ -11,6 +11,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/sshexec"
 )
 
@@ -493,15 +494,8 @@ func (j *Job) pruneJobs(nodes []*node) {
 		case err != nil:
 			j.nodeEvent(n.name, event.NodePruned, "old jobs not removed: "+err.Error())
 		case len(old) > 0:
-			j.nodeEvent(n.name, event.NodePruned, fmt.Sprintf("removed %d old %s (jobs/%s), keeping the newest %d", len(old), plural(len(old), "job"), strings.Join(old, ", jobs/"), keep))
+			j.nodeEvent(n.name, event.NodePruned, fmt.Sprintf("removed %d old %s (jobs/%s), keeping the newest %d", len(old), units.Plural(len(old), "job"), strings.Join(old, ", jobs/"), keep))
 		}
 		return err
 	})
-}
-
-func plural(n int, w string) string {
-	if n == 1 {
-		return w
-	}
-	return w + "s"
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 )
 
 // LogWriteError is a failed write to a log file (workerlog.<rank> or
@@ -26,17 +27,10 @@ type LogWriteError struct {
 }
 
 func (e *LogWriteError) Error() string {
-	return fmt.Sprintf("log file %s: %v (%d %s lost)", e.File, e.Err, e.Lost, pluralWord(e.Lost, "write"))
+	return fmt.Sprintf("log file %s: %v (%d %s lost)", e.File, e.Err, e.Lost, units.Plural(e.Lost, "write"))
 }
 
 func (e *LogWriteError) Unwrap() error { return e.Err }
-
-func pluralWord(n int, w string) string {
-	if n == 1 {
-		return w
-	}
-	return w + "s"
-}
 
 // logFile is an open log file. A failed write is reported once on the
 // run's stderr; later writes are dropped and counted, and the writer keeps

@@ -11,6 +11,7 @@ import (
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -76,7 +77,7 @@ func (m *Model) planDrop() (*drop, string) {
 	if _, err := presets.Load(m.job.source, d.overrides); err != nil {
 		return nil, fmt.Sprintf("cannot re-plan the job for the %d ranks left: %v", ranks, err)
 	}
-	d.how = fmt.Sprintf("%d %s, %d ranks: %s → %s, accumulate %d (global batch %d kept)", left, plural(left, "node"), ranks,
+	d.how = fmt.Sprintf("%d %s, %d ranks: %s → %s, accumulate %d (global batch %d kept)", left, units.Plural(left, "node"), ranks,
 		planner.StrategyOf(was), planner.StrategyOf(&c), c.Global.LocalBatchSize/max(c.Global.MicroBatchSize, 1), gb)
 	return d, ""
 }

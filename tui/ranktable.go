@@ -9,6 +9,7 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -197,7 +198,7 @@ func (m *rankTableModel) view(st styles, rows []nodeRow, w, h int) []string {
 			detail = append(detail, fit("  no ranks: the node is "+rows[m.sel].stateText()+", not ready (the Nodes screen retries it with R)", w))
 		}
 	}
-	status := fmt.Sprintf("world size %d on the %d ready %s of %d", t.RankSize(), len(t.Servers), plural(len(t.Servers), "node"), len(rows))
+	status := fmt.Sprintf("world size %d on the %d ready %s of %d", t.RankSize(), len(t.Servers), units.Plural(len(t.Servers), "node"), len(rows))
 	if nr := (&nodesModel{rows: rows}).notReady(); nr != "" {
 		status += " (not ready: " + nr + ")"
 	}

@@ -193,11 +193,3 @@ func wrap(s string, w int) []string {
 	}
 	return append(out, line)
 }
-
-// plural returns w, with an s unless n is 1.
-func plural(n int, w string) string {
-	if n == 1 {
-		return w
-	}
-	return w + "s"
-}

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/internal/units"
 )
 
 func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -37,6 +38,7 @@ func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "prepared %d documents from %d files: %d tokens in %d shards under %s\n", st.Documents, st.Files, st.Tokens, st.Shards, *out)
+	fmt.Fprintf(stdout, "prepared %d %s from %d %s: %d tokens in %d %s under %s\n", st.Documents, units.Plural(st.Documents, "document"),
+		st.Files, units.Plural(st.Files, "file"), st.Tokens, st.Shards, units.Plural(st.Shards, "shard"), *out)
 	return nil
 }

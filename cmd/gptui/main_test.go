@@ -88,6 +88,7 @@ func TestBadInput(t *testing.T) {
 		{"eval token outside the vocabulary", []string{"train", "-c", "tiny", "-o", logs, "-o", "Data.Train.dataset.input_dir=" + h.trainData, "-o", "Data.Eval.dataset.input_dir=" + h.evalData},
 			[]string{filepath.Join(h.evalData, "data_000000.bin"), "token 50290 at byte offset 1038"}},
 		{"missing prepare input", []string{"data", "prepare", "--input", filepath.Join(dir, "none.txt"), "--output", filepath.Join(dir, "o")}, []string{"none.txt"}},
+		{"prepare input without text", []string{"data", "prepare", "--input", shards, "--output", filepath.Join(dir, "o")}, []string{"no .txt or .jsonl files found in " + shards}},
 	}
 	if planner.MemTotal() > 0 { // the machine's memory is known (Linux): 13 TB cannot fit it
 		tests = append(tests, struct {

@@ -16,6 +16,7 @@ import (
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/engine/hf"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
@@ -120,7 +121,7 @@ func importHeld(steps []string, latest string) string {
 	switch {
 	case len(steps) == 0:
 	case len(steps) <= 3:
-		what = plural(len(steps), "checkpoint") + " " + strings.Join(steps, ", ")
+		what = units.Plural(len(steps), "checkpoint") + " " + strings.Join(steps, ", ")
 	default:
 		what = fmt.Sprintf("%d checkpoints, %s to %s", len(steps), steps[len(steps)-1], steps[0])
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
 )
@@ -149,10 +150,10 @@ func ranktableCheck(args []string, stdout, stderr io.Writer) error {
 		for _, e := range errs {
 			fmt.Fprintf(stdout, "%s: %v\n", file, e)
 		}
-		return usagef("ranktable check: %s: %d %s", file, len(errs), plural(len(errs), "problem"))
+		return usagef("ranktable check: %s: %d %s", file, len(errs), units.Plural(len(errs), "problem"))
 	}
 	fmt.Fprintf(stdout, "OK %s: version %s, %d %s, %d devices (RANK_SIZE %d)\n",
-		file, t.Version, len(t.Servers), plural(len(t.Servers), "server"), t.RankSize(), t.RankSize())
+		file, t.Version, len(t.Servers), units.Plural(len(t.Servers), "server"), t.RankSize(), t.RankSize())
 	for i, s := range t.Servers {
 		lo, hi := t.DeviceRange(i)
 		fmt.Fprintf(stdout, "  %-20s %2d devices, DEVICE_RANGE [%d,%d)\n", s.ServerID, len(s.Devices), lo, hi)
@@ -183,14 +184,6 @@ func ranktableWrite(out string, t *ranktable.Table, stdout io.Writer) error {
 	if err := ranktable.Write(out, t); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %s: %d %s, %d devices\n", out, len(t.Servers), plural(len(t.Servers), "server"), t.RankSize())
+	fmt.Fprintf(stdout, "wrote %s: %d %s, %d devices\n", out, len(t.Servers), units.Plural(len(t.Servers), "server"), t.RankSize())
 	return nil
-}
-
-// plural returns word for n == 1 and word+"s" otherwise.
-func plural(n int, word string) string {
-	if n == 1 {
-		return word
-	}
-	return word + "s"
 }

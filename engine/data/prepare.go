@@ -110,7 +110,7 @@ func Prepare(ctx context.Context, inputs []string, outDir string, opts PrepareOp
 		return stats, err
 	}
 	if len(files) == 0 {
-		return stats, fmt.Errorf("data: no .txt or .jsonl files found in %s", strings.Join(inputs, ", "))
+		return stats, badinput.Wrap(fmt.Errorf("data: no .txt or .jsonl files found in %s: name files or folders that hold them", strings.Join(inputs, ", ")))
 	}
 	tok := opts.Tokenizer
 	if tok == nil {

@@ -74,3 +74,12 @@ func Params(n float64) string {
 	}
 	return fmt.Sprintf("%.0f", n)
 }
+
+// Plural returns word for n == 1 and word+"s" otherwise: "1 shard", "2
+// shards".
+func Plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
+}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"time"
+
+	"github.com/gptui/gptui/internal/units"
 )
 
 // Name describes the backend in one line: its GEMM and threads, for
@@ -11,9 +13,9 @@ import (
 // "cpu: built-in avx512, matmuls in bf16 (avx512-bf16), 2 threads".
 func (b *Backend) Name() string {
 	if b.bf16 != nil {
-		return fmt.Sprintf("cpu: %s, matmuls in bf16 (%s), %d threads", b.BLAS(), b.bf16.name, b.Threads())
+		return fmt.Sprintf("cpu: %s, matmuls in bf16 (%s), %d %s", b.BLAS(), b.bf16.name, b.Threads(), units.Plural(b.Threads(), "thread"))
 	}
-	return fmt.Sprintf("cpu: %s, %d threads", b.BLAS(), b.Threads())
+	return fmt.Sprintf("cpu: %s, %d %s", b.BLAS(), b.Threads(), units.Plural(b.Threads(), "thread"))
 }
 
 // PeakFLOPS is the rate MFU is measured against on a CPU, measured once on
