@@ -116,24 +116,12 @@ type sshCluster struct {
 func newSSHCluster(t *testing.T, devices string) *sshCluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &sshCluster{hosts: filepath.Join(dir, "hosts.txt"), home: filepath.Join(dir, "home")}
-	var inv, known strings.Builder
-	inv.WriteString("# two nodes on this machine\n")
-	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
-		s := sshtest.Start(t, addr)
-		wd := filepath.Join(dir, fmt.Sprintf("node%d", i))
-		c.servers = append(c.servers, s)
-		c.workdirs = append(c.workdirs, wd)
-		fmt.Fprintf(&inv, "%s@%s:%d devices=%s workdir=%s identity=%s\n", s.User, addr, s.Port, devices, wd, s.UserKeyFile)
-		known.WriteString(s.KnownHostsLine() + "\n")
-	}
-	if err := os.WriteFile(c.hosts, []byte(inv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n := sshtest.StartNodes(t, dir, devices, "127.0.0.2", "127.0.0.3")
+	c := &sshCluster{servers: n.Servers, workdirs: n.Workdirs, hosts: n.Hosts, home: filepath.Join(dir, "home")}
 	if err := os.MkdirAll(filepath.Join(c.home, ".ssh"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(c.home, ".ssh", "known_hosts"), []byte(known.String()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(c.home, ".ssh", "known_hosts"), []byte(sshtest.KnownHosts(c.servers...)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return c
