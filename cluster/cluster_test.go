@@ -111,20 +111,9 @@ type testCluster struct {
 func newCluster(t *testing.T, devices string) *testCluster {
 	t.Helper()
 	dir := t.TempDir()
-	tc := &testCluster{hosts: filepath.Join(dir, "hosts.txt"), knownHosts: filepath.Join(dir, "known_hosts")}
-	var inv, known strings.Builder
-	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
-		s := sshtest.Start(t, addr)
-		wd := filepath.Join(dir, fmt.Sprintf("node%d", i))
-		tc.servers = append(tc.servers, s)
-		tc.workdirs = append(tc.workdirs, wd)
-		fmt.Fprintf(&inv, "%s@%s:%d devices=%s workdir=%s identity=%s\n", s.User, addr, s.Port, devices, wd, s.UserKeyFile)
-		known.WriteString(s.KnownHostsLine() + "\n")
-	}
-	if err := os.WriteFile(tc.hosts, []byte(inv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(tc.knownHosts, []byte(known.String()), 0o600); err != nil {
+	n := sshtest.StartNodes(t, dir, devices, "127.0.0.2", "127.0.0.3")
+	tc := &testCluster{servers: n.Servers, workdirs: n.Workdirs, hosts: n.Hosts, knownHosts: filepath.Join(dir, "known_hosts")}
+	if err := os.WriteFile(tc.knownHosts, []byte(sshtest.KnownHosts(tc.servers...)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return tc
@@ -298,11 +287,7 @@ func TestHostKeys(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.name == "changed" {
-				var known strings.Builder
-				for _, s := range tc.servers {
-					known.WriteString(s.KnownHostsLine() + "\n")
-				}
-				os.WriteFile(tc.knownHosts, []byte(known.String()), 0o600)
+				os.WriteFile(tc.knownHosts, []byte(sshtest.KnownHosts(tc.servers...)), 0o600)
 			}
 			tt.setup()
 			j := New(tc.optionsWithout(t)) // refused before any push

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path"
 	"strings"
 	"syscall"
@@ -254,26 +253,12 @@ func (j *Job) takeLock(ctx context.Context, n *node) error {
 // reads the end of its input.
 func (n *node) startLockHolder(ctx context.Context) (*agentProc, error) {
 	if n.local() {
-		cmd := exec.Command(n.exe, "agent", "--lock")
-		cmd.Dir = n.dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		stdin, err := cmd.StdinPipe()
+		p, proc, err := n.startLocal(&syscall.SysProcAttr{Setpgid: true}, "agent", "--lock")
 		if err != nil {
 			return nil, err
 		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		return &agentProc{stdin: stdin, stdout: stdout, stderr: stderr, wait: cmd.Wait,
-			kill: func() { _ = cmd.Process.Kill() }}, nil
+		p.kill = func() { _ = proc.Kill() }
+		return p, nil
 	}
 	// The holder lives as long as the job: its session outlives ctx.
 	s, err := n.client.Start(context.WithoutCancel(ctx), n.command(true, "agent", "--lock"))

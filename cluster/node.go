@@ -173,33 +173,41 @@ type agentProc struct {
 	kill           func()       // kills the agent and so its workers
 }
 
+// startLocal starts `gptui ARGS` on the local node n, in its workdir
+// with attr, its standard streams piped; the caller sets the agentProc's
+// kill.
+func (n *node) startLocal(attr *syscall.SysProcAttr, args ...string) (*agentProc, *os.Process, error) {
+	cmd := exec.Command(n.exe, args...)
+	cmd.Dir = n.dir
+	cmd.SysProcAttr = attr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return &agentProc{stdin: stdin, stdout: stdout, stderr: stderr, wait: cmd.Wait}, cmd.Process, nil
+}
+
 // startAgent starts `gptui agent` on the node; ctx bounds only the
 // start.
 func (n *node) startAgent(ctx context.Context) (*agentProc, error) {
 	if n.local() {
-		cmd := exec.Command(n.exe, "agent")
-		cmd.Dir = n.dir
-		cmd.SysProcAttr = agentSysProcAttr()
-		stdin, err := cmd.StdinPipe()
+		p, proc, err := n.startLocal(agentSysProcAttr(), "agent")
 		if err != nil {
-			return nil, err
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
 			return nil, fmt.Errorf("start the agent: %w", err)
 		}
-		return &agentProc{
-			stdin: stdin, stdout: stdout, stderr: stderr,
-			wait: cmd.Wait,
-			kill: func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) },
-		}, nil
+		p.kill = func() { _ = syscall.Kill(-proc.Pid, syscall.SIGKILL) }
+		return p, nil
 	}
 	// The session outlives ctx: it ends when the agent exits or is killed.
 	s, err := n.client.Start(context.WithoutCancel(ctx), n.command(true, "agent"))

@@ -126,28 +126,70 @@ func TestConnectCanceled(t *testing.T) {
 	}
 }
 
+// joining are the Connect calls of a test's ranks, each started when the
+// test says, in goroutines of this process.
+type joining struct {
+	wg     sync.WaitGroup
+	worlds []*World
+	errs   []error
+}
+
+func newJoining(size int) *joining {
+	return &joining{worlds: make([]*World, size), errs: make([]error, size)}
+}
+
+// join starts the Connect of rank cfg.Rank.
+func (j *joining) join(cfg Config) {
+	j.wg.Go(func() { j.worlds[cfg.Rank], j.errs[cfg.Rank] = Connect(context.Background(), cfg) })
+}
+
+// formed waits for every rank's Connect, closes the worlds when the test
+// ends, and fails the test unless every rank connected.
+func (j *joining) formed(t *testing.T) []*World {
+	t.Helper()
+	j.wg.Wait()
+	t.Cleanup(func() { closeWorlds(j.worlds) })
+	if err := errors.Join(j.errs...); err != nil {
+		t.Fatal(err)
+	}
+	return j.worlds
+}
+
+// barrierAll fails the test unless a barrier of all the worlds' ranks
+// passes.
+func barrierAll(t *testing.T, worlds []*World) {
+	t.Helper()
+	gs := groups(t, worlds, allRanks(len(worlds)))
+	mustAll(t, len(worlds), func(r int) error { return gs[r].Barrier(context.Background()) })
+}
+
+// dialMaster connects to the master at addr once it listens, trying for
+// about a second.
+func dialMaster(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	var c net.Conn
+	for i := 0; c == nil && i < 100; i++ {
+		c, _ = net.Dial("tcp", addr)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c == nil {
+		t.Fatal("the master does not listen")
+	}
+	return c
+}
+
 // TestConnectLateMaster starts the other ranks well before rank 0: they
 // keep retrying until it listens.
 func TestConnectLateMaster(t *testing.T) {
 	port := freePort(t)
-	worlds := make([]*World, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		wg.Go(func() {
-			if r == 0 {
-				time.Sleep(300 * time.Millisecond)
-			}
-			worlds[r], errs[r] = Connect(context.Background(), Config{Rank: r, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte("test")})
-		})
+	j := newJoining(3)
+	for _, r := range []int{1, 2, 0} {
+		if r == 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		j.join(Config{Rank: r, WorldSize: 3, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte("test")})
 	}
-	wg.Wait()
-	t.Cleanup(func() { closeWorlds(worlds) })
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	gs := groups(t, worlds, allRanks(3))
-	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+	barrierAll(t, j.formed(t))
 }
 
 // TestConnectRefusals checks that the master refuses a rank registered
@@ -159,37 +201,21 @@ func TestConnectRefusals(t *testing.T) {
 	cfg := func(rank, size int) Config {
 		return Config{Rank: rank, WorldSize: size, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 10 * time.Second, Secret: []byte("test")}
 	}
-	worlds := make([]*World, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	join := func(r int) { wg.Go(func() { worlds[r], errs[r] = Connect(context.Background(), cfg(r, 3)) }) }
-	join(0)
-	var stranger net.Conn
-	for i := 0; stranger == nil && i < 100; i++ {
-		stranger, _ = net.Dial("tcp", master)
-		time.Sleep(10 * time.Millisecond)
-	}
-	if stranger == nil {
-		t.Fatal("the master does not listen")
-	}
+	j := newJoining(3)
+	j.join(cfg(0, 3))
+	stranger := dialMaster(t, master)
 	stranger.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
 	stranger.Close()
 	if _, err := Connect(context.Background(), cfg(1, 4)); err == nil || !strings.Contains(err.Error(), "world size is 4") {
 		t.Errorf("a rank with another world size: %v", err)
 	}
-	join(1)
+	j.join(cfg(1, 3))
 	time.Sleep(200 * time.Millisecond) // rank 1 has registered
 	if _, err := Connect(context.Background(), cfg(1, 3)); err == nil || !strings.Contains(err.Error(), "rank 1 registered twice") {
 		t.Errorf("a second rank 1: %v", err)
 	}
-	join(2)
-	wg.Wait()
-	t.Cleanup(func() { closeWorlds(worlds) })
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	gs := groups(t, worlds, allRanks(3))
-	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+	j.join(cfg(2, 3))
+	barrierAll(t, j.formed(t))
 }
 
 // TestConnectAuthentication checks that a peer without the job's secret
@@ -209,22 +235,12 @@ func TestConnectAuthentication(t *testing.T) {
 				refusals = append(refusals, fmt.Sprintf(format, args...))
 			}}
 	}
-	worlds := make([]*World, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	join := func(r int) { wg.Go(func() { worlds[r], errs[r] = Connect(context.Background(), cfg(r, "job")) }) }
-	join(0)
+	j := newJoining(3)
+	j.join(cfg(0, "job"))
 
 	// A forger that knows the protocol but not the secret registers as
 	// rank 1 and answers the challenge with a made-up proof.
-	var c net.Conn
-	for i := 0; c == nil && i < 100; i++ {
-		c, _ = net.Dial("tcp", master)
-		time.Sleep(10 * time.Millisecond)
-	}
-	if c == nil {
-		t.Fatal("the master does not listen")
-	}
+	c := dialMaster(t, master)
 	if err := writeMsg(c, registration{Version: protocolVersion, Rank: 1, WorldSize: 3, Addr: "127.0.0.1:1", Nonce: hex.EncodeToString(newNonce())}); err != nil {
 		t.Fatal(err)
 	}
@@ -246,15 +262,9 @@ func TestConnectAuthentication(t *testing.T) {
 	if _, err := Connect(context.Background(), cfg(2, "another job")); err == nil || !strings.Contains(err.Error(), "failed authentication") {
 		t.Errorf("a rank with another secret: %v", err)
 	}
-	join(1)
-	join(2)
-	wg.Wait()
-	t.Cleanup(func() { closeWorlds(worlds) })
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	gs := groups(t, worlds, allRanks(3))
-	mustAll(t, 3, func(r int) error { return gs[r].Barrier(context.Background()) })
+	j.join(cfg(1, "job"))
+	j.join(cfg(2, "job"))
+	barrierAll(t, j.formed(t))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(refusals) != 2 || !strings.Contains(refusals[0], "claimed rank 1 without this job's secret") {
@@ -280,10 +290,8 @@ func TestConnectRefusalFlood(t *testing.T) {
 				lines = append(lines, fmt.Sprintf(format, args...))
 			}}
 	}
-	worlds := make([]*World, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	wg.Go(func() { worlds[0], errs[0] = Connect(context.Background(), cfg(0)) })
+	j := newJoining(2)
+	j.join(cfg(0))
 	for i := 0; i < flood; {
 		c, err := net.Dial("tcp", master)
 		if err != nil {
@@ -297,12 +305,8 @@ func TestConnectRefusalFlood(t *testing.T) {
 		c.Close()
 		i++
 	}
-	wg.Go(func() { worlds[1], errs[1] = Connect(context.Background(), cfg(1)) })
-	wg.Wait()
-	t.Cleanup(func() { closeWorlds(worlds) })
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	j.join(cfg(1))
+	j.formed(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(lines) < 2 || len(lines) > 4 {

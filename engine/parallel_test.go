@@ -14,19 +14,19 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/internal/paritymatrix"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/deferred"
 	"github.com/gptui/gptui/presets"
 )
 
-// parityOverrides is the small fp32 setup of the parity matrix: no dropout,
-// 5 steps, sequential data, a global batch of 8.
+// parityOverrides is the small fp32 setup of the parity matrix: its model
+// (paritymatrix.Model: no dropout, a global batch of 8), 5 steps,
+// sequential data.
 func parityOverrides(t *testing.T) []string {
-	return []string{"Engine.max_steps=5", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + t.TempDir(), "Model.vocab_size=96",
-		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Model.hidden_size=32", "Model.num_layers=2",
-		"Data.Train.dataset.max_seq_len=32", "Data.Train.dataset.shuffle=false", "Optimizer.lr.decay_steps=20",
-		"Global.global_batch_size=8", "Optimizer.lr.max_lr=1e-2", "Optimizer.lr.min_lr=1e-3"}
+	return append(slices.Clone(paritymatrix.Model), "Engine.max_steps=5", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir="+t.TempDir(),
+		"Data.Train.dataset.shuffle=false", "Optimizer.lr.decay_steps=20", "Optimizer.lr.max_lr=1e-2", "Optimizer.lr.min_lr=1e-3")
 }
 
 func freePort(t *testing.T) int {
@@ -240,27 +240,14 @@ type parityCase struct {
 	o     []string
 }
 
-// parityCases are the layouts of the parity matrix: every parallel
-// dimension and their combinations.
+// parityCases are the layouts of the parity matrix (paritymatrix.Layouts):
+// every parallel dimension and their combinations.
 func parityCases() []parityCase {
-	return []parityCase{
-		{"dp2", 2, []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage1", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage2", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage2 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
-		{"sharding2 stage3", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage3 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
-		{"mp2", 2, []string{"Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-		{"dp2 mp2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage2 mp2", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"pp2 1f1b", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-		{"pp2 gpipe", 2, []string{"Distributed.pp_degree=2", "Distributed.pp_schedule=gpipe", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
-		{"pp2 interleaved vpp2", 2, []string{"Distributed.pp_degree=2", "Distributed.vpp_degree=2", "Model.num_layers=4", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
-		{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-		{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+	var cases []parityCase
+	for _, l := range paritymatrix.Layouts() {
+		cases = append(cases, parityCase{l.Name, l.World, l.O})
 	}
+	return cases
 }
 
 // shortParity are the layouts of the -short matrix: one of each dimension

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,52 +42,34 @@ func (j *localJob) command(t *testing.T, stdout, stderr *syncBuffer, args ...str
 	return cmd
 }
 
+// start starts 'gptui run --no-tui --hosts INVENTORY ARGS'; when the test
+// ends it is killed, and the job's processes must be gone within 10 s.
+func (j *localJob) start(t *testing.T, stdout, stderr *syncBuffer, args ...string) *startedJob {
+	t.Helper()
+	return startJob(t, j.command(t, stdout, stderr, args...), stdout, stderr, func() { j.awaitGone(t, 10*time.Second) })
+}
+
 // processes returns the pids of the job's agent and workers: the
 // processes that run in its workdir.
 func (j *localJob) processes() []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd")); cwd == j.workdir && !zombie(pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return liveProcesses(func(proc string) bool {
+		cwd, _ := os.Readlink(filepath.Join(proc, "cwd"))
+		return cwd == j.workdir
+	})
 }
 
-// workerPID returns the pid of the job's worker of rank, or 0.
-func (j *localJob) workerPID(rank int) int {
-	for _, pid := range j.processes() {
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(cmdline, []byte("train")) && bytes.Contains(append([]byte{0}, env...), []byte(fmt.Sprintf("\x00RANK=%d\x00", rank))) {
-			return pid
-		}
-	}
-	return 0
+// workerPID returns the pid of the job's worker of rank; it fails the
+// test if there is none.
+func (j *localJob) workerPID(t *testing.T, rank int) int {
+	t.Helper()
+	return rankWorker(t, j.processes(), rank)
 }
 
 // awaitGone waits up to limit for the job's processes to end, killing
 // and reporting those left.
 func (j *localJob) awaitGone(t *testing.T, limit time.Duration) {
 	t.Helper()
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		left := j.processes()
-		if len(left) == 0 {
-			return
-		}
-		if time.Since(start) > limit {
-			t.Errorf("%d processes of the job remain %v after its end: %v", len(left), limit, left)
-			for _, pid := range left {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-			return
-		}
-	}
+	awaitNone(t, "processes of the job", j.processes, time.Now(), limit)
 }
 
 // TestRestartAfterSIGQUIT: SIGQUIT makes the Go runtime dump its
@@ -105,34 +85,10 @@ func TestRestartAfterSIGQUIT(t *testing.T) {
 	want := uninterrupted(t)
 	var stdout, stderr syncBuffer
 	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
-	cmd := j.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, restartArgs(t, filepath.Join(t.TempDir(), "out"))...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		j.awaitGone(t, 10*time.Second)
-	})
-	select {
-	case <-step12:
-	case err := <-done:
-		t.Fatalf("the job ended before step 12: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no step 12 after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	pid := j.workerPID(2)
-	if pid == 0 {
-		t.Fatalf("no worker of rank 2 among %v", j.processes())
-	}
-	syscall.Kill(pid, syscall.SIGQUIT)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(240 * time.Second):
-		t.Fatalf("the job still runs 240 s after the SIGQUIT:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	job := j.start(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, restartArgs(t, filepath.Join(t.TempDir(), "out"))...)...)
+	job.awaitLine(t, step12, "step 12", 120*time.Second)
+	syscall.Kill(j.workerPID(t, 2), syscall.SIGQUIT)
+	err := job.wait(t, 240*time.Second, "the SIGQUIT")
 	out := stdout.String()
 	if err != nil {
 		t.Fatalf("exit %d, want 0 (restarted)\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,23 +19,32 @@ import (
 // output.
 var nodeNames = [2]string{"127.0.0.2", "127.0.0.3"}
 
-// replicaJob returns a function that runs restartArgs' job on c's two
-// nodes with replicas 2, the uninterrupted run's schedule (decay_steps
-// fixed, so a resume with another max_steps keeps it), extra and then
-// args, every rank's lines shown, and returns its output and error.
-func (c *sshCluster) replicaJob(t *testing.T, extra ...string) func(args ...string) (string, error) {
+// resumeJob returns a function that runs restartArgs' job on c's two
+// nodes with the uninterrupted run's schedule (decay_steps fixed, so a
+// resume with another max_steps keeps it), extra and then args, every
+// rank's lines shown, and returns its output and error.
+func (c *sshCluster) resumeJob(t *testing.T, extra ...string) func(args ...string) (string, error) {
 	return func(args ...string) (string, error) {
 		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, c.replicaArgs(t, append(extra, args...)...)...)
-		err := cmd.Run()
+		err := c.command(t, &stdout, &stderr, c.resumeArgs(t, slices.Concat(extra, args)...)...).Run()
 		return stdout.String() + stderr.String(), err
 	}
 }
 
+// resumeArgs are resumeJob's arguments.
+func (c *sshCluster) resumeArgs(t *testing.T, args ...string) []string {
+	return append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
+		append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps)}, args...)...)
+}
+
+// replicaJob is resumeJob with replicas 2.
+func (c *sshCluster) replicaJob(t *testing.T, extra ...string) func(args ...string) (string, error) {
+	return c.resumeJob(t, append([]string{"-o", "Engine.save_load.replicas=2"}, extra...)...)
+}
+
 // replicaArgs are replicaJob's arguments.
 func (c *sshCluster) replicaArgs(t *testing.T, args ...string) []string {
-	return append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
-		append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)
+	return c.resumeArgs(t, append([]string{"-o", "Engine.save_load.replicas=2"}, args...)...)
 }
 
 // keepOutputs copies each node's output directory aside and returns a
@@ -227,34 +237,11 @@ func TestResumeMissedReplica(t *testing.T) {
 		full(true)
 		var stdout, stderr syncBuffer
 		saved := stdout.await("/0] [checkpoint] saved step 15 to ")
-		cmd := c.command(t, &stdout, &stderr, c.replicaArgs(t, "-o", "Engine.save_load.keep_last=1", "--resume", "--max-restarts", "1")...)
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			c.awaitGone(t, time.Now(), 10*time.Second)
-		})
-		select {
-		case <-saved:
-		case err := <-done:
-			t.Fatalf("the job ended before saving step 15: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-		case <-time.After(120 * time.Second):
-			t.Fatalf("no step 15 saved after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-		}
-		pid := c.workerPID(3)
-		if pid == 0 {
-			t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
-		}
+		job := c.start(t, &stdout, &stderr, c.replicaArgs(t, "-o", "Engine.save_load.keep_last=1", "--resume", "--max-restarts", "1")...)
+		job.awaitLine(t, saved, "step 15 saved", 120*time.Second)
+		pid := c.workerPID(t, 3)
 		syscall.Kill(pid, syscall.SIGKILL)
-		var err error
-		select {
-		case err = <-done:
-		case <-time.After(240 * time.Second):
-			t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
-		}
+		err := job.wait(t, 240*time.Second, "the kill")
 		out := stdout.String()
 		if err != nil {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())

@@ -155,27 +155,11 @@ func runInterruptSaves(t *testing.T, sig syscall.Signal, want int) {
 	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer cmd.Process.Kill()
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	run := startJob(t, cmd, &stdout, &stderr, nil)
+	run.awaitLine(t, training, "training", 120*time.Second)
 	sent := time.Now()
 	cmd.Process.Signal(sig)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the launcher still runs 60 s after %v\n%s\n%s", sig, stdout.String(), stderr.String())
-	}
+	err := run.wait(t, 60*time.Second, sig.String())
 	t.Logf("launcher exited %v after %v", time.Since(sent), sig)
 	if code := exitStatus(err); code != want || !strings.Contains(stderr.String(), "interrupted") {
 		t.Fatalf("exit %d, want %d; stderr:\n%s", code, want, stderr.String())
@@ -211,31 +195,11 @@ func runHostsInterruptSaves(t *testing.T, c *sshCluster, sig syscall.Signal, wan
 	training := stdout.await("/0] [train] epoch: 0 step: 1 ")
 	// Each signal's job saves into its own directory of the workdirs.
 	out := fmt.Sprintf("out-%d", int(sig))
-	cmd := c.command(t, &stdout, &stderr, append(interruptArgs(t, out), parallelArgs...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.awaitGone(t, time.Now(), 10*time.Second)
-	})
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	run := c.start(t, &stdout, &stderr, append(interruptArgs(t, out), parallelArgs...)...)
+	run.awaitLine(t, training, "training", 120*time.Second)
 	sent := time.Now()
-	cmd.Process.Signal(sig)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the launcher still runs 60 s after %v\n%s", sig, stderr.String())
-	}
+	run.cmd.Process.Signal(sig)
+	err := run.wait(t, 60*time.Second, sig.String())
 	took := time.Since(sent)
 	gone := c.awaitGone(t, sent, 60*time.Second)
 	t.Logf("launcher exited %v after %v; every process gone after %v", took, sig, gone)
@@ -269,26 +233,10 @@ func TestTrainHangupSaves(t *testing.T) {
 	cmd := exec.Command(builtGPTUI(t), args...)
 	cmd.Env = append(os.Environ(), "GPTUI_THREADS=1")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer cmd.Process.Kill()
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("training ended early: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no training after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	run := startJob(t, cmd, &stdout, &stderr, nil)
+	run.awaitLine(t, training, "training", 120*time.Second)
 	cmd.Process.Signal(syscall.SIGHUP)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("gptui train still runs 60 s after SIGHUP\n%s", stderr.String())
-	}
+	err := run.wait(t, 60*time.Second, "SIGHUP")
 	if code := exitStatus(err); code != 129 || !strings.Contains(stderr.String(), "interrupted") {
 		t.Fatalf("exit %d, want 129; stderr:\n%s", code, stderr.String())
 	}

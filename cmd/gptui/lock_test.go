@@ -75,21 +75,10 @@ func TestRunLocalOneJobPerWorkdir(t *testing.T) {
 	args := append(append([]string{"run", "--no-tui", "--nproc", "1"}, small(t)...), "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1")
 	var aOut, aErr syncBuffer
 	training := aOut.await("[0] [train] epoch")
-	a := exec.Command(builtGPTUI(t), args...)
-	a.Dir, a.Env, a.Stdout, a.Stderr = dir, append(os.Environ(), "GPTUI_THREADS=1"), &aOut, &aErr
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Wait() }()
-	t.Cleanup(func() { a.Process.Kill() })
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("job A ended: exit %d\n%s%s", exitStatus(err), aOut.String(), aErr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("job A is not training after 60 s:\n%s%s", aOut.String(), aErr.String())
-	}
+	cmd := exec.Command(builtGPTUI(t), args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, append(os.Environ(), "GPTUI_THREADS=1"), &aOut, &aErr
+	a := startJob(t, cmd, &aOut, &aErr, nil)
+	a.awaitLine(t, training, "training of job A", 60*time.Second)
 	holder := readLockFile(t, dir)
 	if holder == nil {
 		t.Fatal("job A holds no lock")
@@ -114,8 +103,8 @@ func TestRunLocalOneJobPerWorkdir(t *testing.T) {
 		t.Errorf("job B wrote a job directory: jobs/ holds %d entries, %d before", len(after), len(jobs))
 	}
 
-	a.Process.Signal(syscall.SIGINT)
-	if err := <-done; exitStatus(err) != 130 {
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := <-a.done; exitStatus(err) != 130 {
 		t.Fatalf("job A after SIGINT: exit %d\n%s", exitStatus(err), aErr.String())
 	}
 	if h := readLockFile(t, dir); h != nil {
@@ -178,20 +167,8 @@ func TestRunHostsOneJobPerWorkdir(t *testing.T) {
 	}
 	var aOut, aErr syncBuffer
 	training := aOut.await("] [train] epoch")
-	a := c.command(t, &aOut, &aErr, job("1234", "40")...)
-	if err := a.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- a.Wait() }()
-	t.Cleanup(func() { a.Process.Kill() })
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("job A ended: exit %d\n%s%s", exitStatus(err), aOut.String(), aErr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("job A is not training after 60 s:\n%s%s", aOut.String(), aErr.String())
-	}
+	a := startJob(t, c.command(t, &aOut, &aErr, job("1234", "40")...), &aOut, &aErr, nil)
+	a.awaitLine(t, training, "training of job A", 60*time.Second)
 	for node, why := range map[string]string{"127.0.0.2": "(its process ", "127.0.0.3": "(its machine has restarted since)"} {
 		if !regexp.MustCompile(`\[` + regexp.QuoteMeta(node) + `\] locked: workdir \S+: took over the stale lock of job 20200101-000000-0000.., started .*` + regexp.QuoteMeta(why)).MatchString(aOut.String()) {
 			t.Errorf("job A's output does not say it took over %s's stale lock %s:\n%s", node, why, aOut.String())
@@ -232,13 +209,8 @@ func TestRunHostsOneJobPerWorkdir(t *testing.T) {
 		}
 	}
 
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("job A: exit %d\n%s%s", exitStatus(err), aOut.String(), aErr.String())
-		}
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("job A has not finished after 3 minutes:\n%s", aOut.String())
+	if err := a.wait(t, 3*time.Minute, "job B's refusal"); err != nil {
+		t.Fatalf("job A: exit %d\n%s%s", exitStatus(err), aOut.String(), aErr.String())
 	}
 	// A's checkpoints (rank 0's node) hold A's seed; every node's metrics
 	// files are whole JSON lines of A's steps; no lock is left.

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -136,40 +135,15 @@ func restartWorkerKilled(t *testing.T, args []string) {
 	want := uninterrupted(t)
 
 	var stdout, stderr syncBuffer
-	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, args...)...)
 	launched := time.Now()
 	first := stdout.await("/3] [backend] ")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.awaitGone(t, time.Now(), 10*time.Second)
-	})
+	job := c.start(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--show-ranks", "all"}, args...)...)
 	// The first start, for comparison with the restart: from the launch to
 	// rank 3 about to train.
-	for i, s := range []string{"/3] [backend] ", "/0] [train] epoch: 0 step: 12 "} {
-		seen := first
-		if i > 0 {
-			seen = stdout.await(s)
-		}
-		select {
-		case <-seen:
-		case err := <-done:
-			t.Fatalf("the job ended before %q: exit %d\n%s\n%s", s, exitStatus(err), stdout.String(), stderr.String())
-		case <-time.After(120 * time.Second):
-			t.Fatalf("no %q after 120 s:\n%s\n%s", s, stdout.String(), stderr.String())
-		}
-		if i == 0 {
-			t.Logf("first start: rank 3 about to train %v after the launch", time.Since(launched))
-		}
-	}
-	pid := c.workerPID(3)
-	if pid == 0 {
-		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
-	}
+	job.awaitLine(t, first, `"/3] [backend] "`, 120*time.Second)
+	t.Logf("first start: rank 3 about to train %v after the launch", time.Since(launched))
+	job.awaitLine(t, stdout.await("/0] [train] epoch: 0 step: 12 "), "step 12", 120*time.Second)
+	pid := c.workerPID(t, 3)
 	killed := time.Now()
 	syscall.Kill(pid, syscall.SIGKILL)
 	// The restart's stages, as the launcher prints them: the failure
@@ -177,24 +151,12 @@ func restartWorkerKilled(t *testing.T, args []string) {
 	// 3 running from the checkpoint.
 	var stages []time.Duration
 	for _, s := range []string{"[restart] 1/1: ", "-r1: 4 ranks on 2 nodes", "/3] [checkpoint] resumed from "} {
-		seen := stdout.await(s)
-		select {
-		case <-seen:
-			stages = append(stages, time.Since(killed))
-		case <-done:
-			t.Fatalf("the job ended without %q:\n%s\n%s", s, stdout.String(), stderr.String())
-		case <-time.After(120 * time.Second):
-			t.Fatalf("no %q 120 s after the kill:\n%s\n%s", s, stdout.String(), stderr.String())
-		}
+		job.awaitLine(t, stdout.await(s), fmt.Sprintf("%q", s), 120*time.Second)
+		stages = append(stages, time.Since(killed))
 	}
 	t.Logf("after the kill: restart line %v, agents started %v, rank 3 resumed %v", stages[0], stages[1], stages[2])
 	resumed := stages[2]
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(240 * time.Second):
-		t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	err := job.wait(t, 240*time.Second, "the kill")
 	out := stdout.String()
 	if err != nil {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())
@@ -252,64 +214,15 @@ func elasticNodeLost(t *testing.T, args []string) {
 
 	var stdout, stderr syncBuffer
 	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
-	cmd := c.command(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.awaitGone(t, time.Now(), 10*time.Second)
-	})
-	select {
-	case <-step12:
-	case err := <-done:
-		t.Fatalf("the job ended before step 12: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("no step 12 after 120 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	job := c.start(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
+	job.awaitLine(t, step12, "step 12", 120*time.Second)
 	killed := time.Now()
-	// sshd's listener ends on the SIGTERM that Stop sends first (Stop then
-	// waits for its output to close).
-	stopped := make(chan struct{})
-	go func() { c.servers[1].Stop(); close(stopped) }()
-	defer func() { <-stopped }()
-	// The listener must be gone before the agent dies: otherwise the
-	// restart can still reach the node and set it up on a new connection,
-	// and the node is not the one lost the test means.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		conn, err := net.DialTimeout("tcp", c.servers[1].HostPort(), time.Second)
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("the second node's sshd still listens 10 s after its stop")
-		}
-	}
-	node2 := c.workdirs[1] + string(filepath.Separator)
-	for _, pid := range c.jobProcesses() {
-		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	running := stdout.await("/1] [checkpoint] resumed from ")
-	var resumed time.Duration
-	select {
-	case <-running:
-		resumed = time.Since(killed)
-	case <-done:
-		t.Fatalf("the job ended without resuming:\n%s\n%s", stdout.String(), stderr.String())
-	case <-time.After(120 * time.Second):
-		t.Fatalf("rank 1 has not resumed 120 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(240 * time.Second):
-		t.Fatalf("the job still runs 240 s after the kill:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	// The second node goes: its sshd first, so that the restart cannot
+	// reach it, then its agent and workers.
+	c.loseNode(t, 1)
+	job.awaitLine(t, stdout.await("/1] [checkpoint] resumed from "), "resume of rank 1", 120*time.Second)
+	resumed := time.Since(killed)
+	err := job.wait(t, 240*time.Second, "the kill")
 	out := stdout.String()
 	if err != nil {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", exitStatus(err), out, stderr.String())

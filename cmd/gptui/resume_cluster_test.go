@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,12 +23,7 @@ func TestResumeHostsSync(t *testing.T) {
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
-	run := func(args ...string) (string, error) {
-		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...), append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps)}, args...)...)...)
-		err := cmd.Run()
-		return stdout.String() + stderr.String(), err
-	}
+	run := c.resumeJob(t)
 	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
 		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
 	}
@@ -97,13 +91,7 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	want := uninterrupted(t)
-	run := func(args ...string) (string, error) {
-		var stdout, stderr syncBuffer
-		cmd := c.command(t, &stdout, &stderr, append(append([]string{"--show-ranks", "all"}, restartArgs(t, "output")...),
-			append([]string{"-o", "Optimizer.lr.decay_steps=" + strconv.Itoa(restartSteps), "-o", "Engine.save_load.replicas=2"}, args...)...)...)
-		err := cmd.Run()
-		return stdout.String() + stderr.String(), err
-	}
+	run := c.replicaJob(t)
 	out, err := run("-o", "Engine.save_load.replicas=3")
 	if msg := "Engine.save_load.replicas: 3, but the job has 2 nodes: want 1 to 2"; exitStatus(err) != 2 || !strings.Contains(out, msg) {
 		t.Errorf("replicas 3 on 2 nodes: exit %d, want 2 and %q\n%s", exitStatus(err), msg, out)

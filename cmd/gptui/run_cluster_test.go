@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,24 +116,12 @@ type sshCluster struct {
 func newSSHCluster(t *testing.T, devices string) *sshCluster {
 	t.Helper()
 	dir := t.TempDir()
-	c := &sshCluster{hosts: filepath.Join(dir, "hosts.txt"), home: filepath.Join(dir, "home")}
-	var inv, known strings.Builder
-	inv.WriteString("# two nodes on this machine\n")
-	for i, addr := range []string{"127.0.0.2", "127.0.0.3"} {
-		s := sshtest.Start(t, addr)
-		wd := filepath.Join(dir, fmt.Sprintf("node%d", i))
-		c.servers = append(c.servers, s)
-		c.workdirs = append(c.workdirs, wd)
-		fmt.Fprintf(&inv, "%s@%s:%d devices=%s workdir=%s identity=%s\n", s.User, addr, s.Port, devices, wd, s.UserKeyFile)
-		known.WriteString(s.KnownHostsLine() + "\n")
-	}
-	if err := os.WriteFile(c.hosts, []byte(inv.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	n := sshtest.StartNodes(t, dir, devices, "127.0.0.2", "127.0.0.3")
+	c := &sshCluster{servers: n.Servers, workdirs: n.Workdirs, hosts: n.Hosts, home: filepath.Join(dir, "home")}
 	if err := os.MkdirAll(filepath.Join(c.home, ".ssh"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(c.home, ".ssh", "known_hosts"), []byte(known.String()), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(c.home, ".ssh", "known_hosts"), []byte(sshtest.KnownHosts(c.servers...)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -143,6 +133,14 @@ func (c *sshCluster) command(t *testing.T, stdout, stderr *syncBuffer, args ...s
 	cmd.Env = append(os.Environ(), "HOME="+c.home, "GPTUI_THREADS=1", "SSH_AUTH_SOCK=")
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	return cmd
+}
+
+// start starts the launcher 'gptui run --no-tui --hosts ... ARGS'; when
+// the test ends it is killed, and every process of the job must be gone
+// within 10 s.
+func (c *sshCluster) start(t *testing.T, stdout, stderr *syncBuffer, args ...string) *startedJob {
+	t.Helper()
+	return startJob(t, c.command(t, stdout, stderr, args...), stdout, stderr, func() { c.awaitGone(t, time.Now(), 10*time.Second) })
 }
 
 // exitStatus returns the exit status of a command's Run or Wait error.
@@ -159,47 +157,47 @@ func exitStatus(err error) int {
 // jobProcesses returns the pids of the processes running a gptui from one
 // of the workdirs: the agents and the workers.
 func (c *sshCluster) jobProcesses() []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil {
-			continue
-		}
-		for _, wd := range c.workdirs {
-			if strings.HasPrefix(exe, wd+string(filepath.Separator)) && !zombie(pid) {
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
-// zombie reports whether pid has exited but not been reaped.
-func zombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	return liveProcesses(func(proc string) bool {
+		exe, err := os.Readlink(filepath.Join(proc, "exe"))
+		return err == nil && slices.ContainsFunc(c.workdirs, func(wd string) bool { return strings.HasPrefix(exe, wd+string(filepath.Separator)) })
+	})
 }
 
 // workerPID returns the pid of the worker of rank among the job's
-// processes.
-func (c *sshCluster) workerPID(rank int) int {
-	for _, pid := range c.jobProcesses() {
-		env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(cmdline, []byte("train")) && bytes.Contains(append([]byte{0}, env...), []byte(fmt.Sprintf("\x00RANK=%d\x00", rank))) {
-			return pid
+// processes; it fails the test if there is none.
+func (c *sshCluster) workerPID(t *testing.T, rank int) int {
+	t.Helper()
+	return rankWorker(t, c.jobProcesses(), rank)
+}
+
+// loseNode takes node i of c away as a machine lost goes: its sshd stops
+// listening first, then its agent and workers are killed. The listener
+// must be gone before the agent dies: otherwise a restart can still reach
+// the node and set it up on a new connection, and the node is not the one
+// lost the test means. sshd's Stop ends its listener on the SIGTERM it
+// sends first, and then waits for sshd's output to close: that wait is
+// over when the test ends.
+func (c *sshCluster) loseNode(t *testing.T, i int) {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() { c.servers[i].Stop(); close(stopped) }()
+	t.Cleanup(func() { <-stopped })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", c.servers[i].HostPort(), time.Second)
+		if err != nil {
+			break
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d's sshd still listens 10 s after its stop", i)
 		}
 	}
-	return 0
+	wd := c.workdirs[i] + string(filepath.Separator)
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, wd) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // awaitGone waits up to limit for every process of the job to end and
@@ -207,20 +205,7 @@ func (c *sshCluster) workerPID(rank int) int {
 // remain.
 func (c *sshCluster) awaitGone(t *testing.T, since time.Time, limit time.Duration) time.Duration {
 	t.Helper()
-	for {
-		left := c.jobProcesses()
-		if len(left) == 0 {
-			return time.Since(since)
-		}
-		if time.Since(since) > limit {
-			t.Errorf("%d processes of the job remain %v after: %v", len(left), limit, left)
-			for _, pid := range left {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-			return time.Since(since)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return awaitNone(t, "processes of the job", c.jobProcesses, since, limit)
 }
 
 // TestRunHosts: two nodes × 2 CPU workers train small to the end; the job
@@ -308,32 +293,6 @@ func TestRunHosts(t *testing.T) {
 	}
 }
 
-// startLongJob starts a launcher whose job trains until stopped and waits
-// until rank 0 has logged a step.
-func startLongJob(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer) (*exec.Cmd, chan error) {
-	t.Helper()
-	training := stdout.await("] [train] epoch")
-	cmd := c.command(t, stdout, stderr, append(small(t), "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		c.awaitGone(t, time.Now(), 10*time.Second)
-	})
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no training after 30 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return cmd, done
-}
-
 // TestRunHostsWorkerKilled: SIGKILL one worker; the whole job stops within
 // 10 s, exits non-zero naming the rank and node with its last lines, and
 // leaves no process on either node.
@@ -342,19 +301,11 @@ func TestRunHostsWorkerKilled(t *testing.T) {
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
-	_, done := startLongJob(t, c, &stdout, &stderr)
-	pid := c.workerPID(3)
-	if pid == 0 {
-		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
-	}
+	job := startTraining(t, c, &stdout, &stderr, "] [train] epoch", 30*time.Second, nil)
+	pid := c.workerPID(t, 3)
 	killed := time.Now()
 	syscall.Kill(pid, syscall.SIGKILL)
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the launcher still runs 10 s after rank 3 was killed\n%s", stderr.String())
-	}
+	err := job.wait(t, 10*time.Second, "rank 3 was killed")
 	took := time.Since(killed)
 	gone := c.awaitGone(t, killed, 10*time.Second)
 	t.Logf("launcher exited %v after the kill; every process gone after %v", took, gone)
@@ -371,13 +322,13 @@ func TestRunHostsLauncherKilled(t *testing.T) {
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
-	cmd, done := startLongJob(t, c, &stdout, &stderr)
+	job := startTraining(t, c, &stdout, &stderr, "] [train] epoch", 30*time.Second, nil)
 	if n := len(c.jobProcesses()); n != 8 {
 		t.Errorf("%d job processes, want 2 agents, 2 workdir lock holders and 4 workers", n)
 	}
 	killed := time.Now()
-	cmd.Process.Kill()
-	<-done
+	job.cmd.Process.Kill()
+	<-job.done
 	gone := c.awaitGone(t, killed, 10*time.Second)
 	t.Logf("every process gone %v after the launcher was killed", gone)
 }
@@ -462,35 +413,23 @@ func (c *sshCluster) agentPID(node int) int {
 }
 
 // startTraining starts an endless small dp4 job on c's two nodes with the
-// launcher flags args, and waits for stdout to show await. The job's end
-// comes on the channel returned. When the test ends the launcher is
-// killed, the process *stopped names (if not 0) is continued, and every
+// launcher flags args, and waits up to limit for stdout to show await.
+// When the test ends the launcher is killed, the process *stopped names
+// (if stopped is not nil and *stopped not 0) is continued, and every
 // process of the job must be gone within 10 s.
-func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, await string, stopped *int, args ...string) <-chan error {
+func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, await string, limit time.Duration, stopped *int, args ...string) *startedJob {
 	t.Helper()
 	training := stdout.await(await)
 	cmd := c.command(t, stdout, stderr, append(append(args, small(t)...), "-o", "Engine.max_steps=1000000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
 		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2")...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if *stopped != 0 {
+	job := startJob(t, cmd, stdout, stderr, func() {
+		if stopped != nil && *stopped != 0 {
 			syscall.Kill(*stopped, syscall.SIGCONT)
 		}
 		c.awaitGone(t, time.Now(), 10*time.Second)
 	})
-	select {
-	case <-training:
-	case err := <-done:
-		t.Fatalf("the job ended before training: exit %d\n%s\n%s", exitStatus(err), stdout.String(), stderr.String())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("no training after 60 s:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	return done
+	job.awaitLine(t, training, fmt.Sprintf("%q", await), limit)
+	return job
 }
 
 // TestRunHostsAgentStopped: a node's agent stopped (SIGSTOP) sends no
@@ -503,7 +442,7 @@ func TestRunHostsAgentStopped(t *testing.T) {
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int
-	done := startTraining(t, c, &stdout, &stderr, "] [train] epoch", &stopped, "--agent-timeout", "3s")
+	job := startTraining(t, c, &stdout, &stderr, "] [train] epoch", 60*time.Second, &stopped, "--agent-timeout", "3s")
 	if stopped = c.agentPID(1); stopped == 0 {
 		t.Fatalf("no agent of node 1 among %v", c.jobProcesses())
 	}
@@ -511,12 +450,7 @@ func TestRunHostsAgentStopped(t *testing.T) {
 	at := time.Now()
 	// The bound: 3 s of silence, checked every 0.3 s, then the kill.
 	const bound = 15 * time.Second
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(bound):
-		t.Fatalf("the launcher still runs %v after node 1's agent was stopped\n%s", bound, stderr.String())
-	}
+	err := job.wait(t, bound, "node 1's agent was stopped")
 	took := time.Since(at)
 	syscall.Kill(stopped, syscall.SIGCONT)
 	gone := c.awaitGone(t, at, 20*time.Second)
@@ -544,21 +478,14 @@ func TestRunHostsWorkerStopped(t *testing.T) {
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
 	var stopped int
-	done := startTraining(t, c, &stdout, &stderr, "/3] [train] epoch: 0 step: 3 ", &stopped, "--hang-timeout", "3s", "--show-ranks", "all")
-	if stopped = c.workerPID(3); stopped == 0 {
-		t.Fatalf("no worker of rank 3 among %v", c.jobProcesses())
-	}
+	job := startTraining(t, c, &stdout, &stderr, "/3] [train] epoch: 0 step: 3 ", 60*time.Second, &stopped, "--hang-timeout", "3s", "--show-ranks", "all")
+	stopped = c.workerPID(t, 3)
 	syscall.Kill(stopped, syscall.SIGSTOP)
 	at := time.Now()
 	// The bound: 3 s without a report, checked every second, then the
 	// gang stop (SIGTERM, SIGKILL after the agent's grace).
 	const bound = 20 * time.Second
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(bound):
-		t.Fatalf("the launcher still runs %v after rank 3 was stopped\n%s", bound, stderr.String())
-	}
+	err := job.wait(t, bound, "rank 3 was stopped")
 	took := time.Since(at)
 	syscall.Kill(stopped, syscall.SIGCONT)
 	gone := c.awaitGone(t, at, 20*time.Second)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"image/png"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,44 +85,19 @@ func shellQuoteTest(s string) string { return "'" + strings.ReplaceAll(s, "'", `
 
 // processesOf returns the live processes whose executable is exe.
 func processesOf(exe string) []int {
-	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && p == exe {
-			if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil {
-				if i := strings.LastIndexByte(string(stat), ')'); i > 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-					continue
-				}
-			}
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return liveProcesses(func(proc string) bool {
+		p, err := os.Readlink(filepath.Join(proc, "exe"))
+		return err == nil && p == exe
+	})
 }
 
 // awaitNoProcess waits for every process running exe but those of keep
 // to end; it fails the test, and kills them, if some remain after limit.
 func awaitNoProcess(t *testing.T, exe string, limit time.Duration, keep ...int) {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for {
-		left := slices.DeleteFunc(processesOf(exe), func(pid int) bool { return slices.Contains(keep, pid) })
-		if len(left) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d gptui processes remain %v after quitting: %v", len(left), limit, left)
-			for _, pid := range left {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitNone(t, "gptui processes", func() []int {
+		return slices.DeleteFunc(processesOf(exe), func(pid int) bool { return slices.Contains(keep, pid) })
+	}, time.Now(), limit)
 }
 
 var (
@@ -533,7 +507,7 @@ func TestTUIHosts(t *testing.T) {
 	}
 
 	// kill -9 of rank 1, on the second node.
-	syscall.Kill(c.workerPID(1), syscall.SIGKILL)
+	syscall.Kill(c.workerPID(t, 1), syscall.SIGKILL)
 	scr = s.await(regexp.MustCompile(`job failed`), 30*time.Second)
 	t.Logf("after kill -9 of rank 1:\n%s", scr)
 	if !strings.Contains(scr, "ranks: 1 stopped · 1 failed (cause)") || !strings.Contains(rankRow(scr, 1), "failed ✗") ||
@@ -616,25 +590,7 @@ func TestTUIHostsDropNode(t *testing.T) {
 	}
 	// The second node goes: its sshd first, so that the restart cannot
 	// reach it, then its agent and workers.
-	stopped := make(chan struct{})
-	go func() { c.servers[1].Stop(); close(stopped) }()
-	defer func() { <-stopped }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		conn, err := net.DialTimeout("tcp", c.servers[1].HostPort(), time.Second)
-		if err != nil {
-			break
-		}
-		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("the second node's sshd still listens 10 s after its stop")
-		}
-	}
-	node2 := c.workdirs[1] + string(filepath.Separator)
-	for _, pid := range c.jobProcesses() {
-		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, node2) {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
+	c.loseNode(t, 1)
 	scr := s.await(regexp.MustCompile(`restart 1/1 from step \d+`), 60*time.Second)
 	for r := 2; r < 4; r++ {
 		if row := rankRow(scr, r); !strings.Contains(row, "lost") {

@@ -11,40 +11,19 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/internal/paritymatrix"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
 )
 
 // parityLayouts are the layouts of the engine's parity matrix
-// (engine.TestParallelParity), on the "tiny" preset.
-var parityLayouts = []struct {
-	name  string
-	world int
-	o     []string
-}{
-	{"dp2", 2, []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage1", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage2", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage2 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
-	{"sharding2 stage3", 2, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage3 dp2", 4, []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2", "Global.micro_batch_size=1"}},
-	{"mp2", 2, []string{"Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-	{"dp2 mp2", 4, []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage2 mp2", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"pp2 1f1b", 2, []string{"Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-	{"pp2 gpipe", 2, []string{"Distributed.pp_degree=2", "Distributed.pp_schedule=gpipe", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
-	{"pp2 interleaved vpp2", 2, []string{"Distributed.pp_degree=2", "Distributed.vpp_degree=2", "Model.num_layers=4", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
-	{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
-	{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-	// Past the matrix: pp4, whose middle stages hold no tied embedding.
-	{"pp4 dp2", 8, []string{"Distributed.pp_degree=4", "Distributed.dp_degree=2", "Model.num_layers=4", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
-}
+// (engine.TestParallelParity), on the "tiny" preset, and past the matrix
+// pp4, whose middle stages hold no tied embedding.
+var parityLayouts = append(paritymatrix.Layouts(),
+	paritymatrix.Layout{Name: "pp4 dp2", World: 8, O: []string{"Distributed.pp_degree=4", "Distributed.dp_degree=2", "Model.num_layers=4", "Global.local_batch_size=4", "Global.micro_batch_size=2"}})
 
-// layoutBase is the engine parity tests' small model.
-var layoutBase = []string{"Engine.max_steps=1", "Engine.eval_freq=0", "Model.vocab_size=96", "Model.hidden_size=32", "Model.num_layers=2",
-	"Data.Train.dataset.max_seq_len=32", "Global.global_batch_size=8", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"}
+// layoutBase is the parity matrix's model, one step.
+var layoutBase = append(slices.Clone(paritymatrix.Model), "Engine.max_steps=1", "Engine.eval_freq=0")
 
 func layoutTokens() ([]uint16, error) {
 	toks := make([]uint16, 1<<15)
@@ -99,16 +78,16 @@ func partition(groups map[string][]int, none []int) string {
 // declared.
 func TestSplitsOfParallelLayouts(t *testing.T) {
 	for _, tc := range parityLayouts {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			fk := newFake(t)
-			rs := fabrics(t, fk, tc.world, 20*time.Second)
-			topos := make([]engine.Topology, tc.world)
-			mustAll(t, tc.world, func(r int) error {
-				cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.log_dir="+t.TempDir(), "Engine.save_load.output_dir="+t.TempDir()), tc.o...))
+			rs := fabrics(t, fk, tc.World, 20*time.Second)
+			topos := make([]engine.Topology, tc.World)
+			mustAll(t, tc.World, func(r int) error {
+				cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.log_dir="+t.TempDir(), "Engine.save_load.output_dir="+t.TempDir()), tc.O...))
 				if err != nil {
 					return err
 				}
-				if topos[r], err = engine.NewTopology(cfg.Layout(), cfg.Batch(), engine.ShapeOf(cfg), r, tc.world); err != nil {
+				if topos[r], err = engine.NewTopology(cfg.Layout(), cfg.Batch(), engine.ShapeOf(cfg), r, tc.World); err != nil {
 					return err
 				}
 				_, err = engine.NewTrainer(cfg, cpu.New(), engine.Options{World: rs[r].w, Fabric: rs[r].f, Builtin: layoutTokens})
@@ -129,12 +108,12 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 			var got []string
 			for n := range len(byN) {
 				calls := byN[n]
-				if len(calls) != tc.world {
-					t.Fatalf("split %d: %d ranks took part, want all %d", n, len(calls), tc.world)
+				if len(calls) != tc.World {
+					t.Fatalf("split %d: %d ranks took part, want all %d", n, len(calls), tc.World)
 				}
 				groups := map[int][]int{}
 				var none []int
-				for r := range tc.world {
+				for r := range tc.World {
 					if c := calls[r]; c.color == -1 {
 						none = append(none, r)
 					} else {
@@ -189,18 +168,14 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 
 // trainLayout trains the layout tc on every rank, over NCCL (the fake)
 // when nccl is set, else over the TCP ring, and returns rank 0's losses.
-func trainLayout(t *testing.T, tc struct {
-	name  string
-	world int
-	o     []string
-}, nccl bool) []float32 {
+func trainLayout(t *testing.T, tc paritymatrix.Layout, nccl bool) []float32 {
 	t.Helper()
 	fk := newFake(t)
-	rs := fabrics(t, fk, tc.world, 60*time.Second)
-	losses := make([][]float32, tc.world)
-	mustAll(t, tc.world, func(r int) error {
+	rs := fabrics(t, fk, tc.World, 60*time.Second)
+	losses := make([][]float32, tc.World)
+	mustAll(t, tc.World, func(r int) error {
 		cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.max_steps=3", "Engine.logging_freq=1", "Engine.log_dir="+t.TempDir(),
-			"Engine.save_load.save_steps=0", "Engine.save_load.output_dir="+t.TempDir()), tc.o...))
+			"Engine.save_load.save_steps=0", "Engine.save_load.output_dir="+t.TempDir()), tc.O...))
 		if err != nil {
 			return err
 		}
@@ -231,10 +206,10 @@ func trainLayout(t *testing.T, tc struct {
 // rendezvous deadlocks: they need the pipeline's Exchange.)
 func TestTrainOverFabric(t *testing.T) {
 	for _, tc := range parityLayouts {
-		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2"}, tc.name) {
+		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2"}, tc.Name) {
 			continue
 		}
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			want := trainLayout(t, tc, false)
 			got := trainLayout(t, tc, true)
 			if len(got) != len(want) || len(got) == 0 {
