@@ -260,7 +260,32 @@ func parityCases() []parityCase {
 		{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+
+		// The Llama family (llama.go): 4 query heads sharing 2 key/value
+		// heads, or 1 (llamaShape).
+		{"llama dp2", 2, llamaCase(2, "Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama sharding2 stage1", 2, llamaCase(2, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama sharding2 stage2", 2, llamaCase(2, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama sharding2 stage3", 2, llamaCase(2, "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama mp2", 2, llamaCase(2, "Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
+		{"llama mp2 kv1 untied", 2, llamaCase(1, "Model.tie_word_embeddings=false", "Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
+		{"llama mp4 kv2", 4, llamaCase(2, "Distributed.mp_degree=4", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
+		{"llama sharding2 stage3 mp2 kv1 untied", 4, llamaCase(1, "Model.tie_word_embeddings=false", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama pp2 1f1b untied", 2, llamaCase(2, "Model.tie_word_embeddings=false", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
+		{"llama pp2 interleaved vpp2", 2, llamaCase(2, "Distributed.pp_degree=2", "Distributed.vpp_degree=2", "Model.num_layers=4", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
+		{"llama mp2 kv1 pp2 untied", 4, llamaCase(1, "Model.tie_word_embeddings=false", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
+		{"llama dp2 fp16", 2, llamaCase(2, "Engine.mix_precision.dtype=fp16", "Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
 	}
+}
+
+// llamaCase is a parity case of the Llama family with nkv key/value
+// heads (of tiny's 4 heads) and the overrides o: rotary embeddings with
+// Llama 3's frequency scaling (from a context of 16, so that it changes
+// most frequencies), an intermediate size of 64, the head tied unless o
+// unties it.
+func llamaCase(nkv int, o ...string) []string {
+	return append([]string{"Model.family=llama", fmt.Sprintf("Model.num_key_value_heads=%d", nkv), "Model.ffn_hidden_size=64",
+		"Model.rope_scaling.rope_type=llama3", "Model.rope_scaling.original_max_position_embeddings=16", "Model.tie_word_embeddings=true"}, o...)
 }
 
 // shortParity are the layouts of the -short matrix: one of each dimension
@@ -526,10 +551,9 @@ func checkStage3Memory(t *testing.T, r *rankRun) (resident, whole int64) {
 		piece := func(n int) int { return (n + S - 1) / S }
 		var outer, block int
 		for _, t := range m.Tensors {
-			switch t.Name {
-			case "wte", "wpe", "lnfw", "lnfb":
+			if outerTensor(t.Name) {
 				outer += t.Size
-			default:
+			} else {
 				block += t.Size / L
 			}
 		}
