@@ -146,8 +146,9 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 // appendParts appends the checkpoint blocks of one rank's part of the model:
 // parameters and both moments (bufs, laid out by ts) of each tensor it
 // holds, as its pieces of the global tensors. A tensor held whole by every
-// rank of a tensor-parallel group is written by the group's first rank, and
-// the tied wte by the first pipeline stage.
+// rank of a tensor-parallel group is written by the group's first rank, a
+// block held alike by several (Piece.Copy) by the first of them, and the
+// tied wte by the first pipeline stage.
 func appendParts(parts []checkpoint.Part, part Part, ts []Tensor, bufs [][]float32) []checkpoint.Part {
 	prefixes := []string{ckptParams, ckptAdamM, ckptAdamV}
 	for _, t := range ts {
@@ -157,6 +158,9 @@ func appendParts(parts []checkpoint.Part, part Part, ts []Tensor, bufs [][]float
 		for k, b := range bufs {
 			local := b[t.Offset : t.Offset+t.Size]
 			for _, pc := range t.Pieces {
+				if pc.Copy {
+					continue
+				}
 				data := local
 				if len(t.Pieces) > 1 || !slices.Equal(pc.Shape, t.Shape) {
 					data = make([]float32, numel(pc.Shape))
@@ -204,12 +208,14 @@ func latestError(err error, warn []string) error {
 	return &ConfigError{Msg: fmt.Sprintf("%v: %s", err, strings.Join(warn, "; ")), Err: err}
 }
 
-// shapeKeys are the config keys that fix the model's shape.
-func shapeKeys(m presets.Model) map[string]int {
-	return map[string]int{
-		"Model.vocab_size": m.VocabSize, "Model.hidden_size": m.HiddenSize, "Model.num_layers": m.NumLayers,
-		"Model.num_attention_heads": m.NumAttentionHeads, "Model.ffn_hidden_size": m.FFNHiddenSize,
-		"Model.max_position_embeddings": m.MaxPositionEmbeddings,
+// shapeKeys are the config keys that fix the model's shape, and their
+// values.
+func shapeKeys(m presets.Model) map[string]string {
+	return map[string]string{
+		"Model.vocab_size": strconv.Itoa(m.VocabSize), "Model.hidden_size": strconv.Itoa(m.HiddenSize), "Model.num_layers": strconv.Itoa(m.NumLayers),
+		"Model.num_attention_heads": strconv.Itoa(m.NumAttentionHeads), "Model.ffn_hidden_size": strconv.Itoa(m.FFNHiddenSize),
+		"Model.max_position_embeddings": strconv.Itoa(m.MaxPositionEmbeddings), "Model.family": m.Family,
+		"Model.num_key_value_heads": strconv.Itoa(m.NumKeyValueHeads), "Model.tie_word_embeddings": strconv.FormatBool(m.TieWordEmbeddings),
 	}
 }
 
@@ -228,7 +234,7 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 	var diff []string
 	for k, v := range a {
 		if b[k] != v {
-			diff = append(diff, fmt.Sprintf("%s=%d (checkpoint %d)", k, v, b[k]))
+			diff = append(diff, fmt.Sprintf("%s=%s (checkpoint %s)", k, v, b[k]))
 		}
 	}
 	if len(diff) == 0 {

@@ -20,10 +20,11 @@ type SampleOptions struct {
 	Seed         uint64  // sampling RNG seed
 }
 
-// kvCache holds, per layer, the keys and values of every position seen.
+// kvCache holds, per layer, the keys and values of every position seen:
+// C channels a position in GPT-2, a Llama's NKV·hd (its grouped heads).
 type kvCache struct {
 	B, maxT int
-	k, v    [][]float32 // L × (B,maxT,C)
+	k, v    [][]float32 // L × (B,maxT,C) or (B,maxT,NKV·hd)
 }
 
 // decodeActs are the (B,·) buffers of one decoding step.
@@ -68,9 +69,10 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 		return nil, errors.New(fmt.Sprint("prompt plus ", opt.MaxNewTokens, " new tokens needs ", total, " positions; the model has ", c.MaxT))
 	}
 	cache := &kvCache{B: B, maxT: c.MaxT, k: make([][]float32, c.L), v: make([][]float32, c.L)}
+	kvw := c.KVHeads() * (c.C / c.NH) // channels of a position's keys (values)
 	for l := range cache.k {
-		cache.k[l] = m.floats(B * c.MaxT * c.C)
-		cache.v[l] = m.floats(B * c.MaxT * c.C)
+		cache.k[l] = m.floats(B * c.MaxT * kvw)
+		cache.v[l] = m.floats(B * c.MaxT * kvw)
 	}
 	defer func() {
 		for l := range cache.k {
@@ -78,11 +80,11 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 			kernels.Free(m.be, cache.v[l])
 		}
 	}()
-	f := m.floats
+	f, w := m.floats, m.blockWidths()
 	a := &decodeActs{
 		x: f(B * c.C), ln: f(B * c.C), mean: f(B), rstd: f(B),
-		qkv: f(B * 3 * c.C), q: f(B * c.C), atty: f(B * c.C), proj: f(B * c.C),
-		res2: f(B * c.C), fch: f(B * c.F), fchG: f(B * c.F), logits: f(B * c.V),
+		qkv: f(B * w.qkv), q: f(B * c.C), atty: f(B * c.C), proj: f(B * c.C),
+		res2: f(B * c.C), fch: f(B * w.fc), fchG: f(B * w.act), logits: f(B * c.V),
 	}
 	defer a.free(m.be)
 	rng := rand.New(rand.NewPCG(opt.Seed, 0x73616d706c65)) // "sample"
@@ -108,7 +110,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 		if done {
 			return out, nil
 		}
-		m.decodeStep(cache, a, next, pos)
+		m.fam.decodeStep(cache, a, next, pos)
 		for b, p := range prompts {
 			if pos < len(p)-1 || len(out[b]) >= opt.MaxNewTokens {
 				continue

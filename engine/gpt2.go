@@ -21,7 +21,8 @@ const (
 	RecomputeFull
 )
 
-// Model is a GPT-2, or the part of one held by a rank of a tensor- or
+// Model is a GPT-2 or a Llama (Cfg.Family: this file's passes, or
+// llama.go's), or the part of one held by a rank of a tensor- or
 // pipeline-parallel job, with its parameters and gradients in two
 // contiguous buffers, and the activations of one micro-batch shape.
 type Model struct {
@@ -44,6 +45,9 @@ type Model struct {
 	tp        *tensorParallel // nil without tensor parallelism
 	stage3    *stage3         // nil unless sharding stage 3 shards the parameters
 	loss      []float64       // Forward's and Loss's device scalar
+
+	fam  passes    // the family's layer passes (familyPasses)
+	rope []float32 // a Llama's rotary table (maxT,hd) (kernels.RoPE.Table); nil for GPT-2
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank holds.
@@ -52,6 +56,10 @@ type dims struct {
 	Vpl         int // rows of wte held (Vp/MP)
 	Vl          int // real vocabulary ids among them (the columns of the logits)
 	vlo         int // vocabulary id of the first row held
+
+	// A Llama's key/value heads: NKVl held (NKV/MP, or 1 when MP exceeds
+	// NKV), each alike on kvCopies ranks of the group (MP/NKV, or 1).
+	NKVl, kvCopies int
 }
 
 // NewModel allocates a model and initialises it from seed with N(0, std).
@@ -103,6 +111,7 @@ func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stag
 		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
 		m.param, m.grad = viewWeights(m.Params, ts), viewWeights(m.Grads, ts)
 	}
+	m.setFamily()
 	return m, nil
 }
 
@@ -170,6 +179,7 @@ type scratch struct {
 	datty  []float32 // (B,T,Cl)
 	dfch   []float32 // (B,T,Fl)
 	dfchG  []float32 // (B,T,Fl)
+	dqkvw  []float32 // a Llama's qkvw gradient of one block, when its key/value heads have copies (sumCopies)
 	layer  layerActs // full recompute: the block being rebuilt
 	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
 
@@ -180,24 +190,33 @@ type scratch struct {
 	bufs []any // every buffer above, to give back
 }
 
-func newLayerActs(n func(int) []float32, N, C, Cl, Fl int) layerActs {
-	return layerActs{
-		ln1: n(N * C), ln1Mean: n(N), ln1Rstd: n(N), qkv: n(N * 3 * Cl), atty: n(N * Cl),
-		res2: n(N * C), ln2: n(N * C), ln2Mean: n(N), ln2Rstd: n(N), fch: n(N * Fl), fchGelu: n(N * Fl),
+// newLayerActs allocates the activations of one block of N rows, their
+// widths w (blockWidths).
+func newLayerActs(n func(int) []float32, N, C int, w widths) layerActs {
+	la := layerActs{
+		ln1: n(N * C), ln1Rstd: n(N), qkv: n(N * w.qkv), atty: n(N * w.att),
+		res2: n(N * C), ln2: n(N * C), ln2Rstd: n(N), fch: n(N * w.fc), fchGelu: n(N * w.act),
 	}
+	if w.mean {
+		la.ln1Mean, la.ln2Mean = n(N), n(N)
+	}
+	return la
 }
 
 func (m *Model) newScratch(B, T int) *scratch {
-	c, d := m.Cfg, m.dims
+	c, d, w := m.Cfg, m.dims, m.blockWidths()
 	N, C := B*T, c.C
 	var bufs []any
 	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
 	sc := &scratch{
-		proj: f(N * C), dresid: f(N * C), dln: f(N * C), dqkv: f(N * 3 * d.Cl), datty: f(N * d.Cl),
-		dfch: f(N * d.Fl), dfchG: f(N * d.Fl),
+		proj: f(N * C), dresid: f(N * C), dln: f(N * C), dqkv: f(N * w.qkv), datty: f(N * w.att),
+		dfch: f(N * w.fc), dfchG: f(N * w.act),
+	}
+	if d.kvCopies > 1 {
+		sc.dqkvw = f(w.qkv * C)
 	}
 	if m.recompute == RecomputeFull {
-		sc.layer = newLayerActs(f, N, C, d.Cl, d.Fl)
+		sc.layer = newLayerActs(f, N, C, w)
 	}
 	if m.recompute != RecomputeNone {
 		sc.att = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
@@ -220,7 +239,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		m.scratch = m.newScratch(B, T)
 	}
 	c, d, sc := m.Cfg, m.dims, m.scratch
-	C, Ll := c.C, m.numLayers()
+	C, Ll, w := c.C, m.numLayers(), m.blockWidths()
 	N := B * T
 	a := &activations{B: B, T: T}
 	f := func(n int) []float32 {
@@ -239,7 +258,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if m.recompute == RecomputeFull {
 			a.layers[l] = sc.layer
 		} else {
-			a.layers[l] = newLayerActs(f, N, C, d.Cl, d.Fl)
+			a.layers[l] = newLayerActs(f, N, C, w)
 		}
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
@@ -248,7 +267,10 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		}
 	}
 	if m.Part.Head && hi == Ll {
-		a.lnf, a.lnfMean, a.lnfRstd = f(N*C), f(N), f(N)
+		a.lnf, a.lnfRstd = f(N*C), f(N)
+		if w.mean {
+			a.lnfMean = f(N)
+		}
 		a.logits, a.losses = f(N*d.Vl), f(N)
 	}
 	a.inputs, a.targets = kernels.Int32s(m.be, N), kernels.Int32s(m.be, N)
@@ -362,9 +384,9 @@ func (m *Model) forward(p *pass, inputs, targets []int32, B, T int) {
 	m.ensureActs(B, T)
 	a := m.acts
 	m.stage(a, inputs, targets)
-	m.embedForward(a, p)
+	m.fam.embedForward(a, p)
 	m.blocksForward(a, 0, m.numLayers(), p)
-	m.headForward(a, p)
+	m.fam.headForward(a, p)
 }
 
 // stage copies a micro-batch's inputs and targets (B,T) from host memory
@@ -378,9 +400,9 @@ func (m *Model) stage(a *activations, inputs, targets []int32) {
 // backward runs the backward pass p of the whole model after forward.
 func (m *Model) backward(p *pass) {
 	a := m.acts
-	m.headBackward(a, p)
+	m.fam.headBackward(a, p)
 	m.blocksBackward(a, 0, m.numLayers(), p)
-	m.embedBackward(a, p)
+	m.fam.embedBackward(a, p)
 }
 
 // embedForward writes the embeddings of a.inputs to a.resid[0].
@@ -429,7 +451,7 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 	}
 	for li := lo; li < hi; li++ {
 		m.stage3.gather(ps, 1+li)
-		m.blockForward(a, li, ps, hd, ad)
+		m.fam.blockForward(a, li, ps, hd, ad)
 	}
 }
 
@@ -441,9 +463,9 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 	for li := hi - 1; li >= lo; li-- {
 		m.stage3.gather(ps, 1+li)
 		if m.recompute == RecomputeFull {
-			m.blockForward(a, li, ps, hd, ad)
+			m.fam.blockForward(a, li, ps, hd, ad)
 		}
-		m.blockBackward(a, li, ps, hd, ad)
+		m.fam.blockBackward(a, li, ps, hd, ad)
 		m.stage3.reduce(ps, 1+li)
 		if ps.onGrads != nil {
 			ps.onGrads(li)
@@ -460,12 +482,22 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
 // never the logits.
 func (m *Model) headForward(a *activations, ps *pass) {
-	be, c, p, d, sc := m.be, m.Cfg, m.param, m.dims, m.scratch
+	be, c, p := m.be, m.Cfg, m.param
 	N, C := a.B*a.T, c.C
 	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
+	m.classify(a, ps, p.wte)
+}
+
+// classify is the head's classifier on a.lnf: the logits (N,Vl) of this
+// rank's vocabulary columns against w's rows (the tied wte, or a Llama's
+// lm_head), and the cross-entropy of each position, whose mean it adds to
+// ps.loss on the device; training, the logits' gradient is left in place.
+func (m *Model) classify(a *activations, ps *pass, w []float32) {
+	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
+	N, C := a.B*a.T, c.C
 	if d.Vl > 0 {
-		// Padded rows of wte never score.
-		be.MatmulForward(a.logits, a.lnf, p.wte[:d.Vl*C], nil, N, C, d.Vl)
+		// Padded rows of w never score.
+		be.MatmulForward(a.logits, a.lnf, w[:d.Vl*C], nil, N, C, d.Vl)
 	}
 	if m.Part.MP == 1 {
 		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, ps.dscale, ps.train)
@@ -485,18 +517,27 @@ func (m *Model) headForward(a *activations, ps *pass) {
 // headBackward starts the backward pass: from the logits' gradient to
 // sc.dresid = dL/d resid[Ll].
 func (m *Model) headBackward(a *activations, ps *pass) {
-	be, c, p, g, d, sc := m.be, m.Cfg, m.param, m.grad, m.dims, m.scratch
+	be, c, p, g, sc := m.be, m.Cfg, m.param, m.grad, m.scratch
+	N, C := a.B*a.T, c.C
+	m.classifyBackward(a, ps, p.wte, g.wte)
+	be.Zero(sc.dresid)
+	be.LayerNormBackward(sc.dresid, g.lnfw, g.lnfb, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
+}
+
+// classifyBackward takes the logits' gradient back through the
+// classifier of weights w: sc.dln = dL/d lnf, summed over the
+// tensor-parallel group, and w's gradient accumulated into gw.
+func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) {
+	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
 	if d.Vl > 0 {
-		be.MatmulBackward(sc.dln, g.wte[:d.Vl*C], nil, a.logits, a.lnf, p.wte[:d.Vl*C], N, C, d.Vl)
+		be.MatmulBackward(sc.dln, gw[:d.Vl*C], nil, a.logits, a.lnf, w[:d.Vl*C], N, C, d.Vl)
 	} else {
 		be.Zero(sc.dln)
 	}
 	if m.Part.MP > 1 {
 		m.tp.allReduce(ps, sc.dln)
 	}
-	be.Zero(sc.dresid)
-	be.LayerNormBackward(sc.dresid, g.lnfw, g.lnfb, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
 }
 
 // attnDropout is the dropout of the attention probabilities of block l,
@@ -634,8 +675,7 @@ func (m *Model) layerRanges(li int) [][2]int { return layerRanges(m.Tensors, m.n
 func layerRanges(ts []Tensor, l, li int) [][2]int {
 	var rs [][2]int
 	for _, t := range ts {
-		switch t.Name {
-		case "wte", "wpe", "lnfw", "lnfb":
+		if outerTensor(t.Name) {
 			continue
 		}
 		n := t.Size / l
@@ -644,20 +684,29 @@ func layerRanges(ts []Tensor, l, li int) [][2]int {
 	return rs
 }
 
-// globalRanges returns the ranges of the parameters outside the blocks:
-// wte, wpe, lnfw, lnfb.
+// globalRanges returns the ranges of the parameters outside the blocks
+// (outerTensor).
 func (m *Model) globalRanges() [][2]int { return globalRanges(m.Tensors) }
 
 // globalRanges returns the ranges of the outer tensors among ts.
 func globalRanges(ts []Tensor) [][2]int {
 	var rs [][2]int
 	for _, t := range ts {
-		switch t.Name {
-		case "wte", "wpe", "lnfw", "lnfb":
+		if outerTensor(t.Name) {
 			rs = append(rs, [2]int{t.Offset, t.Offset + t.Size})
 		}
 	}
 	return rs
+}
+
+// outerTensor reports whether the tensor called name lies outside the
+// blocks: wte, wpe, lnfw, lnfb, and a Llama's lmhead.
+func outerTensor(name string) bool {
+	switch name {
+	case "wte", "wpe", "lnfw", "lnfb", "lmhead":
+		return true
+	}
+	return false
 }
 
 // ZeroGrad clears the gradient buffer.

@@ -43,6 +43,11 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 				return g, err
 			}
 			m.tp = &tensorParallel{g: tg}
+			if k := m.dims.kvCopies; k > 1 {
+				if m.tp.copies, err = f.Communicator("mpkv", topo.copyGroup(k)); err != nil {
+					return g, err
+				}
+			}
 		}
 		if topo.MP*topo.PP > 1 {
 			if g.modelGroup, err = w.NamedGroup("model", topo.modelGroup()); err != nil {

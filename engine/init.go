@@ -275,11 +275,12 @@ func fillNormal(dst []float32, key uint64, g int, std float64) {
 	}
 }
 
-// initSource is the initialisation of a GPT-2 of shape cfg as a
+// initSource is the initialisation of a model of shape cfg as a
 // blockSource: N(0, std) for the embeddings and the matrices, the residual
-// output projections (attprojw, fcprojw) N(0, std/√(2L)), biases 0,
-// LayerNorm weights 1 and biases 0. The padded rows of wte are 0: no token
-// reads them and no logit is computed for them.
+// output projections (attprojw, fcprojw: a Llama's o_proj and down_proj
+// too) N(0, std/√(2L)), biases 0, LayerNorm and RMSNorm weights 1 and
+// biases 0. The padded rows of wte (and of a Llama's lmhead) are 0: no
+// token reads them and no logit is computed for them.
 func initSource(cfg ModelConfig, std float64, seed uint64) blockSource {
 	resid := std / math.Sqrt(2*float64(cfg.L))
 	return func(t Tensor, start, shape []int, dst []float32, dstShape, dstAt []int) error {
@@ -288,7 +289,7 @@ func initSource(cfg ModelConfig, std float64, seed uint64) blockSource {
 		switch t.Name {
 		case "ln1w", "ln2w", "lnfw":
 			rest = 1
-		case "wte":
+		case "wte", "lmhead":
 			sd, end = std, cfg.V*cfg.C
 		case "wpe", "qkvw", "fcw":
 			sd, end = std, numel(t.Global)

@@ -2,43 +2,62 @@ package engine
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/arch"
+	"math"
 
+	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/presets"
 )
 
-// ModelConfig is the shape of a GPT-2 model.
+// ModelConfig is the shape of a model, GPT-2 or Llama (Shape.Family), and
+// the settings of its layers.
 type ModelConfig struct {
-	arch.Shape // the sizes: MaxT, V, Vp, L, NH, C, F
+	arch.Shape // the sizes: MaxT, V, Vp, L, NH, C, F; a Llama's NKV and Untied
 
 	HiddenDropout float32 // dropout on embeddings and on each residual branch
 	AttnDropout   float32 // dropout on attention probabilities
+
+	// The Llama family's (unused by GPT-2):
+	NormEps float32      // RMSNorm's epsilon (rms_norm_eps)
+	RoPE    kernels.RoPE // the rotary embeddings' frequencies (rope_theta, rope_scaling)
 }
 
 // ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).
 func ShapeOf(cfg *presets.Config) ModelConfig {
 	mc := cfg.Model
-	return ModelConfig{Shape: cfg.Shape(),
+	s := ModelConfig{Shape: cfg.Shape(),
 		HiddenDropout: float32(mc.HiddenDropoutProb), AttnDropout: float32(mc.AttentionProbsDropoutProb)}
+	if mc.Llama() {
+		s.NormEps = float32(mc.RMSNormEps)
+		s.RoPE = kernels.RoPE{Theta: mc.RopeTheta}
+		if rs := mc.RopeScaling; rs.RopeType == "llama3" {
+			s.RoPE.Scaling = &kernels.RoPEScaling{Factor: rs.Factor, LowFreqFactor: rs.LowFreqFactor, HighFreqFactor: rs.HighFreqFactor,
+				OriginalMaxPositions: rs.OriginalMaxPositionEmbeddings}
+		}
+	}
+	return s
 }
 
 // ShapeNames names ModelConfig's sizes as the input they came from calls
 // them (a config key, a header field), for error messages.
-type ShapeNames struct{ MaxT, V, L, NH, C, F string }
+type ShapeNames struct{ MaxT, V, L, NH, C, F, NKV string }
 
 // configNames are the config keys of the sizes (presets' Model.*).
-var configNames = ShapeNames{MaxT: "max_position_embeddings", V: "vocab_size", L: "num_layers", NH: "num_attention_heads", C: "hidden_size", F: "ffn_hidden_size"}
+var configNames = ShapeNames{MaxT: "max_position_embeddings", V: "vocab_size", L: "num_layers", NH: "num_attention_heads", C: "hidden_size", F: "ffn_hidden_size",
+	NKV: "num_key_value_heads"}
 
 // Validate reports an impossible shape, naming the sizes by their config
 // keys.
 func (c ModelConfig) Validate() error { return c.ValidateNamed(configNames) }
 
 // ValidateNamed reports an impossible shape, naming the sizes as n does:
-// a size that is not positive, a vocabulary beyond uint16 tokens, heads
+// a size that is not positive, a vocabulary beyond int32 token ids, heads
 // that do not divide the hidden size, more than [presets.MaxLayers] layers
-// or [presets.MaxElements] parameters. A shape that passes can be laid out
-// ([Tensors]) without an int overflowing.
+// or [presets.MaxElements] parameters; for a Llama, key/value heads that
+// do not divide the heads, or rotary embeddings that do not fit the head
+// size. A shape that passes can be laid out ([Tensors]) without an int
+// overflowing.
 func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 	for _, f := range []struct {
 		name string
@@ -53,10 +72,15 @@ func (c ModelConfig) ValidateNamed(n ShapeNames) error {
 		return fmt.Errorf("padded vocabulary %d is smaller than %s %d", c.Vp, n.V, c.V)
 	case c.C%c.NH != 0:
 		return fmt.Errorf("%s %d is not divisible by %d heads (%s)", n.C, c.C, c.NH, n.NH)
-	case c.V > 65536:
-		return fmt.Errorf("%s %d does not fit uint16 token shards", n.V, c.V)
+	case c.V > math.MaxInt32:
+		return fmt.Errorf("%s %d does not fit int32 token ids", n.V, c.V)
 	case c.L > presets.MaxLayers:
 		return fmt.Errorf("%s %d exceeds the %d layers gptui supports", n.L, c.L, presets.MaxLayers)
+	}
+	if c.Family == arch.Llama {
+		if err := c.validateLlama(n); err != nil {
+			return err
+		}
 	}
 	if p := c.ParamBound(); p > presets.MaxElements {
 		return fmt.Errorf("%s %d, %s %d, %s %d, %s %d and %s %d make %.3g parameters, more than the %.3g gptui supports",
@@ -84,6 +108,15 @@ type Tensor struct {
 // Global … Global+Shape of the whole model's.
 type Piece struct {
 	Local, Global, Shape []int
+	// Copies is the number of ranks of the tensor-parallel group that
+	// hold this block of a split tensor alike (a Llama's key/value heads
+	// when mp_degree exceeds them); 0 or 1: this rank alone. Their
+	// gradients are summed over those ranks (tensorParallel.sumCopies),
+	// and the gradient norm counts each 1/Copies.
+	Copies int
+	// Copy is set on all of them but the first: a checkpoint takes the
+	// block from the first.
+	Copy bool
 }
 
 // Part is the piece of the model one rank holds.
@@ -130,10 +163,26 @@ func (p Part) check(cfg ModelConfig) error {
 	return nil
 }
 
-// Tensors lists the parameter tensors of the whole model cfg in llm.c's file
-// order: wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b,
-// fcw, fcb, fcprojw, fcprojb, lnfw, lnfb. It returns the tensors and the
-// total element count.
+// Tensors lists the parameter tensors of the whole model cfg and returns
+// them with the total element count. A GPT-2's are in llm.c's file order:
+// wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw,
+// fcb, fcprojw, fcprojb, lnfw, lnfb. A Llama's follow Hugging Face's
+// LlamaForCausalLM modules (their names in brackets), with hd = C/NH and
+// NKV key/value heads:
+//
+//	wte      (Vp, C)                  [model.embed_tokens]
+//	ln1w     (L, C)                   [input_layernorm]
+//	qkvw     (L, (NH+2·NKV)·hd, C)    [q_proj, k_proj, v_proj: their rows one after another]
+//	attprojw (L, C, NH·hd)            [o_proj]
+//	ln2w     (L, C)                   [post_attention_layernorm]
+//	fcw      (L, 2F, C)               [gate_proj, up_proj: the SwiGLU kernel's (N,2F) input]
+//	fcprojw  (L, C, F)                [down_proj]
+//	lnfw     (C)                      [model.norm]
+//	lmhead   (Vp, C), untied only     [lm_head]
+//
+// The rows of q_proj and k_proj are HF's, for its rotate_half rotary
+// embeddings (kernels.Backend.RoPEForward); Meta's checkpoints permute
+// them.
 func Tensors(cfg ModelConfig) ([]Tensor, int) { return PartTensors(cfg, WholePart(cfg)) }
 
 // PartTensors lists the tensors part holds, in Tensors' order (the ones it
@@ -154,21 +203,31 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 	}
 	// A split says which slice of a layered tensor's per-layer block this
 	// rank holds: along dimension dim (of the local shape, 0 being the
-	// layer), blocks of width elements taken from the global offsets at.
+	// layer), blocks of the widths taken from the global offsets at, one
+	// after another; copies are the ranks holding each block alike (nil:
+	// this rank alone).
 	type split struct {
-		dim, width int
-		at         []int
+		dim        int
+		at, widths []int
+		copies     []int
+	}
+	cols := func(dim, width int, at ...int) split {
+		ws := make([]int, len(at))
+		for i := range ws {
+			ws[i] = width
+		}
+		return split{dim: dim, at: at, widths: ws}
 	}
 	var (
 		whole = split{} // every rank of the group holds the tensor whole
 		// Column-parallel: this rank's heads of q, k and v (three blocks of
 		// Cl rows of the QKV projection) and its Fl hidden units of fc.
-		qkvHeads = split{1, Cl, []int{r * Cl, C + r*Cl, 2*C + r*Cl}}
-		fcUnits  = split{1, Fl, []int{r * Fl}}
+		qkvHeads = cols(1, Cl, r*Cl, C+r*Cl, 2*C+r*Cl)
+		fcUnits  = cols(1, Fl, r*Fl)
 		// Row-parallel: the input columns of attproj that this rank's heads
 		// produce, and those of fcproj from its hidden units.
-		attprojIn = split{2, Cl, []int{r * Cl}}
-		fcprojIn  = split{2, Fl, []int{r * Fl}}
+		attprojIn = cols(2, Cl, r*Cl)
+		fcprojIn  = cols(2, Fl, r*Fl)
 	)
 	// layered returns the pieces of a layered tensor split as sp.
 	layered := func(local []int, sp split) []Piece {
@@ -178,38 +237,66 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 				lo, gl := make([]int, len(local)), make([]int, len(local))
 				lo[0], gl[0] = run[0], run[1]
 				sh := append([]int{run[2]}, local[1:]...)
-				ps = append(ps, Piece{lo, gl, sh})
+				ps = append(ps, Piece{Local: lo, Global: gl, Shape: sh})
 				continue
 			}
+			at := 0
 			for j, o := range sp.at {
 				lo, gl := make([]int, len(local)), make([]int, len(local))
 				lo[0], gl[0] = run[0], run[1]
-				lo[sp.dim], gl[sp.dim] = j*sp.width, o
+				lo[sp.dim], gl[sp.dim] = at, o
 				sh := append([]int{run[2]}, local[1:]...)
-				sh[sp.dim] = sp.width
-				ps = append(ps, Piece{lo, gl, sh})
+				sh[sp.dim] = sp.widths[j]
+				at += sp.widths[j]
+				pc := Piece{Local: lo, Global: gl, Shape: sh}
+				if sp.copies != nil && sp.copies[j] > 1 {
+					pc.Copies, pc.Copy = sp.copies[j], r%sp.copies[j] != 0
+				}
+				ps = append(ps, pc)
 			}
 		}
 		return ps
 	}
 	wholeTensor := func(shape []int) []Piece {
-		return []Piece{{make([]int, len(shape)), make([]int, len(shape)), shape}}
+		return []Piece{{Local: make([]int, len(shape)), Global: make([]int, len(shape)), Shape: shape}}
 	}
-	type spec struct {
-		name          string
-		held          bool
-		shape, global []int
-		pieces        []Piece
-		decay, split  bool
-	}
+
 	L := cfg.L
 	lay := func(name string, local, global []int, sp split, decay bool) spec {
 		return spec{name, Ll > 0, local, global, layered(local, sp), decay, sp.dim != 0 && M > 1}
 	}
+	// Vocabulary-parallel: this rank's Vpl rows of the embedding (and of
+	// a Llama's lm_head).
+	vocabRows := []Piece{{Local: []int{0, 0}, Global: []int{r * Vpl, 0}, Shape: []int{Vpl, C}}}
+	if cfg.Family == arch.Llama {
+		// Query heads as GPT-2's; the NKV key/value heads split the same
+		// way when mp divides them, else each rank holds the one its
+		// query heads use, alike with the rep−1 other ranks of its group
+		// (Megatron-LM's replication).
+		hd, NKV := C/cfg.NH, cfg.KVHeads()
+		q, kvl, kvOff, reps := Cl, NKV/M*hd, r*(NKV/M)*hd, []int(nil)
+		if M > NKV {
+			rep := M / NKV
+			kvl, kvOff, reps = hd, r/rep*hd, []int{1, rep, rep}
+		}
+		qkv := split{dim: 1, at: []int{r * q, C + kvOff, C + NKV*hd + kvOff}, widths: []int{q, kvl, kvl}, copies: reps}
+		Wl := q + 2*kvl
+		specs := []spec{
+			{"wte", part.Embed || part.Head && cfg.Tied(), []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
+			lay("ln1w", []int{Ll, C}, []int{L, C}, whole, false),
+			lay("qkvw", []int{Ll, Wl, C}, []int{L, C + 2*NKV*hd, C}, qkv, true),
+			lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, attprojIn, true),
+			lay("ln2w", []int{Ll, C}, []int{L, C}, whole, false),
+			// gate then up: this rank's Fl units of each.
+			lay("fcw", []int{Ll, 2 * Fl, C}, []int{L, 2 * F, C}, cols(1, Fl, r*Fl, F+r*Fl), true),
+			lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, fcprojIn, true),
+			{"lnfw", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
+			{"lmhead", part.Head && !cfg.Tied(), []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
+		}
+		return layOut(specs)
+	}
 	specs := []spec{
-		// Vocabulary-parallel: this rank's Vpl rows of the embedding.
-		{"wte", part.Embed || part.Head, []int{Vpl, C}, []int{cfg.Vp, C},
-			[]Piece{{[]int{0, 0}, []int{r * Vpl, 0}, []int{Vpl, C}}}, true, M > 1},
+		{"wte", part.Embed || part.Head, []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
 		{"wpe", part.Embed, []int{cfg.MaxT, C}, []int{cfg.MaxT, C}, wholeTensor([]int{cfg.MaxT, C}), true, false},
 		lay("ln1w", []int{Ll, C}, []int{L, C}, whole, false),
 		lay("ln1b", []int{Ll, C}, []int{L, C}, whole, false),
@@ -226,16 +313,29 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 		{"lnfw", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
 		{"lnfb", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
 	}
+	return layOut(specs)
+}
+
+// spec is a tensor of PartTensors: whether the part holds it, its local
+// and global shapes, its pieces, whether it decays and is split.
+type spec struct {
+	name          string
+	held          bool
+	shape, global []int
+	pieces        []Piece
+	decay, split  bool
+}
+
+// layOut lays the tensors of specs that are held out one after another
+// and returns them with their total element count.
+func layOut(specs []spec) ([]Tensor, int) {
 	var ts []Tensor
 	off := 0
 	for _, s := range specs {
 		if !s.held {
 			continue
 		}
-		n := 1
-		for _, d := range s.shape {
-			n *= d
-		}
+		n := numel(s.shape)
 		ts = append(ts, Tensor{Name: s.name, Shape: s.shape, Global: s.global, Pieces: s.pieces, Offset: off, Size: n, Decay: s.decay, Split: s.split})
 		off += n
 	}
@@ -247,6 +347,7 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 type weights struct {
 	wte, wpe, ln1w, ln1b, qkvw, qkvb, attprojw, attprojb []float32
 	ln2w, ln2b, fcw, fcb, fcprojw, fcprojb, lnfw, lnfb   []float32
+	lmhead                                               []float32 // an untied Llama's head
 }
 
 func viewWeights(buf []float32, ts []Tensor) weights {
@@ -254,7 +355,7 @@ func viewWeights(buf []float32, ts []Tensor) weights {
 	field := map[string]*[]float32{
 		"wte": &w.wte, "wpe": &w.wpe, "ln1w": &w.ln1w, "ln1b": &w.ln1b, "qkvw": &w.qkvw, "qkvb": &w.qkvb,
 		"attprojw": &w.attprojw, "attprojb": &w.attprojb, "ln2w": &w.ln2w, "ln2b": &w.ln2b, "fcw": &w.fcw,
-		"fcb": &w.fcb, "fcprojw": &w.fcprojw, "fcprojb": &w.fcprojb, "lnfw": &w.lnfw, "lnfb": &w.lnfb,
+		"fcb": &w.fcb, "fcprojw": &w.fcprojw, "fcprojb": &w.fcprojb, "lnfw": &w.lnfw, "lnfb": &w.lnfb, "lmhead": &w.lmhead,
 	}
 	for _, t := range ts {
 		*field[t.Name] = buf[t.Offset : t.Offset+t.Size : t.Offset+t.Size]

@@ -158,11 +158,12 @@ func pipeComms(ops []pipeOp, pp, vpp, s int) []pipeExchange {
 // flow the (B,T,C) residual stream forward and its gradient backward, point
 // to point on one communicator, in the exchanges of pipeComms. The first
 // and last stages both hold wte and sum its gradients after the backward
-// passes (sumTied), as ColossalAI's PipelineSharedModuleWrapper does.
+// passes (sumTied), as ColossalAI's PipelineSharedModuleWrapper does —
+// unless the model's head is its own (an untied Llama's lm_head).
 type pipeline struct {
 	topo  Topology
 	c     comm.Communicator // the stages: member i is pipeline rank i
-	tied  comm.Communicator // first and last stage (the tied wte); nil if they are one rank
+	tied  comm.Communicator // first and last stage (the tied wte); nil if they are one rank or untied
 	ops   []pipeOp
 	ex    []pipeExchange   // ex[i] before ops[i], ex[len(ops)] after the last
 	last  int              // the step's last micro-batch
@@ -185,7 +186,7 @@ func newPipeline(f comm.Fabric, topo Topology, m *Model, accum int) (*pipeline, 
 	if p.c, err = f.Communicator("pp", topo.ppGroup()); err != nil {
 		return nil, err
 	}
-	if m.Part.Embed || m.Part.Head {
+	if (m.Part.Embed || m.Part.Head) && m.Cfg.Tied() {
 		pg := topo.ppGroup()
 		if p.tied, err = f.Communicator("tied", []int{pg[0], pg[len(pg)-1]}); err != nil {
 			return nil, err
@@ -250,11 +251,11 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 		if !op.backward {
 			a := live[key]
 			if v == 0 {
-				m.embedForward(a, ps)
+				m.fam.embedForward(a, ps)
 			}
 			m.blocksForward(a, lo, hi, ps)
 			if v == nv-1 {
-				m.headForward(a, ps)
+				m.fam.headForward(a, ps)
 			}
 		} else {
 			a := live[key]
@@ -262,11 +263,11 @@ func (p *pipeline) step(ctx context.Context, m *Model, step, first int, inputs, 
 				ps.onGrads = hook
 			}
 			if v == nv-1 {
-				m.headBackward(a, ps)
+				m.fam.headBackward(a, ps)
 			}
 			m.blocksBackward(a, lo, hi, ps)
 			if v == 0 {
-				m.embedBackward(a, ps)
+				m.fam.embedBackward(a, ps)
 			}
 			delete(live, key)
 			p.done = append(p.done, finished{a, op.chunk})
@@ -394,13 +395,13 @@ func (p *pipeline) evaluate(ctx context.Context, m *Model, inputs, targets []int
 		v := p.virtual(k)
 		lo, hi := k*p.lc, (k+1)*p.lc
 		if v == 0 {
-			m.embedForward(a, ps)
+			m.fam.embedForward(a, ps)
 		} else if err := p.c.Recv(ctx, a.resid[lo], p.holder(v-1)); err != nil {
 			return fmt.Errorf("pipeline: evaluation: %w", err)
 		}
 		m.blocksForward(a, lo, hi, ps)
 		if v == nv-1 {
-			m.headForward(a, ps)
+			m.fam.headForward(a, ps)
 		} else if err := p.c.Send(ctx, a.resid[hi], p.holder(v+1)); err != nil {
 			return fmt.Errorf("pipeline: evaluation: %w", err)
 		}

@@ -218,6 +218,9 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 		fromFile(s)
 		src.block = ckptSource(c, ckptParams)
 	} else if mc.InitFrom != "" {
+		if shape.llama() {
+			return nil, Topology{}, nil, &ConfigError{Msg: fmt.Sprintf("Model.init_from %s: an llm.c model file holds a GPT-2, and Model.family is %s; give a gptui checkpoint directory", mc.InitFrom, shape.Family)}
+		}
 		f, err := openLLMC(mc.InitFrom)
 		if err != nil {
 			return nil, Topology{}, nil, err
@@ -317,16 +320,26 @@ func (tr *Trainer) resume() error {
 }
 
 // openData reads the token shards (or the built-in corpus) and carves the
-// train and validation ranges.
+// train and validation ranges: 16-bit tokens, or 32-bit ones for a
+// vocabulary beyond 65536 (openDataOf).
 func (tr *Trainer) openData() error {
-	load := func(ds presets.Dataset) ([]uint16, error) {
+	if tr.Model.Cfg.V > 1<<16 {
+		return openDataOf[uint32](tr)
+	}
+	return openDataOf[uint16](tr)
+}
+
+// openDataOf is openData with tokens of type T.
+func openDataOf[T data.Token](tr *Trainer) error {
+	load := func(ds presets.Dataset) ([]T, error) {
 		if ds.InputDir == "" {
 			if tr.opts.Builtin == nil {
 				return nil, &ConfigError{Msg: "Data.Train.dataset.input_dir is empty and no built-in corpus is available; set it to a directory made by `gptui data prepare`"}
 			}
-			return tr.opts.Builtin()
+			toks, err := tr.opts.Builtin()
+			return widen[T](toks), err
 		}
-		toks, err := data.Load(ds.InputDir)
+		toks, err := data.LoadOf[T](ds.InputDir)
 		if err != nil {
 			return nil, badinput.Wrap(fmt.Errorf("Data.*.dataset.input_dir %s (make it with `gptui data prepare`): %w", ds.InputDir, err))
 		}
@@ -374,9 +387,9 @@ func (tr *Trainer) openData() error {
 
 // checkVocab refuses tokens of the data set ds (as loaded) that are not
 // below the model's vocabulary V, naming the shard and the byte offset.
-func checkVocab(ds presets.Dataset, toks []uint16, V int) error {
+func checkVocab[T data.Token](ds presets.Dataset, toks []T, V int) error {
 	if ds.InputDir == "" {
-		if i := slices.IndexFunc(toks, func(t uint16) bool { return int(t) >= V }); i >= 0 {
+		if i := slices.IndexFunc(toks, func(t T) bool { return int(t) >= V }); i >= 0 {
 			return &ConfigError{Msg: fmt.Sprintf("token %d at position %d of the built-in corpus is outside the model's vocabulary of %d; check Model.vocab_size", toks[i], i, V)}
 		}
 		return nil

@@ -69,7 +69,8 @@ func (tr *Trainer) modelSum(ctx context.Context, x float64) (float64, error) {
 // groups counts every gradient of the whole model once: a tensor held
 // whole by every rank of the tensor-parallel group counts 1/mp on each,
 // and the last pipeline stage's copy of the tied wte, whose gradient
-// equals the first stage's, counts 0.
+// equals the first stage's, counts 0; a block held alike by k ranks of
+// the group (Piece.Copies) counts 1/k on each.
 func (m *Model) gradSquares(out []float64, grads []float32, spans []Span) {
 	M := m.Part.MP
 	tiedCopy := m.Part.Head && !m.Part.Embed
@@ -87,9 +88,51 @@ func (m *Model) gradSquares(out []float64, grads []float32, spans []Span) {
 			if !t.Split {
 				w = 1 / float64(M)
 			}
+			if rs := copyRanges(t); rs != nil {
+				for _, r := range rs {
+					if a, b := max(s, r.lo), min(e, r.hi); a < b {
+						m.be.SumSquares(out, grads[sp.At+a-sp.Flat:sp.At+b-sp.Flat], r.w)
+					}
+				}
+				continue
+			}
 			m.be.SumSquares(out, grads[sp.At+s-sp.Flat:sp.At+e-sp.Flat], w)
 		}
 	}
+}
+
+// weightedRange is a range [lo, hi) of the flat layout whose gradients
+// count w each in the norm.
+type weightedRange struct {
+	lo, hi int
+	w      float64
+}
+
+// copyRanges cuts tensor t, split across the tensor-parallel group, into
+// ranges of the flat layout weighted 1/Copies by its pieces, adjacent ones
+// of one weight merged; nil when no piece has copies.
+func copyRanges(t Tensor) []weightedRange {
+	has := false
+	for _, pc := range t.Pieces {
+		has = has || pc.Copies > 1
+	}
+	if !has {
+		return nil
+	}
+	var rs []weightedRange
+	for _, pc := range t.Pieces {
+		w := 1 / float64(max(pc.Copies, 1))
+		eachRun(t.Shape, pc.Local, pc.Shape, t.Shape, pc.Local, 0, numRuns(pc.Shape), func(k, _, n int) bool {
+			lo := t.Offset + k
+			if i := len(rs) - 1; i >= 0 && rs[i].hi == lo && rs[i].w == w {
+				rs[i].hi += n
+			} else {
+				rs = append(rs, weightedRange{lo, lo + n, w})
+			}
+			return true
+		})
+	}
+	return rs
 }
 
 // shardedUpdate clips and applies one AdamW step to this rank's shard and

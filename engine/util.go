@@ -3,6 +3,8 @@ package engine
 import (
 	"math"
 	"slices"
+
+	"github.com/gptui/gptui/engine/data"
 )
 
 func exp(x float64) float64 { return math.Exp(x) }
@@ -20,4 +22,18 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// widen returns 16-bit tokens as tokens of type T: toks itself for
+// uint16, a copy for uint32 (the built-in corpus, read by a model whose
+// vocabulary needs 32-bit shards).
+func widen[T data.Token](toks []uint16) []T {
+	if t, ok := any(toks).([]T); ok {
+		return t
+	}
+	out := make([]T, len(toks))
+	for i, v := range toks {
+		out[i] = T(v)
+	}
+	return out
 }

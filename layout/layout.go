@@ -6,8 +6,8 @@
 //
 // The rule follows from how the engine splits the work (see package
 // engine): tensor parallelism gives each rank of a group a slice of the
-// attention heads, of the MLP's hidden units and of the (padded)
-// vocabulary; pipeline parallelism gives each of pp·vpp chunks the same
+// attention heads (a Llama's key/value heads split or replicated), of the
+// MLP's hidden units and of the (padded) vocabulary; pipeline parallelism gives each of pp·vpp chunks the same
 // number of blocks; the replicas (dp × sharding) split the global batch
 // evenly, and each replica's share into whole micro-batches.
 package layout
@@ -55,7 +55,9 @@ var schedules = []string{"1f1b", "interleaved", "gpipe"}
 //   - every degree is at least 1, the sharding stage is 1, 2 or 3 and the
 //     schedule one the engine runs;
 //   - mp divides the heads, the MLP's hidden units and the padded
-//     vocabulary;
+//     vocabulary; in a Llama it also divides the key/value heads or is
+//     a multiple of them (each rank then holds one key/value head, as
+//     Megatron-LM replicates it);
 //   - pp·vpp divides the layers; vpp > 1 needs pp > 1 and the interleaved
 //     schedule;
 //   - the global batch is local × dp × sharding, the local batch a multiple
@@ -88,6 +90,8 @@ func Check(m arch.Shape, l Layout, b Batch) *Problem {
 	switch {
 	case m.NH%l.MP != 0:
 		return multiple("Model.num_attention_heads", m.NH, "Distributed.mp_degree", l.MP)
+	case m.Family == arch.Llama && m.KVHeads()%l.MP != 0 && l.MP%m.KVHeads() != 0:
+		return &Problem{"Model.num_key_value_heads", fmt.Sprintf("%d key/value heads and mp_degree %d: mp_degree must divide them or be a multiple of them; change one of them", m.KVHeads(), l.MP)}
 	case m.F%l.MP != 0:
 		return multiple("Model.ffn_hidden_size", m.F, "Distributed.mp_degree", l.MP)
 	case m.Vp%l.MP != 0:

@@ -10,6 +10,7 @@ import (
 // change, and lets the others through.
 func TestCheck(t *testing.T) {
 	gpt2 := arch.Shape{L: 12, NH: 12, F: 3072, Vp: 50304}
+	llama := arch.Shape{Family: arch.Llama, L: 12, NH: 8, NKV: 4, F: 3072, Vp: 50304}
 	one := Layout{DP: 1, Sharding: 1, MP: 1, PP: 1, VPP: 1, Stage: 1}
 	with := func(f func(*Layout)) Layout { l := one; f(&l); return l }
 	batch := Batch{Global: 8, Local: 8, Micro: 2}
@@ -31,6 +32,10 @@ func TestCheck(t *testing.T) {
 		{"mp and heads", gpt2, with(func(l *Layout) { l.MP = 5 }), batch, "Model.num_attention_heads", "mp_degree (5)"},
 		{"mp and ffn", arch.Shape{L: 12, NH: 12, F: 102, Vp: 50304}, with(func(l *Layout) { l.MP = 4 }), batch, "Model.ffn_hidden_size", "mp_degree (4)"},
 		{"mp and vocabulary", arch.Shape{L: 12, NH: 12, F: 3072, Vp: 50304 + 128}, with(func(l *Layout) { l.MP = 12 }), batch, "Distributed.mp_degree", "padded vocabulary 50432"},
+		{"llama mp divides kv heads", llama, with(func(l *Layout) { l.MP = 2 }), batch, "", ""},
+		{"llama mp a multiple of kv heads", llama, with(func(l *Layout) { l.MP = 8 }), batch, "", ""},
+		{"llama mp and kv heads", arch.Shape{Family: arch.Llama, L: 12, NH: 12, NKV: 4, F: 3072, Vp: 50304}, with(func(l *Layout) { l.MP = 6 }), batch, "Model.num_key_value_heads", "4 key/value heads and mp_degree 6"},
+		{"llama mp and query heads", llama, with(func(l *Layout) { l.MP = 16 }), batch, "Model.num_attention_heads", "mp_degree (16)"},
 		{"pp and layers", gpt2, with(func(l *Layout) { l.PP = 5 }), batch, "Model.num_layers", "pp_degree (5)"},
 		{"pp divides", gpt2, with(func(l *Layout) { l.PP = 4 }), batch, "", ""},
 		{"vpp without pp", gpt2, with(func(l *Layout) { l.VPP = 2; l.Schedule = "interleaved" }), batch, "Distributed.vpp_degree", "pp_degree > 1"},

@@ -25,6 +25,8 @@
 package presets
 
 import (
+	"strings"
+
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/layout"
 )
@@ -116,13 +118,16 @@ type SaveLoad struct {
 	Replicas  int    `yaml:"replicas"`   // nodes each checkpoint is kept on (launcher with --hosts)
 }
 
-// Model describes the GPT-2 network.
+// Model describes the network: a GPT-2, or a Llama (Family "llama"),
+// whose keys are named as Hugging Face's LlamaConfig names them.
 type Model struct {
+	// Family is the model family: "gpt2" (the default) or "llama".
+	Family                    string  `yaml:"family"`
 	VocabSize                 int     `yaml:"vocab_size"`
 	HiddenSize                int     `yaml:"hidden_size"`
 	NumLayers                 int     `yaml:"num_layers"`
 	NumAttentionHeads         int     `yaml:"num_attention_heads"`
-	FFNHiddenSize             int     `yaml:"ffn_hidden_size"`
+	FFNHiddenSize             int     `yaml:"ffn_hidden_size"` // Llama: the SwiGLU intermediate size
 	HiddenDropoutProb         float64 `yaml:"hidden_dropout_prob"`
 	AttentionProbsDropoutProb float64 `yaml:"attention_probs_dropout_prob"`
 	MaxPositionEmbeddings     int     `yaml:"max_position_embeddings"`
@@ -130,7 +135,48 @@ type Model struct {
 	// InitFrom names a checkpoint or weights file to initialise from;
 	// empty means random initialisation.
 	InitFrom string `yaml:"init_from"`
+
+	// The Llama family's keys (see LlamaKey), defaulted and written only
+	// for it.
+
+	// NumKeyValueHeads is the key/value heads of grouped-query attention,
+	// dividing num_attention_heads (default: num_attention_heads).
+	NumKeyValueHeads int `yaml:"num_key_value_heads"`
+	// RMSNormEps is RMSNorm's epsilon (default 1e-6; 1e-5 in Llama 3).
+	RMSNormEps float64 `yaml:"rms_norm_eps"`
+	// RopeTheta is the base of the rotary embeddings' frequencies
+	// (default 10000; 500000 in Llama 3).
+	RopeTheta float64 `yaml:"rope_theta"`
+	// RopeScaling is Llama 3.1's frequency scaling, when its RopeType is
+	// "llama3".
+	RopeScaling RopeScaling `yaml:"rope_scaling"`
+	// TieWordEmbeddings makes the head the token embedding's transpose
+	// (default false: a separate lm_head). GPT-2 always ties.
+	TieWordEmbeddings bool `yaml:"tie_word_embeddings"`
 }
+
+// RopeScaling is Hugging Face's rope_scaling of a Llama config.
+type RopeScaling struct {
+	// RopeType is "default" (no scaling) or "llama3" (Llama 3.1's).
+	RopeType                      string  `yaml:"rope_type"`
+	Factor                        float64 `yaml:"factor"`                           // default 8
+	LowFreqFactor                 float64 `yaml:"low_freq_factor"`                  // default 1
+	HighFreqFactor                float64 `yaml:"high_freq_factor"`                 // default 4
+	OriginalMaxPositionEmbeddings int     `yaml:"original_max_position_embeddings"` // default 8192
+}
+
+// LlamaKey reports whether key (a full dotted path) is one of the Llama
+// family's own keys, which a GPT-2 config leaves out.
+func LlamaKey(key string) bool {
+	switch key {
+	case "Model.num_key_value_heads", "Model.rms_norm_eps", "Model.rope_theta", "Model.tie_word_embeddings":
+		return true
+	}
+	return strings.HasPrefix(key, "Model.rope_scaling.")
+}
+
+// Llama reports whether the model is of the Llama family.
+func (m Model) Llama() bool { return m.Family == "llama" }
 
 // Data holds the training and evaluation data sets.
 type Data struct {
@@ -229,8 +275,12 @@ func (c *Config) PaddedVocab() int { return arch.PadVocab(c.Model.VocabSize) }
 // prices and the layout rule ([layout.Check]) reads.
 func (c *Config) Shape() arch.Shape {
 	m := c.Model
-	return arch.Shape{MaxT: m.MaxPositionEmbeddings, V: m.VocabSize, Vp: c.PaddedVocab(), L: m.NumLayers,
+	s := arch.Shape{MaxT: m.MaxPositionEmbeddings, V: m.VocabSize, Vp: c.PaddedVocab(), L: m.NumLayers,
 		NH: m.NumAttentionHeads, C: m.HiddenSize, F: m.FFNHiddenSize}
+	if m.Llama() {
+		s.Family, s.NKV, s.Untied = arch.Llama, m.NumKeyValueHeads, !m.TieWordEmbeddings
+	}
+	return s
 }
 
 // Layout is c's parallel layout.

@@ -29,7 +29,19 @@ const (
 	defaultClipNorm         = 1.0
 	defaultWarmupRate       = 0.01
 	defaultMaxLR            = 1e-4
+	defaultRMSNormEps       = 1e-6
+	defaultRopeTheta        = 10000
 )
+
+// llamaFFN is Meta's Llama intermediate size for hidden size c: 2/3 of
+// 4c, rounded up to a multiple of 256 (0 for c ≤ 0 or too large).
+func llamaFFN(c int) int {
+	f := mulPositive(8, c) / 3
+	if f <= 0 || f > maxInt-256 {
+		return 0
+	}
+	return (f + 255) / 256 * 256
+}
 
 // defaultSplit is the PaddleFleetX train/validation/test split.
 func defaultSplit() [3]float64 { return [3]float64{949, 50, 1} }
@@ -149,10 +161,36 @@ func applyDefaults(c *Config, set map[string]pos) {
 	intDef("Engine.save_load.replicas", &sl.Replicas, 1)
 
 	m := &c.Model
+	strDef("Model.family", &m.Family, "gpt2")
 	intDef("Model.vocab_size", &m.VocabSize, defaultVocabSize)
-	intDef("Model.ffn_hidden_size", &m.FFNHiddenSize, mulPositive(4, m.HiddenSize))
-	floatDef("Model.hidden_dropout_prob", &m.HiddenDropoutProb, defaultDropout)
-	floatDef("Model.attention_probs_dropout_prob", &m.AttentionProbsDropoutProb, defaultDropout)
+	if m.Llama() {
+		// Llama's own defaults: Hugging Face LlamaConfig's, no dropout,
+		// and Meta's intermediate size, 2/3 of 4·hidden_size rounded up
+		// to a multiple of 256 (2048 for hidden_size 768).
+		intDef("Model.ffn_hidden_size", &m.FFNHiddenSize, llamaFFN(m.HiddenSize))
+		floatDef("Model.hidden_dropout_prob", &m.HiddenDropoutProb, 0)
+		floatDef("Model.attention_probs_dropout_prob", &m.AttentionProbsDropoutProb, 0)
+		intDef("Model.num_key_value_heads", &m.NumKeyValueHeads, m.NumAttentionHeads)
+		floatDef("Model.rms_norm_eps", &m.RMSNormEps, defaultRMSNormEps)
+		floatDef("Model.rope_theta", &m.RopeTheta, defaultRopeTheta)
+		rs := &m.RopeScaling
+		strDef("Model.rope_scaling.rope_type", &rs.RopeType, "default")
+		floatDef("Model.rope_scaling.factor", &rs.Factor, 8)
+		floatDef("Model.rope_scaling.low_freq_factor", &rs.LowFreqFactor, 1)
+		floatDef("Model.rope_scaling.high_freq_factor", &rs.HighFreqFactor, 4)
+		intDef("Model.rope_scaling.original_max_position_embeddings", &rs.OriginalMaxPositionEmbeddings, 8192)
+	} else {
+		// GPT-2: the Llama keys describe it too, as their values for it,
+		// so that a check of them never needs to know the family.
+		intDef("Model.ffn_hidden_size", &m.FFNHiddenSize, mulPositive(4, m.HiddenSize))
+		floatDef("Model.hidden_dropout_prob", &m.HiddenDropoutProb, defaultDropout)
+		floatDef("Model.attention_probs_dropout_prob", &m.AttentionProbsDropoutProb, defaultDropout)
+		intDef("Model.num_key_value_heads", &m.NumKeyValueHeads, m.NumAttentionHeads)
+		strDef("Model.rope_scaling.rope_type", &m.RopeScaling.RopeType, "default")
+		if unset("Model.tie_word_embeddings") {
+			m.TieWordEmbeddings = true
+		}
+	}
 	intDef("Model.max_position_embeddings", &m.MaxPositionEmbeddings, defaultMaxPositions)
 	floatDef("Model.initializer_range", &m.InitializerRange, defaultInitializerRange)
 

@@ -10,8 +10,8 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// YAML returns c in the YAML shape that Load reads, every key present, in
-// the schema's fixed order; the lr schedule's keys that were derived
+// YAML returns c in the YAML shape that Load reads, every key present (the
+// Llama family's own only in a Llama's config), in the schema's fixed order; the lr schedule's keys that were derived
 // (Config.DerivedFrom) are left unset, their values in comments. Parsing
 // the result yields c again.
 func (c *Config) YAML() []byte {
@@ -30,6 +30,9 @@ func (c *Config) YAML() []byte {
 		return n
 	}
 	for _, f := range fields() {
+		if LlamaKey(f.path) && !c.Model.Llama() {
+			continue // GPT-2 has none of them
+		}
 		parent, name := splitLast(f.path)
 		p := section(parent)
 		v := valueNode(f.ref(c))

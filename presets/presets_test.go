@@ -48,6 +48,7 @@ func TestPresets(t *testing.T) {
 		recompute                     bool
 	}{
 		{"tiny", 64, 2, 4, 64, "cpu", "fp32", 8, 8, 8, 1, 1, 1, 1, 1, false},
+		{"llama-tiny", 64, 2, 4, 64, "cpu", "fp32", 8, 8, 8, 1, 1, 1, 1, 1, false},
 		{"gpt2-124m", 768, 12, 12, 1024, "cpu", "fp32", 8, 8, 4, 1, 1, 1, 1, 1, false},
 		{"345m-1card", 1024, 24, 16, 1024, "gpu", "fp16", 8, 8, 8, 1, 1, 1, 1, 1, false},
 		{"1.3b-dp8", 2048, 24, 16, 1024, "gpu", "fp16", 64, 8, 8, 8, 1, 1, 1, 1, true},
@@ -80,7 +81,7 @@ func TestPresets(t *testing.T) {
 			if m.VocabSize != 50257 || c.PaddedVocab() != 50304 {
 				t.Errorf("vocab %d padded %d, want 50257 and 50304", m.VocabSize, c.PaddedVocab())
 			}
-			if m.FFNHiddenSize != 4*m.HiddenSize {
+			if !m.Llama() && m.FFNHiddenSize != 4*m.HiddenSize {
 				t.Errorf("ffn_hidden_size %d, want %d", m.FFNHiddenSize, 4*m.HiddenSize)
 			}
 			if c.Data.Eval.Dataset != c.Data.Train.Dataset {
@@ -490,8 +491,9 @@ func TestDefaults(t *testing.T) {
 		Engine: Engine{MaxSteps: 1000, LoggingFreq: 1, EvalFreq: 0, EvalIters: 10, LogDir: "log",
 			RecomputeGranularity: "full", MixPrecision: MixPrecision{Dtype: "fp32", ScaleLoss: 1},
 			SaveLoad: SaveLoad{OutputDir: "output", KeepLast: 3, Replicas: 1}},
-		Model: Model{VocabSize: 50257, HiddenSize: 48, NumLayers: 2, NumAttentionHeads: 3, FFNHiddenSize: 192,
-			HiddenDropoutProb: 0.1, AttentionProbsDropoutProb: 0.1, MaxPositionEmbeddings: 1024, InitializerRange: 0.02},
+		Model: Model{Family: "gpt2", VocabSize: 50257, HiddenSize: 48, NumLayers: 2, NumAttentionHeads: 3, FFNHiddenSize: 192,
+			HiddenDropoutProb: 0.1, AttentionProbsDropoutProb: 0.1, MaxPositionEmbeddings: 1024, InitializerRange: 0.02,
+			NumKeyValueHeads: 3, RopeScaling: RopeScaling{RopeType: "default"}, TieWordEmbeddings: true},
 		Data: Data{
 			Train: DataSection{Dataset{Split: [3]float64{949, 50, 1}, MaxSeqLen: 1024, Shuffle: true}},
 			Eval:  DataSection{Dataset{Split: [3]float64{949, 50, 1}, MaxSeqLen: 1024, Shuffle: true}},

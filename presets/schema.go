@@ -39,6 +39,7 @@ func fields() []field {
 		{"Engine.save_load.async", func(c *Config) any { return &c.Engine.SaveLoad.Async }},
 		{"Engine.save_load.replicas", func(c *Config) any { return &c.Engine.SaveLoad.Replicas }},
 
+		{"Model.family", func(c *Config) any { return &c.Model.Family }},
 		{"Model.vocab_size", func(c *Config) any { return &c.Model.VocabSize }},
 		{"Model.hidden_size", func(c *Config) any { return &c.Model.HiddenSize }},
 		{"Model.num_layers", func(c *Config) any { return &c.Model.NumLayers }},
@@ -49,6 +50,15 @@ func fields() []field {
 		{"Model.max_position_embeddings", func(c *Config) any { return &c.Model.MaxPositionEmbeddings }},
 		{"Model.initializer_range", func(c *Config) any { return &c.Model.InitializerRange }},
 		{"Model.init_from", func(c *Config) any { return &c.Model.InitFrom }},
+		{"Model.num_key_value_heads", func(c *Config) any { return &c.Model.NumKeyValueHeads }},
+		{"Model.rms_norm_eps", func(c *Config) any { return &c.Model.RMSNormEps }},
+		{"Model.rope_theta", func(c *Config) any { return &c.Model.RopeTheta }},
+		{"Model.rope_scaling.rope_type", func(c *Config) any { return &c.Model.RopeScaling.RopeType }},
+		{"Model.rope_scaling.factor", func(c *Config) any { return &c.Model.RopeScaling.Factor }},
+		{"Model.rope_scaling.low_freq_factor", func(c *Config) any { return &c.Model.RopeScaling.LowFreqFactor }},
+		{"Model.rope_scaling.high_freq_factor", func(c *Config) any { return &c.Model.RopeScaling.HighFreqFactor }},
+		{"Model.rope_scaling.original_max_position_embeddings", func(c *Config) any { return &c.Model.RopeScaling.OriginalMaxPositionEmbeddings }},
+		{"Model.tie_word_embeddings", func(c *Config) any { return &c.Model.TieWordEmbeddings }},
 
 		{"Data.tokenizer", func(c *Config) any { return &c.Data.Tokenizer }},
 	}

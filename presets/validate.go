@@ -17,7 +17,7 @@ const maxSize = 1<<31 - 1
 // positions. [Load] and [Parse] validate for you and fill them in.
 //
 // Validate checks: positive sizes, steps and degrees; hidden_size divisible
-// by num_attention_heads; the parallel layout ([layout.Check]: mp_degree
+// by num_attention_heads; the model family and its keys (llamaCheck); the parallel layout ([layout.Check]: mp_degree
 // dividing the heads, ffn_hidden_size and the padded vocabulary, pp_degree ×
 // vpp_degree the layers, the batch sizes, the sharding stage, the pipeline
 // schedule);
@@ -189,6 +189,7 @@ func checks() []check {
 		nonNegative("Engine.save_load.keep_last", "keep every checkpoint", func(c *Config) int { return c.Engine.SaveLoad.KeepLast }),
 		positive("Engine.save_load.replicas", func(c *Config) int { return c.Engine.SaveLoad.Replicas }),
 
+		oneOf("Model.family", func(c *Config) string { return c.Model.Family }, "gpt2", "llama"),
 		positive("Model.vocab_size", func(c *Config) int { return c.Model.VocabSize }),
 		positive("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize }),
 		positive("Model.num_layers", func(c *Config) int { return c.Model.NumLayers }),
@@ -197,6 +198,7 @@ func checks() []check {
 		positive("Model.max_position_embeddings", func(c *Config) int { return c.Model.MaxPositionEmbeddings }),
 		divisible("Model.hidden_size", func(c *Config) int { return c.Model.HiddenSize },
 			"num_attention_heads", func(c *Config) int { return c.Model.NumAttentionHeads }),
+		llamaCheck,
 		// The parallel layout: the one rule the engine and the planner
 		// also follow.
 		func(c *Config) (string, string) {
@@ -259,4 +261,63 @@ func seqLenCheck(key string, get func(c *Config) int) check {
 		}
 		return "", ""
 	}
+}
+
+// llamaCheck checks the Llama family's keys: for a Llama, key/value heads
+// dividing the heads, an even head size (rotary embeddings turn pairs of
+// channels), positive finite rms_norm_eps and rope_theta, and a rope
+// scaling of a known type with usable factors; for a GPT-2, that none of
+// them asks for what GPT-2 does not have.
+func llamaCheck(c *Config) (string, string) {
+	m := c.Model
+	if !m.Llama() {
+		const gpt2 = "; drop the key, or set Model.family to llama"
+		switch rs := m.RopeScaling; {
+		case m.NumKeyValueHeads != m.NumAttentionHeads:
+			return "Model.num_key_value_heads", fmt.Sprintf("%d: a GPT-2 has as many key/value heads as attention heads (%d)%s", m.NumKeyValueHeads, m.NumAttentionHeads, gpt2)
+		case !m.TieWordEmbeddings:
+			return "Model.tie_word_embeddings", "false: a GPT-2's head is its token embedding" + gpt2
+		case m.RMSNormEps != 0:
+			return "Model.rms_norm_eps", "a GPT-2 has LayerNorm, not RMSNorm" + gpt2
+		case m.RopeTheta != 0 || rs.RopeType != "default" || rs.Factor != 0 || rs.LowFreqFactor != 0 || rs.HighFreqFactor != 0 || rs.OriginalMaxPositionEmbeddings != 0:
+			return "Model.rope_theta", "a GPT-2 has learned position embeddings, not rotary ones: no rope_theta or rope_scaling" + gpt2
+		}
+		return "", ""
+	}
+	nh, nkv := m.NumAttentionHeads, m.NumKeyValueHeads
+	switch {
+	case nkv < 1 || nkv > maxSize:
+		return "Model.num_key_value_heads", fmt.Sprintf("got %d; set it to a positive divisor of num_attention_heads (%d)", nkv, nh)
+	case nh%nkv != 0:
+		return "Model.num_key_value_heads", fmt.Sprintf("%d does not divide num_attention_heads (%d); set it to a divisor", nkv, nh)
+	case (m.HiddenSize/nh)%2 != 0:
+		return "Model.hidden_size", fmt.Sprintf("%d / num_attention_heads %d = head size %d: rotary embeddings need an even head size; change one of them", m.HiddenSize, nh, m.HiddenSize/nh)
+	}
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{{"Model.rms_norm_eps", m.RMSNormEps}, {"Model.rope_theta", m.RopeTheta}} {
+		if !(f.v > 0) || math.IsInf(f.v, 0) {
+			return f.key, fmt.Sprintf("got %v; set it to a finite number > 0", f.v)
+		}
+	}
+	rs := m.RopeScaling
+	switch rs.RopeType {
+	case "default":
+		return "", ""
+	case "llama3":
+	default:
+		return "Model.rope_scaling.rope_type", fmt.Sprintf("got %q; set it to default (no scaling) or llama3 (Llama 3.1's)", rs.RopeType)
+	}
+	switch {
+	case !(rs.Factor > 0) || math.IsInf(rs.Factor, 0):
+		return "Model.rope_scaling.factor", fmt.Sprintf("got %v; set it to a finite number > 0 (8 in Llama 3.1)", rs.Factor)
+	case !(rs.LowFreqFactor > 0) || math.IsInf(rs.LowFreqFactor, 0):
+		return "Model.rope_scaling.low_freq_factor", fmt.Sprintf("got %v; set it to a finite number > 0 (1 in Llama 3.1)", rs.LowFreqFactor)
+	case !(rs.HighFreqFactor > rs.LowFreqFactor) || math.IsInf(rs.HighFreqFactor, 0):
+		return "Model.rope_scaling.high_freq_factor", fmt.Sprintf("got %v; set it to a finite number above low_freq_factor %v (4 in Llama 3.1)", rs.HighFreqFactor, rs.LowFreqFactor)
+	case rs.OriginalMaxPositionEmbeddings < 1 || rs.OriginalMaxPositionEmbeddings > maxSize:
+		return "Model.rope_scaling.original_max_position_embeddings", fmt.Sprintf("got %d; set it to a positive number of positions (8192 in Llama 3.1)", rs.OriginalMaxPositionEmbeddings)
+	}
+	return "", ""
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/internal/paritymatrix"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -37,7 +38,7 @@ func layoutTokens() ([]uint16, error) {
 // t's job, the key that tells its groups apart: ranks with the same key
 // form one group; ok is false for a rank outside every group of that
 // name. It follows engine.Topology's description of its groups.
-func expectedGroups(t engine.Topology) map[string]func(engine.Topology) (key string, ok bool) {
+func expectedGroups(t engine.Topology, shape arch.Shape) map[string]func(engine.Topology) (key string, ok bool) {
 	g := map[string]func(engine.Topology) (string, bool){}
 	key := func(f func(engine.Topology) []int) func(engine.Topology) (string, bool) {
 		return func(u engine.Topology) (string, bool) { return fmt.Sprint(f(u)), true }
@@ -50,8 +51,17 @@ func expectedGroups(t engine.Topology) map[string]func(engine.Topology) (key str
 	if t.MP > 1 {
 		g["mp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex} })
 	}
+	// A Llama's key/value head on the MP/NKV ranks that share it, where
+	// mp exceeds the key/value heads (their gradients are summed).
+	if nkv := shape.KVHeads(); t.MP > nkv {
+		copies := t.MP / nkv
+		g["mpkv"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex, u.MPIndex / copies} })
+	}
 	if t.PP > 1 {
 		g["pp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.ShardIndex, u.MPIndex} })
+	}
+	// The embedding tied to the head, on the first and last stages.
+	if t.PP > 1 && shape.Tied() {
 		g["tied"] = func(u engine.Topology) (string, bool) {
 			k, _ := g["pp"](u)
 			return k, u.PPIndex == 0 || u.PPIndex == u.PP-1
@@ -82,10 +92,14 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 			fk := newFake(t)
 			rs := fabrics(t, fk, tc.World, 20*time.Second)
 			topos := make([]engine.Topology, tc.World)
+			var cfg0 *presets.Config // rank 0's
 			mustAll(t, tc.World, func(r int) error {
 				cfg, err := presets.Load("tiny", append(append(slices.Clone(layoutBase), "Engine.log_dir="+t.TempDir(), "Engine.save_load.output_dir="+t.TempDir()), tc.O...))
 				if err != nil {
 					return err
+				}
+				if r == 0 {
+					cfg0 = cfg
 				}
 				if topos[r], err = engine.NewTopology(cfg.Layout(), cfg.Batch(), engine.ShapeOf(cfg), r, tc.World); err != nil {
 					return err
@@ -134,7 +148,7 @@ func TestSplitsOfParallelLayouts(t *testing.T) {
 
 			// The groups the topology makes.
 			var want []string
-			for name, key := range expectedGroups(topos[0]) {
+			for name, key := range expectedGroups(topos[0], cfg0.Shape()) {
 				groups := map[string][]int{}
 				var none []int
 				for r, u := range topos {
@@ -206,7 +220,7 @@ func trainLayout(t *testing.T, tc paritymatrix.Layout, nccl bool) []float32 {
 // rendezvous deadlocks: they need the pipeline's Exchange.)
 func TestTrainOverFabric(t *testing.T) {
 	for _, tc := range parityLayouts {
-		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2"}, tc.Name) {
+		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2", "llama mp2 kv1 untied"}, tc.Name) {
 			continue
 		}
 		t.Run(tc.Name, func(t *testing.T) {

@@ -45,6 +45,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/safetensors"
@@ -136,6 +137,9 @@ func transpose(dst, src []float32, rows, cols int) {
 func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("hf export: %w", err)
+	}
+	if cfg.Family != arch.GPT2 {
+		return badinput.New("hf export: the model is a Llama; exporting writes GPT-2 (GPT2LMHeadModel) folders only")
 	}
 	ms, total := mappings(cfg)
 	if len(params) != total {
