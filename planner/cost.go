@@ -110,21 +110,23 @@ func invalid(m Model, c Cluster, s Strategy) string {
 }
 
 // stageParams is the parameter count one device of pipeline stage st
-// holds (before sharding): its blocks split over mp, the embedding table
-// on the first and (tied) last stage, the position embedding on the first,
-// the final LayerNorm on the last.
+// holds (before sharding): its blocks split over mp and the tensors
+// outside them (outerParams).
 func stageParams(m Model, s Strategy, st int) int64 {
-	C := int64(m.C)
-	n := int64(m.L/s.PP) * m.layerParamsTP(s.MP)
-	wte := int64(m.Vp) * C / int64(s.MP)
+	return int64(m.L/s.PP)*m.layerParamsTP(s.MP) + outerParams(m, s, st)
+}
+
+// outerParams is the parameters of pipeline stage st outside its blocks:
+// the embeddings on the first stage, the final norm and the head's own
+// matrix (an untied Llama's lm_head, or the tied embedding's copy when
+// the last stage is not the first) on the last.
+func outerParams(m Model, s Strategy, st int) int64 {
+	var n int64
 	if st == 0 {
-		n += wte + int64(m.MaxT)*C
+		n += m.embedParams(s.MP)
 	}
 	if st == s.PP-1 {
-		n += 2 * C
-		if s.PP > 1 {
-			n += wte
-		}
+		n += m.headParams(s.MP, s.PP)
 	}
 	return n
 }
@@ -183,18 +185,7 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 		case 3:
 			// The shard, plus the tensors outside the blocks (gathered
 			// for the step) and one block at a time.
-			C := int64(m.C)
-			outer := int64(0)
-			if st == 0 {
-				outer += int64(m.Vp)*C/int64(s.MP) + int64(m.MaxT)*C
-			}
-			if st == s.PP-1 {
-				outer += 2 * C
-				if s.PP > 1 {
-					outer += int64(m.Vp) * C / int64(s.MP)
-				}
-			}
-			work := 4 * (chunk + outer + m.layerParamsTP(s.MP))
+			work := 4 * (chunk + outerParams(m, s, st) + m.layerParamsTP(s.MP))
 			mm.Params, mm.Grads = work, work
 		}
 	}
@@ -234,18 +225,30 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 
 // engineActivations is the bytes of the activations the engine keeps
 // between the forward and backward pass of one micro-batch on stage st
-// (engine/gpt2.go newActivations: the residual stream, each block's
-// LayerNorm outputs and statistics, qkv, attention output, the MLP's two
-// F-wide tensors, the attention probabilities, the final LayerNorm, the
-// logits over the real vocabulary and the losses).
+// (engine/gpt2.go newActivations: the residual stream, each block's norm
+// outputs and statistics, qkv, attention output, the MLP's two tensors,
+// the attention probabilities, the final norm, the logits over the real
+// vocabulary and the losses).
+//
+// The widths per row are the family's (engine blockWidths): GPT-2's
+// LayerNorms keep a mean and a reciprocal standard deviation, its qkv is
+// 3C/t wide and its MLP keeps fc's and GELU's F/t outputs; a Llama's
+// RMSNorms keep the reciprocal alone, its qkv is C/t + 2·(key/value
+// width) (kvWidthTP: a replicated head's columns on every rank that
+// holds it) and its MLP keeps gate and up (2F/t) and their SwiGLU (F/t).
+// The attention probabilities are per query head in both.
 func engineActivations(m Model, s Strategy, st int) int64 {
 	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C), int64(m.F)
 	NH, V, t := int64(m.NH), int64(m.V), int64(s.MP)
 	L := int64(m.L / s.PP)
 	N := B * T
+	qkv, fc, act, stats := 3*C/t, F/t, F/t, int64(2) // GPT-2
+	if m.llama() {
+		qkv, fc, act, stats = C/t+2*m.kvWidthTP(s.MP), 2*F/t, F/t, 1
+	}
 	n := (L + 1) * N * C // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
-		n += L * (3*N*C + 4*N + (3*N*C+N*C+2*N*F)/t) // ln1, res2, ln2 (C); qkv, atty, fch, fchGelu (split)
+		n += L * (3*N*C + 2*stats*N + N*(qkv+C/t+fc+act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
 	}
 	if s.Recompute == RecomputeNone {
 		n += L * B * (NH / t) * T * T
@@ -255,7 +258,7 @@ func engineActivations(m Model, s Strategy, st int) int64 {
 		if t > 1 {
 			Vl = min(int64(m.Vp)/t, V)
 		}
-		n += N*C + 2*N + N*Vl + N // final LayerNorm, logits, losses
+		n += N*C + stats*N + N*Vl + N // final norm, logits, losses
 	}
 	return 4 * n
 }
@@ -287,10 +290,14 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 	sbh := float64(s.MicroBatch) * float64(m.SeqLen) * float64(m.C)
 	k := pb / 2
 	if st == 0 {
-		acts += 3 * sbh * k // embedding output and its dropout mask
+		if m.llama() {
+			acts += 2 * sbh * k // embedding output (no dropout)
+		} else {
+			acts += 3 * sbh * k // embedding output and its dropout mask
+		}
 	}
 	if st == s.PP-1 {
-		// final LayerNorm input and output; logits in the training dtype
+		// final norm input and output; logits in the training dtype
 		// and the fp32 softmax of the loss, over the vocabulary shard.
 		acts += 4*sbh*k + float64(s.MicroBatch)*float64(m.SeqLen)*float64(m.Vp)/float64(s.MP)*(pb+4)
 	}
@@ -308,6 +315,9 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 // sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes, with the
 // 24 = 8 + 4·F/h written for any F; only_attn drops the 5·a·s/h
 // attention-score term, full keeps only the block input (2·s·b·h).
+//
+// A Llama's block, counted the same way (llamaLayerActivations), has no
+// dropout masks, grouped key/value heads and a SwiGLU MLP.
 func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
 	sb := float64(s.MicroBatch) * float64(m.SeqLen)
 	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
@@ -315,13 +325,35 @@ func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
 	if m.Dtype == "fp32" {
 		k = 2
 	}
-	switch rc {
-	case RecomputeFull:
+	if rc == RecomputeFull {
 		return k * 2 * sb * h
-	case RecomputeOnlyAttn:
+	}
+	if m.llama() {
+		return k * llamaLayerActivations(m, s, rc == RecomputeNone)
+	}
+	if rc == RecomputeOnlyAttn {
 		return k * (10*sb*h + (8*sb*h+4*sb*F)/t)
 	}
 	return k * (10*sb*h + (8*sb*h+4*sb*F)/t + 5*a*sb*float64(m.SeqLen)/t)
+}
+
+// llamaLayerActivations is a Llama block's 16-bit activations for one
+// micro-batch, by Korthikanti et al.'s count with Llama's layers: the
+// inputs of the two RMSNorms (4·sbh), of the q, k, v projection and of
+// the MLP (2·sbh each), replicated over the tensor-parallel ranks; q
+// after the rotary embedding (2·sbh/t), k and v (2·2·sb·w, w the rank's
+// key/value width, kvWidthTP), the input of o_proj (2·sbh/t), gate's and
+// up's outputs and their SwiGLU, down_proj's input (6·sbF/t); with scores,
+// the softmax's output (2·a·s²b/t). No dropout masks: a Llama has none.
+func llamaLayerActivations(m Model, s Strategy, scores bool) float64 {
+	sb := float64(s.MicroBatch) * float64(m.SeqLen)
+	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
+	w := float64(m.kvWidthTP(s.MP))
+	n := 8*sb*h + 2*sb*h/t + 4*sb*w + 2*sb*h/t + 6*sb*F/t
+	if scores {
+		n += 2 * a * sb * float64(m.SeqLen) / t
+	}
+	return n
 }
 
 // gemmTime is the time of a product of rows × (2·flops/rows) on one
@@ -335,14 +367,14 @@ func gemmTime(c Cluster, flops, rows float64) float64 {
 // stepTime predicts one optimizer step and the bytes a device sends.
 func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	var t Time
-	B, T, C, F := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C), float64(m.F)
+	B, T, C := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C)
 	V, tp := float64(m.V), float64(s.MP)
 	L := float64(m.L / s.PP)
 	rows := B * T
 	mb := float64(m.GlobalBatch / s.Replicas() / s.MicroBatch)
 
 	// One micro-batch on the last stage (the slowest: it adds the logits).
-	layerFwd := gemmTime(c, 2*rows*(4*C*C+2*C*F)/tp, rows)
+	layerFwd := gemmTime(c, 2*rows*float64(m.layerMatmulTP(s.MP)), rows)
 	attnFwd := gemmTime(c, 4*B*T*T*C/tp, T)
 	logitsFwd := gemmTime(c, 2*rows*C*V/tp, rows)
 	fwd := L*(layerFwd+attnFwd) + logitsFwd
@@ -374,6 +406,12 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 			n = 6
 		}
 		v := n * L * 2 * (tp - 1) / tp * act
+		if k := float64(m.kvCopies(s.MP)); k > 1 {
+			// A Llama's replicated key/value heads: each block's
+			// gradient of its k and v rows summed over the k ranks
+			// holding them, in every micro-batch's backward.
+			v += L * 2 * (k - 1) / k * 2 * float64(m.kvWidthTP(s.MP)) * C * pb
+		}
 		perMB += v / c.bandwidth(s.MP)
 		sent += mb * v
 	}
@@ -460,7 +498,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		opt = math.Ceil(P / S)
 		normN = opt
 	}
-	if s.PP > 1 {
+	if s.PP > 1 && m.Tied() {
 		// the tied embedding's gradients between the first and last stage
 		v := float64(m.Vp) * C / tp * pb
 		t.Comm += v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)

@@ -26,4 +26,12 @@
 // Korthikanti et al., "Reducing Activation Recomputation in Large
 // Transformer Models" (2022): s·b·h·(34 + 5·a·s/h) bytes per layer, the
 // tensor-parallel parts divided by the tensor-parallel degree.
+//
+// Both model families are priced from their shape ([Model] embeds
+// arch.Shape): GPT-2, and Llama with its grouped key/value heads (split
+// over the tensor-parallel ranks, or replicated when they are fewer),
+// SwiGLU MLP, RMSNorms, no position embedding and a head tied or its own
+// matrix. The engine accounting is exact for both; the accelerator one
+// counts a Llama block's activations as Korthikanti et al. count GPT's,
+// with its own layers and no dropout masks.
 package planner

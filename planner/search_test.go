@@ -194,3 +194,37 @@ func TestProfileForGPU(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchLlama: the search lays a Llama's key/value heads out as the
+// engine can — mp divides them or is a multiple of them — and reaches
+// both kinds: a llama-tiny widened to 12 query heads sharing 4 key/value
+// heads, on 12 devices of one node, gets plans with mp 1, 2, 4 and 12
+// (each key/value head on three ranks) and none with mp 3 or 6, though
+// they divide the query heads; fixing mp 6 leaves no layout, and the
+// error says so.
+func TestSearchLlama(t *testing.T) {
+	m := ModelOf(mustLoad(t, "llama-tiny", "Model.hidden_size=96", "Model.num_attention_heads=12", "Model.num_key_value_heads=4",
+		"Model.ffn_hidden_size=192", "Global.global_batch_size=24", "Global.local_batch_size=24"))
+	c := Cluster{Nodes: 1, DevicesPerNode: 12, Device: device(t, "H100-80G")}
+	plans, err := Search(m, c, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for _, p := range plans {
+		seen[p.MP]++
+		if p.MP == 3 || p.MP == 6 {
+			t.Errorf("%s: mp %d neither divides the 4 key/value heads nor is a multiple of them", p.Strategy, p.MP)
+		}
+	}
+	for _, mp := range []int{1, 2, 4, 12} {
+		if seen[mp] == 0 {
+			t.Errorf("the search never tried mp %d", mp)
+		}
+	}
+	t.Logf("plans by mp: %v", seen)
+	_, err = Search(m, c, Options{Fixed: Fixed{MP: 6}})
+	if err == nil || !strings.Contains(err.Error(), "no valid layout") || !strings.Contains(err.Error(), "mp 6") {
+		t.Errorf("mp 6 fixed: got %v, want no valid layout", err)
+	}
+}

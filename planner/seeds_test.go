@@ -61,7 +61,7 @@ func TestSeedMemoryFigures(t *testing.T) {
 func gbf(n int64) float64 { return float64(n) / 1e9 }
 
 // seedPresets are the hand-picked strategies of the seeds and their
-// clusters.
+// clusters, and those of the Llama 3 presets on H100s.
 var seedPresets = []struct {
 	preset     string
 	nodes, per int
@@ -71,10 +71,13 @@ var seedPresets = []struct {
 	{"1.3b-dp8", 1, 8, "V100-32G"},
 	{"6.7b-sharding16", 2, 8, "V100-32G"},
 	{"13b-4node", 4, 8, "V100-32G"},
+	{"llama-1b", 1, 8, "H100-80G"},
+	{"llama-8b-4node", 4, 8, "H100-80G"},
 }
 
-// TestSeedPresetsChosenPlan: for each seed preset the chosen plan fits and
-// is predicted at least as fast as the preset's own strategy.
+// TestSeedPresetsChosenPlan: for each seed preset (and Llama 3 preset)
+// the chosen plan fits and is predicted at least as fast as the preset's
+// own strategy, which fits too.
 func TestSeedPresetsChosenPlan(t *testing.T) {
 	for _, sp := range seedPresets {
 		t.Run(sp.preset, func(t *testing.T) {
@@ -94,6 +97,9 @@ func TestSeedPresetsChosenPlan(t *testing.T) {
 				sp.preset, c, best.Strategy, best.StepTime, units.GB(best.Mem.Total, 2), ref.Strategy, ref.StepTime, units.GB(ref.Mem.Total, 2), feasibleWord(ref), ref.StepTime/best.StepTime)
 			if float64(best.Mem.Total) > Usable*float64(best.Capacity) {
 				t.Errorf("chosen plan needs %s of %s", units.GB(best.Mem.Total, 2), units.GB(best.Capacity, 2))
+			}
+			if !ref.Feasible {
+				t.Errorf("the preset's own strategy %s does not fit: %s", ref.Strategy, ref.Reason)
 			}
 			if ref.Feasible && best.StepTime > ref.StepTime {
 				t.Errorf("chosen %.3f s slower than the seed's %.3f s", best.StepTime, ref.StepTime)

@@ -25,7 +25,7 @@ const maxBaseDepth = 32
 
 // Names returns the names of the embedded presets, smallest model first.
 func Names() []string {
-	return []string{"tiny", "llama-tiny", "gpt2-124m", "345m-1card", "1.3b-dp8", "6.7b-sharding16", "13b-4node"}
+	return []string{"tiny", "llama-tiny", "gpt2-124m", "345m-1card", "llama-1b", "1.3b-dp8", "6.7b-sharding16", "llama-8b-4node", "13b-4node"}
 }
 
 // Describe returns a one-line description of the embedded preset name, or ""

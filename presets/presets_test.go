@@ -51,8 +51,10 @@ func TestPresets(t *testing.T) {
 		{"llama-tiny", 64, 2, 4, 64, "cpu", "fp32", 8, 8, 8, 1, 1, 1, 1, 1, false},
 		{"gpt2-124m", 768, 12, 12, 1024, "cpu", "fp32", 8, 8, 4, 1, 1, 1, 1, 1, false},
 		{"345m-1card", 1024, 24, 16, 1024, "gpu", "fp16", 8, 8, 8, 1, 1, 1, 1, 1, false},
+		{"llama-1b", 2048, 16, 32, 8192, "gpu", "bf16", 64, 8, 1, 8, 1, 1, 1, 1, true},
 		{"1.3b-dp8", 2048, 24, 16, 1024, "gpu", "fp16", 64, 8, 8, 8, 1, 1, 1, 1, true},
 		{"6.7b-sharding16", 4096, 32, 32, 1024, "gpu", "fp16", 128, 8, 8, 1, 1, 1, 16, 2, true},
+		{"llama-8b-4node", 4096, 32, 32, 8192, "gpu", "bf16", 128, 32, 1, 4, 4, 2, 1, 1, true},
 		{"13b-4node", 5120, 40, 40, 2048, "gpu", "fp16", 96, 24, 1, 4, 2, 4, 1, 1, true},
 	}
 	var names []string
@@ -78,8 +80,13 @@ func TestPresets(t *testing.T) {
 			if !reflect.DeepEqual(got, want) {
 				t.Errorf("got  %v\nwant %v", got, want)
 			}
-			if m.VocabSize != 50257 || c.PaddedVocab() != 50304 {
-				t.Errorf("vocab %d padded %d, want 50257 and 50304", m.VocabSize, c.PaddedVocab())
+			// GPT-2's tokenizer, but for the Llama 3 presets' own.
+			v, vp := 50257, 50304
+			if c.Data.Tokenizer != "" {
+				v, vp = 128256, 128256
+			}
+			if m.VocabSize != v || c.PaddedVocab() != vp {
+				t.Errorf("vocab %d padded %d, want %d and %d", m.VocabSize, c.PaddedVocab(), v, vp)
 			}
 			if !m.Llama() && m.FFNHiddenSize != 4*m.HiddenSize {
 				t.Errorf("ffn_hidden_size %d, want %d", m.FFNHiddenSize, 4*m.HiddenSize)

@@ -156,10 +156,15 @@ func TestConfigAndPresets(t *testing.T) {
 		t.Errorf("config: exit %d, output %q", code, out)
 	}
 	code, out, _ = runCLI(t, "presets")
-	for _, p := range []string{"tiny", "gpt2-124m", "345m-1card", "1.3b-dp8", "6.7b-sharding16", "13b-4node"} {
+	for _, p := range []string{"tiny", "llama-tiny", "gpt2-124m", "345m-1card", "llama-1b", "1.3b-dp8", "6.7b-sharding16", "llama-8b-4node", "13b-4node"} {
 		if code != 0 || !strings.Contains(out, p) {
 			t.Errorf("presets: exit %d, output lacks %s", code, p)
 		}
+	}
+	// A Llama 3 preset plans without its tokenizer.json.
+	code, out, stderr := runCLI(t, "plan", "-c", "llama-8b-4node", "--top", "1")
+	if code != 0 || !strings.Contains(out, "model: Llama 8.0B params") || !strings.Contains(out, "kv heads 8") || !strings.Contains(out, "cluster: 4 node(s) × 8") {
+		t.Errorf("plan -c llama-8b-4node: exit %d, stderr %q, output %q", code, stderr, out)
 	}
 }
 

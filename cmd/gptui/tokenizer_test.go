@@ -182,6 +182,8 @@ func TestTokenizerBadInput(t *testing.T) {
 		{[]string{"data", "prepare", "--tokenizer", bad, "--input", txt, "--output", filepath.Join(dir, "s")}, []string{bad, "model.type", "Unigram"}},
 		{[]string{"data", "prepare", "--tokenizer", filepath.Join(dir, "none.json"), "--input", txt, "--output", filepath.Join(dir, "s")}, []string{"none.json", "no such file"}},
 		{[]string{"train", "-c", "tiny", "-o", "Data.tokenizer=" + bad}, []string{"Data.tokenizer", bad, "model.type"}},
+		// A Llama 3 preset without the tokenizer.json it names.
+		{[]string{"train", "-c", "llama-1b", "-o", "Data.tokenizer=" + filepath.Join(dir, "none.json")}, []string{"Data.tokenizer", "none.json", "no such file", "Llama 3's"}},
 	} {
 		code, _, stderr := runCLI(t, c.args...)
 		if code != 2 || strings.Count(strings.TrimSpace(stderr), "\n") != 0 {

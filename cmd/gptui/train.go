@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -222,6 +223,10 @@ func builtinCorpusWith(cfg *presets.Config) (func() ([]uint16, error), error) {
 		return builtinCorpus, nil
 	}
 	tok, err := data.LoadTokenizer(cfg.Data.Tokenizer)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, usagef("Data.tokenizer %s: no such file; put the model's tokenizer.json there (the llama-1b and llama-8b-4node presets need Llama 3's, from its Hugging Face folder) or set Data.tokenizer to its path",
+			cfg.Data.Tokenizer)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("Data.tokenizer: %w", err)
 	}
