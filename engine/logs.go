@@ -9,8 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"syscall"
 
 	"github.com/gptui/gptui/event"
@@ -99,14 +97,17 @@ type runLog struct {
 }
 
 // openRunLog opens rank's files in dir: anew for a fresh run; for one that
-// resumes at step start, keeping the lines of the steps before it, so that
-// the files read as one run. Lines also go to stdout; a file's first lost
-// write is reported on stderr.
+// resumes at step start, the metrics file keeps its records of the steps
+// before it, so that it reads as one run, and the worker log keeps all it
+// holds — the lines of the attempt that stopped after its checkpoint too,
+// its last words among them — and goes on after them (the [resume] line
+// says where). Lines also go to stdout; a file's first lost write is
+// reported on stderr.
 func openRunLog(dir string, rank, start int, stdout, stderr io.Writer) (*runLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, logOpenError(err)
 	}
-	wl, err := openLog(filepath.Join(dir, fmt.Sprintf("workerlog.%d", rank)), start, keepWorkerLog, stderr)
+	wl, err := openLog(filepath.Join(dir, fmt.Sprintf("workerlog.%d", rank)), start, keepAll, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +189,9 @@ func logOpenError(err error) error {
 	return fmt.Errorf("Engine.log_dir: %w", err)
 }
 
+// keepAll keeps a log file whole.
+func keepAll(b []byte, _ int) []byte { return b }
+
 // keepMetrics keeps the records of metrics.<rank>.jsonl before step start,
 // so that a resumed run's file reads as one run. Lines that are not
 // records (a write torn by a crash) go too.
@@ -203,42 +207,4 @@ func keepMetrics(b []byte, start int) []byte {
 		out = append(out, line...)
 	}
 	return out
-}
-
-// stepOfLine finds the step a log line is about: "step: K" in [train],
-// [eval] and [amp] lines; "saved step N" (the steps done) in [checkpoint]
-// lines is step N-1.
-var stepOfLine = regexp.MustCompile(`(?:\bstep: |saved step )(\d+)\b`)
-
-// keepWorkerLog keeps workerlog.<rank> up to its last line about a step
-// before start; with no such line, up to its first line about a later one.
-func keepWorkerLog(b []byte, start int) []byte {
-	cut, first := -1, -1
-	off := 0
-	for line := range bytes.Lines(b) {
-		off += len(line)
-		m := stepOfLine.FindSubmatch(line)
-		if m == nil || !bytes.HasSuffix(line, []byte("\n")) {
-			continue
-		}
-		step, err := strconv.Atoi(string(m[1]))
-		if err != nil {
-			continue
-		}
-		if bytes.HasPrefix(m[0], []byte("saved")) {
-			step--
-		}
-		if step < start {
-			cut = off
-		} else if first < 0 {
-			first = off - len(line)
-		}
-	}
-	switch {
-	case cut >= 0:
-		return b[:cut]
-	case first >= 0:
-		return b[:first]
-	}
-	return b
 }

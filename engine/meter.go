@@ -97,7 +97,7 @@ func (mt *meter) summarise(res *Result) {
 func (tr *Trainer) logStart() bool {
 	e, c, mem := tr.Cfg.Engine, tr.Model.Cfg, tr.Memory
 	if tr.start > 0 {
-		tr.log.logf("[resume] resumed from step %d (%s); the log and metrics files keep the steps before it", tr.start, tr.resumedFrom)
+		tr.log.logf("[resume] resumed from step %d (%s); the metrics file keeps the steps before it, this log all it held", tr.start, tr.resumedFrom)
 	}
 	if tr.start >= e.MaxSteps {
 		// Every rank resumed from the same step (NewTrainer checked), so
