@@ -47,7 +47,7 @@ type Model struct {
 	loss      []float64       // Forward's and Loss's device scalar
 
 	fam  passes    // the family's layer passes (familyPasses)
-	rope []float32 // a Llama's rotary table (maxT,hd) (kernels.RoPE.Table); nil for GPT-2
+	rope []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank holds.
@@ -234,6 +234,7 @@ func (m *Model) newScratch(B, T int) *scratch {
 // resid[lo … hi], layers[lo:hi] and att[lo:hi], the others nil, and the
 // head's buffers when the range ends the model.
 func (m *Model) newActivations(B, T, lo, hi int) *activations {
+	m.ensureRope(T)
 	if m.scratch == nil || len(m.scratch.proj) != B*T*m.Cfg.C {
 		m.scratch.free(m.be)
 		m.scratch = m.newScratch(B, T)
