@@ -68,12 +68,16 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 	if total > c.MaxT {
 		return nil, errors.New(fmt.Sprint("prompt plus ", opt.MaxNewTokens, " new tokens needs ", total, " positions; the model has ", c.MaxT))
 	}
-	cache := &kvCache{B: B, maxT: c.MaxT, k: make([][]float32, c.L), v: make([][]float32, c.L)}
+	// The cache and the rotary table hold the positions this generation
+	// reaches, not max_position_embeddings (a Llama 3.1's 131072 would
+	// make its cache 34 GB at 8B).
+	cache := &kvCache{B: B, maxT: total, k: make([][]float32, c.L), v: make([][]float32, c.L)}
 	kvw := c.KVHeads() * (c.C / c.NH) // channels of a position's keys (values)
 	for l := range cache.k {
-		cache.k[l] = m.floats(B * c.MaxT * kvw)
-		cache.v[l] = m.floats(B * c.MaxT * kvw)
+		cache.k[l] = m.floats(B * total * kvw)
+		cache.v[l] = m.floats(B * total * kvw)
 	}
+	m.ensureRope(total)
 	defer func() {
 		for l := range cache.k {
 			kernels.Free(m.be, cache.k[l])

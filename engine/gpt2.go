@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gptui/gptui/kernels"
@@ -47,7 +48,7 @@ type Model struct {
 	loss      []float64       // Forward's and Loss's device scalar
 
 	fam  passes    // the family's layer passes (familyPasses)
-	rope []float32 // a Llama's rotary table (maxT,hd) (kernels.RoPE.Table); nil for GPT-2
+	rope []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank holds.
@@ -234,6 +235,7 @@ func (m *Model) newScratch(B, T int) *scratch {
 // resid[lo … hi], layers[lo:hi] and att[lo:hi], the others nil, and the
 // head's buffers when the range ends the model.
 func (m *Model) newActivations(B, T, lo, hi int) *activations {
+	m.ensureRope(T)
 	if m.scratch == nil || len(m.scratch.proj) != B*T*m.Cfg.C {
 		m.scratch.free(m.be)
 		m.scratch = m.newScratch(B, T)
@@ -359,6 +361,21 @@ func (m *Model) Backward(ctx context.Context, ps DropoutKey, onGrads func(li int
 // cross-entropy against targets (B,T): an evaluation, leaving no gradient.
 func (m *Model) Loss(ctx context.Context, inputs, targets []int32, B, T int) (float32, error) {
 	return m.meanLoss(&pass{ctx: ctx}, inputs, targets, B, T)
+}
+
+// Logits runs the model on inputs (B,T) without dropout and returns its
+// next-token logits (B,T,V), read back from the device. The model must be
+// whole: one process's, not a tensor-parallel rank's or a pipeline
+// stage's.
+func (m *Model) Logits(ctx context.Context, inputs []int32, B, T int) ([]float32, error) {
+	if m.Part.MP != 1 || !m.Part.Embed || !m.Part.Head || len(m.Part.Layers) != m.Cfg.L {
+		return nil, errors.New("logits: the model is a part of a parallel one; they need all of it")
+	}
+	if _, err := m.Loss(ctx, inputs, make([]int32, B*T), B, T); err != nil {
+		return nil, err
+	}
+	out := make([]float32, B*T*m.Cfg.V)
+	return out, kernels.Download(m.be, out, m.acts.logits)
 }
 
 // meanLoss runs forward pass p and reads its mean loss back from the

@@ -44,8 +44,7 @@ type passes struct {
 }
 
 // setFamily sets the model's passes by its family and, for a Llama, its
-// key/value heads' split and the rotary table, computed once on the host
-// and uploaded.
+// key/value heads' split.
 func (m *Model) setFamily() {
 	if m.Cfg.Family != arch.Llama {
 		m.fam = passes{m.embedForward, m.embedBackward, m.blockForward, m.blockBackward, m.headForward, m.headBackward, m.decodeStep}
@@ -59,9 +58,23 @@ func (m *Model) setFamily() {
 	if M > nkv {
 		m.dims.NKVl, m.dims.kvCopies = 1, M/nkv
 	}
+}
+
+// ensureRope makes a Llama's rotary table m.rope cover positions [0, n),
+// n ≤ MaxT: computed on the host and uploaded, grown when a longer
+// sequence comes, so that its size follows the sequences the model runs
+// (the activations', a generation's), not max_position_embeddings, which
+// a config may set to anything. Called where a pass's buffers are
+// allocated, before its kernels.
+func (m *Model) ensureRope(n int) {
+	c := m.Cfg
+	if c.Family != arch.Llama || n <= len(m.rope)/(c.C/c.NH) {
+		return
+	}
 	hd := c.C / c.NH
-	table := make([]float32, c.MaxT*hd)
-	c.RoPE.Table(table, c.MaxT, hd)
+	table := make([]float32, n*hd)
+	c.RoPE.Table(table, n, hd)
+	kernels.Free(m.be, m.rope)
 	m.rope = kernels.Float32s(m.be, len(table))
 	kernels.Upload(m.be, m.rope, table)
 }

@@ -200,7 +200,7 @@ func (f *llmcFile) block(t Tensor, start, shape []int, dst []float32, dstShape, 
 func (m *Model) SaveLLMC(path string) error {
 	c := m.Cfg
 	if c.Family != arch.GPT2 {
-		return badinput.New("llm.c's model file holds a GPT-2, and the model is a Llama; export it with --to hf once that takes Llamas, or keep the checkpoint")
+		return badinput.New("llm.c's model file holds a GPT-2, and the model is a Llama; export it with --to hf (a LlamaForCausalLM folder)")
 	}
 	var h [llmcHeaderInts]int32
 	h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7] = llmcModelMagic, llmcModelVersion, int32(c.MaxT), int32(c.V), int32(c.L), int32(c.NH), int32(c.C), int32(c.Vp)

@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
 	"time"
+
+	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/internal/units"
 )
 
 // meter times a run's steps and reports them every Engine.logging_freq
@@ -109,7 +111,12 @@ func (tr *Trainer) logStart() bool {
 		tr.log.logf("%s", msg)
 		return false
 	}
-	tr.log.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
+	if c.Family == arch.Llama {
+		tr.log.logf("[model] llama layers: %d hidden: %d heads: %d kv_heads: %d ffn: %d vocab: %d (padded %d) positions: %d tied: %t params: %d",
+			c.L, c.C, c.NH, c.KVHeads(), c.F, c.V, c.Vp, c.MaxT, c.Tied(), tr.Model.NumParams())
+	} else {
+		tr.log.logf("[model] layers: %d hidden: %d heads: %d ffn: %d vocab: %d (padded %d) positions: %d params: %d", c.L, c.C, c.NH, c.F, c.V, c.Vp, c.MaxT, tr.Model.NumParams())
+	}
 	tr.log.logf("[batch] global: %d local: %d micro: %d accumulate: %d seq_len: %d", tr.Cfg.Global.GlobalBatchSize, tr.Cfg.Global.LocalBatchSize, tr.B, tr.Accum, tr.T)
 	for _, n := range tr.Cfg.Notes {
 		tr.log.logf("[config] %s", n)

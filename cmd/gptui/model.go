@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
@@ -134,9 +136,11 @@ func importHeld(steps []string, latest string) string {
 	return what
 }
 
-// configFor is the gpt2-124m preset reshaped to a model's shape: the config
-// an imported checkpoint carries.
+// configFor is the config an imported checkpoint carries: the gpt2-124m
+// preset reshaped to a GPT-2's shape, or llama-tiny's to a Llama's, with
+// its key/value heads, RMSNorm epsilon, rotary frequencies and tying.
 func configFor(c engine.ModelConfig) (*presets.Config, error) {
+	preset := "gpt2-124m"
 	o := []string{
 		fmt.Sprintf("Model.vocab_size=%d", c.V), fmt.Sprintf("Model.hidden_size=%d", c.C),
 		fmt.Sprintf("Model.num_layers=%d", c.L), fmt.Sprintf("Model.num_attention_heads=%d", c.NH),
@@ -144,7 +148,18 @@ func configFor(c engine.ModelConfig) (*presets.Config, error) {
 		fmt.Sprintf("Model.hidden_dropout_prob=%g", c.HiddenDropout), fmt.Sprintf("Model.attention_probs_dropout_prob=%g", c.AttnDropout),
 		fmt.Sprintf("Data.Train.dataset.max_seq_len=%d", min(c.MaxT, 1024)),
 	}
-	cfg, err := presets.Load("gpt2-124m", o)
+	if c.Family == arch.Llama {
+		preset = "llama-tiny"
+		o = append(o, fmt.Sprintf("Model.num_key_value_heads=%d", c.KVHeads()),
+			"Model.rms_norm_eps="+strconv.FormatFloat(float64(c.NormEps), 'g', -1, 32),
+			"Model.rope_theta="+strconv.FormatFloat(c.RoPE.Theta, 'g', -1, 64), fmt.Sprintf("Model.tie_word_embeddings=%t", c.Tied()))
+		if s := c.RoPE.Scaling; s != nil {
+			o = append(o, "Model.rope_scaling.rope_type=llama3", fmt.Sprintf("Model.rope_scaling.factor=%g", s.Factor),
+				fmt.Sprintf("Model.rope_scaling.low_freq_factor=%g", s.LowFreqFactor), fmt.Sprintf("Model.rope_scaling.high_freq_factor=%g", s.HighFreqFactor),
+				fmt.Sprintf("Model.rope_scaling.original_max_position_embeddings=%d", s.OriginalMaxPositions))
+		}
+	}
+	cfg, err := presets.Load(preset, o)
 	if err != nil {
 		return nil, fmt.Errorf("making a config for the imported shape: %w", err)
 	}

@@ -3,15 +3,16 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/gptui/gptui/arch"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/hf"
+	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
 )
@@ -68,6 +69,54 @@ func TestRoundTrips(t *testing.T) {
 	for _, f := range []string{hf.ModelFile, hf.ConfigFile} {
 		sameFile(t, filepath.Join(a, f), filepath.Join(b, f))
 	}
+}
+
+// TestLlamaFilesCLI: a Hugging Face LlamaForCausalLM folder (untied, 2 of
+// 4 key/value heads, Llama 3's rotary scaling) imports through 'gptui
+// import --from hf' and exports back through 'gptui export --to hf'
+// byte-identical, from one model file or from shards; the imported
+// checkpoint generates, and 'export --to llmc' refuses it in one line.
+func TestLlamaFilesCLI(t *testing.T) {
+	dir := t.TempDir()
+	shape := engine.ModelConfig{Shape: arch.Shape{Family: arch.Llama, MaxT: 64, V: 50257, Vp: 50304, L: 2, NH: 4, C: 16, F: 40, NKV: 2, Untied: true},
+		NormEps: 1e-5, RoPE: kernels.RoPE{Theta: 500000, Scaling: &kernels.RoPEScaling{Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 32}}}
+	m, err := engine.NewModel(cpu.New(), shape, 0.02, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pad := range []string{"wte", "lmhead"} { // the formats hold the real rows only
+		for _, x := range m.Tensors {
+			if x.Name == pad {
+				clear(m.Params[x.Offset+shape.V*shape.C : x.Offset+x.Size])
+			}
+		}
+	}
+	one, sharded := filepath.Join(dir, "one"), filepath.Join(dir, "sharded")
+	if err := hf.Export(one, shape, m.Params); err != nil {
+		t.Fatal(err)
+	}
+	if err := hf.ExportShards(sharded, shape, m.Params, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{one, sharded} {
+		ck, back := src+"-ckpt", src+"-back"
+		if code, _, e := runCLI(t, "import", "--from", "hf", src, "--out", ck); code != 0 {
+			t.Fatalf("import hf %s: %s", src, e)
+		}
+		if code, _, e := runCLI(t, "export", "--ckpt", ck, "--to", "hf", back); code != 0 {
+			t.Fatalf("export hf: %s", e)
+		}
+		for _, f := range []string{hf.ModelFile, hf.ConfigFile} {
+			sameFile(t, filepath.Join(one, f), filepath.Join(back, f))
+		}
+	}
+	ck := one + "-ckpt"
+	code, out, e := runCLI(t, "generate", "--ckpt", ck, "--prompt", "Hello", "--max-new-tokens", "4", "--temperature", "0")
+	if code != 0 || !strings.HasPrefix(out, "Hello") {
+		t.Errorf("generate from the imported Llama: exit %d\n%s\n%s", code, out, e)
+	}
+	code, _, e = runCLI(t, "export", "--ckpt", ck, "--to", "llmc", filepath.Join(dir, "model.bin"))
+	checkUserError(t, code, e, []string{"llm.c", "Llama", "--to hf"})
 }
 
 // TestGenerateCLI: greedy generation from an imported checkpoint is

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,6 +74,68 @@ func FuzzImport(f *testing.F) {
 		var fe *engine.FormatError
 		if !errors.As(err, &fe) || (!strings.HasSuffix(fe.File, ConfigFile) && !strings.HasSuffix(fe.File, ModelFile)) {
 			t.Errorf("error %q (%T) is not a FormatError naming %s or %s", err, err, ConfigFile, ModelFile)
+		}
+		if bytes.ContainsRune([]byte(err.Error()), '\n') {
+			t.Errorf("error %q spans lines", err)
+		}
+	})
+}
+
+// FuzzImportSharded feeds arbitrary config.json, model.safetensors.index.json
+// and two shards to Import (a Llama's seeds, and a GPT-2's config). It must
+// not panic, every error must be an *engine.FormatError naming one of the
+// files in one line, and reading must never allocate more than
+// allocbound.Limit of the files' size.
+func FuzzImportSharded(f *testing.F) {
+	const s1, s2 = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+	src := f.TempDir()
+	_, n := engine.Tensors(llamaTied)
+	for ms := int64(1 << 10); ; ms *= 2 {
+		if err := ExportShards(src, llamaTied, make([]float32, n), ms); err != nil {
+			f.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(src, s1)); err == nil {
+			break
+		}
+	}
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	conf, index, a, b := read(ConfigFile), read(IndexFile), read(s1), read(s2)
+	f.Add(conf, index, a, b)
+	f.Add(conf, []byte(`{"weight_map":{"model.norm.weight":"../`+s1+`"}}`), a, b)
+	f.Add(conf, []byte(`{"weight_map":{"model.norm.weight":"/etc/passwd"}}`), a, b)
+	f.Add(conf, []byte(`{"weight_map":{"a":"`+s1+`","b":"`+s2+`"}}`), a, b)
+	f.Add(bytes.Replace(conf, []byte(`"num_hidden_layers": 2`), []byte(`"num_hidden_layers": 100000000`), 1), index, a, b)
+	f.Add(bytes.Replace(conf, []byte(`"max_position_embeddings": 32`), []byte(`"max_position_embeddings": 4611686018427387904`), 1), index, a, b)
+	f.Add(bytes.Replace(conf, []byte(`"intermediate_size": 24`), []byte(`"intermediate_size": 4611686018427387904`), 1), index, a, b)
+	f.Add(bytes.Replace(conf, []byte(`"vocab_size": 37`), []byte(`"vocab_size": 1073741824`), 1), index, a, b)
+	f.Add(bytes.Replace(conf, []byte(`"llama"`), []byte(`"gpt2"`), 1), index, a, b)
+	f.Add(conf, []byte("{"), a, b)
+
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, conf, index, a, b []byte) {
+		for name, data := range map[string][]byte{ConfigFile: conf, IndexFile: index, s1: a, s2: b} {
+			if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		used := allocbound.Measure(func() { _, _, err = Import(dir) })
+		size := len(conf) + len(index) + len(a) + len(b)
+		if limit := allocbound.Limit(size); used > limit {
+			t.Errorf("Import allocated %d bytes for %d bytes of input (limit %d); error %v", used, size, limit, err)
+		}
+		if err == nil {
+			return
+		}
+		var fe *engine.FormatError
+		if !errors.As(err, &fe) || !slices.ContainsFunc([]string{ConfigFile, IndexFile, s1, s2}, func(s string) bool { return strings.HasSuffix(fe.File, s) }) {
+			t.Errorf("error %q (%T) is not a FormatError naming one of the files", err, err)
 		}
 		if bytes.ContainsRune([]byte(err.Error()), '\n') {
 			t.Errorf("error %q spans lines", err)

@@ -1,9 +1,11 @@
-// Package hf converts GPT-2 parameters between gptui's single parameter
-// buffer (llm.c's layout, see [engine.Tensors]) and a Hugging Face
-// transformers checkpoint directory for GPT2LMHeadModel: model.safetensors
-// and config.json.
+// Package hf converts a model's parameters between gptui's single
+// parameter buffer (see [engine.Tensors]) and a Hugging Face transformers
+// checkpoint directory: config.json, and model.safetensors or, for a model
+// over [MaxShardBytes], shards listed by model.safetensors.index.json
+// (modelfile.go). A GPT-2 is a GPT2LMHeadModel (this file), a Llama a
+// LlamaForCausalLM (llama.go); config.json's model_type says which.
 //
-// # Tensor mapping
+// # Tensor mapping (GPT-2)
 //
 // transformers' GPT-2 stores its linear layers as Conv1D modules whose
 // weight is [in, out], the transpose of llm.c's (out, in):
@@ -25,15 +27,42 @@
 // The output projection lm_head.weight is tied to wte: Export leaves it out
 // and sets tie_word_embeddings, as transformers' save_pretrained does.
 //
+// # Tensor mapping (Llama)
+//
+// LlamaForCausalLM's nn.Linear weights are [out, in] as gptui's, so none
+// is transposed; gptui's fused tensors are cut by rows (hd = C/NH):
+//
+//	model.embed_tokens.weight                       [V, C]       wte rows 0..V-1
+//	model.layers.i.input_layernorm.weight           [C]          ln1w[i]
+//	model.layers.i.self_attn.q_proj.weight          [NH·hd, C]   qkvw[i] rows 0 … NH·hd−1
+//	model.layers.i.self_attn.k_proj.weight          [NKV·hd, C]  qkvw[i] the next NKV·hd rows
+//	model.layers.i.self_attn.v_proj.weight          [NKV·hd, C]  qkvw[i] the last NKV·hd rows
+//	model.layers.i.self_attn.o_proj.weight          [C, NH·hd]   attprojw[i]
+//	model.layers.i.post_attention_layernorm.weight  [C]          ln2w[i]
+//	model.layers.i.mlp.gate_proj.weight             [F, C]       fcw[i] rows 0 … F−1
+//	model.layers.i.mlp.up_proj.weight               [F, C]       fcw[i] rows F … 2F−1
+//	model.layers.i.mlp.down_proj.weight             [C, F]       fcprojw[i]
+//	model.norm.weight                               [C]          lnfw
+//	lm_head.weight                                  [V, C]       lmhead rows 0..V-1, untied only
+//
+// Its rotary embeddings pair channel i with i+hd/2 (transformers'
+// rotate_half), as gptui's kernels do (kernels.Backend.RoPEForward), so
+// q_proj and k_proj are read and written as they are: no permutation.
+// (Meta's original checkpoints pair channels 2i and 2i+1; transformers'
+// conversion script permutes their rows into this layout, and a folder of
+// transformers' is what Import reads.)
+//
 // # Checking an export with transformers
 //
 // A directory written by Export loads with
 //
-//	from transformers import GPT2LMHeadModel
-//	model = GPT2LMHeadModel.from_pretrained(dir)
+//	from transformers import AutoModelForCausalLM
+//	model = AutoModelForCausalLM.from_pretrained(dir)
 //
-// testdata/gpt2_reference.py evaluates an exported model with PyTorch alone
-// (and with transformers too, where it is installed).
+// testdata/gpt2_reference.py evaluates an exported GPT-2 with PyTorch alone
+// (and with transformers too, where it is installed);
+// ../testdata/llama/llama_reference.py --hf computes an exported Llama's
+// logits with PyTorch alone.
 package hf
 
 import (
@@ -54,8 +83,13 @@ import (
 // File names inside a checkpoint directory.
 const (
 	ModelFile  = "model.safetensors"
+	IndexFile  = "model.safetensors.index.json" // a sharded model's: the shard of each tensor
 	ConfigFile = "config.json"
 )
+
+// MaxShardBytes is the largest model file Export writes, transformers'
+// default max_shard_size (5 GB): a larger model is written in shards.
+const MaxShardBytes = 5_000_000_000
 
 // prefix is the GPT2Model submodule's name inside GPT2LMHeadModel.
 const prefix = "transformer."
@@ -130,50 +164,66 @@ func transpose(dst, src []float32, rows, cols int) {
 	}
 }
 
-// Export writes dir/model.safetensors (float32) and dir/config.json for
-// transformers' GPT2LMHeadModel, creating dir if needed. params is laid out
-// by engine.Tensors(cfg); the padded vocabulary rows of wte are not written.
-// The output is deterministic, and each file is replaced atomically.
+// Export writes dir/config.json and the model's tensors (float32) for
+// transformers' GPT2LMHeadModel or, for a Llama, LlamaForCausalLM (see
+// the package doc), creating dir if needed: dir/model.safetensors, or
+// shards of at most MaxShardBytes and their index when the model is
+// larger. params is laid out by engine.Tensors(cfg); the padded vocabulary
+// rows are not written. The output is deterministic, and each file is
+// replaced atomically.
 func Export(dir string, cfg engine.ModelConfig, params []float32) error {
+	return ExportShards(dir, cfg, params, MaxShardBytes)
+}
+
+// ExportShards is Export with shards of at most maxShard bytes.
+func ExportShards(dir string, cfg engine.ModelConfig, params []float32, maxShard int64) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("hf export: %w", err)
 	}
-	if cfg.Family != arch.GPT2 {
-		return badinput.New("hf export: the model is a Llama; exporting writes GPT-2 (GPT2LMHeadModel) folders only")
+	var ms []mapping
+	var total int
+	var conf []byte
+	var err error
+	if cfg.Family == arch.Llama {
+		ms, total = llamaMappings(cfg)
+		conf, err = encodeLlamaConfig(cfg)
+	} else {
+		ms, total = mappings(cfg)
+		for i := range ms {
+			ms[i].name = prefix + ms[i].name
+		}
+		conf, err = encodeConfig(cfg)
 	}
-	ms, total := mappings(cfg)
-	if len(params) != total {
-		return fmt.Errorf("hf export: %d parameters, the shape %+v has %d", len(params), cfg, total)
-	}
-	conf, err := encodeConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("hf export: %s: %w", ConfigFile, err)
+	}
+	if len(params) != total {
+		return fmt.Errorf("hf export: %d parameters, the shape %+v has %d", len(params), cfg, total)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("hf export: %w", err)
 	}
 
-	tensors := make([]safetensors.Tensor, len(ms))
 	largest := 0
-	for i, m := range ms {
-		tensors[i] = safetensors.Tensor{Name: prefix + m.name, Shape: m.shape}
+	for _, m := range ms {
 		largest = max(largest, m.size())
 	}
 	scratch := make([]float32, largest)
-	err = writeModel(filepath.Join(dir, ModelFile), tensors, func(i int) []float32 {
-		m := ms[i]
-		n := m.size()
-		src := params[m.off : m.off+n]
-		if m.transpose {
-			// The buffer holds (out, in) = (shape[1], shape[0]).
-			transpose(scratch[:n], src, m.shape[1], m.shape[0])
-			src = scratch[:n]
-		}
-		return src
-	})
-	if err != nil {
-		return fmt.Errorf("hf export: %w", err)
+	ts := make([]outTensor, len(ms))
+	for i, m := range ms {
+		ts[i] = outTensor{Tensor: safetensors.Tensor{Name: m.name, Shape: m.shape}, values: func() []float32 {
+			n := m.size()
+			src := params[m.off : m.off+n]
+			if m.transpose {
+				// The buffer holds (out, in) = (shape[1], shape[0]).
+				transpose(scratch[:n], src, m.shape[1], m.shape[0])
+				src = scratch[:n]
+			}
+			return src
+		}}
 	}
+	// config.json first: a folder whose model files are new has the
+	// config they go with.
 	err = writeFileAtomic(filepath.Join(dir, ConfigFile), func(w io.Writer) error {
 		_, err := w.Write(conf)
 		return err
@@ -181,12 +231,36 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 	if err != nil {
 		return fmt.Errorf("hf export: %w", err)
 	}
+	if err := writeTensors(dir, ts, maxShard); err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
 	return nil
 }
 
-// Import reads a Hugging Face GPT-2 checkpoint directory (model.safetensors
-// and config.json) into the buffer engine.Tensors lays out. The padded vocabulary rows
-// of wte are zero. Dropout rates come from resid_pdrop and attn_pdrop
+// Import reads a Hugging Face checkpoint directory, config.json and
+// model.safetensors or the shards model.safetensors.index.json lists,
+// into the buffer engine.Tensors lays out: a GPT-2 (GPT2LMHeadModel or
+// GPT2Model, below) or, when config.json's model_type is "llama" or its
+// architectures LlamaForCausalLM, a Llama (importLlama). The padded
+// vocabulary rows are zero. Errors about the files are
+// *engine.FormatError naming the file and the key or tensor, in one line;
+// nothing a header declares is allocated before the files are seen to hold
+// it.
+func Import(dir string) (engine.ModelConfig, []float32, error) {
+	confPath := filepath.Join(dir, ConfigFile)
+	fam, err := family(confPath)
+	if err != nil {
+		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
+	}
+	if fam == arch.Llama {
+		return importLlama(dir)
+	}
+	return importGPT2(dir)
+}
+
+// importGPT2 reads a Hugging Face GPT-2 checkpoint directory into the
+// buffer engine.Tensors lays out. The padded vocabulary rows of wte are
+// zero. Dropout rates come from resid_pdrop and attn_pdrop
 // (transformers' default 0.1 where absent); embd_pdrop is not read.
 //
 // Tensor names may carry the "transformer." prefix (GPT2LMHeadModel) or not
@@ -198,15 +272,14 @@ func Export(dir string, cfg engine.ModelConfig, params []float32) error {
 // a missing one, a shape that does not match config.json or another dtype
 // is an error naming the file and tensor; format errors are
 // *engine.FormatError.
-func Import(dir string) (engine.ModelConfig, []float32, error) {
+func importGPT2(dir string) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
 	// The directory the user named must hold both files.
 	cfg, untied, err := readConfig(confPath)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
-	path := filepath.Join(dir, ModelFile)
-	st, err := openModel(path)
+	st, err := openTensors(dir)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
@@ -226,24 +299,27 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 // tensors as layers (each has 12; [load] names the ones missing), and at
 // least 2 bytes (F16 or BF16) for each of its parameters but the padded
 // vocabulary rows.
-func fits(st *modelFile, cfg engine.ModelConfig, confPath string) error {
+func fits(st *tensorSet, cfg engine.ModelConfig, confPath string) error {
 	if len(st.entries) < cfg.L {
-		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d needs %d tensors but %s holds %d; fix n_layer or the model file",
-			cfg.L, 12*cfg.L+4, filepath.Base(st.Path), len(st.entries))}
+		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d needs %d tensors but %s hold %d; fix n_layer or the model file",
+			cfg.L, 12*cfg.L+4, st.files(), len(st.entries))}
 	}
 	_, total := engine.Tensors(cfg) // cfg is validated: no overflow
 	params := int64(total) - int64(cfg.Vp-cfg.V)*int64(cfg.C)
-	if data := st.DataLen(); 2*params > data {
-		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d, n_embd %d, n_inner %d, vocab_size %d and n_positions %d make %d parameters, at least %d bytes, but %s holds %d bytes of tensor data; fix config.json or the model file",
-			cfg.L, cfg.C, cfg.F, cfg.V, cfg.MaxT, params, 2*params, filepath.Base(st.Path), data)}
+	if data := st.dataLen(); 2*params > data {
+		return &engine.FormatError{File: confPath, Msg: fmt.Sprintf("n_layer %d, n_embd %d, n_inner %d, vocab_size %d and n_positions %d make %d parameters, at least %d bytes, but %s hold %d bytes of tensor data; fix config.json or the model file",
+			cfg.L, cfg.C, cfg.F, cfg.V, cfg.MaxT, params, 2*params, st.files(), data)}
 	}
 	return nil
 }
 
 // load checks st's tensors against cfg and reads them into a new buffer.
-func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error) {
+func load(st *tensorSet, cfg engine.ModelConfig, untied bool) ([]float32, error) {
 	bad := func(format string, args ...any) error {
-		return &engine.FormatError{File: st.Path, Msg: fmt.Sprintf(format, args...)}
+		return &engine.FormatError{File: st.path, Msg: fmt.Sprintf(format, args...)}
+	}
+	badIn := func(e *entry, format string, args ...any) error {
+		return &engine.FormatError{File: e.file.Path, Msg: fmt.Sprintf(format, args...)}
 	}
 	ms, total := mappings(cfg)
 	want := make(map[string]int, len(ms)) // name → index in ms
@@ -256,9 +332,9 @@ func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error)
 		ignored[fmt.Sprintf("h.%d.attn.masked_bias", l)] = true
 	}
 
-	found := make([]*safetensors.Entry, len(ms))
-	var head *safetensors.Entry
-	var unknown []string
+	found := make([]*entry, len(ms))
+	var head *entry
+	var unknown []*entry
 	for i := range st.entries { // sorted by name: errors are deterministic
 		e := &st.entries[i]
 		if e.Name == lmHead {
@@ -271,22 +347,22 @@ func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error)
 		}
 		k, ok := want[name]
 		if !ok {
-			unknown = append(unknown, e.Name)
+			unknown = append(unknown, e)
 			continue
 		}
 		if found[k] != nil {
-			return nil, bad("tensor %s appears twice, as %s and %s", name, found[k].Name, e.Name)
+			return nil, badIn(e, "tensor %s appears twice, as %s and %s", name, found[k].Name, e.Name)
 		}
 		if !slices.Equal(e.Shape, ms[k].shape) {
-			return nil, bad("tensor %s: shape %v, want %v for %s", e.Name, e.Shape, ms[k].shape, ConfigFile)
+			return nil, badIn(e, "tensor %s: shape %v, want %v for %s", e.Name, e.Shape, ms[k].shape, ConfigFile)
 		}
 		if !safetensors.Float(e.Dtype) {
-			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", e.Name, e.Dtype)
+			return nil, badIn(e, "tensor %s: dtype %s not supported (want F32, F16 or BF16)", e.Name, e.Dtype)
 		}
 		found[k] = e
 	}
 	if len(unknown) > 0 {
-		return nil, bad("unknown tensor %s%s: not part of a GPT-2 with %d layers", unknown[0], more(len(unknown)-1), cfg.L)
+		return nil, badIn(unknown[0], "unknown tensor %s%s: not part of a GPT-2 with %d layers", unknown[0].Name, more(len(unknown)-1), cfg.L)
 	}
 	var missing []string
 	for k, e := range found {
@@ -299,10 +375,10 @@ func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error)
 	}
 	if head != nil {
 		if !slices.Equal(head.Shape, ms[0].shape) {
-			return nil, bad("tensor %s: shape %v, want %v (tied to wte)", head.Name, head.Shape, ms[0].shape)
+			return nil, badIn(head, "tensor %s: shape %v, want %v (tied to wte)", head.Name, head.Shape, ms[0].shape)
 		}
 		if !safetensors.Float(head.Dtype) {
-			return nil, bad("tensor %s: dtype %s not supported (want F32, F16 or BF16)", head.Name, head.Dtype)
+			return nil, badIn(head, "tensor %s: dtype %s not supported (want F32, F16 or BF16)", head.Name, head.Dtype)
 		}
 	} else if untied {
 		return nil, bad("config declares tie_word_embeddings false but there is no %s", lmHead)
@@ -337,7 +413,7 @@ func load(st *modelFile, cfg engine.ModelConfig, untied bool) ([]float32, error)
 		wte := params[ms[0].off : ms[0].off+n]
 		for i := range lm {
 			if math.Float32bits(lm[i]) != math.Float32bits(wte[i]) {
-				return nil, bad("tensor %s differs from wte (element %d: %g vs %g): untied output embeddings are not supported", head.Name, i, lm[i], wte[i])
+				return nil, badIn(head, "tensor %s differs from wte (element %d: %g vs %g): untied output embeddings are not supported", head.Name, i, lm[i], wte[i])
 			}
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gptui/gptui/arch"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -587,8 +587,10 @@ func TestImportErrors(t *testing.T) {
 			[]string{ConfigFile, `activation_function "relu"`}, true},
 		{"config other epsilon", editConfig(`1e-05`, `1e-06`),
 			[]string{ConfigFile, "layer_norm_epsilon 1e-06"}, true},
-		{"config other model", editConfig(`"model_type": "gpt2"`, `"model_type": "llama"`),
-			[]string{ConfigFile, `model_type "llama"`}, true},
+		{"config other model", editConfig(`"model_type": "gpt2"`, `"model_type": "bert"`),
+			[]string{ConfigFile, `model_type "bert"`, "gpt2 and llama"}, true},
+		{"config says llama", editConfig(`"model_type": "gpt2"`, `"model_type": "llama"`),
+			[]string{ConfigFile, "missing hidden_size"}, true},
 		{"config shape disagrees", editConfig(`"n_positions": 16`, `"n_positions": 32`),
 			[]string{ModelFile, "transformer.wpe.weight", "shape [16 8], want [32 8]"}, true},
 		{"config impossible shape", editConfig(`"n_head": 2`, `"n_head": 3`),
@@ -676,22 +678,7 @@ func TestExportErrors(t *testing.T) {
 // and compares its loss with the engine's. It is skipped where python3 with
 // torch is missing, except in CI (CI set), whose .ci/run installs it.
 func TestReference(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts python")
-	}
-	var py string
-	for _, p := range []string{"python3", "/usr/bin/python3"} {
-		if exec.Command(p, "-c", "import torch").Run() == nil {
-			py = p
-			break
-		}
-	}
-	if py == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("no python3 with torch; .ci/run should have installed python3-torch")
-		}
-		t.Skip("no python3 with torch")
-	}
+	py := torchPython(t)
 	cfg := testCfg
 	m, err := engine.NewModel(cpu.New(), cfg, 0.02, 1)
 	if err != nil {

@@ -25,12 +25,13 @@ It writes DIR/logits.bin, the (B,T,V) logits of batch 0 under the initial
 parameters (float32), and prints {"losses": [...]}: the loss of each training
 step, before its update.
 
-    /usr/bin/python3 llama_reference.py --hf DIR TOKENS OUT
+    /usr/bin/python3 llama_reference.py --hf DIR TOKENS OUT [DIR TOKENS OUT ...]
 
-reads a Hugging Face LlamaForCausalLM folder DIR (config.json, and
-model.safetensors or the shards model.safetensors.index.json names, F32),
-runs it on the comma-separated token ids TOKENS (one sequence) and writes the
-(T,V) logits to OUT as little-endian float32.
+reads each Hugging Face LlamaForCausalLM folder DIR (config.json, and
+model.safetensors or the shards model.safetensors.index.json names, F32,
+parsed here: safetensors is an 8-byte header length, a JSON header, the
+data), runs it on the comma-separated token ids TOKENS (one sequence) and
+writes the (T,V) logits to OUT as little-endian float32.
 
 The model (hd = C/NH, NKV key/value heads):
 
@@ -234,10 +235,79 @@ def write_floats(path, x):
         f.write(buf)
 
 
+def read_safetensors(path):
+    """The F32 tensors of a safetensors file by name: an 8-byte little-endian
+    header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+    then the data, each tensor row-major at its [begin, end) of it."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        if e["dtype"] != "F32":
+            raise SystemExit(f"{path}: {name}: dtype {e['dtype']}, this script reads F32 only")
+        b, end = e["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(raw[8 + n + b : 8 + n + end]), dtype=torch.float32).view(e["shape"])
+    return out
+
+
+def read_hf(d):
+    """config.json and the tensors of a LlamaForCausalLM folder: from
+    model.safetensors, or from the shards model.safetensors.index.json maps
+    the tensors to."""
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        files = ["model.safetensors"]
+    else:
+        with open(os.path.join(d, "model.safetensors.index.json")) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = sorted(set(weight_map.values()))
+    W = {}
+    for name in files:
+        W.update(read_safetensors(os.path.join(d, name)))
+    return cfg, W
+
+
+def hf_logits(d, tokens, out):
+    """Writes to out the logits (T,V) of the LlamaForCausalLM folder d on
+    the sequence tokens."""
+    cfg, W = read_hf(d)
+    if cfg.get("architectures") != ["LlamaForCausalLM"] or cfg.get("hidden_act", "silu") != "silu":
+        raise SystemExit(f"{d}: not a LlamaForCausalLM with SiLU")
+    C, L, NH = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    NKV = cfg.get("num_key_value_heads") or NH
+    p = "model.layers.{}.".format
+    layers = [{
+        "in_norm": W[p(l) + "input_layernorm.weight"], "q": W[p(l) + "self_attn.q_proj.weight"],
+        "k": W[p(l) + "self_attn.k_proj.weight"], "v": W[p(l) + "self_attn.v_proj.weight"],
+        "o": W[p(l) + "self_attn.o_proj.weight"], "post_norm": W[p(l) + "post_attention_layernorm.weight"],
+        "gate": W[p(l) + "mlp.gate_proj.weight"], "up": W[p(l) + "mlp.up_proj.weight"], "down": W[p(l) + "mlp.down_proj.weight"],
+    } for l in range(L)]
+    embed = W["model.embed_tokens.weight"]
+    head = embed if cfg.get("tie_word_embeddings", False) else W["lm_head.weight"]
+    scaling = cfg.get("rope_scaling")
+    if scaling and scaling.get("rope_type", scaling.get("type")) != "llama3":
+        raise SystemExit(f"{d}: rope_scaling {scaling}: this script computes llama3's only")
+    idx = torch.tensor(tokens, dtype=torch.int64).view(1, -1)
+    model = Llama({"embed": embed, "lm_head": head, "final_norm": W["model.norm.weight"], "layers": layers},
+                  cfg["vocab_size"], C, L, NH, NKV, cfg.get("rms_norm_eps", 1e-6), cfg.get("rope_theta", 10000.0), scaling, idx.shape[1])
+    with torch.no_grad():
+        write_floats(out, model(idx))
+
+
 def main():
     keep_freed_memory()
     if sys.argv[1] == "--hf":
-        raise SystemExit("--hf: not yet")
+        args = sys.argv[2:]
+        if not args or len(args) % 3:
+            raise SystemExit("usage: llama_reference.py --hf DIR TOKENS OUT [DIR TOKENS OUT ...]")
+        for i in range(0, len(args), 3):
+            hf_logits(args[i], [int(t) for t in args[i + 1].split(",")], args[i + 2])
+        return
     train(sys.argv[1])
 
 
