@@ -140,7 +140,7 @@ func TestPrepareThenTrain(t *testing.T) {
 	txt := filepath.Join(dir, "a.txt")
 	os.WriteFile(txt, []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 400)), 0o644)
 	code, out, stderr := runCLI(t, "data", "prepare", "--quiet", "--input", txt, "--output", filepath.Join(dir, "shards"))
-	if code != 0 || !strings.Contains(out, "1 documents") {
+	if code != 0 || !strings.Contains(out, "prepared 1 document from 1 file: ") {
 		t.Fatalf("prepare: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	code, out, stderr = runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0",

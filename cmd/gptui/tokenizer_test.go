@@ -86,7 +86,7 @@ func TestPrepareTokenizer(t *testing.T) {
 	os.WriteFile(txt, []byte(text), 0o644)
 	shards := filepath.Join(dir, "shards")
 	code, out, stderr := runCLI(t, "data", "prepare", "--quiet", "--tokenizer", tokFile, "--input", txt, "--output", shards)
-	if code != 0 || !strings.Contains(out, "1 documents") {
+	if code != 0 || !strings.Contains(out, "prepared 1 document from 1 file: ") {
 		t.Fatalf("prepare: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	got, err := data.Load(shards)
