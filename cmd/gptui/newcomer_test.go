@@ -47,7 +47,7 @@ func TestReadmeRunExample(t *testing.T) {
 // built-in corpus, their loss falls (here on a batch of one sequence of 8
 // tokens, whose one-step loss swings by ±1.5: the mean of the losses
 // logged in the second half, steps 100-199, is more than 1.5 below step
-// 0's; tiny 10.86 to 8.25 on 2026-11-27, llama-tiny 10.84 to 8.33), and
+// 0's; on 2026-11-27 tiny 10.83 to 8.50, llama-tiny 10.76 to 8.50), and
 // they save a checkpoint at their last step, so that 'gptui generate
 // --ckpt output' works right after the quickstart — for llama-tiny with
 // its grouped key/value cache.
