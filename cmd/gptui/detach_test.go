@@ -26,7 +26,7 @@ var jobIDRE = regexp.MustCompile(`\d{8}-\d{6}-[0-9a-f]{6}`)
 // kill closes the terminal: the tmux server and its session go, and the
 // processes of the session get SIGHUP.
 func (s *tmuxSession) kill() {
-	exec.Command(tmuxPath, "-L", s.socket, "kill-server").Run()
+	exec.Command(tmuxPath, "-S", s.socket, "kill-server").Run()
 }
 
 // detachArgs are the small job of the detached tests: dp2 on two CPU

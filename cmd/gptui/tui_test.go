@@ -39,18 +39,20 @@ func startTmux(t *testing.T, dir string, w, h int, command string) *tmuxSession 
 	if _, err := os.Stat(tmuxPath); err != nil {
 		t.Skip("tmux is not installed (.ci/run installs it)")
 	}
-	s := &tmuxSession{t: t, socket: fmt.Sprintf("gptui-test-%d-%d", os.Getpid(), time.Now().UnixNano())}
+	// The server's socket in a directory of the test's, which goes with
+	// it: tmux leaves its socket behind when its server is killed.
+	s := &tmuxSession{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
 	// The shell line prints the exit status and keeps the pane open, so the
 	// test can read it after the UI has left the alternate screen.
 	line := fmt.Sprintf("cd %s && %s; echo gptui-exit=$?; sleep 600", shellQuoteTest(dir), command)
 	s.tmux("new-session", "-d", "-s", "ui", "-x", strconv.Itoa(w), "-y", strconv.Itoa(h), line)
-	t.Cleanup(func() { exec.Command(tmuxPath, "-L", s.socket, "kill-server").Run() })
+	t.Cleanup(func() { exec.Command(tmuxPath, "-S", s.socket, "kill-server").Run() })
 	return s
 }
 
 func (s *tmuxSession) tmux(args ...string) string {
 	s.t.Helper()
-	out, err := exec.Command(tmuxPath, append([]string{"-L", s.socket, "-f", "/dev/null"}, args...)...).CombinedOutput()
+	out, err := exec.Command(tmuxPath, append([]string{"-S", s.socket, "-f", "/dev/null"}, args...)...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("tmux %v: %v: %s", args, err, out)
 	}
