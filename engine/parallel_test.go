@@ -592,8 +592,10 @@ func checkStage3Memory(t *testing.T, r *rankRun) (resident, whole int64) {
 
 // TestCrossStrategyResume: 5 steps under dp2 × sharding2 stage 2 (4 ranks),
 // saved, then resumed as one process and as sharding2 stage 1; and 5 steps
-// under mp2 × pp2, resumed as one process, as sharding4 stage 3 and as pp2:
-// steps 6–10 match the uninterrupted single process within 1e-5.
+// under mp2 × pp2, resumed as one process, as sharding4 stage 3 and as pp2;
+// a Llama's (its one key/value head on both tensor ranks, its head
+// untied) under mp2 × pp2, resumed as one process and as sharding4 stage
+// 3: steps 6–10 match the uninterrupted single process within 1e-5.
 func TestCrossStrategyResume(t *testing.T) {
 	base := func(extra ...string) []string {
 		o := append(parityOverrides(t), "Engine.max_steps=10")
@@ -626,6 +628,20 @@ func TestCrossStrategyResume(t *testing.T) {
 	check("mp2×pp2 → sharding4 stage3", res.Losses)
 	_, res = runRanks(t, 2, base(append(resume, "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")...))
 	check("mp2×pp2 → pp2", res.Losses)
+
+	// A Llama whose one key/value head is replicated on both tensor ranks
+	// and whose head is untied: from mp2×pp2 to one process and to
+	// sharding stage 3.
+	llama := []string{"Model.family=llama", "Model.num_key_value_heads=1", "Model.ffn_hidden_size=64", "Model.tie_word_embeddings=false"}
+	straight = single(llama...)
+	out = t.TempDir()
+	runRanks(t, 4, base(append(slices.Clone(llama), "Engine.max_steps=5", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
+		"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")...))
+	resume = append(slices.Clone(llama), "Engine.save_load.ckpt_dir="+filepath.Join(out, "step_00000005"))
+	check("llama mp2 kv1×pp2 → single process", single(resume...).Losses)
+	_, res = runRanks(t, 4, base(append(resume, "Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=3",
+		"Global.local_batch_size=2", "Global.micro_batch_size=1")...))
+	check("llama mp2 kv1×pp2 → sharding4 stage3", res.Losses)
 }
 
 // TestModelParallelTraffic: per step, a tensor-parallel rank sends the ring
