@@ -14,29 +14,10 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/internal/torchtest"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/presets"
 )
-
-// torchPython returns a python3 that imports torch (Debian's
-// python3-torch), or skips the test where there is none, except in CI
-// (CI set), whose .ci/run installs it.
-func torchPython(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts python")
-	}
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(p, "-c", "import torch").Run() == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no python3 with torch; .ci/run should have installed python3-torch")
-	}
-	t.Skip("no python3 with torch")
-	return ""
-}
 
 // TestLlamaReference: gptui's Llama agrees with an independent PyTorch
 // implementation written from the published formulas
@@ -50,7 +31,7 @@ func torchPython(t *testing.T) string {
 // tiny one's makes its first steps chaotic: rounding differences grow to
 // 0.1 in the loss by step 9).
 func TestLlamaReference(t *testing.T) {
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	for _, tc := range []struct {
 		name string
 		o    []string

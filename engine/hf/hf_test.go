@@ -20,6 +20,7 @@ import (
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/half"
+	"github.com/gptui/gptui/internal/torchtest"
 	"github.com/gptui/gptui/kernels/cpu"
 )
 
@@ -678,7 +679,7 @@ func TestExportErrors(t *testing.T) {
 // and compares its loss with the engine's. It is skipped where python3 with
 // torch is missing, except in CI (CI set), whose .ci/run installs it.
 func TestReference(t *testing.T) {
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	cfg := testCfg
 	m, err := engine.NewModel(cpu.New(), cfg, 0.02, 1)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/internal/torchtest"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 )
@@ -533,7 +534,7 @@ func TestLlamaImportErrors(t *testing.T) {
 // is skipped where python3 with torch is missing, except in CI (CI set),
 // whose .ci/run installs it.
 func TestLlamaReference(t *testing.T) {
-	py := torchPython(t)
+	py := torchtest.Python(t)
 	var args []string
 	var want [][]float32
 	dir := t.TempDir()
@@ -594,24 +595,4 @@ func TestLlamaReference(t *testing.T) {
 		}
 		t.Logf("folder %d: %d logits, largest difference %.3g (%.2g of the largest magnitude %.3g)", i, len(w), worst, worst/scale, scale)
 	}
-}
-
-// torchPython returns a python3 that imports torch (Debian's
-// python3-torch), or skips the test where there is none, except in CI
-// (CI set), whose .ci/run installs it.
-func torchPython(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts python")
-	}
-	for _, p := range []string{"/usr/bin/python3", "python3"} {
-		if exec.Command(p, "-c", "import torch").Run() == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no python3 with torch; .ci/run should have installed python3-torch")
-	}
-	t.Skip("no python3 with torch")
-	return ""
 }
