@@ -172,14 +172,15 @@ stage_bench() { gptui gpu bench --watchdog 25s; }
 
 # train NAME -o ...: gptui train of GPT-2 124M at B=16 T=1024 on the
 # built-in corpus, no dropout (llm.c has none), no eval, no checkpoint,
-# with the stage's own -o settings; in dry mode tiny at B=2 T=16, 6
-# steps, on the CPU (the later -o wins).
+# with the stage's own -o settings; in dry mode tiny at B=2 T=16, 20
+# steps (past the lr's warmup, so that the loss falls), on the CPU (the
+# later -o wins).
 train() {
 	local cfg=gpt2-124m dry=()
 	if [[ $DRY == 1 ]]; then
 		cfg=tiny
 		dry=(-o Global.device=cpu -o Global.global_batch_size=2 -o Global.local_batch_size=2 -o Global.micro_batch_size=2
-			-o Data.Train.dataset.max_seq_len=16 -o Engine.max_steps=6 -o Engine.logging_freq=1)
+			-o Data.Train.dataset.max_seq_len=16 -o Engine.max_steps=20 -o Engine.logging_freq=1)
 	fi
 	gptui train -c "$cfg" -o Global.device=gpu \
 		-o Global.global_batch_size=16 -o Global.local_batch_size=16 -o Global.micro_batch_size=16 \

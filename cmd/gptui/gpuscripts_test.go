@@ -137,8 +137,8 @@ func TestGPUCheckDry(t *testing.T) {
 		{stage: "tiny-fp32", status: "pass", figures: "fp32 loss, 10 steps (tol 1e-5 rel): worst 3.10e-07"},
 		{stage: "124m-bf16", status: "pass", figures: "passed=2 failed=0|bf16 gradients"},
 		{stage: "bench", status: "pass", figures: "bf16_tflops=702.5 fp16_tflops=710.1 fp32_ieee_tflops=48.3"},
-		{stage: "train-124m", status: "pass", figures: "steps=6 step_s=|tokens_per_s=|mfu=|loss_fell=yes"},
-		{stage: "fp16-124m", status: "pass", figures: "steps=6|skipped_steps=0 loss_scale=32768"},
+		{stage: "train-124m", status: "pass", figures: "steps=20 step_s=|tokens_per_s=|mfu=|loss_fell=yes"},
+		{stage: "fp16-124m", status: "pass", figures: "steps=20|skipped_steps=0 loss_scale=32768"},
 		{stage: "nccl-1rank", status: "pass", figures: "passed=6 failed=0|NCCL fabric dp: every operation: ok|NCCL fabric record: 52 operations done, 0 in flight"},
 		{stage: "llmc", status: "pass", figures: "step_ms=40.00 tokens_per_s=409600|llmc_mfu=42.0%|gptui_over_llmc="},
 	})
@@ -159,7 +159,7 @@ func TestGPUCheckDry(t *testing.T) {
 		}
 	}
 	log, _ := os.ReadFile(filepath.Join(s.out, "stages.log"))
-	for _, want := range []string{"==== kernels-bf16 (limit 3.00 s)", "dry: kernels-bf16 hangs", "==== kernels-bf16: timeout", "[done] steps: 6 ", "== NCCL fabric, one rank: every operation vs the CPU =="} {
+	for _, want := range []string{"==== kernels-bf16 (limit 3.00 s)", "dry: kernels-bf16 hangs", "==== kernels-bf16: timeout", "[done] steps: 20 ", "== NCCL fabric, one rank: every operation vs the CPU =="} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("stages.log does not hold %q", want)
 		}
