@@ -2,8 +2,10 @@ package testwd
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -74,6 +76,35 @@ func TestHelpersLeaveNothing(t *testing.T) {
 		}
 		if len(names) > 0 {
 			t.Errorf("%s: the helper left %s in the temporary directory", mode, strings.Join(names, ", "))
+		}
+	}
+}
+
+// TestRemoveStale: a start removes the directories of test binaries that
+// no longer run, and keeps those of live ones and every other name.
+func TestRemoveStale(t *testing.T) {
+	tmp := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{ // name: removed
+		fmt.Sprintf("%s%d-123", prefix, dead.Process.Pid): true,
+		fmt.Sprintf("%s%d-456", prefix, os.Getppid()):     false,
+		fmt.Sprintf("%s%d-789", prefix, os.Getpid()):      false,
+		prefix + "123456789":                              false, // no pid: another naming
+		"TestSomething123":                                false,
+	}
+	for name := range names {
+		if err := os.MkdirAll(filepath.Join(tmp, name, "wd"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeStale(tmp)
+	for name, removed := range names {
+		_, err := os.Stat(filepath.Join(tmp, name))
+		if gone := os.IsNotExist(err); gone != removed {
+			t.Errorf("%s: removed %v, want %v", name, gone, removed)
 		}
 	}
 }
