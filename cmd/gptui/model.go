@@ -245,7 +245,7 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		for _, o := range out {
 			n += len(o)
 		}
-		fmt.Fprintf(stderr, "[generate] %d sequences, %d new tokens in %.2f s: %.1f tokens/s\n", len(out), n, dt, float64(n)/dt)
+		fmt.Fprintf(stderr, "[generate] %d %s, %d new %s in %.2f s: %.1f tokens/s\n", len(out), units.Plural(len(out), "sequence"), n, units.Plural(n, "token"), dt, float64(n)/dt)
 	}()
 	if len(prompts) == 1 {
 		st.flush(stdout, tok)
