@@ -23,9 +23,7 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V i
 				// Keep eˣ⁻ᵐᵃˣ in place: the gradient is a rescale of it.
 				sum = expShift(x, maxv)
 			} else {
-				for _, v := range x {
-					sum += float64(exp32(v - maxv))
-				}
+				sum = expSum(x, maxv)
 			}
 			losses[r] = float32(float64(maxv) + math.Log(sum) - float64(xt))
 			if !grad {

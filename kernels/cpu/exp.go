@@ -51,6 +51,29 @@ func expShift(x []float32, m float32) float64 {
 	return (s[0] + s[1]) + (s[2] + s[3])
 }
 
+// expSum returns Σ e^(x[i]−m) in float64, added in order: the bits of
+// the loop `for _, v := range x { s += float64(exp32(v − m)) }` where m is
+// x's maximum (a NaN difference included), without writing x. The
+// exponentials are taken a block at a time on the stack by expShift's
+// vector loop, several times faster than exp32 element by element.
+func expSum(x []float32, m float32) float64 {
+	var buf [256]float32
+	var sum float64
+	for len(x) > 0 {
+		b := buf[:copy(buf[:], x)]
+		expShift(b, m)
+		for i, e := range b {
+			if v := x[i] - m; v != v {
+				sum += float64(v) // exp32 of a NaN is NaN; expShift gives 0
+			} else {
+				sum += float64(e)
+			}
+		}
+		x = x[len(b):]
+	}
+	return sum
+}
+
 // expShiftFrom is expShift's scalar loop over x[from:], adding e^(x[i]−m)
 // to s[i&3].
 func expShiftFrom(x []float32, m float32, s *[4]float64, from int) {

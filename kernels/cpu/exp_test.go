@@ -73,6 +73,37 @@ func TestExpShiftVectorBits(t *testing.T) {
 	}
 }
 
+// TestExpSumBits: expSum gives the bits of the scalar exp32 loop it
+// replaces, NaN and infinite elements included, and leaves x alone.
+func TestExpSumBits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	edges := []float32{0, -87.29, -87.3, -87.31, -100, float32(math.Inf(-1)), -1e-30, -0.3466, float32(math.NaN()), float32(math.Inf(1))}
+	for _, n := range []int{1, 3, 255, 256, 257, 1000, 50304} {
+		for _, withEdges := range []int{0, 8, 9, 10} { // no edge, the finite ones, with NaN, with +Inf too
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 20)
+				if withEdges > 0 && i%17 == 3 {
+					x[i] = edges[(i/17)%withEdges]
+				}
+			}
+			m := maxOf(x)
+			var want float64
+			for _, v := range x {
+				want += float64(exp32(v - m))
+			}
+			orig := slices.Clone(x)
+			got := expSum(x, m)
+			if math.Float64bits(got) != math.Float64bits(want) && !(math.IsNaN(got) && math.IsNaN(want)) {
+				t.Errorf("n=%d edges=%d: expSum %v, the exp32 loop %v", n, withEdges, got, want)
+			}
+			if !slices.EqualFunc(x, orig, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+				t.Errorf("n=%d edges=%d: expSum wrote x", n, withEdges)
+			}
+		}
+	}
+}
+
 // BenchmarkExpShift: one softmax row of GPT-2's vocabulary, the vector
 // loop against the scalar one (a copy refills the row each time in both).
 func BenchmarkExpShift(b *testing.B) {

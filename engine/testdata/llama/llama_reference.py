@@ -52,7 +52,8 @@ root), after clipping the gradients to a global L2 norm.
 
 Page faults are slow on the machines the tests run on, so the parameters,
 their gradients and the optimizer's moments are each one flat buffer,
-allocated once, and glibc is told to keep the memory freed between steps.
+allocated once, glibc is told to keep the memory freed between steps and
+to ask for transparent huge pages.
 """
 
 import ctypes
@@ -67,6 +68,12 @@ import time
 # the tests share a few cores, where spinning worker threads only wait.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Transparent huge pages for glibc's heap, which glibc reads only at start:
+# the first touch of the 2.4 GB a 124M-sized model's training holds costs
+# a third less (24 s → 20 s for the whole script on the test machine).
+if "GLIBC_TUNABLES" not in os.environ:
+    os.environ["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -159,7 +166,10 @@ class Llama:
             x = x + (att @ v).transpose(1, 2).reshape(B, T, NH * hd) @ p["o"].T
             n = self.rmsnorm(x, p["post_norm"])
             x = x + (F.silu(n @ p["gate"].T) * (n @ p["up"].T)) @ p["down"].T
-        return self.rmsnorm(x, W["final_norm"]) @ W["lm_head"][: self.V].T
+        head = W["lm_head"]
+        if head.shape[0] != self.V:
+            head = head[: self.V]
+        return self.rmsnorm(x, W["final_norm"]) @ head.T
 
 
 def train(d):
@@ -172,22 +182,35 @@ def train(d):
     n = max(t["offset"] + math.prod(t["shape"]) for t in cfg["tensors"])
     flat = read_floats(os.path.join(d, "params.bin"), n)
     grad = torch.zeros(n)
-    P = {}  # gptui's tensors, leaves viewing flat, their gradients grad
-    for t in cfg["tensors"]:
-        a, s = t["offset"], t["shape"]
-        P[t["name"]] = flat[a : a + math.prod(s)].view(s).detach().requires_grad_()
-        P[t["name"]].grad = grad[a : a + math.prod(s)].view(s)
+    P = {t["name"]: (t["offset"], t["shape"]) for t in cfg["tensors"]}  # gptui's tensors
+
+    def leaf(a, shape):
+        """A leaf viewing flat[a:], its gradient viewing grad[a:]. Each
+        weight the model reads is a leaf of its own: through a slice of a
+        larger leaf, autograd would build the larger tensor's whole
+        gradient at every use."""
+        size = math.prod(shape)
+        x = flat[a : a + size].view(shape).detach().requires_grad_()
+        x.grad = grad[a : a + size].view(shape)
+        return x
+
+    def layer(name, l, rows=0, shape=None):
+        """Leaf for rows [rows:] of layer l's slice of the stacked tensor name."""
+        a, s = P[name]
+        per = math.prod(s[1:])
+        return leaf(a + l * per + rows * math.prod(s[2:]), shape or s[1:])
+
     with open(os.path.join(d, "tokens.bin"), "rb") as f:
         raw = f.read()
     tokens = torch.tensor(struct.unpack(f"<{len(raw) // 4}i", raw), dtype=torch.int64)
 
-    layers = []
-    for l in range(L):
-        qkv, fc = P["qkvw"][l], P["fcw"][l]
-        layers.append({
-            "in_norm": P["ln1w"][l], "q": qkv[: NH * hd], "k": qkv[NH * hd : (NH + NKV) * hd], "v": qkv[(NH + NKV) * hd :],
-            "o": P["attprojw"][l], "post_norm": P["ln2w"][l], "gate": fc[:FF], "up": fc[FF:], "down": P["fcprojw"][l]})
-    model = Llama({"embed": P["wte"], "lm_head": P["wte"] if cfg["tied"] else P["lmhead"], "final_norm": P["lnfw"], "layers": layers},
+    layers = [{
+        "in_norm": layer("ln1w", l), "q": layer("qkvw", l, 0, [NH * hd, C]), "k": layer("qkvw", l, NH * hd, [NKV * hd, C]),
+        "v": layer("qkvw", l, (NH + NKV) * hd, [NKV * hd, C]), "o": layer("attprojw", l), "post_norm": layer("ln2w", l),
+        "gate": layer("fcw", l, 0, [FF, C]), "up": layer("fcw", l, FF, [FF, C]), "down": layer("fcprojw", l)} for l in range(L)]
+    embed = leaf(*P["wte"])
+    head = embed if cfg["tied"] else leaf(P["lmhead"][0], [V, C])  # the padded rows' gradient stays 0
+    model = Llama({"embed": embed, "lm_head": head, "final_norm": leaf(*P["lnfw"]), "layers": layers},
                   V, C, L, NH, NKV, cfg["eps"], cfg["theta"], cfg.get("scaling"), T)
 
     bt = B * T
@@ -195,7 +218,7 @@ def train(d):
         write_floats(os.path.join(d, "logits.bin"), model(tokens[:bt].view(B, T)))
 
     b1, b2, aeps, wd, clip = cfg["beta1"], cfg["beta2"], cfg["adam_eps"], cfg["weight_decay"], cfg["clip"]
-    decayed = [P[k] for k in cfg["decay"]]
+    decayed = [flat[P[k][0] : P[k][0] + math.prod(P[k][1])] for k in cfg["decay"]]
     m, v = torch.zeros(n), torch.zeros(n)
     den = torch.empty(min(n, CHUNK))
     losses = []
