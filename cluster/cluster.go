@@ -134,6 +134,13 @@ type Options struct {
 	// workdir locks name to another job refused; empty means this
 	// process's.
 	Command string
+	// Continues is the id of a failed job that this one resumes in its
+	// place under a new id (the UI's drop of a lost node): the workdir
+	// locks that job's last attempt keeps for a restart that did not come
+	// (agent.LockLinger) are this job's own, taken over at once rather
+	// than refusing their nodes until they expire. A live job's locks
+	// still refuse it.
+	Continues string
 	// lockOwner names the job across a Supervisor's attempts, whose
 	// locks are each other's (JobID without a Supervisor); lockStarted is
 	// when it started; lockLinger, that a failure of this attempt is
@@ -303,7 +310,7 @@ func New(opts Options) *Job {
 		opts.Command = commandLine()
 	}
 	if opts.lockOwner == "" {
-		opts.lockOwner, opts.lockStarted = opts.JobID, time.Now()
+		opts.lockOwner, opts.lockStarted = lockOwner(opts), time.Now()
 	}
 	return &Job{opts: opts, events: make(chan event.Event, 4096)}
 }

@@ -59,6 +59,15 @@ func (j *Job) lockHolder(n *node) agent.Holder {
 	return agent.Holder{Job: o.JobID, Owner: o.lockOwner, Node: n.name, Started: o.lockStarted, Command: o.Command, Launcher: launcher}
 }
 
+// lockOwner is the owner a job's workdir locks name: the job it
+// continues, or else itself.
+func lockOwner(o Options) string {
+	if o.Continues != "" {
+		return o.Continues
+	}
+	return o.JobID
+}
+
 // lockDir names node n's workdir in messages: as the inventory writes it,
 // or for this machine as a path.
 func lockDir(n *node) string {
@@ -80,9 +89,11 @@ func (j *Job) heldError(n *node, h *agent.Holder) error {
 // checkLock refuses, with an *InputError, a node whose workdir another
 // job's live holder has locked. It changes nothing on the node.
 func (j *Job) checkLock(ctx context.Context, n *node) error {
-	if j.opts.JobID != j.opts.lockOwner && !j.opts.DryRun {
+	if j.opts.JobID != j.opts.lockOwner && j.opts.Continues == "" && !j.opts.DryRun {
 		// A restart: the job's earlier attempt kept the lock for it, and
-		// the push before takeLock finds the executable there.
+		// the push before takeLock finds the executable there. (A job
+		// that continues another is checked: the nodes it pushes to may
+		// have been taken by a third since.)
 		return nil
 	}
 	var h *agent.Holder

@@ -95,7 +95,7 @@ func NewSupervisor(opts Options, p Restarts) *Supervisor {
 	if opts.JobID == "" {
 		opts.JobID = jobdir.NewID()
 	}
-	opts.lockOwner, opts.lockStarted = opts.JobID, time.Now() // every attempt's locks are the job's
+	opts.lockOwner, opts.lockStarted = lockOwner(opts), time.Now() // every attempt's locks are the job's
 	return &Supervisor{opts: opts, policy: p, events: make(chan event.Event, 4096), saved: -1, workers: map[string]int{}, left: map[string]bool{}}
 }
 

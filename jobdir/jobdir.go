@@ -81,6 +81,9 @@ type Spec struct {
 	// Resume: every attempt resumes from the newest checkpoint
 	// (Engine.save_load.ckpt_dir=auto).
 	Resume bool `json:"resume,omitempty"`
+	// Continues is the id of the failed job this one resumes in its place
+	// (cluster.Options.Continues), if any.
+	Continues string `json:"continues,omitempty"`
 	// RankTable is a rank table file giving the ranks, if any.
 	RankTable         string `json:"rank_table,omitempty"`
 	AcceptNewHostKeys bool   `json:"accept_new_host_keys,omitempty"`

@@ -97,6 +97,7 @@ func (m *Model) askDrop() tea.Cmd {
 		}
 		m.job.overrides = d.overrides
 		m.job.resolve()
+		m.continues = m.owner // its lingering locks are the resumed job's
 		if len(d.again) == 0 {
 			return m.launch(true)
 		}
@@ -106,10 +107,12 @@ func (m *Model) askDrop() tea.Cmd {
 	return nil
 }
 
-// dropWait bounds how long a drop tries to set the nodes left up again:
-// the failed job's last attempt may keep their workdir locks for a
-// restart that did not come (agent.LockLinger), and refuse them as
-// another job's until then.
+// dropWait bounds how long a drop tries to set the nodes left up again.
+// The workdir locks the failed job's last attempt keeps for a restart
+// that did not come are the resumed job's own (ProbeRequest.Continues);
+// what a retry waits out is a node still winding the failed job down, or
+// a lock the failed job's attempt has not yet released to its restart
+// (agent.LockLinger bounds both).
 const dropWait = agent.LockLinger + 5*time.Second
 
 // dropState is a drop setting the nodes left up again before the job
@@ -129,7 +132,7 @@ func (m *Model) retryDrop() tea.Cmd {
 		return nil
 	}
 	m.status = "setting " + strings.Join(m.drop.nodes, ", ") + " up again, then resuming the job…"
-	cmd := m.probe(ProbeRequest{Nodes: m.drop.nodes})
+	cmd := m.probe(ProbeRequest{Nodes: m.drop.nodes, Continues: m.continues})
 	m.drop.probe = m.probeN
 	return cmd
 }
@@ -158,6 +161,6 @@ func (m *Model) dropped(stream int) tea.Cmd {
 		m.status = "could not set " + strings.Join(not, ", ") + " up again: see the Nodes screen (1), then r resumes the job"
 		return nil
 	}
-	m.status = strings.Join(not, ", ") + ": setting it up again in a moment (the job's last attempt may hold its workdir for a restart)…"
+	m.status = strings.Join(not, ", ") + ": setting it up again in a moment…"
 	return tea.Tick(cluster.RetryDelay, func(time.Time) tea.Msg { return dropRetryMsg{} })
 }

@@ -408,13 +408,14 @@ func TestJobRestartsAndDropNode(t *testing.T) {
 		t.Fatalf("D asks %q, want %q (status %q)", q, want, m.status)
 	}
 	// node1's setup was stopped by the failed restart: it is set up
-	// again, and then the job resumes; a try that fails (the last
-	// attempt's workdir lock, kept for a restart that did not come) is
-	// tried again.
+	// again for the job that continues the failed one (whose workdir
+	// locks, kept for a restart that did not come, are then its own),
+	// and then the job resumes; a try that fails is tried again.
+	first := l.jobs[0].JobID
 	clock(m, 16)
 	press(m, "y")
 	for try, state := range []string{event.NodeFailed, event.NodeReady} {
-		if len(l.probes) != try+1 || fmt.Sprint(l.probes[try].Nodes) != "[node1]" || m.drop.probe == 0 {
+		if len(l.probes) != try+1 || fmt.Sprint(l.probes[try].Nodes) != "[node1]" || l.probes[try].Continues != first || m.drop.probe == 0 {
 			t.Fatalf("try %d: probes %+v, status %q", try, l.probes, m.status)
 		}
 		m.Update(eventsMsg{stream: m.drop.probe, events: []event.Event{ev(event.KindNode, 20, func(e *event.Event) { e.Node, e.State = "node1", state })}})
@@ -434,6 +435,9 @@ func TestJobRestartsAndDropNode(t *testing.T) {
 		t.Fatalf("%d jobs started", len(l.jobs))
 	}
 	j = l.jobs[1]
+	if j.Continues != first || j.JobID == first {
+		t.Errorf("the resumed job %s continues %q, want the failed job %s", j.JobID, j.Continues, first)
+	}
 	if !j.Resume || fmt.Sprint(j.Nodes) != "[node1]" || j.Table.RankSize() != 2 || j.Resolved.Distributed.DPDegree != 2 ||
 		j.Resolved.Global.GlobalBatchSize != 4 || j.Resolved.Global.LocalBatchSize != 2 || !slices.Contains(j.Overrides, "Distributed.dp_degree=2") {
 		t.Errorf("the resumed job: resume %v nodes %v ranks %d dp %d batch %d/%d overrides %v", j.Resume, j.Nodes, j.Table.RankSize(),

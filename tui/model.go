@@ -154,6 +154,8 @@ type Model struct {
 	probeN    int                        // the stream of the latest probe
 	plan      planState                  // the planner's answer for the Job screen
 	jobN      int                        // number of the current (or last) job
+	owner     string                     // the id the current (or last) launched job's workdir locks name (cluster.Options.Continues)
+	continues string                     // the owner a drop resumes: the next resume continues it
 	runner    Runner                     // the running job; nil when none runs
 	launching bool                       // Start was called and has not answered yet
 	quitting  bool                       // quit once the job has stopped
@@ -409,6 +411,11 @@ func (m *Model) launch(resume bool) tea.Cmd {
 		Nodes:     m.nodes.readyNames(),
 		Elastic:   m.job.restarts.MinNodes > 0,
 	}
+	m.owner = id
+	if resume && m.continues != "" {
+		job.Continues, m.owner = m.continues, m.continues
+	}
+	m.continues = ""
 	m.jobN++
 	m.launching = true
 	m.dash.reset(m.job.cfg, resume)

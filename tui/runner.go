@@ -37,6 +37,10 @@ type ProbeRequest struct {
 	// key that known_hosts does not know is trusted and recorded if it
 	// has this fingerprint (sshexec.ClientConfig.AcceptHostKey).
 	AcceptHostKey string
+	// Continues is the id of a failed job whose workdir locks do not
+	// refuse the nodes (cluster.Options.Continues): the drop of a lost
+	// node sets the nodes left up again for the job that continues it.
+	Continues string
 }
 
 // Runner is one running job.
@@ -91,6 +95,9 @@ type Job struct {
 	// attempt's ranks come from its nodes, as Table's came from all of
 	// them, rather than from Table.
 	Elastic bool
+	// Continues is the id of the failed job this one resumes in its place
+	// (the drop of a lost node; cluster.Options.Continues), or "".
+	Continues string
 }
 
 // Planner is the hook for the planner (package planner, `gptui plan`):

@@ -81,6 +81,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 type clusterFlags struct {
 	hosts, rankTable string
 	nodes            []string // the inventory's nodes to run on (a detached job's spec); none: every node
+	continues        string   // the failed job a detached job's spec resumes in its place (cluster.Options.Continues)
 	nproc, port      int
 	acceptNew        bool
 	dryRun           bool
@@ -276,6 +277,7 @@ func runJob(ctx context.Context, cf clusterFlags, c string, o []string, stdout, 
 		MasterPort:   cf.port,
 		DryRun:       cf.dryRun,
 		JobID:        h.id,
+		Continues:    cf.continues,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)

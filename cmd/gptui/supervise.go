@@ -41,7 +41,7 @@ func specOf(cf clusterFlags, c string, o []string) jobdir.Spec {
 // job spec.
 func flagsOf(s jobdir.Spec) (clusterFlags, string, []string) {
 	cf := clusterFlags{
-		hosts: s.Hosts, nodes: s.Nodes, rankTable: s.RankTable, nproc: max(s.Nproc, 1), port: s.MasterPort,
+		hosts: s.Hosts, nodes: s.Nodes, continues: s.Continues, rankTable: s.RankTable, nproc: max(s.Nproc, 1), port: s.MasterPort,
 		acceptNew: s.AcceptNewHostKeys, show: s.ShowRanks, summaryEvery: s.SummaryEvery,
 		keepJobs: s.KeepJobs, agentTimeout: s.AgentTimeout, hangTimeout: s.HangTimeout,
 		restarts: cluster.Restarts{Max: s.MaxRestarts, MinNodes: s.MinNodes, MaxNodes: s.MaxNodes},

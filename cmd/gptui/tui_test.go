@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/jobdir"
 )
@@ -613,6 +614,18 @@ func TestTUIHostsDropNode(t *testing.T) {
 	s.keys("D")
 	s.await(regexp.MustCompile(`Drop 127\.0\.0\.3 and resume from the newest checkpoint on the nodes left \(1 node, 2 ranks: dp4 mb1 → dp2 mb1, accumulate 2`), 10*time.Second)
 	s.keys("y")
+	// The failed job's last attempt keeps its workdir locks for the
+	// restart that did not come; the drop continues that job and takes
+	// them over at once rather than waiting for them to expire.
+	dropped := time.Now()
+	s.await(regexp.MustCompile(`job (running|done)`), agent.LockLinger+30*time.Second)
+	// (Waiting, it would resume about LockLinger after the failure, which
+	// came a second or two before the drop.)
+	if d := time.Since(dropped); d >= agent.LockLinger/2 {
+		t.Errorf("the job resumed %.1f s after the drop: it waited for the failed job's locks (agent.LockLinger %v)", d.Seconds(), agent.LockLinger)
+	} else {
+		t.Logf("the job resumed %.1f s after the drop", d.Seconds())
+	}
 	scr = s.await(regexp.MustCompile(`job done`), 240*time.Second)
 	t.Logf("after the drop:\n%s", scr)
 	if !strings.Contains(scr, "ranks: 2 done") {

@@ -72,7 +72,7 @@ func (l *Cluster) Probe(ctx context.Context, req tui.ProbeRequest) <-chan event.
 		}
 		// A probe writes no job's files (DryRun): a node whose workdir a
 		// running job holds says so.
-		job := cluster.New(cluster.Options{Nodes: []sshexec.Node{n}, Hosts: l.Hosts, Config: cfg, SSH: ssh, DryRun: true})
+		job := cluster.New(cluster.Options{Nodes: []sshexec.Node{n}, Hosts: l.Hosts, Config: cfg, SSH: ssh, DryRun: true, Continues: req.Continues})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -119,7 +119,7 @@ func (l *Cluster) Start(ctx context.Context, job tui.Job) (tui.Runner, error) {
 	}
 	spec := jobdir.Spec{
 		ID: job.JobID, Dir: wd, Config: job.Config, Overrides: append([]string(nil), job.Overrides...),
-		Resume: job.Resume, RankTable: job.TablePath, AcceptNewHostKeys: l.SSH.AcceptNewHostKeys,
+		Resume: job.Resume, Continues: job.Continues, RankTable: job.TablePath, AcceptNewHostKeys: l.SSH.AcceptNewHostKeys,
 		AgentTimeout: l.AgentTimeout, HangTimeout: l.HangTimeout,
 		MaxRestarts: job.Restarts.Max, MinNodes: job.Restarts.MinNodes, MaxNodes: job.Restarts.MaxNodes,
 		Nodes: append([]string(nil), job.Nodes...),
