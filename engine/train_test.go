@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gptui/gptui"
@@ -92,26 +93,56 @@ func trainPresetOn(t *testing.T, be kernels.Backend, preset string, overrides ..
 	return tr, res
 }
 
+// tinyOverrides are the tiny fp32 run's that TestTrainTinyLossFalls and
+// TestCPUBF16Tiny share (tinyFP32 runs it once for both): 40 steps, an
+// evaluation of 2 batches every 20.
+var tinyOverrides = []string{"Engine.max_steps=40", "Engine.eval_freq=20", "Engine.eval_iters=2"}
+
+// tinyRun is that run: its result, what it printed, its log directory.
+var tinyRun struct {
+	once sync.Once
+	res  *Result
+	out  bytes.Buffer
+	dir  string
+	err  error
+}
+
+// tinyFP32 trains tiny with tinyOverrides in fp32 on the CPU, once for the
+// test binary, in a directory of its working directory (testwd removes
+// it), and returns the run.
+func tinyFP32(t *testing.T) (res *Result, out []byte, logDir string) {
+	t.Helper()
+	r := &tinyRun
+	r.once.Do(func() {
+		if r.dir, r.err = os.MkdirTemp(".", "tiny-fp32-"); r.err != nil {
+			return
+		}
+		if r.dir, r.err = filepath.Abs(r.dir); r.err != nil {
+			return
+		}
+		var cfg *presets.Config
+		if cfg, r.err = presets.Load("tiny", append(slices.Clone(tinyOverrides), "Engine.log_dir="+r.dir)); r.err != nil {
+			return
+		}
+		var tr *Trainer
+		if tr, r.err = NewTrainer(cfg, cpu.New(), Options{Stdout: &r.out, Builtin: builtin}); r.err != nil {
+			return
+		}
+		r.res, r.err = tr.Run(context.Background())
+	})
+	if r.err != nil {
+		t.Fatalf("tiny in fp32: %v", r.err)
+	}
+	return r.res, r.out.Bytes(), r.dir
+}
+
 // TestTrainTinyLossFalls trains the tiny preset on the built-in corpus and
 // checks that the loss falls, the log lines and the metrics file.
 func TestTrainTinyLossFalls(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: cmd/gptui's TestQuickstartCheckpoint trains tiny and checks that its loss falls")
 	}
-	dir := t.TempDir()
-	cfg, err := presets.Load("tiny", []string{"Engine.max_steps=40", "Engine.eval_freq=20", "Engine.eval_iters=2", "Engine.log_dir=" + dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	tr, err := NewTrainer(cfg, cpu.New(), Options{Stdout: &out, Builtin: builtin})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, stdout, dir := tinyFP32(t)
 	// The corpus is the project's documentation, so the exact curve moves
 	// as the docs change; 40 steps take the loss from about 10.8 to 8.8.
 	first, last := res.Losses[0], res.Losses[len(res.Losses)-1]
@@ -121,14 +152,14 @@ func TestTrainTinyLossFalls(t *testing.T) {
 	if len(res.EvalLosses) != 2 || !(res.EvalLosses[1] < res.EvalLosses[0]) {
 		t.Errorf("eval losses %v: want two, falling", res.EvalLosses)
 	}
-	log := out.String()
+	log := string(stdout)
 	for _, want := range []string{"[train] epoch: 0 step: 0 lr: ", " avg_reader_cost: ", " ips: ", " tokens/s mfu: ", "[eval] epoch: ", " ppl: ", "[memory] rank 0: params "} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
 	wl, err := os.ReadFile(filepath.Join(dir, "workerlog.0"))
-	if err != nil || !bytes.Equal(wl, out.Bytes()) {
+	if err != nil || !bytes.Equal(wl, stdout) {
 		t.Errorf("workerlog.0 differs from stdout (err %v)", err)
 	}
 	f, err := os.Open(filepath.Join(dir, "metrics.0.jsonl"))
