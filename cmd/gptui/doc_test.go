@@ -336,12 +336,12 @@ func writeFile(t *testing.T, path string, b []byte) {
 	}
 }
 
-// docMaxSteps is the override the doc tests append to every 'train' and
+// docMaxSteps is the overrides the doc tests append to every 'train' and
 // 'run' command of the examples, which train tiny for 200 steps or more
-// (a minute each on 2 cores): two steps show every kind of line (a
-// [train] line for each, [eval] and the checkpoint at the last step,
-// [done]).
-var docMaxSteps = []string{"-o", "Engine.max_steps=2"}
+// (a minute each on 2 cores): two steps, and an evaluation of one batch,
+// show every kind of line (a [train] line for each, [eval] and the
+// checkpoint at the last step, [done]).
+var docMaxSteps = []string{"-o", "Engine.max_steps=2", "-o", "Engine.eval_iters=1"}
 
 // A docRun is what one command printed and the exit status it ended with.
 type docRun struct {
