@@ -7,7 +7,10 @@
 // lives in kernels/cuda.
 package kernels
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Backend is the set of operations the GPT engine runs. Tensors are
 // row-major float32 (shapes in parentheses, outermost first); B is the
@@ -246,7 +249,11 @@ func Float32s(be Backend, n int) []float32 {
 	if m, ok := be.(Memory); ok {
 		return m.Float32s(n)
 	}
-	return make([]float32, n)
+	x := make([]float32, n)
+	if n > 0 {
+		adviseHuge(unsafe.Pointer(&x[0]), uintptr(n)*unsafe.Sizeof(x[0]))
+	}
+	return x
 }
 
 // Int32s returns n zeroed int32s the backend's kernels can use.
@@ -254,7 +261,11 @@ func Int32s(be Backend, n int) []int32 {
 	if m, ok := be.(Memory); ok {
 		return m.Int32s(n)
 	}
-	return make([]int32, n)
+	x := make([]int32, n)
+	if n > 0 {
+		adviseHuge(unsafe.Pointer(&x[0]), uintptr(n)*unsafe.Sizeof(x[0]))
+	}
+	return x
 }
 
 // Float64s returns n zeroed float64s the backend's kernels can use.
@@ -262,7 +273,11 @@ func Float64s(be Backend, n int) []float64 {
 	if m, ok := be.(Memory); ok {
 		return m.Float64s(n)
 	}
-	return make([]float64, n)
+	x := make([]float64, n)
+	if n > 0 {
+		adviseHuge(unsafe.Pointer(&x[0]), uintptr(n)*unsafe.Sizeof(x[0]))
+	}
+	return x
 }
 
 // Free gives a buffer from Float32s, Int32s or Float64s back to the backend
