@@ -194,6 +194,8 @@ func (j *Job) supervise(r *runState) {
 			g.onForce()
 		case now := <-liveness.C:
 			g.onTick(now)
+		case <-g.pendingC:
+			g.adoptPending()
 		case m := <-r.in:
 			g.onMessage(m)
 		}
@@ -208,11 +210,15 @@ type gang struct {
 	j *Job
 	r *runState
 
-	running   int      // agents whose streams go on
-	failure   *Failure // the first failure, if any
-	stopCause error    // why the job was stopped, if it was
-	stopping  bool     // the agents were told to stop
-	graceful  bool     // stopping for an interrupt: the workers are saving
+	running int      // agents whose streams go on
+	failure *Failure // the first failure, if any
+	// pending is a worker's failure held for causeWindow before it is
+	// the job's (pendingC fires then): a node lost meanwhile is the cause.
+	pending   *Failure
+	pendingC  <-chan time.Time
+	stopCause error // why the job was stopped, if it was
+	stopping  bool  // the agents were told to stop
+	graceful  bool  // stopping for an interrupt: the workers are saving
 	force     <-chan time.Time
 
 	tails    map[int][]string // each rank's last log lines
@@ -256,9 +262,40 @@ func newGang(j *Job, r *runState) *gang {
 	return g
 }
 
+// causeWindow is how long a worker's failure is held before it is the
+// job's: a node that is lost takes its workers, and the ranks of other
+// nodes then fail on their connections to them, which their agents may
+// report before the launcher sees the node's stream end. A node lost
+// within the window is the cause; a worker's failure is not.
+const causeWindow = time.Second
+
+// holdFailure holds f, a worker's failure, for causeWindow unless the job
+// already failed, is stopping or holds one.
+func (g *gang) holdFailure(f *Failure) {
+	if g.failure == nil && g.stopCause == nil && !g.stopping && g.pending == nil {
+		g.pending, g.pendingC = f, time.After(causeWindow)
+	}
+}
+
+// adoptPending makes the held failure the job's, unless another failure
+// came first, and stops the job.
+func (g *gang) adoptPending() {
+	f := g.pending
+	g.pending, g.pendingC = nil, nil
+	if f == nil {
+		return
+	}
+	g.fail(f)
+	g.beginStop(StopTimeout)
+}
+
 // stopWith notes cause as the job's end unless a failure or an earlier
-// stop is already it.
+// stop is already it. A failure held for causeWindow came first: it is
+// the job's.
 func (g *gang) stopWith(cause error) {
+	if g.pending != nil {
+		g.adoptPending()
+	}
 	if g.failure == nil && g.stopCause == nil {
 		g.stopCause = cause
 	}
@@ -329,7 +366,7 @@ func (g *gang) onForce() {
 // nodes are lost.
 func (g *gang) onTick(now time.Time) {
 	j := g.j
-	if h := diagnoseHang(g.reports, g.nodeOf, now, g.hangBound); h != nil && !g.stopping && g.failure == nil && g.stopCause == nil {
+	if h := diagnoseHang(g.reports, g.nodeOf, now, g.hangBound); h != nil && !g.stopping && g.failure == nil && g.stopCause == nil && g.pending == nil {
 		e := event.New(event.KindJob)
 		e.State, e.Rank, e.Node, e.Message = event.JobHung, h.rank, g.nodeOf[h.rank], h.msg
 		j.emit(e)
@@ -414,9 +451,8 @@ func (g *gang) onWorker(e event.Event, node string) {
 	if e.State == event.WorkerExited || e.State == event.WorkerFailed || e.State == event.WorkerStopped {
 		delete(g.reports, e.Rank)
 	}
-	if e.State == event.WorkerFailed && g.failure == nil && g.stopCause == nil && !g.stopping {
-		g.failure = &Failure{Rank: e.Rank, Node: node, Code: e.Code, Signal: e.Signal, BadInput: e.Exit != nil && e.Exit.BadInput}
-		g.beginStop(StopTimeout)
+	if e.State == event.WorkerFailed {
+		g.holdFailure(&Failure{Rank: e.Rank, Node: node, Code: e.Code, Signal: e.Signal, BadInput: e.Exit != nil && e.Exit.BadInput})
 	}
 	if x := e.Exit; e.State == event.WorkerExited && x != nil && x.Finished && x.Error != "" {
 		g.logErrs = append(g.logErrs, RankLogError{Rank: e.Rank, Node: node, Msg: x.Error})
@@ -427,6 +463,9 @@ func (g *gang) onWorker(e event.Event, node string) {
 // failures) — sets the run's error, prunes old job folders after success
 // and closes the job.
 func (g *gang) end() {
+	if g.pending != nil {
+		g.adoptPending() // every stream ended within the window
+	}
 	j, r, failure := g.j, g.r, g.failure
 	// A failed or stopped job's copy in flight is abandoned: the next
 	// attempt's sync copies what it needs.
