@@ -393,7 +393,7 @@ func TestProgressWithinAFile(t *testing.T) {
 func TestPrepareTokenizerJSON(t *testing.T) {
 	dir := t.TempDir()
 	writeFiles(t, dir, corpusFiles)
-	long := shakespeare(t) // over segmentBytes: cut in two for the workers
+	long := longText(t, segmentBytes+segmentBytes/2) // cut in two for the workers
 	writeFiles(t, dir, map[string]string{"in/long.txt": long})
 	inputs := []string{filepath.Join(dir, "in"), filepath.Join(dir, "extra", "explicit.jsonl")}
 	docs := slices.Insert(slices.Clone(corpusDocs), 3, long) // in/long.txt sorts after in/b.txt
@@ -453,4 +453,11 @@ func TestPrepareTokenizerJSON(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no document separator") || !errors.Is(err, badinput.Err) {
 		t.Errorf("Prepare with no separator: %v", err)
 	}
+}
+
+// longText is the embedded docs repeated to at least n bytes: one
+// document longer than a segment.
+func longText(t testing.TB, n int) string {
+	docs := docsText(t)
+	return strings.Repeat(docs, n/len(docs)+1)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,14 +14,43 @@ import (
 	"sync"
 	"testing"
 
+	gptui "github.com/gptui/gptui"
 	"github.com/gptui/gptui/badinput"
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
 
-// shakespeare returns the text of ../shared/data/tinyshakespeare.txt,
-// found by walking up from the package directory (the main checkout and
-// its worktrees sit at different depths below it).
+// docsText returns gptui's documentation, the corpus embedded in the
+// binary, as one text: the documents in their sorted order, each after a
+// blank line. Every tokenizer comparison runs on it, so that it holds on
+// a clone of the repository alone.
+func docsText(t testing.TB) string {
+	t.Helper()
+	names, err := fs.Glob(gptui.Docs, "docs/*.md")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no embedded docs/*.md (%v)", err)
+	}
+	var sb strings.Builder
+	for _, n := range names {
+		b, err := fs.ReadFile(gptui.Docs, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sb.WriteString("\n\n")
+		sb.Write(b)
+	}
+	return sb.String()
+}
+
+// shakespeareFile is the outside corpus the comparisons also run on where
+// it is present: ../shared/data/tinyshakespeare.txt of the development
+// checkout, which a user's clone does not have.
+const shakespeareFile = "shared/data/tinyshakespeare.txt"
+
+// shakespeare returns the text of shakespeareFile, found by walking up
+// from the package directory (the main checkout and its worktrees sit at
+// different depths below it), or skips the test, naming the file, where
+// no directory above has it.
 func shakespeare(t testing.TB) string {
 	t.Helper()
 	dir, err := filepath.Abs(".")
@@ -28,16 +58,26 @@ func shakespeare(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		b, err := os.ReadFile(filepath.Join(dir, "shared", "data", "tinyshakespeare.txt"))
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(shakespeareFile)))
 		if err == nil {
 			return string(b)
 		}
 		up := filepath.Dir(dir)
 		if up == dir {
-			t.Fatal("shared/data/tinyshakespeare.txt not found above the package directory")
+			t.Skipf("%s not found above the package directory: the comparison on it is skipped (the embedded docs' twin runs)", shakespeareFile)
 		}
 		dir = up
 	}
+}
+
+// corpora are the texts the tokenizer comparisons run on: the embedded
+// docs always, tinyshakespeare where it is present.
+var corpora = []struct {
+	name string
+	text func(testing.TB) string
+}{
+	{"docs", docsText},
+	{"tinyshakespeare", shakespeare},
 }
 
 // byteLevelString writes bytes in the byte-level alphabet of a vocabulary.
@@ -183,8 +223,8 @@ func loadJSON(t testing.TB, b []byte) (*Tokenizer, string) {
 }
 
 // TestTokenizerJSONMatchesGPT2: a tokenizer.json written from GPT-2's
-// vocabulary and merges tokenizes tinyshakespeare exactly as the built-in
-// tokenizer does, and decodes it back.
+// vocabulary and merges tokenizes each of the corpora exactly as the
+// built-in tokenizer does, and decodes it back.
 func TestTokenizerJSONMatchesGPT2(t *testing.T) {
 	b, unreached := gpt2JSON()
 	if unreached != 0 {
@@ -198,14 +238,18 @@ func TestTokenizerJSONMatchesGPT2(t *testing.T) {
 	if tok.VocabSize() != VocabSize || tok.sep != EOT {
 		t.Errorf("vocabulary %d, separator %d; want %d, %d", tok.VocabSize(), tok.sep, VocabSize, EOT)
 	}
-	text := shakespeare(t)
-	got, want := tok.Encode(text), builtin.Encode(text)
-	if i := firstDiff(got, want); i >= 0 {
-		t.Fatalf("token %d of %d differs: tokenizer.json gives %v, built-in %v", i, len(want), got[i:min(i+8, len(got))], want[i:min(i+8, len(want))])
-	}
-	t.Logf("tinyshakespeare: %d bytes, %d tokens, the same from both tokenizers", len(text), len(got))
-	if d := tok.Decode(got); d != text {
-		t.Errorf("decode(encode(tinyshakespeare)) differs from the text")
+	for _, c := range corpora {
+		t.Run(c.name, func(t *testing.T) {
+			text := c.text(t)
+			got, want := tok.Encode(text), builtin.Encode(text)
+			if i := firstDiff(got, want); i >= 0 {
+				t.Fatalf("token %d of %d differs: tokenizer.json gives %v, built-in %v", i, len(want), got[i:min(i+8, len(got))], want[i:min(i+8, len(want))])
+			}
+			t.Logf("%s: %d bytes, %d tokens, the same from both tokenizers", c.name, len(text), len(got))
+			if d := tok.Decode(got); d != text {
+				t.Errorf("decode(encode(%s)) differs from the text", c.name)
+			}
+		})
 	}
 }
 
@@ -226,7 +270,7 @@ func firstDiff(a, b []int) int {
 // 3's split pattern before a ByteLevel step without regex,
 // ignore_merges, a TemplateProcessing that puts <|begin_of_text|> before
 // a document) written from tiktoken's cl100k_base ranks, whose split
-// pattern Llama 3's is, tokenizes tinyshakespeare as tiktoken does; its
+// pattern Llama 3's is, tokenizes each of the corpora as tiktoken does; its
 // 100,277 tokens need 32-bit shards.
 func TestTokenizerJSONMatchesCl100k(t *testing.T) {
 	if _, err := NewTokenizer(); err != nil { // installs the offline loader
@@ -240,12 +284,16 @@ func TestTokenizerJSONMatchesCl100k(t *testing.T) {
 	if tok.VocabSize() != 100277 || tok.sep != 100264 {
 		t.Errorf("vocabulary %d, separator %d; want 100277, 100264", tok.VocabSize(), tok.sep)
 	}
-	text := shakespeare(t)
-	got, want := tok.Encode(text), ref.EncodeOrdinary(text)
-	if i := firstDiff(got, want); i >= 0 {
-		t.Fatalf("token %d of %d differs: tokenizer.json gives %v, tiktoken %v", i, len(want), got[i:min(i+8, len(got))], want[i:min(i+8, len(want))])
+	for _, c := range corpora {
+		t.Run(c.name, func(t *testing.T) {
+			text := c.text(t)
+			got, want := tok.Encode(text), ref.EncodeOrdinary(text)
+			if i := firstDiff(got, want); i >= 0 {
+				t.Fatalf("token %d of %d differs: tokenizer.json gives %v, tiktoken %v", i, len(want), got[i:min(i+8, len(got))], want[i:min(i+8, len(want))])
+			}
+			t.Logf("%s: %d tokens of cl100k_base, the same from both tokenizers", c.name, len(got))
+		})
 	}
-	t.Logf("tinyshakespeare: %d tokens of cl100k_base, the same from both tokenizers", len(got))
 }
 
 // cl100kJSON is the Llama-3-style tokenizer.json of
