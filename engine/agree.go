@@ -34,10 +34,12 @@ type resumePoint struct {
 // manifest hash of what they resume from (ck, nil for none) and their
 // node names (GPTUI_NODE, which the cluster launcher sets, else the host name). Ranks that would start from different steps, or from the
 // same step with different manifests, get a *ConfigError naming them.
-// It costs one all-gather of a few hundred bytes per rank.
-func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) error {
+// It costs one all-gather of a few hundred bytes per rank. It returns
+// every rank's node name (nil for one process), by which a parallel save
+// knows which ranks share a machine.
+func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) ([]string, error) {
 	if w == nil || w.Size() == 1 {
-		return nil
+		return nil, nil
 	}
 	self := resumePoint{step: -1}
 	// The node's name in the launcher's inventory, else the host name.
@@ -47,23 +49,25 @@ func agreeResume(ctx context.Context, w *comm.World, ck *checkpoint.Checkpoint) 
 	if ck != nil {
 		s, err := checkpoint.Summarize(ck)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		self.step, self.hash = s.Step, s.Manifest[:4*agreeHashChunks]
 	}
 	g, err := w.WorldGroup("resume")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	out := make([]float32, agreeRecord*w.Size())
 	if err := g.AllGather(ctx, encodeResumePoint(self), out); err != nil {
-		return fmt.Errorf("resume: agreeing on the checkpoint: %w", err)
+		return nil, fmt.Errorf("resume: agreeing on the checkpoint: %w", err)
 	}
 	points := make([]resumePoint, w.Size())
+	hosts := make([]string, w.Size())
 	for r := range points {
 		points[r] = decodeResumePoint(out[r*agreeRecord : (r+1)*agreeRecord])
+		hosts[r] = points[r].host
 	}
-	return resumeDisagreement(points)
+	return hosts, resumeDisagreement(points)
 }
 
 func encodeResumePoint(p resumePoint) []float32 {

@@ -175,16 +175,17 @@ func TestAsyncSaveCrash(t *testing.T) {
 	t.Logf("%d kills (%d left a write in progress): %d steps run over all, checkpoints up to step %d", kills, killedDuringWrite, steps, last)
 }
 
-// TestAsyncSaveError: a background save that fails (the output directory
-// is a file) fails the run with the save's error, and the steps' log says
-// what each save cost.
+// TestAsyncSaveError: an asynchronous save that fails (the output
+// directory is a file: the save's directory cannot be made, before
+// anything is written in the background) fails the run with the save's
+// error, and the steps' log says what each save cost.
 func TestAsyncSaveError(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		file    bool // output_dir is a regular file
 		wantErr string
 	}{
-		{"fails", true, "saving checkpoint in the background"},
+		{"fails", true, "saving checkpoint: checkpoint: saving step 1: mkdir"},
 		{"saves", false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

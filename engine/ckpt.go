@@ -36,12 +36,17 @@ type trainState struct {
 
 // Save writes a checkpoint of the state after step (0-based, completed)
 // into Engine.save_load.output_dir and returns its directory. In a parallel
-// job every rank calls it: sharded optimizer state is gathered inside each
-// sharding group, the parts of the model held by the tensor- and
-// pipeline-parallel ranks of the first replica are sent to rank 0, and rank
-// 0 writes every tensor as the blocks the ranks hold, in global
+// job every rank calls it, and where the ranks share a machine each
+// writes what it holds, all at once, and rank 0 publishes the checkpoint
+// (ckptwrite.go). Where they do not, sharded optimizer state is gathered
+// inside each sharding group, the parts of the model held by the tensor-
+// and pipeline-parallel ranks of the first replica are sent to rank 0, and
+// rank 0 writes every tensor as the blocks the ranks hold, in global
 // coordinates. The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
+	if tr.parallelSave() {
+		return tr.saveParallel(ctx, step)
+	}
 	j, err := tr.snapshot(ctx, step, false)
 	if err != nil || j == nil {
 		return "", err
@@ -126,21 +131,26 @@ func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJ
 			parts = appendParts(parts, part, ts, bufs)
 		}
 	}
+	sl := tr.Cfg.Engine.SaveLoad
+	return &saveJob{outputDir: sl.OutputDir, man: tr.manifest(step + 1), parts: parts, keepLast: sl.KeepLast}, nil
+}
+
+// manifest is the manifest of the checkpoint of the state after step-1
+// (0-based), as its directory is named: everything but the tensors.
+func (tr *Trainer) manifest(step int) checkpoint.Manifest {
 	st, err := json.Marshal(trainState{AdamStep: tr.Opt.Step, Loader: tr.train.State(), Schedule: &tr.Sched})
 	if err != nil {
-		return nil, err
+		panic(err) // plain numbers and strings
 	}
-	man := checkpoint.Manifest{
-		Step:            step + 1,
+	return checkpoint.Manifest{
+		Step:            step,
 		Run:             tr.run,
-		ConsumedSamples: int64(step+1) * int64(tr.Cfg.Global.GlobalBatchSize),
+		ConsumedSamples: int64(step) * int64(tr.Cfg.Global.GlobalBatchSize),
 		Config:          string(tr.Cfg.YAML()),
 		Data:            st,
 		RNG:             map[string]uint64{"seed": uint64(tr.Cfg.Global.Seed)},
 		LossScale:       1,
 	}
-	sl := tr.Cfg.Engine.SaveLoad
-	return &saveJob{outputDir: sl.OutputDir, man: man, parts: parts, keepLast: sl.KeepLast}, nil
 }
 
 // appendParts appends the checkpoint blocks of one rank's part of the model:

@@ -23,6 +23,7 @@ type groups struct {
 	modelGroup *comm.Group   // the ranks holding the parts of one model; nil if one holds it all
 	pp         *pipeline     // nil without pipeline parallelism
 	stop       *stopper      // agrees on a stop at step boundaries
+	ckpt       *comm.Group   // every rank: a parallel save's token and reports; nil for one process
 }
 
 // newGroups creates the groups of m's rank at topo (w nil for one
@@ -68,7 +69,12 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 		}
 	}
 	// Created after the others, in the same order on every rank.
-	g.stop, err = newStopper(w, stop)
+	if g.stop, err = newStopper(w, stop); err != nil {
+		return g, err
+	}
+	if w != nil && w.Size() > 1 {
+		g.ckpt, err = w.WorldGroup("ckpt")
+	}
 	return g, err
 }
 

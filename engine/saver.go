@@ -53,6 +53,21 @@ func (s *saver) save(ctx context.Context, step int) error {
 	ctx = context.WithoutCancel(ctx)
 	s.saved = step
 	t0 := time.Now()
+	if tr.Cfg.Engine.SaveLoad.Async && tr.parallelSave() {
+		if err := s.collect(true); err != nil {
+			return err
+		}
+		rs, err := tr.beginSave(ctx, step, true)
+		if err != nil {
+			return fmt.Errorf("saving checkpoint: %w", err)
+		}
+		s.pending = startWrite(rs, time.Since(t0))
+		if tr.topo.Rank == 0 {
+			tr.log.logf("%s", checkpoint.SavingLine(s.pending.step))
+			tr.onCheckpoint(event.CheckpointSaving, s.pending.step, "")
+		}
+		return nil
+	}
 	if tr.Cfg.Engine.SaveLoad.Async {
 		if err := s.collect(true); err != nil {
 			return err
@@ -82,9 +97,24 @@ func (s *saver) save(ctx context.Context, step int) error {
 
 // collect reports the background save, if there is one and it has
 // finished or wait is set (then it waits for it), and returns its error.
+//
+// A parallel save (p.rs) is committed by every rank at once: without
+// wait, once every rank has written its file (one all-reduce of a flag
+// per call while it is in flight); every rank calls collect at the same
+// points, so the ranks decide alike.
 func (s *saver) collect(wait bool) error {
 	p := s.pending
-	if p == nil || !wait && !p.finished() {
+	if p == nil {
+		return nil
+	}
+	if p.rs != nil && !wait {
+		all, err := s.tr.allWritten(context.Background(), p.finished())
+		if err != nil {
+			return err
+		}
+		wait = all
+	}
+	if !wait && !p.finished() {
 		return nil
 	}
 	if !p.finished() {
@@ -92,6 +122,12 @@ func (s *saver) collect(wait bool) error {
 	}
 	<-p.done
 	s.pending = nil
+	if p.rs != nil {
+		p.dir, p.err = s.tr.commitSave(context.Background(), p.rs)
+		if p.dir == "" && p.err == nil {
+			return nil // another rank publishes it
+		}
+	}
 	if p.err != nil {
 		return fmt.Errorf("saving checkpoint in the background: %w", p.err)
 	}
@@ -103,6 +139,7 @@ func (s *saver) collect(wait bool) error {
 
 // pendingSave is a checkpoint being written in the background.
 type pendingSave struct {
+	rs      *rankSave     // a parallel save's share of this rank; nil: rank 0 writes it all
 	step    int           // the step saved (1-based, as in its directory name)
 	blocked time.Duration // what the snapshot cost the step loop
 	done    chan struct{} // closed when dir, err and write are set
@@ -118,6 +155,19 @@ func startSave(j *saveJob, blocked time.Duration) *pendingSave {
 		defer close(p.done)
 		t0 := time.Now()
 		p.dir, p.err = checkpoint.Save(j.outputDir, j.man, j.parts, j.keepLast)
+		p.write = time.Since(t0)
+	}()
+	return p
+}
+
+// startWrite writes this rank's file of the parallel save rs in a
+// background goroutine; collect commits it.
+func startWrite(rs *rankSave, blocked time.Duration) *pendingSave {
+	p := &pendingSave{rs: rs, step: rs.step, blocked: blocked, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t0 := time.Now()
+		rs.write()
 		p.write = time.Since(t0)
 	}()
 	return p

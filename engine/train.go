@@ -87,6 +87,7 @@ type Trainer struct {
 	sums        []float64   // the step's loss and Σ g², reduced on the device and read back once
 	lastTraffic map[string]int64
 	snap        [][]float32 // an asynchronous save's copies of the state
+	hosts       []string    // every rank's node name; nil for one process
 	train, eval *data.Loader
 	B, T, Accum int
 	start       int          // first step to run: 0, or the step a checkpoint ends at
@@ -298,7 +299,7 @@ func (tr *Trainer) resume() error {
 	if err != nil {
 		return err
 	}
-	if err := agreeResume(context.Background(), tr.opts.World, ck); err != nil {
+	if tr.hosts, err = agreeResume(context.Background(), tr.opts.World, ck); err != nil {
 		return err
 	}
 	// The run goes on under the checkpoint's identity, or starts one.

@@ -38,6 +38,11 @@ type Part struct {
 	Start       []int
 	Shape       []int
 	Data        []float32
+	// Fill, when Data is nil, writes the block's values into dst (of the
+	// block's element count) as the file is written: a block that is not
+	// a contiguous stretch of its holder's memory is copied out only then,
+	// into a buffer the writer reuses for the next such block.
+	Fill func(dst []float32)
 }
 
 // DirName returns the name of the checkpoint directory of step:
@@ -175,7 +180,7 @@ func planShard(rank int, parts []Part) ([]shardEntry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: shape %v: %w", p.Name, p.Shape, err)
 		}
-		if int64(len(p.Data)) != n {
+		if (p.Fill == nil || p.Data != nil) && int64(len(p.Data)) != n {
 			return nil, fmt.Errorf("tensor %q: shape %v needs %d values, have %d", p.Name, p.Shape, n, len(p.Data))
 		}
 		count[p.Name]++
@@ -263,10 +268,18 @@ func encodeShard(bw *bufio.Writer, tensors []safetensors.Tensor, parts []Part, m
 		return err
 	}
 	const step = 1 << 16 // values per Write: the granularity of "half"
+	var fill []float32   // the filled blocks' buffer, reused
 	for _, p := range parts {
-		for i := 0; i < len(p.Data); i += step {
+		data := p.Data
+		if data == nil && p.Fill != nil {
+			n := numel(p.Shape)
+			fill = slices.Grow(fill[:0], n)[:n]
+			p.Fill(fill)
+			data = fill
+		}
+		for i := 0; i < len(data); i += step {
 			before := sw.Written()
-			if err := sw.Write(p.Data[i:min(i+step, len(p.Data))]); err != nil {
+			if err := sw.Write(data[i:min(i+step, len(data))]); err != nil {
 				return err
 			}
 			if total := sw.Size(); opt.at != nil && 2*before < total && 2*sw.Written() >= total {
@@ -424,20 +437,7 @@ func listSteps(outputDir string) ([]string, error) {
 // removeStale removes the .tmp- entries of outputDir last modified before
 // start: debris of saves that crashed. It is best effort; what cannot be
 // removed now is tried again by the next save.
-func removeStale(outputDir string, start time.Time) {
-	des, err := os.ReadDir(outputDir)
-	if err != nil {
-		return
-	}
-	for _, de := range des {
-		if !strings.HasPrefix(de.Name(), tmpPrefix) {
-			continue
-		}
-		if fi, err := de.Info(); err == nil && fi.ModTime().Before(start) {
-			os.RemoveAll(filepath.Join(outputDir, de.Name()))
-		}
-	}
-}
+func removeStale(outputDir string, start time.Time) { removeStaleExcept(outputDir, start, "") }
 
 // tempName returns a fresh path in dir for work in progress on what.
 func tempName(dir, what string) string {

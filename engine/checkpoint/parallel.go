@@ -1,0 +1,165 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// A ShardReport describes one data file that a writer of a parallel save
+// wrote into the checkpoint's temporary directory: what [WriteShard]
+// returns, travels to the committing process, and [Commit] takes.
+type ShardReport struct {
+	File   string  `json:"file"`   // name in the checkpoint directory
+	SHA256 string  `json:"sha256"` // hex SHA-256 of the file
+	Bytes  int64   `json:"bytes"`  // its size
+	Blocks []Block `json:"blocks"` // the blocks it holds
+}
+
+// A Block is one block of a global tensor held by a data file.
+type Block struct {
+	Tensor string `json:"tensor"` // the global tensor's name
+	Key    string `json:"key"`    // the block's name in the file
+	Global []int  `json:"global"` // the tensor's global shape
+	Start  []int  `json:"start"`  // the block's first element, in global coordinates
+	Shape  []int  `json:"shape"`
+}
+
+// tokenPattern is what a parallel save's token may be: it becomes part of
+// a directory name.
+var tokenPattern = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
+
+// SaveDir returns the temporary directory in outputDir into which the
+// writers of the parallel save of step, agreed on by token (lowercase
+// hex, drawn by one of them for this save), write their files; each
+// creates it with [BeginSave].
+func SaveDir(outputDir string, step int, token string) string {
+	return filepath.Join(outputDir, tmpPrefix+DirName(step)+"-"+token)
+}
+
+// BeginSave creates the temporary directory of a parallel save (see
+// [SaveDir]) if it does not exist yet: every writer calls it, those that
+// share the output directory (the ranks of one machine) create it once.
+func BeginSave(outputDir string, step int, token string) (string, error) {
+	if step < 0 {
+		return "", fmt.Errorf("checkpoint: negative step %d", step)
+	}
+	if !tokenPattern.MatchString(token) {
+		return "", fmt.Errorf("checkpoint: save token %q is not 8 to 64 lowercase hex digits", token)
+	}
+	dir := SaveDir(outputDir, step, token)
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return "", fmt.Errorf("checkpoint: saving step %d: %w", step, err)
+	}
+	return dir, nil
+}
+
+// WriteShard writes the parts one writer (rank) holds into its data file
+// in dir, a directory [BeginSave] made, fsyncs it and reports what it
+// wrote. The writer's parts must not overlap one another; those of all
+// the writers of a checkpoint together cover every tensor.
+func WriteShard(dir string, rank int, parts []Part) (ShardReport, error) {
+	entries, err := planShard(rank, parts)
+	if err != nil {
+		return ShardReport{}, fmt.Errorf("checkpoint: rank %d: %w", rank, err)
+	}
+	sh, err := writeShard(dir, rank, parts, entries, saveOptions{})
+	if err != nil {
+		return ShardReport{}, fmt.Errorf("checkpoint: %w", err)
+	}
+	r := ShardReport{File: sh.file, SHA256: sh.sum, Blocks: make([]Block, len(sh.entries))}
+	if fi, err := os.Stat(filepath.Join(dir, sh.file)); err == nil {
+		r.Bytes = fi.Size()
+	}
+	for i, e := range sh.entries {
+		r.Blocks[i] = Block{Tensor: e.name, Key: e.key, Global: e.globalShape, Start: e.start, Shape: e.shape}
+	}
+	return r, nil
+}
+
+// Commit publishes the parallel save in tmp, a directory [BeginSave] made
+// in outputDir that holds the files the reports describe, as the
+// checkpoint of m.Step, as [Save] publishes its own: the manifest is
+// written last into tmp, tmp renamed into place, latest replaced, and
+// checkpoints beyond the newest keepLast removed. The reports are checked
+// as a manifest is (the blocks of every tensor cover it without
+// overlapping) and every file they name must be in tmp with its reported
+// size; on an error nothing is published and tmp is removed. Debris of
+// earlier interrupted saves is removed first.
+func Commit(outputDir, tmp string, m Manifest, reports []ShardReport, keepLast int) (dir string, err error) {
+	defer func() {
+		if err != nil && dir == "" {
+			os.RemoveAll(tmp)
+			err = fmt.Errorf("checkpoint: saving step %d: %w", m.Step, err)
+		}
+	}()
+	if filepath.Dir(filepath.Clean(tmp)) != filepath.Clean(outputDir) {
+		return "", fmt.Errorf("%s is not a directory of %s", tmp, outputDir)
+	}
+	shards := make([]shardInfo, len(reports))
+	for i, r := range reports {
+		if msg := checkFileName(r.File); msg != "" {
+			return "", fmt.Errorf("report %d: file %q: %s", i, r.File, msg)
+		}
+		fi, err := os.Stat(filepath.Join(tmp, r.File))
+		if err != nil {
+			return "", fmt.Errorf("a writer's file: %w", err)
+		}
+		if fi.Size() != r.Bytes {
+			return "", fmt.Errorf("%s holds %d bytes; its writer reported %d", r.File, fi.Size(), r.Bytes)
+		}
+		sh := shardInfo{file: r.File, sum: r.SHA256, entries: make([]shardEntry, len(r.Blocks))}
+		for k, b := range r.Blocks {
+			sh.entries[k] = shardEntry{name: b.Tensor, key: b.Key, globalShape: b.Global, start: b.Start, shape: b.Shape}
+		}
+		shards[i] = sh
+	}
+	pre := m
+	pre.Tensors = mergeShards(shards)
+	pre.Files = make(map[string]string, len(shards))
+	for _, sh := range shards {
+		if _, dup := pre.Files[sh.file]; dup {
+			return "", fmt.Errorf("two writers report %s", sh.file)
+		}
+		pre.Files[sh.file] = sh.sum
+	}
+	if msg := checkManifest(&pre); msg != "" {
+		return "", errors.New(msg)
+	}
+	if fi, err := os.Stat(tmp); err == nil {
+		removeStaleExcept(outputDir, fi.ModTime(), filepath.Base(tmp))
+	}
+	return commit(outputDir, tmp, m, shards, saveOptions{keepLast: keepLast})
+}
+
+// removeStaleExcept removes the .tmp- entries of outputDir last modified
+// before before, except the one named keep (the save in progress; ""
+// none): debris of saves that crashed. It is best effort; what cannot be
+// removed now is tried again by the next save.
+func removeStaleExcept(outputDir string, before time.Time, keep string) {
+	des, err := os.ReadDir(outputDir)
+	if err != nil {
+		return
+	}
+	for _, de := range des {
+		if de.Name() == keep || !strings.HasPrefix(de.Name(), tmpPrefix) {
+			continue
+		}
+		if fi, err := de.Info(); err == nil && fi.ModTime().Before(before) {
+			os.RemoveAll(filepath.Join(outputDir, de.Name()))
+		}
+	}
+}
+
+// numel is the element count of shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}

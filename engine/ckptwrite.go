@@ -1,0 +1,406 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/engine/checkpoint"
+	"github.com/gptui/gptui/kernels"
+)
+
+// A parallel save: every rank writes what it holds, all at once.
+//
+//  1. The ranks agree on the save's temporary directory (rank 0 draws its
+//     token and broadcasts it on the ckpt group), and each creates it on
+//     its machine (checkpoint.BeginSave).
+//  2. Each rank writes its blocks into rank_<R>.safetensors there: the
+//     parameters and both AdamW moments of the flat ranges writeRanges
+//     gives it — its optimizer's ranges (its shard under sharding, else
+//     its whole part), cut among the ranks that hold the same ones, so that
+//     a tensor held alike by several ranks is written once and the
+//     writing is spread over them — as blocks of the global tensors
+//     (ckptParts). The blocks are views of the rank's buffers where they
+//     lie contiguously; the others are copied out one at a time as the
+//     file is written. Nothing is gathered, and no rank holds more than
+//     its own buffers and one block's copy.
+//  3. The ranks send rank 0 their reports (file, SHA-256, blocks; a few
+//     hundred bytes), and rank 0 writes the manifest and publishes the
+//     checkpoint (checkpoint.Commit).
+//
+// An asynchronous save (Engine.save_load.async) copies the rank's ranges
+// to host memory in step 1 — its part of the model, no more — and writes
+// them in the background; the ranks commit at the first step boundary by
+// which every rank has finished writing (saver.collect), so that the
+// commit's collectives come at the same point on every rank. A backend
+// with device memory copies the ranges to host memory too, synchronous
+// or not.
+//
+// The ranks of one save share its directory: a job whose ranks are on
+// several machines (hosts differ) is saved by gathering every part at rank
+// 0 (snapshot), until the checkpoints of several machines are assembled
+// by the launcher.
+
+// rankSave is one rank's share of a parallel save.
+type rankSave struct {
+	step   int    // the checkpoint's step, as its directory is named
+	tmp    string // the save's temporary directory
+	rank   int
+	man    checkpoint.Manifest // taken when the save began: what rank 0 publishes
+	parts  []checkpoint.Part
+	copied int64 // host bytes copied for it
+
+	report checkpoint.ShardReport // set by write
+	err    error
+}
+
+// parallelSave reports whether every rank can write its own part into
+// one directory: one process, or every rank on one machine.
+func (tr *Trainer) parallelSave() bool {
+	for _, h := range tr.hosts {
+		if h != tr.hosts[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// beginSave starts this rank's share of the parallel save of the state
+// after step (0-based): it agrees with the other ranks on the save's
+// directory and lists its blocks, views of its buffers, or with copy set
+// copies in host memory (in tr.snap, reused by the next such save).
+func (tr *Trainer) beginSave(ctx context.Context, step int, copy bool) (*rankSave, error) {
+	token, err := tr.saveToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sl := tr.Cfg.Engine.SaveLoad
+	tmp, err := checkpoint.BeginSave(sl.OutputDir, step+1, token)
+	if err != nil {
+		return nil, err
+	}
+	rs := &rankSave{step: step + 1, tmp: tmp, rank: tr.topo.Rank, man: tr.manifest(step + 1)}
+	ws := tr.writeRanges()
+	params, pspans := tr.heldParams()
+	kinds := []struct {
+		prefix string
+		buf    []float32
+		spans  []Span
+	}{{ckptParams, params, pspans}, {ckptAdamM, tr.Opt.M, tr.Opt.Spans}, {ckptAdamV, tr.Opt.V, tr.Opt.Spans}}
+	_, device := tr.be.(kernels.Memory)
+	for i, k := range kinds {
+		buf, spans := k.buf, k.spans
+		if copy || device {
+			if buf, spans, err = tr.hostRanges(i, k.buf, k.spans, ws); err != nil {
+				return nil, err
+			}
+			rs.copied += 4 * int64(len(buf))
+		}
+		rs.parts = tr.ckptParts(rs.parts, k.prefix, buf, spans, ws)
+	}
+	return rs, nil
+}
+
+// saveToken returns the token of a new save, drawn by rank 0 and
+// broadcast to the others: 16 hex digits.
+func (tr *Trainer) saveToken(ctx context.Context) (string, error) {
+	var b [8]byte
+	rand.Read(b[:]) // never fails
+	if tr.ckpt == nil {
+		return hex.EncodeToString(b[:]), nil
+	}
+	f := packBytes(b[:])
+	if err := tr.ckpt.Broadcast(ctx, f, 0); err != nil {
+		return "", fmt.Errorf("checkpoint: agreeing on the save: %w", err)
+	}
+	return hex.EncodeToString(unpackBytes(f, len(b))), nil
+}
+
+// write writes the rank's file into the save's directory; its report or
+// error is kept for commitSave.
+func (rs *rankSave) write() {
+	rs.report, rs.err = checkpoint.WriteShard(rs.tmp, rs.rank, rs.parts)
+	rs.parts = nil // the views and copies are no longer needed
+}
+
+// saveReport is what a rank tells rank 0 of its share of a save.
+type saveReport struct {
+	Report checkpoint.ShardReport `json:"report"`
+	Err    string                 `json:"error,omitempty"`
+}
+
+// commitSave ends the parallel save rs once every rank has written its
+// file: the ranks send rank 0 their reports, and rank 0 publishes the
+// checkpoint and returns its directory (the others ""). A rank that could
+// not write its file fails the save on rank 0, named, and on itself.
+func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error) {
+	rep := saveReport{Report: rs.report}
+	if rs.err != nil {
+		rep.Err = rs.err.Error()
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return "", err
+	}
+	all := [][]byte{b}
+	if tr.ckpt != nil {
+		if all, err = gatherBytes(ctx, tr.ckpt, b); err != nil {
+			return "", fmt.Errorf("checkpoint: gathering the ranks' reports: %w", err)
+		}
+	}
+	if tr.topo.Rank != 0 {
+		return "", rs.err
+	}
+	reports := make([]checkpoint.ShardReport, len(all))
+	var failed []string
+	for r, b := range all {
+		var rep saveReport
+		if err := json.Unmarshal(b, &rep); err != nil {
+			failed = append(failed, fmt.Sprintf("rank %d: its report: %v", r, err))
+			continue
+		}
+		if rep.Err != "" {
+			failed = append(failed, fmt.Sprintf("rank %d: %s", r, rep.Err))
+		}
+		reports[r] = rep.Report
+	}
+	if len(failed) > 0 {
+		os.RemoveAll(rs.tmp)
+		return "", fmt.Errorf("checkpoint: step %d not saved: %s", rs.step, strings.Join(failed, "; "))
+	}
+	sl := tr.Cfg.Engine.SaveLoad
+	return checkpoint.Commit(sl.OutputDir, rs.tmp, rs.man, reports, sl.KeepLast)
+}
+
+// saveParallel is a synchronous parallel save of the state after step.
+func (tr *Trainer) saveParallel(ctx context.Context, step int) (string, error) {
+	rs, err := tr.beginSave(ctx, step, false)
+	if err != nil {
+		return "", err
+	}
+	rs.write()
+	return tr.commitSave(ctx, rs)
+}
+
+// allWritten reports whether every rank has finished writing its file of
+// the save in flight (done: this rank has): one 8-byte all-reduce.
+func (tr *Trainer) allWritten(ctx context.Context, done bool) (bool, error) {
+	if tr.ckpt == nil {
+		return done, nil
+	}
+	flag := 0.0
+	if done {
+		flag = 1
+	}
+	n, err := sum64(ctx, tr.ckpt, flag, "checkpoint: asking whether the ranks have written their files")
+	return int(n) == tr.ckpt.Size(), err
+}
+
+// writeRanges returns the flat ranges of the rank's part of the model
+// whose parameters and moments this rank writes in a checkpoint: the
+// ranges its optimizer holds (its shard under sharding, else the whole
+// part), cut evenly among the ranks that hold the same ones — the members
+// of its dp group under sharding, every replica without — the i-th piece
+// to the i-th of them.
+func (tr *Trainer) writeRanges() [][2]int {
+	held := make([][2]int, len(tr.Opt.Spans))
+	for i, s := range tr.Opt.Spans {
+		held[i] = [2]int{s.Flat, s.Flat + s.N}
+	}
+	n, i := tr.topo.Replicas(), tr.topo.DataIndex()
+	if tr.topo.Sharding > 1 {
+		n, i = tr.topo.DP, tr.topo.DPIndex
+	}
+	return cutRanges(held, n, i)
+}
+
+// cutRanges returns piece i of n of the elements of ranges, taken one
+// after another: elements [total·i/n, total·(i+1)/n) of them.
+func cutRanges(ranges [][2]int, n, i int) [][2]int {
+	total := 0
+	for _, r := range ranges {
+		total += r[1] - r[0]
+	}
+	lo, hi := total*i/n, total*(i+1)/n
+	var out [][2]int
+	k := 0 // elements of the ranges before r
+	for _, r := range ranges {
+		a, b := max(r[0], r[0]+lo-k), min(r[1], r[0]+hi-k)
+		if a < b {
+			out = append(out, [2]int{a, b})
+		}
+		k += r[1] - r[0]
+	}
+	return out
+}
+
+// hostRanges copies the elements of the flat ranges ws from buf (a buffer
+// of the backend laid out by spans) into host buffer i of tr.snap, one
+// range after another, and returns it and its layout.
+func (tr *Trainer) hostRanges(i int, buf []float32, spans []Span, ws [][2]int) ([]float32, []Span, error) {
+	var out []Span
+	n := 0
+	for _, w := range ws {
+		for _, s := range spans {
+			if a, b := max(w[0], s.Flat), min(w[1], s.Flat+s.N); a < b {
+				out = append(out, Span{At: n, Flat: a, N: b - a})
+				n += b - a
+			}
+		}
+	}
+	if len(tr.snap) != 3 {
+		tr.snap = make([][]float32, 3)
+	}
+	tr.snap[i] = slices.Grow(tr.snap[i][:0], n)[:n]
+	host := tr.snap[i]
+	k := 0
+	for _, w := range ws {
+		for _, s := range spans {
+			if a, b := max(w[0], s.Flat), min(w[1], s.Flat+s.N); a < b {
+				from := s.At + a - s.Flat
+				if err := kernels.Download(tr.be, host[k:k+b-a], buf[from:from+b-a]); err != nil {
+					return nil, nil, err
+				}
+				k += b - a
+			}
+		}
+	}
+	return host, out, nil
+}
+
+// ckptParts appends the checkpoint blocks of one kind of state (prefix:
+// params/, adam_m/ or adam_v/) that this rank writes: the elements of its
+// part's flat ranges ws, read from buf, laid out by spans (element Flat+k
+// at buf[At+k]). Each tensor's share of a range is cut into boxes
+// (contiguous stretches that are blocks too), and each piece of the
+// tensor that meets a box is a block of the global tensor: a view of buf
+// where it is the whole box, else copied out when written. A tensor each
+// rank of a tensor-parallel group holds whole is written by its first
+// rank, a block several hold alike (Piece.Copy) by the first of them, and
+// the tied wte by the first pipeline stage.
+func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float32, spans []Span, ws [][2]int) []checkpoint.Part {
+	m := tr.Model
+	for _, w := range ws {
+		for _, s := range spans {
+			a, b := max(w[0], s.Flat), min(w[1], s.Flat+s.N)
+			if a >= b {
+				continue
+			}
+			for _, t := range m.Tensors {
+				if !t.Split && m.Part.MPRank != 0 || t.Name == "wte" && !m.Part.Embed {
+					continue
+				}
+				x, y := max(a, t.Offset), min(b, t.Offset+t.Size)
+				if x >= y {
+					continue
+				}
+				for _, bx := range boxes(t.Shape, x-t.Offset, y-t.Offset) {
+					at := s.At + t.Offset + bx.offset - s.Flat
+					parts = appendPieces(parts, prefix+t.Name, t, bx, buf[at:at+numel(bx.shape)])
+				}
+			}
+		}
+	}
+	return parts
+}
+
+// appendPieces appends the blocks of the global tensor name that the
+// pieces of t meeting box bx hold; data is the box's elements.
+func appendPieces(parts []checkpoint.Part, name string, t Tensor, bx box, data []float32) []checkpoint.Part {
+	for _, pc := range t.Pieces {
+		if pc.Copy {
+			continue
+		}
+		n := len(pc.Shape)
+		lo, sh, start := make([]int, n), make([]int, n), make([]int, n)
+		whole := true
+		for d := range n {
+			l := max(bx.at[d], pc.Local[d])
+			h := min(bx.at[d]+bx.shape[d], pc.Local[d]+pc.Shape[d])
+			if l >= h {
+				whole = false
+				sh = nil
+				break
+			}
+			lo[d], sh[d], start[d] = l-bx.at[d], h-l, pc.Global[d]+l-pc.Local[d]
+			whole = whole && sh[d] == bx.shape[d]
+		}
+		if sh == nil {
+			continue
+		}
+		p := checkpoint.Part{Name: name, GlobalShape: t.Global, Start: start, Shape: sh}
+		if whole {
+			p.Data = data
+		} else {
+			bshape := bx.shape
+			p.Fill = func(dst []float32) { copyBlock(dst, sh, make([]int, n), data, bshape, lo, sh) }
+		}
+		parts = append(parts, p)
+	}
+	return parts
+}
+
+// gatherBytes sends b from every member of g to member 0, which returns
+// them all in member order (the others nil): an all-gather of the lengths,
+// then one transfer per member, two bytes a value.
+func gatherBytes(ctx context.Context, g *comm.Group, b []byte) ([][]byte, error) {
+	if len(b) >= 1<<24 {
+		return nil, fmt.Errorf("%d bytes to gather: over the bound of 16 MiB", len(b))
+	}
+	lens := make([]float32, g.Size())
+	if err := g.AllGather(ctx, []float32{float32(len(b))}, lens); err != nil {
+		return nil, err
+	}
+	if g.Rank() != 0 {
+		return nil, g.Send(ctx, packBytes(b), 0)
+	}
+	out := make([][]byte, g.Size())
+	out[0] = b
+	for r := 1; r < g.Size(); r++ {
+		n := int(lens[r])
+		if n < 0 || n >= 1<<24 {
+			return nil, errors.New("a member's length is out of bounds")
+		}
+		f := make([]float32, (n+1)/2)
+		if err := g.Recv(ctx, f, r); err != nil {
+			return nil, err
+		}
+		out[r] = unpackBytes(f, n)
+	}
+	return out, nil
+}
+
+// packBytes holds b two bytes a value, as integers below 2^16 that a
+// float32 holds exactly.
+func packBytes(b []byte) []float32 {
+	f := make([]float32, (len(b)+1)/2)
+	for i, c := range b {
+		if i%2 == 0 {
+			f[i/2] += float32(int(c) << 8)
+		} else {
+			f[i/2] += float32(c)
+		}
+	}
+	return f
+}
+
+// unpackBytes returns the n bytes packBytes packed into f.
+func unpackBytes(f []float32, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		v := int(f[i/2])
+		if i%2 == 0 {
+			b[i] = byte(v >> 8)
+		} else {
+			b[i] = byte(v)
+		}
+	}
+	return b
+}

@@ -1,0 +1,133 @@
+package engine
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/gptui/gptui/engine/checkpoint"
+)
+
+// TestParallelSave: under every kind of layout, each of 4 ranks writes
+// its own file of the checkpoint, and the checkpoint holds exactly every
+// rank's parameters and moments, read back into the rank's layout. Where
+// ranks hold the same state (replicas, the sharding group's parameters)
+// the writing is spread evenly: no file holds more than a quarter of the
+// bytes and 10%.
+func TestParallelSave(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		o        []string
+		balanced bool // every rank writes about a quarter
+	}{
+		{"dp4", []string{"Distributed.dp_degree=4", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, true},
+		{"sharding4 stage1", []string{"Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=1", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, true},
+		{"sharding4 stage3 async", []string{"Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2", "Global.micro_batch_size=2", "Engine.save_load.async=true"}, true},
+		{"dp2 sharding2 stage2", []string{"Distributed.dp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, true},
+		{"mp2×pp2", []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}, false},
+		{"dp2×mp2 async", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4", "Engine.save_load.async=true"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			o := append(parityOverrides(t), "Engine.max_steps=2", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out)
+			r := runRanksWith(t, 4, append(o, tc.o...), rankOptions{})
+			c, err := checkpoint.Load(filepath.Join(out, checkpoint.DirName(2)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var files []string
+			var sizes []int64
+			var total int64
+			for f := range c.Manifest.Files {
+				fi, err := os.Stat(filepath.Join(c.Dir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, f)
+				sizes = append(sizes, fi.Size())
+				total += fi.Size()
+			}
+			slices.Sort(files)
+			if want := []string{"rank_00000.safetensors", "rank_00001.safetensors", "rank_00002.safetensors", "rank_00003.safetensors"}; !slices.Equal(files, want) {
+				t.Errorf("files %v, want one per rank: %v", files, want)
+			}
+			t.Logf("file sizes %v, %d bytes in all", sizes, total)
+			if tc.balanced {
+				for i, n := range sizes {
+					if float64(n) > 1.1*float64(total)/4 {
+						t.Errorf("%s holds %d of %d bytes: over a quarter and 10%%", files[i], n, total)
+					}
+				}
+			}
+			// Every rank's state, read back into its layout, is the state
+			// it holds.
+			for k, tr := range r.trs {
+				m := tr.Model
+				got := make([]float32, m.NumParams())
+				if err := readParams(tr.be, c, m.Tensors, ckptParams, []Span{{0, 0, len(got)}}, got); err != nil {
+					t.Fatal(err)
+				}
+				if d := maxRelDiff(got, r.params[k]); d != 0 {
+					t.Errorf("rank %d: the checkpoint's parameters differ from the rank's by %.3g", k, d)
+				}
+				for _, mv := range []struct {
+					prefix string
+					held   []float32
+				}{{ckptAdamM, tr.Opt.M}, {ckptAdamV, tr.Opt.V}} {
+					got := make([]float32, len(mv.held))
+					if err := readParams(tr.be, c, m.Tensors, mv.prefix, tr.Opt.Spans, got); err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(got, mv.held) {
+						t.Errorf("rank %d: the checkpoint's %s differs from the rank's", k, mv.prefix)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestCutRanges: the pieces of ranges cut n ways are disjoint, in order,
+// and cover them, each within one element of an n-th.
+func TestCutRanges(t *testing.T) {
+	ranges := [][2]int{{0, 10}, {20, 23}, {30, 31}, {40, 57}}
+	for n := 1; n <= 7; n++ {
+		var all [][2]int
+		for i := range n {
+			p := cutRanges(ranges, n, i)
+			size := 0
+			for _, r := range p {
+				size += r[1] - r[0]
+			}
+			if size < 31/n || size > 31/n+1 {
+				t.Errorf("n=%d: piece %d holds %d of 31 elements", n, i, size)
+			}
+			all = append(all, p...)
+		}
+		var flat []int
+		for _, r := range all {
+			for e := r[0]; e < r[1]; e++ {
+				flat = append(flat, e)
+			}
+		}
+		var want []int
+		for _, r := range ranges {
+			for e := r[0]; e < r[1]; e++ {
+				want = append(want, e)
+			}
+		}
+		if !slices.Equal(flat, want) {
+			t.Errorf("n=%d: pieces %v do not cover %v in order", n, all, ranges)
+		}
+	}
+}
+
+// TestPackBytes: bytes survive packBytes and unpackBytes, odd lengths too.
+func TestPackBytes(t *testing.T) {
+	for _, b := range [][]byte{nil, {0}, {255}, {1, 2, 3}, []byte("{\"report\":{}}\xff\x00")} {
+		if got := unpackBytes(packBytes(b), len(b)); !slices.Equal(got, b) && len(b) > 0 {
+			t.Errorf("%q came back as %q", b, got)
+		}
+	}
+}
