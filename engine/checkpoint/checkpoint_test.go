@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -460,7 +461,7 @@ func editManifest(t *testing.T, dir string, edit func(m map[string]any)) {
 	if b, err = json.Marshal(m); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, b, 0o666); err != nil {
+	if err := os.WriteFile(path, Seal(b), 0o666); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -499,10 +500,23 @@ func TestLoadDamaged(t *testing.T) {
 			if err := os.Truncate(filepath.Join(dir, ManifestFile), 50); err != nil {
 				t.Fatal(err)
 			}
-		}, ManifestFile, "not a valid manifest", false},
+		}, ManifestFile, "not a manifest_sha256 seal", false},
+		{"manifest byte altered", func(t *testing.T, dir string) {
+			flipByte(t, filepath.Join(dir, ManifestFile), func(n int) int { return n / 2 })
+		}, ManifestFile, "the manifest was altered or damaged", false},
+		{"manifest unsealed", func(t *testing.T, dir string) {
+			b, err := os.ReadFile(filepath.Join(dir, ManifestFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, rest, _ := strings.Cut(string(b), "\n")
+			if err := os.WriteFile(filepath.Join(dir, ManifestFile), []byte("{"+rest), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, ManifestFile, "format version 2 without its manifest_sha256 seal", false},
 		{"newer format", func(t *testing.T, dir string) {
 			editManifest(t, dir, func(m map[string]any) { m["format_version"] = FormatVersion + 1 })
-		}, ManifestFile, "format version 2 is newer than version 1", false},
+		}, ManifestFile, "format version 3 is newer than version 2", false},
 		{"shape disagrees with file", func(t *testing.T, dir string) {
 			editManifest(t, dir, func(m map[string]any) {
 				wte := m["tensors"].([]any)[0].(map[string]any)
@@ -694,4 +708,63 @@ func TestLatest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryFlipDetected flips each byte of the newest checkpoint's
+// manifest in turn (each bit of it once over the run: bit k of byte i for
+// k = i mod 8), and 200 random bytes of its data file: no flip loads,
+// Latest falls back to the checkpoint before it with a warning naming
+// the damaged one, and the damaged one is left in place (nothing is
+// removed because of it).
+func TestEveryFlipDetected(t *testing.T) {
+	out := t.TempDir()
+	mustSave(t, out, 1, 0)
+	dir := mustSave(t, out, 2, 0)
+	check := func(t *testing.T, path string, i int, bit byte) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[i] ^= bit
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			b[i] ^= bit
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		if _, err := Load(dir); err == nil {
+			t.Fatalf("byte %d of %s flipped (^%#x): Load accepted it", i, filepath.Base(path), bit)
+		}
+		c, warn, err := Latest(out)
+		if err != nil || c.Manifest.Step != 1 {
+			t.Fatalf("byte %d of %s flipped: Latest gave %v, %v; want step 1", i, filepath.Base(path), c, err)
+		}
+		if len(warn) == 0 || !strings.Contains(strings.Join(warn, "\n"), DirName(2)) {
+			t.Fatalf("byte %d of %s flipped: warnings %q do not name %s", i, filepath.Base(path), warn, DirName(2))
+		}
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("byte %d of %s flipped: %v", i, filepath.Base(path), err)
+		}
+	}
+	man := filepath.Join(dir, ManifestFile)
+	fi, err := os.Stat(man)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int(fi.Size()) {
+		check(t, man, i, 1<<(i%8))
+	}
+	data := filepath.Join(dir, "rank_00000.safetensors")
+	dfi, err := os.Stat(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		check(t, data, rng.IntN(int(dfi.Size())), byte(1+rng.IntN(255)))
+	}
+	t.Logf("%d manifest bytes and 200 of the %d data bytes flipped one at a time: each detected", fi.Size(), dfi.Size())
 }

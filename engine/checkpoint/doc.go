@@ -22,7 +22,7 @@
 // Names that begin with ".tmp-" are work in progress or debris of an
 // interrupted save; readers ignore them and [Save] removes stale ones.
 //
-// manifest.json ([Manifest]) records the step, the resolved configuration,
+// manifest.json ([Manifest], sealed by its first line) records the step, the resolved configuration,
 // the data loader and RNG states, the SHA-256 of every data file, and for
 // every tensor its global shape and the blocks ([Slice]) of it that each file
 // holds, in global coordinates. The data files are safetensors files
@@ -57,17 +57,21 @@
 //
 // # Several writers
 //
-// Only the single-writer path is implemented: one process holds every
-// tensor and writes rank_00000.safetensors. The save is split the way a
-// parallel save needs it: each writer's file is written by an independent
-// shard writer that reports the blocks it wrote and the file's checksum, and
-// a commit step merges those reports into the manifest and publishes the
-// directory. A parallel save makes rank 0 create the temporary directory,
-// every rank write its shard into it, and rank 0 commit once it has gathered
-// the reports.
+// A parallel save has every writer write its own data file at once: the
+// writers agree on a token, each creates the save's temporary directory
+// ([BeginSave], [SaveDir]) and writes its blocks into its file
+// ([WriteShard]), which reports the blocks, the file's size and SHA-256
+// ([ShardReport]); one of them, once it holds every report, writes the
+// manifest and publishes the directory as [Save] does ([Commit]). No
+// writer holds more than its own blocks, and a [Part] that is not a
+// contiguous stretch of its writer's memory is copied out only as it is
+// written ([Part.Fill]).
 //
-// # Versions
+// # Versions and the seal
 //
 // The manifest carries [FormatVersion]. A reader refuses a checkpoint with a
-// newer version and names both versions in the error.
+// newer version and names both versions in the error. From version 2 the
+// manifest is sealed: its first line holds the SHA-256 of the rest
+// ([Seal]), so that a manifest altered by one byte (its step, a file's
+// checksum) never loads; version 1 manifests, unsealed, still load.
 package checkpoint

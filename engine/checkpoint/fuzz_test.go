@@ -78,7 +78,7 @@ func FuzzLoad(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(d, ManifestFile), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(d, ManifestFile), Seal(b), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		disk += len(b)

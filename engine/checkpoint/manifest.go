@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,49 @@ import (
 )
 
 // FormatVersion is the manifest format this package writes and the newest it
-// reads.
-const FormatVersion = 1
+// reads. Version 2 seals the manifest with its own checksum (see [Seal]);
+// version 1 manifests, unsealed, still load.
+const FormatVersion = 2
+
+// sealPrefix starts the first line of a sealed manifest, which ends with
+// the hex SHA-256 of every byte after that line and `",`.
+const sealPrefix = `{"manifest_sha256":"`
+
+// Seal returns the manifest b, a JSON object, sealed: its first line
+// becomes {"manifest_sha256":"<hex SHA-256 of the rest>", and the rest is b
+// after its opening brace. A seal b already has is replaced. Every
+// manifest this package writes is sealed, and a reader refuses a sealed
+// manifest whose bytes do not match the seal, and a version-2 manifest
+// without one: a manifest altered by a single byte never loads.
+func Seal(b []byte) []byte {
+	if rest, ok := strings.CutPrefix(string(b), sealPrefix); ok {
+		if i := strings.IndexByte(rest, '\n'); i >= 0 {
+			b = append([]byte("{"), rest[i+1:]...)
+		}
+	}
+	body := strings.TrimLeft(string(b[min(1, len(b)):]), " \t\r\n")
+	sum := sha256.Sum256([]byte(body))
+	return []byte(sealPrefix + hex.EncodeToString(sum[:]) + "\",\n" + body)
+}
+
+// unseal checks the seal of the manifest b, if it has one (see [Seal]),
+// and reports whether it had.
+func unseal(name string, b []byte) (bool, error) {
+	rest, ok := strings.CutPrefix(string(b), sealPrefix)
+	if !ok {
+		return false, nil
+	}
+	line, body, ok := strings.Cut(rest, "\n")
+	sum, ok2 := strings.CutSuffix(line, `",`)
+	if !ok || !ok2 || len(sum) != 64 {
+		return true, &FormatError{File: name, Msg: "its first line is not a manifest_sha256 seal: the manifest is damaged; use another checkpoint"}
+	}
+	got := sha256.Sum256([]byte(body))
+	if hex.EncodeToString(got[:]) != sum {
+		return true, &FormatError{File: name, Msg: fmt.Sprintf("SHA-256 of its content %s does not match its seal %s: the manifest was altered or damaged; use another checkpoint", hex.EncodeToString(got[:]), sum)}
+	}
+	return true, nil
+}
 
 // ManifestFile is the name of the manifest inside a checkpoint directory.
 const ManifestFile = "manifest.json"
@@ -104,12 +146,17 @@ func (e *FormatError) Is(target error) bool { return badinput.Is(target) }
 func (e *FormatError) Unwrap() error { return e.Err }
 
 // ParseManifest decodes and validates a manifest; name is the file's path,
-// used in errors. It accepts format versions 1 to [FormatVersion] and checks
+// used in errors. It checks the manifest's seal ([Seal]; version 2 needs
+// one), accepts format versions 1 to [FormatVersion] and checks
 // that tensor names are unique, shapes positive, every slice lies inside its
 // tensor and in a listed file, the slices of a tensor neither overlap nor
 // leave holes, and checksums are SHA-256 hex digests. Every error is a
 // *[FormatError] naming the file.
 func ParseManifest(name string, b []byte) (*Manifest, error) {
+	sealed, err := unseal(name, b)
+	if err != nil {
+		return nil, err
+	}
 	// Check the version before anything else: a newer format may break
 	// any of the rules below.
 	var v struct {
@@ -127,6 +174,8 @@ func ParseManifest(name string, b []byte) (*Manifest, error) {
 			*v.FormatVersion, FormatVersion)}
 	case *v.FormatVersion < 1:
 		return nil, &FormatError{File: name, Msg: fmt.Sprintf("invalid format version %d", *v.FormatVersion)}
+	case *v.FormatVersion >= 2 && !sealed:
+		return nil, &FormatError{File: name, Msg: fmt.Sprintf("format version %d without its manifest_sha256 seal on the first line: the manifest was altered or damaged; use another checkpoint", *v.FormatVersion)}
 	}
 	m := new(Manifest)
 	if err := json.Unmarshal(b, m); err != nil {

@@ -45,10 +45,12 @@ func TestParseManifest(t *testing.T) {
 		{name: "not JSON", raw: `{"format_version":1,`, errHas: "not a valid manifest"},
 		{name: "no version", raw: `{"step":1}`, errHas: "no format_version"},
 		{name: "version 0", edit: func(m *Manifest) { m.FormatVersion = 0 }, errHas: "invalid format version 0"},
-		{name: "newer version", edit: func(m *Manifest) { m.FormatVersion = 2 },
-			errHas: "format version 2 is newer than version 1"},
+		{name: "newer version", edit: func(m *Manifest) { m.FormatVersion = 3 },
+			errHas: "format version 3 is newer than version 2"},
 		{name: "newer version with unknown layout", raw: `{"format_version":9,"tensors":"elsewhere"}`,
-			errHas: "format version 9 is newer than version 1"},
+			errHas: "format version 9 is newer than version 2"},
+		{name: "version 1 unsealed", raw: `{"format_version":1,"step":0,"tensors":[],"files":{}}`},
+		{name: "version 2 unsealed", raw: `{"format_version":2,"step":0,"tensors":[],"files":{}}`, errHas: "without its manifest_sha256 seal"},
 		{name: "negative step", edit: func(m *Manifest) { m.Step = -1 }, errHas: "negative step"},
 		{name: "negative samples", edit: func(m *Manifest) { m.ConsumedSamples = -1 }, errHas: "negative consumed_samples"},
 		{name: "negative loss scale", edit: func(m *Manifest) { m.LossScale = -1 }, errHas: "invalid loss_scale"},
@@ -89,13 +91,14 @@ func TestParseManifest(t *testing.T) {
 				if b, err = json.Marshal(m); err != nil {
 					t.Fatal(err)
 				}
+				b = Seal(b)
 			}
 			m, err := ParseManifest("dir/manifest.json", b)
 			if tt.errHas == "" {
 				if err != nil {
 					t.Fatalf("ParseManifest: %v", err)
 				}
-				if m.Step != 7 || m.RNG["seed"] != 1<<64-1 || string(m.Data) != `{"epoch":0,"pos":56}` {
+				if tt.raw == "" && (m.Step != 7 || m.RNG["seed"] != 1<<64-1 || string(m.Data) != `{"epoch":0,"pos":56}`) {
 					t.Errorf("decoded %+v", m)
 				}
 				return
@@ -119,7 +122,7 @@ func FuzzParseManifest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good)
+	f.Add(Seal(good))
 	f.Add([]byte(`{"format_version":1,"step":0,"tensors":[],"files":{}}`))
 	f.Add([]byte(`{"format_version":2}`))
 	f.Add([]byte(`{"format_version":1,"tensors":[{"name":"a","dtype":"F32","shape":[2,2],"slices":[` +
@@ -139,6 +142,7 @@ func FuzzParseManifest(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoding an accepted manifest: %v", err)
 		}
+		b2 = Seal(b2)
 		m2, err := ParseManifest("m.json", b2)
 		if err != nil {
 			t.Fatalf("re-reading an accepted manifest: %v\n%s", err, b2)
@@ -147,6 +151,7 @@ func FuzzParseManifest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b3 = Seal(b3)
 		if !bytes.Equal(b2, b3) {
 			t.Fatalf("manifest changed on a round trip:\n%s\n%s", b2, b3)
 		}

@@ -307,7 +307,7 @@ func commit(outputDir, tmp string, m Manifest, shards []shardInfo, opt saveOptio
 	if err != nil {
 		return "", fmt.Errorf("encoding the manifest: %w", err)
 	}
-	b = append(b, '\n')
+	b = Seal(append(b, '\n'))
 	// What is published must load.
 	if _, err := ParseManifest(ManifestFile, b); err != nil {
 		return "", err
