@@ -84,18 +84,22 @@ func (j *Job) summaries(ctx context.Context, nodes []*node, outputDir string) ([
 	sums := make([]checkpoint.Summary, len(nodes))
 	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
 		var err error
-		sums[i], err = summary(ctx, nodes[i], outputDir, -1)
+		sums[i], err = summary(ctx, nodes[i], outputDir, -1, j.opts.Config.Engine.SaveLoad.Run)
 		return err
 	})
 	return sums, errorsFirst(errs)
 }
 
-// summary asks node n for the checkpoint.Describe of outputDir: of its
-// newest checkpoint that loads, or with step >= 0 of that step's.
-func summary(ctx context.Context, n *node, outputDir string, step int) (checkpoint.Summary, error) {
+// summary asks node n for the checkpoint.DescribeRun of outputDir: of its
+// newest checkpoint that loads, or with step >= 0 of that step's; with
+// run set, of that training run's checkpoints alone (a restart's).
+func summary(ctx context.Context, n *node, outputDir string, step int, run string) (checkpoint.Summary, error) {
 	args := []string{"agent", "--checkpoint-summary", outputDir}
 	if step >= 0 {
 		args = append(args, "--step", strconv.Itoa(step))
+	}
+	if run != "" {
+		args = append(args, "--run", run)
 	}
 	var s checkpoint.Summary
 	out, err := n.gptui(ctx, args...)
@@ -222,7 +226,7 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 			return nil
 		}
 		// Listed, but not the node's newest that loads: it may be damaged.
-		if v, err := summary(ctx, nodes[i], outputDir, c.step); err == nil && v.Step == c.step && v.Manifest == c.manifest {
+		if v, err := summary(ctx, nodes[i], outputDir, c.step, j.opts.Config.Engine.SaveLoad.Run); err == nil && v.Step == c.step && v.Manifest == c.manifest {
 			have[i] = &v
 		}
 		return nil

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,6 +76,7 @@ type Supervisor struct {
 	err       error
 	restarts  int
 	saved     int             // the newest step a checkpoint was saved at; -1 none
+	run       string          // the training run of the job's checkpoints, once one is saved
 	workers   map[string]int  // workers per node name, from the last plan
 	strategy  string          // the last attempt's strategy, for messages
 	left      map[string]bool // nodes an attempt left out, by name, until they are back
@@ -85,6 +87,7 @@ type forwarded struct {
 	end    *event.Event // the attempt's last job event, held back
 	failed []nodeError  // nodes that failed to set up
 	saved  int          // the newest checkpoint step saved; -1 none
+	run    string       // the run that saved it
 }
 
 type nodeError struct{ name, msg string }
@@ -168,7 +171,9 @@ func (s *Supervisor) forward(j *Job) <-chan forwarded {
 			case e.Kind == event.KindNode && e.State == event.NodeFailed:
 				f.failed = append(f.failed, nodeError{e.Node, e.Message})
 			case e.Kind == event.KindCheckpoint && e.State == event.CheckpointSaved && e.Checkpoint != nil:
-				f.saved = max(f.saved, e.Checkpoint.Step)
+				if e.Checkpoint.Step >= f.saved {
+					f.saved, f.run = e.Checkpoint.Step, cmp.Or(e.Checkpoint.Run, f.run)
+				}
 			}
 			s.events <- e
 		}
@@ -302,7 +307,7 @@ func (s *Supervisor) loop(ctx context.Context, j *Job, fwd <-chan forwarded) {
 		err := j.Wait()
 		f := <-fwd
 		if f.saved > s.saved {
-			s.saved = f.saved
+			s.saved, s.run = f.saved, cmp.Or(f.run, s.run)
 		}
 		s.mu.Lock()
 		s.interrupt = nil
@@ -461,7 +466,10 @@ func (s *Supervisor) configFor(nodes []sshexec.Node) (*presets.Config, string, e
 	orig := s.opts.Config
 	c := *orig
 	if s.saved > 0 {
+		// From the job's own checkpoints: not another run's in the
+		// same output_dir.
 		c.Engine.SaveLoad.CkptDir = "auto"
+		c.Engine.SaveLoad.Run = cmp.Or(s.run, c.Engine.SaveLoad.Run)
 	}
 	ranks := 0
 	names := nodeNames(nodes)

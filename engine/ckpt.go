@@ -193,7 +193,7 @@ func openCheckpoint(cfg *presets.Config) (*checkpoint.Checkpoint, []string, erro
 	case dir == "":
 		return nil, nil, nil
 	case dir == "auto":
-		c, warn, err := checkpoint.Latest(sl.OutputDir)
+		c, warn, err := checkpoint.LatestOf(sl.OutputDir, sl.Run)
 		if errors.Is(err, checkpoint.ErrNoCheckpoint) || errors.Is(err, os.ErrNotExist) {
 			return nil, append(warn, fmt.Sprintf("no checkpoint in %s: starting from step 0", sl.OutputDir)), nil
 		}
@@ -207,6 +207,31 @@ func openCheckpoint(cfg *presets.Config) (*checkpoint.Checkpoint, []string, erro
 	}
 	c, err := checkpoint.Load(dir)
 	return c, nil, err
+}
+
+// checkFreshOutput refuses a run that starts from step 0 and saves into
+// an output directory holding checkpoints, which are another run's: its
+// saves would replace theirs step for step, and a resume would mix the
+// two. Engine.save_load.force lets it.
+func (tr *Trainer) checkFreshOutput() error {
+	sl := tr.Cfg.Engine.SaveLoad
+	if sl.SaveSteps <= 0 || sl.Force {
+		return nil
+	}
+	h := checkpoint.History(sl.OutputDir)
+	if len(h) == 0 {
+		return nil
+	}
+	newest := -1
+	for step := range h {
+		newest = max(newest, step)
+	}
+	run := "of an unknown run"
+	if r := h[newest].Run; r != "" {
+		run = "of run " + r[:min(12, len(r))]
+	}
+	return &ConfigError{Msg: fmt.Sprintf("Engine.save_load.output_dir: %s holds another run's checkpoints (newest: %s, %s); a run from step 0 would replace them: resume that run (--resume), write elsewhere (-o Engine.save_load.output_dir=DIR), or train beside them with --force",
+		sl.OutputDir, checkpoint.DirName(newest), run)}
 }
 
 // latestError folds the warnings about skipped checkpoints into the error

@@ -120,3 +120,70 @@ func TestInitFromCheckpoint(t *testing.T) {
 		t.Errorf("init_from: weights equal %v, start %d, adam step %d; want true, 0, 0", slices.Equal(tr.Model.Params, first.Model.Params), tr.start, tr.Opt.Step)
 	}
 }
+
+// TestRunIdentity: a run from step 0 into an output directory holding
+// another run's checkpoints is refused, naming that run's newest
+// checkpoint and the ways out, and writes nothing; with force it trains
+// beside them; and a resume restricted to a run (save_load.run, what a
+// job's restart sets) takes that run's newest checkpoint, passing over
+// the other run's newer one, with the uninterrupted losses.
+func TestRunIdentity(t *testing.T) {
+	out := t.TempDir()
+	_, a := trainTiny(t, "Engine.max_steps=20", "Engine.save_load.save_steps=20", "Engine.save_load.output_dir="+out)
+	ca, err := checkpoint.Load(a.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(a.Checkpoint, checkpoint.ManifestFile))
+
+	// Another model into the same folder: refused, bad input.
+	cfg, err := presets.Load("llama-tiny", []string{smallVocab, "Engine.max_steps=10", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir=" + out, "Engine.log_dir=" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewTrainer(cfg, cpu.New(), Options{Builtin: smallTokens})
+	if err == nil || !errors.Is(err, badinput.Err) {
+		t.Fatalf("llama-tiny from step 0 into tiny's output_dir: %v, want a refusal (bad input)", err)
+	}
+	for _, want := range []string{"step_00000020", "of run " + ca.Manifest.Run[:12], "--resume", "Engine.save_load.output_dir=DIR", "--force"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not name %q", err, want)
+		}
+	}
+	if after, _ := os.ReadFile(filepath.Join(a.Checkpoint, checkpoint.ManifestFile)); !slices.Equal(before, after) {
+		t.Error("the refused run changed the other run's checkpoint")
+	}
+
+	// With force, a second run of tiny trains beside it to step 10 (its
+	// own steps 5 and 10), and a resume of that run takes its step 10,
+	// not the first run's step 20.
+	_, b := trainTiny(t, "Engine.max_steps=10", "Engine.save_load.save_steps=5", "Engine.save_load.output_dir="+out,
+		"Engine.save_load.force=true", "Global.seed=7")
+	cb, err := checkpoint.Load(b.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cb.Manifest.Run == ca.Manifest.Run {
+		t.Fatal("the forced run took the first run's identity")
+	}
+	// The first run saved last (latest names its step 20): a resume of
+	// the folder would take it; the second run's resume must not.
+	if err := os.WriteFile(filepath.Join(out, checkpoint.LatestFile), []byte("step_00000020\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c, _, err := checkpoint.Latest(out); err != nil || c.Manifest.Run != ca.Manifest.Run {
+		t.Fatalf("the folder's newest: %v %v; want the first run's step 20", c, err)
+	}
+	_, straight := trainTiny(t, "Engine.max_steps=15", "Global.seed=7")
+	resumed, r := trainTiny(t, "Engine.max_steps=15", "Engine.save_load.output_dir="+out, "Engine.save_load.ckpt_dir=auto",
+		"Engine.save_load.run="+cb.Manifest.Run, "Global.seed=7")
+	if resumed.start != 10 {
+		t.Fatalf("the run's resume started at step %d, want its own step 10 (not the other run's 20)", resumed.start)
+	}
+	if !slices.Equal(r.Losses, straight.Losses[10:]) {
+		t.Errorf("steps 10-14 after the resume %v, uninterrupted %v", r.Losses, straight.Losses[10:])
+	}
+	if !strings.Contains(strings.Join(resumed.warnings, "\n"), "step_00000020") {
+		t.Errorf("warnings %q do not name the other run's checkpoint passed over", resumed.warnings)
+	}
+}

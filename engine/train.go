@@ -310,7 +310,7 @@ func (tr *Trainer) resume() error {
 		tr.run = checkpoint.NewRun()
 	}
 	if ck == nil {
-		return nil
+		return tr.checkFreshOutput()
 	}
 	if err := tr.restore(ck); err != nil {
 		return err
@@ -524,7 +524,7 @@ func (tr *Trainer) Step() int { return int(tr.current.Load()) }
 // done) in dir.
 func (tr *Trainer) onCheckpoint(state string, step int, dir string) {
 	if f := tr.opts.OnCheckpoint; f != nil {
-		f(state, event.Checkpoint{Step: step, Dir: dir})
+		f(state, event.Checkpoint{Step: step, Dir: dir, Run: tr.run})
 	}
 }
 

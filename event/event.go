@@ -261,6 +261,10 @@ type Checkpoint struct {
 	Dir string `json:"dir,omitempty"`
 	// From is the node it was copied from, for copied and replicated.
 	From string `json:"from,omitempty"`
+	// Run is the training run that wrote it (checkpoint.Manifest.Run),
+	// for saved: a restart of the job resumes from that run's
+	// checkpoints alone.
+	Run string `json:"run,omitempty"`
 }
 
 // HostKey is a node's host key that the launcher refused (package

@@ -116,6 +116,12 @@ type SaveLoad struct {
 	KeepLast  int    `yaml:"keep_last"`  // checkpoints kept; 0 keeps all
 	Async     bool   `yaml:"async"`      // write checkpoints in the background
 	Replicas  int    `yaml:"replicas"`   // nodes each checkpoint is kept on (launcher with --hosts)
+	// Force lets a run from step 0 write into an output_dir that holds
+	// another run's checkpoints (refused otherwise).
+	Force bool `yaml:"force"`
+	// Run, with ckpt_dir auto, resumes only from the checkpoints of
+	// this run (checkpoint.Manifest.Run): a job's restarts set it.
+	Run string `yaml:"run"`
 }
 
 // Model describes the network: a GPT-2, or a Llama (Family "llama"),

@@ -37,6 +37,8 @@ func fields() []field {
 		{"Engine.save_load.ckpt_dir", func(c *Config) any { return &c.Engine.SaveLoad.CkptDir }},
 		{"Engine.save_load.keep_last", func(c *Config) any { return &c.Engine.SaveLoad.KeepLast }},
 		{"Engine.save_load.async", func(c *Config) any { return &c.Engine.SaveLoad.Async }},
+		{"Engine.save_load.force", func(c *Config) any { return &c.Engine.SaveLoad.Force }},
+		{"Engine.save_load.run", func(c *Config) any { return &c.Engine.SaveLoad.Run }},
 		{"Engine.save_load.replicas", func(c *Config) any { return &c.Engine.SaveLoad.Replicas }},
 
 		{"Model.family", func(c *Config) any { return &c.Model.Family }},

@@ -3,6 +3,7 @@ package presets
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gptui/gptui/layout"
 )
@@ -188,6 +189,12 @@ func checks() []check {
 		},
 		nonNegative("Engine.save_load.keep_last", "keep every checkpoint", func(c *Config) int { return c.Engine.SaveLoad.KeepLast }),
 		positive("Engine.save_load.replicas", func(c *Config) int { return c.Engine.SaveLoad.Replicas }),
+		func(c *Config) (string, string) {
+			if r := c.Engine.SaveLoad.Run; len(r) > 64 || strings.Trim(r, "0123456789abcdef") != "" {
+				return "Engine.save_load.run", fmt.Sprintf("%q is not a run identifier; give the run of a checkpoint's manifest (up to 64 lowercase hex digits), or leave it empty", r)
+			}
+			return "", ""
+		},
 
 		oneOf("Model.family", func(c *Config) string { return c.Model.Family }, "gpt2", "llama"),
 		positive("Model.vocab_size", func(c *Config) int { return c.Model.VocabSize }),

@@ -26,6 +26,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	freePort := fs.String("free-port", "", "print a TCP port free on the local address `HOST` and exit")
 	ckptSummary := fs.String("checkpoint-summary", "", "print the newest complete checkpoint of the output directory `DIR` as one JSON line and exit (launcher use)")
 	ckptStep := fs.Int("step", -1, "with -checkpoint-summary: describe the checkpoint of step `N` if it loads, not the newest")
+	ckptRun := fs.String("run", "", "with -checkpoint-summary: describe only the checkpoints of the training run `ID`")
 	ckptInstall := fs.String("checkpoint-install", "", "verify the copied checkpoint `TMPDIR` and publish it in its output directory, then exit (launcher use)")
 	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
 	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
@@ -48,7 +49,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		_, err = fmt.Fprintln(stdout, port)
 		return err
 	case *ckptSummary != "":
-		return printCheckpointSummary(stdout, *ckptSummary, *ckptStep)
+		return printCheckpointSummary(stdout, *ckptSummary, *ckptStep, *ckptRun)
 	case *ckptInstall != "":
 		_, err := checkpoint.Install(filepath.Dir(filepath.Clean(*ckptInstall)), *ckptInstall, *ckptManifest, *keepLast)
 		return err
@@ -89,8 +90,8 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 // printCheckpointSummary prints the checkpoint.Describe of outputDir as
 // one JSON line.
-func printCheckpointSummary(stdout io.Writer, outputDir string, step int) error {
-	sum, err := checkpoint.Describe(outputDir, step)
+func printCheckpointSummary(stdout io.Writer, outputDir string, step int, run string) error {
+	sum, err := checkpoint.DescribeRun(outputDir, step, run)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -193,10 +194,16 @@ func cmdRestart(args []string, stdout, stderr io.Writer) error {
 }
 
 // restartEnded starts a new supervisor for the ended job j, resuming it
-// from its newest checkpoint.
+// from its newest checkpoint: one of its own run, where it saved any, not
+// another run's in the same output_dir.
 func restartEnded(j *jobdir.Job) error {
 	spec := j.Spec
 	spec.Resume = true
+	if c := j.Summary.Checkpoint; c != nil && c.Run != "" {
+		spec.Overrides = append(slices.DeleteFunc(slices.Clone(spec.Overrides), func(o string) bool {
+			return strings.HasPrefix(o, "Engine.save_load.run=")
+		}), "Engine.save_load.run="+c.Run)
+	}
 	if err := jobdir.WriteSpec(j.Dir, spec); err != nil {
 		return err
 	}

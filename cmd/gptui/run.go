@@ -36,6 +36,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cf.show, "show-ranks", "0", "whose output to print: 'all' or a comma-separated list of ranks")
 	fs.IntVar(&cf.port, "master-port", 0, "MASTER_PORT for the workers; 0 picks a free port")
 	resume := fs.Bool("resume", false, "resume from the newest checkpoint of Engine.save_load.output_dir (the same as -o Engine.save_load.ckpt_dir=auto); with --hosts, nodes without it get a copy first")
+	force := fs.Bool("force", false, "train from step 0 even where Engine.save_load.output_dir holds another run's checkpoints (the same as -o Engine.save_load.force=true)")
 	fs.StringVar(&cf.hosts, "hosts", "", "run on the nodes of the inventory `FILE` over SSH (one node per line: [user@]host[:port] devices=0-7 ...)")
 	fs.StringVar(&cf.rankTable, "rank-table", "", "with --hosts: take ranks and devices from the rank table `FILE` instead of the inventory and probes")
 	fs.BoolVar(&cf.acceptNew, "accept-new-host-keys", false, "with --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
@@ -52,6 +53,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if *resume {
 		*o = append(*o, "Engine.save_load.ckpt_dir=auto")
+	}
+	if *force {
+		*o = append(*o, "Engine.save_load.force=true")
 	}
 	if *preset != "" {
 		if *c != "" && *c != *preset {

@@ -78,11 +78,15 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	fs := newFlagSet("train", stderr)
 	c, o := configFlags(fs)
 	resume := fs.Bool("resume", false, "resume from the newest checkpoint in Engine.save_load.output_dir (same as -o Engine.save_load.ckpt_dir=auto)")
+	force := fs.Bool("force", false, "train from step 0 even where Engine.save_load.output_dir holds another run's checkpoints (the same as -o Engine.save_load.force=true)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *resume {
 		*o = append(*o, "Engine.save_load.ckpt_dir=auto")
+	}
+	if *force {
+		*o = append(*o, "Engine.save_load.force=true")
 	}
 	cfg, err := loadConfig(*c, *o)
 	if err != nil {

@@ -98,14 +98,22 @@ func History(outputDir string) map[int]Record {
 // loads, with the [History] of outputDir; [None] (with the history) if
 // there is no such checkpoint or it does not load. It is what a launcher
 // asks each machine before it copies checkpoints between them.
-func Describe(outputDir string, step int) (Summary, error) {
+func Describe(outputDir string, step int) (Summary, error) { return DescribeRun(outputDir, step, "") }
+
+// DescribeRun is [Describe] of the checkpoints of the training run run
+// alone ("" any): those of other runs are neither offered nor listed in
+// the history.
+func DescribeRun(outputDir string, step int, run string) (Summary, error) {
 	sum := None()
 	var c *Checkpoint
 	var err error
 	if step < 0 {
-		c, _, err = Latest(outputDir)
+		c, _, err = LatestOf(outputDir, run)
 	} else if name := stepDir(outputDir, step); name != "" {
 		c, err = Load(filepath.Join(outputDir, name))
+		if err == nil && run != "" && c.Manifest.Run != run {
+			c = nil
+		}
 	}
 	if c != nil && err == nil {
 		if sum, err = Summarize(c); err != nil {
@@ -114,6 +122,9 @@ func Describe(outputDir string, step int) (Summary, error) {
 	}
 	// A checkpoint that does not load, or none at all: nothing to offer.
 	sum.History = History(outputDir)
+	if run != "" {
+		maps.DeleteFunc(sum.History, func(_ int, r Record) bool { return r.Run != run })
+	}
 	return sum, nil
 }
 

@@ -197,8 +197,20 @@ next:
 // reported in warnings. Temporary .tmp-* entries are ignored. If outputDir
 // holds no checkpoint at all, the error wraps [ErrNoCheckpoint]; if it holds
 // only damaged ones, the error says so and does not.
-func Latest(outputDir string) (*Checkpoint, []string, error) {
+func Latest(outputDir string) (*Checkpoint, []string, error) { return LatestOf(outputDir, "") }
+
+// LatestOf is [Latest] taking only checkpoints of the training run run
+// ([Manifest.Run]; "" any): those of another run are passed over with a
+// warning naming them.
+func LatestOf(outputDir, run string) (*Checkpoint, []string, error) {
 	var warnings []string
+	load := func(dir string) (*Checkpoint, error) {
+		c, err := Load(dir)
+		if err == nil && run != "" && c.Manifest.Run != run {
+			return nil, fmt.Errorf("written by run %q, not %q, whose checkpoints are asked for", c.Manifest.Run, run)
+		}
+		return c, err
+	}
 	tried, haveLatest := "", false
 	b, err := os.ReadFile(filepath.Join(outputDir, LatestFile))
 	switch {
@@ -210,7 +222,7 @@ func Latest(outputDir string) (*Checkpoint, []string, error) {
 			break
 		}
 		tried = name
-		c, err := Load(filepath.Join(outputDir, name))
+		c, err := load(filepath.Join(outputDir, name))
 		if err == nil {
 			return c, warnings, nil
 		}
@@ -234,7 +246,7 @@ func Latest(outputDir string) (*Checkpoint, []string, error) {
 		if s == tried {
 			continue
 		}
-		c, err := Load(filepath.Join(outputDir, s))
+		c, err := load(filepath.Join(outputDir, s))
 		if err == nil {
 			return c, warnings, nil
 		}
