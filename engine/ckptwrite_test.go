@@ -1,12 +1,23 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
+	"github.com/gptui/gptui/kernels/cpu"
 )
 
 // TestParallelSave: under every kind of layout, each of 4 ranks writes
@@ -130,4 +141,120 @@ func TestPackBytes(t *testing.T) {
 			t.Errorf("%q came back as %q", b, got)
 		}
 	}
+}
+
+// killHelperEnv carries "<output dir>|<log dir>|<rank>|<port>|<async>" to
+// TestParallelSaveKillsHelper.
+const killHelperEnv = "GPTUI_PARALLEL_SAVE_HELPER"
+
+// TestParallelSaveKillsHelper is not a test: run as a child process by
+// TestParallelSaveKills, it is one rank of a 2-rank sharding job that
+// resumes from the newest checkpoint and saves after every step until it
+// is killed, or its peer is.
+func TestParallelSaveKillsHelper(t *testing.T) {
+	spec := os.Getenv(killHelperEnv)
+	if spec == "" {
+		return
+	}
+	f := strings.Split(spec, "|")
+	rank, _ := strconv.Atoi(f[2])
+	port, _ := strconv.Atoi(f[3])
+	ctx := context.Background()
+	w, err := comm.Connect(ctx, comm.Config{Rank: rank, WorldSize: 2, MasterAddr: "127.0.0.1", MasterPort: port, Timeout: 5 * time.Second, Secret: []byte("test")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cfg := smallConfig(t, f[0], f[1], 1<<30, "Engine.save_load.save_steps=1", "Engine.save_load.async="+f[4],
+		"Engine.save_load.keep_last=2", "Engine.save_load.ckpt_dir=auto",
+		"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=2")
+	tr, err := NewTrainer(cfg, fixedPeak{cpu.New()}, Options{Builtin: smallTokens, World: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestParallelSaveKills: 24 times, a 2-rank job saving after every step
+// (synchronous and asynchronous saves by turns), each rank writing its
+// own file, loses one rank, chosen at random, to SIGKILL at a random
+// moment after its second step; the other rank ends on the lost peer.
+// After each kill the newest checkpoint loads whole — every file of it
+// verified — and is never older than the one before: no kill leaves a
+// partial checkpoint where a resume would take it. Each job resumes from
+// it, so the run moves on.
+func TestParallelSaveKills(t *testing.T) {
+	kills := 24
+	if testing.Short() {
+		kills = 4
+	}
+	out, logs := t.TempDir(), t.TempDir()
+	r := rand.New(rand.NewPCG(5, 6))
+	last, inWrite := 0, 0
+	for i := range kills {
+		logDir := filepath.Join(logs, fmt.Sprint(i))
+		port := freePort(t)
+		async := fmt.Sprint(i%2 == 1)
+		cmds := make([]*exec.Cmd, 2)
+		errs := make([]*strings.Builder, 2)
+		before, _ := filepath.Glob(filepath.Join(out, ".tmp-*"))
+		for k := range cmds {
+			cmds[k] = exec.Command(os.Args[0], "-test.run=^TestParallelSaveKillsHelper$", "-test.count=1")
+			cmds[k].Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%d|%s", killHelperEnv, out, logDir, k, port, async))
+			errs[k] = &strings.Builder{}
+			cmds[k].Stderr = errs[k]
+			if err := cmds[k].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		metrics := filepath.Join(logDir, "metrics.0.jsonl")
+		for start := time.Now(); len(stepLossesOf(t, metrics)) < 2 && time.Since(start) < time.Minute; {
+			time.Sleep(2 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(r.IntN(40)) * time.Millisecond)
+		victim := r.IntN(2)
+		cmds[victim].Process.Kill()
+		for k, cmd := range cmds {
+			if k != victim {
+				// The survivor ends on its lost peer; a hung one fails the test.
+				t0 := time.AfterFunc(20*time.Second, func() { cmd.Process.Kill() })
+				err := cmd.Wait()
+				t0.Stop()
+				if err == nil {
+					t.Fatalf("kill %d: rank %d ended without error after its peer was killed", i, k)
+				}
+				if ee, ok := err.(*exec.ExitError); ok && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL {
+					t.Fatalf("kill %d: rank %d hung after its peer was killed:\n%s", i, k, errs[k])
+				}
+			} else {
+				cmd.Wait()
+			}
+		}
+		if tmps, _ := filepath.Glob(filepath.Join(out, ".tmp-*")); len(tmps) > 0 && !slices.Equal(tmps, before) {
+			inWrite++
+		}
+		c, warn, err := checkpoint.Latest(out)
+		switch {
+		case errors.Is(err, checkpoint.ErrNoCheckpoint) || errors.Is(err, os.ErrNotExist):
+			if last > 0 {
+				t.Fatalf("after kill %d no checkpoint loads; step %d did before", i, last)
+			}
+		case err != nil:
+			t.Fatalf("after kill %d the newest checkpoint does not load: %v (%q)", i, err, warn)
+		default:
+			if c.Manifest.Step < last {
+				t.Fatalf("after kill %d the newest checkpoint is step %d, older than step %d before", i, c.Manifest.Step, last)
+			}
+			if len(c.Manifest.Files) != 2 {
+				t.Fatalf("after kill %d step %d has files %v, want one per rank", i, c.Manifest.Step, c.Manifest.Files)
+			}
+			last = c.Manifest.Step
+		}
+	}
+	if last < kills/2 {
+		t.Fatalf("the jobs got to step %d only", last)
+	}
+	t.Logf("%d kills (%d with a new save's temporary directory left): checkpoints up to step %d, each loading whole", kills, inWrite, last)
 }
