@@ -54,13 +54,11 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 		return mem, nil
 	}
 	// The moments of the rank's shard: as many as its spans reach.
-	moments := func(spans []Span) int64 {
-		k := 0
-		for _, s := range spans {
-			k = max(k, s.At+s.N)
-		}
-		return int64(8 * k)
+	k := 0
+	for _, s := range optimizerSpans(topo, ts, len(part.Layers), n) {
+		k = max(k, s.At+s.N)
 	}
+	mem.Optimizer = int64(8 * k)
 	if topo.Stage == 3 {
 		units, length := stage3Units(ts, len(part.Layers), S)
 		held := length + S*units[0].piece // the shard, the outer tensors' gather buffer …
@@ -68,13 +66,74 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 			held += S * units[1].piece // … and one block's
 		}
 		mem.Params, mem.Grads = int64(4*held), int64(4*held)
-		mem.Optimizer = moments(unitSpans(units, topo.ShardIndex))
 		return mem, nil
 	}
-	chunk, spans := flatShards(n, S)
-	mem.Optimizer = moments(spans[topo.ShardIndex])
+	chunk, _ := flatShards(n, S)
 	if topo.Stage == 2 {
 		mem.Grads += int64(4 * chunk) // the reduced shard
 	}
 	return mem, nil
+}
+
+// SaveCost is what a checkpoint costs one rank, by [SaveMemory].
+type SaveCost struct {
+	// Write is the bytes of tensor data the rank writes: the parameters
+	// and both moments of its share (ckptwrite.go).
+	Write int64
+	// Host is the host memory an asynchronous save (or any save from a
+	// device's memory) copies the share into; a synchronous save on the
+	// CPU writes from the training buffers and copies nothing.
+	Host int64
+	// Block is the largest block copied out of the rank's buffers as it
+	// is written (one not contiguous there): the buffer a synchronous
+	// save on the CPU needs.
+	Block int64
+}
+
+// SaveMemory is the engine's account of what a parallel save of cfg
+// (ranks on one machine) costs rank of a world-rank job, from the layout
+// alone, with the rules a save follows (writeRanges, saveBlocks), and
+// allocating nothing of the model, like [StartupMemory].
+func SaveMemory(cfg *presets.Config, rank, world int) (SaveCost, error) {
+	shape := ShapeOf(cfg)
+	if err := shape.Validate(); err != nil {
+		return SaveCost{}, &ConfigError{Err: err}
+	}
+	topo, err := NewTopology(cfg.Layout(), cfg.Batch(), shape, rank, world)
+	if err != nil {
+		return SaveCost{}, err
+	}
+	part := topo.part(shape)
+	ts, n := PartTensors(shape, part)
+	held := optimizerSpans(topo, ts, len(part.Layers), n)
+	ws := writeRanges(topo, held)
+	var c SaveCost
+	for _, w := range ws {
+		c.Host += 3 * 4 * int64(w[1]-w[0])
+	}
+	saveBlocks(ts, part, []Span{{0, 0, n}}, ws, func(b saveBlock) {
+		k := int64(4 * numel(b.shape))
+		c.Write += 3 * k
+		if !b.whole {
+			c.Block = max(c.Block, k)
+		}
+	})
+	return c, nil
+}
+
+// optimizerSpans are the spans of the flat layout of a rank's part (n
+// elements, tensors ts, layers blocks) whose moments the rank at topo
+// holds (AdamW.Spans): the whole part without sharding, its flat shard
+// under stages 1 and 2, its piece of every unit under stage 3.
+func optimizerSpans(topo Topology, ts []Tensor, layers, n int) []Span {
+	S := topo.Sharding
+	switch {
+	case S <= 1:
+		return []Span{{0, 0, n}}
+	case topo.Stage == 3:
+		units, _ := stage3Units(ts, layers, S)
+		return unitSpans(units, topo.ShardIndex)
+	}
+	_, spans := flatShards(n, S)
+	return spans[topo.ShardIndex]
 }

@@ -209,16 +209,20 @@ func (tr *Trainer) allWritten(ctx context.Context, done bool) (bool, error) {
 // part), cut evenly among the ranks that hold the same ones — the members
 // of its dp group under sharding, every replica without — the i-th piece
 // to the i-th of them.
-func (tr *Trainer) writeRanges() [][2]int {
-	held := make([][2]int, len(tr.Opt.Spans))
-	for i, s := range tr.Opt.Spans {
-		held[i] = [2]int{s.Flat, s.Flat + s.N}
+func (tr *Trainer) writeRanges() [][2]int { return writeRanges(tr.topo, tr.Opt.Spans) }
+
+// writeRanges is [Trainer.writeRanges] for the rank at topo whose
+// optimizer holds the spans held.
+func writeRanges(topo Topology, held []Span) [][2]int {
+	ranges := make([][2]int, len(held))
+	for i, s := range held {
+		ranges[i] = [2]int{s.Flat, s.Flat + s.N}
 	}
-	n, i := tr.topo.Replicas(), tr.topo.DataIndex()
-	if tr.topo.Sharding > 1 {
-		n, i = tr.topo.DP, tr.topo.DPIndex
+	n, i := topo.Replicas(), topo.DataIndex()
+	if topo.Sharding > 1 {
+		n, i = topo.DP, topo.DPIndex
 	}
-	return cutRanges(held, n, i)
+	return cutRanges(ranges, n, i)
 }
 
 // cutRanges returns piece i of n of the elements of ranges, taken one
@@ -276,25 +280,53 @@ func (tr *Trainer) hostRanges(i int, buf []float32, spans []Span, ws [][2]int) (
 }
 
 // ckptParts appends the checkpoint blocks of one kind of state (prefix:
-// params/, adam_m/ or adam_v/) that this rank writes: the elements of its
-// part's flat ranges ws, read from buf, laid out by spans (element Flat+k
-// at buf[At+k]). Each tensor's share of a range is cut into boxes
-// (contiguous stretches that are blocks too), and each piece of the
-// tensor that meets a box is a block of the global tensor: a view of buf
-// where it is the whole box, else copied out when written. A tensor each
+// params/, adam_m/ or adam_v/) that this rank writes (saveBlocks): views of
+// buf, laid out by spans, where a block is a whole box, else copied out
+// when written.
+func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float32, spans []Span, ws [][2]int) []checkpoint.Part {
+	saveBlocks(tr.Model.Tensors, tr.Model.Part, spans, ws, func(b saveBlock) {
+		data := buf[b.at : b.at+numel(b.box.shape)]
+		p := checkpoint.Part{Name: prefix + b.t.Name, GlobalShape: b.t.Global, Start: b.start, Shape: b.shape}
+		if b.whole {
+			p.Data = data
+		} else {
+			bshape, sh, lo := b.box.shape, b.shape, b.lo
+			p.Fill = func(dst []float32) { copyBlock(dst, sh, make([]int, len(sh)), data, bshape, lo, sh) }
+		}
+		parts = append(parts, p)
+	})
+	return parts
+}
+
+// saveBlock is one block of a global tensor that a rank writes: the share
+// of a piece of tensor t in box, a contiguous stretch of t that starts at
+// at in the rank's buffer.
+type saveBlock struct {
+	t            Tensor
+	box          box
+	at           int   // the box's first element in the buffer
+	start, shape []int // the block, in global coordinates
+	lo           []int // its first element within the box
+	whole        bool  // it is the whole box: contiguous in the buffer
+}
+
+// saveBlocks calls fn for each block a rank with the tensors ts of part
+// writes of the elements of its part's flat ranges ws, held in a buffer
+// laid out by spans (element Flat+k at At+k). Each tensor's share of a
+// range is cut into boxes (contiguous stretches that are blocks too), and
+// each piece of the tensor that meets a box gives a block. A tensor each
 // rank of a tensor-parallel group holds whole is written by its first
 // rank, a block several hold alike (Piece.Copy) by the first of them, and
 // the tied wte by the first pipeline stage.
-func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float32, spans []Span, ws [][2]int) []checkpoint.Part {
-	m := tr.Model
+func saveBlocks(ts []Tensor, part Part, spans []Span, ws [][2]int, fn func(saveBlock)) {
 	for _, w := range ws {
 		for _, s := range spans {
 			a, b := max(w[0], s.Flat), min(w[1], s.Flat+s.N)
 			if a >= b {
 				continue
 			}
-			for _, t := range m.Tensors {
-				if !t.Split && m.Part.MPRank != 0 || t.Name == "wte" && !m.Part.Embed {
+			for _, t := range ts {
+				if !t.Split && part.MPRank != 0 || t.Name == "wte" && !part.Embed {
 					continue
 				}
 				x, y := max(a, t.Offset), min(b, t.Offset+t.Size)
@@ -302,49 +334,34 @@ func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float
 					continue
 				}
 				for _, bx := range boxes(t.Shape, x-t.Offset, y-t.Offset) {
-					at := s.At + t.Offset + bx.offset - s.Flat
-					parts = appendPieces(parts, prefix+t.Name, t, bx, buf[at:at+numel(bx.shape)])
+					pieceBlocks(t, bx, s.At+t.Offset+bx.offset-s.Flat, fn)
 				}
 			}
 		}
 	}
-	return parts
 }
 
-// appendPieces appends the blocks of the global tensor name that the
-// pieces of t meeting box bx hold; data is the box's elements.
-func appendPieces(parts []checkpoint.Part, name string, t Tensor, bx box, data []float32) []checkpoint.Part {
+// pieceBlocks calls fn for the block of each piece of t that meets box
+// bx, which starts at at in the buffer.
+func pieceBlocks(t Tensor, bx box, at int, fn func(saveBlock)) {
+next:
 	for _, pc := range t.Pieces {
 		if pc.Copy {
 			continue
 		}
 		n := len(pc.Shape)
-		lo, sh, start := make([]int, n), make([]int, n), make([]int, n)
-		whole := true
+		b := saveBlock{t: t, box: bx, at: at, start: make([]int, n), shape: make([]int, n), lo: make([]int, n), whole: true}
 		for d := range n {
 			l := max(bx.at[d], pc.Local[d])
 			h := min(bx.at[d]+bx.shape[d], pc.Local[d]+pc.Shape[d])
 			if l >= h {
-				whole = false
-				sh = nil
-				break
+				continue next
 			}
-			lo[d], sh[d], start[d] = l-bx.at[d], h-l, pc.Global[d]+l-pc.Local[d]
-			whole = whole && sh[d] == bx.shape[d]
+			b.lo[d], b.shape[d], b.start[d] = l-bx.at[d], h-l, pc.Global[d]+l-pc.Local[d]
+			b.whole = b.whole && b.shape[d] == bx.shape[d]
 		}
-		if sh == nil {
-			continue
-		}
-		p := checkpoint.Part{Name: name, GlobalShape: t.Global, Start: start, Shape: sh}
-		if whole {
-			p.Data = data
-		} else {
-			bshape := bx.shape
-			p.Fill = func(dst []float32) { copyBlock(dst, sh, make([]int, n), data, bshape, lo, sh) }
-		}
-		parts = append(parts, p)
+		fn(b)
 	}
-	return parts
 }
 
 // gatherBytes sends b from every member of g to member 0, which returns

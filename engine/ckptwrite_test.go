@@ -71,6 +71,23 @@ func TestParallelSave(t *testing.T) {
 					}
 				}
 			}
+			// Each rank's file holds the bytes the engine's account of a
+			// save (SaveMemory) says it writes.
+			data := map[string]int64{}
+			for _, ti := range c.Manifest.Tensors {
+				for _, sl := range ti.Slices {
+					data[sl.File] += 4 * int64(numel(sl.Shape))
+				}
+			}
+			for k, tr := range r.trs {
+				cost, err := SaveMemory(tr.Cfg, k, 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := data[fmt.Sprintf("rank_%05d.safetensors", k)]; got != cost.Write {
+					t.Errorf("rank %d wrote %d bytes of tensors; SaveMemory says %d", k, got, cost.Write)
+				}
+			}
 			// Every rank's state, read back into its layout, is the state
 			// it holds.
 			for k, tr := range r.trs {

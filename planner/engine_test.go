@@ -279,6 +279,54 @@ func TestStartupShard13B(t *testing.T) {
 		float64(whole)/1e9, float64(most.Params)/1e9, float64(most.Params+most.Grads+most.Optimizer)/1e9, float64(v100.Mem.Params)/1e9)
 }
 
+// TestSave13B: a checkpoint of 13b-4node (dp 4 × mp 2 × pp 4), and of its
+// model under sharding stage 3 (sharding 8 × mp 2 × pp 2), by the
+// engine's account of a save (engine.SaveMemory, from the layout,
+// allocating nothing of the model): every parameter and both its moments
+// are written exactly once over all 32 ranks; no rank writes more than
+// its part, nor more than 1.6 × an even share; and what a rank copies —
+// its share for an asynchronous save, one block for a synchronous one —
+// is nowhere near the whole model (under 1/8 of it).
+func TestSave13B(t *testing.T) {
+	for _, o := range [][]string{nil, {"Distributed.dp_degree=1", "Distributed.sharding.sharding_degree=8", "Distributed.sharding.sharding_stage=3", "Distributed.pp_degree=2"}} {
+		cfg := mustLoad(t, "13b-4node", o...)
+		m, s := ModelOf(cfg), StrategyOf(cfg)
+		t.Run(s.String(), func(t *testing.T) {
+			world := s.Devices()
+			whole := 12 * m.Params() // fp32 parameters and two moments
+			var sum, most, block, host int64
+			for r := range world {
+				c, err := engine.SaveMemory(cfg, r, world)
+				if err != nil {
+					t.Fatal(err)
+				}
+				em, err := engine.StartupMemory(cfg, r, world)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if part := 3 * em.Params; s.ShardingDegree == 1 && c.Write > part {
+					t.Errorf("rank %d writes %d bytes: more than its part's %d", r, c.Write, part)
+				}
+				sum += c.Write
+				most, block, host = max(most, c.Write), max(block, c.Block), max(host, c.Host)
+			}
+			// Padding of the vocabulary is written too: the model's
+			// padded embedding, not its count of V rows.
+			if pad := whole - sum; pad > 0 || -pad > whole/100 {
+				t.Errorf("the ranks write %d bytes in all; the model's parameters and moments are %d", sum, whole)
+			}
+			if share := float64(sum) / float64(world); float64(most) > 1.6*share {
+				t.Errorf("the busiest rank writes %d bytes, %.2f × an even share of %.0f", most, float64(most)/share, share)
+			}
+			if host > whole/8 || block > whole/8 {
+				t.Errorf("a rank copies up to %d bytes (async) or a block of %d: the model is %d", host, block, whole)
+			}
+			t.Logf("%s: %.1f GB written in all (model %.1f GB), the busiest rank %.2f GB (even share %.2f); copies: %.2f GB async, a block of %.3f GB sync",
+				s, float64(sum)/1e9, float64(whole)/1e9, float64(most)/1e9, float64(sum)/float64(world)/1e9, float64(host)/1e9, float64(block)/1e9)
+		})
+	}
+}
+
 // TestStartupLlama: for the Llama 3 presets in their own layouts and in
 // others — sharding stages 2 and 3, tensor parallelism equal to the
 // key/value heads (mp 8) and beyond them (mp 16: each of the 8 heads on
