@@ -36,24 +36,33 @@ func Auto(cfg *presets.Config, overrides []string, world int, dev Device) (*pres
 		return nil, Plan{}, plans, badinput.Wrap(fmt.Errorf("Distributed.auto: no strategy for %d worker(s) fits (best rejected: %s: %s); lower the batch or the model, or add workers",
 			world, plans[0].Strategy, plans[0].Reason))
 	}
+	out, err := Apply(cfg, best.Strategy)
+	if err != nil {
+		return nil, Plan{}, plans, fmt.Errorf("Distributed.auto: the chosen plan %s: %w", best.Strategy, err)
+	}
+	return out, best, plans, nil
+}
+
+// Apply returns cfg laid out as strategy s says: its degrees, sharding
+// stage, batch split and recompute, for cfg's global batch.
+func Apply(cfg *presets.Config, s Strategy) (*presets.Config, error) {
 	out := *cfg
-	s := best.Strategy
 	out.Distributed.DPDegree, out.Distributed.MPDegree, out.Distributed.PPDegree = s.DP, s.MP, s.PP
 	out.Distributed.VPPDegree, out.Distributed.PPSchedule = s.VPP, strings.ToLower(s.Schedule())
 	if s.PP == 1 {
 		out.Distributed.PPSchedule = cfg.Distributed.PPSchedule
 	}
 	out.Distributed.Sharding.ShardingDegree, out.Distributed.Sharding.ShardingStage = s.ShardingDegree, s.ShardingStage
-	out.Global.LocalBatchSize = m.GlobalBatch / s.Replicas()
+	out.Global.LocalBatchSize = ModelOf(cfg).GlobalBatch / s.Replicas()
 	out.Global.MicroBatchSize = s.MicroBatch
 	out.Engine.UseRecompute = s.Recompute != RecomputeNone
 	if out.Engine.UseRecompute {
 		out.Engine.RecomputeGranularity = s.Recompute
 	}
 	if err := out.Validate(); err != nil {
-		return nil, Plan{}, plans, fmt.Errorf("Distributed.auto: the chosen plan %s: %w", s, err)
+		return nil, err
 	}
-	return &out, best, plans, nil
+	return &out, nil
 }
 
 // Rejected counts the infeasible plans.

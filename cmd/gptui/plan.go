@@ -15,6 +15,7 @@ import (
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/planner/profile"
@@ -176,10 +177,39 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := planner.WriteTable(stdout, plans, *top); err != nil {
 		return err
 	}
+	shown := ref
 	if best, ok := planner.Best(plans); ok && !fixed.All() {
 		fmt.Fprintf(stdout, "\nchosen: %s\n%s\n", planner.Summary(best), planner.Compare(best, ref))
+		shown = best
+	}
+	if line := saveLine(cfg, shown.Strategy); line != "" {
+		fmt.Fprintln(stdout, line)
 	}
 	return nil
+}
+
+// saveLine says what a checkpoint costs the ranks of cfg laid out as s,
+// by the engine's own account (engine.SaveMemory): the most bytes a rank
+// writes per save and the host memory an asynchronous save copies them
+// into; "" where the layout does not fit the model.
+func saveLine(cfg *presets.Config, s planner.Strategy) string {
+	c, err := planner.Apply(cfg, s)
+	if err != nil {
+		return ""
+	}
+	world := s.Devices()
+	var most engine.SaveCost
+	var total int64
+	for r := range world {
+		sc, err := engine.SaveMemory(c, r, world)
+		if err != nil {
+			return ""
+		}
+		total += sc.Write
+		most.Write, most.Host, most.Block = max(most.Write, sc.Write), max(most.Host, sc.Host), max(most.Block, sc.Block)
+	}
+	return fmt.Sprintf("checkpoint (%s): %s per save in all, each rank writing its own part, at most %s; save_load.async holds up to %s more per rank in host memory, a synchronous save on CPUs a block of up to %s",
+		s, units.GB(total, 2), units.GB(most.Write, 2), units.GB(most.Host, 2), units.GB(most.Block, 3))
 }
 
 // pick returns the first top feasible and the first top infeasible plans

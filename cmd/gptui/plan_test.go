@@ -63,8 +63,9 @@ func TestPlanJSON(t *testing.T) {
 	}
 }
 
-// TestPlanTable: the table, the rejected plans with reasons, and the chosen
-// plan against the config's own strategy.
+// TestPlanTable: the table, the rejected plans with reasons, the chosen
+// plan against the config's own strategy, and what a checkpoint costs
+// its ranks.
 func TestPlanTable(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	code, out, stderr := runCLI(t, "plan", "-c", "13b-4node", "--nodes", "4", "--devices-per-node", "8", "--top", "3")
@@ -72,7 +73,10 @@ func TestPlanTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 	for _, w := range []string{"cluster: 4 node(s) × 8 V100-32G", "strategy", "total GB", "tokens/s", "MFU", "bubble", "rejected:", "out of memory",
-		"chosen: ", "config's strategy dp4 mp2 pp4 mb1 full", "as fast"} {
+		"chosen: ", "config's strategy dp4 mp2 pp4 mb1 full", "as fast",
+		// The chosen plan's checkpoint, by the engine's account: every
+		// parameter and both moments of 13B once, in fp32.
+		"154.24 GB per save in all, each rank writing its own part, at most "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
