@@ -456,6 +456,37 @@ func LoadModelChecked(be kernels.Backend, dir string, check func(*presets.Config
 	return m, cfg, nil
 }
 
+// A ModelSource reads a checkpoint's model weights range by range,
+// without loading the model: what an export streams from.
+type ModelSource struct {
+	Config *presets.Config // the checkpoint's
+	Shape  ModelConfig
+	c      *checkpoint.Checkpoint
+	ts     []Tensor
+	buf    []float32
+}
+
+// OpenModelSource opens the checkpoint dir names, as [LoadModelChecked]
+// does (check, if not nil, is called with its config), for reading its
+// weights with [ModelSource.Read].
+func OpenModelSource(dir string, check func(*presets.Config) error) (*ModelSource, error) {
+	c, cfg, shape, err := openModelCheckpoint(dir, check)
+	if err != nil {
+		return nil, err
+	}
+	ts, _ := Tensors(shape)
+	return &ModelSource{Config: cfg, Shape: shape, c: c, ts: ts}, nil
+}
+
+// Read returns the elements [off, off+n) of the model's weights, laid out
+// by [Tensors] of its shape, read from the checkpoint's slices that hold
+// them: a buffer valid until the next Read, which reuses it.
+func (s *ModelSource) Read(off, n int) ([]float32, error) {
+	s.buf = slices.Grow(s.buf[:0], n)[:n]
+	clear(s.buf)
+	return s.buf, fillRange(s.ts, off, off+n, s.buf, ckptSource(s.c, ckptParams))
+}
+
 // openModelCheckpoint opens the checkpoint dir names (as [LoadModel]
 // does) and returns it with its config and model shape, once it has
 // checked that it holds the weights of that shape and check, if not nil,

@@ -291,7 +291,10 @@ func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float
 			p.Data = data
 		} else {
 			bshape, sh, lo := b.box.shape, b.shape, b.lo
-			p.Fill = func(dst []float32) { copyBlock(dst, sh, make([]int, len(sh)), data, bshape, lo, sh) }
+			p.Fill = func(dst []float32) error {
+				copyBlock(dst, sh, make([]int, len(sh)), data, bshape, lo, sh)
+				return nil
+			}
 		}
 		parts = append(parts, p)
 	})

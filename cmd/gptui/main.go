@@ -16,6 +16,7 @@
 //	gptui data prepare --input FILE|DIR... --output DIR
 //	gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin
 //	gptui import --from hf DIR | --from llmc FILE.bin --out DIR
+//	gptui ckpt consolidate --ckpt DIR --out OUT_DIR
 //	gptui generate --ckpt DIR --prompt TEXT [--max-new-tokens N] ...
 //	gptui plan -c CONFIG|PRESET [-o ...] [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--json]
 //	gptui gpu libs|check|bench|nccl           where the CUDA libraries load from; check the GPU backend against the CPU one; time the GPU's GEMMs; NCCL's data path on one rank
@@ -121,6 +122,7 @@ Commands:
   data prepare --input FILE|DIR ... --output DIR [--tokenizer tokenizer.json]   tokenize text into shards
   export   --ckpt DIR --to hf OUT_DIR | --to llmc FILE    write a checkpoint's model for Hugging Face or llm.c
   import   --from hf DIR | --from llmc FILE --out DIR      make a checkpoint from either
+  ckpt     consolidate --ckpt DIR --out OUT_DIR            rewrite a checkpoint of one file per rank as one file, for sharing
   generate --ckpt DIR --prompt TEXT [--max-new-tokens N] [--tokenizer tokenizer.json]   sample text (KV cache; --temperature 0 is greedy)
   plan     -c ... [--nodes N --devices-per-node D --device TYPE | --hosts FILE] [--top K] [--json] [--profile]
            rank the parallel strategies by predicted memory and step time
@@ -159,6 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdExport(args[1:], stdout, stderr)
 	case "import":
 		return cmdImport(args[1:], stdout, stderr)
+	case "ckpt":
+		return cmdCkpt(args[1:], stdout, stderr)
 	case "plan":
 		return cmdPlan(ctx, args[1:], stdout, stderr)
 	case planLinkPeer: // hidden: an end of the links 'plan --profile' measures

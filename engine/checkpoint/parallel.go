@@ -163,3 +163,20 @@ func numel(shape []int) int {
 	}
 	return n
 }
+
+// Consolidate writes c, a checkpoint of any number of files, as a
+// checkpoint of one file in outputDir (a step directory of the same step,
+// made the latest, as [Save] does): every tensor whole, the manifest's
+// state and run carried over. It reads one tensor at a time: its memory
+// is the largest tensor, not the checkpoint.
+func Consolidate(c *Checkpoint, outputDir string) (string, error) {
+	parts := make([]Part, len(c.Manifest.Tensors))
+	for i, t := range c.Manifest.Tensors {
+		zero := make([]int, len(t.Shape))
+		parts[i] = Part{Name: t.Name, GlobalShape: t.Shape, Start: zero, Shape: t.Shape,
+			Fill: func(dst []float32) error { return c.Read(t.Name, zero, t.Shape, dst) }}
+	}
+	m := c.Manifest
+	m.Tensors, m.Files = nil, nil
+	return Save(outputDir, m, parts, 0)
+}

@@ -41,8 +41,9 @@ type Part struct {
 	// Fill, when Data is nil, writes the block's values into dst (of the
 	// block's element count) as the file is written: a block that is not
 	// a contiguous stretch of its holder's memory is copied out only then,
-	// into a buffer the writer reuses for the next such block.
-	Fill func(dst []float32)
+	// into a buffer the writer reuses for the next such block. Its error
+	// fails the save.
+	Fill func(dst []float32) error
 }
 
 // DirName returns the name of the checkpoint directory of step:
@@ -274,7 +275,9 @@ func encodeShard(bw *bufio.Writer, tensors []safetensors.Tensor, parts []Part, m
 		if data == nil && p.Fill != nil {
 			n := numel(p.Shape)
 			fill = slices.Grow(fill[:0], n)[:n]
-			p.Fill(fill)
+			if err := p.Fill(fill); err != nil {
+				return fmt.Errorf("tensor %q: %w", p.Name, err)
+			}
 			data = fill
 		}
 		for i := 0; i < len(data); i += step {
