@@ -209,13 +209,18 @@ func resumeCandidates(sums []checkpoint.Summary, src int) []candidate {
 	return cs
 }
 
-// complete makes every node hold the checkpoint c verified: the nodes
-// whose copy loads are the sources (a node whose newest it is not, but
-// whose history lists it, is asked to verify it), and each other node
-// gets a copy from one of them, trying each in turn. It returns the nodes
-// that could not be given c, and the first of their errors.
+// complete makes every node hold the whole of checkpoint c verified. A
+// checkpoint whose ranks were on several machines is kept as parts, each
+// node's directory holding the manifest and its own ranks' files (and its
+// buddies', with replicas); a node may also hold a file damaged. complete
+// asks each node what it holds of c (a node whose newest it is not, but
+// whose history lists it, is asked for that step), finds a verified
+// holder of every data file, and gives each node the files it lacks,
+// each from one of their holders, trying each in turn. It returns the
+// nodes that could not be given c, and the first of their errors.
 func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Summary, c candidate, outputDir string, keepLast int) ([]int, error) {
-	have := make([]*checkpoint.Summary, len(nodes)) // the node's verified copy
+	run := j.opts.Config.Engine.SaveLoad.Run
+	have := make([]*checkpoint.Summary, len(nodes)) // what the node holds of c
 	sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
 		s := sums[i]
 		if s.Step == c.step && s.Manifest == c.manifest {
@@ -225,8 +230,8 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 		if r, ok := s.History[c.step]; !ok || r.Manifest != c.manifest {
 			return nil
 		}
-		// Listed, but not the node's newest that loads: it may be damaged.
-		if v, err := summary(ctx, nodes[i], outputDir, c.step, j.opts.Config.Engine.SaveLoad.Run); err == nil && v.Step == c.step && v.Manifest == c.manifest {
+		// Listed, but not the node's newest: what of it does it hold?
+		if v, err := summary(ctx, nodes[i], outputDir, c.step, run); err == nil && v.Step == c.step && v.Manifest == c.manifest {
 			have[i] = &v
 		}
 		return nil
@@ -234,40 +239,86 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var sources []int
+	// Every data file of c and the nodes that hold it verified.
+	holders := map[string][]int{}
 	for i, h := range have {
-		if h != nil {
-			sources = append(sources, i)
+		if h == nil {
+			continue
+		}
+		for _, f := range h.Files[1:] {
+			holders[f] = append(holders[f], i)
+		}
+		for _, f := range h.Missing {
+			holders[f] = append(holders[f], []int(nil)...)
 		}
 	}
-	if len(sources) == 0 {
-		// Listed (by the nodes returned) but damaged everywhere.
+	var unheld []string
+	for _, f := range slices.Sorted(maps.Keys(holders)) {
+		if len(holders[f]) == 0 {
+			unheld = append(unheld, f)
+		}
+	}
+	if len(holders) == 0 || len(unheld) > 0 {
+		// Listed (by the nodes returned) but held whole nowhere.
 		var listed []int
 		for i, s := range sums {
 			if r, ok := s.History[c.step]; ok && r.Manifest == c.manifest {
 				listed = append(listed, i)
-				j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("checkpoint %s/%s does not load, and no node has a copy that does", outputDir, checkpoint.DirName(c.step)))
+				j.nodeEvent(nodes[i].name, event.NodePushing, fmt.Sprintf("checkpoint %s/%s: no node holds %s verified", outputDir, checkpoint.DirName(c.step), strings.Join(unheld, ", ")))
 			}
 		}
-		return listed, fmt.Errorf("step %d: no node has a copy that loads", c.step)
+		if len(unheld) == 0 {
+			return listed, fmt.Errorf("step %d: no node has a copy that loads", c.step)
+		}
+		return listed, fmt.Errorf("step %d: no node holds %s verified", c.step, strings.Join(unheld, ", "))
 	}
 	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
-		if have[i] != nil {
+		var need []string
+		for _, f := range slices.Sorted(maps.Keys(holders)) {
+			if have[i] == nil || !have[i].Holds(f) {
+				need = append(need, f)
+			}
+		}
+		if len(need) == 0 {
 			return nil
 		}
+		// Each file from one of its holders: the first after this node
+		// that holds it, then the others in turn.
 		var err error
-		for k := range sources {
-			from := sources[(i+k)%len(sources)]
+		for k := 1; k <= len(nodes) && len(need) > 0; k++ {
+			from := (i + k) % len(nodes)
+			if have[from] == nil || from == i {
+				continue
+			}
+			var files []string
+			for _, f := range need {
+				if have[from].Holds(f) {
+					files = append(files, f)
+				}
+			}
+			if len(files) == 0 {
+				continue
+			}
 			s := *have[from]
 			what := fmt.Sprintf("copying checkpoint %s/%s from %s", outputDir, s.Name, nodes[from].name)
-			j.nodeEvent(nodes[i].name, event.NodePushing, what)
-			if err = copyCheckpoint(ctx, nodes[from], nodes[i], outputDir, s, keepLast); err == nil {
-				ck := &event.Checkpoint{Step: c.step, Dir: path.Join(outputDir, s.Name), From: nodes[from].name}
-				j.checkpointEvent(nodes[i].name, event.CheckpointCopied, ck, fmt.Sprintf("copied checkpoint %s from %s", ck.Dir, ck.From))
-				return nil
+			if len(files) < len(s.Files)-1 || have[i] != nil {
+				what = fmt.Sprintf("copying %s of checkpoint %s/%s from %s", strings.Join(files, ", "), outputDir, s.Name, nodes[from].name)
 			}
-			err = fmt.Errorf("%s to %s: %w", what, nodes[i].name, err)
-			j.nodeEvent(nodes[i].name, event.NodePushing, err.Error())
+			j.nodeEvent(nodes[i].name, event.NodePushing, what)
+			if err = copyCheckpoint(ctx, nodes[from], nodes[i], outputDir, s, files, keepLast); err != nil {
+				err = fmt.Errorf("%s to %s: %w", what, nodes[i].name, err)
+				j.nodeEvent(nodes[i].name, event.NodePushing, err.Error())
+				continue
+			}
+			need = slices.DeleteFunc(need, func(f string) bool { return slices.Contains(files, f) })
+			ck := &event.Checkpoint{Step: c.step, Dir: path.Join(outputDir, s.Name), From: nodes[from].name, Run: s.Run}
+			j.checkpointEvent(nodes[i].name, event.CheckpointCopied, ck, fmt.Sprintf("copied checkpoint %s from %s", ck.Dir, ck.From))
+		}
+		if len(need) > 0 && err == nil {
+			err = fmt.Errorf("step %d: %s not copied to %s", c.step, strings.Join(need, ", "), nodes[i].name)
+		}
+		if len(need) == 0 {
+			return nil
 		}
 		return err
 	})
@@ -280,15 +331,20 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 	return failed, errorsFirst(errs)
 }
 
-// copyCheckpoint copies the checkpoint s of outputDir from node src to
-// node dst: each file is streamed through the launcher into a temporary
-// directory on dst, which `gptui agent --checkpoint-install` then verifies
-// against the manifest's hashes and renames into place. An interrupted
-// copy leaves only a temporary directory, which checkpoint.Latest ignores
-// and the next save removes.
-func copyCheckpoint(ctx context.Context, src, dst *node, outputDir string, s checkpoint.Summary, keepLast int) error {
+// copyCheckpoint copies the data files files (nil: all that s holds) of
+// the checkpoint s of outputDir, and its manifest, from node src to node
+// dst: each file is streamed through the launcher into a temporary
+// directory on dst, which `gptui agent --checkpoint-install` then
+// verifies against the manifest's hashes and installs: renamed into
+// place, or its files merged into dst's part of the same checkpoint. An
+// interrupted copy leaves only a temporary directory, which
+// checkpoint.Latest ignores and the next save removes.
+func copyCheckpoint(ctx context.Context, src, dst *node, outputDir string, s checkpoint.Summary, files []string, keepLast int) error {
+	if files == nil {
+		files = s.Files[1:]
+	}
 	tmp := path.Join(outputDir, checkpoint.TempCopyName(s.Name))
-	for _, f := range s.Files {
+	for _, f := range append([]string{checkpoint.ManifestFile}, files...) {
 		if err := copyFile(ctx, src, path.Join(outputDir, s.Name, f), dst, path.Join(tmp, f)); err != nil {
 			dst.removeAll(ctx, tmp)
 			return err

@@ -132,8 +132,8 @@ func TestPlanResume(t *testing.T) {
 				os.WriteFile(f, b, 0o644)
 			}
 		}, "output/step_00000005", []string{
-			"127.0.0.2: checkpoint output/step_00000010 does not load, and no node has a copy that does",
-			"127.0.0.3: checkpoint output/step_00000010 does not load, and no node has a copy that does",
+			"127.0.0.2: checkpoint output/step_00000010: no node holds rank_00000.safetensors verified",
+			"127.0.0.3: checkpoint output/step_00000010: no node holds rank_00000.safetensors verified",
 			"127.0.0.2: step 10 cannot be completed on every node; trying step 5",
 		}, ""},
 		{"another run's checkpoint", func(t *testing.T) {

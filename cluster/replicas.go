@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 )
 
 // Bounds of the replica copies: one copy, and how long the end of a job
@@ -94,8 +96,12 @@ func (r *replicator) loop() {
 	}
 }
 
-// replicate copies the newest checkpoint of node src to the replicas-1
-// nodes after it whose newest checkpoint that loads it is not.
+// replicate keeps the newest checkpoint, which node src reported saved,
+// on replicas nodes: each node's part of it (the files it holds: its own
+// ranks', or all of them where one rank wrote them) is copied to the
+// replicas-1 nodes after it, each getting the files it does not hold
+// verified, so that a node's part survives the node. The copies into one
+// node run one after another (each merges into its part).
 func (r *replicator) replicate(ctx context.Context, src int) {
 	sl := r.j.opts.Config.Engine.SaveLoad
 	all, err := r.j.summaries(ctx, r.nodes, sl.OutputDir)
@@ -107,21 +113,46 @@ func (r *replicator) replicate(ctx context.Context, src int) {
 	if want.Step < 0 {
 		return
 	}
-	var wg sync.WaitGroup
-	for k := 1; k < r.replicas; k++ {
-		dst := (src + k) % len(r.nodes)
-		if all[dst].Verified(want) {
-			continue // its newest checkpoint that loads; one it holds damaged is replaced
+	same := func(s checkpoint.Summary) bool { return s.Step == want.Step && s.Manifest == want.Manifest }
+	type copyJob struct {
+		from  int
+		files []string
+	}
+	into := make(map[int][]copyJob) // by receiving node
+	for from, part := range all {
+		if !same(part) {
+			continue
 		}
-		wg.Go(func() {
-			t0 := time.Now()
-			c := &event.Checkpoint{Step: want.Step, Dir: path.Join(sl.OutputDir, want.Name), From: r.nodes[src].name}
-			what := fmt.Sprintf("checkpoint %s from %s", c.Dir, c.From)
-			if err := copyCheckpoint(ctx, r.nodes[src], r.nodes[dst], sl.OutputDir, want, sl.KeepLast); err != nil {
-				r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicaFailed, c, "no replica of "+what+": "+err.Error())
-				return
+		for k := 1; k < r.replicas; k++ {
+			dst := (from + k) % len(r.nodes)
+			var files []string
+			for _, f := range part.Files[1:] {
+				if !same(all[dst]) || !all[dst].Holds(f) {
+					files = append(files, f)
+				}
 			}
-			r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicated, c, fmt.Sprintf("replica of %s in %.1f s", what, time.Since(t0).Seconds()))
+			if len(files) > 0 {
+				into[dst] = append(into[dst], copyJob{from, files})
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for dst, jobs := range into {
+		wg.Go(func() {
+			for _, cj := range jobs {
+				part := all[cj.from]
+				t0 := time.Now()
+				c := &event.Checkpoint{Step: want.Step, Dir: path.Join(sl.OutputDir, want.Name), From: r.nodes[cj.from].name, Run: want.Run}
+				what := fmt.Sprintf("checkpoint %s from %s", c.Dir, c.From)
+				if len(cj.files) < len(want.Files)-1+len(want.Missing) {
+					what = fmt.Sprintf("%s's part of checkpoint %s (%d %s)", c.From, c.Dir, len(cj.files), units.Plural(len(cj.files), "file"))
+				}
+				if err := copyCheckpoint(ctx, r.nodes[cj.from], r.nodes[dst], sl.OutputDir, part, cj.files, sl.KeepLast); err != nil {
+					r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicaFailed, c, "no replica of "+what+": "+err.Error())
+					continue
+				}
+				r.j.checkpointEvent(r.nodes[dst].name, event.CheckpointReplicated, c, fmt.Sprintf("replica of %s in %.1f s", what, time.Since(t0).Seconds()))
+			}
 		})
 	}
 	wg.Wait()

@@ -83,7 +83,7 @@ func TestAgreeRefusesDifferentSteps(t *testing.T) {
 				return
 			}
 			defer w.Close()
-			cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=6", "Engine.log_dir=" + t.TempDir(),
+			cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(), smallVocab, "Engine.max_steps=6", "Engine.log_dir=" + t.TempDir(),
 				"Engine.save_load.output_dir=" + dirs[r], "Engine.save_load.ckpt_dir=auto", "Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=4"})
 			if err != nil {
 				errs[r] = err

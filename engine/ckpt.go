@@ -35,104 +35,13 @@ type trainState struct {
 }
 
 // Save writes a checkpoint of the state after step (0-based, completed)
-// into Engine.save_load.output_dir and returns its directory. In a parallel
-// job every rank calls it, and where the ranks share a machine each
-// writes what it holds, all at once, and rank 0 publishes the checkpoint
-// (ckptwrite.go). Where they do not, sharded optimizer state is gathered
-// inside each sharding group, the parts of the model held by the tensor-
-// and pipeline-parallel ranks of the first replica are sent to rank 0, and
-// rank 0 writes every tensor as the blocks the ranks hold, in global
-// coordinates. The others return "".
+// into Engine.save_load.output_dir and returns its directory. In a
+// parallel job every rank calls it, each writes what it holds, all at
+// once, and rank 0 publishes the checkpoint; where the ranks are on
+// several machines, each machine keeps its ranks' files as its part of it
+// (ckptwrite.go). The others return "".
 func (tr *Trainer) Save(ctx context.Context, step int) (string, error) {
-	if tr.parallelSave() {
-		return tr.saveParallel(ctx, step)
-	}
-	j, err := tr.snapshot(ctx, step, false)
-	if err != nil || j == nil {
-		return "", err
-	}
-	return checkpoint.Save(j.outputDir, j.man, j.parts, j.keepLast)
-}
-
-// saveJob is what rank 0 writes for a checkpoint.
-type saveJob struct {
-	outputDir string
-	man       checkpoint.Manifest
-	parts     []checkpoint.Part
-	keepLast  int
-}
-
-// snapshot does Save's gathering: every rank calls it, and rank 0 gets
-// the checkpoint to write (the others nil). The parts are copies in host
-// memory, downloaded from the backend once its kernels have finished (and
-// gathered from the sharding group's shards over the control plane), so
-// they can be written while training goes on; with private set, rank 0's
-// copies of its own part are buffers the next private snapshot reuses.
-func (tr *Trainer) snapshot(ctx context.Context, step int, private bool) (*saveJob, error) {
-	m := tr.Model
-	// host returns the i-th host buffer of n elements: with private set,
-	// reused by the next private snapshot, which waits for this one's
-	// write first (memory touched once copies several times faster than
-	// fresh pages).
-	host := func(i, n int) []float32 {
-		if !private {
-			return make([]float32, n)
-		}
-		if len(tr.snap) != 3 {
-			tr.snap = make([][]float32, 3)
-		}
-		tr.snap[i] = slices.Grow(tr.snap[i][:0], n)[:n]
-		return tr.snap[i]
-	}
-	var params []float32
-	if m.stage3 != nil {
-		// Stage 3: the part's parameters gathered from the shards.
-		var err error
-		if params, err = tr.fullParams(ctx); err != nil {
-			return nil, err
-		}
-	}
-	mo, vo, err := tr.fullMoments(ctx, host)
-	if err != nil {
-		return nil, err
-	}
-	if tr.topo.DataIndex() != 0 {
-		return nil, nil
-	}
-	if params == nil {
-		params = host(0, m.NumParams())
-		if err := kernels.Download(tr.be, params, m.Params[:m.NumParams()]); err != nil {
-			return nil, err
-		}
-	}
-	held := [][]float32{params, mo, vo}
-	if tr.modelGroup != nil && tr.topo.Rank != 0 {
-		for _, b := range held {
-			if err := tr.modelGroup.Send(ctx, b, 0); err != nil {
-				return nil, fmt.Errorf("checkpoint: sending rank %d's part to rank 0: %w", tr.topo.Rank, err)
-			}
-		}
-		return nil, nil
-	}
-	var parts []checkpoint.Part
-	parts = appendParts(parts, m.Part, m.Tensors, held)
-	if tr.modelGroup != nil {
-		// The model group lists pp-major, mp-minor: member i is stage
-		// i/mp, tensor-parallel rank i%mp.
-		for i := 1; i < tr.modelGroup.Size(); i++ {
-			part := partAt(m.Cfg, tr.topo.MP, i%tr.topo.MP, tr.topo.PP, tr.topo.VPP, i/tr.topo.MP)
-			ts, n := PartTensors(m.Cfg, part)
-			bufs := [][]float32{make([]float32, n), make([]float32, n), make([]float32, n)}
-			for _, b := range bufs {
-				if err := tr.modelGroup.Recv(ctx, b, i); err != nil {
-					return nil, fmt.Errorf("checkpoint: receiving a part from rank %d: %w", tr.modelGroup.Ranks()[i], err)
-				}
-			}
-			parts = appendParts(parts, part, ts, bufs)
-		}
-	}
-	sl := tr.Cfg.Engine.SaveLoad
-	return &saveJob{outputDir: sl.OutputDir, man: tr.manifest(step + 1), parts: parts, keepLast: sl.KeepLast}, nil
+	return tr.saveParallel(ctx, step)
 }
 
 // manifest is the manifest of the checkpoint of the state after step-1
@@ -151,36 +60,6 @@ func (tr *Trainer) manifest(step int) checkpoint.Manifest {
 		RNG:             map[string]uint64{"seed": uint64(tr.Cfg.Global.Seed)},
 		LossScale:       1,
 	}
-}
-
-// appendParts appends the checkpoint blocks of one rank's part of the model:
-// parameters and both moments (bufs, laid out by ts) of each tensor it
-// holds, as its pieces of the global tensors. A tensor held whole by every
-// rank of a tensor-parallel group is written by the group's first rank, a
-// block held alike by several (Piece.Copy) by the first of them, and the
-// tied wte by the first pipeline stage.
-func appendParts(parts []checkpoint.Part, part Part, ts []Tensor, bufs [][]float32) []checkpoint.Part {
-	prefixes := []string{ckptParams, ckptAdamM, ckptAdamV}
-	for _, t := range ts {
-		if !t.Split && part.MPRank != 0 || t.Name == "wte" && !part.Embed {
-			continue
-		}
-		for k, b := range bufs {
-			local := b[t.Offset : t.Offset+t.Size]
-			for _, pc := range t.Pieces {
-				if pc.Copy {
-					continue
-				}
-				data := local
-				if len(t.Pieces) > 1 || !slices.Equal(pc.Shape, t.Shape) {
-					data = make([]float32, numel(pc.Shape))
-					copyBlock(data, pc.Shape, make([]int, len(pc.Shape)), local, t.Shape, pc.Local, pc.Shape)
-				}
-				parts = append(parts, checkpoint.Part{Name: prefixes[k] + t.Name, GlobalShape: t.Global, Start: pc.Global, Shape: pc.Shape, Data: data})
-			}
-		}
-	}
-	return parts
 }
 
 // openCheckpoint resolves Engine.save_load.ckpt_dir: "" (none), "auto" (the

@@ -32,8 +32,14 @@ import (
 //     file is written. Nothing is gathered, and no rank holds more than
 //     its own buffers and one block's copy.
 //  3. The ranks send rank 0 their reports (file, SHA-256, blocks; a few
-//     hundred bytes), and rank 0 writes the manifest and publishes the
-//     checkpoint (checkpoint.Commit).
+//     hundred bytes), and rank 0 makes the manifest. Where every rank is
+//     on one machine, rank 0 publishes the checkpoint (checkpoint.Commit).
+//     Where they are on several (their node names differ), rank 0 sends
+//     the manifest to every rank, and the first rank of each machine
+//     publishes that machine's files with it (checkpoint.Publish): each
+//     machine keeps its own ranks' part of the checkpoint, and the
+//     launcher copies the parts between the machines (replicas, and a
+//     resume that completes every machine's copy).
 //
 // An asynchronous save (Engine.save_load.async) copies the rank's ranges
 // to host memory in step 1 — its part of the model, no more — and writes
@@ -42,11 +48,6 @@ import (
 // commit's collectives come at the same point on every rank. A backend
 // with device memory copies the ranges to host memory too, synchronous
 // or not.
-//
-// The ranks of one save share its directory: a job whose ranks are on
-// several machines (hosts differ) is saved by gathering every part at rank
-// 0 (snapshot), until the checkpoints of several machines are assembled
-// by the launcher.
 
 // rankSave is one rank's share of a parallel save.
 type rankSave struct {
@@ -61,15 +62,25 @@ type rankSave struct {
 	err    error
 }
 
-// parallelSave reports whether every rank can write its own part into
-// one directory: one process, or every rank on one machine.
-func (tr *Trainer) parallelSave() bool {
+// oneMachine reports whether every rank is on one machine (its node name
+// in the launcher's inventory, else its host name): one process, or
+// ranks that share their output directory.
+func (tr *Trainer) oneMachine() bool {
 	for _, h := range tr.hosts {
 		if h != tr.hosts[0] {
 			return false
 		}
 	}
 	return true
+}
+
+// publishes reports whether this rank publishes its machine's part of a
+// checkpoint: the first rank on its machine.
+func (tr *Trainer) publishes() bool {
+	if tr.hosts == nil {
+		return tr.topo.Rank == 0
+	}
+	return slices.Index(tr.hosts, tr.hosts[tr.topo.Rank]) == tr.topo.Rank
 }
 
 // beginSave starts this rank's share of the parallel save of the state
@@ -137,9 +148,11 @@ type saveReport struct {
 }
 
 // commitSave ends the parallel save rs once every rank has written its
-// file: the ranks send rank 0 their reports, and rank 0 publishes the
-// checkpoint and returns its directory (the others ""). A rank that could
-// not write its file fails the save on rank 0, named, and on itself.
+// file: the ranks send rank 0 their reports, rank 0 makes the manifest,
+// and the checkpoint is published — by rank 0 where the ranks share a
+// machine, else by the first rank of each machine, its part — and rank 0
+// returns its directory (the others ""). A rank that could not write its
+// file fails the save, named, on rank 0, on itself and on every machine.
 func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error) {
 	rep := saveReport{Report: rs.report}
 	if rs.err != nil {
@@ -155,9 +168,58 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 			return "", fmt.Errorf("checkpoint: gathering the ranks' reports: %w", err)
 		}
 	}
-	if tr.topo.Rank != 0 {
+	sl := tr.Cfg.Engine.SaveLoad
+	var reports []checkpoint.ShardReport
+	var failed error // rank 0's verdict
+	if tr.topo.Rank == 0 {
+		if reports, failed = saveReports(all, rs.step); failed == nil && tr.oneMachine() {
+			return checkpoint.Commit(sl.OutputDir, rs.tmp, rs.man, reports, sl.KeepLast)
+		}
+	}
+	if tr.oneMachine() {
+		if failed != nil {
+			os.RemoveAll(rs.tmp)
+		}
+		return "", errors.Join(failed, rs.err)
+	}
+	// Several machines: rank 0 tells every rank the manifest, or why the
+	// save failed (a leading 0 byte), and each machine publishes its part.
+	var verdict []byte
+	if tr.topo.Rank == 0 {
+		var man []byte
+		if failed == nil {
+			man, failed = checkpoint.Index(rs.man, reports)
+		}
+		verdict = append([]byte{1}, man...)
+		if failed != nil {
+			verdict = append([]byte{0}, failed.Error()...)
+		}
+	}
+	if verdict, err = broadcastBytes(ctx, tr.ckpt, verdict); err != nil {
+		return "", fmt.Errorf("checkpoint: sending the manifest: %w", err)
+	}
+	if len(verdict) == 0 || verdict[0] == 0 {
+		if tr.publishes() {
+			os.RemoveAll(rs.tmp)
+		}
+		if failed == nil {
+			failed = fmt.Errorf("checkpoint: step %d not saved: %s", rs.step, verdict[min(1, len(verdict)):])
+		}
+		return "", errors.Join(failed, rs.err)
+	}
+	if !tr.publishes() {
 		return "", rs.err
 	}
+	dir, err := checkpoint.Publish(sl.OutputDir, rs.tmp, verdict[1:], sl.KeepLast)
+	if tr.topo.Rank != 0 {
+		return "", errors.Join(err, rs.err)
+	}
+	return dir, err
+}
+
+// saveReports decodes the ranks' reports of the save of step, or says
+// which ranks could not write their files.
+func saveReports(all [][]byte, step int) ([]checkpoint.ShardReport, error) {
 	reports := make([]checkpoint.ShardReport, len(all))
 	var failed []string
 	for r, b := range all {
@@ -172,11 +234,9 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 		reports[r] = rep.Report
 	}
 	if len(failed) > 0 {
-		os.RemoveAll(rs.tmp)
-		return "", fmt.Errorf("checkpoint: step %d not saved: %s", rs.step, strings.Join(failed, "; "))
+		return nil, fmt.Errorf("checkpoint: step %d not saved: %s", step, strings.Join(failed, "; "))
 	}
-	sl := tr.Cfg.Engine.SaveLoad
-	return checkpoint.Commit(sl.OutputDir, rs.tmp, rs.man, reports, sl.KeepLast)
+	return reports, nil
 }
 
 // saveParallel is a synchronous parallel save of the state after step.
@@ -395,6 +455,33 @@ func gatherBytes(ctx context.Context, g *comm.Group, b []byte) ([][]byte, error)
 		out[r] = unpackBytes(f, n)
 	}
 	return out, nil
+}
+
+// broadcastBytes sends b from member 0 of g to every member, which
+// returns it (member 0 its own): two broadcasts, its length and its
+// bytes, two a value.
+func broadcastBytes(ctx context.Context, g *comm.Group, b []byte) ([]byte, error) {
+	if len(b) >= 1<<24 {
+		return nil, fmt.Errorf("%d bytes to broadcast: over the bound of 16 MiB", len(b))
+	}
+	n := []float32{float32(len(b))}
+	if err := g.Broadcast(ctx, n, 0); err != nil {
+		return nil, err
+	}
+	if n[0] < 0 || n[0] >= 1<<24 {
+		return nil, errors.New("the length broadcast is out of bounds")
+	}
+	f := packBytes(b)
+	if g.Rank() != 0 {
+		f = make([]float32, (int(n[0])+1)/2)
+	}
+	if err := g.Broadcast(ctx, f, 0); err != nil {
+		return nil, err
+	}
+	if g.Rank() == 0 {
+		return b, nil
+	}
+	return unpackBytes(f, int(n[0])), nil
 }
 
 // packBytes holds b two bytes a value, as integers below 2^16 that a

@@ -275,3 +275,76 @@ func TestParallelSaveKills(t *testing.T) {
 	}
 	t.Logf("%d kills (%d with a new save's temporary directory left): checkpoints up to step %d, each loading whole", kills, inWrite, last)
 }
+
+// TestParallelSaveMachines: ranks on two machines (node names a, a, b, b,
+// each machine its own output directory) save a checkpoint as two parts:
+// each machine's directory holds the manifest, the same on both, and its
+// own ranks' files, and names it latest; a part does not load, and the
+// two parts together are the checkpoint, every rank's state in it.
+func TestParallelSaveMachines(t *testing.T) {
+	for _, async := range []bool{false, true} {
+		t.Run(fmt.Sprintf("async %v", async), func(t *testing.T) {
+			outs := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
+			hosts := []string{"a", "a", "b", "b"}
+			o := append(parityOverrides(t), "Engine.max_steps=2", "Engine.save_load.save_steps=2", fmt.Sprintf("Engine.save_load.async=%v", async),
+				"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")
+			r := runRanksWith(t, 4, o, rankOptions{edit: func(tr *Trainer) {
+				tr.hosts = hosts
+				tr.Cfg.Engine.SaveLoad.OutputDir = outs[hosts[tr.topo.Rank]]
+			}})
+			if want := filepath.Join(outs["a"], checkpoint.DirName(2)); r.res[0].Checkpoint != want {
+				t.Errorf("rank 0 reports %q, want %q", r.res[0].Checkpoint, want)
+			}
+			var manifests [][]byte
+			for node, files := range map[string][]string{"a": {"rank_00000.safetensors", "rank_00001.safetensors"}, "b": {"rank_00002.safetensors", "rank_00003.safetensors"}} {
+				dir := filepath.Join(outs[node], checkpoint.DirName(2))
+				c, missing, err := checkpoint.Open(dir)
+				if err != nil {
+					t.Fatalf("machine %s: %v", node, err)
+				}
+				var names []string
+				for _, m := range missing {
+					names = append(names, m.Name)
+				}
+				if len(c.Manifest.Files) != 4 || len(missing) != 2 || slices.ContainsFunc(names, func(n string) bool { return slices.Contains(files, n) }) {
+					t.Errorf("machine %s: manifest files %d, missing %v; want 4, the other machine's two", node, len(c.Manifest.Files), names)
+				}
+				if _, err := checkpoint.Load(dir); err == nil {
+					t.Errorf("machine %s's part loads as a whole checkpoint", node)
+				}
+				if b, _ := os.ReadFile(filepath.Join(outs[node], checkpoint.LatestFile)); string(b) != checkpoint.DirName(2)+"\n" {
+					t.Errorf("machine %s: latest names %q", node, b)
+				}
+				b, _ := os.ReadFile(filepath.Join(dir, checkpoint.ManifestFile))
+				manifests = append(manifests, b)
+			}
+			if !slices.Equal(manifests[0], manifests[1]) {
+				t.Error("the machines' manifests differ")
+			}
+			// Machine b's files beside machine a's: the whole checkpoint.
+			da, db := filepath.Join(outs["a"], checkpoint.DirName(2)), filepath.Join(outs["b"], checkpoint.DirName(2))
+			for _, f := range []string{"rank_00002.safetensors", "rank_00003.safetensors"} {
+				b, err := os.ReadFile(filepath.Join(db, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(da, f), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := checkpoint.Load(da)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k, tr := range r.trs {
+				got := make([]float32, tr.Model.NumParams())
+				if err := readParams(tr.be, c, tr.Model.Tensors, ckptParams, []Span{{0, 0, len(got)}}, got); err != nil {
+					t.Fatal(err)
+				}
+				if d := maxRelDiff(got, r.params[k]); d != 0 {
+					t.Errorf("rank %d: the checkpoint's parameters differ from the rank's by %.3g", k, d)
+				}
+			}
+		})
+	}
+}

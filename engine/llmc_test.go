@@ -36,7 +36,7 @@ func TestLLMCCompatibility(t *testing.T) {
 	if err := json.Unmarshal(raw, &want); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := presets.Load("tiny", []string{
+	cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(),
 		"Model.init_from=" + filepath.Join(srcDir, "testdata/llmc/model.bin"),
 		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0",
 		"Data.Train.dataset.input_dir=" + filepath.Join(srcDir, "testdata/llmc/data"),

@@ -101,7 +101,7 @@ func TestLogsOnFullDisk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=2", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + logs,
+	cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(), smallVocab, "Engine.max_steps=2", "Engine.eval_freq=0", "Engine.logging_freq=1", "Engine.log_dir=" + logs,
 		"Engine.save_load.save_steps=2", "Engine.save_load.output_dir=" + out, "Global.micro_batch_size=4"})
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestLogsOnFullDisk(t *testing.T) {
 func TestLogDirNotWritable(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(file, nil, 0o644)
-	cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=1", "Engine.log_dir=" + filepath.Join(file, "logs")})
+	cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(), smallVocab, "Engine.max_steps=1", "Engine.log_dir=" + filepath.Join(file, "logs")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,6 +99,7 @@ func startRanks(t *testing.T, world int, overrides []string, o rankOptions) *ran
 		o.backend = cpuBackend
 	}
 	port := freePort(t)
+	out := t.TempDir() // the ranks' checkpoints, unless overrides name a folder
 	var wg sync.WaitGroup
 	r := &rankRun{trs: make([]*Trainer, world), res: make([]*Result, world), errs: make([]error, world),
 		params: make([][]float32, world), counts: make([]deferred.Counts, world)}
@@ -114,7 +115,7 @@ func startRanks(t *testing.T, world int, overrides []string, o rankOptions) *ran
 				return
 			}
 			defer w.Close()
-			cfg, err := presets.Load("tiny", overrides)
+			cfg, err := presets.Load("tiny", append([]string{"Engine.save_load.output_dir=" + out}, overrides...))
 			if err != nil {
 				r.errs[k] = err
 				return

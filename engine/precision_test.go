@@ -34,7 +34,7 @@ func TestLossScaleIsExact(t *testing.T) {
 // gradients; those steps are skipped (parameters untouched), logged and
 // counted, the scale backs off, and training goes on with finite losses.
 func TestLossScaleOverflowSkips(t *testing.T) {
-	cfg, err := presets.Load("tiny", []string{smallVocab, "Engine.max_steps=6", "Engine.logging_freq=1", "Engine.mix_precision.dtype=fp16",
+	cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(), smallVocab, "Engine.max_steps=6", "Engine.logging_freq=1", "Engine.mix_precision.dtype=fp16",
 		"Engine.mix_precision.scale_loss=1e39", "Engine.log_dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestCPUBF16Tiny(t *testing.T) {
 		t.Skip("trains tiny for 40 steps twice, in fp32 (the run TestTrainTinyLossFalls checks) and in bf16 (about 12 s)")
 	}
 	want, _, _ := tinyFP32(t)
-	cfg, err := presets.Load("tiny", append(slices.Clone(tinyOverrides), "Engine.mix_precision.dtype=bf16", "Engine.log_dir="+t.TempDir()))
+	cfg, err := presets.Load("tiny", append([]string{"Engine.save_load.output_dir=" + t.TempDir()}, append(slices.Clone(tinyOverrides), "Engine.mix_precision.dtype=bf16", "Engine.log_dir="+t.TempDir())...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestResumeSkipsDamaged(t *testing.T) {
 func TestInitFromCheckpoint(t *testing.T) {
 	out := t.TempDir()
 	first, _ := trainTiny(t, "Engine.max_steps=2", "Engine.save_load.save_steps=2", "Engine.save_load.output_dir="+out)
-	cfg, err := presets.Load("tiny", []string{smallVocab, "Model.init_from=" + filepath.Join(out, "step_00000002"), "Engine.log_dir=" + t.TempDir()})
+	cfg, err := presets.Load("tiny", []string{"Engine.save_load.output_dir=" + t.TempDir(), smallVocab, "Model.init_from=" + filepath.Join(out, "step_00000002"), "Engine.log_dir=" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 
 // saver keeps a run's checkpoints on Engine.save_load's schedule: every
 // save_steps steps and after the last, and before a stop. A save is
-// synchronous, or with save_load.async a snapshot of the state that rank 0
-// writes in the background while training goes on: at most one is in
-// flight, the next save waits for it, and its error is the next save's,
-// the next collect's or the run's end's.
+// synchronous, or with save_load.async a copy of each rank's share that
+// the rank writes in the background while training goes on: at most one
+// is in flight, the next save waits for it, and its error is the next
+// save's, the next collect's or the run's end's.
 type saver struct {
 	tr      *Trainer
 	res     *Result      // its Checkpoint is the last one written
@@ -53,7 +53,7 @@ func (s *saver) save(ctx context.Context, step int) error {
 	ctx = context.WithoutCancel(ctx)
 	s.saved = step
 	t0 := time.Now()
-	if tr.Cfg.Engine.SaveLoad.Async && tr.parallelSave() {
+	if tr.Cfg.Engine.SaveLoad.Async {
 		if err := s.collect(true); err != nil {
 			return err
 		}
@@ -61,23 +61,12 @@ func (s *saver) save(ctx context.Context, step int) error {
 		if err != nil {
 			return fmt.Errorf("saving checkpoint: %w", err)
 		}
-		s.pending = startWrite(rs, time.Since(t0))
+		var commit func(*rankSave) (string, error)
+		if tr.ckpt == nil {
+			commit = func(rs *rankSave) (string, error) { return tr.commitSave(context.WithoutCancel(ctx), rs) }
+		}
+		s.pending = startWrite(rs, time.Since(t0), commit)
 		if tr.topo.Rank == 0 {
-			tr.log.logf("%s", checkpoint.SavingLine(s.pending.step))
-			tr.onCheckpoint(event.CheckpointSaving, s.pending.step, "")
-		}
-		return nil
-	}
-	if tr.Cfg.Engine.SaveLoad.Async {
-		if err := s.collect(true); err != nil {
-			return err
-		}
-		j, err := tr.snapshot(ctx, step, true)
-		if err != nil {
-			return fmt.Errorf("saving checkpoint: %w", err)
-		}
-		if j != nil {
-			s.pending = startSave(j, time.Since(t0))
 			tr.log.logf("%s", checkpoint.SavingLine(s.pending.step))
 			tr.onCheckpoint(event.CheckpointSaving, s.pending.step, "")
 		}
@@ -98,7 +87,7 @@ func (s *saver) save(ctx context.Context, step int) error {
 // collect reports the background save, if there is one and it has
 // finished or wait is set (then it waits for it), and returns its error.
 //
-// A parallel save (p.rs) is committed by every rank at once: without
+// A save is committed by every rank at once: without
 // wait, once every rank has written its file (one all-reduce of a flag
 // per call while it is in flight); every rank calls collect at the same
 // points, so the ranks decide alike.
@@ -107,7 +96,7 @@ func (s *saver) collect(wait bool) error {
 	if p == nil {
 		return nil
 	}
-	if p.rs != nil && !wait {
+	if !wait {
 		all, err := s.tr.allWritten(context.Background(), p.finished())
 		if err != nil {
 			return err
@@ -122,11 +111,11 @@ func (s *saver) collect(wait bool) error {
 	}
 	<-p.done
 	s.pending = nil
-	if p.rs != nil {
+	if !p.committed {
 		p.dir, p.err = s.tr.commitSave(context.Background(), p.rs)
-		if p.dir == "" && p.err == nil {
-			return nil // another rank publishes it
-		}
+	}
+	if p.dir == "" && p.err == nil {
+		return nil // rank 0 publishes it
 	}
 	if p.err != nil {
 		return fmt.Errorf("saving checkpoint in the background: %w", p.err)
@@ -139,35 +128,30 @@ func (s *saver) collect(wait bool) error {
 
 // pendingSave is a checkpoint being written in the background.
 type pendingSave struct {
-	rs      *rankSave     // a parallel save's share of this rank; nil: rank 0 writes it all
-	step    int           // the step saved (1-based, as in its directory name)
-	blocked time.Duration // what the snapshot cost the step loop
-	done    chan struct{} // closed when dir, err and write are set
-	dir     string
-	err     error
-	write   time.Duration
-}
-
-// startSave writes the snapshot j in a background goroutine.
-func startSave(j *saveJob, blocked time.Duration) *pendingSave {
-	p := &pendingSave{step: j.man.Step, blocked: blocked, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		t0 := time.Now()
-		p.dir, p.err = checkpoint.Save(j.outputDir, j.man, j.parts, j.keepLast)
-		p.write = time.Since(t0)
-	}()
-	return p
+	rs        *rankSave     // this rank's share of the save
+	committed bool          // published by the writer (one process): dir and err are its
+	step      int           // the step saved (1-based, as in its directory name)
+	blocked   time.Duration // what the snapshot cost the step loop
+	done      chan struct{} // closed when dir, err and write are set
+	dir       string
+	err       error
+	write     time.Duration
 }
 
 // startWrite writes this rank's file of the parallel save rs in a
 // background goroutine; collect commits it.
-func startWrite(rs *rankSave, blocked time.Duration) *pendingSave {
+// A single process (commit set) publishes it there too: its commit needs
+// no other rank.
+func startWrite(rs *rankSave, blocked time.Duration, commit func(*rankSave) (string, error)) *pendingSave {
 	p := &pendingSave{rs: rs, step: rs.step, blocked: blocked, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		t0 := time.Now()
 		rs.write()
+		if commit != nil {
+			p.dir, p.err = commit(rs)
+			p.committed = true
+		}
 		p.write = time.Since(t0)
 	}()
 	return p

@@ -211,7 +211,7 @@ func newRanksOn(t *testing.T, world int, overrides []string, be func(r int) kern
 				return
 			}
 			worlds[r] = w
-			cfg, err := presets.Load("tiny", overrides)
+			cfg, err := presets.Load("tiny", append([]string{"Engine.save_load.output_dir=" + t.TempDir()}, overrides...))
 			if err != nil {
 				errs[r] = err
 				return
@@ -244,7 +244,7 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 	// model.bin's shape, as config keys.
 	shape := []string{"Model.vocab_size=1000", "Model.hidden_size=64", "Model.num_layers=2", "Model.num_attention_heads=4",
 		"Model.ffn_hidden_size=256", "Model.max_position_embeddings=64", "Data.Train.dataset.max_seq_len=64", "Engine.log_dir=" + t.TempDir()}
-	cfg, err := presets.Load("tiny", shape)
+	cfg, err := presets.Load("tiny", append([]string{"Engine.save_load.output_dir=" + t.TempDir()}, shape...))
 	if err != nil {
 		t.Fatal(err)
 	}

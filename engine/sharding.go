@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gptui/gptui/comm"
@@ -12,7 +11,7 @@ import (
 // gatherShards returns in host memory, laid out by the model's layout, a
 // buffer the sharding group holds in shards, own being this rank's (in
 // the backend's memory, laid out by its spans): a collective of the
-// control plane, for checkpoints.
+// control plane, by which the tests compare the ranks' weights.
 func (tr *Trainer) gatherShards(ctx context.Context, own []float32) ([]float32, error) {
 	d := tr.dp
 	in := make([]float32, d.length)
@@ -32,26 +31,9 @@ func (tr *Trainer) gatherShards(ctx context.Context, own []float32) ([]float32, 
 	return full, nil
 }
 
-// fullMoments returns in host memory the AdamW moments of every
-// parameter: this rank's own, downloaded into host(1, n) and host(2, n),
-// when it holds them all, else the sharding group's shards gathered (a
-// collective: every member calls it, for a checkpoint).
-func (tr *Trainer) fullMoments(ctx context.Context, host func(i, n int) []float32) (mo, vo []float32, err error) {
-	if tr.dp == nil || tr.topo.Sharding == 1 {
-		mo, vo = host(1, len(tr.Opt.M)), host(2, len(tr.Opt.V))
-		err = errors.Join(kernels.Download(tr.be, mo, tr.Opt.M), kernels.Download(tr.be, vo, tr.Opt.V))
-		return mo, vo, err
-	}
-	if mo, err = tr.gatherShards(ctx, tr.Opt.M); err != nil {
-		return nil, nil, err
-	}
-	vo, err = tr.gatherShards(ctx, tr.Opt.V)
-	return mo, vo, err
-}
-
 // fullParams returns in host memory the parameters of the rank's part of
 // the model under stage 3, gathered from the sharding group's shards (a
-// collective, for checkpoints).
+// collective, for the tests).
 func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
 	return tr.gatherShards(ctx, tr.Model.stage3.shard)
 }

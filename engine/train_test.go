@@ -76,9 +76,11 @@ func trainPreset(t *testing.T, preset string, overrides ...string) (*Trainer, *R
 }
 
 // trainPresetOn is trainPreset on the backend be.
+// Its checkpoints go to a folder of the test's own unless overrides name
+// one: a run from step 0 into another run's checkpoints is refused.
 func trainPresetOn(t *testing.T, be kernels.Backend, preset string, overrides ...string) (*Trainer, *Result) {
 	t.Helper()
-	cfg, err := presets.Load(preset, overrides)
+	cfg, err := presets.Load(preset, append([]string{"Engine.save_load.output_dir=" + t.TempDir()}, overrides...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func tinyFP32(t *testing.T) (res *Result, out []byte, logDir string) {
 			return
 		}
 		var cfg *presets.Config
-		if cfg, r.err = presets.Load("tiny", append(slices.Clone(tinyOverrides), "Engine.log_dir="+r.dir)); r.err != nil {
+		if cfg, r.err = presets.Load("tiny", append(slices.Clone(tinyOverrides), "Engine.log_dir="+r.dir, "Engine.save_load.output_dir="+filepath.Join(r.dir, "output"))); r.err != nil {
 			return
 		}
 		var tr *Trainer

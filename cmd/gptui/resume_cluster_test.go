@@ -8,16 +8,20 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gptui/gptui/engine/checkpoint"
 )
 
 // TestResumeHostsSync: two sshd nodes with separate workdirs, small as dp4
-// (two ranks per node) saving every 5 steps into the relative output dir,
-// so only rank 0's node holds the checkpoints. A planted checkpoint of
-// another run on the second node is refused before anything starts,
-// naming the nodes and steps (exit 2); with the first node's own older
-// checkpoint there instead, `run --resume` copies step 10 to the second node, every rank resumes from step 10 and steps 10–19 have the
-// losses of an uninterrupted run. (decay_steps stays the uninterrupted
-// run's restartSteps, whose default follows max_steps.)
+// (two ranks per node) saving every 5 steps into the relative output dir:
+// each node keeps its own ranks' files of each checkpoint, a part that
+// does not load alone. With the second node's step 10 gone and a
+// checkpoint of another run planted there, `run --resume` is refused
+// before anything starts, naming the nodes and steps (exit 2); with the
+// parts as saved, it gives each node the other's files, every rank
+// resumes from step 10 and steps 10–19 have the losses of an
+// uninterrupted run. (decay_steps stays the uninterrupted run's
+// restartSteps, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
 	long(t)
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
@@ -27,31 +31,27 @@ func TestResumeHostsSync(t *testing.T) {
 	if out, err := run("-o", "Engine.max_steps=10"); err != nil {
 		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
 	}
-	out0 := filepath.Join(c.workdirs[0], "output")
 	out1 := filepath.Join(c.workdirs[1], "output")
-	if _, err := os.Stat(filepath.Join(out1, "step_00000010")); err == nil {
-		t.Fatalf("the second node holds step 10 before the resume")
+	_, missing, err := checkpoint.Open(filepath.Join(out1, "step_00000010"))
+	if err != nil || len(missing) != 2 || missing[0].Name != "rank_00000.safetensors" || missing[1].Name != "rank_00001.safetensors" {
+		t.Fatalf("the second node's step 10: %v, missing %v; want its part, without the first node's two files", err, missing)
 	}
+	restore := c.keepOutputs(t)
 
-	// A checkpoint of another run (another seed) on the second node:
-	// refused before any worker.
+	// A checkpoint of another run (another seed) on the second node, which
+	// lost its step 10: refused before any worker.
 	foreign := t.TempDir()
 	if code, _, e := runCLI(t, append(append([]string{"train"}, small(t)...), "-o", "Global.seed=7", "-o", "Engine.max_steps=5", "-o", "Engine.eval_freq=0",
 		"-o", "Data.Train.dataset.max_seq_len=16", "-o", "Engine.save_load.save_steps=5",
 		"-o", "Engine.save_load.output_dir="+filepath.Join(foreign, "out"), "-o", "Engine.log_dir="+filepath.Join(foreign, "log"))...); code != 0 {
 		t.Fatalf("foreign run: %s", e)
 	}
-	if err := os.MkdirAll(out1, 0o755); err != nil {
-		t.Fatal(err)
+	for _, s := range []string{"step_00000005", "step_00000010"} {
+		os.RemoveAll(filepath.Join(out1, s))
 	}
-	plant := func(from string) {
-		t.Helper()
-		os.RemoveAll(filepath.Join(out1, "step_00000005"))
-		if b, err := exec.Command("cp", "-r", filepath.Join(from, "step_00000005"), out1).CombinedOutput(); err != nil {
-			t.Fatalf("cp: %v: %s", err, b)
-		}
+	if b, err := exec.Command("cp", "-r", filepath.Join(foreign, "out", "step_00000005"), out1).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, b)
 	}
-	plant(filepath.Join(foreign, "out"))
 	out, err := run("--resume", "-o", "Engine.max_steps=20")
 	if exitStatus(err) != 2 {
 		t.Fatalf("planted mismatch: exit %d, want 2\n%s", exitStatus(err), out)
@@ -63,26 +63,28 @@ func TestResumeHostsSync(t *testing.T) {
 	if strings.Contains(out, "[job] started") || strings.Contains(out, "[train]") {
 		t.Errorf("planted mismatch: the job started:\n%s", out)
 	}
-	// The first node's own step 5 there instead: the second node is only
-	// behind, and gets step 10.
-	plant(out0)
 
+	// The parts as saved: each node gets the other's files.
+	restore()
 	out, err = run("--resume", "-o", "Engine.max_steps=20")
 	if err != nil {
 		t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
 	}
-	if !strings.Contains(out, "copying checkpoint output/step_00000010 from 127.0.0.2") {
-		t.Errorf("no copy of step 10 reported:\n%s", out)
+	for _, w := range []string{
+		"[127.0.0.3] pushing: copying rank_00000.safetensors, rank_00001.safetensors of checkpoint output/step_00000010 from 127.0.0.2",
+		"[127.0.0.2] pushing: copying rank_00002.safetensors, rank_00003.safetensors of checkpoint output/step_00000010 from 127.0.0.3",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("no %q:\n%s", w, out)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(out1, "step_00000010", "manifest.json")); err != nil {
-		t.Errorf("the second node has no copy of step 10: %v", err)
-	}
+	c.sameCheckpoint(t, "step_00000010", 1, 0)
 	checkResumedEverywhere(t, out, want, 10, 20)
 }
 
 // TestReplicasSurviveNodeLoss: with Engine.save_load.replicas: 2 on two
-// sshd nodes, each checkpoint rank 0's node saves is copied to the second
-// node during the run; with rank 0's node's output directory then deleted,
+// sshd nodes, each node's part of every checkpoint (its ranks' files) is
+// copied to the other during the run, so each holds the whole; with rank 0's node's output directory then deleted,
 // `run --resume` takes step 10 from the replica and every rank resumes
 // from it with the uninterrupted losses. Replicas above the node count are
 // refused (exit 2).
@@ -99,13 +101,20 @@ func TestReplicasSurviveNodeLoss(t *testing.T) {
 	if out, err = run("-o", "Engine.max_steps=10"); err != nil {
 		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
 	}
-	if !strings.Contains(out, "[127.0.0.3] replica: replica of checkpoint output/step_00000010 from 127.0.0.2 in ") {
-		t.Errorf("no replica of step 10 reported:\n%s", out)
+	// Each node saves its own ranks' files of step 10, and copies them to
+	// the other.
+	for _, w := range []string{
+		"[127.0.0.3] replica: replica of 127.0.0.2's part of checkpoint output/step_00000010 (2 files) in ",
+		"[127.0.0.2] replica: replica of 127.0.0.3's part of checkpoint output/step_00000010 (2 files) in ",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("no %q:\n%s", w, out)
+		}
 	}
 	out0 := filepath.Join(c.workdirs[0], "output")
 	out1 := filepath.Join(c.workdirs[1], "output")
-	if _, err := os.Stat(filepath.Join(out1, "step_00000010", "manifest.json")); err != nil {
-		t.Fatalf("the second node holds no replica of step 10: %v", err)
+	if _, err := checkpoint.Load(filepath.Join(out1, "step_00000010")); err != nil {
+		t.Fatalf("the second node does not hold the whole of step 10: %v", err)
 	}
 	if err := os.RemoveAll(out0); err != nil {
 		t.Fatal(err)

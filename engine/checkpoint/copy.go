@@ -4,7 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -12,19 +14,26 @@ import (
 	"strings"
 )
 
-// Summary identifies a complete checkpoint for comparing and copying it
-// between machines: its step, directory name, the SHA-256 of its manifest,
-// the run that wrote it and the files it consists of; and the other
-// checkpoints of its output directory, by which two machines tell whether
-// their checkpoints come from one run.
+// Summary identifies a checkpoint, or the part of one that a machine
+// holds, for comparing and copying it between machines: its step,
+// directory name, the SHA-256 of its manifest, the run that wrote it, the
+// files it holds verified and those of its manifest it lacks; and the
+// other checkpoints of its output directory, by which two machines tell
+// whether their checkpoints come from one run. A checkpoint whose ranks
+// were on several machines is kept as parts: each machine's directory
+// holds the manifest and its own ranks' files (see [Open]).
 type Summary struct {
 	Step     int            `json:"step"`               // -1: no checkpoint
 	Name     string         `json:"name,omitempty"`     // step_NNNNNNNN
 	Manifest string         `json:"manifest,omitempty"` // hex SHA-256 of manifest.json
 	Run      string         `json:"run,omitempty"`      // Manifest.Run
-	Files    []string       `json:"files,omitempty"`    // manifest.json first, then the data files
+	Files    []string       `json:"files,omitempty"`    // manifest.json first, then the data files held verified
+	Missing  []string       `json:"missing,omitempty"`  // the manifest's data files not held, or damaged: a part
 	History  map[int]Record `json:"history,omitempty"`  // every checkpoint directory by step, this one's included
 }
+
+// Complete reports whether s is a whole checkpoint: one that loads.
+func (s Summary) Complete() bool { return s.Step >= 0 && len(s.Missing) == 0 }
 
 // A Record is what [History] tells of one checkpoint directory: where it
 // comes from, not whether it loads.
@@ -53,7 +62,7 @@ func (s Summary) Check() error {
 	if len(s.Files) == 0 || s.Files[0] != ManifestFile {
 		return bad("files %q do not start with %s", s.Files, ManifestFile)
 	}
-	for _, f := range s.Files[1:] {
+	for _, f := range append(s.Files[1:], s.Missing...) {
 		if msg := checkFileName(f); msg != "" {
 			return bad("file %q: %s", f, msg)
 		}
@@ -61,11 +70,14 @@ func (s Summary) Check() error {
 	return nil
 }
 
-// Verified reports whether o is the checkpoint s describes, one that
-// loads: the same step and manifest.
+// Verified reports whether s holds the whole of the checkpoint o
+// describes: the same step and manifest, nothing missing.
 func (s Summary) Verified(o Summary) bool {
-	return s.Step >= 0 && s.Step == o.Step && s.Manifest == o.Manifest
+	return s.Complete() && s.Step == o.Step && s.Manifest == o.Manifest
 }
+
+// Holds reports whether s holds the data file f verified.
+func (s Summary) Holds(f string) bool { return slices.Contains(s.Files[min(1, len(s.Files)):], f) }
 
 // History returns a [Record] of every checkpoint directory of outputDir
 // whose manifest can be read, by step. It verifies nothing else: it tells
@@ -106,18 +118,24 @@ func Describe(outputDir string, step int) (Summary, error) { return DescribeRun(
 func DescribeRun(outputDir string, step int, run string) (Summary, error) {
 	sum := None()
 	var c *Checkpoint
-	var err error
+	var missing []MissingFile
 	if step < 0 {
-		c, _, err = LatestOf(outputDir, run)
+		c, missing = newestPart(outputDir, run)
 	} else if name := stepDir(outputDir, step); name != "" {
-		c, err = Load(filepath.Join(outputDir, name))
-		if err == nil && run != "" && c.Manifest.Run != run {
+		var err error
+		c, missing, err = Open(filepath.Join(outputDir, name))
+		if err != nil || run != "" && c.Manifest.Run != run {
 			c = nil
 		}
 	}
-	if c != nil && err == nil {
+	if c != nil {
+		var err error
 		if sum, err = Summarize(c); err != nil {
 			return None(), err
+		}
+		for _, m := range missing {
+			sum.Files = slices.DeleteFunc(sum.Files, func(f string) bool { return f == m.Name })
+			sum.Missing = append(sum.Missing, m.Name)
 		}
 	}
 	// A checkpoint that does not load, or none at all: nothing to offer.
@@ -126,6 +144,36 @@ func DescribeRun(outputDir string, step int, run string) (Summary, error) {
 		maps.DeleteFunc(sum.History, func(_ int, r Record) bool { return r.Run != run })
 	}
 	return sum, nil
+}
+
+// newestPart opens the checkpoint of outputDir that [LatestOf] would
+// load, or the part of one: the directory latest names if its manifest
+// reads, else the highest step whose manifest reads (of run, if not "");
+// nil if none.
+func newestPart(outputDir, run string) (*Checkpoint, []MissingFile) {
+	open := func(name string) (*Checkpoint, []MissingFile) {
+		c, missing, err := Open(filepath.Join(outputDir, name))
+		if err != nil || run != "" && c.Manifest.Run != run {
+			return nil, nil
+		}
+		return c, missing
+	}
+	if b, err := os.ReadFile(filepath.Join(outputDir, LatestFile)); err == nil {
+		if name := strings.TrimSpace(string(b)); name != "" {
+			if _, ok := stepOf(name); ok {
+				if c, missing := open(name); c != nil {
+					return c, missing
+				}
+			}
+		}
+	}
+	steps, _ := listSteps(outputDir)
+	for _, s := range steps {
+		if c, missing := open(s); c != nil {
+			return c, missing
+		}
+	}
+	return nil, nil
 }
 
 // stepDir returns the name of the checkpoint directory of step in
@@ -198,13 +246,23 @@ func install(outputDir, tmp, wantManifest string, keepLast int, rename func(from
 	if filepath.Dir(filepath.Clean(tmp)) != filepath.Clean(outputDir) || !strings.HasPrefix(filepath.Base(tmp), tmpPrefix) {
 		return "", fmt.Errorf("checkpoint: %s is not a temporary copy in %s", tmp, outputDir)
 	}
-	c, err := Load(tmp)
+	c, missing, err := Open(tmp)
 	if err != nil {
 		return "", err
 	}
 	s, err := Summarize(c)
 	if err != nil {
 		return "", err
+	}
+	held := make(map[string]bool) // the data files the copy brings
+	for f := range c.Manifest.Files {
+		held[f] = true
+	}
+	for _, m := range missing {
+		if !errors.Is(m.Err, fs.ErrNotExist) {
+			return "", m.Err // a file copied but altered
+		}
+		delete(held, m.Name)
 	}
 	if s.Manifest != wantManifest {
 		return "", &FormatError{File: filepath.Join(tmp, ManifestFile), Msg: fmt.Sprintf("SHA-256 %s, the copied checkpoint's is %s: the copy was altered", s.Manifest, wantManifest)}
@@ -221,7 +279,7 @@ func install(outputDir, tmp, wantManifest string, keepLast int, rename func(from
 		}
 	}
 	if _, err := os.Lstat(dir); err == nil {
-		if err := replace(outputDir, dir, tmp, wantManifest, rename); err != nil {
+		if err := replace(outputDir, dir, tmp, wantManifest, held, rename); err != nil {
 			return "", err
 		}
 	} else if err := rename(tmp, dir); err != nil {
@@ -229,6 +287,9 @@ func install(outputDir, tmp, wantManifest string, keepLast int, rename func(from
 	}
 	if err := syncDir(outputDir); err != nil {
 		return dir, err
+	}
+	if _, missing, err := Open(dir); err != nil || len(missing) > 0 {
+		return dir, err // a part: latest keeps naming a whole checkpoint
 	}
 	steps, err := listSteps(outputDir)
 	if err != nil {
@@ -247,19 +308,35 @@ func install(outputDir, tmp, wantManifest string, keepLast int, rename func(from
 }
 
 // replace puts the verified copy tmp, of manifest want, in the place of
-// the existing checkpoint directory dir if dir does not load, keeps dir
-// (removing tmp) if it loads with manifest want, and returns an error if
-// it loads with another.
-func replace(outputDir, dir, tmp, want string, rename func(from, to string) error) error {
-	if c, err := Load(dir); err == nil {
+// the existing checkpoint directory dir if dir's manifest does not read
+// or is another's that does not load; merges the data files tmp holds
+// (held) into dir if dir holds a part of the same checkpoint, each file
+// dir lacks or holds damaged moved in; keeps dir (removing tmp) if it
+// loads with manifest want; and returns an error if it loads with
+// another.
+func replace(outputDir, dir, tmp, want string, held map[string]bool, rename func(from, to string) error) error {
+	if c, missing, err := Open(dir); err == nil {
 		s, err := Summarize(c)
 		if err != nil {
 			return err
 		}
-		if s.Manifest != want {
+		switch {
+		case s.Manifest == want:
+			for _, m := range missing {
+				if !held[m.Name] {
+					continue
+				}
+				if err := rename(filepath.Join(tmp, m.Name), filepath.Join(dir, m.Name)); err != nil {
+					return fmt.Errorf("checkpoint: completing %s: %w", dir, err)
+				}
+			}
+			if err := syncDir(dir); err != nil {
+				return err
+			}
+			return os.RemoveAll(tmp)
+		case len(missing) == 0:
 			return fmt.Errorf("checkpoint: %s loads but is another checkpoint of step %d (manifest SHA-256 %s, the copy's %s): not replaced; remove it if the copy is the one to keep", dir, s.Step, s.Manifest, want)
 		}
-		return os.RemoveAll(tmp)
 	}
 	aside := tempName(outputDir, "damaged-"+filepath.Base(dir))
 	if err := rename(dir, aside); err != nil {

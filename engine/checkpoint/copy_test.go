@@ -167,13 +167,13 @@ func TestInstall(t *testing.T) {
 			for i := range 16 {
 				flipByte(t, filepath.Join(step, data), func(size int) int { return size/2 + i })
 			}
-		}, 2, ""},
+		}, 1, ""}, // the copy's file moved in over the damaged one
 		{"data file deleted", func(t *testing.T, step string) {
 			copyTree(t, good, step)
 			if err := os.Remove(filepath.Join(step, data)); err != nil {
 				t.Fatal(err)
 			}
-		}, 2, ""},
+		}, 1, ""}, // the copy's file moved in
 		{"manifest deleted", func(t *testing.T, step string) {
 			copyTree(t, good, step)
 			if err := os.Remove(filepath.Join(step, ManifestFile)); err != nil {
@@ -288,9 +288,10 @@ func TestInstallOlder(t *testing.T) {
 	}
 }
 
-// TestDescribe: the summary of the newest checkpoint that loads, or of a
-// given step, carries the run and the history of every directory whose
-// manifest reads, damaged or not.
+// TestDescribe: the summary of the newest checkpoint whose manifest reads,
+// or of a given step, whole or a part (its damaged files missing), carries
+// the run and the history of every directory whose manifest reads,
+// damaged or not.
 func TestDescribe(t *testing.T) {
 	out := t.TempDir()
 	for _, step := range []int{5, 10, 15} {
@@ -303,10 +304,16 @@ func TestDescribe(t *testing.T) {
 	flipByte(t, filepath.Join(out, DirName(15), "rank_00000.safetensors"), func(size int) int { return size / 2 })
 	for _, tt := range []struct {
 		step, want int
-	}{{-1, 10}, {5, 5}, {15, -1}, {20, -1}} {
+		complete bool
+	}{{-1, 15, false}, {5, 5, true}, {15, 15, false}, {20, -1, false}} {
 		s, err := Describe(out, tt.step)
 		if err != nil || s.Step != tt.want || s.Step >= 0 && s.Run != "00ff" {
 			t.Errorf("Describe(%d) = step %d run %q, %v; want step %d", tt.step, s.Step, s.Run, err, tt.want)
+		}
+		// Step 15's damaged file is missing from it: a part, which a
+		// copy of that file completes.
+		if s.Complete() != tt.complete || !tt.complete && s.Step >= 0 && !slices.Equal(s.Missing, []string{"rank_00000.safetensors"}) {
+			t.Errorf("Describe(%d): complete %v, missing %v", tt.step, s.Complete(), s.Missing)
 		}
 		if len(s.History) != 3 || s.History[15].Run != "00ff" || s.History[15].Manifest != manifestHash(t, filepath.Join(out, DirName(15))) {
 			t.Errorf("Describe(%d): history %v", tt.step, s.History)

@@ -37,20 +37,47 @@ type Checkpoint struct {
 // with the right shape. Tensor data is read later, by [Checkpoint.Read].
 // Errors about the content are *[FormatError]s naming the file.
 func Load(dir string) (*Checkpoint, error) {
-	mpath := filepath.Join(dir, ManifestFile)
-	b, err := os.ReadFile(mpath)
-	if err != nil {
-		return nil, &FormatError{File: mpath, Msg: "cannot read the manifest", Err: err}
-	}
-	m, err := ParseManifest(mpath, b)
+	c, missing, err := Open(dir)
 	if err != nil {
 		return nil, err
 	}
+	if len(missing) > 0 {
+		return nil, missing[0].Err
+	}
+	return c, nil
+}
+
+// A MissingFile is a data file of a checkpoint's manifest that its
+// directory does not hold verified: absent, unreadable, or not the file
+// the manifest's SHA-256 names (Err says which).
+type MissingFile struct {
+	Name string
+	Err  error // a *FormatError naming the file
+}
+
+// Open is [Load] of a checkpoint directory that may hold only some of its
+// data files: a part of a checkpoint whose files lie on several machines,
+// each keeping its own ranks' files. The manifest must parse and every
+// file present must verify and hold its blocks; those absent or damaged
+// are returned, in name order, and a Checkpoint with any missing cannot
+// be read (Load refuses it).
+func Open(dir string) (*Checkpoint, []MissingFile, error) {
+	mpath := filepath.Join(dir, ManifestFile)
+	b, err := os.ReadFile(mpath)
+	if err != nil {
+		return nil, nil, &FormatError{File: mpath, Msg: "cannot read the manifest", Err: err}
+	}
+	m, err := ParseManifest(mpath, b)
+	if err != nil {
+		return nil, nil, err
+	}
 	c := &Checkpoint{Dir: dir, Manifest: *m, files: make(map[string]*safetensors.File), tensors: make(map[string]int)}
+	var missing []MissingFile
 	for _, name := range slices.Sorted(maps.Keys(m.Files)) {
 		st, err := verifyFile(filepath.Join(dir, name), m.Files[name])
 		if err != nil {
-			return nil, err
+			missing = append(missing, MissingFile{name, err})
+			continue
 		}
 		c.files[name] = st
 	}
@@ -58,17 +85,20 @@ func Load(dir string) (*Checkpoint, error) {
 		c.tensors[t.Name] = i
 		for _, s := range t.Slices {
 			st := c.files[s.File]
+			if st == nil {
+				continue // missing
+			}
 			h, ok := st.Tensor(s.entry(t.Name))
 			switch {
 			case !ok:
-				return nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("no entry %q for tensor %q", s.entry(t.Name), t.Name)}
+				return nil, nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("no entry %q for tensor %q", s.entry(t.Name), t.Name)}
 			case h.Dtype != t.Dtype || !slices.Equal(h.Shape, s.Shape):
-				return nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("entry %q is %s %v; the manifest says %s %v",
+				return nil, nil, &FormatError{File: st.Path, Msg: fmt.Sprintf("entry %q is %s %v; the manifest says %s %v",
 					h.Name, h.Dtype, h.Shape, t.Dtype, s.Shape)}
 			}
 		}
 	}
-	return c, nil
+	return c, missing, nil
 }
 
 // verifyFile checks the SHA-256 of the file at path against the hex digest

@@ -94,13 +94,11 @@ func Commit(outputDir, tmp string, m Manifest, reports []ShardReport, keepLast i
 	defer func() {
 		if err != nil && dir == "" {
 			os.RemoveAll(tmp)
-			err = fmt.Errorf("checkpoint: saving step %d: %w", m.Step, err)
+			if !strings.HasPrefix(err.Error(), "checkpoint: ") {
+				err = fmt.Errorf("checkpoint: saving step %d: %w", m.Step, err)
+			}
 		}
 	}()
-	if filepath.Dir(filepath.Clean(tmp)) != filepath.Clean(outputDir) {
-		return "", fmt.Errorf("%s is not a directory of %s", tmp, outputDir)
-	}
-	shards := make([]shardInfo, len(reports))
 	for i, r := range reports {
 		if msg := checkFileName(r.File); msg != "" {
 			return "", fmt.Errorf("report %d: file %q: %s", i, r.File, msg)
@@ -112,6 +110,29 @@ func Commit(outputDir, tmp string, m Manifest, reports []ShardReport, keepLast i
 		if fi.Size() != r.Bytes {
 			return "", fmt.Errorf("%s holds %d bytes; its writer reported %d", r.File, fi.Size(), r.Bytes)
 		}
+	}
+	b, err := Index(m, reports)
+	if err != nil {
+		return "", err
+	}
+	return Publish(outputDir, tmp, b, keepLast)
+}
+
+// Index returns the manifest of the parallel save of m whose writers'
+// files the reports describe, sealed: what [Publish] writes. The reports
+// are checked as a manifest is: every tensor's blocks cover it without
+// overlapping, each file reported once.
+func Index(m Manifest, reports []ShardReport) ([]byte, error) {
+	shards := make([]shardInfo, len(reports))
+	seen := make(map[string]bool, len(reports))
+	for i, r := range reports {
+		if msg := checkFileName(r.File); msg != "" {
+			return nil, fmt.Errorf("report %d: file %q: %s", i, r.File, msg)
+		}
+		if seen[r.File] {
+			return nil, fmt.Errorf("two writers report %s", r.File)
+		}
+		seen[r.File] = true
 		sh := shardInfo{file: r.File, sum: r.SHA256, entries: make([]shardEntry, len(r.Blocks))}
 		for k, b := range r.Blocks {
 			sh.entries[k] = shardEntry{name: b.Tensor, key: b.Key, globalShape: b.Global, start: b.Start, shape: b.Shape}
@@ -122,19 +143,58 @@ func Commit(outputDir, tmp string, m Manifest, reports []ShardReport, keepLast i
 	pre.Tensors = mergeShards(shards)
 	pre.Files = make(map[string]string, len(shards))
 	for _, sh := range shards {
-		if _, dup := pre.Files[sh.file]; dup {
-			return "", fmt.Errorf("two writers report %s", sh.file)
-		}
 		pre.Files[sh.file] = sh.sum
 	}
 	if msg := checkManifest(&pre); msg != "" {
-		return "", errors.New(msg)
+		return nil, errors.New(msg)
+	}
+	return indexBytes(m, shards)
+}
+
+// Publish writes the sealed manifest b (from [Index]) into tmp, a
+// directory [BeginSave] made in outputDir, and publishes it as its step's
+// checkpoint, as [Save] does: renamed into place, latest replaced, old
+// checkpoints beyond keepLast removed. Where the writers of a save were
+// on several machines, each machine publishes the files its writers wrote
+// with the same manifest: its part of the checkpoint (see [Open]). Every
+// file in tmp must be one of the manifest's. On an error nothing is
+// published and tmp is removed.
+func Publish(outputDir, tmp string, b []byte, keepLast int) (dir string, err error) {
+	defer func() {
+		if err != nil && dir == "" {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if filepath.Dir(filepath.Clean(tmp)) != filepath.Clean(outputDir) {
+		return "", fmt.Errorf("checkpoint: %s is not a directory of %s", tmp, outputDir)
+	}
+	m, err := ParseManifest(filepath.Join(tmp, ManifestFile), b)
+	if err != nil {
+		return "", err
+	}
+	des, err := os.ReadDir(tmp)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: saving step %d: %w", m.Step, err)
+	}
+	for _, de := range des {
+		if _, ok := m.Files[de.Name()]; !ok {
+			return "", fmt.Errorf("checkpoint: saving step %d: %s is not a file of its manifest", m.Step, filepath.Join(tmp, de.Name()))
+		}
 	}
 	if fi, err := os.Stat(tmp); err == nil {
 		removeStaleExcept(outputDir, fi.ModTime(), filepath.Base(tmp))
 	}
-	return commit(outputDir, tmp, m, shards, saveOptions{keepLast: keepLast})
+	dir, err = publish(outputDir, tmp, m.Step, b, saveOptions{keepLast: keepLast})
+	if err != nil && dir == "" {
+		err = fmt.Errorf("checkpoint: saving step %d: %w", m.Step, err)
+	}
+	return dir, err
 }
+
+// copyLinger is how long a copy's temporary directory ([TempCopyName])
+// outlives a later save: a copy that made no new file for that long is
+// debris of an interrupted one.
+const copyLinger = 30 * time.Minute
 
 // removeStaleExcept removes the .tmp- entries of outputDir last modified
 // before before, except the one named keep (the save in progress; ""
@@ -149,7 +209,14 @@ func removeStaleExcept(outputDir string, before time.Time, keep string) {
 		if de.Name() == keep || !strings.HasPrefix(de.Name(), tmpPrefix) {
 			continue
 		}
-		if fi, err := de.Info(); err == nil && fi.ModTime().Before(before) {
+		// A copy from another machine may be in progress while this
+		// machine saves (a replica of another's part): its directory's
+		// time is that of its last new file, which may be a while ago.
+		limit := before
+		if strings.HasPrefix(de.Name(), tmpPrefix+"copy-") {
+			limit = before.Add(-copyLinger)
+		}
+		if fi, err := de.Info(); err == nil && fi.ModTime().Before(limit) {
 			os.RemoveAll(filepath.Join(outputDir, de.Name()))
 		}
 	}

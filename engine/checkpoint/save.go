@@ -300,6 +300,16 @@ func encodeShard(bw *bufio.Writer, tensors []safetensors.Tensor, parts []Part, m
 // tmp, publishes tmp as the checkpoint of m.Step, points latest at it and
 // removes old checkpoints.
 func commit(outputDir, tmp string, m Manifest, shards []shardInfo, opt saveOptions) (string, error) {
+	b, err := indexBytes(m, shards)
+	if err != nil {
+		return "", err
+	}
+	return publish(outputDir, tmp, m.Step, b, opt)
+}
+
+// indexBytes is the sealed manifest of m with the data files that shards
+// describe.
+func indexBytes(m Manifest, shards []shardInfo) ([]byte, error) {
 	m.FormatVersion = FormatVersion
 	m.Tensors = mergeShards(shards)
 	m.Files = make(map[string]string, len(shards))
@@ -308,13 +318,19 @@ func commit(outputDir, tmp string, m Manifest, shards []shardInfo, opt saveOptio
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("encoding the manifest: %w", err)
+		return nil, fmt.Errorf("encoding the manifest: %w", err)
 	}
 	b = Seal(append(b, '\n'))
 	// What is published must load.
 	if _, err := ParseManifest(ManifestFile, b); err != nil {
-		return "", err
+		return nil, err
 	}
+	return b, nil
+}
+
+// publish writes the manifest b of the checkpoint of step into tmp,
+// publishes tmp as it, points latest at it and removes old checkpoints.
+func publish(outputDir, tmp string, step int, b []byte, opt saveOptions) (string, error) {
 	opt.phase("manifest")
 	if err := writeFileSync(filepath.Join(tmp, ManifestFile), b); err != nil {
 		return "", err
@@ -324,7 +340,7 @@ func commit(outputDir, tmp string, m Manifest, shards []shardInfo, opt saveOptio
 	}
 
 	opt.phase("rename")
-	name := DirName(m.Step)
+	name := DirName(step)
 	dir := filepath.Join(outputDir, name)
 	var replaced string
 	if _, err := os.Lstat(dir); err == nil {
