@@ -69,12 +69,37 @@ func readLLMCHeader(path string, r io.Reader, size int64) (ModelConfig, error) {
 // LoadLLMC builds a model from an llm.c model file, taking the shape from its
 // header. Dropout rates come from drop (its shape fields are ignored).
 func LoadLLMC(be kernels.Backend, path string, drop ModelConfig, seed uint64) (*Model, error) {
+	return LoadLLMCChecked(be, path, drop, seed, nil)
+}
+
+// LoadLLMCChecked is [LoadLLMC] calling check, if not nil, with the shape
+// of the file's header once the file is seen to hold it, before anything
+// of the model's size is allocated (a caller's memory check); an error
+// from check is returned as it is.
+func LoadLLMCChecked(be kernels.Backend, path string, drop ModelConfig, seed uint64, check func(ModelConfig) error) (*Model, error) {
 	f, err := openLLMC(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if check != nil {
+		if err := check(f.cfg); err != nil {
+			return nil, err
+		}
+	}
 	return f.load(be, drop, seed)
+}
+
+// LLMCShape returns the shape of the llm.c model file at path, from its
+// header, once the file is seen to hold a model of that shape; nothing of
+// the model's size is allocated or read. Errors are those of [LoadLLMC].
+func LLMCShape(path string) (ModelConfig, error) {
+	f, err := openLLMC(path)
+	if err != nil {
+		return ModelConfig{}, err
+	}
+	defer f.Close()
+	return f.cfg, nil
 }
 
 // loadLLMC reads the llm.c model file of size bytes that r reads; path is
@@ -195,21 +220,61 @@ func (f *llmcFile) block(t Tensor, start, shape []int, dst []float32, dstShape, 
 	return err
 }
 
+// llmcReadValues is the most values WriteLLMC asks its reader for at once.
+const llmcReadValues = 1 << 22
+
 // SaveLLMC writes the model as an llm.c fp32 model file (version 3), a
 // GPT-2's.
 func (m *Model) SaveLLMC(path string) error {
-	c := m.Cfg
+	return WriteLLMC(path, m.Cfg, func(off, n int) ([]float32, error) { return m.Params[off : off+n], nil })
+}
+
+// WriteLLMC writes the model of shape c whose parameters read returns,
+// range by range, laid out by [Tensors] (llm.c's order), as an llm.c fp32
+// model file (version 3): a GPT-2's. It asks read for at most
+// llmcReadValues values at a time and writes through a window of
+// llmcWindow bytes, so a model is written from a checkpoint
+// ([ModelSource.Read]) without being loaded whole.
+func WriteLLMC(path string, c ModelConfig, read func(off, n int) ([]float32, error)) error {
 	if c.Family != arch.GPT2 {
 		return badinput.New("llm.c's model file holds a GPT-2, and the model is a Llama; export it with --to hf (a LlamaForCausalLM folder)")
 	}
 	var h [llmcHeaderInts]int32
 	h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7] = llmcModelMagic, llmcModelVersion, int32(c.MaxT), int32(c.V), int32(c.L), int32(c.NH), int32(c.C), int32(c.Vp)
-	buf := make([]byte, 4*llmcHeaderInts+4*len(m.Params))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4*llmcHeaderInts, llmcWindow)
 	for i, v := range h {
 		binary.LittleEndian.PutUint32(buf[4*i:], uint32(v))
 	}
-	for i, v := range m.Params {
-		binary.LittleEndian.PutUint32(buf[4*llmcHeaderInts+4*i:], math.Float32bits(v))
+	flush := func() error {
+		_, err := f.Write(buf)
+		buf = buf[:0]
+		return err
 	}
-	return os.WriteFile(path, buf, 0o644)
+	_, total := Tensors(c)
+	for off := 0; off < total; off += llmcReadValues {
+		p, err := read(off, min(llmcReadValues, total-off))
+		for err == nil && len(p) > 0 {
+			n := min(len(p), (cap(buf)-len(buf))/4)
+			for _, v := range p[:n] {
+				buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(v))
+			}
+			p = p[n:]
+			if len(buf) == cap(buf) {
+				err = flush()
+			}
+		}
+		if err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/internal/allocbound"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/presets"
 )
@@ -99,5 +104,77 @@ func TestLLMCCompatibility(t *testing.T) {
 				t.Errorf("%s element %d: %.8f, reference %.8f", key, j, got, v)
 			}
 		}
+	}
+}
+
+// TestLLMCShapeBeforeAllocation: the header of an llm.c file of a GPT-3
+// 175B, its parameters a hole (a sparse file of 698 GB), gives its shape
+// (LLMCShape), and LoadLLMCChecked hands that shape to its check before
+// anything of the model is allocated: a check that refuses it ends the
+// load, its error returned as it is, having allocated next to nothing.
+func TestLLMCShapeBeforeAllocation(t *testing.T) {
+	gpt3 := arch.Shape{MaxT: 2048, V: 50257, Vp: 50304, L: 96, NH: 96, C: 12288, F: 4 * 12288}
+	path := filepath.Join(t.TempDir(), "gpt3.bin")
+	hdr := make([]byte, 4*llmcHeaderInts)
+	for i, v := range []int32{llmcModelMagic, llmcModelVersion, 2048, 50257, 96, 96, 12288, 50304} {
+		binary.LittleEndian.PutUint32(hdr[4*i:], uint32(v))
+	}
+	if err := os.WriteFile(path, hdr, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, n := Tensors(ModelConfig{Shape: gpt3})
+	if err := os.Truncate(path, int64(len(hdr))+4*int64(n)); err != nil {
+		t.Skipf("a sparse file: %v", err)
+	}
+	var shape ModelConfig
+	var err error
+	used := allocbound.Measure(func() { shape, err = LLMCShape(path) })
+	if err != nil || shape.Shape != gpt3 {
+		t.Fatalf("LLMCShape: %+v, %v; want %+v", shape.Shape, err, gpt3)
+	}
+	refused := errors.New("refused")
+	var seen ModelConfig
+	used += allocbound.Measure(func() {
+		_, err = LoadLLMCChecked(nil, path, ModelConfig{}, 0, func(c ModelConfig) error { seen = c; return refused })
+	})
+	if err != refused || seen.Shape != gpt3 {
+		t.Errorf("LoadLLMCChecked: error %v, check saw %+v; want the check's error, and the header's shape", err, seen.Shape)
+	}
+	if used > 1<<20 {
+		t.Errorf("reading the header of a %d-parameter model allocated %d bytes", n, used)
+	}
+}
+
+// TestSaveLLMCStreams: SaveLLMC writes the header and the parameters
+// through a window, not a copy of the model: the file is the header's
+// 1 KiB and the values little-endian, and writing 14 MB allocates little
+// more than the window.
+func TestSaveLLMCStreams(t *testing.T) {
+	cfg := ModelConfig{Shape: arch.Shape{MaxT: 64, V: 1000, Vp: 1024, L: 4, NH: 4, C: 256, F: 1024}}
+	m, err := NewModel(nil, cfg, 0.02, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "model.bin")
+	used := allocbound.Measure(func() { err = m.SaveLLMC(path) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used > llmcWindow+256<<10 {
+		t.Errorf("SaveLLMC of %d bytes of parameters allocated %d bytes", 4*len(m.Params), used)
+	}
+	want := make([]byte, 4*llmcHeaderInts, 4*llmcHeaderInts+4*len(m.Params))
+	for i, v := range []int32{llmcModelMagic, llmcModelVersion, 64, 1000, 4, 4, 256, 1024} {
+		binary.LittleEndian.PutUint32(want[4*i:], uint32(v))
+	}
+	for _, v := range m.Params {
+		want = binary.LittleEndian.AppendUint32(want, math.Float32bits(v))
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the file (%d bytes) differs from the header and values (%d bytes)", len(got), len(want))
 	}
 }

@@ -26,7 +26,7 @@ func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(inputs) == 0 || *out == "" {
 		return usagef("data prepare needs --input and --output")
 	}
-	tok, err := data.LoadTokenizer(*tokFile)
+	tok, err := loadTokenizer(*tokFile)
 	if err != nil {
 		return err
 	}

@@ -2,41 +2,119 @@ package main
 
 import (
 	"fmt"
+	"os"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
 
-// checkMemory refuses, before anything is allocated, a CPU process that
-// would hold more than it may: the lowest of this machine's memory, its
-// cgroup's limit and what its address-space limit (ulimit -v) leaves
-// (planner.ProcessMemLimit). The bytes need picks come from the engine's
-// own accounting of one process of cfg's layout over world processes (the
-// planner's engine model, checked against engine.Trainer.Memory). what
-// says what the process does. A layout the planner finds invalid (its
-// memory is not estimated) is left to the engine, which says why; so is a
-// process whose limit is unknown. Config and plan commands do not call it:
-// a launcher plans jobs bigger than itself.
-func checkMemory(cfg *presets.Config, s planner.Strategy, world int, what string, need func(planner.Memory) int64) error {
-	if cfg.Global.Device != "cpu" {
+// refuseOver is the memory rule every check of this file applies, before
+// anything of the size checked is allocated: a process that would hold
+// need bytes, more than it may (the lowest of this machine's memory, its
+// cgroup's limit and what its address-space limit, ulimit -v, leaves:
+// planner.ProcessMemLimit), is refused with the one-line message say
+// makes of the limit, bad input (exit 2). A process whose limit is
+// unknown is left to run.
+func refuseOver(need int64, say func(limit planner.MemLimit) string) error {
+	limit := planner.ProcessMemLimit()
+	if limit.Bytes <= 0 || need <= limit.Bytes {
 		return nil
 	}
-	limit := planner.ProcessMemLimit()
-	if limit.Bytes <= 0 {
+	return &engine.ConfigError{Msg: say(limit)}
+}
+
+// checkMemory refuses a CPU process of cfg that would hold more than it
+// may (refuseOver). The bytes need picks come from the engine's own
+// accounting of one process of cfg's layout over world processes (the
+// planner's engine model, checked against engine.Trainer.Memory). what
+// says what the process does. A layout the planner finds invalid (its
+// memory is not estimated) is left to the engine, which says why. Config
+// and plan commands do not call it: a launcher plans jobs bigger than
+// itself.
+func checkMemory(cfg *presets.Config, s planner.Strategy, world int, what string, need func(planner.Memory) int64) error {
+	return checkModelMemory(cfg, planner.ModelOf(cfg), s, world, what, configFix, need)
+}
+
+// configFix says how to make a config's model smaller.
+const configFix = "lower Model.num_layers, Model.hidden_size, Model.vocab_size, Global.micro_batch_size or Data.Train.dataset.max_seq_len, or split the model over more processes (Distributed.*)"
+
+// checkModelMemory is checkMemory for the model of shape m (the config's,
+// or that of a file the config names), fix saying what to do.
+func checkModelMemory(cfg *presets.Config, m planner.Model, s planner.Strategy, world int, what, fix string, need func(planner.Memory) int64) error {
+	if cfg.Global.Device != "cpu" {
 		return nil
 	}
 	dev, err := planner.LookupDevice("CPU")
 	if err != nil {
 		return err
 	}
-	p := planner.Estimate(planner.ModelOf(cfg), planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s)
-	if n := need(p.Mem); n > limit.Bytes {
+	p := planner.Estimate(m, planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s)
+	return refuseOver(need(p.Mem), func(limit planner.MemLimit) string {
 		m := p.Mem
-		return &engine.ConfigError{Msg: fmt.Sprintf("%s needs %.1f GiB (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f GiB by the engine's accounting), more than %s; lower Model.num_layers, Model.hidden_size, Model.vocab_size, Global.micro_batch_size or Data.Train.dataset.max_seq_len, or split the model over more processes (Distributed.*)",
-			what, gib(n), gib(m.Params), gib(m.Grads), gib(m.Optimizer), gib(m.Activations), limit.What)}
+		return fmt.Sprintf("%s needs %.1f GiB (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f GiB by the engine's accounting), more than %s; %s",
+			what, gib(need(m)), gib(m.Params), gib(m.Grads), gib(m.Optimizer), gib(m.Activations), limit.What, fix)
+	})
+}
+
+// checkTrainMemory is checkMemory for a training process of cfg, one of
+// world: of the model the engine builds, which is the shape of the llm.c
+// model file Model.init_from names, where it names one, else the config's
+// (a gptui checkpoint that init_from names must have the config's shape).
+// The file's header is read, and checked against the file's size, before
+// anything of the model is allocated; its errors are the engine's.
+func checkTrainMemory(cfg *presets.Config, world int) error {
+	all := func(m planner.Memory) int64 { return m.Total }
+	s := planner.StrategyOf(cfg)
+	const what = "each training process"
+	file := cfg.Model.InitFrom
+	if fi, err := os.Stat(file); file == "" || cfg.Global.Device != "cpu" || cfg.Model.Llama() || err == nil && fi.IsDir() {
+		return checkMemory(cfg, s, world, what, all)
 	}
-	return nil
+	shape, err := engine.LLMCShape(file)
+	if err != nil {
+		return err
+	}
+	m := planner.ModelOf(cfg)
+	m.Shape = shape.Shape
+	return checkModelMemory(cfg, m, s, world, fmt.Sprintf("%s, of the model of Model.init_from %s (%s)", what, file, shapeWords(shape.Shape)),
+		"init from a smaller model file, or split the model over more processes (Distributed.*)", all)
+}
+
+// checkFileMemory refuses the model of shape c, read from file, when
+// copies fp32 buffers of its parameters (the model's parameters and
+// gradients, and any buffer the file is read into first) are more than
+// the process may hold; doing says what the process does with it
+// ("import").
+func checkFileMemory(file string, c engine.ModelConfig, copies int, doing string) error {
+	need := int64(copies) * 4 * c.Params()
+	return refuseOver(need, func(limit planner.MemLimit) string {
+		return fmt.Sprintf("%s %s: its model (%s) needs %.1f GiB to %s (%d fp32 copies of its %d parameters: %s each), more than %s; %s it on a machine with more memory",
+			doing, file, shapeWords(c.Shape), gib(need), doing, copies, c.Params(), units.GiB(4*c.Params()), limit.What, doing)
+	})
+}
+
+// shapeWords describes a model's shape for a message.
+func shapeWords(s arch.Shape) string {
+	fam := "GPT-2"
+	if s.Family == arch.Llama {
+		fam = "Llama"
+	}
+	return fmt.Sprintf("%s of %s parameters: %d layers, hidden %d, vocabulary %d", fam, units.Params(float64(s.Params())), s.L, s.C, s.Vp)
+}
+
+// loadTokenizer is data.LoadTokenizer with the tables the file implies
+// checked against the memory rule (refuseOver) before they are built.
+func loadTokenizer(path string) (*data.Tokenizer, error) {
+	return data.LoadTokenizerChecked(path, func(t data.TokenizerTables) error {
+		return refuseOver(t.Bytes, func(limit planner.MemLimit) string {
+			return fmt.Sprintf("tokenizer %s: its %d vocabulary entries, %d merges and %d added tokens need %.1f GiB of tables, more than %s; use a smaller tokenizer.json",
+				path, t.Vocab, t.Merges, t.Added, gib(t.Bytes), limit.What)
+		})
+	})
 }
 
 // gib is n bytes in GiB.

@@ -36,14 +36,17 @@ func cmdExport(args []string, stdout, stderr io.Writer) error {
 		return usagef("usage: gptui export --ckpt DIR --to hf OUT_DIR | --to llmc FILE.bin")
 	}
 	out := pos[0]
-	m, _, err := engine.LoadModel(cpu.New(), *ckpt)
+	// Streamed tensor by tensor from the checkpoint's files, whatever the
+	// layout that wrote them: the process holds a tensor (and its
+	// transpose) at a time, not the model.
+	src, err := engine.OpenModelSource(*ckpt, nil)
 	if err != nil {
 		return err
 	}
 	if *to == "hf" {
-		err = hf.Export(out, m.Cfg, m.Params)
+		err = hf.ExportFrom(out, src.Shape, src.Read, hf.MaxShardBytes)
 	} else {
-		err = m.SaveLLMC(out)
+		err = engine.WriteLLMC(out, src.Shape, src.Read)
 	}
 	if err != nil {
 		return err
@@ -78,8 +81,12 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	}
 	be := cpu.New()
 	var m *engine.Model
+	// The model's shape is checked against the memory the process may
+	// hold once the files are seen to hold it, before it is allocated: an
+	// hf import holds the parameters it read, then the model's parameters
+	// and gradients; an llm.c import the model's alone.
 	if *from == "hf" {
-		cfg, params, err := hf.Import(src)
+		cfg, params, err := hf.ImportChecked(src, func(c engine.ModelConfig) error { return checkFileMemory(src, c, 3, "import") })
 		if err != nil {
 			return err
 		}
@@ -89,7 +96,7 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 		copy(m.Params, params)
 	} else {
 		var err error
-		if m, err = engine.LoadLLMC(be, src, engine.ModelConfig{}, 0); err != nil {
+		if m, err = engine.LoadLLMCChecked(be, src, engine.ModelConfig{}, 0, func(c engine.ModelConfig) error { return checkFileMemory(src, c, 2, "import") }); err != nil {
 			return err
 		}
 	}
@@ -111,6 +118,9 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
+
+// wholeModel is the layout of a process that holds the whole model.
+var wholeModel = planner.Strategy{DP: 1, ShardingDegree: 1, ShardingStage: 1, MP: 1, PP: 1, VPP: 1, MicroBatch: 1, Recompute: planner.RecomputeNone}
 
 // importHeld describes the checkpoints of an import's output folder
 // (steps, highest first, and the one latest names), or returns "" for
@@ -198,7 +208,6 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	// The whole model in one process: its parameters and the gradient
 	// buffer the engine allocates beside them.
-	one := planner.Strategy{DP: 1, ShardingDegree: 1, ShardingStage: 1, MP: 1, PP: 1, VPP: 1, MicroBatch: 1, Recompute: planner.RecomputeNone}
 	be, err := cpuBackend(cpu.Options{}, stderr)
 	if err != nil {
 		return err
@@ -209,12 +218,12 @@ func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		c := *cfg
 		c.Global.Device = "cpu" // generate runs on the CPU whatever the config trained on
-		return checkMemory(&c, one, 1, "the model", func(m planner.Memory) int64 { return m.Params + m.Grads })
+		return checkMemory(&c, wholeModel, 1, "the model", func(m planner.Memory) int64 { return m.Params + m.Grads })
 	})
 	if err != nil {
 		return err
 	}
-	tok, err := data.LoadTokenizer(*tokFile)
+	tok, err := loadTokenizer(*tokFile)
 	if err != nil {
 		return err
 	}

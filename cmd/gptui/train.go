@@ -120,7 +120,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			return err
 		}
 	}
-	if err := checkMemory(cfg, planner.StrategyOf(cfg), worldSize(world), "each training process", func(m planner.Memory) int64 { return m.Total }); err != nil {
+	if err := checkTrainMemory(cfg, worldSize(world)); err != nil {
 		return err
 	}
 	builtin, err := builtinCorpusWith(cfg)
@@ -226,7 +226,7 @@ func builtinCorpusWith(cfg *presets.Config) (func() ([]uint16, error), error) {
 	if cfg.Data.Tokenizer == "" {
 		return builtinCorpus, nil
 	}
-	tok, err := data.LoadTokenizer(cfg.Data.Tokenizer)
+	tok, err := loadTokenizer(cfg.Data.Tokenizer)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, usagef("Data.tokenizer %s: no such file; put the model's tokenizer.json there (the llama-1b and llama-8b-4node presets need Llama 3's, from its Hugging Face folder) or set Data.tokenizer to its path",
 			cfg.Data.Tokenizer)

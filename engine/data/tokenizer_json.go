@@ -11,7 +11,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/gptui/gptui/badinput"
 )
@@ -19,15 +18,48 @@ import (
 // Limits on a tokenizer.json, which is untrusted input. They are far above
 // any published vocabulary (Llama 3's file is 9 MB, 128,256 tokens, tokens
 // of at most 128 bytes) and keep a hostile file from steering allocations:
-// every table is sized by what the file holds, never by a number in it.
+// the file is read in place, value by value (jscan), each list and table
+// counted as it is read and refused as soon as it passes its limit or holds
+// an entry that cannot be right, and every table is sized by what the file
+// holds, never by a number in it. What the reading holds at its peak is a
+// small multiple of the file's size: the file, its entries (spans of the
+// file), and the tables built from them (cmd/gptui's TestHostileTokenizer
+// measures the process at 1.3–2.4 times the size of 64 MiB hostile files;
+// an accepted 25 MB file of a million tokens takes some 9 times its size,
+// the tables mostly).
 const (
 	maxTokenizerBytes = 64 << 20 // the file
-	maxVocab          = 1 << 21  // vocabulary entries, merges and added tokens, each
+	maxVocab          = 1 << 20  // vocabulary entries, merges and added tokens, each
 	maxTokenBytes     = 4096     // one token's string
+	maxSectionBytes   = 1 << 20  // each of normalizer, pre_tokenizer, post_processor and decoder
 )
 
 // tokenizerHint ends the errors of a tokenizer.json.
 const tokenizerHint = "gptui reads byte-level BPE tokenizer.json files like GPT-2's and Llama 3's"
+
+// TokenizerTables is what the tables of a tokenizer.json hold, counted as
+// the file is read, and Bytes, an estimate (erring high) of what the
+// tables built from them take: what [LoadTokenizerChecked] asks its check
+// before it builds them.
+type TokenizerTables struct {
+	Vocab, Merges, Added int // vocabulary entries, merges, added tokens
+	Bytes                int64
+}
+
+// The bytes of the tables a tokenizer.json's entries become, with Go's
+// map overhead: a vocabulary entry is in the maps by string, by id and by
+// bytes, and in the id-indexed decode table (ids run to twice the
+// entries); a merge is an entry of the merge map; an added token is in
+// the maps that check them, and each byte of its content a node of its
+// stage's trie. Each byte of a vocabulary token is held about three times
+// (its string, its bytes, its decoded bytes).
+const (
+	vocabEntryBytes = 192
+	mergeEntryBytes = 64
+	addedEntryBytes = 256
+	addedByteBytes  = 64
+	tokenByteCopies = 3
+)
 
 // LoadTokenizer returns the tokenizer that path names: a Hugging Face
 // tokenizer.json, or GPT-2's built-in tokenizer (see [NewTokenizer]) when
@@ -50,6 +82,14 @@ const tokenizerHint = "gptui reads byte-level BPE tokenizer.json files like GPT-
 // <|endoftext|> (GPT-2's). A tokenizer with neither encodes and decodes,
 // but Prepare refuses it.
 func LoadTokenizer(path string) (*Tokenizer, error) {
+	return LoadTokenizerChecked(path, nil)
+}
+
+// LoadTokenizerChecked is [LoadTokenizer] calling check, if not nil, with
+// what the file's tables hold once it has been read and before they are
+// built (a caller's memory check); an error from check is returned as it
+// is.
+func LoadTokenizerChecked(path string, check func(TokenizerTables) error) (*Tokenizer, error) {
 	if path == "" {
 		return NewTokenizer()
 	}
@@ -58,14 +98,25 @@ func LoadTokenizer(path string) (*Tokenizer, error) {
 		return nil, badinput.Wrap(fmt.Errorf("data: tokenizer: %w", err))
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxTokenizerBytes+1))
+	fi, err := f.Stat()
 	if err != nil {
+		return nil, badinput.Wrap(fmt.Errorf("data: tokenizer: %w", err))
+	}
+	tooLarge := &FormatError{File: path, Msg: fmt.Sprintf("larger than %d MiB, more than any tokenizer.json gptui reads", maxTokenizerBytes>>20)}
+	if fi.Size() > maxTokenizerBytes {
+		return nil, tooLarge // refused unread: a sparse file costs nothing
+	}
+	// One buffer of the file's size; a file that grows meanwhile is read
+	// to the limit and no further.
+	var buf bytes.Buffer
+	buf.Grow(int(fi.Size()) + bytes.MinRead)
+	if _, err := buf.ReadFrom(io.LimitReader(f, maxTokenizerBytes+1)); err != nil {
 		return nil, fmt.Errorf("data: reading tokenizer %s: %w", path, err)
 	}
-	if len(b) > maxTokenizerBytes {
-		return nil, &FormatError{File: path, Msg: fmt.Sprintf("larger than %d MiB, more than any tokenizer.json gptui reads", maxTokenizerBytes>>20)}
+	if buf.Len() > maxTokenizerBytes {
+		return nil, tooLarge
 	}
-	return parseTokenizerJSON(path, b)
+	return parseTokenizerJSON(path, buf.Bytes(), check)
 }
 
 // tokErr is the error for key of the tokenizer.json file.
@@ -73,35 +124,44 @@ func tokErr(file, key, format string, args ...any) *FormatError {
 	return &FormatError{File: file, Msg: key + ": " + fmt.Sprintf(format, args...)}
 }
 
-// hfTokenizer is the part of tokenizer.json gptui reads. The sections
-// whose type decides how to read them stay raw until then.
-type hfTokenizer struct {
-	AddedTokens   []hfAddedToken  `json:"added_tokens"`
-	Normalizer    json.RawMessage `json:"normalizer"`
-	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
-	PostProcessor json.RawMessage `json:"post_processor"`
-	Decoder       json.RawMessage `json:"decoder"`
-	Model         json.RawMessage `json:"model"`
+// tokenizerDoc is the part of tokenizer.json gptui reads, as readDoc reads
+// it. The sections whose type decides how to read them stay raw until
+// then.
+type tokenizerDoc struct {
+	added                                            []hfAddedToken
+	model                                            *modelDoc // nil: missing or null
+	normalizer, preTokenizer, postProcessor, decoder json.RawMessage
 }
 
+// hfAddedToken is an entry of added_tokens (id, content, special,
+// single_word, lstrip, rstrip, normalized), its content a span of the
+// file (jscan).
 type hfAddedToken struct {
-	ID         *int64 `json:"id"`
-	Content    string `json:"content"`
-	Special    bool   `json:"special"`
-	SingleWord bool   `json:"single_word"`
-	LStrip     bool   `json:"lstrip"`
-	RStrip     bool   `json:"rstrip"`
-	Normalized *bool  `json:"normalized"`
+	ID                                  int64
+	Content                             span
+	HasID                               bool
+	Special, SingleWord, LStrip, RStrip bool
+	Normalized, HasNormalized           bool
 }
 
-type hfModel struct {
-	Type                    string            `json:"type"`
-	Vocab                   map[string]int64  `json:"vocab"`
-	Merges                  []json.RawMessage `json:"merges"`
-	IgnoreMerges            bool              `json:"ignore_merges"`
-	Dropout                 *float64          `json:"dropout"`
-	ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
-	EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+// modelDoc is the model section as read. Pointers tell a missing key from
+// a zero.
+type modelDoc struct {
+	typ          *string
+	vocab        []vocabEntry // in the file's order
+	merges       [][2]span
+	ignoreMerges bool
+	dropout      *float64
+	prefix       *string // continuing_subword_prefix
+	suffix       *string // end_of_word_suffix
+	vocabBytes   int64   // of the vocabulary's strings
+	err          error   // what is wrong with vocab or merges, read before type (jscan.table)
+}
+
+// vocabEntry is an entry of model.vocab.
+type vocabEntry struct {
+	s  span
+	id int64
 }
 
 // hfStep is any typed section: a pre-tokenizer, post-processor,
@@ -129,46 +189,71 @@ func isNull(m json.RawMessage) bool {
 	return len(bytes.TrimSpace(m)) == 0 || string(bytes.TrimSpace(m)) == "null"
 }
 
+// tables is what the tables of m and added, read by sc, hold
+// (TokenizerTables).
+func tables(sc *jscan, m *modelDoc, added []hfAddedToken) TokenizerTables {
+	t := TokenizerTables{Vocab: len(m.vocab), Merges: len(m.merges), Added: len(added)}
+	t.Bytes = int64(t.Vocab)*vocabEntryBytes + tokenByteCopies*m.vocabBytes + int64(t.Merges)*mergeEntryBytes + int64(t.Added)*addedEntryBytes
+	for _, a := range added {
+		t.Bytes += int64(sc.len(a.Content)) * addedByteBytes
+	}
+	return t
+}
+
 // parseTokenizerJSON builds a tokenizer from the bytes b of the file named
-// file.
-func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
-	var hf hfTokenizer
-	if err := json.Unmarshal(b, &hf); err != nil {
-		return nil, jsonError(file, "", b, err)
+// file, calling check, if not nil, before it builds its tables.
+func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error) (*Tokenizer, error) {
+	sc := &jscan{file: file, b: b}
+	doc, err := sc.readDoc()
+	if err != nil {
+		return nil, err
 	}
 	m := &bpeModel{}
 
 	// model
-	if isNull(hf.Model) {
+	hm := doc.model
+	if hm == nil {
 		return nil, tokErr(file, "model", "missing; %s", tokenizerHint)
 	}
-	if _, err := stepType(file, "model", hf.Model, "BPE"); err != nil {
-		return nil, err
+	if hm.typ == nil || *hm.typ != "BPE" {
+		typ := ""
+		if hm.typ != nil {
+			typ = *hm.typ
+		}
+		return nil, tokErr(file, "model.type", "%q is not supported; %s", typ, tokenizerHint)
 	}
-	var hm hfModel
-	if err := json.Unmarshal(hf.Model, &hm); err != nil {
-		return nil, jsonError(file, "model", nil, err)
+	if hm.err != nil {
+		return nil, hm.err
 	}
-	if hm.Dropout != nil && *hm.Dropout != 0 {
-		return nil, tokErr(file, "model.dropout", "%g: BPE dropout makes tokenization random; set it to null", *hm.Dropout)
+	if hm.dropout != nil && *hm.dropout != 0 {
+		return nil, tokErr(file, "model.dropout", "%g: BPE dropout makes tokenization random; set it to null", *hm.dropout)
 	}
-	if hm.ContinuingSubwordPrefix != nil && *hm.ContinuingSubwordPrefix != "" {
-		return nil, tokErr(file, "model.continuing_subword_prefix", "%q is not supported; %s", *hm.ContinuingSubwordPrefix, tokenizerHint)
+	if hm.prefix != nil && *hm.prefix != "" {
+		return nil, tokErr(file, "model.continuing_subword_prefix", "%q is not supported; %s", *hm.prefix, tokenizerHint)
 	}
-	if hm.EndOfWordSuffix != nil && *hm.EndOfWordSuffix != "" {
-		return nil, tokErr(file, "model.end_of_word_suffix", "%q is not supported; %s", *hm.EndOfWordSuffix, tokenizerHint)
+	if hm.suffix != nil && *hm.suffix != "" {
+		return nil, tokErr(file, "model.end_of_word_suffix", "%q is not supported; %s", *hm.suffix, tokenizerHint)
 	}
-	if len(hm.Vocab) == 0 {
+	if len(hm.vocab) == 0 {
 		return nil, tokErr(file, "model.vocab", "missing or empty; %s", tokenizerHint)
 	}
-	if len(hm.Vocab) > maxVocab || len(hm.Merges) > maxVocab || len(hf.AddedTokens) > maxVocab {
-		return nil, tokErr(file, "model", "more than %d vocabulary entries, merges or added tokens", maxVocab)
+	if check != nil {
+		if err := check(tables(sc, hm, doc.added)); err != nil {
+			return nil, err
+		}
 	}
-	m.ignoreMerges = hm.IgnoreMerges
+	m.ignoreMerges = hm.ignoreMerges
+	// A token listed twice keeps its last id, as when the object is read
+	// into a map.
+	vocab := make(map[string]int64, len(hm.vocab))
+	for _, e := range hm.vocab {
+		vocab[sc.text(e.s)] = e.id
+	}
+	hm.vocab = nil
 
 	// Ids are checked against the number of entries the file holds, so the
 	// id-indexed decode table is at most twice what the file pays for.
-	entries := int64(len(hm.Vocab) + len(hf.AddedTokens))
+	entries := int64(len(vocab) + len(doc.added))
 	idLimit := 2*entries + 1024
 	checkID := func(key func() string, id int64) error {
 		if id < 0 || id >= idLimit {
@@ -178,11 +263,12 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 	}
 
 	// vocab: the tokens' byte-level strings, keyed by string for the merges
-	// and by the bytes they stand for for BPE.
+	// and by the bytes they stand for for BPE; the id-indexed decode table
+	// (what HF's ByteLevel decoder makes of each id's string: its bytes
+	// when every character is a byte alias, else the string itself) is
+	// sized by the ids first, and tells an id given twice.
 	maxID := int64(-1)
-	byID := make(map[int64]string, len(hm.Vocab))
-	m.byBytes = make(map[string]uint32, len(hm.Vocab))
-	for s, id := range hm.Vocab {
+	for s, id := range vocab {
 		key := func() string { return fmt.Sprintf("model.vocab[%.40q]", s) }
 		if err := checkID(key, id); err != nil {
 			return nil, err
@@ -190,15 +276,31 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 		if len(s) > maxTokenBytes || s == "" {
 			return nil, tokErr(file, key(), "a token of %d bytes (the limit is %d, and tokens are not empty)", len(s), maxTokenBytes)
 		}
-		if prev, dup := byID[id]; dup {
-			a, b := min(prev, s), max(prev, s) // name them in a stable order
-			return nil, tokErr(file, "model.vocab", "id %d is given to both %.40q and %.40q", id, a, b)
-		}
-		byID[id] = s
 		maxID = max(maxID, id)
-		if raw, ok := byteLevelDecode(s); ok {
-			m.byBytes[string(raw)] = uint32(id)
+	}
+	for _, t := range doc.added {
+		if t.ID < idLimit { // the others are refused below
+			maxID = max(maxID, t.ID)
 		}
+	}
+	m.decode = make([][]byte, maxID+1)
+	m.byBytes = make(map[string]uint32, len(vocab))
+	for s, id := range vocab {
+		if m.decode[id] != nil {
+			for prev, pid := range vocab {
+				if pid == id && prev != s {
+					a, b := min(prev, s), max(prev, s) // name them in a stable order
+					return nil, tokErr(file, "model.vocab", "id %d is given to both %.40q and %.40q", id, a, b)
+				}
+			}
+		}
+		raw, ok := byteLevelDecode(s)
+		if ok {
+			m.byBytes[string(raw)] = uint32(id)
+		} else {
+			raw = []byte(s)
+		}
+		m.decode[id] = raw
 	}
 	for c := range 256 {
 		id, ok := m.byBytes[string([]byte{byte(c)})]
@@ -210,58 +312,53 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 	}
 
 	// merges
-	m.merges = make(map[uint64]merge, len(hm.Merges))
-	for i, raw := range hm.Merges {
-		key := fmt.Sprintf("model.merges[%d]", i)
-		a, b, err := parseMerge(raw)
-		if err != nil {
-			return nil, tokErr(file, key, "%v", err)
-		}
-		ida, oka := hm.Vocab[a]
-		idb, okb := hm.Vocab[b]
-		idn, okn := hm.Vocab[a+b]
+	m.merges = make(map[uint64]merge, len(hm.merges))
+	var ab []byte
+	for i, p := range hm.merges {
+		key := func() string { return fmt.Sprintf("model.merges[%d]", i) }
+		a, b := sc.bytesOf(p[0]), sc.bytesOf(p[1])
+		ab = append(append(ab[:0], a...), b...)
+		ida, oka := vocab[string(a)]
+		idb, okb := vocab[string(b)]
+		idn, okn := vocab[string(ab)]
 		switch {
 		case !oka:
-			return nil, tokErr(file, key, "%.40q is not in model.vocab", a)
+			return nil, tokErr(file, key(), "%.40q is not in model.vocab", a)
 		case !okb:
-			return nil, tokErr(file, key, "%.40q is not in model.vocab", b)
+			return nil, tokErr(file, key(), "%.40q is not in model.vocab", b)
 		case !okn:
-			return nil, tokErr(file, key, "the merged token %.40q is not in model.vocab", a+b)
+			return nil, tokErr(file, key(), "the merged token %.40q is not in model.vocab", ab)
 		}
 		// A pair listed twice keeps its last rank, as in HF's merge map.
 		m.merges[pairKey(uint32(ida), uint32(idb))] = merge{rank: uint32(i), id: uint32(idn)}
 	}
+	hm.merges = nil
 
-	// added_tokens
+	// added_tokens (their ids and contents are there: addedTokens)
 	var added [2][]addedToken
 	byContent := map[string]int{}
 	addedIDs := map[int64]string{}
-	for i, t := range hf.AddedTokens {
+	for i, t := range doc.added {
 		key := fmt.Sprintf("added_tokens[%d]", i)
-		if t.ID == nil {
-			return nil, tokErr(file, key+".id", "missing")
-		}
-		if err := checkID(func() string { return key + ".id" }, *t.ID); err != nil {
+		content := sc.text(t.Content)
+		if err := checkID(func() string { return key + ".id" }, t.ID); err != nil {
 			return nil, err
 		}
-		if t.Content == "" || len(t.Content) > maxTokenBytes {
-			return nil, tokErr(file, key+".content", "a token of %d bytes (the limit is %d, and tokens are not empty)", len(t.Content), maxTokenBytes)
+		if j, dup := byContent[content]; dup {
+			return nil, tokErr(file, key+".content", "%.40q repeats added_tokens[%d]", content, j)
 		}
-		if j, dup := byContent[t.Content]; dup {
-			return nil, tokErr(file, key+".content", "%.40q repeats added_tokens[%d]", t.Content, j)
-		}
-		byContent[t.Content] = i
-		addedIDs[*t.ID] = t.Content
-		maxID = max(maxID, *t.ID)
+		byContent[content] = i
+		addedIDs[t.ID] = content
+		maxID = max(maxID, t.ID)
 		normalized := !t.Special
-		if t.Normalized != nil {
-			normalized = *t.Normalized
+		if t.HasNormalized {
+			normalized = t.Normalized
 		}
 		stage := 0
 		if normalized {
 			stage = 1
 		}
-		added[stage] = append(added[stage], addedToken{id: int(*t.ID), content: t.Content, special: t.Special,
+		added[stage] = append(added[stage], addedToken{id: int(t.ID), content: content, special: t.Special,
 			singleWord: t.SingleWord, lstrip: t.LStrip, rstrip: t.RStrip})
 	}
 	for s := range added {
@@ -270,33 +367,27 @@ func parseTokenizerJSON(file string, b []byte) (*Tokenizer, error) {
 		}
 	}
 
-	// decode: what HF's ByteLevel decoder makes of each id's string: its
-	// bytes when every character is a byte alias, else the string itself.
-	m.decode = make([][]byte, maxID+1)
-	for id, s := range byID {
-		m.decode[id] = tokenBytes(s)
-	}
 	for id, s := range addedIDs {
 		m.decode[id] = tokenBytes(s) // an added token's content wins, as in HF
 	}
 
 	// normalizer, pre_tokenizer, decoder, post_processor
-	if !isNull(hf.Normalizer) {
-		typ, err := stepType(file, "normalizer", hf.Normalizer)
+	if !isNull(doc.normalizer) {
+		typ, err := stepType(file, "normalizer", doc.normalizer)
 		if err != nil {
 			return nil, err
 		}
 		return nil, tokErr(file, "normalizer.type", "%q is not supported: gptui reads tokenizers without a normalizer (null), as GPT-2's and Llama 3's are", typ)
 	}
-	pre, err := parsePreTokenizer(file, hf.PreTokenizer)
+	pre, err := parsePreTokenizer(file, doc.preTokenizer)
 	if err != nil {
 		return nil, err
 	}
 	m.pre = pre
-	if err := checkDecoder(file, hf.Decoder); err != nil {
+	if err := checkDecoder(file, doc.decoder); err != nil {
 		return nil, err
 	}
-	sep, err := separator(file, hf.PostProcessor, hf.AddedTokens)
+	sep, err := separator(sc, doc.postProcessor, doc.added)
 	if err != nil {
 		return nil, err
 	}
@@ -319,23 +410,6 @@ func tokenBytes(s string) []byte {
 		return raw
 	}
 	return []byte(s)
-}
-
-// parseMerge reads a merge written as "a b" or as ["a", "b"].
-func parseMerge(raw json.RawMessage) (string, string, error) {
-	var s string
-	if len(raw) > 0 && raw[0] == '"' && json.Unmarshal(raw, &s) == nil {
-		a, b, ok := strings.Cut(s, " ")
-		if !ok || strings.Contains(b, " ") {
-			return "", "", fmt.Errorf("%.40q is not two tokens separated by one space", s)
-		}
-		return a, b, nil
-	}
-	var p []string
-	if err := json.Unmarshal(raw, &p); err != nil || len(p) != 2 {
-		return "", "", fmt.Errorf("%.40s is neither \"a b\" nor [\"a\", \"b\"]", raw)
-	}
-	return p[0], p[1], nil
 }
 
 // parsePreTokenizer reads the pre_tokenizer section into steps.
@@ -416,7 +490,8 @@ func checkDecoder(file string, raw json.RawMessage) error {
 }
 
 // separator returns the document separator (see LoadTokenizer), or -1.
-func separator(file string, raw json.RawMessage, added []hfAddedToken) (int64, error) {
+func separator(sc *jscan, raw json.RawMessage, added []hfAddedToken) (int64, error) {
+	file := sc.file
 	sep := int64(-1)
 	if !isNull(raw) {
 		var walk func(raw json.RawMessage, key string) error
@@ -450,8 +525,8 @@ func separator(file string, raw json.RawMessage, added []hfAddedToken) (int64, e
 	}
 	if sep < 0 {
 		for _, t := range added {
-			if t.Special && t.Content == "<|endoftext|>" {
-				sep = *t.ID
+			if t.Special && sc.text(t.Content) == "<|endoftext|>" {
+				sep = t.ID
 			}
 		}
 	}

@@ -10,12 +10,15 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	gptui "github.com/gptui/gptui"
 	"github.com/gptui/gptui/badinput"
+	"github.com/gptui/gptui/internal/allocbound"
 	"github.com/pkoukk/tiktoken-go"
 	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
 )
@@ -546,6 +549,18 @@ func TestTokenizerJSONErrors(t *testing.T) {
 		{"repeated added", edit(func(d map[string]any) {
 			d["added_tokens"] = append(d["added_tokens"].([]any), map[string]any{"id": 309, "content": "SW"})
 		}), `added_tokens[9].content: "SW" repeats added_tokens[4]`},
+		{"empty added token", edit(func(d map[string]any) {
+			d["added_tokens"].([]any)[0].(map[string]any)["content"] = ""
+		}), "added_tokens[0].content: a token of 0 bytes"},
+		{"added token without id", []byte(`{"added_tokens":[{"content":"x"}]}`), "added_tokens[0].id: missing"},
+		{"key given twice", []byte(`{"model":{"type":"BPE","vocab":{},"type":"BPE"}}`), "model.type: given twice"},
+		{"data after the document", append(tinyJSON(), " {}"...), "invalid JSON: invalid character '{' after top-level value"},
+		{"cut short", tinyJSON()[:1000], "invalid JSON: unexpected EOF"},
+		{"merge of three", edit(func(d map[string]any) { model(d)["merges"] = []any{[]string{"H", "i", "x"}} }), `model.merges[0]: a list of other than two strings is neither`},
+		{"merge number", edit(func(d map[string]any) { model(d)["merges"] = []any{1} }), `model.merges[0]: number 1 is neither "a b" nor ["a", "b"]`},
+		{"vocab list", edit(func(d map[string]any) { model(d)["vocab"] = []any{[]any{"a", 0}} }), "model.vocab: array where an object belongs"},
+		{"oversized section", edit(func(d map[string]any) { d["normalizer"] = map[string]any{"type": strings.Repeat("x", maxSectionBytes)} }),
+			"bytes, more than the 1048576 a normalizer has room for"},
 		{"two separators", edit(func(d map[string]any) {
 			p := d["post_processor"].(map[string]any)
 			p["single"] = append([]any{p["single"].([]any)[0]}, p["single"].([]any)...)
@@ -569,25 +584,126 @@ func TestTokenizerJSONErrors(t *testing.T) {
 	}
 }
 
+// TestLoadTokenizerChecked: the check sees what the file's tables hold
+// before they are built, and its error is returned as it is.
+func TestLoadTokenizerChecked(t *testing.T) {
+	_, path := loadJSON(t, tinyJSON())
+	var seen TokenizerTables
+	refused := errors.New("refused")
+	_, err := LoadTokenizerChecked(path, func(tt TokenizerTables) error { seen = tt; return refused })
+	if err != refused {
+		t.Errorf("error %v, want the check's", err)
+	}
+	if seen.Vocab != 257 || seen.Merges != 1 || seen.Added != 9 || seen.Bytes < 257*vocabEntryBytes {
+		t.Errorf("the check saw %+v; want 257 vocabulary entries, 1 merge, 9 added tokens and their bytes", seen)
+	}
+	if _, err := LoadTokenizerChecked(path, func(TokenizerTables) error { return nil }); err != nil {
+		t.Errorf("a check that passes: %v", err)
+	}
+}
+
+// TestTokenizerJSONHostile: files made to cost far more than their size
+// to read — long lists of entries that cannot be right, or of more
+// entries than any tokenizer holds, a sparse file of 1 GiB — are refused
+// at the entry that is wrong or past the limit, quickly, allocating at
+// most 10 times their size (the files of 64 MiB, and the peak resident
+// memory of the process, are cmd/gptui's TestHostileTokenizer).
+func TestTokenizerJSONHostile(t *testing.T) {
+	// list is head, then n items separated by commas, then tail.
+	list := func(head, item string, n int, tail string) []byte {
+		b := append([]byte(head), bytes.Repeat([]byte(item+","), n)...)
+		return append(b[:len(b)-1], tail...)
+	}
+	vocab := func(n int) []byte {
+		b := []byte(`{"model":{"type":"BPE","vocab":{`)
+		for i := range n {
+			b = append(b, `"t`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, int64(i), 10)
+			b = append(b, ',')
+		}
+		return append(b[:len(b)-1], "}}}"...)
+	}
+	merges := `{"model":{"type":"BPE","vocab":{"a":0},"merges":[`
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"one-character merges", list(merges, "1", 4<<20, "]}}"), `model.merges[0]: number 1 is neither "a b" nor ["a", "b"]`},
+		{"empty added tokens", list(`{"added_tokens":[`, "{}", 3<<20, "]}"), "added_tokens[0].id: missing"},
+		{"added tokens without content", list(`{"added_tokens":[`, `{"id":0,"content":""}`, 1<<20, "]}"), "added_tokens[0].content: a token of 0 bytes"},
+		{"merges past the limit", list(merges, `"a b"`, maxVocab+1, "]}}"), "model.merges: more than 1048576 merges"},
+		{"added tokens past the limit", list(`{"added_tokens":[`, `{"id":1,"content":"x"}`, maxVocab+1, "]}"), "added_tokens: more than 1048576 added tokens"},
+		{"vocabulary past the limit", vocab(maxVocab + 1), "model.vocab: more than 1048576 entries"},
+		{"a sparse 1 GiB file", nil, "larger than 64 MiB"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tokenizer.json")
+			size := int64(len(c.b))
+			if err := os.WriteFile(path, c.b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if c.b == nil {
+				size = 1 << 30
+				if err := os.Truncate(path, size); err != nil {
+					t.Skipf("a sparse file: %v", err)
+				}
+			}
+			var err error
+			start := time.Now()
+			used := allocbound.Measure(func() { _, err = LoadTokenizer(path) })
+			took := time.Since(start)
+			var fe *FormatError
+			if !errors.As(err, &fe) || fe.File != path || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+				t.Errorf("error %v; want a one-line *FormatError naming %s and saying %q", err, path, c.want)
+			}
+			t.Logf("%.1f MiB refused in %.2f s, %.1f MiB allocated: %v", float64(size)/(1<<20), took.Seconds(), float64(used)/(1<<20), err)
+			if limit := 10 * uint64(len(c.b)); used > max(limit, 64<<10) {
+				t.Errorf("allocated %d bytes reading %d, more than 10 times as many", used, len(c.b))
+			}
+			if took > 5*time.Second {
+				t.Errorf("refused after %.1f s", took.Seconds())
+			}
+		})
+	}
+}
+
 // FuzzLoadTokenizer feeds arbitrary files to LoadTokenizer: an error is a
-// *FormatError naming the file; a tokenizer it accepts round-trips text.
+// one-line *FormatError naming the file; a file it accepts is valid JSON,
+// and its tokenizer round-trips text. Reading never allocates more than
+// allocbound.Limit of the file's size.
 func FuzzLoadTokenizer(f *testing.F) {
 	f.Add(tinyJSON())
 	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[]}}`))
 	f.Add([]byte(`{"added_tokens":[{"id":1e9,"content":"x"}]}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"added_tokens":[{},{},{}]}`))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"a":0},"merges":[1,1,1]}}`))
+	f.Add([]byte(`{"model":{"vocab":[["a",0]],"type":"Unigram"},"x":{"y":[1,"\"]"]}}`))
+	f.Add([]byte(`{"model":{"type":"BPE","vocab":{"\u0041\ud800":0,"ÿ":1},"merges":[["\"a","b"]]}} `))
+	f.Add([]byte(`{"model":{"type":"BPE","type":"BPE"}}`))
 	path := filepath.Join(f.TempDir(), "tokenizer.json")
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		tok, err := LoadTokenizer(path)
+		var tok *Tokenizer
+		var err error
+		used := allocbound.Measure(func() { tok, err = LoadTokenizer(path) })
+		if limit := allocbound.Limit(len(b)); used > limit {
+			t.Errorf("allocated %d bytes reading %d (limit %d); error %v", used, len(b), limit, err)
+		}
 		if err != nil {
 			var fe *FormatError
-			if !errors.As(err, &fe) || fe.File != path {
-				t.Fatalf("error %v is not a *FormatError naming the file", err)
+			if !errors.As(err, &fe) || fe.File != path || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q is not a one-line *FormatError naming the file", err)
 			}
 			return
+		}
+		if !json.Valid(b) {
+			t.Fatalf("accepted a file that is not valid JSON")
 		}
 		for _, s := range []string{"Hello, world!\n", "<|begin_of_text|>x'S 12345\xff"} {
 			ids := tok.EncodeSpecial(s)

@@ -115,12 +115,7 @@ var hfNames = engine.ShapeNames{MaxT: "n_positions", V: "vocab_size", L: "n_laye
 // readConfig reads a transformers GPT-2 config.json into a ModelConfig and
 // reports whether the config declares the output embedding untied.
 func readConfig(path string) (engine.ModelConfig, bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return engine.ModelConfig{}, false, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
+	b, err := readConfigFile(path)
 	if err != nil {
 		return engine.ModelConfig{}, false, err
 	}
@@ -182,4 +177,34 @@ func readConfig(path string) (engine.ModelConfig, bool, error) {
 	}
 	untied := c.TieWordEmbeddings != nil && !*c.TieWordEmbeddings
 	return cfg, untied, nil
+}
+
+// maxConfigLen bounds config.json (a Llama 3's is under 1 KB; models with
+// label maps run to some hundred KB).
+const maxConfigLen = 16 << 20
+
+// readConfigFile reads the config.json at path, refusing, before it reads
+// it, a file larger than maxConfigLen: a sparse or hostile file cannot
+// make Import allocate its size.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > maxConfigLen {
+		return nil, &engine.FormatError{File: path, Msg: fmt.Sprintf("%d bytes, more than the %d a model config has room for; not a config.json?", fi.Size(), maxConfigLen)}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigLen+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxConfigLen {
+		return nil, &engine.FormatError{File: path, Msg: fmt.Sprintf("more than the %d bytes a model config has room for; not a config.json?", maxConfigLen)}
+	}
+	return b, nil
 }

@@ -180,46 +180,59 @@ func ExportShards(dir string, cfg engine.ModelConfig, params []float32, maxShard
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("hf export: %w", err)
 	}
-	var ms []mapping
-	var total int
+	if _, total := exportMappings(cfg); len(params) != total {
+		return fmt.Errorf("hf export: %d parameters, the shape %+v has %d", len(params), cfg, total)
+	}
+	return ExportFrom(dir, cfg, func(off, n int) ([]float32, error) { return params[off : off+n], nil }, maxShard)
+}
+
+// A Source reads the elements [off, off+n) of a model's parameters, laid
+// out by engine.Tensors: a slice valid until its next call.
+type Source func(off, n int) ([]float32, error)
+
+// ExportFrom is [ExportShards] reading the parameters tensor by tensor
+// from src: it holds one tensor, and its transpose, at a time, so a model
+// is exported from a checkpoint without being loaded whole.
+func ExportFrom(dir string, cfg engine.ModelConfig, src Source, maxShard int64) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("hf export: %w", err)
+	}
+	ms, _ := exportMappings(cfg)
 	var conf []byte
 	var err error
 	if cfg.Family == arch.Llama {
-		ms, total = llamaMappings(cfg)
 		conf, err = encodeLlamaConfig(cfg)
 	} else {
-		ms, total = mappings(cfg)
-		for i := range ms {
-			ms[i].name = prefix + ms[i].name
-		}
 		conf, err = encodeConfig(cfg)
 	}
 	if err != nil {
 		return fmt.Errorf("hf export: %s: %w", ConfigFile, err)
 	}
-	if len(params) != total {
-		return fmt.Errorf("hf export: %d parameters, the shape %+v has %d", len(params), cfg, total)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("hf export: %w", err)
 	}
 
-	largest := 0
+	largest := 0 // of the tensors transposed
 	for _, m := range ms {
-		largest = max(largest, m.size())
+		if m.transpose {
+			largest = max(largest, m.size())
+		}
 	}
-	scratch := make([]float32, largest)
+	var scratch []float32 // a transpose; allocated at the first
 	ts := make([]outTensor, len(ms))
 	for i, m := range ms {
-		ts[i] = outTensor{Tensor: safetensors.Tensor{Name: m.name, Shape: m.shape}, values: func() []float32 {
+		ts[i] = outTensor{Tensor: safetensors.Tensor{Name: m.name, Shape: m.shape}, values: func() ([]float32, error) {
 			n := m.size()
-			src := params[m.off : m.off+n]
-			if m.transpose {
-				// The buffer holds (out, in) = (shape[1], shape[0]).
-				transpose(scratch[:n], src, m.shape[1], m.shape[0])
-				src = scratch[:n]
+			v, err := src(m.off, n)
+			if err != nil || !m.transpose {
+				return v, err
 			}
-			return src
+			// The buffer holds (out, in) = (shape[1], shape[0]).
+			if scratch == nil {
+				scratch = make([]float32, largest)
+			}
+			transpose(scratch[:n], v, m.shape[1], m.shape[0])
+			return scratch[:n], nil
 		}}
 	}
 	// config.json first: a folder whose model files are new has the
@@ -237,6 +250,19 @@ func ExportShards(dir string, cfg engine.ModelConfig, params []float32, maxShard
 	return nil
 }
 
+// exportMappings are the tensors an export writes, under their names in
+// the files, and the size of the buffer they map from.
+func exportMappings(cfg engine.ModelConfig) ([]mapping, int) {
+	if cfg.Family == arch.Llama {
+		return llamaMappings(cfg)
+	}
+	ms, total := mappings(cfg)
+	for i := range ms {
+		ms[i].name = prefix + ms[i].name
+	}
+	return ms, total
+}
+
 // Import reads a Hugging Face checkpoint directory, config.json and
 // model.safetensors or the shards model.safetensors.index.json lists,
 // into the buffer engine.Tensors lays out: a GPT-2 (GPT2LMHeadModel or
@@ -247,15 +273,23 @@ func ExportShards(dir string, cfg engine.ModelConfig, params []float32, maxShard
 // nothing a header declares is allocated before the files are seen to hold
 // it.
 func Import(dir string) (engine.ModelConfig, []float32, error) {
+	return ImportChecked(dir, nil)
+}
+
+// ImportChecked is [Import] calling check, if not nil, with the shape
+// config.json describes once the model files are seen to hold it, before
+// anything of the model's size is allocated (a caller's memory check);
+// an error from check is returned as it is.
+func ImportChecked(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
 	fam, err := family(confPath)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
 	if fam == arch.Llama {
-		return importLlama(dir)
+		return importLlama(dir, check)
 	}
-	return importGPT2(dir)
+	return importGPT2(dir, check)
 }
 
 // importGPT2 reads a Hugging Face GPT-2 checkpoint directory into the
@@ -272,7 +306,7 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 // a missing one, a shape that does not match config.json or another dtype
 // is an error naming the file and tensor; format errors are
 // *engine.FormatError.
-func importGPT2(dir string) (engine.ModelConfig, []float32, error) {
+func importGPT2(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
 	// The directory the user named must hold both files.
 	cfg, untied, err := readConfig(confPath)
@@ -286,6 +320,11 @@ func importGPT2(dir string) (engine.ModelConfig, []float32, error) {
 	defer st.Close()
 	if err := fits(st, cfg, confPath); err != nil {
 		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return engine.ModelConfig{}, nil, err
+		}
 	}
 	params, err := load(st, cfg, untied)
 	if err != nil {

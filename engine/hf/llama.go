@@ -3,9 +3,7 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -168,7 +166,7 @@ var llamaNames = engine.ShapeNames{MaxT: "max_position_embeddings", V: "vocab_si
 // architectures: arch.Llama for "llama" (LlamaForCausalLM), arch.GPT2 for
 // "gpt2" or neither key.
 func family(path string) (arch.Family, error) {
-	b, err := os.ReadFile(path)
+	b, err := readConfigFile(path)
 	if err != nil {
 		return 0, err
 	}
@@ -193,12 +191,7 @@ func family(path string) (arch.Family, error) {
 // rms_norm_eps 1e-6, rope_theta 10000, tie_word_embeddings false, no
 // rope_scaling, attention_dropout 0; the sizes must be there.
 func readLlamaConfig(path string) (engine.ModelConfig, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return engine.ModelConfig{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(f)
+	b, err := readConfigFile(path)
 	if err != nil {
 		return engine.ModelConfig{}, err
 	}
@@ -283,7 +276,7 @@ func readLlamaConfig(path string) (engine.ModelConfig, error) {
 // untied config without one, any other tensor, a missing one, a shape
 // that does not match config.json and another dtype, each naming the file
 // and tensor.
-func importLlama(dir string) (engine.ModelConfig, []float32, error) {
+func importLlama(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
 	cfg, err := readLlamaConfig(confPath)
 	if err != nil {
@@ -296,6 +289,11 @@ func importLlama(dir string) (engine.ModelConfig, []float32, error) {
 	defer st.Close()
 	if err := fitsLlama(st, cfg, confPath); err != nil {
 		return engine.ModelConfig{}, nil, fmt.Errorf("hf import: %w", err)
+	}
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return engine.ModelConfig{}, nil, err
+		}
 	}
 	params, err := loadLlama(st, cfg)
 	if err != nil {

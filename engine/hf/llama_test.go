@@ -19,6 +19,8 @@ import (
 
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/safetensors"
+	"github.com/gptui/gptui/internal/allocbound"
 	"github.com/gptui/gptui/internal/torchtest"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -594,5 +596,84 @@ func TestLlamaReference(t *testing.T) {
 			t.Errorf("folder %d: logits differ from the reference's by up to %.3g, %.3g of their largest magnitude %.3g; want ≤ 1e-4", i, worst, worst/scale, scale)
 		}
 		t.Logf("folder %d: %d logits, largest difference %.3g (%.2g of the largest magnitude %.3g)", i, len(w), worst, worst/scale, scale)
+	}
+}
+
+// TestImportCheckedBeforeAllocation: a Llama folder whose config.json
+// and model.safetensors header describe a 134B-parameter model, its data
+// a hole (a sparse file of 535 GB), and a GPT-2 one of 1.6B parameters
+// (6.2 GB), reach ImportChecked's check with their shapes before anything
+// of the model is allocated: a check that refuses ends the import, its
+// error returned as it is, having allocated little more than the header.
+// An oversized config.json is refused unread.
+func TestImportCheckedBeforeAllocation(t *testing.T) {
+	llama := engine.ModelConfig{Shape: arch.Shape{Family: arch.Llama, MaxT: 8192, V: 128256, Vp: 128256, L: 154, NH: 64, NKV: 8, C: 8192, F: 28672, Untied: true},
+		NormEps: 1e-5, RoPE: kernels.RoPE{Theta: 500000}}
+	gpt2 := engine.ModelConfig{Shape: arch.Shape{MaxT: 1024, V: 50257, Vp: 50304, L: 48, NH: 25, C: 1600, F: 6400}}
+	for _, cfg := range []engine.ModelConfig{llama, gpt2} {
+		dir := t.TempDir()
+		var ms []mapping
+		var conf []byte
+		var err error
+		if cfg.Family == arch.Llama {
+			ms, _ = llamaMappings(cfg)
+			conf, err = encodeLlamaConfig(cfg)
+		} else {
+			ms, _ = mappings(cfg)
+			for i := range ms {
+				ms[i].name = prefix + ms[i].name
+			}
+			conf, err = encodeConfig(cfg)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, ConfigFile), conf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(dir, ModelFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := make([]safetensors.Tensor, len(ms))
+		data := int64(0)
+		for i, m := range ms {
+			ts[i] = safetensors.Tensor{Name: m.name, Shape: m.shape}
+			data += 4 * int64(m.size())
+		}
+		if _, err := safetensors.NewWriter(f, ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		at, _ := f.Seek(0, 1)
+		if err := f.Truncate(at + data); err != nil {
+			t.Skipf("a sparse file: %v", err)
+		}
+		f.Close()
+		refused := errors.New("refused")
+		var seen engine.ModelConfig
+		used := allocbound.Measure(func() {
+			_, _, err = ImportChecked(dir, func(c engine.ModelConfig) error { seen = c; return refused })
+		})
+		if err != refused || seen.Shape != cfg.Shape {
+			t.Errorf("%d layers: error %v, check saw %+v; want the check's error, and %+v", cfg.L, err, seen.Shape, cfg.Shape)
+		}
+		if used > 64<<20 {
+			t.Errorf("%d layers: a %d-byte model file's header cost %d bytes before the check", cfg.L, at+data, used)
+		}
+		t.Logf("%s of %.1fB parameters, %.1f GB of model file: %.1f MiB allocated before the check", cfg.Family, float64(cfg.Params())/1e9, float64(at+data)/1e9, float64(used)/(1<<20))
+	}
+	// A config.json of 1 GiB (sparse): refused before it is read.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ConfigFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, ConfigFile), 1<<30); err != nil {
+		t.Skipf("a sparse file: %v", err)
+	}
+	var err error
+	used := allocbound.Measure(func() { _, _, err = Import(dir) })
+	var fe *engine.FormatError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "more than the 16777216 a model config has room for") || used > 1<<20 {
+		t.Errorf("a 1 GiB config.json: error %v after allocating %d bytes; want a FormatError, nothing read", err, used)
 	}
 }

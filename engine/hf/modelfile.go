@@ -226,7 +226,7 @@ func formatError(err error) error {
 // its values.
 type outTensor struct {
 	safetensors.Tensor
-	values func() []float32 // valid until the next call of any values
+	values func() ([]float32, error) // valid until the next call of any values
 }
 
 // bytes is the tensor's size in a file, as F32.
@@ -325,7 +325,11 @@ func writeModel(path string, ts []outTensor) error {
 			return err
 		}
 		for _, t := range ts {
-			if err := sw.Write(t.values()); err != nil {
+			v, err := t.values()
+			if err != nil {
+				return err
+			}
+			if err := sw.Write(v); err != nil {
 				return err
 			}
 		}
