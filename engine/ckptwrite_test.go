@@ -194,7 +194,7 @@ func TestParallelSaveKillsHelper(t *testing.T) {
 	}
 }
 
-// TestParallelSaveKills: 24 times, a 2-rank job saving after every step
+// TestParallelSaveKills: 20 times, a 2-rank job saving after every step
 // (synchronous and asynchronous saves by turns), each rank writing its
 // own file, loses one rank, chosen at random, to SIGKILL at a random
 // moment after its second step; the other rank ends on the lost peer.
@@ -203,7 +203,7 @@ func TestParallelSaveKillsHelper(t *testing.T) {
 // partial checkpoint where a resume would take it. Each job resumes from
 // it, so the run moves on.
 func TestParallelSaveKills(t *testing.T) {
-	kills := 24
+	kills := 20
 	if testing.Short() {
 		kills = 4
 	}
