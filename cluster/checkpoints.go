@@ -60,7 +60,7 @@ func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (dir string, s
 	cands := resumeCandidates(sums, src)
 	var last error
 	for k, c := range cands {
-		failed, err := j.complete(ctx, nodes, sums, c, sl.OutputDir, sl.KeepLast)
+		failed, err := j.complete(ctx, nodes, sums, c, sl.OutputDir, sl.KeepLast, -1)
 		if err == nil {
 			return path.Join(sl.OutputDir, checkpoint.DirName(c.step)), c.step, nil
 		}
@@ -77,6 +77,25 @@ func (j *Job) syncCheckpoints(ctx context.Context, nodes []*node) (dir string, s
 		}
 	}
 	return "", 0, fmt.Errorf("resume: no checkpoint of this run in %s can be held by every node: %w", sl.OutputDir, last)
+}
+
+// collectNewest gives the first node (rank 0's) the whole of the job's
+// newest checkpoint, which each node keeps only its ranks' part of: a job
+// that finished or stopped leaves a whole checkpoint on one machine, for
+// an export, a generate or a resume there. The copies are events like a
+// resume's; an error is reported, not the job's.
+func (j *Job) collectNewest(ctx context.Context) error {
+	sl := j.opts.Config.Engine.SaveLoad
+	sums, err := j.summaries(ctx, j.nodes, sl.OutputDir)
+	if err != nil {
+		return err
+	}
+	src := newestOf(sums)
+	if src < 0 || sums[0].Verified(sums[src]) {
+		return nil
+	}
+	_, err = j.complete(ctx, j.nodes, sums, candidate{sums[src].Step, sums[src].Manifest}, sl.OutputDir, sl.KeepLast, 0)
+	return err
 }
 
 // summaries asks every node for the checkpoint.Summary of outputDir.
@@ -218,7 +237,9 @@ func resumeCandidates(sums []checkpoint.Summary, src int) []candidate {
 // holder of every data file, and gives each node the files it lacks,
 // each from one of their holders, trying each in turn. It returns the
 // nodes that could not be given c, and the first of their errors.
-func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Summary, c candidate, outputDir string, keepLast int) ([]int, error) {
+//
+// With only >= 0, only that node is given what it lacks.
+func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Summary, c candidate, outputDir string, keepLast, only int) ([]int, error) {
 	run := j.opts.Config.Engine.SaveLoad.Run
 	have := make([]*checkpoint.Summary, len(nodes)) // what the node holds of c
 	sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
@@ -273,6 +294,9 @@ func (j *Job) complete(ctx context.Context, nodes []*node, sums []checkpoint.Sum
 		return listed, fmt.Errorf("step %d: no node holds %s verified", c.step, strings.Join(unheld, ", "))
 	}
 	errs := sshexec.ForEach(ctx, len(nodes), j.opts.Parallel, func(ctx context.Context, i int) error {
+		if only >= 0 && i != only {
+			return nil
+		}
 		var need []string
 		for _, f := range slices.Sorted(maps.Keys(holders)) {
 			if have[i] == nil || !have[i].Holds(f) {

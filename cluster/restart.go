@@ -118,7 +118,13 @@ func (s *Supervisor) nodes() []sshexec.Node {
 // Plan plans the first attempt on every node (up to MaxNodes), as
 // [Job.Plan] does.
 func (s *Supervisor) Plan(ctx context.Context) (*Plan, error) {
-	if r, n := s.opts.Config.Engine.SaveLoad.Replicas, len(s.nodes()); r > n {
+	if r, n := s.opts.Config.Engine.SaveLoad.Replicas, len(s.nodes()); r > n && s.opts.Continues != "" {
+		// A failed job resumed on the nodes left (the UI's drop) keeps
+		// as many copies as they can hold, as an elastic restart does.
+		c := *s.opts.Config
+		c.Engine.SaveLoad.Replicas = n
+		s.opts.Config = &c
+	} else if r > n {
 		return nil, inputErrorf("Engine.save_load.replicas: %d, but the job has %d %s: want 1 to %d (each checkpoint on that many nodes)", r, n, units.Plural(n, "node"), n)
 	}
 	j := s.attempt(s.nodes(), s.opts.Config, 0)
@@ -470,6 +476,12 @@ func (s *Supervisor) configFor(nodes []sshexec.Node) (*presets.Config, string, e
 		// same output_dir.
 		c.Engine.SaveLoad.CkptDir = "auto"
 		c.Engine.SaveLoad.Run = cmp.Or(s.run, c.Engine.SaveLoad.Run)
+	}
+	if s.restarts > 0 {
+		// The first attempt found the output_dir free of other runs'
+		// checkpoints (or was forced): what a restart from step 0 finds
+		// there is its own attempts' (a save it never heard of).
+		c.Engine.SaveLoad.Force = true
 	}
 	ranks := 0
 	names := nodeNames(nodes)

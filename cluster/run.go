@@ -231,6 +231,7 @@ type gang struct {
 	logErrs  []RankLogError   // ranks that finished, but whose logs failed
 
 	rep       *replicator           // nil without Engine.save_load.replicas > 1
+	saved     bool                  // a checkpoint was saved
 	reports   map[int]*rankProgress // each running rank's last progress report, for the hang diagnosis
 	hangBound time.Duration
 }
@@ -427,6 +428,7 @@ func (g *gang) onMessage(m msg) {
 		return
 	case event.KindCheckpoint:
 		if e.State == event.CheckpointSaved {
+			g.saved = true
 			g.rep.saved(m.node)
 		}
 	case event.KindLog:
@@ -470,6 +472,15 @@ func (g *gang) end() {
 	// A failed or stopped job's copy in flight is abandoned: the next
 	// attempt's sync copies what it needs.
 	g.rep.close(failure != nil || g.stopCause != nil)
+	if failure == nil && g.saved && len(j.nodes) > 1 {
+		// The newest checkpoint whole on rank 0's node; a failed job's
+		// parts stay for its resume to complete.
+		ctx, cancel := context.WithTimeout(context.Background(), replicaTimeout)
+		if err := j.collectNewest(ctx); err != nil {
+			j.nodeEvent(j.nodes[0].name, event.NodePushing, "the newest checkpoint not gathered here whole: "+err.Error())
+		}
+		cancel()
+	}
 	end := event.New(event.KindJob)
 	switch {
 	case failure != nil:

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -207,7 +209,7 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 		}
 		return "", errors.Join(failed, rs.err)
 	}
-	if !tr.publishes() {
+	if !tr.publishes() || tr.topo.Rank != 0 && sharesRank0(rs.tmp) {
 		return "", rs.err
 	}
 	dir, err := checkpoint.Publish(sl.OutputDir, rs.tmp, verdict[1:], sl.KeepLast)
@@ -215,6 +217,20 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 		return "", errors.Join(err, rs.err)
 	}
 	return dir, err
+}
+
+// sharesRank0 reports whether the save's directory tmp, on a machine
+// other than rank 0's, is rank 0's too — an output directory on a shared
+// filesystem — which rank 0 publishes whole: rank 0's file is in it (all
+// files were written before the manifest came), or it is gone (rank 0
+// has published it already).
+func sharesRank0(tmp string) bool {
+	_, err := os.Stat(filepath.Join(tmp, checkpoint.ShardFile(0)))
+	if err == nil {
+		return true
+	}
+	_, err = os.Stat(tmp)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // saveReports decodes the ranks' reports of the save of step, or says

@@ -3,12 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/gptui/gptui/arch"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/engine/hf"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -69,7 +70,9 @@ func hostileFiles(t *testing.T, dir string) hostile {
 		if *c.dir, err = engine.SaveModel(m, cfg, filepath.Join(dir, "ckpt"+c.layers)); err != nil {
 			t.Fatal(err)
 		}
-		edit(t, filepath.Join(*c.dir, "manifest.json"), `num_layers: 2\n`, `num_layers: `+c.layers+`\n`)
+		man := filepath.Join(*c.dir, checkpoint.ManifestFile)
+		edit(t, man, `num_layers: 2\n`, `num_layers: `+c.layers+`\n`)
+		reseal(t, man)
 	}
 
 	toks := make([]uint16, 5000)
@@ -103,6 +106,20 @@ func edit(t *testing.T, path, old, new string) {
 		t.Fatalf("%s: %q occurs %d times, want once", path, old, bytes.Count(b, []byte(old)))
 	}
 	if err := os.WriteFile(path, bytes.Replace(b, []byte(old), []byte(new), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reseal seals the manifest at path anew (checkpoint.Seal) after a test
+// edited it, so that a reader checks what the edit put there rather than
+// refusing the manifest for its seal.
+func reseal(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, checkpoint.Seal(b), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -647,7 +647,8 @@ func (r *docRunner) output(t *testing.T, b docBlock, mk docMark) {
 var docNumRE = regexp.MustCompile(`\d+(?:\.\d+)?(?:e[-+]?\d+)?`)
 
 // shapeRE is the pattern of the lines that a quoted line stands for: its
-// numbers any number, "..." and "…" any text.
+// numbers any number, of either sign (a quoted 646.1% deviation stands for
+// a printed -2.9%), "..." and "…" any text.
 func shapeRE(line string) *regexp.Regexp {
 	var b strings.Builder
 	b.WriteString("^")
@@ -658,6 +659,9 @@ func shapeRE(line string) *regexp.Regexp {
 		last := 0
 		for _, m := range docNumRE.FindAllStringIndex(part, -1) {
 			b.WriteString(regexp.QuoteMeta(part[last:m[0]]))
+			if !strings.HasSuffix(part[:m[0]], "-") {
+				b.WriteString(`-?`)
+			}
 			b.WriteString(`\d+(?:\.\d+)?(?:e[-+]?\d+)?`)
 			last = m[1]
 		}
@@ -723,6 +727,7 @@ func TestDocShape(t *testing.T) {
 		"[train] epoch: 0 step: 0 lr: 1.000000e-03 loss: 10.819618 mfu: 1.0%",
 		"[train] epoch: 0 step: 1 lr: 5.500000e-04 loss: 10.785176 mfu: 12.0%",
 		"[done] steps: 2",
+		"[plan] measured: step 0.094 s (predicted 0.097 s, -2.9%)",
 	}
 	for _, tc := range []struct {
 		doc []string
@@ -731,10 +736,12 @@ func TestDocShape(t *testing.T) {
 		{[]string{"[model] layers: 12 hidden: 768"}, true},
 		{[]string{"[train] epoch: 1 step: 120 lr: 9.876543e-04 loss: 5.123456 mfu: 4.9%"}, true},
 		{[]string{"[train] epoch: 0 step: 0 ... mfu: 1.0%", "...", "[done] steps: 200"}, true},
-		{[]string{"[model] layers: 2 hidden: 64", "[done] steps: 2"}, false}, // not one after the other
-		{[]string{"[done] steps: 2", "[model] layers: 2 hidden: 64"}, false}, // out of order
-		{[]string{"[train] epoch: 0 step: 0 lr: 1.0e-03 loss: 10.8"}, false}, // a line cut short
-		{[]string{"[done] steps: 2 median ips: 2391 tokens/s"}, false},       // words that are not printed
+		{[]string{"[model] layers: 2 hidden: 64", "[done] steps: 2"}, false},          // not one after the other
+		{[]string{"[done] steps: 2", "[model] layers: 2 hidden: 64"}, false},          // out of order
+		{[]string{"[train] epoch: 0 step: 0 lr: 1.0e-03 loss: 10.8"}, false},          // a line cut short
+		{[]string{"[done] steps: 2 median ips: 2391 tokens/s"}, false},                // words that are not printed
+		{[]string{"[plan] measured: step 0.482 s (predicted 0.065 s, 646.1%)"}, true}, // a number of either sign
+		{[]string{"[plan] measured: step 0.482 s (predicted 0.065 s, 646.1)"}, false}, // not the % printed
 	} {
 		if err := matchShape(tc.doc, got); (err == nil) != tc.ok {
 			t.Errorf("matchShape(%q): %v, want ok %v", tc.doc, err, tc.ok)

@@ -144,7 +144,8 @@ func TestPrepareThenTrain(t *testing.T) {
 		t.Fatalf("prepare: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	code, out, stderr = runCLI(t, "train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0",
-		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Data.Train.dataset.input_dir="+filepath.Join(dir, "shards"))
+		"-o", "Engine.log_dir="+filepath.Join(dir, "log"), "-o", "Data.Train.dataset.input_dir="+filepath.Join(dir, "shards"),
+		"-o", "Engine.save_load.output_dir="+filepath.Join(dir, "out"))
 	if code != 0 || !strings.Contains(out, "[done] steps: 2") {
 		t.Fatalf("train: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}

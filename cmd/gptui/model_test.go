@@ -11,6 +11,7 @@ import (
 
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/hf"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -164,7 +165,9 @@ func tinyCheckpoint(t *testing.T, dir string) string {
 	return ckpt
 }
 
-// editManifest rewrites a checkpoint's manifest.json with edit.
+// editManifest rewrites a checkpoint's manifest.json with edit, sealed
+// anew (checkpoint.Seal): a reader then finds what edit changed, not a
+// broken seal.
 func editManifest(t *testing.T, ckpt string, edit func(m map[string]any)) {
 	t.Helper()
 	f := filepath.Join(ckpt, "manifest.json")
@@ -176,11 +179,12 @@ func editManifest(t *testing.T, ckpt string, edit func(m map[string]any)) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
+	delete(m, "manifest_sha256")
 	edit(m)
 	if b, err = json.Marshal(m); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(f, b, 0o644); err != nil {
+	if err := os.WriteFile(f, checkpoint.Seal(b), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }

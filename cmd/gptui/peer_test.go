@@ -26,14 +26,16 @@ func TestPeerDeath(t *testing.T) {
 	}
 	dir := t.TempDir()
 	const world, victim = 4, 2
+	// Every rank's arguments, the job's own output folder among them.
+	args := append(append(append([]string{"train"}, small(t)...),
+		"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2",
+		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
+		"-o", "Engine.log_dir="+filepath.Join(dir, "log")), ownOutput(t)...)
 	cmds := make([]*exec.Cmd, world)
 	outs := make([]*bytes.Buffer, world)
 	done := make([]chan error, world)
 	for r := 0; r < world; r++ {
-		c := exec.Command(exe, append(append([]string{"train"}, small(t)...),
-			"-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2",
-			"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-			"-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
+		c := exec.Command(exe, args...)
 		c.Env = append(os.Environ(), "GPTUI_THREADS=1", "GPTUI_COMM_TIMEOUT=20s")
 		c.Env = append(c.Env, launch.Env(r, r, world, "127.0.0.1", port, "peer-test-secret")...)
 		outs[r] = new(bytes.Buffer)

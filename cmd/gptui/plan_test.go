@@ -215,8 +215,9 @@ func TestPlanBadInput(t *testing.T) {
 // and compares the measured step and memory with the prediction.
 func TestTrainAuto(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
-	code, out, stderr := runCLI(t, "train", "-c", "tiny", "-o", "Distributed.auto=true", "-o", "Engine.max_steps=3",
-		"-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+t.TempDir(), "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4")
+	code, out, stderr := runCLI(t, append([]string{"train", "-c", "tiny", "-o", "Distributed.auto=true", "-o", "Engine.max_steps=3",
+		"-o", "Engine.eval_freq=0", "-o", "Engine.log_dir=" + t.TempDir(), "-o", "Global.global_batch_size=4", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"},
+		ownOutput(t)...)...)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

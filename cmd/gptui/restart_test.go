@@ -6,12 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gptui/gptui/engine/checkpoint"
 )
 
 // restartSteps is the length of restartArgs' job. Its steps take tens of
@@ -200,12 +203,42 @@ func TestElasticNodeLost(t *testing.T) {
 }
 
 // TestElasticNodeLostPerNodeCheckpoints is TestElasticNodeLost with each
-// node's checkpoints in its own workdir: the node left is rank 0's, which
-// has them.
+// node's checkpoints in its own workdir: each node keeps its ranks' part,
+// and with replicas: 2 the other's too, so the node left holds the lost
+// node's part and resumes from the whole checkpoint.
 func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
 	long(t)
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
-	elasticNodeLost(t, restartArgs(t, "output"))
+	elasticNodeLost(t, append(restartArgs(t, "output"), "-o", "Engine.save_load.replicas=2"))
+}
+
+// awaitReplica holds the job's four workers (SIGSTOP) until the first
+// node's newest checkpoint loads whole — the second node's part of it
+// replicated there (each node's ranks write their own files, and the
+// launcher copies them as the job runs) — and lets the first node's go
+// on: the second node's are for the test to lose with it.
+func (c *sshCluster) awaitReplica(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	pids := make([]int, 4)
+	for r := range pids {
+		pids[r] = c.workerPID(t, r)
+		syscall.Kill(pids[r], syscall.SIGSTOP)
+	}
+	defer func() {
+		for _, pid := range pids[:2] {
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	out := filepath.Join(c.workdirs[0], "output")
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		c, _, err := checkpoint.Latest(out)
+		if err == nil && c.Manifest.Step >= 10 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds no whole checkpoint from step 10 on after %v: %v", out, timeout, err)
+		}
+	}
 }
 
 func elasticNodeLost(t *testing.T, args []string) {
@@ -216,6 +249,9 @@ func elasticNodeLost(t *testing.T, args []string) {
 	step12 := stdout.await("/0] [train] epoch: 0 step: 12 ")
 	job := c.start(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
 	job.awaitLine(t, step12, "step 12", 120*time.Second)
+	if slices.Contains(args, "Engine.save_load.replicas=2") {
+		c.awaitReplica(t, 60*time.Second)
+	}
 	killed := time.Now()
 	// The second node goes: its sshd first, so that the restart cannot
 	// reach it, then its agent and workers.

@@ -279,7 +279,7 @@ func TestRunHosts(t *testing.T) {
 				t.Errorf("stdout lacks rank 0's last step or the final summary:\n%s", out)
 			}
 
-			local := exec.Command(builtGPTUI(t), append([]string{"run", "--no-tui", "--nproc", strconv.Itoa(tt.nproc), "-o", "Engine.log_dir=" + filepath.Join(t.TempDir(), "log")}, args...)...)
+			local := exec.Command(builtGPTUI(t), append(append([]string{"run", "--no-tui", "--nproc", strconv.Itoa(tt.nproc), "-o", "Engine.log_dir=" + filepath.Join(t.TempDir(), "log")}, ownOutput(t)...), args...)...)
 			local.Env = append(os.Environ(), "GPTUI_THREADS=1")
 			lout, err := local.CombinedOutput()
 			if err != nil {

@@ -159,8 +159,8 @@ func TestParseRanks(t *testing.T) {
 func TestRunTrains(t *testing.T) {
 	dir := t.TempDir()
 	var stdout syncBuffer
-	code, stderr := runHelper(t, context.Background(), &stdout, append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
-		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
+	code, stderr := runHelper(t, context.Background(), &stdout, append(append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
+		"-o", "Engine.max_steps=2", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log")), ownOutput(t)...)...)
 	if code != 0 || !strings.Contains(stdout.String(), "[0] [done] steps: 2") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr)
 	}
@@ -202,8 +202,8 @@ func TestRunCancel(t *testing.T) {
 		cancel()
 	}()
 	start := time.Now()
-	code, stderr := runHelper(t, ctx, &stdout, append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
-		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log"))...)
+	code, stderr := runHelper(t, ctx, &stdout, append(append(append([]string{"--no-tui", "--nproc", "1"}, small(t)...),
+		"-o", "Engine.max_steps=100000", "-o", "Engine.eval_freq=0", "-o", "Engine.log_dir="+filepath.Join(dir, "log")), ownOutput(t)...)...)
 	if code != 130 || !strings.Contains(stderr, "interrupted") {
 		t.Errorf("exit code %d, stderr %q; want 130 and 'interrupted'", code, stderr)
 	}
@@ -228,14 +228,14 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 	dir := t.TempDir()
 	common := append(small(t), "-o", "Engine.max_steps=4", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4",
 		"-o", "Model.hidden_dropout_prob=0.1", "-o", "Model.attention_probs_dropout_prob=0.1")
-	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
+	code, out, e := runCLI(t, append(append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, ownOutput(t)...), common...)...)
 	if code != 0 {
 		t.Fatalf("single process: %s", e)
 	}
 	want := finalLoss(t, out)
 	var stdout syncBuffer
-	code, stderr := runHelper(t, context.Background(), &stdout, append([]string{"--no-tui", "--nproc", "2",
-		"-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, common...)...)
+	code, stderr := runHelper(t, context.Background(), &stdout, append(append([]string{"--no-tui", "--nproc", "2",
+		"-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, ownOutput(t)...), common...)...)
 	if code != 0 {
 		t.Fatalf("dp2: exit %d, stderr %q", code, stderr)
 	}
@@ -256,7 +256,7 @@ func TestRunDataParallelMatchesOneProcess(t *testing.T) {
 func TestRunRefusesForgedJoin(t *testing.T) {
 	dir := t.TempDir()
 	common := append(small(t), "-o", "Engine.max_steps=3", "-o", "Engine.eval_freq=0", "-o", "Global.micro_batch_size=4")
-	code, out, e := runCLI(t, append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, common...)...)
+	code, out, e := runCLI(t, append(append([]string{"train", "-o", "Engine.log_dir=" + filepath.Join(dir, "single")}, ownOutput(t)...), common...)...)
 	if code != 0 {
 		t.Fatalf("single process: %s", e)
 	}
@@ -282,9 +282,9 @@ func TestRunRefusesForgedJoin(t *testing.T) {
 		forged <- err
 	}()
 	var stdout syncBuffer
-	code, stderr := runHelper(t, context.Background(), &stdout, append([]string{"--no-tui", "--nproc", "2", "--show-ranks", "all",
+	code, stderr := runHelper(t, context.Background(), &stdout, append(append([]string{"--no-tui", "--nproc", "2", "--show-ranks", "all",
 		"--master-port", strconv.Itoa(port), "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4",
-		"-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, common...)...)
+		"-o", "Engine.log_dir=" + filepath.Join(dir, "dp2")}, ownOutput(t)...), common...)...)
 	if code != 0 {
 		t.Fatalf("dp2: exit %d, stderr %q", code, stderr)
 	}

@@ -22,15 +22,17 @@ import (
 // from the config, and says so.
 func TestResumeSchedule(t *testing.T) {
 	dir := t.TempDir()
+	// Each run logs to dir/LOG and saves to dir/LOG-out: the runs from
+	// step 0 (log1, ref) need an output folder each.
 	args := func(log string, more ...string) []string {
 		return append(append(append([]string{"train"}, small(t)...), "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1",
-			"-o", "Optimizer.lr.warmup_rate=0.25", "-o", "Engine.log_dir="+filepath.Join(dir, log)), more...)
+			"-o", "Optimizer.lr.warmup_rate=0.25", "-o", "Engine.log_dir="+filepath.Join(dir, log),
+			"-o", "Engine.save_load.output_dir="+filepath.Join(dir, log+"-out")), more...)
 	}
-	if code, out, e := runCLI(t, args("log1", "-o", "Engine.max_steps=4", "-o", "Engine.save_load.save_steps=4",
-		"-o", "Engine.save_load.output_dir="+filepath.Join(dir, "out"))...); code != 0 {
+	if code, out, e := runCLI(t, args("log1", "-o", "Engine.max_steps=4", "-o", "Engine.save_load.save_steps=4")...); code != 0 {
 		t.Fatalf("train: exit %d\n%s\n%s", code, out, e)
 	}
-	ckpt := filepath.Join(dir, "out", "step_00000004")
+	ckpt := filepath.Join(dir, "log1-out", "step_00000004")
 	resume := func(log string, more ...string) (int, string, string) {
 		return runCLI(t, args(log, append([]string{"-o", "Engine.max_steps=8", "-o", "Engine.save_load.ckpt_dir=" + ckpt}, more...)...)...)
 	}
@@ -70,8 +72,9 @@ func TestResumeSchedule(t *testing.T) {
 	}
 	delete(st, "schedule")
 	m["data"], _ = json.Marshal(st)
+	delete(m, "manifest_sha256") // sealed anew below, as gptui would have
 	b, _ = json.Marshal(m)
-	if err := os.WriteFile(man, b, 0o644); err != nil {
+	if err := os.WriteFile(man, checkpoint.Seal(b), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, out, e = resume("log4")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -31,4 +32,14 @@ func small(t *testing.T) []string {
 		t.Fatalf("small config: %v", f.err)
 	}
 	return []string{"-c", f.cfg}
+}
+
+// ownOutput returns the override that points Engine.save_load.output_dir
+// at a new folder of the test's own. The package's tests share one working
+// directory (testwd), where the presets' relative output_dir ("output")
+// would be every test's; and a run from step 0 that saves is refused an
+// output_dir holding another run's checkpoints.
+func ownOutput(t *testing.T) []string {
+	t.Helper()
+	return []string{"-o", "Engine.save_load.output_dir=" + filepath.Join(t.TempDir(), "out")}
 }

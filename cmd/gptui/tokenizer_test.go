@@ -101,7 +101,7 @@ func TestPrepareTokenizer(t *testing.T) {
 		t.Fatalf("the shard holds %d tokens, want the tokenizer's %d (separator 260, \" the\" 259)", len(got), len(want))
 	}
 
-	code, out, stderr = runCLI(t, append(trainArgs(dir, tokFile), "-o", "Data.Train.dataset.input_dir="+shards)...)
+	code, out, stderr = runCLI(t, append(append(trainArgs(dir, tokFile), "-o", "Data.Train.dataset.input_dir="+shards), ownOutput(t)...)...)
 	if code != 0 || !strings.Contains(out, "[done] steps: 2") {
 		t.Fatalf("train on the shards: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}

@@ -33,6 +33,10 @@ type Block struct {
 // a directory name.
 var tokenPattern = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
 
+// ShardFile returns the name of the data file the writer rank writes:
+// rank_<R>.safetensors.
+func ShardFile(rank int) string { return shardFile(rank) }
+
 // SaveDir returns the temporary directory in outputDir into which the
 // writers of the parallel save of step, agreed on by token (lowercase
 // hex, drawn by one of them for this save), write their files; each
