@@ -304,7 +304,7 @@ func TestDescribe(t *testing.T) {
 	flipByte(t, filepath.Join(out, DirName(15), "rank_00000.safetensors"), func(size int) int { return size / 2 })
 	for _, tt := range []struct {
 		step, want int
-		complete bool
+		complete   bool
 	}{{-1, 15, false}, {5, 5, true}, {15, 15, false}, {20, -1, false}} {
 		s, err := Describe(out, tt.step)
 		if err != nil || s.Step != tt.want || s.Step >= 0 && s.Run != "00ff" {
