@@ -87,10 +87,10 @@ func (s *saver) save(ctx context.Context, step int) error {
 // collect reports the background save, if there is one and it has
 // finished or wait is set (then it waits for it), and returns its error.
 //
-// A save is committed by every rank at once: without
-// wait, once every rank has written its file (one all-reduce of a flag
-// per call while it is in flight); every rank calls collect at the same
-// points, so the ranks decide alike.
+// The ranks commit a save together: without wait, once every rank has
+// written its file (one all-reduce of a flag per call while it is in
+// flight); every rank calls collect at the same points, so the ranks
+// decide alike.
 func (s *saver) collect(wait bool) error {
 	p := s.pending
 	if p == nil {
@@ -139,9 +139,9 @@ type pendingSave struct {
 }
 
 // startWrite writes this rank's file of the parallel save rs in a
-// background goroutine; collect commits it.
-// A single process (commit set) publishes it there too: its commit needs
-// no other rank.
+// background goroutine, and collect commits it; a single process (commit
+// set) publishes it in the goroutine too, its commit needing no other
+// rank.
 func startWrite(rs *rankSave, blocked time.Duration, commit func(*rankSave) (string, error)) *pendingSave {
 	p := &pendingSave{rs: rs, step: rs.step, blocked: blocked, done: make(chan struct{})}
 	go func() {
