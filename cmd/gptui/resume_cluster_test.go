@@ -15,12 +15,12 @@ import (
 // TestResumeHostsSync: two sshd nodes with separate workdirs, small as dp4
 // (two ranks per node) saving every 5 steps into the relative output dir:
 // each node keeps its own ranks' files of each checkpoint, a part that
-// does not load alone. With the second node's step 10 gone and a
-// checkpoint of another run planted there, `run --resume` is refused
-// before anything starts, naming the nodes and steps (exit 2); with the
-// parts as saved, it gives each node the other's files, every rank
-// resumes from step 10 and steps 10–19 have the losses of an
-// uninterrupted run. (decay_steps stays the uninterrupted run's
+// does not load alone, and the finished job gathers the newest whole on
+// rank 0's node. With the second node's step 10 gone and a checkpoint of
+// another run planted there, `run --resume` is refused before anything
+// starts, naming the nodes and steps (exit 2); as the job left them, it
+// gives the second node the first's files, every rank resumes from step
+// 10 and steps 10–19 have the losses of an uninterrupted run. (decay_steps stays the uninterrupted run's
 // restartSteps, whose default follows max_steps.)
 func TestResumeHostsSync(t *testing.T) {
 	long(t)
@@ -35,6 +35,11 @@ func TestResumeHostsSync(t *testing.T) {
 	_, missing, err := checkpoint.Open(filepath.Join(out1, "step_00000010"))
 	if err != nil || len(missing) != 2 || missing[0].Name != "rank_00000.safetensors" || missing[1].Name != "rank_00001.safetensors" {
 		t.Fatalf("the second node's step 10: %v, missing %v; want its part, without the first node's two files", err, missing)
+	}
+	// The finished job gathered its newest checkpoint whole on rank 0's
+	// node.
+	if _, err := checkpoint.Load(filepath.Join(c.workdirs[0], "output", "step_00000010")); err != nil {
+		t.Fatalf("the first node's step 10 is not whole after the job: %v", err)
 	}
 	restore := c.keepOutputs(t)
 
@@ -64,19 +69,14 @@ func TestResumeHostsSync(t *testing.T) {
 		t.Errorf("planted mismatch: the job started:\n%s", out)
 	}
 
-	// The parts as saved: each node gets the other's files.
+	// As the job left them: the second node gets the first's files.
 	restore()
 	out, err = run("--resume", "-o", "Engine.max_steps=20")
 	if err != nil {
 		t.Fatalf("resume: exit %d\n%s", exitStatus(err), out)
 	}
-	for _, w := range []string{
-		"[127.0.0.3] pushing: copying rank_00000.safetensors, rank_00001.safetensors of checkpoint output/step_00000010 from 127.0.0.2",
-		"[127.0.0.2] pushing: copying rank_00002.safetensors, rank_00003.safetensors of checkpoint output/step_00000010 from 127.0.0.3",
-	} {
-		if !strings.Contains(out, w) {
-			t.Errorf("no %q:\n%s", w, out)
-		}
+	if w := "[127.0.0.3] pushing: copying rank_00000.safetensors, rank_00001.safetensors of checkpoint output/step_00000010 from 127.0.0.2"; !strings.Contains(out, w) {
+		t.Errorf("no %q:\n%s", w, out)
 	}
 	c.sameCheckpoint(t, "step_00000010", 1, 0)
 	checkResumedEverywhere(t, out, want, 10, 20)
