@@ -227,8 +227,12 @@ func TestParallelSaveKills(t *testing.T) {
 			}
 		}
 		metrics := filepath.Join(logDir, "metrics.0.jsonl")
-		for start := time.Now(); len(stepLossesOf(t, metrics)) < 2 && time.Since(start) < time.Minute; {
-			time.Sleep(2 * time.Millisecond)
+		for start := time.Now(); len(stepLossesOf(t, metrics)) < 2; time.Sleep(2 * time.Millisecond) {
+			// A job that trains no further steps is hung: a save whose
+			// commit the ranks did not enter together.
+			if time.Since(start) > 30*time.Second {
+				t.Fatalf("kill %d: the job ran no 2 steps in 30 s", i)
+			}
 		}
 		time.Sleep(time.Duration(r.IntN(40)) * time.Millisecond)
 		victim := r.IntN(2)

@@ -97,14 +97,12 @@ func (s *saver) collect(wait bool) error {
 		return nil
 	}
 	if !wait {
+		// Every rank's answer is the all-reduce's, whatever its own write
+		// did: a rank whose write is done must not commit alone.
 		all, err := s.tr.allWritten(context.Background(), p.finished())
-		if err != nil {
+		if err != nil || !all {
 			return err
 		}
-		wait = all
-	}
-	if !wait && !p.finished() {
-		return nil
 	}
 	if !p.finished() {
 		s.tr.log.logf("[checkpoint] waiting for the save of step %d in flight", p.step)
