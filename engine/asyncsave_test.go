@@ -63,6 +63,26 @@ func TestAsyncSaveHelper(t *testing.T) {
 	}
 }
 
+// newestAfterKill returns the newest checkpoint of out after kill i, nil
+// if there is none yet, and fails the test unless it loads whole and is
+// not older than step last, the newest before the kill.
+func newestAfterKill(t *testing.T, out string, i, last int) *checkpoint.Checkpoint {
+	t.Helper()
+	c, warn, err := checkpoint.Latest(out)
+	switch {
+	case errors.Is(err, checkpoint.ErrNoCheckpoint) || errors.Is(err, os.ErrNotExist):
+		if last > 0 {
+			t.Fatalf("after kill %d no checkpoint loads; step %d did before", i, last)
+		}
+		return nil
+	case err != nil:
+		t.Fatalf("after kill %d the newest checkpoint does not load: %v (%q)", i, err, warn)
+	case c.Manifest.Step < last:
+		t.Fatalf("after kill %d the newest checkpoint is step %d, older than step %d before", i, c.Manifest.Step, last)
+	}
+	return c
+}
+
 // stepLossesOf reads step → loss from a metrics file; a torn last line is
 // ignored.
 func stepLossesOf(t *testing.T, path string) map[int]float64 {
@@ -128,18 +148,7 @@ func TestAsyncSaveCrash(t *testing.T) {
 		if tmps, _ := filepath.Glob(filepath.Join(out, ".tmp-*")); len(tmps) > 0 && !slices.Equal(tmps, before) {
 			killedDuringWrite++
 		}
-		c, _, err := checkpoint.Latest(out)
-		switch {
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) || errors.Is(err, os.ErrNotExist):
-			if last > 0 {
-				t.Fatalf("after kill %d no checkpoint loads; step %d did before", i, last)
-			}
-		case err != nil:
-			t.Fatalf("after kill %d the newest checkpoint does not load: %v", i, err)
-		default:
-			if c.Manifest.Step < last {
-				t.Fatalf("after kill %d the newest checkpoint is step %d, older than step %d before", i, c.Manifest.Step, last)
-			}
+		if c := newestAfterKill(t, out, i, last); c != nil {
 			last = c.Manifest.Step
 		}
 		for s, l := range stepLossesOf(t, filepath.Join(logDir, "metrics.0.jsonl")) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -256,18 +255,7 @@ func TestParallelSaveKills(t *testing.T) {
 		if tmps, _ := filepath.Glob(filepath.Join(out, ".tmp-*")); len(tmps) > 0 && !slices.Equal(tmps, before) {
 			inWrite++
 		}
-		c, warn, err := checkpoint.Latest(out)
-		switch {
-		case errors.Is(err, checkpoint.ErrNoCheckpoint) || errors.Is(err, os.ErrNotExist):
-			if last > 0 {
-				t.Fatalf("after kill %d no checkpoint loads; step %d did before", i, last)
-			}
-		case err != nil:
-			t.Fatalf("after kill %d the newest checkpoint does not load: %v (%q)", i, err, warn)
-		default:
-			if c.Manifest.Step < last {
-				t.Fatalf("after kill %d the newest checkpoint is step %d, older than step %d before", i, c.Manifest.Step, last)
-			}
+		if c := newestAfterKill(t, out, i, last); c != nil {
 			if len(c.Manifest.Files) != 2 {
 				t.Fatalf("after kill %d step %d has files %v, want one per rank", i, c.Manifest.Step, c.Manifest.Files)
 			}

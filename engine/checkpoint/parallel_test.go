@@ -61,7 +61,7 @@ func TestParallelSaveConsolidate(t *testing.T) {
 		t.Errorf("rows 1-3, columns 1-4 across both files: %v, want %v", got, want)
 	}
 
-	one := filepath.Join(t.TempDir(), "shared")
+	one := filepath.Join(t.TempDir(), "one-file")
 	cdir, err := Consolidate(c, one)
 	if err != nil {
 		t.Fatal(err)
