@@ -45,9 +45,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 
 	"github.com/gptui/gptui/kernels/cuda"
+	"golang.org/x/sys/cpu"
 )
 
 //go:embed src/cuda_emu.h
@@ -70,6 +72,28 @@ type Options struct {
 	// build cache does. [DefaultCacheDir] is the usual place.
 	CacheDir string
 }
+
+// contractFlags are g++'s flags that fuse a·b+c into one FMA as NVRTC does
+// (its --fmad=true default, on every GPU since Fermi): where the host has
+// FMA instructions the emulated kernels then round as the GPU's do, and a
+// kernel that claims the CPU's bits must keep its arithmetic out of reach
+// of the contraction (__fmul_rn and friends), as on the GPU. Without FMA
+// on the host (an x86 CPU before Haswell) no contraction is possible, and
+// the flags turn it off. The contraction pass of g++ runs with
+// -fexpensive-optimizations, part of -O2, so it is named for -O1 too.
+func contractFlags() []string {
+	switch {
+	case runtime.GOARCH == "arm64":
+		return []string{"-ffp-contract=fast", "-fexpensive-optimizations"}
+	case runtime.GOARCH == "amd64" && cpu.X86.HasFMA:
+		return []string{"-ffp-contract=fast", "-fexpensive-optimizations", "-mfma"}
+	}
+	return []string{"-ffp-contract=off"}
+}
+
+// Contracts reports whether programs built here fuse multiplies and adds
+// into FMAs as the GPU does (see contractFlags).
+func Contracts() bool { return contractFlags()[0] == "-ffp-contract=fast" }
 
 // DefaultCacheDir is gptui/emu under the user's cache directory, or "" (no
 // cache) where there is none.
@@ -118,7 +142,8 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 	if o == "" {
 		o = "-O1"
 	}
-	args := []string{"-std=c++20", o, "-pthread", "-ffp-contract=off", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
+	args := []string{"-std=c++20", o, "-pthread", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
+	args = append(args, contractFlags()...)
 	if opt.Sanitize {
 		args = append(args, "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 	}

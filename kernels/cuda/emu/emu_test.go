@@ -354,3 +354,44 @@ func TestSanitize(t *testing.T) {
 		t.Fatalf("overrun: %v, want an AddressSanitizer report", err)
 	}
 }
+
+// TestContraction shows the emulator rounding as NVRTC's code does: a·b + c
+// written plainly is one FMA (one rounding), and through __fmul_rn and
+// __fadd_rn two roundings, the CPU's bits. The inputs make the two differ:
+// a·b = 1 + 2⁻¹¹ + 2⁻²⁴ needs more bits than a float has.
+func TestContraction(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is not installed (.ci/run installs it)")
+	}
+	if !Contracts() {
+		t.Skip("this CPU has no FMA instructions: the emulator cannot round as the GPU does")
+	}
+	const src = `
+extern "C" __global__ void fused(float* out, const float* in) {
+	out[0] = in[0] * in[1] + in[2];
+	out[1] = __fadd_rn(__fmul_rn(in[0], in[1]), in[2]);
+}`
+	p, err := Build(context.Background(), t.TempDir(), src, Options{CacheDir: DefaultCacheDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.NewMachine()
+	f, _ := m.Lookup("fused")
+	a := float32(1 + 1.0/(1<<12))    // 1 + 2⁻¹²
+	b := a                           // a·b = 1 + 2⁻¹¹ + 2⁻²⁴, rounded: 1 + 2⁻¹¹
+	c := float32(-(1 + 1.0/(1<<11))) // leaves 2⁻²⁴ when fused, 0 when rounded first
+	out, in := m.Alloc(8), m.Float32s([]float32{a, b, c})
+	if err := m.Launch(f, d3(1, 1, 1), d3(1, 1, 1), 0, 0, out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := m.ReadFloat32s(out, 2)
+	if fma := float32(math.FMA(float64(a), float64(b), float64(c))); got[0] != fma || fma == 0 {
+		t.Errorf("a·b + c = %g, want %g: one rounding, as NVRTC's --fmad=true gives", got[0], fma)
+	}
+	if two := a*b + c; got[1] != two || two != 0 {
+		t.Errorf("__fadd_rn(__fmul_rn(a, b), c) = %g, want %g: two roundings", got[1], two)
+	}
+}

@@ -45,14 +45,23 @@ __device__ __forceinline__ bool dropout_keep(unsigned long long key, unsigned lo
 // ---- exponentials, as kernels/cpu/exp.go computes them ----
 
 // exp_poly is eˣ for −87.3 ≤ x ≤ 88: x = k·ln2 + r, eʳ by a degree-6
-// polynomial, 2ᵏ built in the exponent bits.
+// polynomial, 2ᵏ built in the exponent bits. Every operation is rounded on
+// its own (__fmul_rn and friends, which NVRTC never fuses into an FMA), in
+// kernels/cpu's order, so the result has the CPU's bits: a plain a·b + c
+// here is contracted into one rounding and differs in the last bit for a
+// few inputs in a thousand (seen on an H200, 2026-11-28).
 __device__ __forceinline__ float exp_poly(float x) {
-	float t = x * 1.44269504088896341f + 12582912.0f;
+	float t = __fadd_rn(__fmul_rn(x, 1.44269504088896341f), 12582912.0f);
 	int k = __float_as_int(t) - 0x4b400000;
-	float kf = t - 12582912.0f;
-	float r = x - kf * 0.693359375f - kf * -2.12194440e-4f;
-	float p = 1.0f + r * (1.0f + r * (1.0f / 2 + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-	return p * __int_as_float((k + 127) << 23);
+	float kf = __fsub_rn(t, 12582912.0f);
+	float r = __fsub_rn(__fsub_rn(x, __fmul_rn(kf, 0.693359375f)), __fmul_rn(kf, -2.12194440e-4f));
+	float p = __fadd_rn(1.0f / 120, __fmul_rn(r, 1.0f / 720));
+	p = __fadd_rn(1.0f / 24, __fmul_rn(r, p));
+	p = __fadd_rn(1.0f / 6, __fmul_rn(r, p));
+	p = __fadd_rn(1.0f / 2, __fmul_rn(r, p));
+	p = __fadd_rn(1.0f, __fmul_rn(r, p));
+	p = __fadd_rn(1.0f, __fmul_rn(r, p));
+	return __fmul_rn(p, __int_as_float((k + 127) << 23));
 }
 
 // exp32 is kernels/cpu's exp32.

@@ -1,19 +1,24 @@
 // gelu.cu: GELU, tanh approximation (kernels/cpu/gelu.go), in the CPU's
-// arithmetic: tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp_poly with |u| ≤ 9.
+// arithmetic: tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp_poly with |u| ≤ 9,
+// every operation rounded on its own (no FMA), so the bits are the CPU's.
 
 #define GELU_K 0.7978845608028654f // √(2/π)
 
 __device__ __forceinline__ float gelu(float v) {
-	float u = GELU_K * (v + 0.044715f * v * v * v);
-	float th = 1.0f - 2.0f / (exp_poly(2.0f * fminf(fmaxf(u, -9.0f), 9.0f)) + 1.0f);
-	return 0.5f * v * (1.0f + th);
+	float u = __fmul_rn(GELU_K, __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v)));
+	float th = __fsub_rn(1.0f, __fdiv_rn(2.0f, __fadd_rn(exp_poly(__fmul_rn(2.0f, fminf(fmaxf(u, -9.0f), 9.0f))), 1.0f)));
+	return __fmul_rn(__fmul_rn(0.5f, v), __fadd_rn(1.0f, th));
 }
 
 // gelu_grad is the derivative times g, with tanh u recovered from the
-// forward output y = ½·x·(1 + tanh u).
+// forward output y = ½·x·(1 + tanh u). Each operation rounded on its own,
+// in the CPU's order, as in gelu.
 __device__ __forceinline__ float gelu_grad(float v, float y, float g) {
-	float th = (v > 1e-6f || v < -1e-6f) ? 2.0f * y / v - 1.0f : GELU_K * v;
-	return g * (0.5f * (1.0f + th) + 0.5f * v * (1.0f - th * th) * GELU_K * (1.0f + 0.134145f * v * v));
+	float th = (v > 1e-6f || v < -1e-6f) ? __fsub_rn(__fdiv_rn(__fmul_rn(2.0f, y), v), 1.0f) : __fmul_rn(GELU_K, v);
+	float a = __fmul_rn(0.5f, __fadd_rn(1.0f, th));
+	float b = __fmul_rn(__fmul_rn(__fmul_rn(0.5f, v), __fsub_rn(1.0f, __fmul_rn(th, th))), GELU_K);
+	float c = __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.134145f, v), v));
+	return __fmul_rn(g, __fadd_rn(a, __fmul_rn(b, c)));
 }
 
 // gelu_forward: out = gelu(inp), n elements; out may alias inp.

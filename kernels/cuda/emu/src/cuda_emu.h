@@ -496,14 +496,25 @@ inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline float __logf(float x) { return std::log(x); }
 inline float __fdividef(float a, float b) { return a / b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
+// The _rn intrinsics are never fused into an FMA by NVRTC; the emulator is
+// built with contraction on (as NVRTC's --fmad=true), so each result passes
+// through an empty asm that the optimiser cannot see into: no later add
+// can take a product of these into one rounding.
+#if defined(__x86_64__)
+#define EMU_ROUNDED(r) asm("" : "+x"(r))
+#elif defined(__aarch64__)
+#define EMU_ROUNDED(r) asm("" : "+w"(r))
+#else
+#define EMU_ROUNDED(r) asm volatile("" : : "g"(&r) : "memory")
+#endif
+inline float __fmul_rn(float a, float b) { float r = a * b; EMU_ROUNDED(r); return r; }
+inline float __fadd_rn(float a, float b) { float r = a + b; EMU_ROUNDED(r); return r; }
+inline float __fsub_rn(float a, float b) { float r = a - b; EMU_ROUNDED(r); return r; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline double __dmul_rn(double a, double b) { return a * b; }
-inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { double r = a * b; EMU_ROUNDED(r); return r; }
+inline double __dadd_rn(double a, double b) { double r = a + b; EMU_ROUNDED(r); return r; }
 inline double __fma_rn(double a, double b, double c) { return std::fma(a, b, c); }
 
 template <class To, class From>
