@@ -26,7 +26,7 @@ LLMC_MIRROR=${LLMC_MIRROR:-/work/.mirror/karpathy+llm.c/repo}
 mkdir -p .bin
 
 echo "gpu-prepare: building .bin/gptui (linux/amd64)"
-GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o .bin/gptui ./cmd/gptui
+CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags='-s -w' -o .bin/gptui ./cmd/gptui
 desc=$(git describe --always --dirty 2>/dev/null || echo unknown)
 echo "$desc built $(date -u +%FT%TZ)" >.bin/VERSION
 

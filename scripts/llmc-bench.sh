@@ -112,6 +112,15 @@ llmc_build() {
 	local v
 	v=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 	echo "llmc-bench: nvcc $nvcc (release $v), sm_$cap, llm.c $(cat "$LLMC/COMMIT" 2>/dev/null)${inc:+, headers $inc}"
+	# llm.c calls cudaMemAdvise with a device number (cudaCpuDeviceId), the
+	# CUDA 12 signature; CUDA 13 takes a cudaMemLocation, and nvcc 13.0
+	# refuses the call ("no suitable constructor exists to convert from
+	# int to cudaMemLocation", seen on an H200, 2026-11-28). The one call,
+	# in the host-memory fallback of cudaMallocConditionallyManaged, is
+	# rewritten to CUDA 13's form in the copy built here.
+	if ((${v%%.*} >= 13)); then
+		sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' "$LLMC/llmc/cuda_utils.cuh"
+	fi
 	(cd "$LLMC" && make train_gpt2cu NO_MULTI_GPU=1 NO_USE_MPI=1 USE_CUDNN=0 PRECISION=BF16 \
 		GPU_COMPUTE_CAPABILITY="$cap" NVCC="$nvcc" NVCC_LDFLAGS="-L$(readlink -f .link) ${libs[*]}" NVCC_INCLUDES="$inc" CC="${CC:-gcc}") || return
 	echo "llmc-bench: built: nvcc=$v sm=$cap llmc=$(cut -c 1-12 "$LLMC/COMMIT" 2>/dev/null)"
