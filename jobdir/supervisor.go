@@ -56,15 +56,30 @@ func WriteSupervisor(dir string, s Supervisor) error {
 // LaunchTimeout bounds how long Launch waits for the supervisor to be up.
 const LaunchTimeout = 30 * time.Second
 
-// Launch starts the supervisor of the job in the folder dir, exe
-// SuperviseCommand dir, detached from any terminal: in a session of its
-// own (setsid), its standard input /dev/null, its standard output and
-// error appended to the folder's output.log, its working directory the
-// spec's Dir. It returns once the supervisor has written its record and
-// listens on its control socket; if it exits first, or is not up within
-// LaunchTimeout, the error has the end of its output. exe empty means this
-// executable.
+// Launch starts the supervisor of the job in the folder dir, as
+// Claim.Launch does, under a claim it takes first (TakeClaim): a job that
+// has a supervisor, or is being started by another command, is refused
+// with a *BusyError.
 func Launch(dir, exe string) (Supervisor, error) {
+	c, err := TakeClaim(dir)
+	if err != nil {
+		return Supervisor{}, err
+	}
+	defer c.Release()
+	return c.Launch(exe)
+}
+
+// Launch starts the supervisor of the claimed job, exe SuperviseCommand
+// dir, detached from any terminal: in a session of its own (setsid), its
+// standard input /dev/null, its standard output and error appended to the
+// folder's output.log, its working directory the spec's Dir, and the
+// claim passed on to it (the claim's holder is then the supervisor, for
+// as long as it runs). It returns once the supervisor has written its
+// record and listens on its control socket; if it exits first, or is not
+// up within LaunchTimeout, the error has the end of its output. exe empty
+// means this executable. The caller still releases its own hold (Release).
+func (c *Claim) Launch(exe string) (Supervisor, error) {
+	dir := c.dir
 	spec, err := ReadSpec(dir)
 	if err != nil {
 		return Supervisor{}, err
@@ -89,6 +104,8 @@ func Launch(dir, exe string) (Supervisor, error) {
 	cmd := exec.Command(exe, SuperviseCommand, abs)
 	cmd.Dir = spec.Dir
 	cmd.Stdout, cmd.Stderr = out, out // stdin: /dev/null
+	cmd.ExtraFiles = []*os.File{c.f}  // descriptor 3
+	cmd.Env = append(os.Environ(), claimFDEnv+"=3")
 	cmd.SysProcAttr = detachedSysProcAttr()
 	if err := cmd.Start(); err != nil {
 		return Supervisor{}, fmt.Errorf("jobdir: starting the supervisor: %w", err)

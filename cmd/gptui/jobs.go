@@ -196,7 +196,22 @@ func cmdRestart(args []string, stdout, stderr io.Writer) error {
 // restartEnded starts a new supervisor for the ended job j, resuming it
 // from its newest checkpoint: one of its own run, where it saved any, not
 // another run's in the same output_dir.
+//
+// The restart holds the job's claim (jobdir.TakeClaim) from before it reads
+// the job again until its supervisor has the claim: of two restarts at the
+// same instant, the second is refused naming the first.
 func restartEnded(j *jobdir.Job) error {
+	c, err := jobdir.TakeClaim(j.Dir)
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	if j, err = jobdir.Read(j.Dir); err != nil {
+		return err
+	}
+	if j.Alive {
+		return fmt.Errorf("job %s is running (its supervisor: pid %d, started by another restart)", j.ID, j.Supervisor.PID)
+	}
 	spec := j.Spec
 	spec.Resume = true
 	if c := j.Summary.Checkpoint; c != nil && c.Run != "" {
@@ -207,6 +222,6 @@ func restartEnded(j *jobdir.Job) error {
 	if err := jobdir.WriteSpec(j.Dir, spec); err != nil {
 		return err
 	}
-	_, err := jobdir.Launch(j.Dir, "")
+	_, err = c.Launch("")
 	return err
 }

@@ -166,6 +166,12 @@ func cmdSupervise(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func supervise(ctx context.Context, prev *jobdir.Job, started *bool, stdout, stderr io.Writer) error {
 	dir, spec := prev.Dir, prev.Spec
 	cf, c, o := flagsOf(spec)
+	// One supervisor per job (jobdir.Claim): held until this returns.
+	claim, err := jobdir.SuperviseClaim(dir)
+	if err != nil {
+		return err
+	}
+	defer claim.Release()
 
 	// A job whose supervisor ran before (gptui restart of an ended job)
 	// goes on in the same log.
