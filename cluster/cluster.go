@@ -289,7 +289,8 @@ type Job struct {
 	plan    *Plan
 	started bool
 	closed  bool
-	run     *runState // set by Start
+	run     *runState  // set by Start
+	locks   *lockOrder // set by Plan
 }
 
 // New returns a job for opts. Nothing happens until Plan.

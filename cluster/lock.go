@@ -9,7 +9,11 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -24,6 +28,83 @@ import (
 // the push), and holds it until the job ends; a Supervisor's attempts hand
 // it on to each other (agent.LingerLine). A workdir that another job holds
 // refuses the job with an *InputError naming that job.
+
+// lockOrder makes a job take its nodes' workdir locks one after another,
+// in one order that every job agrees on — by the workdir's identity: the
+// host, port and workdir of an SSH node, the path of a workdir on this
+// machine — while the rest of each node's setup runs in parallel. Two jobs
+// that want some of the same workdirs then meet first at the lowest of
+// those: one takes it and goes on, and the other is refused there, holding
+// none of the workdirs both want. (Taken at once, each could take one and
+// be refused at the other's: two jobs started at the same instant refused
+// each other in 6 of 9 trials.)
+type lockOrder struct {
+	node []int           // node[k]: the inventory index of the k-th in the order
+	turn []int           // turn[i]: node i's place in the order
+	done []chan struct{} // done[k] is closed when the k-th node's setup has locked, or ended
+	once []sync.Once
+}
+
+// newLockOrder orders the inventory's nodes by workdir identity (ties, a
+// workdir two nodes of the job share, in the inventory's order).
+func newLockOrder(nodes []sshexec.Node) *lockOrder {
+	keys := make([]string, len(nodes))
+	for i, n := range nodes {
+		if n.Local {
+			dir, err := expandHome(n.Workdir)
+			if err != nil {
+				dir = n.Workdir
+			}
+			keys[i] = "\x00" + filepath.Clean(dir)
+		} else {
+			keys[i] = n.Host + "\x00" + strconv.Itoa(n.Port) + "\x00" + path.Clean(n.Workdir)
+		}
+	}
+	lo := &lockOrder{node: make([]int, len(nodes)), turn: make([]int, len(nodes)),
+		done: make([]chan struct{}, len(nodes)), once: make([]sync.Once, len(nodes))}
+	for i := range lo.node {
+		lo.node[i] = i
+		lo.done[i] = make(chan struct{})
+	}
+	slices.SortStableFunc(lo.node, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for k, i := range lo.node {
+		lo.turn[i] = k
+	}
+	return lo
+}
+
+// wait returns once every node before node i in the order has taken its
+// lock or ended its setup, or when ctx ends.
+func (lo *lockOrder) wait(ctx context.Context, i int) error {
+	k := lo.turn[i]
+	if k == 0 {
+		return nil
+	}
+	select {
+	case <-lo.done[lo.node[k-1]]:
+		return ctx.Err()
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// finish marks node i's turn as over (its lock taken, or its setup ended);
+// then the next node in the order takes its turn once it is ready. Each
+// node's turn waits for the one before, so that is all of them before.
+func (lo *lockOrder) finish(i int) { lo.once[i].Do(func() { close(lo.done[i]) }) }
+
+// takeLockInTurn takes node n's workdir lock (takeLock) in its turn of
+// the job's lockOrder; i is the node's index in the inventory.
+func (j *Job) takeLockInTurn(ctx context.Context, n *node, i int) error {
+	if j.locks == nil {
+		return j.takeLock(ctx, n)
+	}
+	if err := j.locks.wait(ctx, i); err != nil {
+		return fmt.Errorf("node %s: workdir lock: %w", n.name, err)
+	}
+	defer j.locks.finish(i)
+	return j.takeLock(ctx, n)
+}
 
 // lockTimeout bounds taking a node's workdir lock.
 const lockTimeout = 15 * time.Second

@@ -64,8 +64,15 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	setupCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	own := make([]bool, len(nodes))
-	errs := sshexec.ForEach(setupCtx, len(nodes), o.Parallel, func(sctx context.Context, i int) error {
-		n, err := j.setUp(sctx, o.Nodes[i], names[i], exe, configRel, configYAML, &plans[i])
+	// The nodes are set up in the order their workdir locks are taken
+	// (lockOrder), so that a node waiting for its turn to lock never
+	// waits for one that has not started.
+	order := newLockOrder(o.Nodes)
+	j.locks = order
+	sorted := sshexec.ForEach(setupCtx, len(nodes), o.Parallel, func(sctx context.Context, k int) error {
+		i := order.node[k]
+		defer order.finish(i)
+		n, err := j.setUp(sctx, i, names[i], exe, configRel, configYAML, &plans[i])
 		if n != nil {
 			j.mu.Lock()
 			nodes[i] = n
@@ -88,6 +95,10 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 		}
 		return nil
 	})
+	errs := make([]error, len(nodes)) // in the inventory's order
+	for k, err := range sorted {
+		errs[order.node[k]] = err
+	}
 	if cause := context.Cause(setupCtx); ctx.Err() == nil && cause != nil {
 		for i, err := range errs {
 			if own[i] && err != nil {
@@ -128,10 +139,12 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// setUp connects to one node, pushes gptui and the config, probes the node
-// and checks the data paths.
-func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel string, configYAML []byte, np *NodePlan) (*node, error) {
+// setUp connects to node i of the inventory, pushes gptui and the config,
+// takes the workdir's lock in its turn, probes the node and checks the
+// data paths.
+func (j *Job) setUp(ctx context.Context, i int, name, exe, configRel string, configYAML []byte, np *NodePlan) (*node, error) {
 	o := j.opts
+	inv := o.Nodes[i]
 	np.Name, np.Workdir = name, inv.Workdir
 	n := &node{inv: inv, name: name, dir: inv.Workdir}
 	if inv.Local {
@@ -149,7 +162,7 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				return nil, fmt.Errorf("node %s: workdir: %w", name, err)
 			}
-			if err := j.takeLock(ctx, n); err != nil {
+			if err := j.takeLockInTurn(ctx, n, i); err != nil {
 				return n, err
 			}
 		}
@@ -192,7 +205,7 @@ func (j *Job) setUp(ctx context.Context, inv sshexec.Node, name, exe, configRel 
 		np.Pushes = append(np.Pushes, ps)
 		j.nodeEvent(name, event.NodePushing, ps.String())
 		if !o.DryRun {
-			if err := j.takeLock(ctx, n); err != nil {
+			if err := j.takeLockInTurn(ctx, n, i); err != nil {
 				return n, err
 			}
 		}
