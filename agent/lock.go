@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gptui/gptui/fence"
 )
 
 // One job per workdir: a job holds the lock of each node's workdir, the
@@ -54,6 +56,9 @@ type Holder struct {
 	// boot (field 22 of /proc/<pid>/stat), so that another process that
 	// got its pid is not taken for it.
 	PIDStart uint64 `json:"pid_start,omitempty"`
+	// Gen is the workdir's generation this holder took (package fence):
+	// one more than any attempt's before, the token of the job's workers.
+	Gen uint64 `json:"gen,omitempty"`
 }
 
 // String names the job and its holder: "job 20261121-201141-455c59,
@@ -187,6 +192,7 @@ func AcquireLock(dir string, want Holder) (*Lock, error) {
 		switch {
 		case cur.Owner == want.Owner && cur.Job == want.Job && why == "":
 			l.Joined = true
+			l.me.Gen = cur.Gen
 			return l, nil
 		case cur.Owner == want.Owner:
 			l.TookOver = fmt.Sprintf("job %s's own lock of %s", cur.Job, cur.Started.Format("15:04:05"))
@@ -196,6 +202,12 @@ func AcquireLock(dir string, want Holder) (*Lock, error) {
 			return nil, &HeldError{Dir: dir, Holder: *cur}
 		}
 	}
+	// A new attempt in the workdir: a new generation, which outdates the
+	// tokens of every earlier attempt's workers (package fence).
+	if want.Gen, err = fence.Next(dir); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	l.me = want
 	return l, writeHolder(path, &want)
 }
 
@@ -279,6 +291,7 @@ type LockReply struct {
 	Joined   bool    `json:"joined,omitempty"`    // another node of the job held it already
 	TookOver string  `json:"took_over,omitempty"` // the lock taken over, described
 	Holder   *Holder `json:"holder,omitempty"`    // the job that holds it, when refused
+	Gen      uint64  `json:"gen,omitempty"`       // the workdir's generation the job took (package fence)
 	Error    string  `json:"error,omitempty"`     // why it could not be taken otherwise
 }
 
@@ -310,7 +323,7 @@ func HoldLock(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer
 	case err != nil:
 		reply.Error = err.Error()
 	default:
-		reply.Locked, reply.Joined, reply.TookOver = true, l.Joined, l.TookOver
+		reply.Locked, reply.Joined, reply.TookOver, reply.Gen = true, l.Joined, l.TookOver, l.me.Gen
 	}
 	b, _ := json.Marshal(reply)
 	if _, werr := stdout.Write(append(b, '\n')); werr != nil && err == nil {

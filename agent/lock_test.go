@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/gptui/gptui/fence"
 	"io"
 	"os"
 	"os/exec"
@@ -239,4 +240,36 @@ func FuzzParseHolder(f *testing.F) {
 		}
 		h.Stale(Machine{Host: h.Host, Proc: true, Stat: string(b)})
 	})
+}
+
+// TestLockGenerations: each attempt that takes a workdir gets the next
+// generation (package fence), never reused after a release; another node
+// of the same attempt joining shares its generation.
+func TestLockGenerations(t *testing.T) {
+	dir := t.TempDir()
+	a := Holder{Job: "job-a", Owner: "job-a", Started: time.Now(), Command: "gptui run"}
+	l1, err := AcquireLock(dir, a)
+	if err != nil || l1.Holder().Gen != 1 {
+		t.Fatalf("first attempt: %+v, %v; want generation 1", l1, err)
+	}
+	if j, err := AcquireLock(dir, a); err != nil || !j.Joined || j.Holder().Gen != 1 {
+		t.Fatalf("another node of the attempt: %+v, %v; want joined at generation 1", j, err)
+	}
+	r := a
+	r.Job = "job-a-r1"
+	l2, err := AcquireLock(dir, r)
+	if err != nil || l2.Holder().Gen != 2 || lockHolderOf(t, dir).Gen != 2 {
+		t.Fatalf("the restart: %+v, %v; want generation 2 in the lock file", l2, err)
+	}
+	if err := (&fence.Token{Dir: dir, Gen: 1}).Check(); err == nil {
+		t.Error("the first attempt's token still checks after the restart took the workdir")
+	}
+	l2.Release()
+	l1.Release()
+	b := Holder{Job: "job-b", Owner: "job-b", Started: time.Now(), Command: "gptui run"}
+	l3, err := AcquireLock(dir, b)
+	if err != nil || l3.Holder().Gen != 3 {
+		t.Fatalf("the next job after release: %+v, %v; want generation 3", l3, err)
+	}
+	l3.Release()
 }

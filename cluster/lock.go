@@ -118,6 +118,7 @@ type nodeLock struct {
 	proc   *agentProc
 	done   chan struct{} // closed when the holder has exited
 	linger bool          // a restart follows: keep the lock for it
+	gen    uint64        // the workdir's generation: the workers' fence token
 }
 
 // commandLine is this process's command line, as a shell would take it:
@@ -316,6 +317,7 @@ func (j *Job) takeLock(ctx context.Context, n *node) error {
 		}
 	}
 	if err == nil && reply.Locked {
+		l.gen = reply.Gen
 		n.lock = l
 		msg := "workdir " + lockDir(n)
 		switch {

@@ -17,6 +17,7 @@ import (
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/fence"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
@@ -490,6 +491,11 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 		for _, w := range workers[i] {
 			wenv := launch.Env(w.rank, w.localRank, p.World, p.MasterAddr, p.MasterPort, secret)
 			wenv = append(wenv, "GPTUI_JOB="+p.JobID, "GPTUI_NODE="+n.name)
+			if n.lock != nil && n.lock.gen > 0 {
+				// The workers write into the workdir while this attempt
+				// holds it (package fence).
+				wenv = append(wenv, fence.Env+"="+strconv.FormatUint(n.lock.gen, 10))
+			}
 			if !threadsSet {
 				// The node's workers share its cores.
 				wenv = append(wenv, "GPTUI_THREADS="+strconv.Itoa(max(1, np.Probe.Cores/len(workers[i]))))
@@ -526,6 +532,9 @@ func resumeArgs(args []string, resume string) []string {
 func passedEnv(environ []string) []string {
 	var env []string
 	for _, kv := range environ {
+		if strings.HasPrefix(kv, fence.Env+"=") {
+			continue // each attempt's own (specs)
+		}
 		if strings.HasPrefix(kv, "GPTUI_") || strings.HasPrefix(kv, "NCCL_") {
 			env = append(env, kv)
 		}

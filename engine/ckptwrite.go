@@ -94,6 +94,9 @@ func (tr *Trainer) beginSave(ctx context.Context, step int, copy bool) (*rankSav
 	if err != nil {
 		return nil, err
 	}
+	if err := tr.fence(); err != nil {
+		return nil, err
+	}
 	sl := tr.Cfg.Engine.SaveLoad
 	tmp, err := checkpoint.BeginSave(sl.OutputDir, step+1, token)
 	if err != nil {
@@ -174,7 +177,10 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 	var reports []checkpoint.ShardReport
 	var failed error // rank 0's verdict
 	if tr.topo.Rank == 0 {
-		if reports, failed = saveReports(all, rs.step); failed == nil && tr.oneMachine() {
+		if reports, failed = saveReports(all, rs.step); failed == nil {
+			failed = tr.fence()
+		}
+		if failed == nil && tr.oneMachine() {
 			return checkpoint.Commit(sl.OutputDir, rs.tmp, rs.man, reports, sl.KeepLast)
 		}
 	}
@@ -211,6 +217,10 @@ func (tr *Trainer) commitSave(ctx context.Context, rs *rankSave) (string, error)
 	}
 	if !tr.publishes() || tr.topo.Rank != 0 && sharesRank0(rs.tmp) {
 		return "", rs.err
+	}
+	if err := tr.fence(); err != nil {
+		os.RemoveAll(rs.tmp)
+		return "", errors.Join(err, rs.err)
 	}
 	dir, err := checkpoint.Publish(sl.OutputDir, rs.tmp, verdict[1:], sl.KeepLast)
 	if tr.topo.Rank != 0 {

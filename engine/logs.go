@@ -37,6 +37,7 @@ func (e *LogWriteError) Unwrap() error { return e.Err }
 type logFile struct {
 	f      *os.File
 	stderr io.Writer
+	fence  func() error   // asked before each write (Options.Fence); nil: none
 	err    *LogWriteError // the first loss, with the count of them all
 	broken bool           // a write failed: later ones are dropped
 }
@@ -45,6 +46,13 @@ func (l *logFile) Write(p []byte) (int, error) {
 	if l.broken {
 		l.err.Lost++
 		return len(p), nil
+	}
+	if l.fence != nil {
+		if err := l.fence(); err != nil {
+			l.broken = true
+			l.lose(err, "nothing more is written to it")
+			return len(p), nil
+		}
 	}
 	if _, err := l.f.Write(p); err != nil {
 		l.broken = true
@@ -102,8 +110,8 @@ type runLog struct {
 // holds — the lines of the attempt that stopped after its checkpoint too,
 // its last words among them — and goes on after them (the [resume] line
 // says where). Lines also go to stdout; a file's first lost write is
-// reported on stderr.
-func openRunLog(dir string, rank, start int, stdout, stderr io.Writer) (*runLog, error) {
+// reported on stderr. fence, if not nil, is asked before every write.
+func openRunLog(dir string, rank, start int, stdout, stderr io.Writer, fence func() error) (*runLog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, logOpenError(err)
 	}
@@ -116,6 +124,7 @@ func openRunLog(dir string, rank, start int, stdout, stderr io.Writer) (*runLog,
 		wl.f.Close()
 		return nil, err
 	}
+	wl.fence, mf.fence = fence, fence
 	return &runLog{out: io.MultiWriter(stdout, wl), metrics: mf, files: []*logFile{wl, mf}}, nil
 }
 

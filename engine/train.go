@@ -53,6 +53,12 @@ type Options struct {
 	// it. Launchers learn of checkpoints through it (package agent's
 	// ReportCheckpoint), not from the log line that says the same.
 	OnCheckpoint func(state string, c event.Checkpoint)
+	// Fence, if set, is asked before each write the run makes to its
+	// workdir — log lines, metrics records, a checkpoint's start, files
+	// and publication — and at each step: an error (a later attempt of the
+	// job holds the workdir: package fence's *StaleError) stops the run
+	// with that error, and nothing more is written. Nil checks nothing.
+	Fence func() error
 }
 
 // Metrics is one logged training step, as written to metrics.<rank>.jsonl:
@@ -421,7 +427,10 @@ func orBuiltin(dir string) string {
 // flight, the next one waits for it, and its error is returned by the next
 // save or the end of the run, which waits for it.
 func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
-	if tr.log, err = openRunLog(tr.Cfg.Engine.LogDir, tr.opts.Rank, tr.start, tr.opts.Stdout, tr.opts.Stderr); err != nil {
+	if err := tr.fence(); err != nil {
+		return nil, err // before the log files are opened (and cut)
+	}
+	if tr.log, err = openRunLog(tr.Cfg.Engine.LogDir, tr.opts.Rank, tr.start, tr.opts.Stdout, tr.opts.Stderr, tr.opts.Fence); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -443,6 +452,9 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	}()
 	for step := tr.start; step < tr.Cfg.Engine.MaxSteps; step++ {
 		tr.current.Store(int64(step))
+		if err := tr.fence(); err != nil {
+			return res, err
+		}
 		if err := sv.collect(false); err != nil {
 			return res, err
 		}
@@ -466,6 +478,15 @@ func (tr *Trainer) Run(ctx context.Context) (res *Result, err error) {
 	}
 	mt.summarise(res)
 	return res, nil
+}
+
+// fence returns Options.Fence's answer: nil while this process may write
+// into its workdir.
+func (tr *Trainer) fence() error {
+	if tr.opts.Fence == nil {
+		return nil
+	}
+	return tr.opts.Fence()
 }
 
 // checkStop ends the run before step when the ranks agree to stop: it

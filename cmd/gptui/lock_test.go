@@ -13,6 +13,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/engine/checkpoint"
+	"github.com/gptui/gptui/fence"
 )
 
 // refusedLine matches the one-line refusal of a workdir another job holds,
@@ -237,5 +238,24 @@ func TestRunHostsOneJobPerWorkdir(t *testing.T) {
 		if h := readLockFile(t, wd); h != nil {
 			t.Errorf("%s: a lock is left after job A's end: %+v", wd, h)
 		}
+	}
+}
+
+// TestStaleWorkerWritesNothing: a worker started by an attempt that a
+// later one has outdated (its GPTUI_FENCE below the workdir's generation)
+// stops with one line naming both, before it writes a log line.
+func TestStaleWorkerWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile(fence.File, []byte("2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(fence.Env, "1")
+	code, _, stderr := runCLI(t, append([]string{"train", "-c", "tiny", "-o", "Engine.max_steps=2", "-o", "Engine.log_dir=log"}, ownOutput(t)...)...)
+	if code == 0 || !strings.Contains(stderr, "this process belongs to attempt 1 of its job, and attempt 2 holds the workdir now") {
+		t.Fatalf("exit %d, stderr %q: want a refusal naming attempts 1 and 2", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "log")); !os.IsNotExist(err) {
+		t.Errorf("the stale worker made its log folder (%v)", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/fence"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
@@ -114,6 +115,12 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 			defer world.Close()
 		}
 	}
+	// A worker of a job's attempt writes into its workdir only while that
+	// attempt holds it (package fence).
+	tok, err := fence.FromEnv(os.Getenv, "")
+	if err != nil {
+		return usageError{err}
+	}
 	var plan *planner.Plan // Distributed.auto: the chosen plan and its prediction
 	if cfg.Distributed.Auto {
 		if cfg, plan, err = autoPlan(cfg, *o, worldSize(world), stdout); err != nil {
@@ -153,6 +160,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		// Under an agent, each checkpoint is a record the agent sends on
 		// as a typed event (restarts, replicas and the UI act on it).
 		OnCheckpoint: func(state string, c event.Checkpoint) { agent.ReportCheckpoint(stderr, state, c) },
+		Fence:        fenceCheck(tok),
 	})
 	if err != nil {
 		return err
@@ -239,4 +247,12 @@ func builtinCorpusWith(cfg *presets.Config) (func() ([]uint16, error), error) {
 			cfg.Data.Tokenizer, tok.VocabSize(), cfg.Model.VocabSize, tok.VocabSize())
 	}
 	return func() ([]uint16, error) { return cachedCorpus(tok) }, nil
+}
+
+// fenceCheck is the engine's Fence for the token tok: nil without one.
+func fenceCheck(tok *fence.Token) func() error {
+	if tok == nil {
+		return nil
+	}
+	return tok.Check
 }
