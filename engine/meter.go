@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/gptui/gptui/arch"
@@ -61,10 +62,14 @@ func (mt *meter) end(step int, lr, loss, norm float64, reader time.Duration) {
 	n := float64(w.n)
 	avgBatch := w.batch / n
 	ips := mt.tokens / avgBatch
-	mfu := tr.flopsPerTok * ips / (tr.be.PeakFLOPS() * float64(tr.topo.World))
+	mfu, mfuText := 0.0, "unknown"
+	if peak := tr.peakFLOPS(); peak > 0 {
+		mfu = tr.flopsPerTok * ips / peak
+		mfuText = fmt.Sprintf("%.1f%%", 100*mfu)
+	}
 	mem := tr.Memory.Total()
-	tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %.1f%% mem: %s",
-		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, 100*mfu, units.GB(mem, 3))
+	tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %s mem: %s",
+		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, mfuText, units.GB(mem, 3))
 	if sc := tr.scaler; sc != nil {
 		tr.log.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
 	}
@@ -87,9 +92,21 @@ func (mt *meter) summarise(res *Result) {
 	tr := mt.tr
 	res.TokensPerS = median(mt.tps)
 	res.StepTimeS = median(mt.times)
-	if res.StepTimeS > 0 {
-		res.MFU = tr.flopsPerTok * mt.tokens / res.StepTimeS / (tr.be.PeakFLOPS() * float64(tr.topo.World))
+	if peak := tr.peakFLOPS(); res.StepTimeS > 0 && peak > 0 {
+		res.MFU = tr.flopsPerTok * mt.tokens / res.StepTimeS / peak
 	}
+}
+
+// peakFLOPS is the peak of every rank together, the denominator of MFU:
+// the backend's PeakFLOPS times the world's size, or 0 when the backend
+// does not know its peak (a PeakFLOPS of 0, or not a finite positive
+// number), so that the MFU shows as unknown, never as Inf or NaN.
+func (tr *Trainer) peakFLOPS() float64 {
+	p := tr.be.PeakFLOPS()
+	if !(p > 0) || math.IsInf(p, 1) {
+		return 0
+	}
+	return p * float64(tr.topo.World)
 }
 
 // logStart writes the run's opening lines — what resumed, the model, the
@@ -123,7 +140,11 @@ func (tr *Trainer) logStart() bool {
 	}
 	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
 		tr.opts.Rank, units.GB(mem.Params, 3), units.GB(mem.Grads, 3), units.GB(mem.Optimizer, 3), units.GB(mem.Activations, 3), tr.recomputeName(), units.GB(mem.Total(), 3))
-	tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+	if peak := tr.peakFLOPS(); peak > 0 {
+		tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
+	} else {
+		tr.log.logf("[backend] %s, peak unknown (MFU not shown)", tr.be.Name())
+	}
 	if sc := tr.scaler; sc != nil {
 		tr.log.logf("[amp] fp16 dynamic loss scaling from %g (halved on overflow, doubled after %d clean steps)", sc.Scale(), growthInterval)
 	}

@@ -23,14 +23,16 @@
 #   124m-bf16     70  124M B=4 T=64: losses (0.05 abs) and gradients in bf16
 #   bench         30  gptui gpu bench: the bf16, fp16, fp32 GEMM rates
 #   train-124m    75  124M, B=16 T=1024, bf16, 30 steps: tokens/s, MFU
-#                     against the measured bf16 GEMM peak
+#                     against the GPU's data-sheet bf16 peak (measured
+#                     for a GPU kernels/cuda/peak.go does not know)
 #   fp16-124m     45  the same in fp16 with loss scaling, 60 steps: the
 #                     loss falls, skipped steps counted
 #   nccl-1rank    30  gpu check --only nccl: a one-rank job's NCCL
 #                     communicators, every operation against the CPU
 #   llmc         100  llm.c's train_gpt2cu at train-124m's shape
 #                     (scripts/llmc-bench.sh; its build starts in the
-#                     background at the beginning, on the CPU)
+#                     background at the beginning, on the CPU); skipped,
+#                     saying why, where nvcc or make is missing
 #
 # With the 15 s of checks before the first stage the limits sum to 540 s;
 # a stage gets at most the time left before that deadline. A stage's
@@ -78,11 +80,12 @@ dry_gpu() {
 	case $1 in
 	libs)
 		cat <<-'EOF'
-			libcuda.so      /dry/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04  (driver CUDA 13.0, 1 GPU(s), 0: DRY H100 80GB HBM3 sm_90 79 GiB)
-			libnvrtc.so     /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13  (NVRTC 13.0)
-			libcublas.so    /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13
-			libcublasLt.so  /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13
-			libnccl.so      /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2  (NCCL 2.27.7)
+			library         file                                                                                 version           why
+			libcuda.so      /dry/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04                                  driver CUDA 13.0  1 GPU(s), 0: DRY H100 80GB HBM3 sm_90 79 GiB
+			libnvrtc.so     /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libnvrtc.so.13     NVRTC 13.0        built for CUDA 13, which the driver (CUDA 13.0) supports; the newest in the first folder that has one
+			libcublas.so    /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13    CUDA 13           built for CUDA 13, which the driver (CUDA 13.0) supports; the newest in the first folder that has one
+			libcublasLt.so  /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13  CUDA 13           loaded with /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13, from the same folder
+			libnccl.so      /dry/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2       NCCL 2.27.7       the newest in the first folder that has one
 		EOF
 		;;
 	check)
@@ -223,6 +226,28 @@ stage_llmc() {
 	scripts/llmc-bench.sh --run
 }
 
+# llmc_tools_missing: the tools llm.c's build needs that this machine
+# lacks, of nvcc (where scripts/llmc-bench.sh looks for it: PATH, then
+# /usr/local/cuda*/bin) and make, joined by " or "; nothing when both are
+# here. In dry mode, those named in GPU_CHECK_DRY_MISSING are missing.
+llmc_tools_missing() {
+	local tool n found out=
+	for tool in nvcc make; do
+		found=
+		if [[ $DRY == 1 ]]; then
+			[[ " ${GPU_CHECK_DRY_MISSING:-} " == *" $tool "* ]] || found=1
+		elif [[ $tool == make ]]; then
+			command -v make >/dev/null 2>&1 && found=1
+		else
+			for n in "$(command -v nvcc)" /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do
+				[[ -n $n && -x $n ]] && found=1 && break
+			done
+		fi
+		[[ -n $found ]] || out+="${out:+ or }$tool"
+	done
+	printf '%s' "$out"
+}
+
 # llmc_build_bg: scripts/llmc-bench.sh --build, niced, under its own
 # limit, its output in $OUT/llmc-build.log; its exit status and seconds
 # go to $WORK/llmc-build.rc and .secs for the llmc stage. Stopped (TERM),
@@ -247,7 +272,7 @@ figs_libs() {
 			if (match($0, /0: .* sm_[0-9]+/)) g = substr($0, RSTART + 3, RLENGTH - 3) }
 		/NVRTC [0-9]/ { if (match($0, /NVRTC [0-9.]+/)) v = substr($0, RSTART + 6, RLENGTH - 6) }
 		/NCCL [0-9]/ { if (match($0, /NCCL [0-9.]+/)) c = substr($0, RSTART + 5, RLENGTH - 5) }
-		/NOT FOUND/ { m = m " " $1 }
+		/ (NOT FOUND|INCOMPATIBLE): / { m = m " " $1 }
 		/^gpu-check: retrying with/ { r = 1 }
 		END { gsub(/ /, "_", g)
 			if (g != "") o = o " gpu=" g; if (d != "") o = o " driver_cuda=" d; if (v != "") o = o " nvrtc=" v; if (c != "") o = o " nccl=" c
@@ -336,7 +361,7 @@ after_stage() {
 	# The last attempt's lines (after a retry with GPTUI_CUDA_LIBDIR, those).
 	local libs
 	libs=$(awk '/^gpu-check: retrying with/ { s = "" ; next } { s = s $0 "\n" } END { printf "%s", s }' "$WORK/libs.log")
-	if [[ $2 == timeout ]] || grep -qE '^lib(cuda|nvrtc|cublas|cublasLt)\.so +NOT FOUND' <<<"$libs" ||
+	if [[ $2 == timeout ]] || grep -qE '^lib(cuda|nvrtc|cublas|cublasLt)\.so +(NOT FOUND|INCOMPATIBLE)' <<<"$libs" ||
 		! grep -q '^libcuda\.so .*driver CUDA' <<<"$libs"; then
 		block gpu "libs $2: $(last_line "$WORK/libs.log")"
 		stop_background
@@ -378,9 +403,13 @@ echo "$SUMMARY_TITLE"
 
 # llm.c's build needs only the CPU: start it now, niced, so that it is
 # done when its stage comes.
+# Without nvcc or make (a machine with the libraries but not the
+# toolkit) the llmc stage is skipped, saying so, and the rest is checked.
 if selected llmc; then
 	if [[ $DRY != 1 && ! -f $LLMC/train_gpt2.cu ]]; then
 		block llmc "no llm.c source in $LLMC: run scripts/gpu-prepare.sh where the llm.c mirror is, and carry .bin"
+	elif tools=$(llmc_tools_missing) && [[ -n $tools ]]; then
+		block llmc "no $tools here: llm.c's build needs nvcc (PATH or /usr/local/cuda*/bin) and make; install the CUDA toolkit to compare with llm.c"
 	else
 		background llmc_build_bg
 	fi

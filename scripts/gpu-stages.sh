@@ -34,6 +34,10 @@
 #                       skipped when under 2 s (scaled) is
 #   GPU_CHECK_DRY_HANG  (dry) a stage whose command hangs, to see its limit
 #   GPU_CHECK_DRY_FAIL  (dry) a stage whose command fails
+#   GPU_CHECK_DRY_MISSING  (dry) tools to take as absent, of "nvcc" and
+#                       "make", space-separated: gpu-check.sh then skips
+#                       the llmc stage, saying so, as on a machine with the
+#                       libraries but not the CUDA toolkit
 
 OUT=${OUT:-gpu-check-out}
 DRY=${GPU_CHECK_DRY:-0}

@@ -169,44 +169,76 @@ func cmdGPU(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // gpuLibs is 'gptui gpu libs': each library the GPU backend loads, in the
-// order it loads them, found and loaded as the backend does, one line
-// each: the file it came from and its version, or NOT FOUND and why; then
-// the GPUs the driver sees. Anything missing is a one-line usage error
-// naming it and what to install or set (exit 2).
+// order it loads them, found and loaded as the backend does, in a table:
+// the file it came from, its version (the driver's CUDA version for the
+// driver) and why that file (NVRTC, cuBLAS and cuBLASLt are matched to
+// the driver's CUDA version; each candidate passed over follows on a
+// line of its own, saying why), or NOT FOUND and why, or INCOMPATIBLE
+// when only builds for a newer CUDA than the driver's were found; the
+// driver's line names the GPUs it sees. Anything missing is a one-line
+// usage error naming it and what to install or set (exit 2).
 func gpuLibs(w io.Writer) error {
+	type row struct {
+		lib                        cuda.Library
+		file, version, why, failed string
+		skipped                    []string
+	}
+	var rows []row
 	var missing []string
 	driver := true
 	for _, lib := range []cuda.Library{cuda.LibCUDA, cuda.LibNVRTC, cuda.LibCUBLAS, cuda.LibCUBLASLt, cuda.LibNCCL} {
-		path, err := cuda.Load(lib)
+		ch, err := cuda.LoadChoice(lib)
 		if err != nil {
-			fmt.Fprintf(w, "%-15s NOT FOUND: %s\n", lib, oneLine(err))
+			what := "NOT FOUND"
+			if errors.Is(err, cuda.ErrMismatch) {
+				what = "INCOMPATIBLE"
+			}
+			rows = append(rows, row{lib: lib, failed: what + ": " + oneLine(err)})
 			missing = append(missing, oneLine(err))
 			driver = driver && lib != cuda.LibCUDA
 			continue
 		}
-		detail := ""
+		r := row{lib: lib, file: ch.Path, version: "?", why: ch.Reason, skipped: ch.Skipped}
+		if ch.CUDA > 0 {
+			r.version = fmt.Sprintf("CUDA %d", ch.CUDA)
+		}
 		switch lib {
 		case cuda.LibCUDA:
-			detail = gpuDevices()
+			if v, err := cuda.DriverVersion(); err == nil {
+				r.version = fmt.Sprintf("driver CUDA %d.%d", v/1000, v%1000/10)
+			}
+			r.why = gpuDevices()
 		case cuda.LibNVRTC:
 			if c, err := cuda.LoadNVRTC(); err == nil {
 				major, minor := c.Version()
-				detail = fmt.Sprintf("NVRTC %d.%d", major, minor)
+				r.version = fmt.Sprintf("NVRTC %d.%d", major, minor)
 			} else {
-				detail = oneLine(err)
+				r.why = oneLine(err)
 			}
 		case cuda.LibNCCL:
 			if n, err := cuda.LoadNCCL(); err == nil {
 				v := n.Version() // NCCL_VERSION_CODE: major·10000 + minor·100 + patch (2.9 on)
-				detail = fmt.Sprintf("NCCL %d.%d.%d", v/10000, v/100%100, v%100)
+				r.version = fmt.Sprintf("NCCL %d.%d.%d", v/10000, v/100%100, v%100)
 			} else {
-				detail = oneLine(err)
+				r.why = oneLine(err)
 			}
 		}
-		if detail != "" {
-			detail = "  (" + detail + ")"
+		rows = append(rows, r)
+	}
+	fileW, verW := len("file"), len("version")
+	for _, r := range rows {
+		fileW, verW = max(fileW, len(r.file)), max(verW, len(r.version))
+	}
+	fmt.Fprintf(w, "%-15s %-*s  %-*s  %s\n", "library", fileW, "file", verW, "version", "why")
+	for _, r := range rows {
+		if r.failed != "" {
+			fmt.Fprintf(w, "%-15s %s\n", r.lib, r.failed)
+			continue
 		}
-		fmt.Fprintf(w, "%-15s %s%s\n", lib, path, detail)
+		fmt.Fprintf(w, "%-15s %-*s  %-*s  %s\n", r.lib, fileW, r.file, verW, r.version, r.why)
+		for _, s := range r.skipped {
+			fmt.Fprintf(w, "%-15s   %s\n", "", s)
+		}
 	}
 	switch {
 	case len(missing) == 0:
@@ -224,7 +256,8 @@ func gpuLibs(w io.Writer) error {
 	return nil
 }
 
-// gpuDevices describes the driver's version and GPU 0, or why it cannot.
+// gpuDevices describes the GPUs the driver sees and GPU 0, or why it
+// cannot.
 func gpuDevices() string {
 	n, err := cuda.DeviceCount()
 	if err != nil {
@@ -239,8 +272,7 @@ func gpuDevices() string {
 	}
 	defer d.Close()
 	major, minor := d.Arch()
-	v := d.DriverVersion()
-	return fmt.Sprintf("driver CUDA %d.%d, %d GPU(s), 0: %s sm_%d%d %.0f GiB", v/1000, v%1000/10, n, d.Name(), major, minor, float64(d.TotalMemory())/(1<<30))
+	return fmt.Sprintf("%d GPU(s), 0: %s sm_%d%d %.0f GiB", n, d.Name(), major, minor, float64(d.TotalMemory())/(1<<30))
 }
 
 // watchdog passes output through to w and, when nothing is written for

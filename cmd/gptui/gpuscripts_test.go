@@ -166,6 +166,34 @@ func TestGPUCheckDry(t *testing.T) {
 	}
 }
 
+// TestGPUCheckDryNoNVCC: on a machine with the libraries but without
+// nvcc or make (GPU_CHECK_DRY_MISSING), the llmc stage is skipped saying
+// why, its build never starts, the other stages are checked, and the run
+// passes when they do.
+func TestGPUCheckDryNoNVCC(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ missing, want string }{
+		{"nvcc", "no nvcc here: llm.c's build needs nvcc (PATH or /usr/local/cuda*/bin) and make"},
+		{"make nvcc", "no nvcc or make here: "},
+	} {
+		t.Run(tc.missing, func(t *testing.T) {
+			t.Parallel()
+			s := newGPUScript(t, "gpu-check.sh", []string{"GPU_CHECK_DRY_MISSING=" + tc.missing}, "--dry", "selftest", "llmc")
+			if code := s.run(t); code != 0 {
+				t.Errorf("exit status %d, want 0 (a skipped stage fails nothing)\n%s%s", code, &s.stdout, &s.stderr)
+			}
+			checkRows(t, s.rows(t), []stageRow{
+				{stage: "libs", status: "pass"},
+				{stage: "selftest", status: "pass"},
+				{stage: "llmc", status: "skipped", figures: tc.want},
+			})
+			if _, err := os.Stat(filepath.Join(s.out, "llmc-build.log")); err == nil {
+				t.Errorf("the llm.c build ran without %s", tc.missing)
+			}
+		})
+	}
+}
+
 // TestGPUCheckDryStopped: a run stopped by SIGTERM in the middle of a
 // stage still answers: the rows of the stages that ended, the stopped
 // stage's row, and a skipped row for each stage not run; exit 143.

@@ -2,11 +2,9 @@ package cuda
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -467,24 +465,6 @@ func (b *Backend) run(op string, err error) { b.fail(op, err) }
 
 // Name describes the GPU and the GEMM precision.
 func (b *Backend) Name() string { return b.name }
-
-// PeakFLOPS is the measured rate of a large cuBLAS GEMM in the backend's
-// precision (8192³; measured once, on first call): what MFU is against.
-func (b *Backend) PeakFLOPS() float64 {
-	b.peakOnce.Do(func() {
-		n := 8192
-		if b.prec == PrecisionFP32 {
-			n = 4096
-		}
-		f, err := MeasureGemm(context.Background(), b.dev, b.blas, b.prec.dataType(), n)
-		if err != nil {
-			b.fail("measuring the GEMM peak", err)
-			f = math.NaN()
-		}
-		b.peak = f
-	})
-	return b.peak
-}
 
 // Sgemm is the row-major single-precision GEMM of kernels/cpu, run by
 // cuBLAS in IEEE fp32 whatever the precision.

@@ -192,3 +192,36 @@ func TestClassifierGlobalMax(t *testing.T) {
 		})
 	}
 }
+
+// TestCrossEntropyTargetOutOfRange: a target outside [0, V) reads no
+// logit (a target of -1 on the first row would read before the buffer,
+// which GPTUI_EMU_SANITIZE=1 reports) and counts as kernels/cpu's
+// vocabulary-parallel classifier counts a target no rank holds: a target
+// logit of 0 and no one-hot in the gradient. The rows with targets in
+// range are the fused classifier's as ever.
+func TestCrossEntropyTargetOutOfRange(t *testing.T) {
+	for _, grad := range []bool{true, false} {
+		t.Run(fmt.Sprintf("grad%v", grad), func(t *testing.T) {
+			r := rand.New(rand.NewPCG(10, 1))
+			m, k := machine(t)
+			targets := []int32{-1, 37, 5, 1 << 30, -1 << 31, 36}
+			N, V := len(targets), 37
+			logits := randn(r, N*V, 4)
+			dscale := float32(0.25)
+			// The CPU's three steps over one rank of all V columns.
+			maxes, stats := make([]float32, N), make([]float64, 2*N)
+			want, losses := append([]float32(nil), logits...), make([]float32, N)
+			cpuBackend.ClassifierMax(maxes, want, N, V)
+			cpuBackend.ClassifierExp(stats, want, targets, maxes, N, V, 0)
+			cpuBackend.ClassifierFinish(losses, want, targets, maxes, stats, N, V, 0, dscale, grad)
+			if !grad {
+				want = logits
+			}
+			gl, gx := m.Alloc(4*N), m.Float32s(logits)
+			must(t, k.CrossEntropy(0, gl, gx, m.Int32s(targets), N, V, dscale, grad))
+			run(t, m)
+			checkClose(t, "losses", m.ReadFloat32s(gl, N), losses, 1e-5)
+			checkClose(t, "logits", m.ReadFloat32s(gx, N*V), want, 1e-5)
+		})
+	}
+}

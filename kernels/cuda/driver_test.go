@@ -48,7 +48,7 @@ func TestLibraryErrorNames(t *testing.T) {
 	if err := noLib.check("cublasGemmEx", 0); err != nil {
 		t.Errorf("CUBLAS_STATUS_SUCCESS gave %v", err)
 	}
-	for code, want := range map[int]string{1: "ncclUnhandledCudaError", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress"} {
+	for code, want := range map[int]string{1: "ncclUnhandledCudaError", 5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress", 8: "ncclTimeout"} {
 		if ncclResultNames[code] != want {
 			t.Errorf("ncclResult_t %d named %q, want %q", code, ncclResultNames[code], want)
 		}

@@ -13,7 +13,8 @@ import (
 )
 
 // MeasureGemm times an n×n×n GEMM with inputs of type t (output of the
-// same type, f32 for f32 inputs, which may then use TF32) on b's stream:
+// same type; f32 in IEEE fp32, never TF32, as the fp32 training GEMMs
+// run) on b's stream:
 // three warm-up runs, then the median of ten runs timed with events. It
 // returns the rate in FLOP/s (2n³ per run), the device's measured peak
 // for MFU figures (n=8192 for bf16).
@@ -62,7 +63,7 @@ func MeasureGemm(ctx context.Context, d *Device, b *BLAS, t DataType, n int) (fl
 	}
 	A, B, C := ptrs[0], ptrs[1], ptrs[2]
 	gemm := func() error {
-		return b.Gemm(false, false, n, n, n, 1, A, t, n, B, t, n, 0, C, t, n, false)
+		return b.Gemm(false, false, n, n, n, 1, A, t, n, B, t, n, 0, C, t, n, t == F32)
 	}
 	for range 3 {
 		if err := gemm(); err != nil {

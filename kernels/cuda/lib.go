@@ -36,6 +36,10 @@ type libInfo struct {
 	sonames []string // for the system loader, newest first
 	wheels  []string // lib folders of the nvidia-* Python wheels, relative to site-packages
 	install string   // what to tell a user who lacks it
+	// wheel is the PyPI package of a library built for one CUDA major
+	// version (its soname's N); "" for those the driver's CUDA version
+	// does not constrain (the driver itself, NCCL).
+	wheel string
 }
 
 // libs is indexed by Library. The wheel layouts are those of the PyPI
@@ -53,18 +57,21 @@ var libs = [...]libInfo{
 		sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"},
 		wheels:  []string{"nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"},
 		install: "install the CUDA toolkit or the nvidia-cuda-nvrtc wheel",
+		wheel:   "nvidia-cuda-nvrtc",
 	},
 	LibCUBLAS: {
 		base:    "libcublas.so",
 		sonames: []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11"},
 		wheels:  []string{"nvidia/cu13/lib", "nvidia/cublas/lib"},
 		install: "install the CUDA toolkit or the nvidia-cublas wheel",
+		wheel:   "nvidia-cublas",
 	},
 	LibCUBLASLt: {
 		base:    "libcublasLt.so",
 		sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so.11"},
 		wheels:  []string{"nvidia/cu13/lib", "nvidia/cublas/lib"},
 		install: "install the CUDA toolkit or the nvidia-cublas wheel",
+		wheel:   "nvidia-cublas",
 	},
 	LibNCCL: {
 		base:    "libnccl.so",
@@ -107,11 +114,52 @@ type Env struct {
 	// its own search path (ld.so.cache, RUNPATH, the default folders).
 	// Nil means it finds nothing, as in tests.
 	System func(soname string) bool
+	// Driver returns the CUDA version the driver supports, as
+	// cuDriverGetVersion reports it: 1000·major + 10·minor (12040 for
+	// CUDA 12.4). NVRTC, cuBLAS and cuBLASLt built for a newer CUDA major
+	// version than the driver's are passed over. Nil, or an error, means
+	// the version is unknown and none is passed over.
+	Driver func() (int, error)
 }
 
-// SystemEnv is the real process environment.
+// SystemEnv is the real process environment, with the installed driver's
+// CUDA version ([DriverVersion]).
 func SystemEnv() Env {
-	return Env{Getenv: os.Getenv, System: loaderFinds}
+	return Env{Getenv: os.Getenv, System: loaderFinds, Driver: DriverVersion}
+}
+
+// DriverVersion returns the CUDA version the installed driver supports
+// (cuDriverGetVersion: 1000·major + 10·minor, 12040 for CUDA 12.4). It
+// loads libcuda.so.1 but does not initialise it, so it answers on a
+// machine whose driver sees no GPU. Its error is [Find]'s one line when
+// the driver is not installed.
+func DriverVersion() (int, error) {
+	h, err := load(LibCUDA)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %w", err)
+	}
+	var get func(v *int32) int32
+	if err := h.sym(&get, "cuDriverGetVersion"); err != nil {
+		return 0, fmt.Errorf("cuda: %w", err)
+	}
+	var v int32
+	if r := get(&v); r != cudaSuccess {
+		return 0, fmt.Errorf("cuda: %s: cuDriverGetVersion: error %d", h.path, r)
+	}
+	return int(v), nil
+}
+
+// driver returns e.Driver's CUDA version, or why it is unknown (no
+// Driver, its error, or a version that is not positive).
+func (e Env) driver() (int, error) {
+	if e.Driver == nil {
+		return 0, errors.New("no driver version given")
+	}
+	v, err := e.Driver()
+	if err == nil && v <= 0 {
+		err = fmt.Errorf("the driver reports CUDA version %d", v)
+	}
+	return v, err
 }
 
 func (e Env) getenv(k string) string {
@@ -388,11 +436,12 @@ func isFile(p string) bool {
 	return err == nil && st.Mode().IsRegular()
 }
 
-// Candidates lists every place lib may be loaded from, in the order it is
-// tried: files in the search folders that exist (absolute paths) and bare
-// sonames for the system loader's own search. The driver's libcuda.so.1
-// is asked of the loader first; the others last.
-func Candidates(lib Library, env Env) []string {
+// allCandidates lists every place lib may be loaded from, in the order
+// it is tried, whatever the driver supports: files in the search folders
+// that exist (absolute paths) and bare sonames for the system loader's
+// own search. The driver's libcuda.so.1 is asked of the loader first; the
+// others last.
+func allCandidates(lib Library, env Env) []string {
 	var out []string
 	if lib == LibCUDA {
 		out = append(out, libs[lib].sonames...)
@@ -406,26 +455,220 @@ func Candidates(lib Library, env Env) []string {
 	return out
 }
 
+// Candidates lists every place lib may be loaded from, in the order it is
+// tried: files in the search folders that exist (absolute paths) and bare
+// sonames for the system loader's own search. The driver's libcuda.so.1
+// is asked of the loader first; the others last. NVRTC, cuBLAS and
+// cuBLASLt built for a newer CUDA major version than env's driver
+// supports are left out (see [Choose]).
+func Candidates(lib Library, env Env) []string {
+	var out []string
+	for _, c := range makePlan(lib, env).cands {
+		if !c.newer {
+			out = append(out, c.path)
+		}
+	}
+	return out
+}
+
 // Find returns where lib would be loaded from: the first file of
 // [Candidates], or a bare soname the system loader finds. where lists
 // the folders searched, in order (the Python wheels' folders only when
-// they exist). When nothing is found the error is a
-// *NotFoundError, one line naming the library, where it looked and what
-// to do.
+// they exist). When nothing is found the error is a *NotFoundError, one
+// line naming the library, where it looked and what to do; when only
+// builds for a newer CUDA than the driver's are, a *MismatchError.
 func Find(lib Library, env Env) (path string, where []string, err error) {
-	where = tried(lib, env)
-	for _, c := range Candidates(lib, env) {
-		if filepath.IsAbs(c) {
-			if isFile(c) {
-				return c, where, nil
-			}
-			continue
-		}
-		if env.System != nil && env.System(c) {
-			return c, where, nil
+	c, err := Choose(lib, env)
+	return c.Path, c.Where, err
+}
+
+// Choice is where a library is loaded from and why: the candidate
+// [Choose] or [LoadChoice] picked, and those passed over before it.
+type Choice struct {
+	Lib Library
+	// Path is the file (an absolute path), or the bare soname the system
+	// loader finds; "" when nothing fits.
+	Path string
+	// CUDA is the CUDA major version Path is built for (the N of its
+	// soname libnvrtc.so.N); 0 when its name does not say, and for the
+	// driver and NCCL, which the driver's version does not constrain.
+	CUDA int
+	// Driver is the CUDA version the driver supports (12040 for 12.4),
+	// read for NVRTC, cuBLAS and cuBLASLt; 0 when unknown, and DriverErr
+	// then says why.
+	Driver    int
+	DriverErr error
+	// Reason says why Path was chosen.
+	Reason string
+	// Skipped lists the candidates passed over before Path, each with
+	// why: "/usr/local/cuda/lib64/libnvrtc.so.13 skipped: needs a CUDA 13
+	// driver, the driver supports 12.4".
+	Skipped []string
+	// Where lists the folders searched, in order (see [Find]).
+	Where []string
+}
+
+// ErrMismatch is matched (with errors.Is) by the error of a library found
+// only in builds for a newer CUDA than the driver supports.
+var ErrMismatch = errors.New("library built for a newer CUDA than the driver supports")
+
+// MismatchError says that lib was found, but only built for a newer CUDA
+// major version than the driver supports.
+type MismatchError struct {
+	Lib    Library
+	Found  string // the first such file, or bare soname
+	CUDA   int    // the CUDA major version it is built for
+	Driver int    // the driver's CUDA version: 12040 for 12.4
+}
+
+// Error is one line: the library, the version found, the driver's, and
+// what to do.
+func (e *MismatchError) Error() string {
+	dm := e.Driver / 1000
+	return fmt.Sprintf("%s: only %s (CUDA %d) found, but the driver supports CUDA %s; install a CUDA %d build (the toolkit, or the %s wheel for CUDA %d) or a driver for CUDA %d, or set %s",
+		e.Lib, e.Found, e.CUDA, cudaVersion(e.Driver), dm, libs[e.Lib].wheel, dm, e.CUDA, LibDirEnv)
+}
+
+// Is makes errors.Is(err, ErrMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrMismatch }
+
+// cudaVersion formats a CUDA version as cuDriverGetVersion gives it
+// (12040) as "12.4".
+func cudaVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
+// byCUDA reports whether lib is built for one CUDA major version, which
+// the driver must support: NVRTC, cuBLAS and cuBLASLt, not the driver
+// itself or NCCL.
+func byCUDA(lib Library) bool { return libs[lib].wheel != "" }
+
+// soCUDA returns the CUDA major version a file or soname is built for:
+// the N of name.so.N[.M…], or, for an unversioned file that is a
+// symbolic link (a development install's libnvrtc.so), its target's; 0
+// when neither says.
+func soCUDA(p string) int {
+	m := sonameMajor(p)
+	if m == "" && filepath.IsAbs(p) {
+		if t, err := filepath.EvalSymlinks(p); err == nil {
+			m = sonameMajor(t)
 		}
 	}
-	return "", where, &NotFoundError{Lib: lib, Tried: where}
+	n, err := strconv.Atoi(m)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// cand is one place a library may be loaded from.
+type cand struct {
+	path  string // an absolute file, or a bare soname for the system loader
+	cuda  int    // the CUDA major version it is built for; 0 unknown or unconstrained
+	newer bool   // built for a newer CUDA major version than the driver supports
+}
+
+// plan is every candidate of a library in the order tried, each marked
+// with whether the driver supports it.
+type plan struct {
+	lib       Library
+	driver    int   // the driver's CUDA version; 0 unknown
+	driverErr error // why it is unknown
+	cands     []cand
+}
+
+// makePlan lists lib's candidates ([allCandidates]) and, for a library
+// built for one CUDA version, reads the driver's (env.Driver) and marks
+// those built for a newer major version.
+func makePlan(lib Library, env Env) plan {
+	p := plan{lib: lib}
+	if byCUDA(lib) {
+		if p.driver, p.driverErr = env.driver(); p.driverErr != nil {
+			p.driver = 0
+		}
+	}
+	for _, path := range allCandidates(lib, env) {
+		c := cand{path: path}
+		if byCUDA(lib) {
+			c.cuda = soCUDA(path)
+		}
+		c.newer = p.driver > 0 && c.cuda > p.driver/1000
+		p.cands = append(p.cands, c)
+	}
+	return p
+}
+
+// choice is a Choice with the plan's library and driver, nothing chosen.
+func (p plan) choice() Choice {
+	return Choice{Lib: p.lib, Driver: p.driver, DriverErr: p.driverErr}
+}
+
+// skipped is why c, built for a newer CUDA, is passed over.
+func (p plan) skipped(c cand) string {
+	return fmt.Sprintf("%s skipped: needs a CUDA %d driver, the driver supports %s", c.path, c.cuda, cudaVersion(p.driver))
+}
+
+// chose fills ch's Path, CUDA and Reason for candidate c.
+func (p plan) chose(ch *Choice, c cand) {
+	ch.Path, ch.CUDA = c.path, c.cuda
+	where := "the newest in the first folder that has one"
+	if !filepath.IsAbs(c.path) {
+		where = "the newest soname the system loader finds"
+	}
+	switch {
+	case !byCUDA(p.lib):
+		ch.Reason = where
+	case p.driver == 0:
+		ch.Reason = where + "; the driver's CUDA version is unknown, so no version was ruled out"
+	case c.cuda == 0:
+		ch.Reason = fmt.Sprintf("%s; its name gives no CUDA version, so the driver's (CUDA %s) cannot rule it out", where, cudaVersion(p.driver))
+	default:
+		ch.Reason = fmt.Sprintf("built for CUDA %d, which the driver (CUDA %s) supports; %s", c.cuda, cudaVersion(p.driver), where)
+	}
+}
+
+// mismatch is the error of a library found only as c and later builds
+// the driver does not support.
+func (p plan) mismatch(c cand) error {
+	return &MismatchError{Lib: p.lib, Found: c.path, CUDA: c.cuda, Driver: p.driver}
+}
+
+// present reports whether candidate path exists: a file, or a bare
+// soname the system loader finds (env.System).
+func present(path string, env Env) bool {
+	if filepath.IsAbs(path) {
+		return isFile(path)
+	}
+	return env.System != nil && env.System(path)
+}
+
+// Choose picks where lib would be loaded from, without loading it, and
+// says why: in the search order of [Find], the first candidate that
+// exists, passing over NVRTC, cuBLAS and cuBLASLt built for a newer CUDA
+// major version than env's driver supports (a folder holding
+// libnvrtc.so.13 and libnvrtc.so.12 gives 12 with a CUDA 12.x driver, 13
+// with CUDA 13). Nothing found is a *NotFoundError; only builds the driver
+// does not support, a *MismatchError naming the library, the version
+// found and the driver's.
+func Choose(lib Library, env Env) (Choice, error) {
+	p := makePlan(lib, env)
+	ch := p.choice()
+	ch.Where = tried(lib, env)
+	var newer []cand
+	for _, c := range p.cands {
+		if !present(c.path, env) {
+			continue
+		}
+		if c.newer {
+			ch.Skipped = append(ch.Skipped, p.skipped(c))
+			newer = append(newer, c)
+			continue
+		}
+		p.chose(&ch, c)
+		return ch, nil
+	}
+	if len(newer) > 0 {
+		return ch, p.mismatch(newer[0])
+	}
+	return ch, &NotFoundError{Lib: lib, Tried: ch.Where}
 }
 
 // sonameMajor returns the N of a path or soname ending in .so.N[.M],
@@ -499,9 +742,10 @@ func nvrtcBuiltins(path string) []string {
 
 // handle is a loaded library.
 type handle struct {
-	lib  Library
-	path string // as dlopened: a file, or a bare soname
-	h    uintptr
+	lib    Library
+	path   string // as dlopened: a file, or a bare soname
+	h      uintptr
+	choice Choice // why this file (guarded by loadMu)
 }
 
 // sym binds the C function named by the first of names the library
@@ -534,55 +778,97 @@ var (
 
 // load finds and dlopens lib (once per process), with the companions it
 // needs loaded first. It tries each candidate in turn, so a broken copy
-// (wrong architecture, missing dependency) does not hide a good one; the
-// error names every copy that failed and why, or where it looked.
+// (wrong architecture, missing dependency) does not hide a good one, and
+// passes over NVRTC, cuBLAS and cuBLASLt built for a newer CUDA than the
+// driver supports (see [Choose]); the error names every copy that failed
+// and why, the newer build found when nothing else was, or where it
+// looked.
 func load(lib Library) (*handle, error) {
+	loadMu.Lock()
+	h, ok := loaded[lib]
+	loadMu.Unlock()
+	if ok {
+		return h, nil
+	}
+	env := SystemEnv()
+	// Before taking loadMu: reading the driver's version loads libcuda.so.1.
+	p := makePlan(lib, env)
 	loadMu.Lock()
 	defer loadMu.Unlock()
 	if h, ok := loaded[lib]; ok {
 		return h, nil
 	}
-	env := SystemEnv()
+	ch := p.choice()
 	var failed []string
-	for _, c := range Candidates(lib, env) {
-		if filepath.IsAbs(c) && !isFile(c) {
+	for _, c := range p.cands {
+		abs := filepath.IsAbs(c.path)
+		if abs && !isFile(c.path) {
 			continue
 		}
-		if err := loadCompanions(lib, c); err != nil {
-			if filepath.IsAbs(c) { // a bare soname is usually just absent
+		if c.newer {
+			if abs { // a bare soname is asked of the loader only when nothing else loads
+				ch.Skipped = append(ch.Skipped, p.skipped(c))
+			}
+			continue
+		}
+		if err := loadCompanions(p, c.path); err != nil {
+			if abs { // a bare soname is usually just absent
 				failed = append(failed, err.Error())
+				ch.Skipped = append(ch.Skipped, c.path+" skipped: "+strings.TrimPrefix(oneLine(err.Error()), c.path+" "))
 			}
 			continue
 		}
-		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := purego.Dlopen(c.path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
-			if filepath.IsAbs(c) {
-				failed = append(failed, fmt.Sprintf("%s: %v", c, err))
+			if abs {
+				failed = append(failed, fmt.Sprintf("%s: %v", c.path, err))
+				ch.Skipped = append(ch.Skipped, c.path+" skipped: not loadable: "+oneLine(err.Error()))
 			}
 			continue
 		}
-		hd := &handle{lib: lib, path: c, h: h}
+		p.chose(&ch, c)
+		hd := &handle{lib: lib, path: c.path, h: h, choice: ch}
 		loaded[lib] = hd
 		return hd, nil
 	}
+	var newer []string
+	for _, c := range p.cands {
+		if c.newer && present(c.path, env) {
+			newer = append(newer, p.skipped(c))
+			if len(failed) == 0 {
+				return nil, p.mismatch(c)
+			}
+		}
+	}
 	if len(failed) > 0 {
-		return nil, fmt.Errorf("%s: found but not loadable: %s; %s, or set %s",
-			lib, strings.Join(failed, "; "), libs[lib].install, LibDirEnv)
+		also := ""
+		if len(newer) > 0 {
+			also = " (" + strings.Join(newer, "; ") + ")"
+		}
+		return nil, fmt.Errorf("%s: found but not loadable: %s%s; %s, or set %s",
+			lib, strings.Join(failed, "; "), also, libs[lib].install, LibDirEnv)
 	}
 	return nil, &NotFoundError{Lib: lib, Tried: tried(lib, env)}
 }
 
-// loadCompanions loads, RTLD_GLOBAL, what lib at path needs from its own
-// folder before it is opened: cuBLASLt for cuBLAS, the builtins for NVRTC.
-func loadCompanions(lib Library, path string) error {
-	switch lib {
+// oneLine joins the lines of s (a dlerror message may hold several).
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// loadCompanions loads, RTLD_GLOBAL, what p's library at path needs from
+// its own folder before it is opened: cuBLASLt for cuBLAS, the builtins
+// for NVRTC.
+func loadCompanions(p plan, path string) error {
+	switch p.lib {
 	case LibCUBLAS:
 		lt := companion(path, LibCUBLASLt)
 		h, err := purego.Dlopen(lt, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err != nil {
 			return fmt.Errorf("%s needs %s: %v", path, lt, err)
 		}
-		loaded[LibCUBLASLt] = &handle{lib: LibCUBLASLt, path: lt, h: h}
+		ch := p.choice()
+		ch.Lib, ch.Path, ch.CUDA = LibCUBLASLt, lt, soCUDA(lt)
+		ch.Reason = "loaded with " + path + ", from the same folder"
+		loaded[LibCUBLASLt] = &handle{lib: LibCUBLASLt, path: lt, h: h, choice: ch}
 	case LibNVRTC:
 		// Best effort: when this fails NVRTC may still find its builtins
 		// itself, and if not its compile error names them.
@@ -602,8 +888,18 @@ func loadCompanions(lib Library, path string) error {
 // this process has mapped for it where /proc/self/maps tells. Its error
 // is [Find]'s one line, or says which copies were found but not loadable.
 func Load(lib Library) (string, error) {
+	ch, err := LoadChoice(lib)
+	return ch.Path, err
+}
+
+// LoadChoice is [Load] with the reasons: the file lib came from (Path),
+// the CUDA version it is built for and the driver's, why it was chosen
+// and why the candidates before it were not ([Choice]). Nothing the
+// driver supports, where a newer build was found, is a *MismatchError:
+// one line naming the library, the version found and the driver's.
+func LoadChoice(lib Library) (Choice, error) {
 	if lib < 0 || int(lib) >= len(libs) {
-		return "", fmt.Errorf("cuda: no library %v", lib)
+		return Choice{}, fmt.Errorf("cuda: no library %v", lib)
 	}
 	if lib == LibCUBLASLt {
 		// From cuBLAS's folder, as the backend loads it; where cuBLAS is
@@ -612,13 +908,17 @@ func Load(lib Library) (string, error) {
 	}
 	h, err := load(lib)
 	if err != nil {
-		return "", fmt.Errorf("cuda: %w", err)
+		return Choice{Lib: lib}, fmt.Errorf("cuda: %w", err)
 	}
-	if filepath.IsAbs(h.path) {
-		return h.path, nil
+	loadMu.Lock()
+	ch := h.choice
+	loadMu.Unlock()
+	ch.Lib, ch.Path = lib, h.path
+	if !filepath.IsAbs(h.path) {
+		maps, _ := os.ReadFile("/proc/self/maps")
+		ch.Path = mappedFile(string(maps), lib, h.path)
 	}
-	maps, _ := os.ReadFile("/proc/self/maps")
-	return mappedFile(string(maps), lib, h.path), nil
+	return ch, nil
 }
 
 // mappedFile returns the file in maps (the text of /proc/self/maps) that

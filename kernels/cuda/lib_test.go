@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -464,5 +465,180 @@ func TestLoadReportsFile(t *testing.T) {
 			t.Errorf("Load(%s) = %q, want the library's file", lib, path)
 		}
 		t.Logf("Load(%s) = %s", lib, path)
+	}
+}
+
+// driverEnv is fakeEnv with a driver that supports CUDA version v
+// (12040 for 12.4), or whose version cannot be read when v is 0.
+func driverEnv(root string, vars map[string]string, v int, system ...string) Env {
+	env := fakeEnv(root, vars, system...)
+	env.Driver = func() (int, error) {
+		if v == 0 {
+			return 0, errors.New("cuda: libcuda.so not found")
+		}
+		return v, nil
+	}
+	return env
+}
+
+// TestChooseDriver: of the candidates of NVRTC, cuBLAS and cuBLASLt, the
+// first in search order that the driver's CUDA major version supports,
+// each one passed over saying why; NCCL and the driver are not matched;
+// nothing the driver supports is one line naming the library, the
+// version found and the driver's.
+func TestChooseDriver(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lib     Library
+		driver  int      // cuDriverGetVersion's; 0: unknown
+		files   []string // under the test's root; "a -> b" is a link
+		system  []string // sonames the fake loader finds
+		want    string   // $R is the root; "" for an error
+		cuda    int
+		reason  string   // in Reason (or, with want "", the error)
+		skipped []string // in Skipped, in order, one each
+	}{
+		{
+			name: "CUDA 12 driver: .so.12 beside .so.13", lib: LibNVRTC, driver: 12040,
+			files: []string{"ld/libnvrtc.so.13", "ld/libnvrtc.so.12", "ld/libnvrtc.so.11.2"},
+			want:  "$R/ld/libnvrtc.so.12", cuda: 12,
+			reason:  "built for CUDA 12, which the driver (CUDA 12.4) supports",
+			skipped: []string{"$R/ld/libnvrtc.so.13 skipped: needs a CUDA 13 driver, the driver supports 12.4"},
+		},
+		{
+			name: "CUDA 13 driver: .so.13", lib: LibNVRTC, driver: 13000,
+			files: []string{"ld/libnvrtc.so.13", "ld/libnvrtc.so.12"},
+			want:  "$R/ld/libnvrtc.so.13", cuda: 13,
+			reason: "built for CUDA 13, which the driver (CUDA 13.0) supports",
+		},
+		{
+			name: "newer driver, older libraries", lib: LibCUBLAS, driver: 13010,
+			files: []string{"ld/libcublas.so.12", "ld/libcublasLt.so.12"},
+			want:  "$R/ld/libcublas.so.12", cuda: 12,
+		},
+		{
+			name: "cuBLAS", lib: LibCUBLAS, driver: 12080,
+			files: []string{"ld/libcublas.so.13", "ld/libcublas.so.12", "ld/libcublasLt.so.13", "ld/libcublasLt.so.12"},
+			want:  "$R/ld/libcublas.so.12", cuda: 12,
+			skipped: []string{"$R/ld/libcublas.so.13 skipped: needs a CUDA 13 driver, the driver supports 12.8"},
+		},
+		{
+			name: "cuBLASLt", lib: LibCUBLASLt, driver: 12020,
+			files: []string{"ld/libcublasLt.so.13", "ld/libcublasLt.so.12"},
+			want:  "$R/ld/libcublasLt.so.12", cuda: 12,
+			skipped: []string{"$R/ld/libcublasLt.so.13 skipped: needs a CUDA 13 driver, the driver supports 12.2"},
+		},
+		{
+			name: "a later folder's older build", lib: LibNVRTC, driver: 12040,
+			files: []string{"ld/libnvrtc.so.13", "usr/local/cuda/lib64/libnvrtc.so.12"},
+			want:  "$R/usr/local/cuda/lib64/libnvrtc.so.12", cuda: 12,
+			skipped: []string{"$R/ld/libnvrtc.so.13 skipped: needs a CUDA 13 driver"},
+		},
+		{
+			name: "the loader's older soname", lib: LibNVRTC, driver: 12040,
+			system: []string{"libnvrtc.so.13", "libnvrtc.so.12"},
+			want:   "libnvrtc.so.12", cuda: 12,
+			reason:  "the newest soname the system loader finds",
+			skipped: []string{"libnvrtc.so.13 skipped: needs a CUDA 13 driver, the driver supports 12.4"},
+		},
+		{
+			name: "an unversioned link has its target's version", lib: LibNVRTC, driver: 12040,
+			files: []string{"ld/libnvrtc.so.13.0.88", "ld/libnvrtc.so -> libnvrtc.so.13.0.88", "usr/local/cuda/lib64/libnvrtc.so.12"},
+			want:  "$R/usr/local/cuda/lib64/libnvrtc.so.12", cuda: 12,
+			skipped: []string{"$R/ld/libnvrtc.so skipped: needs a CUDA 13 driver"},
+		},
+		{
+			name: "an unversioned file cannot be ruled out", lib: LibNVRTC, driver: 12040,
+			files:  []string{"ld/libnvrtc.so"},
+			want:   "$R/ld/libnvrtc.so",
+			reason: "its name gives no CUDA version, so the driver's (CUDA 12.4) cannot rule it out",
+		},
+		{
+			name: "driver version unknown: the newest", lib: LibNVRTC,
+			files: []string{"ld/libnvrtc.so.13", "ld/libnvrtc.so.12"},
+			want:  "$R/ld/libnvrtc.so.13", cuda: 13,
+			reason: "the driver's CUDA version is unknown, so no version was ruled out",
+		},
+		{
+			name: "NCCL is not matched", lib: LibNCCL, driver: 11080,
+			files:  []string{"ld/libnccl.so.2"},
+			want:   "$R/ld/libnccl.so.2",
+			reason: "the newest in the first folder that has one",
+		},
+		{
+			name: "only newer builds", lib: LibNVRTC, driver: 12040,
+			files:   []string{"ld/libnvrtc.so.13"},
+			system:  []string{"libnvrtc.so.13"},
+			reason:  "libnvrtc.so: only $R/ld/libnvrtc.so.13 (CUDA 13) found, but the driver supports CUDA 12.4; install a CUDA 12 build (the toolkit, or the nvidia-cuda-nvrtc wheel for CUDA 12) or a driver for CUDA 13, or set GPTUI_CUDA_LIBDIR",
+			skipped: []string{"$R/ld/libnvrtc.so.13 skipped", "libnvrtc.so.13 skipped"},
+		},
+		{
+			name: "only a newer cuBLAS from the loader", lib: LibCUBLAS, driver: 11080,
+			system:  []string{"libcublas.so.12"},
+			reason:  "libcublas.so: only libcublas.so.12 (CUDA 12) found, but the driver supports CUDA 11.8; install a CUDA 11 build (the toolkit, or the nvidia-cublas wheel for CUDA 11) or a driver for CUDA 12",
+			skipped: []string{"libcublas.so.12 skipped: needs a CUDA 12 driver, the driver supports 11.8"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			r := func(s string) string { return strings.ReplaceAll(s, "$R", root) }
+			for _, f := range tc.files {
+				if link, to, ok := strings.Cut(f, " -> "); ok {
+					if err := os.Symlink(to, filepath.Join(root, link)); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					tree(t, root, f)
+				}
+			}
+			ld := filepath.Join(root, "ld") + ":" + filepath.Join(root, "usr/local/cuda/lib64")
+			env := driverEnv(root, map[string]string{"LD_LIBRARY_PATH": ld}, tc.driver, tc.system...)
+			c, err := Choose(tc.lib, env)
+			if _, _, ferr := Find(tc.lib, env); (ferr == nil) != (err == nil) || err != nil && ferr.Error() != err.Error() {
+				t.Errorf("Find's error %v, Choose's %v", ferr, err)
+			}
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("Choose = %s, want an error", c.Path)
+				}
+				if !errors.Is(err, ErrMismatch) || errors.Is(err, ErrNotFound) {
+					t.Errorf("error %v: want ErrMismatch", err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, r(tc.reason)) || strings.Contains(msg, "\n") {
+					t.Errorf("error\n%q\ndoes not hold, in one line,\n%q", msg, r(tc.reason))
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Choose: %v", err)
+				}
+				if c.Path != r(tc.want) || c.CUDA != tc.cuda {
+					t.Errorf("Choose = %s (CUDA %d), want %s (CUDA %d)", c.Path, c.CUDA, r(tc.want), tc.cuda)
+				}
+				if !strings.Contains(c.Reason, tc.reason) {
+					t.Errorf("Reason %q does not hold %q", c.Reason, tc.reason)
+				}
+				if got, _, _ := Find(tc.lib, env); got != c.Path {
+					t.Errorf("Find = %s, want Choose's %s", got, c.Path)
+				}
+				if cs := Candidates(tc.lib, env); len(tc.skipped) > 0 && slices.Contains(cs, r(strings.Fields(tc.skipped[0])[0])) {
+					t.Errorf("Candidates %q lists %s, which the driver does not support", cs, tc.skipped[0])
+				}
+			}
+			wantDriver := tc.driver
+			if !byCUDA(tc.lib) {
+				wantDriver = 0
+			}
+			if c.Driver != wantDriver || byCUDA(tc.lib) && (tc.driver == 0) != (c.DriverErr != nil) {
+				t.Errorf("Driver %d (%v), want %d", c.Driver, c.DriverErr, wantDriver)
+			}
+			if len(c.Skipped) != len(tc.skipped) {
+				t.Errorf("Skipped %q, want %d", c.Skipped, len(tc.skipped))
+			}
+			for i, s := range tc.skipped {
+				if i < len(c.Skipped) && !strings.HasPrefix(c.Skipped[i], r(s)) {
+					t.Errorf("Skipped[%d] = %q, want %q…", i, c.Skipped[i], r(s))
+				}
+			}
+		})
 	}
 }

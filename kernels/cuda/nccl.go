@@ -10,7 +10,8 @@ const (
 	ncclSuccess = 0 // ncclSuccess = 0
 )
 
-// ncclResultNames names ncclResult_t values (nccl.h, NCCL 2.x).
+// ncclResultNames names ncclResult_t values (nccl.h, NCCL 2.x;
+// ncclTimeout only in recent releases).
 var ncclResultNames = map[int]string{
 	0: "ncclSuccess",
 	1: "ncclUnhandledCudaError",
@@ -20,6 +21,7 @@ var ncclResultNames = map[int]string{
 	5: "ncclInvalidUsage",
 	6: "ncclRemoteError",
 	7: "ncclInProgress",
+	8: "ncclTimeout",
 }
 
 // ncclDataType_t values (nccl.h: ncclInt8 = 0, ncclUint8 = 1,

@@ -6,13 +6,19 @@
 
 // cross_entropy is the fused classifier: losses[r] = −log softmax(row)[t]
 // and, when grad, the row overwritten with dscale·(softmax − onehot(t)).
-// Three passes over the row: max, Σ exp, and the gradient.
-extern "C" __global__ void cross_entropy(float* __restrict__ losses, float* __restrict__ logits,
-                                         const int* __restrict__ targets, int N, int V, float dscale, int grad) {
+// Three passes over the row: max, Σ exp, and the gradient. A target
+// outside [0, V) is read nowhere: as in kernels/cpu's vocabulary-parallel
+// classifier (ClassifierExp, ClassifierFinish) for a target no rank's
+// columns hold, its logit counts as 0 and the gradient has no one-hot.
+// Launched with 512 threads (kernels.go clsThreads), as are the three
+// kernels of the vocabulary-parallel classifier below.
+extern "C" __global__ void __launch_bounds__(512)
+    cross_entropy(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets, int N, int V,
+                  float dscale, int grad) {
 	int r = blockIdx.x;
 	float* x = logits + (long long)r * V;
 	int t = targets[r];
-	float xt = x[t]; // before any thread overwrites it
+	float xt = (t >= 0 && t < V) ? x[t] : 0.0f; // before any thread overwrites it
 	float mx = -__int_as_float(0x7f800000);
 	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
 	mx = block_max(mx);
@@ -34,7 +40,8 @@ extern "C" __global__ void cross_entropy(float* __restrict__ losses, float* __re
 // maxes and stats over the ranks between them.
 
 // classifier_max: maxes[r] = max of row r (−∞ for V = 0).
-extern "C" __global__ void classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V) {
+extern "C" __global__ void __launch_bounds__(512)
+    classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V) {
 	int r = blockIdx.x;
 	const float* x = logits + (long long)r * V;
 	float mx = -__int_as_float(0x7f800000);
@@ -60,9 +67,9 @@ extern "C" __global__ void classifier_global_max(float* __restrict__ maxes, cons
 
 // classifier_exp: row ← e^(row − maxes[r]); stats[2r] = Σ of them (double),
 // stats[2r+1] = the target's logit if this rank holds it, else 0.
-extern "C" __global__ void classifier_exp(double* __restrict__ stats, float* __restrict__ logits,
-                                          const int* __restrict__ targets, const float* __restrict__ maxes, int N,
-                                          int V, int vlo) {
+extern "C" __global__ void __launch_bounds__(512)
+    classifier_exp(double* __restrict__ stats, float* __restrict__ logits, const int* __restrict__ targets,
+                   const float* __restrict__ maxes, int N, int V, int vlo) {
 	int r = blockIdx.x;
 	float* x = logits + (long long)r * V;
 	int t = targets[r] - vlo;
@@ -84,10 +91,10 @@ extern "C" __global__ void classifier_exp(double* __restrict__ stats, float* __r
 
 // classifier_finish: losses[r] = max + log Σ − target logit from the summed
 // stats and, when grad, row ← dscale·(e/Σ − onehot(target)).
-extern "C" __global__ void classifier_finish(float* __restrict__ losses, float* __restrict__ logits,
-                                             const int* __restrict__ targets, const float* __restrict__ maxes,
-                                             const double* __restrict__ stats, int N, int V, int vlo, float dscale,
-                                             int grad) {
+extern "C" __global__ void __launch_bounds__(512)
+    classifier_finish(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets,
+                      const float* __restrict__ maxes, const double* __restrict__ stats, int N, int V, int vlo,
+                      float dscale, int grad) {
 	int r = blockIdx.x;
 	double s = stats[2 * (long long)r];
 	if (threadIdx.x == 0) losses[r] = (float)((double)maxes[r] + log(s) - stats[2 * (long long)r + 1]);

@@ -69,11 +69,12 @@ extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __r
 //
 //	n = (x − mean)·rstd, dn = dout·w
 //	dinp += rstd·(dn − mean(dn) − n·mean(dn·n)); dbias += Σ dout; dw += Σ dout·n
-extern "C" __global__ void layernorm_backward(float* __restrict__ dinp, float* __restrict__ dw,
-                                              float* __restrict__ dbias, const float* __restrict__ dout,
-                                              const float* __restrict__ inp, const float* __restrict__ w,
-                                              const float* __restrict__ mean, const float* __restrict__ rstd,
-                                              int N, int C) {
+//
+// Launched with 512 threads (kernels.go lnbThreads).
+extern "C" __global__ void __launch_bounds__(512)
+    layernorm_backward(float* __restrict__ dinp, float* __restrict__ dw, float* __restrict__ dbias,
+                       const float* __restrict__ dout, const float* __restrict__ inp, const float* __restrict__ w,
+                       const float* __restrict__ mean, const float* __restrict__ rstd, int N, int C) {
 	extern __shared__ float ln_smem[];
 	float* sdw = ln_smem;
 	float* sdb = ln_smem + C;

@@ -26,7 +26,8 @@ extern "C" __global__ void bias_add(float* __restrict__ out, const float* __rest
 // bias_backward: dbias (OC) += Σ_rows dout (N,OC). Block (32, 16): 32
 // columns, 16 threads down each, BB_ROWS rows per block; the 16 partial
 // sums meet in shared memory and one atomic per column and block adds them.
-extern "C" __global__ void bias_backward(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
+extern "C" __global__ void __launch_bounds__(32 * 16)
+    bias_backward(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
 	__shared__ float part[16][33];
 	int c = blockIdx.x * 32 + threadIdx.x;
 	int r0 = blockIdx.y * BB_ROWS;

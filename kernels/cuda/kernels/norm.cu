@@ -5,8 +5,9 @@
 // sum_partial: partials[b] = Σ x (Σ x² when square) over block b's
 // grid-stride share of x (n elements), in double. The grid size is fixed
 // by n (launch.go), so with sum_finish the result is the same on every run.
-extern "C" __global__ void sum_partial(double* __restrict__ partials, const float* __restrict__ x, long long n,
-                                       int square) {
+// Launched with 512 threads (kernels.go normThreads).
+extern "C" __global__ void __launch_bounds__(512)
+    sum_partial(double* __restrict__ partials, const float* __restrict__ x, long long n, int square) {
 	double s = 0.0;
 	GRID_STRIDE(i, n) {
 		double v = x[i];

@@ -51,10 +51,12 @@ extern "C" __global__ void rmsnorm_forward(float* __restrict__ out, float* __res
 //
 //	n = x·rstd, dn = dout·w
 //	dinp += rstd·(dn − n·mean(dn·n)); dw += Σ dout·n
-extern "C" __global__ void rmsnorm_backward(float* __restrict__ dinp, float* __restrict__ dw,
-                                            const float* __restrict__ dout, const float* __restrict__ inp,
-                                            const float* __restrict__ w, const float* __restrict__ rstd, int N,
-                                            int C) {
+//
+// Launched with 512 threads, as layernorm_backward (kernels.go lnbThreads).
+extern "C" __global__ void __launch_bounds__(512)
+    rmsnorm_backward(float* __restrict__ dinp, float* __restrict__ dw, const float* __restrict__ dout,
+                     const float* __restrict__ inp, const float* __restrict__ w, const float* __restrict__ rstd, int N,
+                     int C) {
 	extern __shared__ float rms_smem[];
 	for (int i = threadIdx.x; i < C; i += blockDim.x) rms_smem[i] = 0.0f;
 	__syncthreads();
