@@ -158,13 +158,35 @@ func (l *loader) loadEmbedded(name string) (*tree, error) {
 func (l *loader) loadFile(file string) (*tree, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return nil, &Error{File: file, Msg: "cannot read config", Err: err}
+		msg := "cannot read config"
+		if sug := suggestPreset(file); sug != "" && errors.Is(err, fs.ErrNotExist) {
+			msg = "no such preset or config file; did you mean the preset " + sug + "?"
+			err = nil
+		}
+		return nil, &Error{File: file, Msg: msg, Err: err}
 	}
 	id := file
 	if abs, err := filepath.Abs(file); err == nil {
 		id = abs
 	}
 	return l.load(id, file, data, filepath.Dir(file), false)
+}
+
+// suggestPreset returns the preset whose name is nearest to name, a
+// -c argument that is neither a preset nor a file, when it is near enough
+// to be a misspelling (at most a third of its letters off, and never a
+// path); else "".
+func suggestPreset(name string) string {
+	if strings.ContainsAny(name, "/\\") || strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") {
+		return ""
+	}
+	best, bestD := "", len(name)/3+1
+	for _, p := range Names() {
+		if d := levenshtein(strings.ToLower(name), p); d < bestD {
+			best, bestD = p, d
+		}
+	}
+	return best
 }
 
 // load builds the tree of one source, identified by id and named label in

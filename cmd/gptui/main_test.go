@@ -190,3 +190,38 @@ func TestTrainLogOnFullDisk(t *testing.T) {
 		t.Errorf("training did not finish with its checkpoint:\n%s", stdout)
 	}
 }
+
+// TestEarlyRefusals: what every worker would refuse at its start is
+// refused before a worker, or a detached job's supervisor, is started:
+// exit 2, one line, no job id on stdout and no job folder.
+func TestEarlyRefusals(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	hosts := filepath.Join(dir, "hosts.txt")
+	if err := os.WriteFile(hosts, []byte("127.0.0.2 devices=cpu:1 workdir="+dir+"/n2\n127.0.0.3 devices=cpu:1 workdir="+dir+"/n3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dp2 := []string{"-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"detach, 3 workers for 2 ranks", append([]string{"run", "--detach", "--nproc", "3", "-c", "tiny"}, dp2...), []string{"dp_degree 2", "= 2 ranks, but the job has 3 process(es)"}},
+		{"foreground, 3 workers for 2 ranks", append([]string{"run", "--no-tui", "--nproc", "3", "-c", "tiny"}, dp2...), []string{"dp_degree 2", "3 process(es)"}},
+		{"hosts, 2 devices for 4 ranks", []string{"run", "--no-tui", "--hosts", hosts, "-c", "tiny", "-o", "Distributed.dp_degree=4", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2"}, []string{"dp_degree 4", "2 process(es)"}},
+		{"a misspelt preset", []string{"run", "--detach", "--nproc", "1", "-c", "tiny2"}, []string{"tiny2", "did you mean the preset tiny?"}},
+		{"a misspelt preset, train", []string{"train", "-c", "345m-1crad"}, []string{"did you mean the preset 345m-1card?"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runCLI(t, tc.args...)
+			checkUserError(t, code, stderr, tc.want)
+			if stdout != "" {
+				t.Errorf("stdout %q: a refused job prints no job id", stdout)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "jobs")); !os.IsNotExist(err) {
+				t.Errorf("a refused job left a jobs folder (%v)", err)
+			}
+		})
+	}
+}

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/ranktable"
@@ -66,10 +68,11 @@ func flagsOf(s jobdir.Spec) (clusterFlags, string, []string) {
 // anything is written: the config, the inventory, the restart policy,
 // --show-ranks and the rank table. Its errors are usage errors.
 func checkJob(cf clusterFlags, c string, o []string) error {
-	if _, err := loadConfig(c, o); err != nil {
+	cfg, err := loadConfig(c, o)
+	if err != nil {
 		return err
 	}
-	world := -1
+	world := -1 // not known before the nodes are probed
 	if cf.local() {
 		world = cf.nproc
 	} else {
@@ -80,16 +83,44 @@ func checkJob(cf clusterFlags, c string, o []string) error {
 		if err := cf.checkRestarts(len(nodes)); err != nil {
 			return usageError{fmt.Errorf("run: %w", err)}
 		}
+		world = inventoryWorld(nodes, cf.nodes)
 	}
 	if _, err := rankSet(cf.show, world); err != nil {
 		return err
 	}
 	if cf.rankTable != "" {
-		if _, err := ranktable.Read(cf.rankTable); err != nil {
+		t, err := ranktable.Read(cf.rankTable)
+		if err != nil {
+			return usageError{fmt.Errorf("run: %w", err)}
+		}
+		world = t.RankSize()
+	}
+	// The degrees against the ranks: what every worker would refuse at
+	// its start, refused here before a worker (or a detached supervisor)
+	// is started. Distributed.auto chooses the degrees for the world.
+	if world > 0 && !cfg.Distributed.Auto {
+		if _, err := engine.StartupMemory(cfg, 0, world); err != nil {
 			return usageError{fmt.Errorf("run: %w", err)}
 		}
 	}
 	return nil
+}
+
+// inventoryWorld is the number of workers the inventory's nodes (those
+// named in only, or all) run when every one of them gives its devices, or
+// -1 when one leaves them to its probe.
+func inventoryWorld(nodes []sshexec.Node, only []string) int {
+	world := 0
+	for _, n := range nodes {
+		if len(only) > 0 && !slices.Contains(only, n.Name) {
+			continue
+		}
+		if n.Devices.Count() == 0 {
+			return -1
+		}
+		world += n.Devices.Count()
+	}
+	return world
 }
 
 // newJobDir makes the folder of a new job of 'gptui run' in the current
