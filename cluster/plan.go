@@ -341,13 +341,7 @@ func (j *Job) assign(p *Plan, nodes []*node) ([][]slot, error) {
 			// No devices= and no GPU: one CPU worker using every core.
 			cpu, ids = true, []int{0}
 		}
-		in := ranktable.ServerInput{ServerID: n.inv.Host, DeviceIDs: ids}
-		if n.inv.NIC != "" {
-			in.DeviceIPs = map[int]string{}
-			for _, id := range ids {
-				in.DeviceIPs[id] = n.inv.NIC
-			}
-		}
+		in := ranktable.ServerInput{ServerID: n.inv.Host, DeviceIDs: ids, DeviceIPs: n.inv.DeviceIPsFor(ids)}
 		inputs[i] = in
 		for k, id := range ids {
 			s := slot{rank: rank, localRank: k, device: id}

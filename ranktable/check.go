@@ -97,10 +97,11 @@ func Check(t *Table) []error {
 }
 
 // CheckAddresses returns, in the order of the file, every server_id and
-// device_ip of t that is not an IP address (IPv4 or IPv6): HCCL reaches
-// the machines and devices at these addresses, and hccl_tools.py writes
-// them as IP addresses. gptui's own runner also takes host names (see
-// [Check]).
+// device_ip of t that is not an IP address (IPv4 or IPv6), and every
+// device_ip that another device of the same server has too: HCCL reaches
+// the machines and devices at these addresses, each device at its own
+// network port, and hccl_tools.py writes them so. gptui's own runner also
+// takes host names, and one address for a node's devices (see [Check]).
 func CheckAddresses(t *Table) []error {
 	if t == nil {
 		return nil
@@ -110,9 +111,21 @@ func CheckAddresses(t *Table) []error {
 		if _, err := netip.ParseAddr(s.ServerID); err != nil && s.ServerID != "" {
 			errs = append(errs, fmt.Errorf("server_list[%d].server_id: %q is not an IP address; write the machine's IP address", i, s.ServerID))
 		}
+		var ips []string             // the addresses, in the order of the devices
+		sharing := map[string][]int{} // the devices of each address
 		for j, d := range s.Devices {
 			if _, err := netip.ParseAddr(d.DeviceIP); err != nil {
 				errs = append(errs, fmt.Errorf("server_list[%d].device[%d].device_ip: %q is not an IP address; write the device's IP address (hccn_tool -i %d -ip -g)", i, j, d.DeviceIP, d.DeviceID))
+				continue
+			}
+			if _, ok := sharing[d.DeviceIP]; !ok {
+				ips = append(ips, d.DeviceIP)
+			}
+			sharing[d.DeviceIP] = append(sharing[d.DeviceIP], d.DeviceID)
+		}
+		for _, ip := range ips {
+			if ids := sharing[ip]; len(ids) > 1 {
+				errs = append(errs, fmt.Errorf("server_list[%d] (server_id %q): devices %s share the device_ip %s; each device has a network port of its own: write each one's IP address (hccn_tool -i N -ip -g; device_ips= in gptui's inventory)", i, s.ServerID, list(ids), ip))
 			}
 		}
 	}

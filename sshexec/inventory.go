@@ -35,9 +35,43 @@ type Node struct {
 	Workdir   string  // the node's directory for gptui, DefaultWorkdir unless given
 	Identity  string  // the private key file, ~ expanded; empty for ssh's defaults
 	NIC       string  // the fast network's interface or address, if given
+	// DeviceIPs are the devices' own network addresses (device_ips=), one
+	// per device in the order of Devices, for a rank table's device_ip;
+	// none when the line gives none.
+	DeviceIPs []string
 	ProxyJump string  // the jump hosts from ~/.ssh/config, if any
 	Local     bool    // this machine: run commands without SSH
 	Line      int     // the line of the inventory file, from 1
+}
+
+// DeviceIP returns the network address of the node's k-th device (in the
+// order of Devices) for a rank table's device_ip: its own (device_ips=),
+// else the node's fast network's when that is an address (nic=), else "".
+func (n Node) DeviceIP(k int) string {
+	if k < len(n.DeviceIPs) {
+		return n.DeviceIPs[k]
+	}
+	if inventoryIP(n.NIC) {
+		return n.NIC
+	}
+	return ""
+}
+
+// DeviceIPsFor returns the device_ip of each of the node's devices ids (in
+// the order of Devices) by id, as a rank table's builder takes them
+// (ranktable.ServerInput.DeviceIPs), or nil when the line gives no
+// address: the table then gives each device the node's.
+func (n Node) DeviceIPsFor(ids []int) map[int]string {
+	var m map[int]string
+	for k, id := range ids {
+		if ip := n.DeviceIP(k); ip != "" {
+			if m == nil {
+				m = make(map[int]string, len(ids))
+			}
+			m[id] = ip
+		}
+	}
+	return m
 }
 
 // LocalHosts names the inventory of a job on LocalNode in messages, where
@@ -175,7 +209,7 @@ func (e *InventoryError) Is(target error) bool { return badinput.Is(target) }
 
 // inventoryKeys are the keys an inventory line may set, in the order
 // errors list them.
-var inventoryKeys = []string{"devices", "identity", "nic", "port", "ssh", "user", "workdir"}
+var inventoryKeys = []string{"device_ips", "devices", "identity", "nic", "port", "ssh", "user", "workdir"}
 
 // LoadInventory reads the inventory in the file at path, resolving its
 // hosts through ~/.ssh/config when the home directory ($HOME) has one.
@@ -330,6 +364,13 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 			node.Workdir = val
 		case "identity":
 			node.Identity = val
+		case "device_ips":
+			node.DeviceIPs = strings.Split(val, ",")
+			for _, ip := range node.DeviceIPs {
+				if !inventoryIP(ip) {
+					return Node{}, false, fmt.Errorf("device_ips %q: %q is not an IP address; write each device's address, comma-separated, in the order of devices=", val, ip)
+				}
+			}
 		case "nic":
 			if !inventoryName(val) {
 				return Node{}, false, fmt.Errorf("nic %q is not an interface name or address", val)
@@ -358,6 +399,14 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 				return Node{}, false, fmt.Errorf("ssh %q: write ssh=false to run without SSH or ssh=true to use it", val)
 			}
 		}
+	}
+
+	if n, d := len(node.DeviceIPs), node.Devices.Count(); n > 0 && n != d {
+		addrs := "addresses"
+		if n == 1 {
+			addrs = "address"
+		}
+		return Node{}, false, fmt.Errorf("device_ips gives %d %s for %d devices; give one per device, in the order of devices=", n, addrs, d)
 	}
 
 	switch sshKey {

@@ -113,7 +113,7 @@ func dumpNodes(nodes []Node) string {
 }
 
 func TestParseInventoryErrors(t *testing.T) {
-	keys := "devices, identity, nic, port, ssh, user, workdir"
+	keys := "device_ips, devices, identity, nic, port, ssh, user, workdir"
 	tests := []struct{ in, want string }{
 		{"", "hosts.txt: no nodes; write one line per node: [user@]host[:port] devices=0-7"},
 		{"# only\n\n", "hosts.txt: no nodes; write one line per node: [user@]host[:port] devices=0-7"},
@@ -126,6 +126,9 @@ func TestParseInventoryErrors(t *testing.T) {
 		{"a devices=0,,1", `hosts.txt:1: devices "0,,1": "" is not a number; write ranges like 0-7 or 0,2,4, or cpu:N`},
 		{"a devices=-1", `hosts.txt:1: devices "-1": "" is not a number; write ranges like 0-7 or 0,2,4, or cpu:N`},
 		{"a devices=", `hosts.txt:1: devices: empty value`},
+		{"a devices=0-1 device_ips=10.0.0.1,node2", `hosts.txt:1: device_ips "10.0.0.1,node2": "node2" is not an IP address; write each device's address, comma-separated, in the order of devices=`},
+		{"a devices=0-2 device_ips=10.0.0.1,10.0.0.2", `hosts.txt:1: device_ips gives 2 addresses for 3 devices; give one per device, in the order of devices=`},
+		{"a device_ips=10.0.0.1", `hosts.txt:1: device_ips gives 1 address for 0 devices; give one per device, in the order of devices=`},
 		{"a device=0-7", `hosts.txt:1: unknown key "device"; the keys are ` + keys},
 		{"a 0-7", `hosts.txt:1: "0-7" is not key=value (keys: ` + keys + ")"},
 		{"a devices=0 devices=1", `hosts.txt:1: devices is given twice`},

@@ -2,7 +2,6 @@ package tui
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,12 +96,7 @@ func (m *rankTableModel) table(rows []nodeRow) *ranktable.Table {
 		} else {
 			s.DeviceIDs = append(s.DeviceIDs, d.IDs...)
 		}
-		if ip := net.ParseIP(r.node.NIC); ip != nil {
-			s.DeviceIPs = make(map[int]string)
-			for _, id := range s.DeviceIDs {
-				s.DeviceIPs[id] = r.node.NIC
-			}
-		}
+		s.DeviceIPs = r.node.DeviceIPsFor(s.DeviceIDs)
 		in = append(in, s)
 	}
 	return ranktable.Build(in)

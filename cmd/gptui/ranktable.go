@@ -79,12 +79,7 @@ func ranktableBuild(args []string, stdout, stderr io.Writer) error {
 		if len(in.DeviceIDs) == 0 {
 			return usagef("ranktable: %s:%d: %s has no devices=; write devices=0-7 or devices=cpu:N (probing the nodes is not built yet)", *hosts, n.Line, n.Name)
 		}
-		if n.NIC != "" {
-			in.DeviceIPs = make(map[int]string, len(in.DeviceIDs))
-			for _, d := range in.DeviceIDs {
-				in.DeviceIPs[d] = n.NIC
-			}
-		}
+		in.DeviceIPs = n.DeviceIPsFor(in.DeviceIDs)
 		servers[i] = in
 	}
 	t := ranktable.Build(servers)
@@ -93,9 +88,12 @@ func ranktableBuild(args []string, stdout, stderr io.Writer) error {
 	}
 	// gptui run takes host names; HCCL, and so 'ranktable check', wants
 	// addresses: say so now rather than at the check.
-	for _, n := range nodes {
+	for i, n := range nodes {
 		if net.ParseIP(n.Host) == nil {
 			fmt.Fprintf(stderr, "gptui ranktable: note: %s:%d: %s is a name, not an IP address: gptui run takes it, ranktable check and HCCL do not; write the node's IP address for HCCL\n", *hosts, n.Line, n.Host)
+		}
+		if d := t.Servers[i].Devices; len(d) > 1 && len(n.DeviceIPs) == 0 {
+			fmt.Fprintf(stderr, "gptui ranktable: note: %s:%d: the %d devices of %s share the device_ip %s: gptui run takes that, ranktable check and HCCL do not; give each device its own address for HCCL (device_ips=A,B,... in the order of devices=; hccn_tool -i N -ip -g tells them)\n", *hosts, n.Line, len(d), n.Name, d[0].DeviceIP)
 		}
 	}
 	return ranktableWrite(*out, t, stdout)

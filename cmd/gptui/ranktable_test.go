@@ -30,29 +30,44 @@ func writeTestFile(t *testing.T, path, text string) string {
 	return path
 }
 
-// The rank table of 4 nodes with devices=0-7 is the one of the
-// MindFormers GPT2-13B guide, but for the device_ip that the inventory
-// cannot know: each device gets its node's address.
+// The rank table of 4 nodes with devices=0-7 and the devices' addresses
+// (device_ips=) is the one of the MindFormers GPT2-13B guide; check
+// accepts it. Without device_ips= each device gets its node's address, a
+// table gptui run takes but check (HCCL) refuses, one line per node.
 func TestRanktableGolden(t *testing.T) {
 	dir := ranktableDir(t)
-	hosts := writeTestFile(t, filepath.Join(dir, "hosts.txt"), `# the 4 machines of the GPT2-13B example
-10.155.111.140 devices=0-7
-10.155.111.141 devices=0-7
-10.155.111.142 devices=0-7   # the third
-10.155.111.143 devices=0-7
-`)
 	want, err := ranktable.Read(filepath.Join(srcDir, "../../ranktable/testdata/mindformers_gpt2_13b_4x8.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range want.Servers {
-		for j := range want.Servers[i].Devices {
-			want.Servers[i].Devices[j].DeviceIP = want.Servers[i].ServerID
+	lines := []string{"# the 4 machines of the GPT2-13B example"}
+	var shared []string
+	for i, s := range want.Servers {
+		ips := make([]string, len(s.Devices))
+		for j, d := range s.Devices {
+			ips[j] = d.DeviceIP
 		}
+		comment := ""
+		if i == 2 {
+			comment = "   # the third"
+		}
+		lines = append(lines, s.ServerID+" devices=0-7 device_ips="+strings.Join(ips, ",")+comment)
+		shared = append(shared, s.ServerID+" devices=0-7")
+	}
+	hosts := writeTestFile(t, filepath.Join(dir, "hosts.txt"), strings.Join(lines, "\n")+"\n")
+	sharedHosts := writeTestFile(t, filepath.Join(dir, "shared.txt"), strings.Join(shared, "\n")+"\n")
+	sharedOut := filepath.Join(dir, "shared.json")
+	code, _, stderr := runCLI(t, "ranktable", "--hosts", sharedHosts, "-o", sharedOut)
+	if code != 0 || strings.Count(stderr, "share the device_ip") != 4 || !strings.Contains(stderr, "device_ips=") {
+		t.Errorf("ranktable --hosts without device_ips=: exit %d, stderr %q: want 4 notes of shared device_ips", code, stderr)
+	}
+	code, stdout, _ := runCLI(t, "ranktable", "check", sharedOut)
+	if code != 2 || strings.Count(stdout, "devices 0, 1, 2, 3, 4, 5, 6, 7 share the device_ip 10.155.111.14") != 4 {
+		t.Errorf("check of a table whose devices share their node's address: exit %d, stdout\n%s\nwant exit 2 and one line per node", code, stdout)
 	}
 
 	out := filepath.Join(dir, "rank_table.json")
-	code, stdout, stderr := runCLI(t, "ranktable", "--hosts", hosts, "-o", out)
+	code, stdout, stderr = runCLI(t, "ranktable", "--hosts", hosts, "-o", out)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -91,7 +106,7 @@ func TestRanktableGolden(t *testing.T) {
 			t.Errorf("server_list[%d] = %+v", i, s)
 		}
 		for j, d := range s.Device {
-			if d["device_id"] != strconv.Itoa(j) || d["rank_id"] != strconv.Itoa(rank) || d["device_ip"] != s.ServerID {
+			if d["device_id"] != strconv.Itoa(j) || d["rank_id"] != strconv.Itoa(rank) || d["device_ip"] != want.Servers[i].Devices[j].DeviceIP {
 				t.Errorf("server_list[%d].device[%d] = %v", i, j, d)
 			}
 			rank++
@@ -217,11 +232,12 @@ func TestRanktableErrors(t *testing.T) {
 		{"check nothing", []string{"ranktable", "check"}, []string{"want one rank table file, got 0"}, ""},
 		{"check two", []string{"ranktable", "check", a, a}, []string{"want one rank table file, got 2"}, ""},
 		{"check unreadable", []string{"ranktable", "check", bad}, []string{`bad.json: server_list[0].device[0].rank_id: "x" is not a number`}, ""},
-		{"check problems", []string{"ranktable", "check", twoRanks}, []string{"tworanks.json: 4 problems"},
+		{"check problems", []string{"ranktable", "check", twoRanks}, []string{"tworanks.json: 5 problems"},
 			twoRanks + ": server_list[0].device[1].device_id: device 0 is also server_list[0].device[0]\n" +
 				twoRanks + ": server_list[0] (server_id \"10.0.0.1\"): rank_ids 0, 2 are not the range [0,3) in order; each server needs one range of ranks for its DEVICE_RANGE\n" +
 				twoRanks + ": server_list[1].device[0].rank_id: rank 2 is also server_list[0].device[1]\n" +
-				twoRanks + ": rank_ids missing: 1 (3 devices have ranks 0..2)\n"},
+				twoRanks + ": rank_ids missing: 1 (3 devices have ranks 0..2)\n" +
+				twoRanks + ": server_list[0] (server_id \"10.0.0.1\"): devices 0, 0 share the device_ip 1.1.1.1; each device has a network port of its own: write each one's IP address (hccn_tool -i N -ip -g; device_ips= in gptui's inventory)\n"},
 		{"check empty", []string{"ranktable", "check", empty}, []string{"empty.json: 1 problem"},
 			empty + ": server_list: no servers; a rank table needs at least one server with devices\n"},
 		{"check not IPs", []string{"ranktable", "check", names}, []string{"names.json: 2 problems"},
@@ -239,12 +255,13 @@ func TestRanktableErrors(t *testing.T) {
 	}
 }
 
-// What 'ranktable --hosts' writes, 'ranktable check' accepts: localhost is
-// 127.0.0.1, and 127.0.0.2 and 127.0.0.3 are servers of their own. A host
-// name, which check refuses, gets a note at once.
+// What 'ranktable --hosts' writes from an inventory that gives the devices'
+// addresses, 'ranktable check' accepts: localhost is 127.0.0.1, and
+// 127.0.0.2 and 127.0.0.3 are servers of their own. A host name, which
+// check refuses, gets a note at once.
 func TestRanktableBuildThenCheck(t *testing.T) {
 	dir := ranktableDir(t)
-	hosts := writeTestFile(t, filepath.Join(dir, "hosts.txt"), "localhost devices=cpu:2\n127.0.0.2 devices=cpu:2 workdir=/tmp/b\n127.0.0.3 devices=0-1 workdir=/tmp/c\n")
+	hosts := writeTestFile(t, filepath.Join(dir, "hosts.txt"), "localhost devices=cpu:2 device_ips=10.1.0.1,10.1.0.2\n127.0.0.2 devices=cpu:2 workdir=/tmp/b device_ips=10.2.0.1,10.2.0.2\n127.0.0.3 devices=0-1 workdir=/tmp/c device_ips=10.3.0.1,10.3.0.2\n")
 	out := filepath.Join(dir, "rank_table.json")
 	if code, _, stderr := runCLI(t, "ranktable", "--hosts", hosts, "-o", out); code != 0 || stderr != "" {
 		t.Fatalf("ranktable --hosts: exit %d: %s", code, stderr)
