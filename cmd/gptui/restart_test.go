@@ -334,7 +334,8 @@ func TestBadInputRestarts(t *testing.T) {
 		{"min nodes zero", []string{"--hosts", hosts, "--min-nodes", "0"}, []string{"--min-nodes 0", "want 1 to 2"}},
 		{"max nodes above inventory", []string{"--hosts", hosts, "--max-nodes", "5"}, []string{"--max-nodes 5", "want 1 to 2"}},
 		{"max below min", []string{"--hosts", hosts, "--min-nodes", "2", "--max-nodes", "1"}, []string{"--max-nodes 1 is below --min-nodes 2"}},
-		{"restarts without hosts", []string{"--max-restarts", "1"}, []string{"--max-restarts", "need --hosts FILE"}},
+		{"min nodes without hosts", []string{"--min-nodes", "1"}, []string{"--min-nodes", "need --hosts FILE"}},
+		{"negative restarts without hosts", []string{"--max-restarts", "-2"}, []string{"--max-restarts -2", "0 (never restart) or more"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, stderr := runCLI(t, append(append([]string{"run", "--no-tui"}, tt.args...), "-c", "tiny")...)

@@ -45,7 +45,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "with --hosts: a node whose agent sends nothing (not even its heartbeat, every second) for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "with --hosts: the job is hung when a worker sends no progress report (every second) for this long, or ranks wait this long in one collective; the stuck rank is named and the job stopped (or restarted)")
 	fs.IntVar(&cf.keepJobs, "keep-jobs", cluster.DefaultKeepJobs, "with --hosts: after a successful job, each node keeps the newest `K` jobs/<id> directories (this job's included; -1 keeps all)")
-	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
 	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
 	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	if err := parse(fs, args); err != nil {
@@ -105,8 +105,14 @@ func (cf clusterFlags) local() bool { return cf.hosts == "" }
 // parses it); its error is a usageError.
 func (cf clusterFlags) check() error {
 	if cf.local() {
-		if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.hangTimeout != cluster.DefaultHangTimeout || cf.restarts != (cluster.Restarts{}) {
-			return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --hang-timeout, --max-restarts, --min-nodes and --max-nodes need --hosts FILE")
+		// --max-restarts restarts a local job as it does one on SSH
+		// nodes (and as the UI's Job screen does); the nodes' bounds have
+		// only this machine to bound.
+		if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.hangTimeout != cluster.DefaultHangTimeout || cf.set["min-nodes"] || cf.set["max-nodes"] {
+			return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --hang-timeout, --min-nodes and --max-nodes need --hosts FILE")
+		}
+		if cf.restarts.Max < 0 {
+			return usagef("--max-restarts %d: want 0 (never restart) or more", cf.restarts.Max)
 		}
 		if cf.nproc < 1 {
 			return usagef("run: --nproc %d: need at least one worker", cf.nproc)

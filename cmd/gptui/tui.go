@@ -49,7 +49,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	table := fs.String("rank-table", "", "where the rank table is written (default: jobs/<job>/rank_table.json at a launch, the job's directory; rank_table.json when saved with w)")
 	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
 	var cf clusterFlags
-	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "with --hosts: restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (the Job screen's Restarts)")
+	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (the Job screen's Restarts)")
 	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (the Job screen's Min nodes; default: every node)")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "a node whose agent sends nothing for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "the job is hung when a worker sends no progress report for this long, or ranks wait this long in one collective")
@@ -92,8 +92,12 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		l.Nodes = nodes
 	} else {
-		if cf.restarts.Max != 0 || cf.set["min-nodes"] {
-			return usagef("--max-restarts and --min-nodes need --hosts FILE")
+		// As 'gptui run' and the Job screen: a local job restarts too.
+		if cf.set["min-nodes"] || cf.set["max-nodes"] {
+			return usagef("--min-nodes and --max-nodes need --hosts FILE")
+		}
+		if cf.restarts.Max < 0 {
+			return usagef("--max-restarts %d: want 0 (never restart) or more", cf.restarts.Max)
 		}
 		// This machine, run by the same launcher as a cluster: an agent
 		// process and its workers, in the current directory.
