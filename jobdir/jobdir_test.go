@@ -223,7 +223,7 @@ func TestLogAndFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := j.Summary
-	if j.State() != StateStopped || s.Step != 7 || s.Loss != 3.5 || s.MaxSteps != 100 || fmt.Sprint(s.Nodes) != "[n1]" ||
+	if j.State() != StateStopped || s.Done != 8 || s.Loss != 3.5 || s.MaxSteps != 100 || fmt.Sprint(s.Nodes) != "[n1]" ||
 		s.Checkpoint == nil || s.Checkpoint.Step != 8 || s.CheckpointNode != "n1" || s.Message != "stopped on request" {
 		t.Errorf("the summary: state %s, %+v", j.State(), s)
 	}
@@ -310,5 +310,52 @@ func TestSamplesCutBack(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the follower stopped after %d of %d samples", seen, n)
 		}
+	}
+}
+
+// TestSummaryDone: the steps done, in the units of max_steps and of a
+// checkpoint's step, through an attempt, a restart (the step resumed
+// from, until the new attempt logs) and a re-plan to an older
+// checkpoint; the loss is kept across the restart.
+func TestSummaryDone(t *testing.T) {
+	s := NewSummary(10, time.Now())
+	ev := func(kind, state string, f func(*event.Event)) {
+		e := event.New(kind)
+		e.State, e.Rank = state, -1
+		if f != nil {
+			f(&e)
+		}
+		s.Add(e)
+	}
+	metrics := func(step int, loss float64) {
+		ev(event.KindMetrics, "", func(e *event.Event) { e.Rank, e.Metrics = 0, &event.Metrics{Step: step, Loss: loss} })
+	}
+	restart := func(state string, step int) {
+		ev(event.KindJob, state, func(e *event.Event) { e.Restart = &event.Restart{Count: 1, Max: 2, Cause: "killed", Step: step} })
+	}
+	for _, tc := range []struct {
+		what   string
+		do     func()
+		done   int
+		loss   float64
+		logged bool
+	}{
+		{"new", func() {}, 0, 0, false},
+		{"started", func() { ev(event.KindJob, event.JobStarted, nil) }, 0, 0, false},
+		{"step 0 logged", func() { metrics(0, 9) }, 1, 9, true},
+		{"step 5 logged", func() { metrics(5, 7) }, 6, 7, true},
+		{"restart from the checkpoint of step 4", func() { restart(event.JobRestarting, 4) }, 4, 7, false},
+		{"re-planned to step 2", func() { restart(event.JobReplanned, 2) }, 2, 7, false},
+		{"the attempt logs step 2", func() { metrics(2, 8) }, 3, 8, true},
+		{"done", func() { metrics(9, 6); ev(event.KindJob, event.JobDone, nil) }, 10, 6, true},
+		{"restarted after its end, nothing to do", func() { restart(event.JobRestarting, 10) }, 10, 6, false},
+	} {
+		tc.do()
+		if s.Done != tc.done || s.Loss != tc.loss || s.Logged() != tc.logged {
+			t.Errorf("%s: done %d, loss %v, logged %v; want %d, %v, %v", tc.what, s.Done, s.Loss, s.Logged(), tc.done, tc.loss, tc.logged)
+		}
+	}
+	if s.Restarts != 2 {
+		t.Errorf("%d restarts counted, want 2 (a re-plan is part of its restart)", s.Restarts)
 	}
 }

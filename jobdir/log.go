@@ -82,7 +82,7 @@ func (l *Log) Write(e event.Event) error {
 		l.err = fmt.Errorf("jobdir: the event log: %w", err)
 		return l.err
 	}
-	first := l.sum.Step == 0 && l.sum.Loss == 0 // an attempt's first metrics are news
+	first := !l.sum.Logged() // an attempt's first metrics are news
 	l.sum.Add(e)
 	if e.Kind != event.KindMetrics && e.Kind != event.KindLog || first || time.Since(l.sumAt) >= SummaryEvery {
 		l.err = l.writeSummary()

@@ -29,10 +29,14 @@ func Ended(s string) bool {
 // Summary is a job's state at a glance: what `gptui jobs` lists. The
 // supervisor keeps it from the job's events (Add) in summary.json.
 type Summary struct {
-	State    string    `json:"state"`
-	Step     int       `json:"step"`      // rank 0's (the lowest rank's) newest logged step
-	MaxSteps int       `json:"max_steps"` // Engine.max_steps
-	Loss     float64   `json:"loss"`      // its loss
+	State string `json:"state"`
+	// Done is the number of steps completed, in the units of MaxSteps and
+	// of a checkpoint's step (step_00000008 holds the state after 8
+	// steps): the lowest rank's newest logged step plus one; from a
+	// restart until its attempt logs a step, the step it resumes from.
+	Done     int     `json:"done"`
+	MaxSteps int     `json:"max_steps"` // Engine.max_steps
+	Loss     float64 `json:"loss"`      // the newest logged loss, kept across a restart until the next attempt logs one
 	Nodes    []string  `json:"nodes,omitempty"`
 	Restarts int       `json:"restarts,omitempty"`
 	Started  time.Time `json:"started"`
@@ -44,7 +48,8 @@ type Summary struct {
 	Checkpoint     *event.Checkpoint `json:"checkpoint,omitempty"`
 	CheckpointNode string            `json:"checkpoint_node,omitempty"`
 
-	lead int // the rank whose metrics give Step and Loss; -1 none yet
+	lead   int  // the rank whose metrics give Done and Loss; -1 none yet
+	logged bool // this attempt has logged a step
 }
 
 // NewSummary returns the summary of a job of maxSteps steps that has not
@@ -52,6 +57,9 @@ type Summary struct {
 func NewSummary(maxSteps int, started time.Time) Summary {
 	return Summary{State: StateStarting, MaxSteps: maxSteps, Started: started, lead: -1}
 }
+
+// Logged reports whether the job's current attempt has logged a step.
+func (s *Summary) Logged() bool { return s.logged }
 
 // Add folds e into the summary.
 func (s *Summary) Add(e event.Event) {
@@ -65,7 +73,7 @@ func (s *Summary) Add(e event.Event) {
 			s.lead = e.Rank
 		}
 		if e.Rank == s.lead {
-			s.Step, s.Loss = m.Step, m.Loss
+			s.Done, s.Loss, s.logged = m.Step+1, m.Loss, true
 		}
 	case event.KindNode:
 		switch e.State {
@@ -85,11 +93,16 @@ func (s *Summary) Add(e event.Event) {
 		switch e.State {
 		case event.JobStarted:
 			s.State, s.Message, s.Ended = StateRunning, "", time.Time{}
-		case event.JobRestarting:
-			s.State, s.Nodes, s.lead, s.Step, s.Loss = StateRestarting, nil, -1, 0, 0
-			s.Restarts++
-			if e.Restart != nil {
-				s.Message = e.Restart.Cause
+		case event.JobRestarting, event.JobReplanned:
+			if e.State == event.JobRestarting {
+				s.State, s.Nodes, s.lead, s.logged = StateRestarting, nil, -1, false
+				s.Restarts++
+			}
+			if r := e.Restart; r != nil {
+				if e.State == event.JobRestarting {
+					s.Message = r.Cause
+				}
+				s.Done = r.Step // the new attempt goes on from there
 			}
 		case event.JobDone, event.JobFailed, event.JobStopped:
 			s.State, s.Message, s.Ended = e.State, e.Message, e.Time

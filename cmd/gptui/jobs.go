@@ -41,14 +41,14 @@ func cmdJobs(args []string, stdout, stderr io.Writer) error {
 	return tw.Flush()
 }
 
-// jobStep is the steps a job has done of its total (its newest logged
-// step's, counted from 1), "-" before its first.
+// jobStep is the steps a job has completed of its total
+// (jobdir.Summary.Done), "-" before it has completed or resumed from any.
 func jobStep(j *jobdir.Job) string {
 	s := j.Summary
-	if s.Step == 0 && s.Loss == 0 {
+	if s.Done == 0 {
 		return fmt.Sprintf("-/%d", s.MaxSteps)
 	}
-	return fmt.Sprintf("%d/%d", s.Step+1, s.MaxSteps)
+	return fmt.Sprintf("%d/%d", s.Done, s.MaxSteps)
 }
 
 func jobLoss(j *jobdir.Job) string {
