@@ -111,7 +111,7 @@ func SaveMemory(cfg *presets.Config, rank, world int) (SaveCost, error) {
 	for _, w := range ws {
 		c.Host += 3 * 4 * int64(w[1]-w[0])
 	}
-	saveBlocks(ts, part, []Span{{0, 0, n}}, ws, func(b saveBlock) {
+	saveBlocks(ts, part, shape.Tied(), []Span{{0, 0, n}}, ws, func(b saveBlock) {
 		k := int64(4 * numel(b.shape))
 		c.Write += 3 * k
 		if !b.whole {

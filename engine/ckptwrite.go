@@ -370,7 +370,7 @@ func (tr *Trainer) hostRanges(i int, buf []float32, spans []Span, ws [][2]int) (
 // buf, laid out by spans, where a block is a whole box, else copied out
 // when written.
 func (tr *Trainer) ckptParts(parts []checkpoint.Part, prefix string, buf []float32, spans []Span, ws [][2]int) []checkpoint.Part {
-	saveBlocks(tr.Model.Tensors, tr.Model.Part, spans, ws, func(b saveBlock) {
+	saveBlocks(tr.Model.Tensors, tr.Model.Part, tr.Model.Cfg.Tied(), spans, ws, func(b saveBlock) {
 		data := buf[b.at : b.at+numel(b.box.shape)]
 		p := checkpoint.Part{Name: prefix + b.t.Name, GlobalShape: b.t.Global, Start: b.start, Shape: b.shape}
 		if b.whole {
@@ -406,8 +406,9 @@ type saveBlock struct {
 // each piece of the tensor that meets a box gives a block. A tensor each
 // rank of a tensor-parallel group holds whole is written by its first
 // rank, a block several hold alike (Piece.Copy) by the first of them, and
-// the tied wte by the first pipeline stage.
-func saveBlocks(ts []Tensor, part Part, spans []Span, ws [][2]int, fn func(saveBlock)) {
+// the tied wte, which the first and the last pipeline stage both hold, half
+// by each (wteShare). tied says whether the model's head is wte.
+func saveBlocks(ts []Tensor, part Part, tied bool, spans []Span, ws [][2]int, fn func(saveBlock)) {
 	for _, w := range ws {
 		for _, s := range spans {
 			a, b := max(w[0], s.Flat), min(w[1], s.Flat+s.N)
@@ -415,10 +416,14 @@ func saveBlocks(ts []Tensor, part Part, spans []Span, ws [][2]int, fn func(saveB
 				continue
 			}
 			for _, t := range ts {
-				if !t.Split && part.MPRank != 0 || t.Name == "wte" && !part.Embed {
+				if !t.Split && part.MPRank != 0 {
 					continue
 				}
 				x, y := max(a, t.Offset), min(b, t.Offset+t.Size)
+				if t.Name == "wte" {
+					lo, hi := wteShare(t, part, tied)
+					x, y = max(x, t.Offset+lo), min(y, t.Offset+hi)
+				}
 				if x >= y {
 					continue
 				}
@@ -428,6 +433,25 @@ func saveBlocks(ts []Tensor, part Part, spans []Span, ws [][2]int, fn func(saveB
 			}
 		}
 	}
+}
+
+// wteShare is the range [lo, hi) of the elements of the rank's wte t (its
+// rows of the vocabulary, whole rows) that the rank writes. Where the first
+// pipeline stage (part.Embed) and the last (part.Head) are ranks apart and
+// the head is tied, both hold wte alike: the first writes the first half of
+// its rows, the last the rest, so that neither writes the largest tensor
+// of the model alone (with 345M's 51.5M-parameter embedding on mp2×pp2,
+// the first stage's ranks wrote 15% over a quarter of the checkpoint).
+func wteShare(t Tensor, part Part, tied bool) (lo, hi int) {
+	if part.Embed == part.Head || !tied {
+		return 0, t.Size
+	}
+	rows := t.Shape[0]
+	half := rows / 2 * (t.Size / max(rows, 1))
+	if part.Embed {
+		return 0, half
+	}
+	return half, t.Size
 }
 
 // pieceBlocks calls fn for the block of each piece of t that meets box

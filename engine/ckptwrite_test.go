@@ -17,6 +17,7 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/presets"
 )
 
 // TestParallelSave: under every kind of layout, each of 4 ranks writes
@@ -338,5 +339,43 @@ func TestParallelSaveMachines(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSaveBalance: by the engine's own account of a save (SaveMemory, which
+// TestParallelSave checks against the files written), no rank of the
+// seeds' model-parallel layouts writes more than its share of the
+// checkpoint and 10%: the tied wte, held by the first and the last
+// pipeline stage, is written half by each.
+func TestSaveBalance(t *testing.T) {
+	for _, tc := range []struct {
+		preset string
+		world  int
+		o      []string
+	}{
+		{"345m-1card", 4, []string{"Global.local_batch_size=4", "Global.micro_batch_size=4", "Distributed.mp_degree=2", "Distributed.pp_degree=2"}},
+		{"345m-1card", 2, []string{"Global.local_batch_size=4", "Global.micro_batch_size=4", "Distributed.pp_degree=2"}},
+		{"13b-4node", 32, nil},
+	} {
+		cfg, err := presets.Load(tc.preset, append([]string{"Global.device=cpu", "Engine.mix_precision.dtype=fp32"}, tc.o...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var writes []int64
+		var total int64
+		for r := range tc.world {
+			c, err := SaveMemory(cfg, r, tc.world)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.preset, err)
+			}
+			writes, total = append(writes, c.Write), total+c.Write
+		}
+		share := float64(total) / float64(tc.world)
+		worst := slices.Max(writes)
+		if float64(worst) > 1.1*share {
+			t.Errorf("%s on %d ranks: a rank writes %d bytes, %.1f%% over its share %.0f (%v)", tc.preset, tc.world, worst, 100*(float64(worst)/share-1), share, writes)
+		} else {
+			t.Logf("%s on %d ranks: the most a rank writes is %.2f%% over its share", tc.preset, tc.world, 100*(float64(worst)/share-1))
+		}
 	}
 }
