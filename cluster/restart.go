@@ -131,8 +131,74 @@ func (s *Supervisor) Plan(ctx context.Context) (*Plan, error) {
 	p, err := j.Plan(ctx)
 	if err == nil {
 		s.remember(p)
+		return p, nil
+	}
+	var ie *InputError
+	if s.policy.MinNodes <= 0 || errors.As(err, &ie) || ctx.Err() != nil {
+		return p, err
+	}
+	// With --min-nodes the job may start on fewer nodes, as a restart
+	// goes on without the nodes it cannot reach (a node lost while the
+	// job was down: `--resume --min-nodes K` on the nodes left).
+	j.Close()
+	f := <-s.fwd
+	nodes := s.nodes()
+	left, gone := leaveOut(nodes, f.failed)
+	if len(gone) == 0 || len(left) < s.policy.MinNodes {
+		return nil, err
+	}
+	for _, g := range gone {
+		s.left[g.name] = true
+	}
+	cfg, how, cerr := s.configFor(left)
+	if cerr != nil {
+		return nil, errors.Join(err, cerr)
+	}
+	if r := cfg.Engine.SaveLoad.Replicas; r > len(left) {
+		cfg.Engine.SaveLoad.Replicas = len(left) // as many copies as the nodes left hold
+	}
+	e := event.New(event.KindJob)
+	e.State, e.Message = event.JobReplanned, unreachableMessage(gone, len(left), how)
+	s.events <- e
+	j = s.attempt(left, cfg, 0)
+	if p, err = j.Plan(ctx); err == nil {
+		s.remember(p)
 	}
 	return p, err
+}
+
+// leaveOut splits nodes into those left and those that failed, as failed
+// names them.
+func leaveOut(nodes []sshexec.Node, failed []nodeError) (left []sshexec.Node, gone []nodeError) {
+	names := nodeNames(nodes)
+	for i, n := range nodes {
+		k := slices.IndexFunc(failed, func(ne nodeError) bool { return ne.name == names[i] })
+		if k < 0 {
+			left = append(left, n)
+		} else {
+			gone = append(gone, failed[k])
+		}
+	}
+	return left, gone
+}
+
+// unreachableMessage says which nodes are left out and why, how many are
+// left, and how the job was re-planned for them.
+func unreachableMessage(gone []nodeError, left int, how string) string {
+	var names, whys []string
+	for _, g := range gone {
+		names = append(names, g.name)
+		whys = append(whys, g.msg)
+	}
+	n := fmt.Sprintf("%d nodes left", left)
+	if left == 1 {
+		n = "1 node left"
+	}
+	msg := fmt.Sprintf("%s unreachable (%s): %s", strings.Join(names, ", "), strings.Join(whys, "; "), n)
+	if how != "" {
+		msg += ", " + how
+	}
+	return msg
 }
 
 // attempt makes a job of nodes and cfg and forwards its events.
@@ -395,16 +461,7 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, *Plan, error) {
 		if how != "" {
 			msg := how
 			if len(gone) > 0 {
-				var names, whys []string
-				for _, g := range gone {
-					names = append(names, g.name)
-					whys = append(whys, g.msg)
-				}
-				left := fmt.Sprintf("%d nodes left", len(nodes))
-				if len(nodes) == 1 {
-					left = "1 node left"
-				}
-				msg = fmt.Sprintf("%s unreachable (%s): %s, %s", strings.Join(names, ", "), strings.Join(whys, "; "), left, how)
+				msg = unreachableMessage(gone, len(nodes), how)
 			}
 			e := event.New(event.KindJob)
 			e.State, e.Message = event.JobReplanned, msg
@@ -442,17 +499,8 @@ func (s *Supervisor) replan(ctx context.Context) (*Job, *Plan, error) {
 		if min <= 0 {
 			min = len(s.nodes())
 		}
-		names := nodeNames(nodes)
 		var left []sshexec.Node
-		gone = gone[:0]
-		for i, n := range nodes {
-			k := slices.IndexFunc(f.failed, func(ne nodeError) bool { return ne.name == names[i] })
-			if k < 0 {
-				left = append(left, n)
-			} else {
-				gone = append(gone, f.failed[k])
-			}
-		}
+		left, gone = leaveOut(nodes, f.failed)
 		if len(gone) == 0 || len(left) < min {
 			return nil, nil, fmt.Errorf("cluster: restart %d: %w (%d tries; %d node(s) would be left, --min-nodes %d)", s.restarts, err, PlanTries, len(left), min)
 		}

@@ -200,3 +200,39 @@ func checkResumedEverywhere(t *testing.T, out string, want map[int]float64, from
 	}
 	compareLosses(t, rank0Losses(t, out), want, from, to)
 }
+
+// TestReplicaResumeOnRemainingNode: with replicas: 2 on two sshd nodes,
+// the first node is then lost whole (its sshd stopped, its workdir
+// deleted); `run --resume --min-nodes 1` plans the job for the remaining
+// node alone, re-planned for its two ranks (the global batch kept by
+// accumulation), which resume from that node's copy of step 10 with the
+// uninterrupted run's losses.
+func TestReplicaResumeOnRemainingNode(t *testing.T) {
+	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
+	c := newSSHCluster(t, "cpu:2")
+	want := uninterrupted(t)
+	run := c.replicaJob(t)
+	out, err := run("-o", "Engine.max_steps=10")
+	if err != nil {
+		t.Fatalf("first run: exit %d\n%s", exitStatus(err), out)
+	}
+	c.loseNode(t, 0)
+	if err := os.RemoveAll(c.workdirs[0]); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("--resume", "--min-nodes", "1", "-o", "Engine.max_steps=20")
+	if err != nil {
+		t.Fatalf("resume on the remaining node: exit %d\n%s", exitStatus(err), out)
+	}
+	if w := "[elastic] 127.0.0.2 unreachable ("; !strings.Contains(out, w) || !strings.Contains(out, "1 node left, re-planned dp4 mb1 → dp2 mb1, accumulate 2 (global batch 4 kept)") {
+		t.Errorf("no re-plan for the node left:\n%s", out)
+	}
+	for r := range 2 {
+		w := fmt.Sprintf("[127.0.0.3/%d] [checkpoint] resumed from ", r)
+		if i := strings.Index(out, w); i < 0 || !strings.Contains(out[i:], " at step 10\n") {
+			t.Errorf("rank %d on 127.0.0.3 did not log that it resumed from step 10:\n%s", r, out)
+		}
+	}
+	compareLosses(t, rank0Losses(t, out), want, 10, 20)
+}
