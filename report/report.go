@@ -2,19 +2,30 @@
 // six panels against the step — loss (with eval loss), learning rate,
 // step time, tokens per second, every rank's compute time (the step less
 // its collectives: the straggler's picture) and the gradient norm — from
-// the metrics.<rank>.jsonl files the workers write (event.MetricsFile),
-// with the run's restarts, failures, hangs and lost nodes (Mark, found in
-// its events by Marker) drawn across every panel. Each axis is labelled
-// and each legend stands beside its panel, outside the data. Up to
-// maxLines ranks get a line each, in a colour and dash of their own;
-// more are drawn as their median, the band from the least to the
-// greatest, and the slowest rank's line.
+// the metrics.<rank>.jsonl files the workers write (event.MetricsFile).
+// Each axis is labelled, the step axis with several ticks, and each
+// legend stands beside its panel, outside the data. Up to maxLines ranks
+// get a line each, in a colour and dash of their own; more are drawn as
+// their median, the band from the least to the greatest, and the slowest
+// rank's line. Several runs (LoadRuns, DrawRuns) are drawn side by side
+// on each panel, a colour and dash each, named in the legends: each run's
+// line, or the median of its ranks with their band.
+//
+// The run's stops, failures, hangs, lost nodes, restarts, drops and
+// re-plans (Mark, found in its events by Marker) are drawn across every
+// panel at their steps, each kind in a colour and dash of its own. Above
+// the top panels each mark has a numbered tag, at its line or moved aside
+// so that no two tags overlap; below the panels the marks' legend gives,
+// for each number, the kind's line, its colour, its step and what
+// happened. Every text of the picture is at least 12 pixels high, and none
+// is cut at its edges.
 //
 // It uses gonum.org/v1/plot, drawing into an image in memory; nothing is
 // shown on screen, so it works on a cluster node without a display.
 package report
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"image"
@@ -29,6 +40,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
@@ -37,15 +49,26 @@ import (
 )
 
 // dpi is the resolution of the picture: Options.Width and Height are in
-// pixels at this resolution.
+// pixels at this resolution, where a point is 4/3 of a pixel.
 const dpi = 96
+
+// Sizes of the picture's texts, in points: 9 points are 12 pixels.
+const (
+	titleSize      = 14 // the picture's title
+	panelTitleSize = 11 // a panel's title
+	axisSize       = 10 // an axis's label
+	tickSize       = 9  // a tick's label
+	legendSize     = 9  // a legend's entry
+	labelSize      = 11 // a mark's tag and its entry in the marks' legend
+)
 
 // Options says what picture Draw makes.
 type Options struct {
 	Width, Height int    // pixels; 0 means 1200 × 900
 	Title         string // above the panels; "" for none
-	// Marks are the run's restarts, failures, hangs and lost nodes
-	// (Marker, ReadMarks), drawn across every panel at their steps.
+	// Marks are the run's stops, failures, hangs, lost nodes, restarts,
+	// drops and re-plans (Marker, ReadMarks), drawn across every panel
+	// at their steps, numbered in the order given.
 	Marks []Mark
 }
 
@@ -56,29 +79,18 @@ type Runs map[int][]event.Metrics
 var ErrNoMetrics = errors.New("report: no metrics records")
 
 // Load reads the metrics files of every rank in the log directories dirs
-// (a multi-node run has one per node). A rank found twice keeps the
-// records of the directory listed first.
+// as one run (a multi-node run has one per node). A rank found twice keeps
+// the records of the directory listed first. LoadRuns tells several runs
+// apart.
 func Load(dirs ...string) (Runs, error) {
 	runs := Runs{}
 	for _, dir := range dirs {
-		files, err := event.MetricsFiles(dir)
+		rs, err := loadDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("report: %w", err)
+			return nil, err
 		}
-		for r, path := range files {
-			if _, ok := runs[r]; ok {
-				continue
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				return nil, fmt.Errorf("report: %w", err)
-			}
-			ms, err := event.ReadMetrics(path, f)
-			f.Close()
-			if err != nil {
-				return nil, fmt.Errorf("report: %w", err)
-			}
-			if len(ms) > 0 {
+		for r, ms := range rs {
+			if _, ok := runs[r]; !ok {
 				runs[r] = ms
 			}
 		}
@@ -91,12 +103,46 @@ func Load(dirs ...string) (Runs, error) {
 
 // Draw writes the PNG picture of runs to w.
 func Draw(w io.Writer, runs Runs, o Options) error {
-	img, _, err := render(runs, o)
+	return DrawRuns(w, []Run{{Ranks: runs}}, o)
+}
+
+// DrawRuns writes the PNG picture of several runs to w, each named in the
+// legends where there are several.
+func DrawRuns(w io.Writer, runs []Run, o Options) error {
+	img, _, err := render(runs, o, true)
 	if err != nil {
 		return err
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
 		return fmt.Errorf("report: writing the PNG: %w", err)
+	}
+	return nil
+}
+
+// WriteFile writes the PNG picture of runs to path: under a temporary name
+// in its directory, renamed when complete, so that there is never half a
+// picture at path.
+func WriteFile(path string, runs Runs, o Options) error {
+	return WriteRunsFile(path, []Run{{Ranks: runs}}, o)
+}
+
+// WriteRunsFile writes the PNG picture of several runs to path, as
+// WriteFile does.
+func WriteRunsFile(path string, runs []Run, o Options) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.png")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	err = DrawRuns(tmp, runs, o)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("report: writing %s: %w", path, err)
 	}
 	return nil
 }
@@ -110,12 +156,33 @@ const maxLines = 8
 // legend, outside the data.
 const legendW = 118 * vg.Length(1)
 
+// layout is where render put the parts of the picture, in pixels (y
+// down): what the tests check.
+type layout struct {
+	panels []panelPlace
+	// labels are the marks' tags and the entries of their legend.
+	labels []labelPlace
+}
+
 // panelPlace is where render put a panel: its title, the rectangle of its
-// data in pixels (y down) and the pixel column of a step.
+// data, the pixel column of a step and of each mark, and its legend.
 type panelPlace struct {
-	title string
-	data  image.Rectangle
-	x     func(step float64) int
+	title  string
+	data   image.Rectangle
+	x      func(step float64) int
+	marks  []int           // the column of each mark's line
+	ticks  []string        // the step axis's tick labels
+	legend []string        // the legend's entries, as drawn
+	key    image.Rectangle // the legend's rectangle
+}
+
+// labelPlace is a label of a mark: its text and the rectangle that holds
+// it (its frame, or its legend entry's line, text and frame).
+type labelPlace struct {
+	mark int // its index in Options.Marks
+	text string
+	box  image.Rectangle
+	size vg.Length // the font's size
 }
 
 // panel is one plot of the picture and its legend, drawn beside it.
@@ -125,110 +192,103 @@ type panel struct {
 	names  []string // the legend's entries
 }
 
-// add adds an entry to the panel's legend.
+// add adds an entry to the panel's legend, shortened to fit its strip.
 func (pn *panel) add(name string, thumbs ...plot.Thumbnailer) {
+	room := legendW - vg.Millimeter*2 - pn.legend.ThumbnailWidth - pn.legend.TextStyle.Width(" ")
+	name = fit(pn.legend.TextStyle, name, room)
 	pn.legend.Add(name, thumbs...)
 	pn.names = append(pn.names, name)
 }
 
-// render draws runs as the picture and says where its panels are.
-func render(runs Runs, o Options) (*vgimg.Canvas, []panelPlace, error) {
-	if len(runs) == 0 {
-		return nil, nil, ErrNoMetrics
+// render draws runs as the picture and says where its parts are; text
+// false leaves the marks' labels without their text (the tests find the
+// text's pixels by the difference).
+func render(runs []Run, o Options, text bool) (*vgimg.Canvas, layout, error) {
+	if len(runs) == 0 || slices.ContainsFunc(runs, func(r Run) bool { return len(r.Ranks) == 0 }) {
+		return nil, layout{}, ErrNoMetrics
 	}
 	if o.Width <= 0 || o.Height <= 0 {
 		o.Width, o.Height = 1200, 900
 	}
-	ranks := slices.Sorted(maps.Keys(runs))
-	first := runs[ranks[0]] // the loss and the schedule are the same on every rank
-	train := func(m event.Metrics) bool { return m.EvalLoss == 0 }
-
-	loss := newPanel("loss", "loss (cross-entropy)")
-	if err := loss.line("train", series(first, func(m event.Metrics) (float64, bool) { return m.Loss, train(m) }), 0); err != nil {
-		return nil, nil, err
+	panels, err := newPanels(runs)
+	if err != nil {
+		return nil, layout{}, err
 	}
-	if ev := series(first, func(m event.Metrics) (float64, bool) { return m.EvalLoss, m.EvalLoss != 0 }); len(ev) > 0 {
-		s, err := plotter.NewScatter(ev)
-		if err != nil {
-			return nil, nil, fmt.Errorf("report: %w", err)
-		}
-		s.GlyphStyle.Color = palette(1)
-		s.GlyphStyle.Radius = vg.Points(3)
-		loss.p.Add(s)
-		loss.add("eval", s)
-	}
-	lr := newPanel("learning rate", "learning rate")
-	if err := lr.line("", series(first, func(m event.Metrics) (float64, bool) { return m.LR, train(m) }), 0); err != nil {
-		return nil, nil, err
-	}
-	// Every rank's step takes as long as the slowest's (the others wait
-	// for it), so step time and throughput are one line, with the band of
-	// the ranks' figures where they differ; a straggler shows in the
-	// compute time, the step less the time in collectives.
-	stepTime := newPanel("step time", "seconds per step")
-	tps := newPanel("throughput", "tokens per second")
-	compute := newPanel("compute time per rank", "seconds per step, less collectives")
-	gnorm := newPanel("gradient norm", "gradient norm")
-	for _, f := range []struct {
-		pn  *panel
-		get func(event.Metrics) (float64, bool)
-	}{
-		{stepTime, func(m event.Metrics) (float64, bool) { return m.StepTimeS, train(m) && m.StepTimeS > 0 }},
-		{tps, func(m event.Metrics) (float64, bool) { return m.TokensPerS, train(m) && m.TokensPerS > 0 }},
-	} {
-		if err := f.pn.summary(runs, ranks, f.get, false); err != nil {
-			return nil, nil, err
-		}
-	}
-	if err := compute.perRank(runs, ranks, func(m event.Metrics) (float64, bool) { return m.ComputeS(), train(m) && m.StepTimeS > 0 }); err != nil {
-		return nil, nil, err
-	}
-	if err := gnorm.line("", series(first, func(m event.Metrics) (float64, bool) { return m.GradNorm, train(m) && m.GradNorm > 0 }), 0); err != nil {
-		return nil, nil, err
-	}
-
-	panels := [][]*panel{{loss, lr}, {stepTime, tps}, {compute, gnorm}}
-	for _, row := range panels {
-		for _, pn := range row {
-			pn.p.Add(markLines{marks: o.Marks, labels: pn == loss})
-			padFlat(pn.p)
-		}
-	}
-	for _, kind := range []string{MarkFailure, MarkHang, MarkLost, MarkRestart} {
-		if slices.ContainsFunc(o.Marks, func(m Mark) bool { return m.Kind == kind }) {
-			loss.add(kind, markThumb(kind))
-		}
-	}
-
 	width := vg.Length(o.Width) * vg.Inch / dpi
 	height := vg.Length(o.Height) * vg.Inch / dpi
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(dpi))
 	dc := draw.New(img)
 	if o.Title != "" {
-		title := dc
-		title.Min.Y = title.Max.Y - 0.6*vg.Centimeter
-		f := plot.DefaultFont
-		f.Size = vg.Points(14)
-		title.FillText(draw.TextStyle{Color: color.Black, Font: f, XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler},
-			vg.Point{X: (title.Min.X + title.Max.X) / 2, Y: title.Max.Y}, o.Title)
-		dc.Max.Y -= 0.8 * vg.Centimeter
+		sty := textStyle(titleSize)
+		sty.XAlign, sty.YAlign = draw.XCenter, draw.YTop
+		title := fit(sty, o.Title, dc.Max.X-dc.Min.X-vg.Centimeter)
+		dc.FillText(sty, vg.Point{X: (dc.Min.X + dc.Max.X) / 2, Y: dc.Max.Y - vg.Millimeter}, title)
+		dc.Max.Y -= sty.Height(title) + vg.Millimeter*3
 	}
-	tiles := draw.Tiles{Rows: len(panels), Cols: 2, PadX: vg.Centimeter / 2, PadY: vg.Centimeter / 2,
+	// The marks' legend, under the panels.
+	var table *markTable
+	if len(o.Marks) > 0 {
+		table = newMarkTable(o.Marks, dc.Max.X-dc.Min.X-vg.Millimeter*6, height)
+		table.origin = vg.Point{X: dc.Min.X + vg.Millimeter*3, Y: dc.Min.Y + vg.Millimeter*2 + table.height}
+		dc.Min.Y += table.height + vg.Millimeter*3
+	}
+
+	tiles := draw.Tiles{Rows: len(panels), Cols: 2, PadX: vg.Centimeter/2 + legendW, PadY: vg.Millimeter * 3,
 		PadTop: vg.Millimeter * 3, PadBottom: vg.Millimeter * 3, PadLeft: vg.Millimeter * 3, PadRight: vg.Millimeter * 3}
-	plots := make([][]*plot.Plot, len(panels))
-	for y, row := range panels {
-		for _, pn := range row {
-			plots[y] = append(plots[y], pn.p)
-		}
-	}
 	// Each tile keeps a strip on its right for the legend; every tile of
 	// a column loses the same, so their data areas stay aligned.
 	narrow := dc
 	narrow.Max.X -= legendW
-	canvases := plot.Align(plots, draw.Tiles{Rows: tiles.Rows, Cols: tiles.Cols, PadX: tiles.PadX + legendW, PadY: tiles.PadY,
-		PadTop: tiles.PadTop, PadBottom: tiles.PadBottom, PadLeft: tiles.PadLeft, PadRight: tiles.PadRight}, narrow)
-	var places []panelPlace
+	room := (narrow.Max.X-narrow.Min.X-tiles.PadX-tiles.PadLeft-tiles.PadRight)/2 - vg.Points(60)
+	plots := make([][]*plot.Plot, len(panels))
+	for y, row := range panels {
+		for _, pn := range row {
+			pn.p.Add(markLines{marks: o.Marks})
+			padFlat(pn.p)
+			pn.p.X.Tick.Marker = stepTicks{style: pn.p.X.Tick.Label, room: room}
+			plots[y] = append(plots[y], pn.p)
+		}
+	}
+	canvases := plot.Align(plots, tiles, narrow)
+	labels := textStyle(labelSize)
+	// The tags' lane above the top panels, as high as their rows need
+	// (the step's pixels do not depend on it), and no more than a third
+	// of a panel's height. A picture too small for it has none: the
+	// marks' legend still tells the kinds apart by their lines.
+	_, tagH := tagSize(labels, "0")
+	laneRows := max(1, min(maxLaneRows, int(((narrow.Max.Y-narrow.Min.Y)/vg.Length(len(panels))/3-leaderGap)/(tagH+rowGap))))
+	lane := len(o.Marks) > 0
+	if lane {
+		rows := 1
+		for x, pn := range panels[0] {
+			c := canvases[0][x]
+			dca := pn.p.DataCanvas(c)
+			trX, _ := pn.p.Transforms(&dca)
+			_, n := layoutTags(labels, o.Marks, markXs(o.Marks, trX), c.Min.X, c.Max.X, 0, laneRows)
+			rows = max(rows, n)
+		}
+		for _, pn := range panels[0] {
+			pn.p.Title.Padding += laneHeight(labels, rows)
+		}
+		if lanes := plot.Align(plots, tiles, narrow); fits(panels, lanes, dc) {
+			canvases = lanes
+		} else {
+			lane = false
+			for _, pn := range panels[0] {
+				pn.p.Title.Padding -= laneHeight(labels, rows)
+			}
+		}
+	}
+	if !fits(panels, canvases, dc) {
+		return nil, layout{}, fmt.Errorf("report: %d×%d pixels are too few for the picture's six panels and their legends: make it larger", o.Width, o.Height)
+	}
+
+	var lay layout
 	px := func(l vg.Length) int { return int(math.Round(float64(l) / float64(vg.Inch) * dpi)) }
+	box := func(r vg.Rectangle) image.Rectangle {
+		f := func(l vg.Length) float64 { return float64(l) / float64(vg.Inch) * dpi }
+		return image.Rect(int(math.Floor(f(r.Min.X))), int(math.Floor(f(height-r.Max.Y))), int(math.Ceil(f(r.Max.X))), int(math.Ceil(f(height-r.Min.Y))))
+	}
 	for y, row := range panels {
 		for x, pn := range row {
 			c := canvases[y][x]
@@ -239,36 +299,140 @@ func render(runs Runs, o Options) (*vgimg.Canvas, []panelPlace, error) {
 			pn.legend.Draw(strip)
 			dca := pn.p.DataCanvas(c)
 			trX, _ := pn.p.Transforms(&dca)
-			places = append(places, panelPlace{
-				title: pn.p.Title.Text,
-				data:  image.Rect(px(dca.Min.X), px(height-dca.Max.Y), px(dca.Max.X), px(height-dca.Min.Y)),
-				x:     func(step float64) int { return px(trX(step)) },
-			})
+			xs := markXs(o.Marks, trX)
+			place := panelPlace{
+				title:  pn.p.Title.Text,
+				data:   image.Rect(px(dca.Min.X), px(height-dca.Max.Y), px(dca.Max.X), px(height-dca.Min.Y)),
+				x:      func(step float64) int { return px(trX(step)) },
+				legend: pn.names,
+				key:    box(pn.legend.Rectangle(strip)),
+			}
+			for _, mx := range xs {
+				place.marks = append(place.marks, px(mx))
+			}
+			for _, t := range pn.p.X.Tick.Marker.Ticks(pn.p.X.Min, pn.p.X.Max) {
+				if t.Label != "" {
+					place.ticks = append(place.ticks, t.Label)
+				}
+			}
+			lay.panels = append(lay.panels, place)
+			if y == 0 && lane {
+				tags, _ := layoutTags(labels, o.Marks, xs, c.Min.X, c.Max.X, dca.Max.Y, laneRows)
+				drawTags(dc, labels, o.Marks, xs, dca.Max.Y, tags, text)
+				for _, t := range tags {
+					lay.labels = append(lay.labels, labelPlace{mark: t.mark, text: t.text, box: box(t.rect), size: labels.Font.Size})
+				}
+			}
 		}
 	}
-	return img, places, nil
+	if table != nil {
+		for _, e := range table.draw(dc, labels, o.Marks, text) {
+			lay.labels = append(lay.labels, labelPlace{mark: e.mark, text: e.text, box: box(e.rect), size: labels.Font.Size})
+		}
+	}
+	return img, lay, nil
 }
 
-// WriteFile writes the PNG picture of runs to path: under a temporary name
-// in its directory, renamed when complete, so that there is never half a
-// picture at path.
-func WriteFile(path string, runs Runs, o Options) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*.png")
-	if err != nil {
-		return fmt.Errorf("report: %w", err)
+// fits reports whether the data area of each panel, drawn in its canvas
+// of canvases, lies in the picture's area pic and is large enough to draw
+// in: 20 points each way at least.
+func fits(panels [][]*panel, canvases [][]draw.Canvas, pic draw.Canvas) bool {
+	for y, row := range panels {
+		for x, pn := range row {
+			c := pn.p.DataCanvas(canvases[y][x])
+			w, h := float64(c.Max.X-c.Min.X), float64(c.Max.Y-c.Min.Y)
+			if !(w >= 20 && h >= 20 && c.Min.X >= pic.Min.X && c.Max.X <= pic.Max.X && c.Min.Y >= pic.Min.Y && c.Max.Y <= pic.Max.Y) {
+				return false
+			}
+		}
 	}
-	defer os.Remove(tmp.Name())
-	err = Draw(tmp, runs, o)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	return true
+}
+
+// newPanels returns the six panels of runs, by rows of two.
+func newPanels(runs []Run) ([][]*panel, error) {
+	several := len(runs) > 1
+	train := func(m event.Metrics) bool { return m.EvalLoss == 0 }
+	loss := newPanel("loss", "cross-entropy")
+	lr := newPanel("learning rate", "learning rate")
+	// Every rank's step takes as long as the slowest's (the others wait
+	// for it), so step time and throughput are one line, with the band of
+	// the ranks' figures where they differ; a straggler shows in the
+	// compute time, the step less the time in collectives.
+	stepTime := newPanel("step time", "seconds")
+	tps := newPanel("throughput", "tokens/s")
+	compute := newPanel("compute time per rank", "s, less collectives")
+	gnorm := newPanel("gradient norm", "norm")
+	for i, r := range runs {
+		ranks := slices.Sorted(maps.Keys(r.Ranks))
+		first := r.Ranks[ranks[0]] // the loss and the schedule are the same on every rank
+		name, evalName := "", "eval"
+		if several {
+			name, evalName = r.Name, r.Name+" eval"
+		}
+		if err := loss.line(cmp.Or(name, "train"), series(first, func(m event.Metrics) (float64, bool) { return m.Loss, train(m) }), i); err != nil {
+			return nil, err
+		}
+		if ev := series(first, func(m event.Metrics) (float64, bool) { return m.EvalLoss, m.EvalLoss != 0 }); len(ev) > 0 {
+			s, err := plotter.NewScatter(ev)
+			if err != nil {
+				return nil, fmt.Errorf("report: %w", err)
+			}
+			s.GlyphStyle.Color = palette(1)
+			s.GlyphStyle.Radius = vg.Points(3)
+			if several {
+				s.GlyphStyle.Color, s.GlyphStyle.Shape = palette(i), draw.RingGlyph{}
+			}
+			loss.p.Add(s)
+			loss.add(evalName, s)
+		}
+		if err := lr.line(name, series(first, func(m event.Metrics) (float64, bool) { return m.LR, train(m) }), i); err != nil {
+			return nil, err
+		}
+		for _, f := range []struct {
+			pn  *panel
+			get func(event.Metrics) (float64, bool)
+		}{
+			{stepTime, func(m event.Metrics) (float64, bool) { return m.StepTimeS, train(m) && m.StepTimeS > 0 }},
+			{tps, func(m event.Metrics) (float64, bool) { return m.TokensPerS, train(m) && m.TokensPerS > 0 }},
+		} {
+			if err := f.pn.summary(r.Ranks, ranks, f.get, i, name, false); err != nil {
+				return nil, err
+			}
+		}
+		comp := func(m event.Metrics) (float64, bool) { return m.ComputeS(), train(m) && m.StepTimeS > 0 }
+		if several {
+			if err := compute.summary(r.Ranks, ranks, comp, i, name, false); err != nil {
+				return nil, err
+			}
+		} else if err := compute.perRank(r.Ranks, ranks, comp); err != nil {
+			return nil, err
+		}
+		if err := gnorm.line(name, series(first, func(m event.Metrics) (float64, bool) { return m.GradNorm, train(m) && m.GradNorm > 0 }), i); err != nil {
+			return nil, err
+		}
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
+	return [][]*panel{{loss, lr}, {stepTime, tps}, {compute, gnorm}}, nil
+}
+
+// textStyle returns the picture's text style of size points: black, left
+// and bottom aligned.
+func textStyle(size float64) draw.TextStyle {
+	f := plot.DefaultFont
+	f.Size = vg.Points(size)
+	return draw.TextStyle{Color: color.Black, Font: f, Handler: plot.DefaultTextHandler}
+}
+
+// fit returns s, shortened with an ellipsis to be at most w wide in sty.
+func fit(sty text.Style, s string, w vg.Length) string {
+	if sty.Width(s) <= w {
+		return s
 	}
-	if err != nil {
-		return fmt.Errorf("report: writing %s: %w", path, err)
+	r := []rune(s)
+	for len(r) > 0 && sty.Width(string(r)+"…") > w {
+		r = r[:len(r)-1]
 	}
-	return nil
+	return string(r) + "…"
 }
 
 // padFlat gives a panel whose values are all one (a constant learning
@@ -291,18 +455,18 @@ func padFlat(p *plot.Plot) {
 func newPanel(title, ylabel string) *panel {
 	p := plot.New()
 	p.Title.Text = title
-	p.Title.TextStyle.Font.Size = vg.Points(11)
+	p.Title.TextStyle.Font.Size = vg.Points(panelTitleSize)
 	p.X.Label.Text = "step"
-	p.X.Tick.Marker = stepTicks{}
 	p.Y.Label.Text = ylabel
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
-		a.Label.TextStyle.Font.Size = vg.Points(9)
-		a.Tick.Label.Font.Size = vg.Points(8)
+		a.Label.TextStyle.Font.Size = vg.Points(axisSize)
+		a.Tick.Label.Font.Size = vg.Points(tickSize)
 	}
+	p.X.Tick.Marker = stepTicks{style: p.X.Tick.Label}
 	p.Add(plotter.NewGrid())
 	l := plot.NewLegend()
 	l.Top, l.Left = true, true
-	l.TextStyle.Font.Size = vg.Points(8)
+	l.TextStyle.Font.Size = vg.Points(legendSize)
 	l.ThumbnailWidth = vg.Points(16)
 	return &panel{p: p, legend: l}
 }
@@ -339,7 +503,7 @@ func (pn *panel) line(name string, pts plotter.XYs, i int) error {
 // maxLines ranks; beyond, their summary with the slowest rank's line.
 func (pn *panel) perRank(runs Runs, ranks []int, f func(event.Metrics) (float64, bool)) error {
 	if len(ranks) > maxLines {
-		return pn.summary(runs, ranks, f, true)
+		return pn.summary(runs, ranks, f, 0, "", true)
 	}
 	for i, r := range ranks {
 		if err := pn.line(fmt.Sprintf("rank %d", r), series(runs[r], f), i); err != nil {
@@ -349,13 +513,15 @@ func (pn *panel) perRank(runs Runs, ranks []int, f func(event.Metrics) (float64,
 	return nil
 }
 
-// summary draws a figure of every rank: one line where there is one
-// rank; else the median over the ranks at each step with the band from
-// the least to the greatest, and, with slowest, the line of the rank
-// whose figure is greatest on average.
-func (pn *panel) summary(runs Runs, ranks []int, f func(event.Metrics) (float64, bool), slowest bool) error {
+// summary draws a figure of every rank of a run in the i-th style: one
+// line where there is one rank; else the median over the ranks at each
+// step with the band from the least to the greatest, and, with slowest,
+// the line of the rank whose figure is greatest on average. With a name
+// (one run of several), the legend has one entry for the run, so named;
+// else one for each part.
+func (pn *panel) summary(runs Runs, ranks []int, f func(event.Metrics) (float64, bool), i int, name string, slowest bool) error {
 	if len(ranks) == 1 {
-		return pn.line("", series(runs[ranks[0]], f), 0)
+		return pn.line(name, series(runs[ranks[0]], f), i)
 	}
 	byStep := map[float64][]float64{}
 	worst, worstMean := -1, math.Inf(-1)
@@ -386,14 +552,23 @@ func (pn *panel) summary(runs Runs, ranks []int, f func(event.Metrics) (float64,
 	if len(med) == 0 {
 		return nil
 	}
-	b := band{lo: lo, hi: hi, color: color.NRGBA{31, 119, 180, 70}}
-	pn.p.Add(b)
-	pn.add(fmt.Sprintf("least–greatest of %d ranks", len(ranks)), b)
-	if err := pn.line(fmt.Sprintf("median of %d ranks", len(ranks)), med, 0); err != nil {
+	r, g, b, _ := palette(i).RGBA()
+	bd := band{lo: lo, hi: hi, color: color.NRGBA{uint8(r >> 8), uint8(g >> 8), uint8(b >> 8), 70}}
+	pn.p.Add(bd)
+	if name != "" {
+		l, err := addLine(pn.p, med, i)
+		if err != nil {
+			return err
+		}
+		pn.add(name, bd, l)
+		return nil
+	}
+	pn.add(fmt.Sprintf("least–greatest of %d ranks", len(ranks)), bd)
+	if err := pn.line(fmt.Sprintf("median of %d ranks", len(ranks)), med, i); err != nil {
 		return err
 	}
 	if slowest && worst >= 0 {
-		return pn.line(fmt.Sprintf("slowest: rank %d", worst), series(runs[worst], f), 3)
+		return pn.line(fmt.Sprintf("slowest: rank %d", worst), series(runs[worst], f), i+3)
 	}
 	return nil
 }
@@ -415,8 +590,8 @@ func addLine(p *plot.Plot, pts plotter.XYs, i int) (*plotter.Line, error) {
 	return l, nil
 }
 
-// palette returns the i-th of eight distinct colours, none of them the
-// red, green, gold or black of the marks.
+// palette returns the i-th of eight distinct colours, none of them a
+// colour of the marks (markStyle).
 func palette(i int) color.Color {
 	cs := []color.RGBA{
 		{31, 119, 180, 255}, {255, 127, 14, 255}, {148, 103, 189, 255}, {140, 86, 75, 255},
@@ -440,74 +615,88 @@ func dashes(i int) []vg.Length {
 	return nil
 }
 
-// stepTicks are the step axis's ticks: plot's, labelled as whole
-// numbers.
-type stepTicks struct{}
+// stepTicks are the step axis's ticks: whole numbers, a multiple of 1, 2
+// or 5 times a power of ten apart, as many labels as fit in room (the
+// axis's length, about) with a gap of an em each, and not more than ten;
+// minor ticks between them.
+type stepTicks struct {
+	style text.Style // the labels'
+	room  vg.Length  // 0: 400 points
+}
 
-func (stepTicks) Ticks(min, max float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(min, max)
-	for i := range ts {
-		if ts[i].Label != "" {
-			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+func (t stepTicks) Ticks(lo, hi float64) []plot.Tick {
+	label := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return []plot.Tick{{Value: lo, Label: label(lo)}}
+	}
+	room := t.room
+	if room <= 0 {
+		room = vg.Points(400)
+	}
+	each := max(t.style.Width(label(math.Floor(lo))), t.style.Width(label(math.Ceil(hi)))) + t.style.Width("m")
+	most := max(min(10, int(room/each)), 2)
+	count := func(step float64) int { return int(math.Floor(hi/step) - math.Ceil(lo/step) + 1) }
+	step := 1.0
+	for p := 1.0; ; p *= 10 {
+		if step = p; count(step) <= most {
+			break
+		}
+		if step = 2 * p; count(step) <= most {
+			break
+		}
+		if step = 5 * p; count(step) <= most {
+			break
+		}
+	}
+	minor := 0.0
+	switch {
+	case math.Mod(step, 5) == 0:
+		minor = step / 5
+	case math.Mod(step, 2) == 0:
+		minor = step / 2
+	}
+	var ts []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ts = append(ts, plot.Tick{Value: v, Label: label(v)})
+	}
+	if minor > 0 {
+		for v := math.Ceil(lo/minor) * minor; v <= hi; v += minor {
+			if math.Mod(v, step) != 0 {
+				ts = append(ts, plot.Tick{Value: v})
+			}
 		}
 	}
 	return ts
 }
 
-// markStyle is how a mark of kind is drawn.
-func markStyle(kind string) draw.LineStyle {
-	s := draw.LineStyle{Width: vg.Points(2)}
-	switch kind {
-	case MarkFailure:
-		s.Color = color.RGBA{220, 0, 0, 255}
-	case MarkHang:
-		s.Color, s.Dashes = color.RGBA{230, 170, 0, 255}, []vg.Length{vg.Points(5), vg.Points(2)}
-	case MarkLost:
-		s.Color, s.Dashes = color.RGBA{0, 0, 0, 255}, []vg.Length{vg.Points(2), vg.Points(2)}
-	default:
-		s.Color, s.Dashes = color.RGBA{0, 160, 0, 255}, []vg.Length{vg.Points(6), vg.Points(3)}
+// markXs returns the column of each mark's line on a panel whose step
+// maps to trX: marks at one step (a failure and the restart from its
+// step) stand side by side, in the order they happened.
+func markXs(marks []Mark, trX func(float64) vg.Length) []vg.Length {
+	xs := make([]vg.Length, len(marks))
+	for i, m := range marks {
+		xs[i] = trX(float64(m.Step))
+		for _, o := range marks[:i] {
+			if o.Step == m.Step {
+				xs[i] += vg.Points(3)
+			}
+		}
 	}
-	return s
+	return xs
 }
 
-// markThumb is a mark's legend entry: a short vertical line.
-type markThumb string
-
-func (k markThumb) Thumbnail(c *draw.Canvas) {
-	x := (c.Min.X + c.Max.X) / 2
-	c.StrokeLine2(markStyle(string(k)), x, c.Min.Y, x, c.Max.Y)
-}
-
-// markLines draws the marks as vertical lines across a panel, with their
-// labels when labels is set.
+// markLines draws the marks as vertical lines across a panel.
 type markLines struct {
-	marks  []Mark
-	labels bool
+	marks []Mark
 }
 
 func (ml markLines) Plot(c draw.Canvas, p *plot.Plot) {
 	trX, _ := p.Transforms(&c)
-	f := plot.DefaultFont
-	f.Size = vg.Points(7)
-	sty := draw.TextStyle{Color: color.Black, Font: f, XAlign: draw.XLeft, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
-	for i, m := range ml.marks {
-		x := trX(float64(m.Step))
-		if x < c.Min.X-1 || x > c.Max.X+1 {
+	for i, x := range markXs(ml.marks, trX) {
+		if x < c.Min.X-1 || x > c.Max.X+vg.Points(10) {
 			continue
 		}
-		// Marks at one step (a failure and the restart from its step)
-		// stand side by side, in the order they happened.
-		for _, o := range ml.marks[:i] {
-			if o.Step == m.Step {
-				x += vg.Points(3)
-			}
-		}
-		c.StrokeLine2(markStyle(m.Kind), x, c.Min.Y, x, c.Max.Y)
-		if ml.labels {
-			// Staggered, so that marks close together stay legible.
-			y := c.Max.Y - vg.Length(i%4)*sty.Height("x")
-			c.FillText(sty, vg.Point{X: x + vg.Points(2), Y: y}, m.Label)
-		}
+		c.StrokeLine2(markStyle(ml.marks[i].Kind), x, c.Min.Y, x, c.Max.Y)
 	}
 }
 
