@@ -42,7 +42,7 @@ func TestFailureCause(t *testing.T) {
 			j := &Job{events: make(chan event.Event, 64), nodes: []*node{{name: "a"}, {name: "b"}}}
 			g := &gang{j: j, r: &runState{procs: make([]*agentProc, 2), done: make(chan struct{})}, running: 2,
 				tails: map[int][]string{}, nodeOf: map[int]string{1: "a"}, agentEnd: make([]string, 2), ended: make([]bool, 2),
-				heard: make([]time.Time, 2), killed: make([]bool, 2), reports: map[int]*rankProgress{}}
+				heard: make([]time.Time, 2), killed: make([]bool, 2), quiet: make([]*quietAgent, 2), reports: map[int]*rankProgress{}}
 			g.onMessage(failed(1))
 			if g.failure != nil || g.stopping {
 				t.Fatalf("the worker's failure was the job's at once: %+v (stopping %v)", g.failure, g.stopping)

@@ -18,6 +18,10 @@ const DefaultHangTimeout = 60 * time.Second
 type rankProgress struct {
 	heard time.Time      // when its last report arrived
 	p     event.Progress // that report
+	// agentSilent: the rank's agent is silent, so its reports stopped
+	// for the agent, not for the rank: a stale report is no sign of a
+	// stuck rank, and where it is now is unknown.
+	agentSilent bool
 }
 
 // hang is a diagnosed hang: the rank that is stuck and the whole story.
@@ -52,7 +56,7 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 	waited := 0.0
 	for _, r := range ranks {
 		rp := reports[r]
-		if now.Sub(rp.heard) > bound {
+		if now.Sub(rp.heard) > bound || rp.agentSilent {
 			continue
 		}
 		for _, op := range rp.p.InFlight {
@@ -62,13 +66,13 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 		}
 	}
 	in := func(r int, op event.Op) bool {
-		return slices.ContainsFunc(reports[r].p.InFlight, func(o event.Op) bool { return o.Group == op.Group && o.Seq == op.Seq && o.Op == op.Op })
+		return !reports[r].agentSilent && slices.ContainsFunc(reports[r].p.InFlight, func(o event.Op) bool { return o.Group == op.Group && o.Seq == op.Seq && o.Op == op.Op })
 	}
 
 	for _, r := range ranks {
 		rp := reports[r]
 		silent := now.Sub(rp.heard)
-		if silent <= bound {
+		if silent <= bound || rp.agentSilent {
 			continue
 		}
 		others, waiting := describeOthers(reports, ranks, r, now)
@@ -107,6 +111,10 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 	if len(p.InFlight) > 0 {
 		where = fmt.Sprintf("in %s instead of %s", p.InFlight[0], oldest)
 	}
+	if reports[stuck].agentSilent {
+		others, _ := describeOthers(reports, ranks, stuck, now)
+		return &hang{stuck, fmt.Sprintf("rank %d on %s stuck: its agent is silent, and the other ranks wait for it in %s (its last report: step %d)%s", stuck, nodeOf[stuck], oldest, p.Step, others)}
+	}
 	if in(stuck, oldest) {
 		where = "in " + oldest.String() + " (every rank is; it has done the fewest operations)"
 	}
@@ -132,7 +140,9 @@ func describeOthers(reports map[int]*rankProgress, ranks []int, stuck int, now t
 		}
 		rp := reports[r]
 		where, wait := fmt.Sprintf("computing step %d", rp.p.Step), 0.0
-		if len(rp.p.InFlight) > 0 {
+		if rp.agentSilent {
+			where = "unknown (its agent is silent)"
+		} else if len(rp.p.InFlight) > 0 {
 			op := rp.p.InFlight[0]
 			where, wait, waiting = "waiting in "+op.String(), op.WaitS+now.Sub(rp.heard).Seconds(), true
 		}

@@ -47,6 +47,16 @@ func TestDiagnoseHang(t *testing.T) {
 			"rank 1 on node1 stuck in AllGather #9 (mp) instead of AllReduce #21 (dp) at step 7; rank 0 waiting in AllReduce #21 (dp) for 45 s"},
 		{"a slow step under the bound", map[int]*rankProgress{
 			0: rep(0, 7, 20, ar(21, 25)), 1: rep(0, 7, 20, nil)}, -1, ""},
+		// Ranks whose agent is silent: their reports are stale for the
+		// agent. Not stuck while the others go on; named when the others
+		// wait for them.
+		{"an agent silent, the others going on", map[int]*rankProgress{
+			0: rep(0, 30, 90, nil), 1: rep(0, 30, 90, ar(91, 0.1)),
+			2: silentAgent(rep(40*time.Second, 12, 40, nil)), 3: silentAgent(rep(40*time.Second, 12, 40, ar(41, 0.1)))}, -1, ""},
+		{"an agent silent, the others waiting for its ranks", map[int]*rankProgress{
+			0: rep(0, 30, 90, ar(91, 35)), 1: rep(0, 30, 90, ar(91, 35)),
+			2: silentAgent(rep(40*time.Second, 29, 88, ar(89, 0.1))), 3: silentAgent(rep(40*time.Second, 29, 88, nil))}, 2,
+			"rank 2 on node2 stuck: its agent is silent, and the other ranks wait for it in AllReduce #91 (dp) (its last report: step 29); ranks 0–1 waiting in AllReduce #91 (dp) for 35 s; rank 3 unknown (its agent is silent)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := diagnoseHang(tt.reports, nodeOf, now, 30*time.Second)
@@ -71,4 +81,10 @@ func TestRankList(t *testing.T) {
 			t.Errorf("rankList(%v) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
+}
+
+// silentAgent marks rp as the report of a rank whose agent is silent.
+func silentAgent(rp *rankProgress) *rankProgress {
+	rp.agentSilent = true
+	return rp
 }

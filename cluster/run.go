@@ -227,7 +227,10 @@ type gang struct {
 	ended    []bool           // each agent's stream has ended
 	heard    []time.Time      // each agent's last event
 	killed   []bool           // silent agents killed
-	silence  time.Duration    // how long an agent may be silent
+	silence  time.Duration    // how long an agent may be silent with nothing to show its ranks alive
+	// quiet holds, for each agent silent past agentQuiet, what shows its
+	// node's ranks alive (see onTick); nil for an agent that answers.
+	quiet []*quietAgent
 	logErrs  []RankLogError   // ranks that finished, but whose logs failed
 
 	rep       *replicator           // nil without Engine.save_load.replicas > 1
@@ -239,7 +242,7 @@ type gang struct {
 func newGang(j *Job, r *runState) *gang {
 	n := len(j.nodes)
 	g := &gang{j: j, r: r, tails: map[int][]string{}, nodeOf: map[int]string{},
-		agentEnd: make([]string, n), ended: make([]bool, n), heard: make([]time.Time, n), killed: make([]bool, n),
+		agentEnd: make([]string, n), ended: make([]bool, n), heard: make([]time.Time, n), killed: make([]bool, n), quiet: make([]*quietAgent, n),
 		silence: j.opts.AgentTimeout, rep: newReplicator(j, j.nodes), reports: map[int]*rankProgress{}, hangBound: j.opts.hangTimeout()}
 	if g.silence <= 0 {
 		g.silence = DefaultAgentTimeout
@@ -375,7 +378,14 @@ func (g *gang) onTick(now time.Time) {
 		g.beginStop(StopTimeout)
 	}
 	for i, ap := range g.r.procs {
-		if ap == nil || g.ended[i] || g.killed[i] || now.Sub(g.heard[i]) <= g.silence {
+		if ap == nil || g.ended[i] || g.killed[i] || now.Sub(g.heard[i]) <= agentQuiet {
+			continue
+		}
+		q := g.quiet[i]
+		if q == nil {
+			q = g.agentFellSilent(i)
+		}
+		if g.trainOn(i, q, now) {
 			continue
 		}
 		g.killed[i] = true
@@ -384,12 +394,73 @@ func (g *gang) onTick(now time.Time) {
 			ap.kill()
 			continue
 		}
-		why := fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat; the agent is stopped, frozen or cut off)", now.Sub(g.heard[i]).Seconds())
+		why := fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat; the agent is stopped, frozen or cut off), and nothing has shown its ranks alive for %.0f s", now.Sub(g.heard[i]).Seconds(), now.Sub(q.at).Seconds())
 		j.nodeEvent(j.nodes[i].name, event.NodeLost, why)
 		g.fail(&Failure{Rank: -1, Node: j.nodes[i].name, Code: -1, Lost: true, Msg: why})
 		g.beginStop(StopTimeout)
 		ap.kill()
 	}
+}
+
+// agentQuiet is how long an agent may send nothing (it sends a heartbeat
+// every second) before its node is said to have a silent agent.
+const agentQuiet = 3 * agent.HeartbeatEvery
+
+// quietAgent is what the launcher knows of the ranks of a node whose
+// agent is silent: they have reached at least step, as shown at at (by
+// their own last reports, then by the other nodes' ranks, which cannot
+// pass them by more than a step: every step's collectives take every
+// rank).
+type quietAgent struct {
+	since    time.Time // the agent's last event
+	step     int
+	at       time.Time
+	trainsOn bool // said so
+}
+
+// agentFellSilent notes that node i's agent has been silent past
+// agentQuiet: its ranks' reports are stale for the agent, not for the
+// ranks (the hang diagnosis then leaves them out of "stuck"), and the
+// node is said to have a silent agent.
+func (g *gang) agentFellSilent(i int) *quietAgent {
+	name := g.j.nodes[i].name
+	q := &quietAgent{since: g.heard[i], step: -1, at: g.heard[i]}
+	for r, node := range g.nodeOf {
+		if rp := g.reports[r]; node == name && rp != nil {
+			rp.agentSilent = true
+			q.step = max(q.step, rp.p.Step)
+		}
+	}
+	g.quiet[i] = q
+	g.j.nodeEvent(name, event.NodeAgentSilent, fmt.Sprintf("its agent has been silent for %.0f s (no heartbeat): its ranks' state is unknown until it answers", time.Since(g.heard[i]).Seconds()))
+	return q
+}
+
+// trainOn reports whether node i, whose agent is silent (q), is to be
+// kept: its agent's silence is within the agent timeout, or the other
+// nodes' ranks have shown, within it, that its ranks train on — they
+// report a step at least two past the one its ranks were last known at,
+// which needs every step's collectives of its ranks in between. It says
+// so, once.
+func (g *gang) trainOn(i int, q *quietAgent, now time.Time) bool {
+	if g.stopping {
+		return now.Sub(q.since) <= g.silence
+	}
+	name := g.j.nodes[i].name
+	others := -1
+	for r, rp := range g.reports {
+		if g.nodeOf[r] != name && !rp.agentSilent && now.Sub(rp.heard) <= g.silence {
+			others = max(others, rp.p.Step)
+		}
+	}
+	if q.step >= 0 && others >= q.step+2 {
+		q.step, q.at = others-1, now
+		if !q.trainsOn {
+			q.trainsOn = true
+			g.j.nodeEvent(name, event.NodeAgentSilent, fmt.Sprintf("its agent has been silent for %.0f s, but its ranks train on: the other nodes' ranks, which move in step with them, have reached step %d", now.Sub(q.since).Seconds(), others))
+		}
+	}
+	return now.Sub(q.at) <= g.silence
 }
 
 // onMessage takes an agent's event, or the end of its stream: a stream
@@ -399,6 +470,15 @@ func (g *gang) onMessage(m msg) {
 	j := g.j
 	name := j.nodes[m.node].name
 	g.heard[m.node] = time.Now()
+	if q := g.quiet[m.node]; q != nil && !m.end {
+		g.quiet[m.node] = nil
+		for r, node := range g.nodeOf {
+			if rp := g.reports[r]; node == name && rp != nil {
+				rp.agentSilent = false
+			}
+		}
+		j.nodeEvent(name, event.NodeAgentBack, fmt.Sprintf("its agent answers again, after %.0f s of silence", time.Since(q.since).Seconds()))
+	}
 	if m.end {
 		g.running--
 		g.ended[m.node] = true

@@ -106,6 +106,14 @@ const (
 	// NodeBack: at a restart, a node that an earlier attempt left out
 	// (it stayed unreachable) is part of the job again.
 	NodeBack = "back"
+	// NodeAgentSilent: the node's agent has sent no heartbeat for a few
+	// seconds (stopped, frozen, cut off): its ranks' state is unknown, and
+	// Message says whether the other nodes' ranks, advancing in step with
+	// them, show that they train on. Not a loss: NodeLost follows only
+	// when nothing shows the ranks alive for the agent timeout.
+	NodeAgentSilent = "agent-silent"
+	// NodeAgentBack: the silent agent answers again.
+	NodeAgentBack = "agent-back"
 
 	// worker
 	WorkerStarting = "starting"

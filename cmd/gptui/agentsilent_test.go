@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFrozenAgent: two sshd nodes, small as dp4; the second node's agent
+// is frozen (SIGSTOP) for 14 s, past the 10 s agent timeout, while its
+// workers train on. The node is shown with a silent agent whose ranks
+// train on (the first node's ranks, in step with them, keep advancing),
+// never lost; once the agent answers again (SIGCONT) the job goes on and
+// ends when stopped, not failed.
+func TestFrozenAgent(t *testing.T) {
+	long(t)
+	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
+	c := newSSHCluster(t, "cpu:2")
+	var stdout, stderr syncBuffer
+	args := append([]string{"--show-ranks", "0"}, restartArgs(t, "output")...)
+	args = append(args, "-o", "Engine.max_steps=1000000", "-o", "Engine.save_load.save_steps=0", "-o", "Engine.logging_freq=10")
+	job := c.start(t, &stdout, &stderr, args...)
+	job.awaitLine(t, stdout.await("/0] [train] epoch: 0 step: 20 "), "step 20", 120*time.Second)
+	agent := -1
+	for _, pid := range c.jobProcesses() {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		cmd := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if len(cmd) == 2 && cmd[1] == "agent" && strings.HasPrefix(exe, c.workdirs[1]) {
+			agent = pid
+		}
+	}
+	if agent < 0 {
+		t.Fatal("no agent process of the second node")
+	}
+	// The lines come close together: polled, not awaited one at a time.
+	waitFor := func(what, s string, limit time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(limit); !strings.Contains(stdout.String(), s); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after %v:\n%s%s", what, limit, stdout.String(), stderr.String())
+			}
+		}
+	}
+	syscall.Kill(agent, syscall.SIGSTOP)
+	frozen := time.Now()
+	waitFor("silent agent", "[127.0.0.3] agent-silent: its agent has been silent for ", 10*time.Second)
+	waitFor("ranks training on", ", but its ranks train on: the other nodes' ranks, which move in step with them, have reached step ", 20*time.Second)
+	time.Sleep(time.Until(frozen.Add(14 * time.Second)))
+	syscall.Kill(agent, syscall.SIGCONT)
+	waitFor("agent back", "[127.0.0.3] agent-back: its agent answers again, after ", 10*time.Second)
+	job.cmd.Process.Signal(syscall.SIGINT)
+	err := job.wait(t, 120*time.Second, "the interrupt")
+	out := stdout.String() + stderr.String()
+	if strings.Contains(out, "lost:") || strings.Contains(out, "[job] failed") {
+		t.Errorf("the node with a frozen agent was lost, or the job failed:\n%s", out)
+	}
+	if !strings.Contains(out, "[job] stopped") {
+		t.Errorf("exit %d, no [job] stopped:\n%s", exitStatus(err), out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "agent-") {
+			t.Log(l)
+		}
+	}
+}
