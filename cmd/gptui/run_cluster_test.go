@@ -345,6 +345,7 @@ func TestRunHostsBadInput(t *testing.T) {
 	os.WriteFile(bad, []byte("# nodes\nnode1 devices=0-3\nnode2 gpus=8\n"), 0o644)
 	table := filepath.Join(dir, "table.json")
 	os.WriteFile(table, []byte(`{"version":"1.0","server_count":"1","server_list":[{"server_id":"10.9.9.9","device":[{"device_id":"0","device_ip":"10.9.9.9","rank_id":"0"}]}],"status":"completed"}`), 0o644)
+	dp2 := []string{"-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4"}
 	for _, tt := range []struct {
 		name string
 		args []string
@@ -358,8 +359,10 @@ func TestRunHostsBadInput(t *testing.T) {
 		{"preset and -c", []string{"--hosts", c.hosts, "--preset", "tiny", "-c", "gpt2-124m"}, 2, []string{"--preset"}},
 		{"rank table of other nodes", []string{"--hosts", c.hosts, "--rank-table", table, "-c", "tiny"}, 2, []string{table, "10.9.9.9"}},
 		{"rank beyond the job", []string{"--hosts", c.hosts, "--show-ranks", "0,4", "-c", "tiny"}, 2, []string{`--show-ranks "0,4"`, "ranks from 0 to 1"}}, // one device a node
-		{"missing data", []string{"--hosts", c.hosts, "-c", "tiny", "-o", "Data.Train.dataset.input_dir=/no/such/shards"}, 2, []string{c.hosts + ":", "has no /no/such/shards"}},
-		{"unknown host key", []string{"--hosts", c.hosts, "-c", "tiny"}, 1, []string{"unknown host key", "SHA256:", "--accept-new-host-keys"}},
+		// dp2: the two nodes' ranks (a layout for another world is refused
+		// before any node is reached: TestEarlyRefusals).
+		{"missing data", append([]string{"--hosts", c.hosts, "-c", "tiny", "-o", "Data.Train.dataset.input_dir=/no/such/shards"}, dp2...), 2, []string{c.hosts + ":", "has no /no/such/shards"}},
+		{"unknown host key", append([]string{"--hosts", c.hosts, "-c", "tiny"}, dp2...), 1, []string{"unknown host key", "SHA256:", "--accept-new-host-keys"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr syncBuffer
