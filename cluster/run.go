@@ -230,8 +230,8 @@ type gang struct {
 	silence  time.Duration    // how long an agent may be silent with nothing to show its ranks alive
 	// quiet holds, for each agent silent past agentQuiet, what shows its
 	// node's ranks alive (see onTick); nil for an agent that answers.
-	quiet []*quietAgent
-	logErrs  []RankLogError   // ranks that finished, but whose logs failed
+	quiet   []*quietAgent
+	logErrs []RankLogError // ranks that finished, but whose logs failed
 
 	rep       *replicator           // nil without Engine.save_load.replicas > 1
 	saved     bool                  // a checkpoint was saved

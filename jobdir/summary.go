@@ -34,9 +34,9 @@ type Summary struct {
 	// of a checkpoint's step (step_00000008 holds the state after 8
 	// steps): the lowest rank's newest logged step plus one; from a
 	// restart until its attempt logs a step, the step it resumes from.
-	Done     int     `json:"done"`
-	MaxSteps int     `json:"max_steps"` // Engine.max_steps
-	Loss     float64 `json:"loss"`      // the newest logged loss, kept across a restart until the next attempt logs one
+	Done     int       `json:"done"`
+	MaxSteps int       `json:"max_steps"` // Engine.max_steps
+	Loss     float64   `json:"loss"`      // the newest logged loss, kept across a restart until the next attempt logs one
 	Nodes    []string  `json:"nodes,omitempty"`
 	Restarts int       `json:"restarts,omitempty"`
 	Started  time.Time `json:"started"`

@@ -111,7 +111,7 @@ func CheckAddresses(t *Table) []error {
 		if _, err := netip.ParseAddr(s.ServerID); err != nil && s.ServerID != "" {
 			errs = append(errs, fmt.Errorf("server_list[%d].server_id: %q is not an IP address; write the machine's IP address", i, s.ServerID))
 		}
-		var ips []string             // the addresses, in the order of the devices
+		var ips []string              // the addresses, in the order of the devices
 		sharing := map[string][]int{} // the devices of each address
 		for j, d := range s.Devices {
 			if _, err := netip.ParseAddr(d.DeviceIP); err != nil {

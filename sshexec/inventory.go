@@ -27,21 +27,21 @@ const MaxDevices = 1024
 
 // Node is one machine of the inventory.
 type Node struct {
-	Name      string  // the host as written, without user, port or brackets
-	Host      string  // the address to reach: HostName from ~/.ssh/config, else Name
-	User      string  // the remote user; empty for ssh's default, the local user
-	Port      int     // the SSH port, 22 unless given; 0 for a local node
-	Devices   Devices // the devices to use; none when the line gives none
-	Workdir   string  // the node's directory for gptui, DefaultWorkdir unless given
-	Identity  string  // the private key file, ~ expanded; empty for ssh's defaults
-	NIC       string  // the fast network's interface or address, if given
+	Name     string  // the host as written, without user, port or brackets
+	Host     string  // the address to reach: HostName from ~/.ssh/config, else Name
+	User     string  // the remote user; empty for ssh's default, the local user
+	Port     int     // the SSH port, 22 unless given; 0 for a local node
+	Devices  Devices // the devices to use; none when the line gives none
+	Workdir  string  // the node's directory for gptui, DefaultWorkdir unless given
+	Identity string  // the private key file, ~ expanded; empty for ssh's defaults
+	NIC      string  // the fast network's interface or address, if given
 	// DeviceIPs are the devices' own network addresses (device_ips=), one
 	// per device in the order of Devices, for a rank table's device_ip;
 	// none when the line gives none.
 	DeviceIPs []string
-	ProxyJump string  // the jump hosts from ~/.ssh/config, if any
-	Local     bool    // this machine: run commands without SSH
-	Line      int     // the line of the inventory file, from 1
+	ProxyJump string // the jump hosts from ~/.ssh/config, if any
+	Local     bool   // this machine: run commands without SSH
+	Line      int    // the line of the inventory file, from 1
 }
 
 // DeviceIP returns the network address of the node's k-th device (in the
