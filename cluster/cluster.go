@@ -4,9 +4,12 @@
 //
 // A [Job] goes through two phases. [Job.Plan] connects to every node (one
 // SSH connection per node, reused for everything after; a local node runs
-// its commands without SSH), pushes the gptui executable and the resolved
-// config to the node's workdir (skipped when the remote SHA-256 matches),
-// taking the workdir's lock for the job in between (one job per workdir:
+// its commands without SSH), asks each SSH node its platform (`uname -sm`,
+// in the first command run there; a node the executable is not built for
+// gets Options.Binaries' for its platform, or refuses the job), pushes
+// the gptui executable and the resolved config to the node's workdir
+// (skipped when the remote SHA-256 matches), taking the workdir's lock
+// for the job in between (one job per workdir:
 // a workdir another job holds refuses the job before the push, naming it;
 // see package agent's HoldLock), probes the node with `gptui agent
 // --probe`, checks that the config's data paths exist there (on an SSH
@@ -97,8 +100,14 @@ type Options struct {
 	RankTable     *ranktable.Table
 	RankTableFile string
 	// Exe is the gptui executable pushed to the nodes (and run on a local
-	// node); empty means os.Executable().
+	// node); empty means os.Executable(). A node of another platform
+	// (its `uname -sm`, against the platform Exe's header names) gets
+	// Binaries' file for its platform instead, or is refused.
 	Exe string
+	// Binaries maps a platform, "GOOS/GOARCH" as in "linux/arm64", to the
+	// gptui executable pushed to the nodes of that platform (and run on
+	// a local node of it) in place of Exe: `gptui run --binary`.
+	Binaries map[string]string
 	// SSH configures the connections; each node's user and identity from
 	// the inventory take precedence. A zero KeepAlive means KeepAlive.
 	SSH sshexec.ClientConfig
@@ -188,6 +197,10 @@ type NodePlan struct {
 	Addr    string      // user@host:port, or "local"
 	Workdir string      // the node's workdir as the inventory gives it
 	Probe   event.Probe // what the node has
+	// Platform is the node's GOOS/GOARCH (from its `uname -sm`; this
+	// machine's for a local node), which the executable it runs is built
+	// for.
+	Platform string
 	// Command is the shell command that starts the node's agent (for a
 	// local node, the program and its arguments).
 	Command string
@@ -200,6 +213,7 @@ type NodePlan struct {
 // Push is one file's push to a node.
 type Push struct {
 	File    string        // the remote path
+	From    string        // the local file pushed; "" for one made by the launcher (the config)
 	Bytes   int64         // its size
 	Skipped bool          // the node already had it (same SHA-256)
 	Took    time.Duration // the whole push, hashing included

@@ -84,8 +84,11 @@ func buildGPTUI(t *testing.T) string {
 			return
 		}
 		gptuiBin.path = filepath.Join(dir, "gptui")
+		// As the README builds it: without cgo, so that it starts on the
+		// Debian 11 node of TestBullseyeNode.
 		build := exec.Command("go", "build", "-o", gptuiBin.path, "github.com/gptui/gptui/cmd/gptui")
 		build.Dir = srcDir // the tests run outside the module (testwd)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := build.CombinedOutput()
 		if err != nil {
 			gptuiBin.err = fmt.Errorf("go build: %v: %s", err, out)

@@ -168,23 +168,30 @@ func (j *Job) heldError(n *node, h *agent.Holder) error {
 	return inputErrorf("node %s: %w", n.name, err)
 }
 
-// checkLock refuses, with an *InputError, a node whose workdir another
-// job's live holder has locked. It changes nothing on the node.
+// checksLock reports whether the job checks, before it writes anything
+// on a node, that no other job holds the node's workdir. A restart does
+// not: the job's earlier attempt kept the lock for it, and the push
+// before takeLock finds the executable there. (A job that continues
+// another is checked: the nodes it pushes to may have been taken by a
+// third since.)
+func (j *Job) checksLock() bool {
+	return j.opts.JobID == j.opts.lockOwner || j.opts.Continues != "" || j.opts.DryRun
+}
+
+// checkLock refuses, with an *InputError, the local node n when another
+// job's live holder has locked its workdir. It changes nothing. (An SSH
+// node's lock is checked in the first command run there: hello.)
 func (j *Job) checkLock(ctx context.Context, n *node) error {
-	if j.opts.JobID != j.opts.lockOwner && j.opts.Continues == "" && !j.opts.DryRun {
-		// A restart: the job's earlier attempt kept the lock for it, and
-		// the push before takeLock finds the executable there. (A job
-		// that continues another is checked: the nodes it pushes to may
-		// have been taken by a third since.)
+	if !j.checksLock() {
 		return nil
 	}
-	var h *agent.Holder
-	var err error
-	if n.local() {
-		h, err = agent.ReadLock(n.dir)
-	} else {
-		h, err = n.remoteHolder(ctx)
-	}
+	h, err := agent.ReadLock(n.dir)
+	return j.lockVerdict(n, h, err)
+}
+
+// lockVerdict is checkLock's answer for node n from its workdir's live
+// holder h (nil for none) or the error reading it.
+func (j *Job) lockVerdict(n *node, h *agent.Holder, err error) error {
 	switch {
 	case err != nil:
 		return inputErrorf("node %s: %w", n.name, err)
@@ -194,40 +201,66 @@ func (j *Job) checkLock(ctx context.Context, n *node) error {
 	return j.heldError(n, h)
 }
 
-// remoteHolder returns the live holder of the SSH node n's workdir lock,
-// or nil, from the lock file and what the node says of the process that
-// the file names, read in one command. The command, which changes nothing,
-// is let finish when ctx ends (another node's setup failed): that is
-// quicker than killing it through another session.
-func (n *node) remoteHolder(ctx context.Context) (*agent.Holder, error) {
+// nodeHello is what the first command run on an SSH node says.
+type nodeHello struct {
+	uname    string        // `uname -sm`: "Linux x86_64"
+	platform string        // uname as GOOS/GOARCH: "linux/amd64"
+	holder   *agent.Holder // the live holder of its workdir's lock; nil for none or unchecked
+}
+
+// unameCmd is the first line of hello's command.
+const unameCmd = "uname -sm\n"
+
+// hello runs the first command on the SSH node n, before anything is
+// pushed: it asks the node its platform (`uname -sm`) and, with lock,
+// reads its workdir's lock: the lock file and what the node says of the
+// process that the file names (a live holder is returned). Both come in
+// one round trip. The command, which changes nothing, is let finish when
+// ctx ends (another node's setup failed): that is quicker than killing it
+// through another session.
+func (n *node) hello(ctx context.Context, lock bool) (nodeHello, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
 	defer cancel()
-	// Shell builtins only: a process started on a loaded node costs tens
-	// of milliseconds. The file is one line; the pid is its digits.
-	out, err := n.shell(ctx, "cd "+n.shellDir()+" 2>/dev/null && [ -f "+agent.LockFile+" ] || exit 0\n"+
-		"b= h= f= s= l=\n"+
-		"read -r b 2>/dev/null </proc/sys/kernel/random/boot_id\n"+
-		"read -r h 2>/dev/null </proc/sys/kernel/hostname || h=$(uname -n)\n"+
-		"IFS= read -r l <"+agent.LockFile+"\n"+
-		`p=${l#*\"pid\":}; p=${p%%[!0-9]*}`+"\n"+
-		`if [ -r /proc/self/stat ]; then f=proc; [ -n "$p" ] && read -r s 2>/dev/null </proc/$p/stat; fi`+"\n"+
-		`printf '%s\n%s\n%s\n%s\n%s\n' "$b" "$h" "$f" "$s" "$l"`)
-	if err != nil || len(out) == 0 {
-		return nil, err
+	cmd := unameCmd
+	if lock {
+		// Shell builtins only: a process started on a loaded node costs
+		// tens of milliseconds. The file is one line; the pid is its
+		// digits.
+		cmd += "cd " + n.shellDir() + " 2>/dev/null && [ -f " + agent.LockFile + " ] || exit 0\n" +
+			"b= h= f= s= l=\n" +
+			"read -r b 2>/dev/null </proc/sys/kernel/random/boot_id\n" +
+			"read -r h 2>/dev/null </proc/sys/kernel/hostname || h=$(uname -n)\n" +
+			"IFS= read -r l <" + agent.LockFile + "\n" +
+			`p=${l#*\"pid\":}; p=${p%%[!0-9]*}` + "\n" +
+			`if [ -r /proc/self/stat ]; then f=proc; [ -n "$p" ] && read -r s 2>/dev/null </proc/$p/stat; fi` + "\n" +
+			`printf '%s\n%s\n%s\n%s\n%s\n' "$b" "$h" "$f" "$s" "$l"`
 	}
-	f := strings.SplitN(string(out), "\n", 5)
+	out, err := n.shell(ctx, cmd)
+	if err != nil {
+		return nodeHello{}, err
+	}
+	uname, rest, _ := strings.Cut(string(out), "\n")
+	var hi nodeHello
+	hi.uname = strings.TrimSpace(uname)
+	if hi.platform, err = unamePlatform(hi.uname); err != nil {
+		return nodeHello{}, fmt.Errorf("%s: %w", n.name, err)
+	}
+	if rest == "" {
+		return hi, nil
+	}
+	f := strings.SplitN(rest, "\n", 5)
 	if len(f) < 5 {
-		return nil, fmt.Errorf("%s: reading the workdir lock: unexpected answer %q", n.name, out)
+		return nodeHello{}, fmt.Errorf("%s: reading the workdir lock: unexpected answer %q", n.name, rest)
 	}
 	h, err := agent.ParseHolder(path.Join(n.dir, agent.LockFile), []byte(f[4]))
 	if err != nil {
-		return nil, err
+		return nodeHello{}, err
 	}
 	m := agent.Machine{BootID: f[0], Host: f[1], Proc: f[2] == "proc", Stat: f[3]}
-	if h.Stale(m) != "" {
-		return nil, nil
+	if h.Stale(m) == "" {
+		hi.holder = h
 	}
-	return h, nil
+	return hi, nil
 }
 
 // shell runs the shell command cmd on the SSH node n and returns its

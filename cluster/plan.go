@@ -49,6 +49,16 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The platform exe is built for, from its header; "" for a file that
+	// does not say (a script), which every node gets unless Binaries has
+	// one for it.
+	exePlat, err := exePlatform(exe)
+	if err != nil && !errors.Is(err, errUnknownExe) {
+		return nil, fmt.Errorf("cluster: the gptui executable to push: %w", err)
+	}
+	if err := checkBinaries(o.Binaries); err != nil {
+		return nil, err
+	}
 	names := nodeNames(o.Nodes)
 	nodes := make([]*node, len(o.Nodes))
 	plans := make([]NodePlan, len(o.Nodes))
@@ -73,7 +83,7 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	sorted := sshexec.ForEach(setupCtx, len(nodes), o.Parallel, func(sctx context.Context, k int) error {
 		i := order.node[k]
 		defer order.finish(i)
-		n, err := j.setUp(sctx, i, names[i], exe, configRel, configYAML, &plans[i])
+		n, err := j.setUp(sctx, i, names[i], exe, exePlat, configRel, configYAML, &plans[i])
 		if n != nil {
 			j.mu.Lock()
 			nodes[i] = n
@@ -140,10 +150,11 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	return p, nil
 }
 
-// setUp connects to node i of the inventory, pushes gptui and the config,
-// takes the workdir's lock in its turn, probes the node and checks the
-// data paths.
-func (j *Job) setUp(ctx context.Context, i int, name, exe, configRel string, configYAML []byte, np *NodePlan) (*node, error) {
+// setUp connects to node i of the inventory, asks it its platform and
+// picks the executable built for it (exe, built for exePlat, or one of
+// Options.Binaries), pushes that and the config, takes the workdir's lock
+// in its turn, probes the node and checks the data paths.
+func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel string, configYAML []byte, np *NodePlan) (*node, error) {
 	o := j.opts
 	inv := o.Nodes[i]
 	np.Name, np.Workdir = name, inv.Workdir
@@ -154,7 +165,12 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, configRel string, con
 		if err != nil {
 			return nil, err
 		}
-		n.dir, n.exe = dir, exe
+		np.Platform = localPlatform()
+		bin, err := j.binaryFor(n, np.Platform, "", exe, exePlat)
+		if err != nil {
+			return nil, err
+		}
+		n.dir, n.exe = dir, bin
 		if o.DryRun {
 			if err := j.checkLock(ctx, n); err != nil {
 				return n, err
@@ -188,23 +204,42 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, configRel string, con
 	np.Addr = n.addr()
 
 	if !n.local() {
-		// Refused before anything is written, when another job holds the
+		// The first command on the node, before anything is written
+		// there: its platform, and (but at a restart, whose earlier
+		// attempt kept the lock for it) whether another job holds the
 		// workdir; the lock itself is taken by the gptui pushed.
-		if err := j.checkLock(ctx, n); err != nil {
+		check := j.checksLock()
+		hi, err := n.hello(ctx, check)
+		if err != nil {
+			if check {
+				return n, inputErrorf("node %s: %w", name, err)
+			}
+			return n, fmt.Errorf("node %s: %w", name, err)
+		}
+		np.Platform = hi.platform
+		bin, err := j.binaryFor(n, hi.platform, hi.uname, exe, exePlat)
+		if err != nil {
 			return n, err
 		}
-		fi, err := os.Stat(exe)
+		if err := j.lockVerdict(n, hi.holder, nil); err != nil {
+			return n, err
+		}
+		fi, err := os.Stat(bin)
 		if err != nil {
 			return n, fmt.Errorf("cluster: %w", err)
 		}
 		start := time.Now()
-		skipped, err := n.client.Push(ctx, exe, path.Join(n.dir, "gptui"), 0o755)
+		skipped, err := n.client.Push(ctx, bin, path.Join(n.dir, "gptui"), 0o755)
 		if err != nil {
 			return n, fmt.Errorf("node %s: %w", name, err)
 		}
-		ps := Push{File: path.Join(n.dir, "gptui"), Bytes: fi.Size(), Skipped: skipped, Took: time.Since(start)}
+		ps := Push{File: path.Join(n.dir, "gptui"), From: bin, Bytes: fi.Size(), Skipped: skipped, Took: time.Since(start)}
 		np.Pushes = append(np.Pushes, ps)
-		j.nodeEvent(name, event.NodePushing, ps.String())
+		msg := ps.String()
+		if bin != exe {
+			msg += fmt.Sprintf(": %s, the binary for %s", bin, hi.platform)
+		}
+		j.nodeEvent(name, event.NodePushing, msg)
 		if !o.DryRun {
 			if err := j.takeLockInTurn(ctx, n, i); err != nil {
 				return n, err

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-4}
 STEPS=${2:-20}
 TSS_TEXT=${TSS_TEXT:-../shared/data/tinyshakespeare.txt}
-[[ -x ./gptui ]] || go build -o gptui ./cmd/gptui
+[[ -x ./gptui ]] || CGO_ENABLED=0 go build -o gptui ./cmd/gptui
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 ./gptui data prepare --input "$TSS_TEXT" --output "$work/tss" >/dev/null

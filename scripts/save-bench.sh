@@ -5,9 +5,10 @@
 #
 #   scripts/save-bench.sh [STEPS] [ROUNDS]      (default 12 steps, 3 rounds)
 #
-# Needs a gptui binary ($BIN, default .bin/gptui: go build -o .bin/gptui
-# ./cmd/gptui) and tinyshakespeare tokens in $DATA (default /tmp/tss: gptui
-# data prepare --input ../shared/data/tinyshakespeare.txt --output /tmp/tss).
+# Needs a gptui binary ($BIN, default .bin/gptui: CGO_ENABLED=0 go build
+# -o .bin/gptui ./cmd/gptui) and tinyshakespeare tokens in $DATA (default
+# /tmp/tss: gptui data prepare --input ../shared/data/tinyshakespeare.txt
+# --output /tmp/tss).
 # Runs sync and async alternately, ROUNDS times each. Per run it prints the
 # median wall time between successive [train] lines from step 2 on (the
 # step as the loop sees it, save included), the engine's median step time

@@ -374,10 +374,14 @@ func docTrains(words []string) bool {
 	return false
 }
 
+// docBuild is the README's command that builds gptui (without cgo:
+// TestBinaryGLIBC builds with it and checks what the binary needs).
+var docBuild = []string{"CGO_ENABLED=0", "go", "build", "-o", "gptui", "./cmd/gptui"}
+
 // docRunnable says why the doc tests cannot run a command line, if they
 // cannot: they run gptui (the binary under test), ./gptui, and the
-// README's 'go build -o gptui ./cmd/gptui', for which they link their
-// binary to ./gptui.
+// README's 'CGO_ENABLED=0 go build -o gptui ./cmd/gptui' (docBuild), for
+// which they link their binary to ./gptui.
 func docRunnable(words []string) error {
 	for len(words) > 0 {
 		cmd := words
@@ -390,9 +394,9 @@ func docRunnable(words []string) error {
 		case len(cmd) == 0:
 			return errors.New("an empty command")
 		case cmd[0] == "gptui", cmd[0] == "./gptui":
-		case slices.Equal(cmd, []string{"go", "build", "-o", "gptui", "./cmd/gptui"}):
+		case slices.Equal(cmd, docBuild):
 		default:
-			return fmt.Errorf("%q: the doc tests run gptui, ./gptui and 'go build -o gptui ./cmd/gptui'; mark the block <!-- not run: WHY -->", strings.Join(cmd, " "))
+			return fmt.Errorf("%q: the doc tests run gptui, ./gptui and '%s'; mark the block <!-- not run: WHY -->", strings.Join(cmd, " "), strings.Join(docBuild, " "))
 		}
 	}
 	return nil
@@ -425,7 +429,7 @@ func (r *docRunner) run1(t *testing.T, dir string, words []string) docRun {
 	}
 	var bin string
 	switch words[0] {
-	case "go":
+	case docBuild[0]:
 		// The README builds the binary; the test links the one it has.
 		if err := os.Symlink(builtGPTUI(t), filepath.Join(dir, "gptui")); err != nil {
 			t.Fatal(err)
@@ -514,8 +518,8 @@ func (r *docRunner) quoted(t *testing.T, cmd string) docRun {
 // a reader following the page would run them (the pages side by side);
 // each command must exit 0.
 // Commands are gptui (the binary under test), ./gptui and the README's
-// 'go build -o gptui ./cmd/gptui' (for which the test links its binary to
-// ./gptui). To each 'train' and 'run' command the test appends
+// 'CGO_ENABLED=0 go build -o gptui ./cmd/gptui' (for which the test
+// links its binary to ./gptui). To each 'train' and 'run' command the test appends
 // '-o Engine.max_steps=2' (docMaxSteps): the examples train for 200 steps
 // and more. Every command runs with GPTUI_BLAS=go (so the [backend] line
 // names the built-in GEMM on any machine) and an XDG_CACHE_HOME of the

@@ -48,6 +48,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
 	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
 	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
+	cf.binaries = binaryFlags{}
+	fs.Var(cf.binaries, "binary", "with --hosts: push the gptui executable `GOOS/GOARCH=PATH` (such as linux/arm64=gptui-arm64) to the nodes of that platform instead of this one (repeat for more platforms)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -75,6 +77,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if cf.dryRun {
 			return usagef("run: --dry-run starts nothing: leave out --detach")
 		}
+		if len(cf.binaries) > 0 {
+			return usagef("run: --binary does not go with --detach yet (a detached job's spec does not carry it): run the job with --no-tui")
+		}
 		return detachRun(cf, *c, *o, stdout, stderr)
 	}
 	return runCluster(ctx, cf, *c, *o, stdout, stderr)
@@ -95,7 +100,44 @@ type clusterFlags struct {
 	agentTimeout     time.Duration
 	hangTimeout      time.Duration
 	restarts         cluster.Restarts
+	binaries         binaryFlags     // --binary: cluster.Options.Binaries
 	set              map[string]bool // the flags given
+}
+
+// binaryFlags are --binary GOOS/GOARCH=PATH, repeated: the gptui
+// executable pushed to the nodes of each platform in place of this one
+// (cluster.Options.Binaries), by absolute path.
+type binaryFlags map[string]string
+
+func (b binaryFlags) String() string {
+	var kv []string
+	for k, v := range b {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return strings.Join(kv, ",")
+}
+
+// Set takes one GOOS/GOARCH=PATH; the file must exist (package cluster
+// checks, before any node is set up, that it is built for the platform).
+func (b binaryFlags) Set(s string) error {
+	plat, file, ok := strings.Cut(s, "=")
+	goos, arch, ok2 := strings.Cut(plat, "/")
+	if !ok || !ok2 || goos == "" || arch == "" || strings.Contains(arch, "/") || file == "" {
+		return fmt.Errorf("%q: want GOOS/GOARCH=PATH, such as linux/arm64=gptui-arm64 (built with GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o gptui-arm64 ./cmd/gptui)", s)
+	}
+	if prev, ok := b[plat]; ok {
+		return fmt.Errorf("%q: %s already has %s", s, plat, prev)
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return fmt.Errorf("%s: %w", plat, err)
+	}
+	b[plat] = abs
+	return nil
 }
 
 // local reports whether the job is this machine alone.
@@ -108,8 +150,8 @@ func (cf clusterFlags) check() error {
 		// --max-restarts restarts a local job as it does one on SSH
 		// nodes (and as the UI's Job screen does); the nodes' bounds have
 		// only this machine to bound.
-		if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.hangTimeout != cluster.DefaultHangTimeout || cf.set["min-nodes"] || cf.set["max-nodes"] {
-			return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --hang-timeout, --min-nodes and --max-nodes need --hosts FILE")
+		if cf.rankTable != "" || cf.acceptNew || cf.dryRun || cf.keepJobs != cluster.DefaultKeepJobs || cf.agentTimeout != cluster.DefaultAgentTimeout || cf.hangTimeout != cluster.DefaultHangTimeout || cf.set["min-nodes"] || cf.set["max-nodes"] || len(cf.binaries) > 0 {
+			return usagef("run: --rank-table, --accept-new-host-keys, --dry-run, --keep-jobs, --agent-timeout, --hang-timeout, --min-nodes, --max-nodes and --binary need --hosts FILE")
 		}
 		if cf.restarts.Max < 0 {
 			return usagef("--max-restarts %d: want 0 (never restart) or more", cf.restarts.Max)
@@ -288,6 +330,7 @@ func runJob(ctx context.Context, cf clusterFlags, c string, o []string, stdout, 
 		DryRun:       cf.dryRun,
 		JobID:        h.id,
 		Continues:    cf.continues,
+		Binaries:     cf.binaries,
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)

@@ -53,8 +53,15 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (the Job screen's Min nodes; default: every node)")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "a node whose agent sends nothing for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "the job is hung when a worker sends no progress report for this long, or ranks wait this long in one collective")
+	cf.binaries = binaryFlags{}
+	fs.Var(cf.binaries, "binary", "with --hosts: the gptui executable `GOOS/GOARCH=PATH` for the nodes of another platform (not carried to the UI's jobs yet: use 'gptui run --no-tui')")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if len(cf.binaries) > 0 {
+		// The UI's probes and its detached jobs (tui/hooks.Cluster,
+		// jobdir.Spec) do not carry cluster.Options.Binaries yet.
+		return usagef("--binary: the UI does not pass it on to its jobs yet; run the job with 'gptui run --no-tui --hosts FILE --binary %s'", strings.ReplaceAll(cf.binaries.String(), ",", " --binary "))
 	}
 	cf.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { cf.set[f.Name] = true })
