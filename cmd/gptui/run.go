@@ -46,7 +46,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "with --hosts: the job is hung when a worker sends no progress report (every second) for this long, or ranks wait this long in one collective; the stuck rank is named and the job stopped (or restarted)")
 	fs.IntVar(&cf.keepJobs, "keep-jobs", cluster.DefaultKeepJobs, "with --hosts: after a successful job, each node keeps the newest `K` jobs/<id> directories (this job's included; -1 keeps all)")
 	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "restart the job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs")
-	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
+	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at the start and at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (default: every node)")
 	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	cf.binaries = binaryFlags{}
 	fs.Var(cf.binaries, "binary", "with --hosts: push the gptui executable `GOOS/GOARCH=PATH` (such as linux/arm64=gptui-arm64) to the nodes of that platform instead of this one (repeat for more platforms)")

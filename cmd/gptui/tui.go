@@ -50,7 +50,7 @@ func cmdTUI(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	acceptNew := fs.Bool("accept-new-host-keys", false, "with --hosts: trust and record the host key of a node not in known_hosts")
 	var cf clusterFlags
 	fs.IntVar(&cf.restarts.Max, "max-restarts", 0, "restart a job from its newest checkpoint up to `N` times after a worker fails, a node is lost or the job hangs (the Job screen's Restarts)")
-	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (the Job screen's Min nodes; default: every node)")
+	fs.IntVar(&cf.restarts.MinNodes, "min-nodes", 0, "with --hosts: at the start and at a restart, leave out nodes that stay unreachable and re-plan for those left, down to `K` nodes (the Job screen's Min nodes; default: every node)")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "a node whose agent sends nothing for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "the job is hung when a worker sends no progress report for this long, or ranks wait this long in one collective")
 	cf.binaries = binaryFlags{}
