@@ -11,6 +11,11 @@ import (
 // DefaultTimeout is the Timeout used when [Config.Timeout] is zero.
 const DefaultTimeout = 30 * time.Second
 
+// DefaultInitTimeout is the InitTimeout of [ConfigFromEnv] when
+// GPTUI_COMM_INIT_TIMEOUT is unset: PyTorch's default for its process
+// groups, 10 minutes.
+const DefaultInitTimeout = 10 * time.Minute
+
 // defaultChunkBytes is the size of the pieces large buffers are cut into on
 // the wire, so that a ring forwards one piece while the next arrives.
 const defaultChunkBytes = 1 << 20
@@ -28,11 +33,17 @@ type Config struct {
 	MasterAddr string
 	// MasterPort is the TCP port of MasterAddr.
 	MasterPort int
-	// Timeout bounds every blocking step: connecting (the whole of
-	// Connect), and each wait for data inside an operation. A member that
+	// Timeout bounds each wait for data inside an operation. A member that
 	// is silent (no data and no heartbeat) for half of it is declared
 	// failed. Zero means DefaultTimeout.
 	Timeout time.Duration
+	// InitTimeout bounds connecting (the whole of Connect): the ranks of
+	// a job start at different times (a node that pulls its container, a
+	// slow push). It is also the bound a data path over NCCL gives the
+	// making of its communicators and their first operations (package
+	// comm/nccl). Zero means Timeout; ConfigFromEnv gives
+	// DefaultInitTimeout when GPTUI_COMM_INIT_TIMEOUT is unset.
+	InitTimeout time.Duration
 
 	// Secret is the job's secret, the same on every rank (SecretEnv):
 	// every connection of the job proves that its peer holds it. Required
@@ -49,9 +60,9 @@ type Config struct {
 
 // ConfigFromEnv reads a Config from the variables torchrun sets for each
 // worker: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, the job's secret
-// from GPTUI_JOB_SECRET (SecretEnv; required with WORLD_SIZE > 1), and the timeout
-// from GPTUI_COMM_TIMEOUT (a Go duration such as "90s"; unset means
-// DefaultTimeout). An unset WORLD_SIZE means 1; RANK, MASTER_ADDR and
+// from GPTUI_JOB_SECRET (SecretEnv; required with WORLD_SIZE > 1), and the timeouts
+// from GPTUI_COMM_TIMEOUT and GPTUI_COMM_INIT_TIMEOUT (Go durations such as
+// "90s"; unset means DefaultTimeout and DefaultInitTimeout). An unset WORLD_SIZE means 1; RANK, MASTER_ADDR and
 // MASTER_PORT may be left unset only when WORLD_SIZE is 1. Errors name the
 // variable at fault.
 func ConfigFromEnv() (Config, error) {
@@ -106,15 +117,23 @@ func configFrom(lookup func(string) (string, bool)) (Config, error) {
 	} else if multi {
 		return Config{}, ErrNoSecret
 	}
-	if v, ok := lookup("GPTUI_COMM_TIMEOUT"); ok && v != "" {
-		d, err := time.ParseDuration(v)
+	c.InitTimeout = DefaultInitTimeout
+	for _, d := range []struct {
+		env string
+		dst *time.Duration
+	}{{"GPTUI_COMM_TIMEOUT", &c.Timeout}, {"GPTUI_COMM_INIT_TIMEOUT", &c.InitTimeout}} {
+		v, ok := lookup(d.env)
+		if !ok || v == "" {
+			continue
+		}
+		t, err := time.ParseDuration(v)
 		if err != nil {
-			return Config{}, fmt.Errorf("comm: GPTUI_COMM_TIMEOUT=%q is not a duration (such as 90s or 5m)", v)
+			return Config{}, fmt.Errorf("comm: %s=%q is not a duration (such as 90s or 5m)", d.env, v)
 		}
-		if d <= 0 {
-			return Config{}, fmt.Errorf("comm: GPTUI_COMM_TIMEOUT=%q must be positive", v)
+		if t <= 0 {
+			return Config{}, fmt.Errorf("comm: %s=%q must be positive", d.env, v)
 		}
-		c.Timeout = d
+		*d.dst = t
 	}
 	return c, nil
 }
@@ -126,8 +145,8 @@ func (c Config) check() (Config, error) {
 		return c, fmt.Errorf("comm: world size %d must be at least 1", c.WorldSize)
 	case c.Rank < 0 || c.Rank >= c.WorldSize:
 		return c, fmt.Errorf("comm: rank %d is outside [0, %d)", c.Rank, c.WorldSize)
-	case c.Timeout < 0:
-		return c, fmt.Errorf("comm: negative timeout %v", c.Timeout)
+	case c.Timeout < 0 || c.InitTimeout < 0:
+		return c, fmt.Errorf("comm: negative timeout %v or %v", c.Timeout, c.InitTimeout)
 	case c.WorldSize > 1 && len(c.Secret) == 0:
 		return c, ErrNoSecret
 	case c.WorldSize > 1 && c.MasterAddr == "":
@@ -137,6 +156,9 @@ func (c Config) check() (Config, error) {
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
+	}
+	if c.InitTimeout == 0 {
+		c.InitTimeout = c.Timeout
 	}
 	if c.chunkBytes <= 0 {
 		c.chunkBytes = defaultChunkBytes

@@ -105,7 +105,7 @@ func Connect(ctx context.Context, cfg Config) (*World, error) {
 	if cfg.WorldSize == 1 {
 		return newWorld(cfg, []string{""}, nil), nil
 	}
-	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.Timeout)
+	ctx, cancelTimeout := context.WithTimeout(ctx, cfg.InitTimeout)
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -23,11 +23,12 @@ func TestConfigFromEnv(t *testing.T) {
 		wantErr string // a substring of the error; "" for none
 	}{
 		{"torchrun", map[string]string{"RANK": "3", "WORLD_SIZE": "8", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "LOCAL_RANK": "1", "GPTUI_JOB_SECRET": "s3"},
-			Config{Rank: 3, WorldSize: 8, MasterAddr: "node0", MasterPort: 29500, Secret: []byte("s3")}, ""},
+			Config{Rank: 3, WorldSize: 8, MasterAddr: "node0", MasterPort: 29500, InitTimeout: DefaultInitTimeout, Secret: []byte("s3")}, ""},
 		{"timeout", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", "GPTUI_COMM_TIMEOUT": "90s", "GPTUI_JOB_SECRET": "x"},
-			Config{Rank: 0, WorldSize: 2, MasterAddr: "h", MasterPort: 1, Timeout: 90 * time.Second, Secret: []byte("x")}, ""},
-		{"nothing set", map[string]string{}, Config{WorldSize: 1}, ""},
-		{"world of one", map[string]string{"WORLD_SIZE": "1"}, Config{WorldSize: 1}, ""},
+			Config{Rank: 0, WorldSize: 2, MasterAddr: "h", MasterPort: 1, Timeout: 90 * time.Second, InitTimeout: DefaultInitTimeout, Secret: []byte("x")}, ""},
+		{"init timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_INIT_TIMEOUT": "20m"}, Config{WorldSize: 1, InitTimeout: 20 * time.Minute}, ""},
+		{"nothing set", map[string]string{}, Config{WorldSize: 1, InitTimeout: DefaultInitTimeout}, ""},
+		{"world of one", map[string]string{"WORLD_SIZE": "1"}, Config{WorldSize: 1, InitTimeout: DefaultInitTimeout}, ""},
 		{"no rank", map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "RANK is not set"},
 		{"bad rank", map[string]string{"RANK": "x", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, `RANK="x"`},
 		{"rank too big", map[string]string{"RANK": "2", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "RANK=2"},
@@ -39,6 +40,7 @@ func TestConfigFromEnv(t *testing.T) {
 		{"no secret", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, Config{}, "GPTUI_JOB_SECRET is not set"},
 		{"bad timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "30"}, Config{}, "GPTUI_COMM_TIMEOUT"},
 		{"negative timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_TIMEOUT": "-1s"}, Config{}, "GPTUI_COMM_TIMEOUT"},
+		{"bad init timeout", map[string]string{"WORLD_SIZE": "1", "GPTUI_COMM_INIT_TIMEOUT": "ten"}, Config{}, "GPTUI_COMM_INIT_TIMEOUT"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := configFrom(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
@@ -61,7 +63,7 @@ func TestConfigFromEnv(t *testing.T) {
 	t.Setenv("GPTUI_COMM_TIMEOUT", "2m")
 	t.Setenv("GPTUI_JOB_SECRET", "k")
 	got, err := ConfigFromEnv()
-	if want := (Config{Rank: 1, WorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234, Timeout: 2 * time.Minute, Secret: []byte("k")}); err != nil || !reflect.DeepEqual(got, want) {
+	if want := (Config{Rank: 1, WorldSize: 4, MasterAddr: "10.0.0.1", MasterPort: 1234, Timeout: 2 * time.Minute, InitTimeout: DefaultInitTimeout, Secret: []byte("k")}); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ConfigFromEnv: %+v, %v; want %+v", got, err, want)
 	}
 }

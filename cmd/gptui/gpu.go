@@ -56,10 +56,11 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 
 // newFabric returns the data path of a multi-process GPU job: NCCL's
 // communicators on be's GPU and stream, bootstrapped over world, with the
-// World's timeout. It returns nil for a job of one process or on the CPU:
-// the engine then uses the World's TCP ring. Every rank calls it before
-// making any other group of world.
-func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeout time.Duration) (*nccl.Fabric, error) {
+// World's timeouts (the steady one, and the one for making the
+// communicators and their first operations). It returns nil for a job of
+// one process or on the CPU: the engine then uses the World's TCP ring.
+// Every rank calls it before making any other group of world.
+func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeout, initTimeout time.Duration) (*nccl.Fabric, error) {
 	gb, ok := be.(*cuda.Backend)
 	if !ok || world == nil || world.Size() == 1 {
 		return nil, nil
@@ -68,7 +69,7 @@ func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeo
 	if err != nil {
 		return nil, usagef("Global.device=gpu: a job of %d processes needs NCCL: %s; use Global.device=cpu", world.Size(), oneLine(err))
 	}
-	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(gb.Device(), lib), Stream: gb.Stream(), Timeout: timeout})
+	f, err := nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(gb.Device(), lib), Stream: gb.Stream(), Timeout: timeout, InitTimeout: initTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: joining the job's NCCL communicator: %w", world.Rank(), err)
 	}

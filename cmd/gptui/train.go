@@ -99,13 +99,13 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
 	var world *comm.World
-	var commTimeout time.Duration
+	var commTimeout, commInit time.Duration
 	if os.Getenv("WORLD_SIZE") != "" {
 		cc, err := comm.ConfigFromEnv()
 		if err != nil {
 			return usageError{err}
 		}
-		commTimeout = cc.Timeout
+		commTimeout, commInit = cc.Timeout, cc.InitTimeout
 		if cc.WorldSize > 1 {
 			// Peers that fail the job's authentication are dropped; say so.
 			cc.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "[comm] "+format+"\n", args...) }
@@ -141,7 +141,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	defer release()
 	// A GPU job's gradients and activations go over NCCL, the rest over
 	// the World; a CPU job's all over the World.
-	fabric, err := newFabric(ctx, world, be, commTimeout)
+	fabric, err := newFabric(ctx, world, be, commTimeout, commInit)
 	if err != nil {
 		return err
 	}

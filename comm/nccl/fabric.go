@@ -25,10 +25,17 @@ type Options struct {
 	// Stream is the rank's compute stream (the backend's): operations are
 	// queued on it, after the kernels queued before them.
 	Stream cuda.Stream
-	// Timeout bounds every wait: an operation that runs this long, or a
-	// communicator that takes this long to make, fails, and the fabric
-	// with it. Zero means comm.DefaultTimeout; give the World's.
+	// Timeout bounds every operation of a communicator but its first: one
+	// that runs this long fails, and the fabric with it. Zero means
+	// comm.DefaultTimeout; give the World's.
 	Timeout time.Duration
+	// InitTimeout bounds making a communicator (ncclCommInitRank, the
+	// splits) and each communicator's first operation, inside which NCCL
+	// connects to the peers: the ranks come to them at different times
+	// (each compiles its kernels, a pipeline's first receive waits through
+	// the warm-up). Zero means Timeout; give the World's
+	// (comm.Config.InitTimeout: 10 minutes for a job's workers).
+	InitTimeout time.Duration
 	// Poll is how often the watchdog looks at the operations in flight
 	// and at the communicators' asynchronous errors; zero means
 	// DefaultPoll.
@@ -66,6 +73,7 @@ type Fabric struct {
 	boot          *comm.Group // all ranks over TCP: the unique id, the declarations
 	compute, side cuda.Stream // side: the stream AllReduceAsync runs on
 	timeout, poll time.Duration
+	initTimeout   time.Duration // making a communicator, and its first operation
 
 	root Handle // the world communicator, which Ready splits
 
@@ -100,7 +108,8 @@ func New(ctx context.Context, w *comm.World, opts Options) (*Fabric, error) {
 	f := &Fabric{
 		lib: opts.Lib, w: w, compute: opts.Stream,
 		timeout: cmpOr(opts.Timeout, comm.DefaultTimeout), poll: cmpOr(opts.Poll, DefaultPoll),
-		dead: make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
+		initTimeout: cmpOr(opts.InitTimeout, cmpOr(opts.Timeout, comm.DefaultTimeout)),
+		dead:        make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
 	var err error
 	if f.boot, err = w.WorldGroup("nccl bootstrap"); err != nil {
@@ -166,7 +175,7 @@ func (f *Fabric) uniqueID(ctx context.Context) (cuda.UniqueID, error) {
 func (f *Fabric) blocking(ctx context.Context, what string, call func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- call() }()
-	deadline := time.NewTimer(f.timeout)
+	deadline := time.NewTimer(f.initTimeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(10 * f.poll)
 	defer tick.Stop()
@@ -178,7 +187,7 @@ func (f *Fabric) blocking(ctx context.Context, what string, call func() error) e
 			}
 			return nil
 		case <-deadline.C:
-			return fmt.Errorf("nccl: rank %d: %s: not every rank took part within %v: %w", f.w.Rank(), what, f.timeout, context.DeadlineExceeded)
+			return fmt.Errorf("nccl: rank %d: %s: not every rank took part within %v (GPTUI_COMM_INIT_TIMEOUT): %w", f.w.Rank(), what, f.initTimeout, context.DeadlineExceeded)
 		case <-ctx.Done():
 			return fmt.Errorf("nccl: rank %d: %s: %w", f.w.Rank(), what, context.Cause(ctx))
 		case <-tick.C:

@@ -95,6 +95,14 @@ func (r *rank) Sync() error              { return r.fake.syncStream(r.lib, r.str
 // fabrics connects size ranks and makes each one's fabric on fk.
 func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
 	t.Helper()
+	return fabricsWith(t, fk, size, Options{Timeout: timeout})
+}
+
+// fabricsWith is fabrics with the options o (its Lib and Stream set per
+// rank).
+func fabricsWith(t testing.TB, fk *fake, size int, o Options) []*rank {
+	t.Helper()
+	timeout := o.Timeout
 	worlds := connect(t, size, timeout)
 	rs := make([]*rank, size)
 	mustAll(t, size, func(r int) error {
@@ -103,7 +111,9 @@ func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
 		if err != nil {
 			return err
 		}
-		f, err := New(context.Background(), worlds[r], Options{Lib: lib, Stream: s, Timeout: timeout})
+		o := o
+		o.Lib, o.Stream = lib, s
+		f, err := New(context.Background(), worlds[r], o)
 		if err != nil {
 			return err
 		}

@@ -115,6 +115,41 @@ func TestUnpairedSendsTimeOut(t *testing.T) {
 	}
 }
 
+// TestFirstOperationInitTimeout: a communicator's first operation, inside
+// which NCCL connects to the peers, has the InitTimeout, not the steady
+// Timeout: two pipeline neighbours whose first operations are unpaired
+// sends are still waiting well past the Timeout, and fail once the
+// InitTimeout has passed, the error saying which bound it was.
+func TestFirstOperationInitTimeout(t *testing.T) {
+	const timeout, initTimeout = 200 * time.Millisecond, 1500 * time.Millisecond
+	fk := newFake(t)
+	rs := fabricsWith(t, fk, 2, Options{Timeout: timeout, InitTimeout: initTimeout})
+	cs := ready(t, rs, "pp")
+	ctx := context.Background()
+	t0 := time.Now()
+	mustAll(t, 2, func(r int) error {
+		return cs[r].Send(ctx, rs[r].Float32s(5), 1-r)
+	})
+	time.Sleep(4 * timeout)
+	for r, rk := range rs {
+		if err := rk.f.Err(); err != nil {
+			t.Fatalf("rank %d failed %v after its first operation began, within the init timeout %v: %v", r, time.Since(t0), initTimeout, err)
+		}
+	}
+	for r, rk := range rs {
+		var err error
+		for end := time.Now().Add(3 * initTimeout); err == nil && time.Now().Before(end); time.Sleep(timeout / 4) {
+			err = rk.f.Err()
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Send #1 (pp)") || !strings.Contains(err.Error(), initTimeout.String()) {
+			t.Fatalf("rank %d: %v, want Send #1 (pp) timed out after %v", r, err, initTimeout)
+		}
+		if d := time.Since(t0); d < initTimeout {
+			t.Errorf("rank %d failed after %v, before the init timeout %v", r, d, initTimeout)
+		}
+	}
+}
+
 // TestAsyncErrorAborts: a rank that aborts its communicators (as a
 // failing process does) gives its peers, over a network, an asynchronous
 // ncclRemoteError: their watchdog sees it while an operation waits, and

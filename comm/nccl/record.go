@@ -21,8 +21,9 @@ import (
 // fabric (every communicator aborted) on the first of:
 //
 //   - an operation running longer than the timeout (its pre event passed,
-//     its post event not), or a rank inside an NCCL call that long (a
-//     communicator's first operation connects to its peers);
+//     its post event not), or a rank inside an NCCL call that long; a
+//     communicator's first operation, inside which NCCL connects to the
+//     peers, has the longer InitTimeout;
 //   - the context of a blocking operation ending before it finished;
 //   - an asynchronous error of a communicator (ncclCommGetAsyncError: a
 //     peer's connection broke, a peer aborted);
@@ -131,10 +132,14 @@ func (f *Fabric) release(e cuda.Event) {
 // failure, if it has one: a device error, or running past the timeout.
 func (f *Fabric) advance(o *op, now time.Time) error {
 	fail := func(err error) error { return &OpError{Rank: f.w.Rank(), Op: o.st, Err: err} }
+	limit := f.timeout
+	if o.st.Seq == 1 {
+		limit = f.initTimeout // the communicator's first: NCCL connects inside it
+	}
 	switch o.state {
 	case issuing:
-		if now.Sub(o.st.Since) > f.timeout {
-			return fail(fmt.Errorf("inside NCCL for %v (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", f.timeout, o.st.Group, context.DeadlineExceeded))
+		if now.Sub(o.st.Since) > limit {
+			return fail(fmt.Errorf("inside NCCL for %v (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, o.st.Group, context.DeadlineExceeded))
 		}
 	case queued:
 		ok, err := f.lib.Done(o.pre)
@@ -159,8 +164,8 @@ func (f *Fabric) advance(o *op, now time.Time) error {
 			o.pre, o.post = 0, 0
 			return nil
 		}
-		if now.Sub(o.st.Since) > f.timeout {
-			return fail(fmt.Errorf("running for %v without finishing (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", f.timeout, o.st.Group, context.DeadlineExceeded))
+		if now.Sub(o.st.Since) > limit {
+			return fail(fmt.Errorf("running for %v without finishing (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, o.st.Group, context.DeadlineExceeded))
 		}
 	}
 	if o.state != done && o.ctx != nil && o.ctx.Err() != nil {
