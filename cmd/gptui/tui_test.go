@@ -697,7 +697,8 @@ func TestTUIArgs(t *testing.T) {
 		{[]string{"--nproc", "0", "--preset", "tiny"}, []string{"--nproc 0"}},
 		{[]string{"--preset", "tiny", "-c", "gpt2-124m"}, []string{"--preset or -c"}},
 		{[]string{"--no-such-flag"}, []string{"no-such-flag"}},
-		{[]string{"--min-nodes", "1", "--preset", "tiny"}, []string{"--min-nodes need --hosts"}},
+		{[]string{"--min-nodes", "1", "--preset", "tiny"}, []string{"--min-nodes and --max-nodes need --hosts"}},
+		{[]string{"--max-restarts", "-1", "--preset", "tiny"}, []string{"--max-restarts -1", "0 (never restart) or more"}},
 		{[]string{"--hosts", good, "--min-nodes", "3"}, []string{"--min-nodes 3", "want 1 to 2"}},
 	} {
 		code, _, stderr := runCLI(t, tt.args...)
