@@ -1,10 +1,9 @@
 package tui
 
 import (
-	"fmt"
 	"math"
 	"slices"
-	"strings"
+	"strconv"
 )
 
 // brailleBit is the bit of a braille character's dot at column x (0-1) and
@@ -39,7 +38,7 @@ var sparkBlocks = []rune("▁▂▃▄▅▆▇█")
 
 // sparkline draws vs (oldest first) as one line of block heights between
 // their least and greatest, in at most w cells (the newest kept).
-func sparkline(vs []float64, w int) string {
+func (c *canvas) sparkline(vs []float64, w int) {
 	if len(vs) > w {
 		vs = vs[len(vs)-w:]
 	}
@@ -47,36 +46,34 @@ func sparkline(vs []float64, w int) string {
 	for _, v := range vs {
 		lo, hi = math.Min(lo, v), math.Max(hi, v)
 	}
-	var b strings.Builder
 	for _, v := range vs {
 		i := 0
 		if hi > lo {
 			i = int((v - lo) / (hi - lo) * float64(len(sparkBlocks)-1))
 		}
-		b.WriteRune(sparkBlocks[min(max(i, 0), len(sparkBlocks)-1)])
+		c.char(sparkBlocks[min(max(i, 0), len(sparkBlocks)-1)])
 	}
-	return b.String()
 }
 
 // lossChart draws the train loss as a line of braille dots (2×4 dots per
 // cell) and the evaluations as • marks, in w×h cells: a y axis with three
 // labels on the left and the steps along the bottom row, from xmin to xmax
 // (0: the last step seen). The y range is that of the points given.
-func lossChart(st styles, train, eval []point, xmin, xmax, w, h int) []string {
+func lossChart(c *canvas, st styles, train, eval []point, xmin, xmax, w, h int) {
 	const labelW = 7 // "10.83 ┤"
 	pw, ph := w-labelW, h-1
 	if pw < 4 || ph < 2 {
-		return blank(w, h)
+		blank(c, w, h, -1)
+		return
 	}
 	if len(train) == 0 && len(eval) == 0 {
-		out := blank(w, h)
-		out[h/2] = fit(strings.Repeat(" ", max(0, (w-26)/2))+"waiting for the first loss", w)
-		return out
+		blank(c, w, h, h/2)
+		return
 	}
 	// The ranges: steps from xmin to the end of the run, losses padded by
 	// 5%.
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, s := range [][]point{train, eval} {
+	for _, s := range [2][]point{train, eval} {
 		for _, p := range s {
 			lo, hi = math.Min(lo, p.v), math.Max(hi, p.v)
 			xmax = max(xmax, p.step)
@@ -98,8 +95,11 @@ func lossChart(st styles, train, eval []point, xmin, xmax, w, h int) []string {
 	dy := func(v float64) int {
 		return min(max(int((hi-v)/(hi-lo)*float64(dh-1)+0.5), 0), dh-1)
 	}
-	cells := make([]rune, pw*ph)
-	set := func(x, y int) { cells[(y/4)*pw+x/2] |= brailleBit[x%2][y%4] }
+	// A cell's braille dots, and evalMark if an evaluation is marked in
+	// it.
+	const evalMark = 0x100
+	cells := make([]uint16, pw*ph)
+	set := func(x, y int) { cells[(y/4)*pw+x/2] |= uint16(brailleBit[x%2][y%4]) }
 	px, py := -1, -1
 	for _, p := range train {
 		x, y := dx(p.step), dy(p.v)
@@ -110,56 +110,64 @@ func lossChart(st styles, train, eval []point, xmin, xmax, w, h int) []string {
 		}
 		px, py = x, y
 	}
-	mark := make([]bool, pw*ph)
 	for _, p := range eval {
-		mark[(dy(p.v)/4)*pw+dx(p.step)/2] = true
+		cells[(dy(p.v)/4)*pw+dx(p.step)/2] |= evalMark
 	}
 
-	out := make([]string, 0, h)
-	var b strings.Builder
 	for r := range ph {
-		label := "      "
+		from := len(c.b)
 		switch r {
 		case 0:
-			label = fmt.Sprintf("%6.2f", hi)
+			c.fixed(hi, 2)
 		case ph / 2:
-			label = fmt.Sprintf("%6.2f", (hi+lo)/2)
+			c.fixed((hi+lo)/2, 2)
 		case ph - 1:
-			label = fmt.Sprintf("%6.2f", lo)
+			c.fixed(lo, 2)
 		}
-		tick := "│"
-		if label != "      " {
-			tick = "┤"
+		if len(c.b) == from {
+			c.str("      │")
+		} else {
+			c.alignRight(from, 6)
+			c.str("┤")
 		}
-		b.Reset()
-		b.WriteString(st.Dim.r(label + tick))
+		c.paint(st.Dim, from)
 		// Runs of dots in one style, eval marks in another.
-		var run strings.Builder
+		run := -1
 		flush := func() {
-			if run.Len() > 0 {
-				b.WriteString(st.Train.r(run.String()))
-				run.Reset()
+			if run >= 0 {
+				c.paint(st.Train, run)
+				run = -1
 			}
 		}
-		for c := range pw {
-			i := r*pw + c
+		for _, cell := range cells[r*pw : (r+1)*pw] {
 			switch {
-			case mark[i]:
+			case cell&evalMark != 0:
 				flush()
-				b.WriteString(st.Eval.r("•"))
-			case cells[i] == 0:
-				run.WriteByte(' ')
-			default:
-				run.WriteRune(0x2800 + cells[i])
+				c.styled(st.Eval, "•")
+				continue
+			case run < 0:
+				run = len(c.b)
+			}
+			if cell == 0 {
+				c.byte(' ')
+			} else {
+				c.char(0x2800 + rune(cell))
 			}
 		}
 		flush()
-		out = append(out, b.String())
+		c.endLine()
 	}
-	left, right := fmt.Sprintf("step %d", xmin), fmt.Sprintf("%d", xmax)
-	axis := "      └" + left + strings.Repeat("─", max(pw-len(left)-len(right), 1)) + right
-	out = append(out, st.Dim.r(fit(axis, w)))
-	return out
+	from := len(c.b)
+	c.str("      └step ")
+	c.num(xmin)
+	left := len(c.b) - from - len("      └")
+	var digits [20]byte
+	right := len(strconv.AppendInt(digits[:0], int64(xmax), 10))
+	c.repeat("─", max(pw-left-right, 1))
+	c.num(xmax)
+	c.fit(from, w)
+	c.paint(st.Dim, from)
+	c.endLine()
 }
 
 // line calls set for the dots of the segment from (x0,y0) to (x1,y1)
@@ -198,11 +206,18 @@ func abs(x int) int {
 	return x
 }
 
-// blank returns h empty lines of w spaces.
-func blank(w, h int) []string {
-	out := make([]string, h)
-	for i := range out {
-		out[i] = strings.Repeat(" ", max(w, 0))
+// blank draws h empty lines of w spaces; on line wait, if not -1, it
+// says the chart waits for the first loss.
+func blank(c *canvas, w, h, wait int) {
+	for i := range h {
+		from := len(c.b)
+		if i == wait {
+			c.spaces(max(0, (w-26)/2))
+			c.str("waiting for the first loss")
+			c.fit(from, w)
+		} else {
+			c.spaces(max(w, 0))
+		}
+		c.endLine()
 	}
-	return out
 }

@@ -6,13 +6,13 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/report"
 	"github.com/gptui/gptui/sshexec"
@@ -46,12 +46,23 @@ type memKey struct {
 type memRow struct {
 	memKey
 	used, total int64
+	usedText    string // used and total as shown: units.BytesShort
+	totalText   string
 }
 
 // nodeHealth is a node's load as its agent last reported it.
 type nodeHealth struct {
 	event.Health
 	at time.Time
+	// The memory figures as shown (units.BytesShort): the dashboard
+	// writes them once, not in each frame.
+	memUsed, memTotal, workersRSS string
+}
+
+// newNodeHealth returns h, received at at, as the dashboard keeps it.
+func newNodeHealth(h event.Health, at time.Time) nodeHealth {
+	return nodeHealth{Health: h, at: at,
+		memUsed: units.BytesShort(h.MemUsed), memTotal: units.BytesShort(h.MemTotal), workersRSS: units.BytesShort(h.WorkersRSS)}
 }
 
 // ckptState is what the job's checkpoint events said about its
@@ -126,6 +137,7 @@ type dashModel struct {
 	events  eventLog          // the events pane's rows
 	evOff   int               // rows between the bottom of the events pane and the newest row
 	settled time.Time         // the clock of the last settle
+	pace    paceIndex         // what settle keeps of the ranks
 }
 
 // rankHist is one rank's steps for the report: every step, thinned out
@@ -215,6 +227,13 @@ func (m *dashModel) apply(ev event.Event, at time.Time) {
 	if r := m.rank(ev.Rank); r != nil && ev.Kind != event.KindJob && ev.Node != "" {
 		r.node = ev.Node
 	}
+	// What the next settle must look at again: the event's rank, or
+	// every rank for the job's and the nodes' events.
+	if ev.Kind == event.KindJob || ev.Kind == event.KindNode {
+		m.touchAll()
+	} else if m.rank(ev.Rank) != nil {
+		m.touch(ev.Rank)
+	}
 	m.events.add(ev)
 	m.marks.Add(ev)
 	switch ev.Kind {
@@ -238,7 +257,7 @@ func (m *dashModel) apply(ev event.Event, at time.Time) {
 		m.onMemory(ev)
 	case event.KindHealth:
 		if ev.Health != nil && ev.Node != "" && m.running() {
-			m.health[ev.Node] = nodeHealth{Health: *ev.Health, at: ev.Time}
+			m.health[ev.Node] = newNodeHealth(*ev.Health, ev.Time)
 		}
 	case event.KindLog:
 		m.onLog(ev)
@@ -310,6 +329,9 @@ func (m *dashModel) onNode(ev event.Event) {
 
 // lostNodes returns the names of the nodes lost and not ready since.
 func (m *dashModel) lostNodes() []string {
+	if len(m.lost) == 0 {
+		return nil
+	}
 	return slices.Sorted(maps.Keys(m.lost))
 }
 
@@ -363,7 +385,8 @@ func (m *dashModel) onMemory(ev event.Event) {
 	if ev.Device < 0 && ev.Used <= 0 || r == nil || ended(r.state) {
 		return // a worker that has just exited
 	}
-	r.mem, r.memTotal = ev.Used, ev.Total
+	used := units.BytesShort(ev.Used)
+	r.mem, r.memTotal, r.memText = ev.Used, ev.Total, used
 	if ev.Proc != nil {
 		r.pid, r.cpu = ev.Proc.PID, ev.Proc.CPUPercent
 	}
@@ -380,7 +403,11 @@ func (m *dashModel) onMemory(ev event.Event) {
 		m.indexMem()
 		i = m.memIdx[k]
 	}
-	m.mem[i].used, m.mem[i].total = ev.Used, ev.Total
+	row := &m.mem[i]
+	if row.totalText == "" || row.total != ev.Total {
+		row.totalText = units.BytesShort(ev.Total)
+	}
+	row.used, row.total, row.usedText = ev.Used, ev.Total, used
 }
 
 // onLog keeps a line of a rank's output.
@@ -549,51 +576,8 @@ func (m *dashModel) over() {
 		m.stopRest()
 	}
 	m.ended()
+	m.touchAll()
 	m.settle(m.settled)
-}
-
-// settle brings the figures drawn from many events and the clock up to
-// date after a batch of events or a tick at now: which ranks are silent,
-// the slowest rank and the order of the ranks pane.
-func (m *dashModel) settle(now time.Time) {
-	m.settled = now
-	for i := range m.ranks {
-		r := &m.ranks[i]
-		r.silent = 0
-		if d := now.Sub(r.heard); r.state == rankRunning && !r.heard.IsZero() && d > silentAfter && m.running() {
-			r.silent = d
-		}
-	}
-	m.slow = findSlowest(m.ranks, now)
-	if len(m.order) != len(m.ranks) {
-		m.order = make([]int, len(m.ranks))
-	}
-	for i := range m.order {
-		m.order[i] = i
-	}
-	if m.bySlow {
-		// Silent ranks first, the longest silent first; then by compute
-		// time, a recent stall counted in.
-		key := func(i int) float64 {
-			r := &m.ranks[i]
-			if r.silent > 0 {
-				return 1e9 + r.silent.Seconds()
-			}
-			c, ok := r.medianCompute()
-			if !ok {
-				return -1
-			}
-			if r.stall.secs > 0 && now.Sub(r.stall.at) <= stallHold {
-				c += r.stall.secs
-			}
-			return c
-		}
-		keys := make([]float64, len(m.ranks))
-		for i := range keys {
-			keys[i] = key(i)
-		}
-		sort.SliceStable(m.order, func(a, b int) bool { return keys[m.order[a]] > keys[m.order[b]] })
-	}
 }
 
 // update handles a key of the dashboard; it reports whether it used it,

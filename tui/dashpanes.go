@@ -1,13 +1,11 @@
 package tui
 
 import (
-	"fmt"
-	"github.com/gptui/gptui/internal/units"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/charmbracelet/x/ansi"
+	"unicode/utf8"
 )
 
 // nodesLines draws the nodes pane in w×h cells: each node's health as its
@@ -15,85 +13,184 @@ import (
 // memory of each of its devices or CPU workers as a bar, with a GPU's
 // utilisation, power and temperature; a lost node's line says so. The
 // figures are those of the running job's processes: none stays once they
-// have ended.
-func (m *dashModel) nodesLines(st styles, w, h int) []string {
-	out := []string{rule(st, "Nodes  health, memory used/total", w, m.focus == paneNodes)}
-	var body []string
-	nodes := m.nodeNames()
-	for _, n := range nodes {
-		body = append(body, m.healthLines(st, n, w)...)
-		for _, r := range m.mem {
-			if r.node == n {
-				body = append(body, m.memLine(st, r, w))
-			}
-		}
-	}
-	for _, n := range m.lostNodes() {
-		body = append(body, fit(" "+st.Bold.r(n)+"  "+st.Bad.r("lost: no reports"), w))
-	}
-	if len(body) == 0 {
+// have ended. Only the lines in view are drawn: a thousand ranks' bars
+// are counted, not drawn.
+func (m *dashModel) nodesLines(c *canvas, st styles, w, h int) block {
+	first := c.lines()
+	focused := m.focus == paneNodes
+	from := c.ruleBegin(focused)
+	c.str("Nodes  health, memory used/total")
+	c.ruleEnd(st, from, w, focused)
+	c.endLine()
+	only := m.healthOnly()
+	lost := m.lostNodes()
+	total := len(m.mem) + len(lost)
+	m.eachNode(only, func(node string, _, _ int) { total += m.healthCount(c, st, node, w) })
+	if total == 0 {
 		switch {
 		case m.running():
-			return append(out, fit("  no reports yet", w))
+			c.fitLine("  no reports yet", w)
 		case m.state != "":
-			return append(out, fit("  no process of the job runs", w))
+			c.fitLine("  no process of the job runs", w)
+		default:
+			c.fitLine("  no job", w)
 		}
-		return append(out, fit("  no job", w))
+		return c.since(first)
 	}
-	rows := h - 1
-	top := min(m.memTop, max(len(body)-rows, 0))
-	for i := top; i < len(body) && len(out) < h; i++ {
-		if len(out) == h-1 && i < len(body)-1 {
-			out = append(out, fit(fmt.Sprintf("  … %d more (tab here, j/k)", len(body)-i), w))
-			break
+	l := lister{c: c, w: w, room: h, out: 1, total: total, top: min(m.memTop, max(total-(h-1), 0))}
+	m.eachNode(only, func(node string, a, b int) {
+		if l.done {
+			return
 		}
-		out = append(out, body[i])
+		for j := range m.healthCount(c, st, node, w) {
+			if l.want() {
+				c.trim(m.healthLines(c, st, node, w), j, j+1)
+			}
+			l.i++
+		}
+		for k := a; k < b && !l.done; k++ {
+			if l.want() {
+				m.memLine(c, st, m.mem[k], w)
+				c.endLine()
+			}
+			l.i++
+		}
+	})
+	for _, n := range lost {
+		if l.want() {
+			from := len(c.b)
+			c.byte(' ')
+			c.styled(st.Bold, n)
+			c.str("  ")
+			c.styled(st.Bad, "lost: no reports")
+			c.fit(from, w)
+			c.endLine()
+		}
+		l.i++
 	}
-	return out
+	return c.since(first)
 }
 
-// nodeNames returns the nodes with reports: those with memory bars in
-// their order, then those with health reports alone, by name.
-func (m *dashModel) nodeNames() []string {
-	var names, only []string
-	for _, r := range m.mem {
-		if !slices.Contains(names, r.node) {
-			names = append(names, r.node)
-		}
+// lister places the lines of a pane's body from line top on, as they
+// come, below its title, in a pane of room lines: the last of them says
+// how many more follow, when more do.
+type lister struct {
+	c              *canvas
+	w, room, total int
+	top            int
+	i              int // the body line that comes next
+	out            int // the pane's lines drawn
+	done           bool
+}
+
+// want reports whether body line l.i is to be drawn: the caller draws it
+// then, as one line, and counts it (l.i++) either way.
+func (l *lister) want() bool {
+	if l.done || l.i < l.top {
+		return false
 	}
+	if l.out >= l.room {
+		l.done = true
+		return false
+	}
+	if l.out == l.room-1 && l.i < l.total-1 {
+		c := l.c
+		from := len(c.b)
+		c.str("  … ")
+		c.num(l.total - l.i)
+		c.str(" more (tab here, j/k)")
+		c.fit(from, l.w)
+		c.endLine()
+		l.out++
+		l.done = true
+		return false
+	}
+	l.out++
+	return true
+}
+
+// eachNode calls f for each node with reports, in the nodes pane's
+// order: those with memory bars (m.mem[a:b]), by name, then those with
+// health reports alone (only, with no bars).
+func (m *dashModel) eachNode(only []string, f func(node string, a, b int)) {
+	for a := 0; a < len(m.mem); {
+		node := m.mem[a].node
+		b := a + 1
+		for b < len(m.mem) && m.mem[b].node == node {
+			b++
+		}
+		f(node, a, b)
+		a = b
+	}
+	for _, n := range only {
+		f(n, 0, 0)
+	}
+}
+
+// healthOnly returns the nodes with a health report and no memory bar,
+// by name; nil if none.
+func (m *dashModel) healthOnly() []string {
+	var only []string
 	for n := range m.health {
-		if !slices.Contains(names, n) {
+		if _, found := slices.BinarySearchFunc(m.mem, n, func(r memRow, n string) int { return strings.Compare(r.node, n) }); !found {
 			only = append(only, n)
 		}
 	}
 	slices.Sort(only)
-	return append(names, only...)
+	return only
 }
 
-// healthLines is a node's load: its name, CPU utilisation, memory in use
-// and its workers' resident memory, in one line or, when narrow, two.
-func (m *dashModel) healthLines(st styles, node string, w int) []string {
+// healthCount returns the number of lines of node's health (healthLines).
+func (m *dashModel) healthCount(c *canvas, st styles, node string, w int) int {
+	p := c.here()
+	n := m.healthLines(c, st, node, w).n
+	c.back(p)
+	return n
+}
+
+// healthLines draws a node's load: its name, CPU utilisation, memory in
+// use and its workers' resident memory, in one line or, when narrow, two.
+func (m *dashModel) healthLines(c *canvas, st styles, node string, w int) block {
 	hl, ok := m.health[node]
 	if !ok {
-		return []string{fit(" "+st.Bold.r(node), w)}
+		first := c.lines()
+		from := len(c.b)
+		c.byte(' ')
+		c.styled(st.Bold, node)
+		c.fit(from, w)
+		c.endLine()
+		return c.since(first)
 	}
-	f := []string{st.Bold.r(node), fmt.Sprintf("cpu %.0f%% of %d", hl.CPUPercent, hl.Cores), fmt.Sprintf("mem %s/%s", units.BytesShort(hl.MemUsed), units.BytesShort(hl.MemTotal))}
+	p := c.pack(w, 2)
+	p.styled(st.Bold, node)
+	p.begin()
+	c.str("cpu ")
+	c.fixed(hl.CPUPercent, 0)
+	c.str("% of ")
+	c.num(hl.Cores)
+	p.end()
+	p.begin()
+	c.str("mem ")
+	c.str(hl.memUsed)
+	c.byte('/')
+	c.str(hl.memTotal)
+	p.end()
 	if hl.WorkersRSS > 0 {
-		f = append(f, "workers "+units.BytesShort(hl.WorkersRSS))
+		p.begin()
+		c.str("workers ")
+		c.str(hl.workersRSS)
+		p.end()
 	}
-	return pack(f, w, 2)
+	return p.finish()
 }
 
 // memLine draws one memory bar: a GPU's (with its load) or a CPU
-// worker's resident memory over the node's.
-func (m *dashModel) memLine(st styles, r memRow, w int) string {
-	dev := fmt.Sprintf("gpu%d", r.device)
-	if r.device < 0 {
-		dev = fmt.Sprintf("r%d", r.rank)
-	}
-	val := units.BytesShort(r.used)
+// worker's resident memory over the node's; the line stays open.
+func (m *dashModel) memLine(c *canvas, st styles, r memRow, w int) {
+	var buf [96]byte
+	val := append(buf[:0], r.usedText...)
 	if r.total > 0 {
-		val += "/" + units.BytesShort(r.total)
+		val = append(append(val, '/'), r.totalText...)
 	}
 	if r.device >= 0 {
 		for _, g := range m.health[r.node].GPUs {
@@ -101,26 +198,59 @@ func (m *dashModel) memLine(st styles, r memRow, w int) string {
 				continue
 			}
 			if g.UtilPercent >= 0 {
-				val += fmt.Sprintf(" %d%%", g.UtilPercent)
+				val = append(strconv.AppendInt(append(val, ' '), int64(g.UtilPercent), 10), '%')
 			}
 			if g.PowerW >= 0 {
-				val += fmt.Sprintf(" %.0fW", g.PowerW)
+				val = append(strconv.AppendFloat(append(val, ' '), g.PowerW, 'f', 0, 64), 'W')
 			}
 			if g.TempC >= 0 {
-				val += fmt.Sprintf(" %d°C", g.TempC)
+				val = append(strconv.AppendInt(append(val, ' '), int64(g.TempC), 10), "°C"...)
 			}
 		}
 	}
-	label := fmt.Sprintf("   %-5s ", dev)
-	barW := w - len(label) - len([]rune(val)) - 1
+	from := len(c.b)
+	c.str("   ")
+	dev := len(c.b)
+	if r.device < 0 {
+		c.byte('r')
+		c.num(r.rank)
+	} else {
+		c.str("gpu")
+		c.num(r.device)
+	}
+	c.padTo(dev, 5)
+	c.byte(' ')
+	barW := w - (len(c.b) - from) - utf8.RuneCount(val) - 1
 	if barW < 3 {
-		return fit(label+val, w)
+		c.b = append(c.b, val...)
+		c.fit(from, w)
+		return
 	}
 	total := r.total
 	if total <= 0 {
 		total = r.used
 	}
-	return label + bar(st, r.used, total, barW) + " " + val
+	c.bar(st, r.used, total, barW)
+	c.byte(' ')
+	c.b = append(c.b, val...)
+}
+
+// bar draws used/total as a bar of w cells.
+func (c *canvas) bar(st styles, used, total int64, w int) {
+	if w <= 0 {
+		return
+	}
+	full := 0
+	if total > 0 {
+		full = int(float64(used) / float64(total) * float64(w))
+	}
+	full = min(max(full, 0), w)
+	from := len(c.b)
+	c.repeat("█", full)
+	c.paint(st.Bar, from)
+	from = len(c.b)
+	c.repeat("░", w-full)
+	c.paint(st.Dim, from)
 }
 
 // rankCol is a column of the ranks pane.
@@ -128,7 +258,7 @@ type rankCol struct {
 	head string
 	w    int // its width; the collective column's least
 	prio int // columns of low priority go first when the pane is narrow
-	cell func(r *rankState) string
+	cell func(c *canvas, r *rankState, now time.Time)
 }
 
 // collectiveHead heads the column of the collective in flight.
@@ -141,6 +271,69 @@ const heatMin = 10
 // pane has room.
 const flexMax = 64
 
+// rankCols are the ranks pane's columns, left to right.
+var rankCols = [...]rankCol{
+	{"state", 11, 9, func(c *canvas, r *rankState, _ time.Time) {
+		if r.silent > 0 {
+			c.str("silent ")
+			c.b = appendDuration(c.b, r.silent.Seconds())
+		} else {
+			c.str(stateName(r.state))
+		}
+		if r.cause {
+			c.str(" ✗")
+		}
+	}},
+	{"node", 12, 2, func(c *canvas, r *rankState, _ time.Time) { c.str(r.node) }},
+	{"pid", 7, 0, func(c *canvas, r *rankState, _ time.Time) {
+		if r.pid == 0 || ended(r.state) {
+			c.byte('-')
+			return
+		}
+		c.num(r.pid)
+	}},
+	{"step", 7, 8, func(c *canvas, r *rankState, _ time.Time) {
+		if r.steps == 0 {
+			c.byte('-')
+			return
+		}
+		c.num(r.last.Step)
+	}},
+	{"step s", 7, 4, func(c *canvas, r *rankState, _ time.Time) { secs(c, r, r.last.StepTimeS) }},
+	{"comp s", 7, 7, func(c *canvas, r *rankState, _ time.Time) { secs(c, r, r.last.ComputeS()) }},
+	{"cpu", 5, 3, func(c *canvas, r *rankState, _ time.Time) {
+		if r.cpu < 0 || ended(r.state) {
+			c.byte('-')
+			return
+		}
+		c.fixed(r.cpu, 0)
+		c.byte('%')
+	}},
+	{"tok/s", 7, 1, func(c *canvas, r *rankState, _ time.Time) {
+		if r.steps == 0 {
+			c.byte('-')
+			return
+		}
+		c.str(r.tokens)
+	}},
+	{"mem", 7, 3, func(c *canvas, r *rankState, _ time.Time) {
+		if r.mem <= 0 {
+			c.byte('-')
+			return
+		}
+		c.str(r.memText)
+	}},
+	{collectiveHead, 26, 6, func(c *canvas, r *rankState, _ time.Time) { c.str(collective(r)) }},
+	{"heard", 8, 5, func(c *canvas, r *rankState, now time.Time) {
+		if ended(r.state) || r.heard.IsZero() || now.IsZero() {
+			c.byte('-')
+			return
+		}
+		c.b = appendDuration(c.b, max(now.Sub(r.heard).Seconds(), 0))
+		c.str(" ago")
+	}},
+}
+
 // ranksLines draws the ranks pane in w×h cells: a row per rank, in rank
 // order or slowest first, with its state (or how long it has been
 // silent), node, pid, step, step and compute time, CPU, throughput,
@@ -148,195 +341,187 @@ const flexMax = 64
 // age of its last progress report; at the end of each row the heat
 // strip, its compute time over its last steps against the median rank's.
 // The columns of least use go first when the pane is narrow; when it is
-// wide, the node and collective columns take what their text needs and
-// the heat strip the rest.
-func (m *dashModel) ranksLines(st styles, w, h int, now time.Time) []string {
-	title := "Ranks  " + m.stateCounts(st)
+// wide, the node and collective columns take what their text needs (the
+// widest of every rank's, which settle measures) and the heat strip the
+// rest. Only the rows in view are drawn.
+func (m *dashModel) ranksLines(c *canvas, st styles, w, h int, now time.Time) block {
+	first := c.lines()
+	rows := h - 2
+	if len(m.ranks) > 0 && rows > 0 {
+		pos := 0
+		for i, r := range m.order {
+			if r == m.sel {
+				pos = i
+			}
+		}
+		if pos < m.rankTop {
+			m.rankTop = pos
+		}
+		if pos >= m.rankTop+rows {
+			m.rankTop = pos - rows + 1
+		}
+		m.rankTop = min(m.rankTop, max(len(m.order)-rows, 0))
+	}
+	focused := m.focus == paneRanks
+	from := c.ruleBegin(focused)
+	c.str("Ranks  ")
+	m.stateCounts(c, st)
 	if m.slow.rank >= 0 {
-		title += " · " + m.slow.text(true)
+		c.str(" · ")
+		c.b = m.slow.appendText(c.b, true)
 	}
-	order := "by number"
 	if m.bySlow {
-		order = "slowest first"
+		c.str(" · slowest first (o)")
+	} else {
+		c.str(" · by number (o)")
 	}
-	title += " · " + order + " (o)"
-	out := []string{rule(st, title, w, m.focus == paneRanks)}
+	if len(m.ranks) > 0 && rows > 0 && len(m.order) > rows {
+		c.str(" · rows ")
+		c.num(m.rankTop + 1)
+		c.byte('-')
+		c.num(min(m.rankTop+rows, len(m.order)))
+		c.str(" of ")
+		c.num(len(m.order))
+	}
+	c.ruleEnd(st, from, w, focused)
+	c.endLine()
 	if len(m.ranks) == 0 {
-		return append(out, fit("  no ranks yet", w))
+		c.fitLine("  no ranks yet", w)
+		return c.since(first)
 	}
-	cols := []rankCol{
-		{"state", 11, 9, func(r *rankState) string {
-			s := stateName(r.state)
-			if r.silent > 0 {
-				s = "silent " + duration(r.silent.Seconds())
-			}
-			if r.cause {
-				s += " ✗"
-			}
-			return s
-		}},
-		{"node", 12, 2, func(r *rankState) string { return r.node }},
-		{"pid", 7, 0, func(r *rankState) string {
-			if r.pid == 0 || ended(r.state) {
-				return "-"
-			}
-			return fmt.Sprint(r.pid)
-		}},
-		{"step", 7, 8, func(r *rankState) string {
-			if r.steps == 0 {
-				return "-"
-			}
-			return fmt.Sprint(r.last.Step)
-		}},
-		{"step s", 7, 4, func(r *rankState) string { return secs(r, r.last.StepTimeS) }},
-		{"comp s", 7, 7, func(r *rankState) string { return secs(r, r.last.ComputeS()) }},
-		{"cpu", 5, 3, func(r *rankState) string {
-			if r.cpu < 0 || ended(r.state) {
-				return "-"
-			}
-			return fmt.Sprintf("%.0f%%", r.cpu)
-		}},
-		{"tok/s", 7, 1, func(r *rankState) string {
-			if r.steps == 0 {
-				return "-"
-			}
-			return units.Metric(r.last.TokensPerS)
-		}},
-		{"mem", 7, 3, func(r *rankState) string {
-			if r.mem <= 0 {
-				return "-"
-			}
-			return units.BytesShort(r.mem)
-		}},
-		{collectiveHead, 26, 6, collective},
-		{"heard", 8, 5, func(r *rankState) string {
-			if ended(r.state) || r.heard.IsZero() || now.IsZero() {
-				return "-"
-			}
-			return duration(max(now.Sub(r.heard).Seconds(), 0)) + " ago"
-		}},
-	}
+	cols := rankCols
+	n := len(cols)
 	// Without a process, a rank has no pid, CPU, memory or word.
-	if !slices.ContainsFunc(m.ranks, func(r rankState) bool { return r.state == rankRunning || r.state == rankStarting }) {
-		cols = slices.DeleteFunc(cols, func(c rankCol) bool {
-			return c.head == "pid" || c.head == "cpu" || c.head == "mem" || c.head == "heard"
-		})
+	if !m.anyProcess() {
+		k := 0
+		for _, col := range cols {
+			if col.head != "pid" && col.head != "cpu" && col.head != "mem" && col.head != "heard" {
+				cols[k] = col
+				k++
+			}
+		}
+		n = k
 	}
 	// Drop the columns of least priority until the strip has room.
-	numW := max(len(fmt.Sprint(len(m.ranks)-1)), 4) + 1
+	var digits [20]byte
+	numW := max(len(strconv.AppendInt(digits[:0], int64(len(m.ranks)-1), 10)), 4) + 1
 	used := func() int {
-		n := 1 + numW
-		for _, c := range cols {
-			n += c.w + 1
+		u := 1 + numW
+		for _, col := range cols[:n] {
+			u += col.w + 1
 		}
-		return n
+		return u
 	}
-	for w-used() < heatMin && len(cols) > 2 {
+	for w-used() < heatMin && n > 2 {
 		low := 0
-		for i, c := range cols {
-			if c.prio < cols[low].prio {
+		for i, col := range cols[:n] {
+			if col.prio < cols[low].prio {
 				low = i
 			}
 		}
-		cols = append(cols[:low], cols[low+1:]...)
+		copy(cols[low:n], cols[low+1:n])
+		n--
 	}
 	// Room to spare goes to the node and collective columns, as much as
 	// their text needs, then to the heat strip.
-	for i := range cols {
-		c := &cols[i]
-		if c.head != "node" && c.head != collectiveHead {
+	for i := range cols[:n] {
+		col := &cols[i]
+		var widths *[flexMax + 1]int
+		switch col.head {
+		case "node":
+			widths = &m.pace.nodeW
+		case collectiveHead:
+			widths = &m.pace.collW
+		default:
 			continue
 		}
-		need := c.w
-		for k := range m.ranks {
-			need = max(need, ansi.StringWidth(c.cell(&m.ranks[k])))
-		}
-		c.w += max(min(min(need, flexMax)-c.w, w-used()-heatMin), 0)
+		need := max(col.w, widest(widths))
+		col.w += max(min(min(need, flexMax)-col.w, w-used()-heatMin), 0)
 	}
-	var head strings.Builder
-	head.WriteString(" " + fmt.Sprintf("%-*s", numW, "rank"))
-	for _, c := range cols {
-		head.WriteString(fit(c.head, c.w) + " ")
+	from = len(c.b)
+	c.byte(' ')
+	at := len(c.b)
+	c.str("rank")
+	c.padTo(at, numW)
+	for _, col := range cols[:n] {
+		at := len(c.b)
+		c.str(col.head)
+		c.fit(at, col.w)
+		c.byte(' ')
 	}
 	heatW := max(w-used(), 0)
-	head.WriteString(fit("compute per step vs others (█ ≥3×)", heatW))
-	out = append(out, st.Dim.r(fit(head.String(), w)))
+	at = len(c.b)
+	c.str("compute per step vs others (█ ≥3×)")
+	c.fit(at, heatW)
+	c.fit(from, w)
+	c.paint(st.Dim, from)
+	c.endLine()
 
-	rows := h - 2
-	if rows <= 0 {
-		return out
-	}
-	pos := 0
-	for i, r := range m.order {
-		if r == m.sel {
-			pos = i
-		}
-	}
-	if pos < m.rankTop {
-		m.rankTop = pos
-	}
-	if pos >= m.rankTop+rows {
-		m.rankTop = pos - rows + 1
-	}
-	m.rankTop = min(m.rankTop, max(len(m.order)-rows, 0))
-	var b strings.Builder
-	for i := m.rankTop; i < len(m.order) && i < m.rankTop+rows; i++ {
+	for i := m.rankTop; rows > 0 && i < len(m.order) && i < m.rankTop+rows; i++ {
 		ri := m.order[i]
 		r := &m.ranks[ri]
-		b.Reset()
-		num := fmt.Sprintf("%-*d", numW, ri)
+		from := len(c.b)
 		if ri == m.sel {
-			b.WriteString(st.Sel.r("›" + num))
+			c.str("›")
 		} else {
-			b.WriteString(" " + num)
+			c.byte(' ')
 		}
-		for k, c := range cols {
-			cell := fit(c.cell(r), c.w)
+		at := len(c.b)
+		c.num(ri)
+		c.padTo(at, numW)
+		if ri == m.sel {
+			c.paint(st.Sel, from)
+		}
+		for k, col := range cols[:n] {
+			at := len(c.b)
+			col.cell(c, r, now)
+			c.fit(at, col.w)
 			if k == 0 {
 				s := r.state
 				if r.silent > 0 {
 					s = rankSilent
 				}
-				cell = st.state(s).r(cell)
+				c.paint(st.state(s), at)
 			}
-			b.WriteString(cell + " ")
+			c.byte(' ')
 		}
-		b.WriteString(m.heat(st, r, heatW))
-		out = append(out, fit(b.String(), w))
+		m.heat(c, st, r, heatW)
+		c.fit(from, w)
+		c.endLine()
 	}
-	if len(m.order) > rows {
-		out[0] = rule(st, title+fmt.Sprintf(" · rows %d-%d of %d", m.rankTop+1, min(m.rankTop+rows, len(m.order)), len(m.order)), w, m.focus == paneRanks)
-	}
-	return out
+	return c.since(first)
 }
 
-// secs formats a time of the rank's last step.
-func secs(r *rankState, s float64) string {
-	if r.steps == 0 {
-		return "-"
+// anyProcess reports whether a rank runs or is starting: has a process.
+func (m *dashModel) anyProcess() bool {
+	for i := range m.ranks {
+		if s := m.ranks[i].state; s == rankRunning || s == rankStarting {
+			return true
+		}
 	}
-	return fmt.Sprintf("%.3f", s)
+	return false
+}
+
+// secs writes a time of the rank's last step.
+func secs(c *canvas, r *rankState, s float64) {
+	if r.steps == 0 {
+		c.byte('-')
+		return
+	}
+	c.fixed(s, 3)
 }
 
 // collective says what the rank is doing in its communicator: the
-// operation in flight and for how long, or its last one; for a rank that
-// has ended, how it ended.
+// operation in flight and for how long, or its last one (progressText);
+// for a rank that has ended, how it ended.
 func collective(r *rankState) string {
 	if ended(r.state) || r.state == rankRestarting {
 		return r.why
 	}
-	p := r.prog
-	if p == nil {
+	if r.prog == nil {
 		return ""
 	}
-	if len(p.InFlight) > 0 {
-		op := p.InFlight[0]
-		return fmt.Sprintf("in %s %.0fs", op, op.WaitS)
-	}
-	if p.Last != nil {
-		return "after " + p.Last.String()
-	}
-	return fmt.Sprintf("computing step %d", p.Step)
+	return r.progText
 }
 
 // heatLevels shade a step's compute time against the median rank's.
@@ -347,25 +532,17 @@ var heatLevels = []struct {
 
 // heat draws the rank's compute time over its last steps, newest at the
 // right, in w cells.
-func (m *dashModel) heat(st styles, r *rankState, w int) string {
+func (m *dashModel) heat(c *canvas, st styles, r *rankState, w int) {
 	if w <= 0 {
-		return ""
+		return
 	}
 	t := r.tail(w)
 	ref := m.slow.typical
-	var b strings.Builder
-	b.WriteString(strings.Repeat(" ", w-len(t)))
-	var run strings.Builder
-	runStyle := -1
-	flush := func() {
-		if run.Len() == 0 {
-			return
-		}
-		s := []style{st.OK, st.Warn, st.Bad}[runStyle]
-		b.WriteString(s.r(run.String()))
-		run.Reset()
-	}
-	for _, s := range t {
+	c.spaces(w - t.n)
+	looks := [...]style{st.OK, st.Warn, st.Bad}
+	run, look := -1, -1
+	for i := range t.n {
+		s := t.at(i)
 		ratio := 1.0
 		if ref > 0 {
 			ratio = s.computeS / ref
@@ -374,56 +551,87 @@ func (m *dashModel) heat(st styles, r *rankState, w int) string {
 		for lvl < len(heatLevels)-1 && ratio > heatLevels[lvl].upTo {
 			lvl++
 		}
-		sty := 0
+		k := 0
 		switch {
 		case lvl >= 3:
-			sty = 2
+			k = 2
 		case lvl >= 1:
-			sty = 1
+			k = 1
 		}
-		if sty != runStyle {
-			flush()
-			runStyle = sty
+		if k != look {
+			if run >= 0 {
+				c.paint(looks[look], run)
+			}
+			run, look = len(c.b), k
 		}
-		run.WriteRune(heatLevels[lvl].r)
+		c.char(heatLevels[lvl].r)
 	}
-	flush()
-	return b.String()
+	if run >= 0 {
+		c.paint(looks[look], run)
+	}
 }
 
 // logLines draws the log pane in w×h cells: the selected rank's lines,
 // the newest at the bottom (or where the scrolling left them), long lines
 // wrapped when wrap is on, else cut.
-func (m *dashModel) logLines(st styles, w, h int) []string {
+func (m *dashModel) logLines(c *canvas, st styles, w, h int) block {
+	first := c.lines()
 	l := m.logs[m.sel]
-	node := ""
+	focused := m.focus == paneLog
+	from := c.ruleBegin(focused)
+	c.str("Log  rank ")
+	c.num(m.sel)
 	if m.sel < len(m.ranks) && m.ranks[m.sel].node != "" {
-		node = " on " + m.ranks[m.sel].node
+		c.str(" on ")
+		c.str(m.ranks[m.sel].node)
 	}
-	title := fmt.Sprintf("Log  rank %d%s", m.sel, node)
 	if m.follow {
-		title += " · follow"
+		c.str(" · follow")
 	} else {
-		title += fmt.Sprintf(" · %d lines up (G follows)", m.logOff)
+		c.str(" · ")
+		c.num(m.logOff)
+		c.str(" lines up (G follows)")
 	}
 	if m.wrap {
-		title += " · wrap (W)"
+		c.str(" · wrap (W)")
 	} else {
-		title += " · cut (W wraps)"
+		c.str(" · cut (W wraps)")
 	}
 	if m.search != "" {
-		title += " · /" + m.search + " (n/N)"
+		c.str(" · /")
+		c.str(m.search)
+		c.str(" (n/N)")
 	}
-	out := []string{rule(st, title, w, m.focus == paneLog)}
+	c.ruleEnd(st, from, w, focused)
+	c.endLine()
 	rows := h - 1
 	n := 0
 	if l != nil {
 		n = l.len()
 	}
 	if n == 0 {
-		return append(out, fit("  no output from this rank yet", w))
+		c.fitLine("  no output from this rank yet", w)
+		return c.since(first)
 	}
 	end := n - min(m.logOff, n-1)
+	if !m.wrap {
+		for i := max(end-rows, 0); i < end; i++ {
+			from := len(c.b)
+			s := l.at(i)
+			if j := strings.Index(s, m.search); m.search != "" && j >= 0 {
+				c.str("▸")
+				c.str(s[:j])
+				c.styled(st.Match, s[j:j+len(m.search)])
+				c.str(s[j+len(m.search):])
+			} else {
+				c.byte(' ')
+				c.str(s)
+			}
+			c.fit(from, w)
+			c.endLine()
+		}
+		return c.since(first)
+	}
 	var shown []string // bottom up
 	for i := end - 1; i >= 0 && len(shown) < rows; i-- {
 		s := l.at(i)
@@ -433,10 +641,6 @@ func (m *dashModel) logLines(st styles, w, h int) []string {
 				gutter = "▸"
 				s = s[:j] + st.Match.r(s[j:j+len(m.search)]) + s[j+len(m.search):]
 			}
-		}
-		if !m.wrap {
-			shown = append(shown, fit(gutter+s, w))
-			continue
 		}
 		parts := wrap(s, w-1)
 		for k := len(parts) - 1; k >= 0 && len(shown) < rows; k-- {
@@ -450,7 +654,7 @@ func (m *dashModel) logLines(st styles, w, h int) []string {
 		}
 	}
 	for i := len(shown) - 1; i >= 0; i-- {
-		out = append(out, shown[i])
+		c.textLine(shown[i])
 	}
-	return out
+	return c.since(first)
 }

@@ -2,26 +2,30 @@ package tui
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
+	"strconv"
 	"strings"
 	"time"
-
-	"github.com/charmbracelet/x/ansi"
 )
 
 // view draws the dashboard in w×h cells at time now (the model's clock,
-// which ages the heartbeats and the checkpoint): the header, the failure
-// banner, then the loss chart beside the speed and the nodes, the ranks
-// and the log; or, zoomed, the header and the focused pane alone.
-func (m *dashModel) view(st styles, w, h int, now time.Time) []string {
-	lines := m.header(st, w, now)
+// which ages the heartbeats and the checkpoint) into c, and appends its
+// h lines to rows: the header, the failure banner, then the loss chart
+// beside the speed and the nodes, the ranks and the log; or, zoomed, the
+// header and the focused pane alone.
+func (m *dashModel) view(c *canvas, rows []int, st styles, w, h int, now time.Time) []int {
+	top := len(rows)
+	rows = appendBlock(rows, m.header(c, st, w, now))
 	if m.banner && m.failure != nil {
-		lines = append(lines, m.bannerLines(st, w, max(3, h/3))...)
+		first := c.lines()
+		for _, l := range m.bannerLines(st, w, max(3, h/3)) {
+			c.textLine(l)
+		}
+		rows = appendBlock(rows, c.since(first))
 	}
-	rest := h - len(lines)
+	rest := h - (len(rows) - top)
 	if m.zoom {
-		lines = append(lines, m.pane(st, m.focus, w, rest, now)...)
-		return pad(lines, h)
+		rows = appendBlock(rows, m.pane(c, st, m.focus, w, rest, now))
+		return padRows(c, rows, top, h)
 	}
 	ranksH := 1 + min(max(len(m.ranks), 1)+1, max(3, rest/4))
 	topH := max(5, rest*2/5)
@@ -34,32 +38,62 @@ func (m *dashModel) view(st styles, w, h int, now time.Time) []string {
 	// The loss chart beside the speed and the nodes.
 	chartW := w * 3 / 5
 	sideW := w - chartW - 1
-	left := m.pane(st, paneChart, chartW, topH, now)
-	speed := m.speedLines(st, sideW)
-	right := append(speed, m.pane(st, paneNodes, sideW, max(topH-len(speed), 2), now)...)
+	left := m.pane(c, st, paneChart, chartW, topH, now)
+	speed := m.speedLines(c, st, sideW)
+	nodes := m.pane(c, st, paneNodes, sideW, max(topH-speed.n, 2), now)
+	right := block{speed.first, speed.n + nodes.n} // the nodes follow the speed
 	for i := range topH {
-		lines = append(lines, fit(at(left, i), chartW)+" "+fit(at(right, i), sideW))
+		c.putFit(left.at(i), chartW)
+		c.byte(' ')
+		c.putFit(right.at(i), sideW)
+		rows = append(rows, c.endLine())
 	}
-	lines = append(lines, m.pane(st, paneRanks, w, ranksH, now)...)
+	rows = appendBlock(rows, m.pane(c, st, paneRanks, w, ranksH, now))
 	// The log beside the events where there is room; else the events,
 	// a few rows, above the log.
 	if w >= wideEvents {
 		logW := w * 11 / 20
 		evW := w - logW - 1
-		lg := m.pane(st, paneLog, logW, logH, now)
-		es := m.pane(st, paneEvents, evW, logH, now)
+		lg := m.pane(c, st, paneLog, logW, logH, now)
+		es := m.pane(c, st, paneEvents, evW, logH, now)
 		for i := range logH {
-			lines = append(lines, fit(at(lg, i), logW)+" "+fit(at(es, i), evW))
+			c.putFit(lg.at(i), logW)
+			c.byte(' ')
+			c.putFit(es.at(i), evW)
+			rows = append(rows, c.endLine())
 		}
-		return pad(lines, h)
+		return padRows(c, rows, top, h)
 	}
 	evH := min(4, logH-4)
 	if evH >= 2 {
-		lines = append(lines, m.pane(st, paneEvents, w, evH, now)...)
+		rows = appendBlock(rows, m.pane(c, st, paneEvents, w, evH, now))
 		logH -= evH
 	}
-	lines = append(lines, m.pane(st, paneLog, w, logH, now)...)
-	return pad(lines, h)
+	rows = appendBlock(rows, m.pane(c, st, paneLog, w, logH, now))
+	return padRows(c, rows, top, h)
+}
+
+// appendBlock appends the lines of k to rows.
+func appendBlock(rows []int, k block) []int {
+	for i := range k.n {
+		rows = append(rows, k.first+i)
+	}
+	return rows
+}
+
+// padRows makes the rows from top on exactly h: cut, or padded with empty
+// lines.
+func padRows(c *canvas, rows []int, top, h int) []int {
+	if len(rows)-top > h {
+		return rows[:top+h]
+	}
+	if len(rows)-top < h {
+		empty := c.endLine()
+		for len(rows)-top < h {
+			rows = append(rows, empty)
+		}
+	}
+	return rows
 }
 
 // wideEvents is the narrowest dashboard that shows the events pane beside
@@ -67,39 +101,21 @@ func (m *dashModel) view(st styles, w, h int, now time.Time) []string {
 const wideEvents = 120
 
 // pane draws one pane with its title rule in w×h cells.
-func (m *dashModel) pane(st styles, p, w, h int, now time.Time) []string {
-	var out []string
+func (m *dashModel) pane(c *canvas, st styles, p, w, h int, now time.Time) block {
+	var k block
 	switch p {
 	case paneChart:
-		out = m.chartLines(st, w, h)
+		k = m.chartLines(c, st, w, h)
 	case paneNodes:
-		out = m.nodesLines(st, w, h)
+		k = m.nodesLines(c, st, w, h)
 	case paneRanks:
-		out = m.ranksLines(st, w, h, now)
+		k = m.ranksLines(c, st, w, h, now)
 	case paneEvents:
-		out = m.eventsLines(st, w, h)
+		k = m.eventsLines(c, st, w, h)
 	default:
-		out = m.logLines(st, w, h)
+		k = m.logLines(c, st, w, h)
 	}
-	if len(out) > h {
-		out = out[:h]
-	}
-	return out
-}
-
-func at(s []string, i int) string {
-	if i < len(s) {
-		return s[i]
-	}
-	return ""
-}
-
-// pad makes lines exactly h long.
-func pad(lines []string, h int) []string {
-	for len(lines) < h {
-		lines = append(lines, "")
-	}
-	return lines[:h]
+	return k.cut(h)
 }
 
 // lead returns the charted rank, whose figures the header shows; nil
@@ -120,17 +136,22 @@ func (m *dashModel) eta(r *rankState) (float64, bool) {
 	if !m.running() || m.maxSteps <= r.last.Step+1 {
 		return 0, false
 	}
-	t := r.tail(32)
-	var own []float64
-	for _, s := range t {
-		if s.stepS > 0 {
-			own = append(own, s.stepS)
+	const window = 32
+	t := r.tail(window)
+	var own [window]float64
+	n := 0
+	for i := range t.n {
+		if s := t.at(i); s.stepS > 0 {
+			own[n] = s.stepS
+			n++
 		}
 	}
-	per := median(own)
-	if len(t) >= 2 && t[len(t)-1].step > t[0].step {
-		if d := t[len(t)-1].at.Sub(t[0].at).Seconds(); d > 0 {
-			per = max(per, d/float64(t[len(t)-1].step-t[0].step))
+	per := median(own[:n])
+	if t.n >= 2 {
+		if first, last := t.at(0), t.at(t.n-1); last.step > first.step {
+			if d := last.at.Sub(first.at).Seconds(); d > 0 {
+				per = max(per, d/float64(last.step-first.step))
+			}
 		}
 	}
 	if per <= 0 {
@@ -139,41 +160,62 @@ func (m *dashModel) eta(r *rankState) (float64, bool) {
 	return float64(m.maxSteps-1-r.last.Step) * per, true
 }
 
-// header is the figures of the job, wrapped into at most three lines: the
-// step and loss first, then the ranks' states and the slowest rank, the
-// optimizer's figures, the checkpoint and the restarts.
-func (m *dashModel) header(st styles, w int, now time.Time) []string {
-	var f []string
+// header draws the figures of the job, wrapped into at most three lines:
+// the step and loss first, then the ranks' states and the slowest rank,
+// the optimizer's figures, the checkpoint and the restarts.
+func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
+	p := c.pack(w, 3)
 	if m.state == "" && m.message != "" {
-		f = append(f, m.message)
+		p.text(m.message)
 	}
 	if r := m.lead(); r != nil {
 		mt := r.last
-		step := fmt.Sprintf("step %d", mt.Step)
-		if m.maxSteps > 0 {
-			step += fmt.Sprintf("/%d", m.maxSteps)
-		}
-		f = append(f, step, st.Bold.r(fmt.Sprintf("loss %.4f", mt.Loss)))
+		p.begin()
+		m.stepText(c, mt.Step)
+		p.end()
+		p.begin()
+		from := len(c.b)
+		c.str("loss ")
+		c.fixed(mt.Loss, 4)
+		c.paint(st.Bold, from)
+		p.end()
 		if e, ok := m.eval.last(); ok {
-			f = append(f, fmt.Sprintf("eval %.4f", e.v))
+			p.begin()
+			c.str("eval ")
+			c.fixed(e.v, 4)
+			p.end()
 		}
-		f = append(f, units.Metric(mt.TokensPerS)+" tok/s", fmt.Sprintf("MFU %.1f%%", mt.MFU*100))
+		p.begin()
+		c.str(r.tokens)
+		c.str(" tok/s")
+		p.end()
+		p.begin()
+		c.str("MFU ")
+		c.fixed(mt.MFU*100, 1)
+		c.byte('%')
+		p.end()
 		if eta, ok := m.eta(r); ok {
-			f = append(f, "ETA "+duration(eta))
+			p.begin()
+			c.str("ETA ")
+			c.b = appendDuration(c.b, eta)
+			p.end()
 		}
 	} else if m.from > 0 {
 		// A resumed attempt before its first step: where it resumes, not
 		// the steps its agents send again.
-		step := fmt.Sprintf("step %d", m.from)
-		if m.maxSteps > 0 {
-			step += fmt.Sprintf("/%d", m.maxSteps)
-		}
+		p.begin()
+		m.stepText(c, m.from)
 		if m.running() {
-			step += " (resuming)"
+			c.str(" (resuming)")
 		}
-		f = append(f, step)
-		if p, ok := m.train.last(); ok && p.step <= m.from {
-			f = append(f, st.Bold.r(fmt.Sprintf("loss %.4f", p.v)))
+		p.end()
+		if pt, ok := m.train.last(); ok && pt.step <= m.from {
+			p.begin()
+			from := len(c.b)
+			c.str("loss ")
+			c.fixed(pt.v, 4)
+			c.paint(st.Bold, from)
+			p.end()
 		}
 	}
 	if !m.start.IsZero() {
@@ -182,105 +224,223 @@ func (m *dashModel) header(st styles, w int, now time.Time) []string {
 			end = now
 		}
 		if end.After(m.start) {
-			f = append(f, "elapsed "+duration(end.Sub(m.start).Seconds()))
+			p.begin()
+			c.str("elapsed ")
+			c.b = appendDuration(c.b, end.Sub(m.start).Seconds())
+			p.end()
 		}
 	}
 	if len(m.ranks) > 0 {
-		f = append(f, "ranks: "+m.stateCounts(st))
+		p.begin()
+		c.str("ranks: ")
+		m.stateCounts(c, st)
+		p.end()
 	}
 	if s := m.slow; s.rank >= 0 {
-		text := s.text(false)
+		p.begin()
+		from := len(c.b)
+		c.b = s.appendText(c.b, false)
 		switch {
 		case s.silent > 0:
-			text = st.Bad.r(text)
+			c.paint(st.Bad, from)
 		case s.stall.secs > 0 || s.ratio() >= 1.5:
-			text = st.Warn.r(text)
+			c.paint(st.Warn, from)
 		}
-		f = append(f, text)
+		p.end()
 	}
 	if r := m.lead(); r != nil {
 		mt := r.last
-		f = append(f, fmt.Sprintf("lr %.2e", mt.LR), fmt.Sprintf("grad norm %.3g", mt.GradNorm))
+		p.begin()
+		c.str("lr ")
+		c.float(mt.LR, 'e', 2)
+		p.end()
+		p.begin()
+		c.str("grad norm ")
+		c.float(mt.GradNorm, 'g', 3)
+		p.end()
 		if mt.LossScale > 0 {
-			f = append(f, fmt.Sprintf("loss scale %g, %d skipped", mt.LossScale, mt.SkippedSteps))
+			p.begin()
+			c.b = fmt.Appendf(c.b, "loss scale %g, %d skipped", mt.LossScale, mt.SkippedSteps)
+			p.end()
 		}
 	}
 	if m.state != "" || m.ckpt.step > 0 {
-		f = append(f, m.ckptText(now))
+		p.begin()
+		c.b = m.appendCkpt(c.b, now)
+		p.end()
 	}
 	if r := m.restart; r != nil {
 		from := "from the start"
 		if r.Step > 0 {
 			from = fmt.Sprintf("from step %d", r.Step)
 		}
-		f = append(f, st.Warn.r(fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause)))
+		p.styled(st.Warn, fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause))
 		if m.replan != "" {
-			f = append(f, st.Warn.r(m.replan))
+			p.styled(st.Warn, m.replan)
 		}
 	}
-	if len(f) == 0 {
-		return []string{fit(" no job yet: launch one from the Job screen (3)", w)}
+	if p.fields == 0 {
+		p.discard()
+		first := c.lines()
+		c.fitLine(" no job yet: launch one from the Job screen (3)", w)
+		return c.since(first)
 	}
-	return pack(f, w, 3)
+	return p.finish()
 }
 
-// stateCounts is the ranks' states counted, each in its colour.
-func (m *dashModel) stateCounts(st styles) string {
-	text := counts(m.ranks)
-	if !st.Bad.on {
-		return text
+// stepText writes "step 12/200": step, of the job's steps if known.
+func (m *dashModel) stepText(c *canvas, step int) {
+	c.str("step ")
+	c.num(step)
+	if m.maxSteps > 0 {
+		c.byte('/')
+		c.num(m.maxSteps)
 	}
-	parts := strings.Split(text, " · ")
-	for i, p := range parts {
-		_, s, _ := strings.Cut(p, " ")
-		s, _, _ = strings.Cut(s, " ")
-		parts[i] = st.state(s).r(p)
-	}
-	return strings.Join(parts, " · ")
 }
 
-// ckptText says where the checkpoints are: the last one saved and how long
-// ago, a save in flight.
-func (m *dashModel) ckptText(now time.Time) string {
+// stateCounts writes the ranks' states counted, as the last settle
+// counted them, each in its colour: "3 running · 1 silent", "3 stopped ·
+// 1 failed (cause)".
+func (m *dashModel) stateCounts(c *canvas, st styles) {
+	first := true
+	for k, s := range rankOrder {
+		n := m.pace.counts[k]
+		if n <= 0 {
+			continue
+		}
+		if !first {
+			c.str(" · ")
+		}
+		first = false
+		from := len(c.b)
+		c.num(n)
+		c.byte(' ')
+		c.str(stateName(s))
+		if m.pace.causes[k] > 0 {
+			c.str(" (cause)")
+		}
+		c.paint(st.state(stateName(s)), from)
+	}
+}
+
+// appendCkpt appends where the checkpoints are: the last one saved and
+// how long ago, a save in flight.
+func (m *dashModel) appendCkpt(b []byte, now time.Time) []byte {
 	c := m.ckpt
-	s := "no checkpoint yet"
-	if c.step == 0 && m.from > 0 {
-		s = fmt.Sprintf("checkpoint step %d", m.from) // the one the attempt resumed from
-	}
-	if c.step > 0 {
-		s = fmt.Sprintf("checkpoint step %d", c.step)
+	switch {
+	case c.step > 0:
+		b = strconv.AppendInt(append(b, "checkpoint step "...), int64(c.step), 10)
 		if !c.at.IsZero() && now.After(c.at) {
-			s += " " + duration(now.Sub(c.at).Seconds()) + " ago"
+			b = append(appendDuration(append(b, ' '), now.Sub(c.at).Seconds()), " ago"...)
 		}
+	case c.step == 0 && m.from > 0:
+		b = strconv.AppendInt(append(b, "checkpoint step "...), int64(m.from), 10) // the one the attempt resumed from
+	default:
+		b = append(b, "no checkpoint yet"...)
 	}
 	if c.saving > 0 {
-		s += fmt.Sprintf(", saving step %d…", c.saving)
+		b = append(strconv.AppendInt(append(b, ", saving step "...), int64(c.saving), 10), "…"...)
 	}
-	return s
+	return b
 }
 
-// pack lays fields out in lines of w cells, two spaces apart, starting a
-// new line where the next field does not fit; at most n lines, the last
-// cut. A field wider than a line is cut.
-func pack(fields []string, w, n int) []string {
-	var out []string
-	line, lw := " ", 1
-	for _, f := range fields {
-		fw := ansi.StringWidth(f)
-		if lw > 1 && lw+2+fw > w {
-			out = append(out, fit(line, w))
-			line, lw = " ", 1
-		}
-		if lw > 1 {
-			line, lw = line+"  ", lw+2
-		}
-		line, lw = line+f, lw+fw
+// packer lays fields out in lines of w cells of a canvas, two spaces
+// apart, starting a new line where the next field does not fit; at most
+// n lines, the last cut. A field wider than a line is cut. Each field is
+// written into the canvas between begin and end.
+type packer struct {
+	c      *canvas
+	w, n   int
+	first  int // the first line
+	start  int // where the open line starts
+	lw     int // its width in cells
+	sep    int // where the field being written starts, separator included
+	field  int // where its text starts
+	fields int // the fields written
+	done   bool
+}
+
+// pack starts packing fields into lines of w cells, at most n.
+func (c *canvas) pack(w, n int) packer {
+	p := packer{c: c, w: w, n: n, first: c.lines(), start: len(c.b), lw: 1}
+	c.byte(' ')
+	return p
+}
+
+// begin starts a field.
+func (p *packer) begin() {
+	p.sep = len(p.c.b)
+	if p.lw > 1 {
+		p.c.str("  ")
 	}
-	out = append(out, fit(line, w))
-	if len(out) > n {
-		out = out[:n]
+	p.field = len(p.c.b)
+}
+
+// end ends the field begun: it stays on the open line, or starts the
+// next.
+func (p *packer) end() {
+	c := p.c
+	p.fields++
+	if p.done {
+		c.b = c.b[:p.sep]
+		return
 	}
-	return out
+	fw := c.width(p.field)
+	if p.lw == 1 || p.lw+2+fw <= p.w {
+		p.lw += fw
+		if p.sep != p.field {
+			p.lw += 2
+		}
+		return
+	}
+	c.hold = append(c.hold[:0], c.b[p.field:]...)
+	c.b = c.b[:p.sep]
+	c.fit(p.start, p.w)
+	if p.newLine() {
+		c.b = append(c.b, c.hold...)
+		p.lw = 1 + fw
+	}
+}
+
+// newLine ends the open line and opens the next, if there is room for
+// it.
+func (p *packer) newLine() bool {
+	p.c.endLine()
+	if p.c.lines()-p.first >= p.n {
+		p.done = true
+		return false
+	}
+	p.start, p.lw = len(p.c.b), 1
+	p.c.byte(' ')
+	return true
+}
+
+// text writes a field of plain text.
+func (p *packer) text(s string) {
+	p.begin()
+	p.c.str(s)
+	p.end()
+}
+
+// styled writes a field of text in style st.
+func (p *packer) styled(st style, s string) {
+	p.begin()
+	p.c.styled(st, s)
+	p.end()
+}
+
+// discard forgets the fields: nothing of them is drawn.
+func (p *packer) discard() {
+	p.c.back(place{p.start, p.first, p.start})
+}
+
+// finish ends the open line and returns the lines drawn.
+func (p *packer) finish() block {
+	if !p.done {
+		p.c.fit(p.start, p.w)
+		p.c.endLine()
+	}
+	return p.c.since(p.first)
 }
 
 // bannerLines draws the failure banner in w cells and at most n lines:
@@ -342,12 +502,17 @@ func (m *dashModel) bannerLines(st styles, w, n int) []string {
 
 // chartLines draws the loss chart pane: its window and smoothing in the
 // title.
-func (m *dashModel) chartLines(st styles, w, h int) []string {
+func (m *dashModel) chartLines(c *canvas, st styles, w, h int) block {
+	first := c.lines()
 	train, eval := m.train.pts, m.eval.pts
 	xmin, xmax := 0, m.maxSteps
-	title := "Loss"
+	focused := m.focus == paneChart
+	from := c.ruleBegin(focused)
+	c.str("Loss")
 	if n := lossWindows[m.window]; n > 0 {
-		title += fmt.Sprintf(" (last %d steps)", n)
+		c.str(" (last ")
+		c.num(n)
+		c.str(" steps)")
 		last := 0
 		if p, ok := m.train.last(); ok {
 			last = p.step
@@ -358,32 +523,46 @@ func (m *dashModel) chartLines(st styles, w, h int) []string {
 	}
 	if m.ema {
 		train = smooth(train, 0.1)
-		title += " EMA"
+		c.str(" EMA")
 	}
-	title += "  ⣀ train  • eval  (l window, e EMA)"
-	out := []string{rule(st, title, w, m.focus == paneChart)}
-	return append(out, lossChart(st, train, eval, xmin, xmax, w, h-1)...)
+	c.str("  ⣀ train  • eval  (l window, e EMA)")
+	c.ruleEnd(st, from, w, focused)
+	c.endLine()
+	lossChart(c, st, train, eval, xmin, xmax, w, h-1)
+	return c.since(first)
 }
 
 // speedLines draws the sparklines of the charted rank's step time and
 // throughput over its recent steps, with the latest figures: two lines
 // above the nodes pane.
-func (m *dashModel) speedLines(st styles, w int) []string {
+func (m *dashModel) speedLines(c *canvas, st styles, w int) block {
+	first := c.lines()
 	r := m.lead()
 	if r == nil {
-		return nil
+		return c.since(first)
 	}
 	t := r.tail(recentSteps)
-	steps, tps := make([]float64, len(t)), make([]float64, len(t))
-	for i, s := range t {
+	var steps, tps [recentSteps]float64
+	for i := range t.n {
+		s := t.at(i)
 		steps[i], tps[i] = s.stepS, s.tokensPer
 	}
-	row := func(label string, vs []float64, val string) string {
+	var val [32]byte
+	row := func(label string, vs []float64, val []byte) {
+		from := len(c.b)
 		sw := max(w-len(label)-len(val)-3, 1)
-		return fit(" "+label+" "+st.Train.r(sparkline(vs, sw))+" "+val, w)
+		c.byte(' ')
+		c.str(label)
+		c.byte(' ')
+		spark := len(c.b)
+		c.sparkline(vs, sw)
+		c.paint(st.Train, spark)
+		c.byte(' ')
+		c.b = append(c.b, val...)
+		c.fit(from, w)
+		c.endLine()
 	}
-	return []string{
-		row("step s", steps, fmt.Sprintf("%.3f", r.last.StepTimeS)),
-		row("tok/s ", tps, units.Metric(r.last.TokensPerS)),
-	}
+	row("step s", steps[:t.n], strconv.AppendFloat(val[:0], r.last.StepTimeS, 'f', 3, 64))
+	row("tok/s ", tps[:t.n], append(val[:0], r.tokens...))
+	return c.since(first)
 }

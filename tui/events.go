@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gptui/gptui/event"
 )
@@ -32,7 +33,8 @@ type eventRow struct {
 	at    time.Time
 	what  string // the kind and state: "worker failed", "job restarting"
 	node  string
-	ranks []int // the ranks it is about, in order; none for a node's or the job's
+	ranks []int  // the ranks it is about, in order; none for a node's or the job's
+	who   string // names(), kept as the row grows
 	cause string
 	bad   bool // a failure, a loss, a hang
 	warn  bool // a stop, a restart
@@ -58,9 +60,11 @@ func (l *eventLog) add(ev event.Event) {
 			!slices.Contains(last.ranks, row.ranks[0]) && row.at.Sub(last.at) < time.Second {
 			last.ranks = append(last.ranks, row.ranks[0])
 			slices.Sort(last.ranks)
+			last.who = last.names()
 			return
 		}
 	}
+	row.who = row.names()
 	l.rows = append(l.rows, row)
 	if len(l.rows) > l.limit {
 		l.rows = slices.Delete(l.rows, 0, len(l.rows)-l.limit)
@@ -107,9 +111,9 @@ func rowOf(ev event.Event) eventRow {
 	return row
 }
 
-// who names the rows' ranks and node: "rank 3@node2", "ranks 0–3,
+// names names the row's ranks and node: "rank 3@node2", "ranks 0–3,
 // 6@localhost", "node2".
-func (r eventRow) who() string {
+func (r eventRow) names() string {
 	s := ranksText(r.ranks)
 	switch {
 	case s != "" && r.node != "":
@@ -146,15 +150,23 @@ func ranksText(rs []int) string {
 
 // eventsLines draws the events pane in w×h cells: the newest row at the
 // bottom, or where scrolling left them (evOff rows up).
-func (m *dashModel) eventsLines(st styles, w, h int) []string {
+func (m *dashModel) eventsLines(c *canvas, st styles, w, h int) block {
+	first := c.lines()
 	rows := m.events.rows
-	title := fmt.Sprintf("Events  %d", len(rows))
+	focused := m.focus == paneEvents
+	from := c.ruleBegin(focused)
+	c.str("Events  ")
+	c.num(len(rows))
 	if m.evOff > 0 {
-		title += fmt.Sprintf(" · %d up (G: newest)", m.evOff)
+		c.str(" · ")
+		c.num(m.evOff)
+		c.str(" up (G: newest)")
 	}
-	out := []string{rule(st, title, w, m.focus == paneEvents)}
+	c.ruleEnd(st, from, w, focused)
+	c.endLine()
 	if len(rows) == 0 {
-		return append(out, fit("  no events yet", w))
+		c.fitLine("  no events yet", w)
+		return c.since(first)
 	}
 	n := h - 1
 	end := len(rows) - min(m.evOff, len(rows)-1)
@@ -163,23 +175,37 @@ func (m *dashModel) eventsLines(st styles, w, h int) []string {
 	whatW, whoW := 18, 16
 	for _, r := range rows[start:end] {
 		whatW = max(whatW, len(r.what))
-		whoW = max(whoW, len([]rune(r.who())))
+		whoW = max(whoW, utf8.RuneCountInString(r.who))
 	}
 	whatW, whoW = min(whatW, 20), min(whoW, max(16, w/3))
 	if w < 70 {
 		whatW, whoW = min(whatW, 14), min(whoW, 16)
 	}
 	for _, r := range rows[start:end] {
-		s := st.Dim.r(r.at.Format("15:04:05")) + " " + fit(r.what, whatW) + " " + fit(r.who(), whoW) + " " + r.cause
+		from := len(c.b)
 		switch {
 		case r.bad:
-			s = st.Bad.r("✗") + s
+			c.styled(st.Bad, "✗")
 		case r.warn:
-			s = st.Warn.r("!") + s
+			c.styled(st.Warn, "!")
 		default:
-			s = " " + s
+			c.byte(' ')
 		}
-		out = append(out, fit(s, w))
+		at := len(c.b)
+		c.b = r.at.AppendFormat(c.b, "15:04:05")
+		c.paint(st.Dim, at)
+		c.byte(' ')
+		at = len(c.b)
+		c.str(r.what)
+		c.fit(at, whatW)
+		c.byte(' ')
+		at = len(c.b)
+		c.str(r.who)
+		c.fit(at, whoW)
+		c.byte(' ')
+		c.str(r.cause)
+		c.fit(from, w)
+		c.endLine()
 	}
-	return out
+	return c.since(first)
 }

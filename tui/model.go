@@ -6,8 +6,11 @@
 // root model, with one child model per screen, each in its own file and
 // handling its own keys: nodes.go, ranktable.go, job.go and the dashboard
 // (dashboard.go: its model and events; dashview.go, dashpanes.go and
-// events.go: how it is drawn; rankstate.go: the ranks' states, silences and
-// pace; drop.go: dropping a lost node). Everything from
+// events.go: how it is drawn, into a canvas (canvas.go: a frame's lines in
+// one buffer); rankstate.go: the ranks' states, silences and pace; pace.go
+// and ranked.go: what settle keeps of the ranks, so that an event costs
+// what its own rank does, whatever the job's size; drop.go: dropping a
+// lost node). Everything from
 // outside — the nodes' and the job's events, the planner's answer
 // (plan.go), a written report (report.go), ticks — arrives as a message
 // through a command; nothing changes the model from another goroutine, and
@@ -28,7 +31,6 @@ import (
 	"charm.land/bubbles/v2/key"
 	"charm.land/bubbles/v2/textinput"
 	tea "charm.land/bubbletea/v2"
-	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
@@ -826,13 +828,16 @@ func (m *Model) View() tea.View {
 }
 
 // Render returns the screen as text: exactly the window's height in lines,
-// each exactly its width in cells.
+// each exactly its width in cells. The dashboard draws itself into the
+// frame's canvas; the other screens give their lines as strings.
 func (m *Model) Render() string {
 	w, h := m.w, m.h
-	lines := make([]string, 0, h)
-	lines = append(lines, m.titleLine(w))
+	c := newCanvas(w, h)
+	rows := make([]int, 0, 2*h)
+	m.titleLine(c, w)
+	rows = append(rows, c.endLine())
 	bottom := m.bottomLines(w)
-	body := h - 1 - len(bottom)
+	body := h - 1 - max(len(bottom), 1)
 	var b []string
 	switch {
 	case m.help:
@@ -847,55 +852,95 @@ func (m *Model) Render() string {
 			blocked: m.launchProblem(), planner: m.opt.Plan != nil, plan: &m.plan,
 		}, w, body)
 	default:
-		b = m.dash.view(m.st, w, body, m.now)
+		rows = m.dash.view(c, rows, m.st, w, body, m.now)
 	}
 	for i := range body {
 		if i < len(b) {
-			lines = append(lines, fit(b[i], w))
-		} else {
-			lines = append(lines, strings.Repeat(" ", w))
+			rows = append(rows, c.textLine(b[i]))
+		} else if len(rows) < 1+body {
+			rows = append(rows, c.endLine())
 		}
 	}
-	lines = append(lines, bottom...)
-	return strings.Join(lines, "\n")
+	if bottom == nil {
+		m.hintLine(c, w)
+		rows = append(rows, c.endLine())
+	}
+	for _, l := range bottom {
+		rows = append(rows, c.textLine(l))
+	}
+	// The screen: its lines one after another, the body's fitted to the
+	// width.
+	out := len(c.b)
+	for i, row := range rows {
+		if i > 0 {
+			c.byte('\n')
+		}
+		from := len(c.b)
+		c.put(row)
+		if i > 0 && i <= body {
+			c.fit(from, w)
+		}
+	}
+	return string(c.b[out:])
 }
 
-// titleLine shows the screens, the current one in brackets, and the job.
-func (m *Model) titleLine(w int) string {
-	var b strings.Builder
-	b.WriteString(m.st.Title.r(" gptui "))
+// titleLine draws the screens, the current one in brackets, and the job.
+func (m *Model) titleLine(c *canvas, w int) {
+	from := len(c.b)
+	c.styled(m.st.Title, " gptui ")
 	for i, name := range screenNames {
-		t := fmt.Sprintf(" %d %s ", i+1, name)
 		if i == m.screen && !m.help {
-			b.WriteString(m.st.Tab.r("[" + t[1:len(t)-1] + "]"))
+			at := len(c.b)
+			c.byte('[')
+			c.num(i + 1)
+			c.byte(' ')
+			c.str(name)
+			c.byte(']')
+			c.paint(m.st.Tab, at)
 		} else {
-			b.WriteString(t)
+			c.byte(' ')
+			c.num(i + 1)
+			c.byte(' ')
+			c.str(name)
+			c.byte(' ')
 		}
 	}
 	state := ""
 	switch {
 	case m.launching:
-		state = "job starting"
+		state = "starting"
 	case m.runner != nil && m.dash.state == "stopping":
-		state = "job stopping"
+		state = "stopping"
 	case m.runner != nil && m.dash.state != event.JobStarted && m.dash.state != "":
-		state = "job " + m.dash.state // its last workers are being stopped
+		state = m.dash.state // its last workers are being stopped
 	case m.runner != nil:
-		state = "job running"
+		state = "running"
 	case m.dash.state != "":
-		state = "job " + m.dash.state
+		state = m.dash.state
 	}
-	left := b.String()
-	pad := w - ansi.StringWidth(left) - len(state) - 1
+	n := 0
+	if state != "" {
+		n = len("job ") + len(state)
+	}
+	pad := w - c.width(from) - n - 1
 	if pad < 1 {
-		return fit(left, w)
+		c.fit(from, w)
+		return
 	}
-	return fit(left+strings.Repeat(" ", pad)+m.st.state(strings.TrimPrefix(state, "job ")).r(state)+" ", w)
+	c.spaces(pad)
+	if state != "" {
+		at := len(c.b)
+		c.str("job ")
+		c.str(state)
+		c.paint(m.st.state(state), at)
+	}
+	c.byte(' ')
+	c.fit(from, w)
 }
 
-// bottomLines are the input line, a question or a message (wrapped,
-// up to a third of the screen, so that a long one is read whole), or the
-// key hints.
+// bottomLines are the input line, a question or a message (wrapped, up
+// to a third of the screen, so that a long one is read whole); nil when
+// the key hints show.
 func (m *Model) bottomLines(w int) []string {
 	long := func(s string) []string {
 		ls := wrap(s, w-2)
@@ -917,11 +962,11 @@ func (m *Model) bottomLines(w int) []string {
 	case m.status != "":
 		return long(m.status)
 	}
-	return []string{m.hintLine(w)}
+	return nil
 }
 
-// hintLine is the current screen's main keys.
-func (m *Model) hintLine(w int) string {
+// hintLine draws the current screen's main keys.
+func (m *Model) hintLine(c *canvas, w int) {
 	var hints string
 	switch {
 	case m.help:
@@ -935,7 +980,11 @@ func (m *Model) hintLine(w int) string {
 	default:
 		hints = "tab pane  z zoom  W wrap  / search  w report  s stop  r restart  ? help  q quit"
 	}
-	return m.st.Dim.r(fit(" "+hints, w))
+	from := len(c.b)
+	c.byte(' ')
+	c.str(hints)
+	c.fit(from, w)
+	c.paint(m.st.Dim, from)
 }
 
 // helpLines lists the keys.

@@ -3,11 +3,12 @@ package tui
 import (
 	"fmt"
 	"slices"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/internal/units"
 )
 
 // States of a rank on the dashboard, from the facts the job reports: the
@@ -28,7 +29,7 @@ const (
 )
 
 // rankOrder is the order in which the header counts the states.
-var rankOrder = []string{rankRunning, rankSilent, rankStarting, rankWaiting, rankRestarting, rankDone, rankStopped, rankFailed, rankHung, rankLost}
+var rankOrder = [...]string{rankRunning, rankSilent, rankStarting, rankWaiting, rankRestarting, rankDone, rankStopped, rankFailed, rankHung, rankLost}
 
 // stateName is a rank state as shown.
 func stateName(s string) string {
@@ -123,21 +124,25 @@ type rankState struct {
 	silent time.Duration
 	stall  stall // its last silence, once over
 	last   event.Metrics
-	steps  int // training records received in this attempt
+	steps  int    // training records received in this attempt
+	tokens string // last's throughput as shown: units.Metric(last.TokensPerS)
 
 	recent []sample // the last recentSteps steps, a ring
 	next   int      // where the next one goes once the ring is full
 
 	mem, memTotal int64   // its memory (a GPU's, or a CPU worker's RSS)
+	memText       string  // mem as shown: units.BytesShort(mem)
 	pid           int     // its process, once running
 	cpu           float64 // the CPU its process used over the last second, in % of a core; -1 unknown
 	prog          *event.Progress
+	progText      string // what prog says it does, as the ranks pane shows it (see progressText)
 }
 
 // add records one training step of the rank, logged at at.
 func (r *rankState) add(mt event.Metrics, at time.Time) {
 	s := sampleOf(mt, at)
 	r.last, r.steps = mt, r.steps+1
+	r.tokens = units.Metric(mt.TokensPerS)
 	if len(r.recent) > 0 && r.recent[r.lastAt()].step >= mt.Step {
 		r.recent, r.next = r.recent[:0], 0 // resumed from an earlier step
 	}
@@ -158,7 +163,21 @@ func (r *rankState) onProgress(p event.Progress, at time.Time) {
 	if at.After(r.heard) {
 		r.heard = at
 	}
-	r.prog = &p
+	r.prog, r.progText = &p, progressText(p)
+}
+
+// progressText says what a rank's progress report says it does: the
+// operation in its communicator in flight and for how long, or its last
+// one, or the step it computes.
+func progressText(p event.Progress) string {
+	if len(p.InFlight) > 0 {
+		op := p.InFlight[0]
+		return fmt.Sprintf("in %s %.0fs", op, op.WaitS)
+	}
+	if p.Last != nil {
+		return "after " + p.Last.String()
+	}
+	return fmt.Sprintf("computing step %d", p.Step)
 }
 
 // lastAt is the index of the newest recent sample.
@@ -169,14 +188,22 @@ func (r *rankState) lastAt() int {
 	return (r.next + recentSteps - 1) % recentSteps
 }
 
-// tail returns the rank's last n recent samples, oldest first.
-func (r *rankState) tail(n int) []sample {
-	n = min(n, len(r.recent))
-	out := make([]sample, n)
-	for i := range n {
-		out[i] = r.recent[(r.next+len(r.recent)-n+i)%len(r.recent)]
-	}
-	return out
+// tail returns the rank's last n recent samples (or all, if fewer), for
+// at.
+func (r *rankState) tail(n int) recentTail {
+	return recentTail{r, min(n, len(r.recent))}
+}
+
+// recentTail is a rank's last n recent samples, read in place.
+type recentTail struct {
+	r *rankState
+	n int
+}
+
+// at returns the i-th sample of t, 0 the oldest.
+func (t recentTail) at(i int) sample {
+	rs := t.r.recent
+	return rs[(t.r.next+len(rs)-t.n+i)%len(rs)]
 }
 
 // medianCompute is the median compute time of the rank's last slowWindow
@@ -185,11 +212,12 @@ func (r *rankState) medianCompute() (float64, bool) {
 	if len(r.recent) == 0 {
 		return 0, false
 	}
-	var cs []float64
-	for _, s := range r.tail(slowWindow) {
-		cs = append(cs, s.computeS)
+	var cs [slowWindow]float64
+	t := r.tail(slowWindow)
+	for i := range t.n {
+		cs[i] = t.at(i).computeS
 	}
-	return median(cs), true
+	return median(cs[:t.n]), true
 }
 
 // forget drops what the rank did in an earlier attempt of the job: its
@@ -197,7 +225,8 @@ func (r *rankState) medianCompute() (float64, bool) {
 // is the dashboard's and stays).
 func (r *rankState) forget() {
 	r.last, r.steps, r.recent, r.next = event.Metrics{}, 0, r.recent[:0], 0
-	r.prog, r.mem, r.memTotal, r.heard, r.silent, r.stall = nil, 0, 0, time.Time{}, 0, stall{}
+	r.prog, r.progText, r.mem, r.memTotal, r.memText, r.heard, r.silent, r.stall = nil, "", 0, 0, "", time.Time{}, 0, stall{}
+	r.tokens = ""
 	r.pid, r.cpu = 0, -1
 	r.code, r.signal, r.cause, r.why = 0, "", false, ""
 }
@@ -205,7 +234,7 @@ func (r *rankState) forget() {
 // gone clears the figures of a process that has ended: its memory and
 // CPU are no longer.
 func (r *rankState) gone() {
-	r.mem, r.memTotal, r.cpu, r.silent = 0, 0, -1, 0
+	r.mem, r.memTotal, r.memText, r.cpu, r.silent = 0, 0, "", -1, 0
 }
 
 // how says how a worker that ended exited: "killed by SIGKILL", "exit
@@ -280,93 +309,32 @@ func (s slowest) ratio() float64 {
 	return s.compute / s.typical
 }
 
-// text is the verdict in a few words: "rank 2 silent 4s", "slowest rank
-// 2: stalled 3.1 s in step 12", "slowest rank 1 ×1.7 (0.240 s
-// compute/step)"; short leaves out what is in parentheses and the step.
-func (s slowest) text(short bool) string {
+// appendText appends the verdict in a few words to b: "rank 2 silent
+// 4s", "slowest rank 2: stalled 3.1 s in step 12", "slowest rank 1 ×1.7
+// (0.240 s compute/step)"; short leaves out what is in parentheses and
+// the step.
+func (s slowest) appendText(b []byte, short bool) []byte {
+	rank := func(b []byte, prefix string) []byte {
+		return strconv.AppendInt(append(b, prefix...), int64(s.rank), 10)
+	}
 	switch {
 	case s.rank < 0:
-		return ""
+		return b
 	case s.silent > 0:
-		return fmt.Sprintf("rank %d silent %s", s.rank, duration(s.silent.Seconds()))
-	case s.stall.secs > 0 && short:
-		return fmt.Sprintf("slowest rank %d: stalled %.1f s", s.rank, s.stall.secs)
+		b = appendDuration(append(rank(b, "rank "), " silent "...), s.silent.Seconds())
 	case s.stall.secs > 0:
-		return fmt.Sprintf("slowest rank %d: stalled %.1f s in step %d", s.rank, s.stall.secs, s.stall.step)
-	case short:
-		return fmt.Sprintf("slowest rank %d ×%.1f", s.rank, s.ratio())
-	}
-	return fmt.Sprintf("slowest rank %d ×%.1f (%.3f s compute/step)", s.rank, s.ratio(), s.compute)
-}
-
-// findSlowest gives the verdict on the ranks at now (see slowest). By
-// compute time, the slowest rank is the one whose median compute time
-// (step time less the time in collectives, event.Metrics.ComputeS) over
-// its last slowWindow steps is the longest, among the running ranks (or
-// all, once fewer than two run), if it is clearly the longest
-// (straggleRatio, straggleShare). In a synchronous job every rank's step
-// takes the slowest's time, so the step time alone names no one: the
-// others wait for the straggler in their collectives.
-func findSlowest(ranks []rankState, now time.Time) slowest {
-	s := slowest{rank: -1}
-	for i := range ranks {
-		if r := &ranks[i]; r.silent > s.silent {
-			s.rank, s.silent = i, r.silent
+		b = strconv.AppendFloat(append(rank(b, "slowest rank "), ": stalled "...), s.stall.secs, 'f', 1, 64)
+		b = append(b, " s"...)
+		if !short {
+			b = strconv.AppendInt(append(b, " in step "...), int64(s.stall.step), 10)
+		}
+	default:
+		b = strconv.AppendFloat(append(rank(b, "slowest rank "), " ×"...), s.ratio(), 'f', 1, 64)
+		if !short {
+			b = append(strconv.AppendFloat(append(b, " ("...), s.compute, 'f', 3, 64), " s compute/step)"...)
 		}
 	}
-	var meds, steps []float64
-	for i := range ranks {
-		if m, ok := ranks[i].medianCompute(); ok {
-			meds = append(meds, m)
-			steps = append(steps, ranks[i].last.StepTimeS)
-		}
-	}
-	s.typical = median(slices.Clone(meds))
-	if s.rank >= 0 {
-		return s
-	}
-	for i := range ranks {
-		r := &ranks[i]
-		if r.state != rankRunning || r.stall.secs <= 0 || now.Sub(r.stall.at) > stallHold {
-			continue
-		}
-		if s.rank < 0 || r.stall.at.After(s.stall.at) {
-			s.rank, s.stall = i, r.stall
-		}
-	}
-	if s.rank >= 0 {
-		return s
-	}
-	// The running ranks; when fewer than two run (the job has ended),
-	// every rank's last steps, so the verdict outlives the job.
-	live := 0
-	for i := range ranks {
-		if ranks[i].state == rankRunning && len(ranks[i].recent) > 0 {
-			live++
-		}
-	}
-	meds = meds[:0]
-	at := -1 // the slowest's place in meds
-	for i := range ranks {
-		r := &ranks[i]
-		med, ok := r.medianCompute()
-		if !ok || live >= 2 && r.state != rankRunning {
-			continue
-		}
-		meds = append(meds, med)
-		if s.rank < 0 || med > s.compute {
-			s.rank, s.compute, at = i, med, len(meds)-1
-		}
-	}
-	if len(meds) < 2 {
-		return slowest{rank: -1, typical: s.typical}
-	}
-	// Against the others: with two ranks, the other one.
-	s.typical = median(append(meds[:at], meds[at+1:]...))
-	if s.compute < straggleRatio*s.typical || s.compute-s.typical < straggleShare*median(steps) {
-		return slowest{rank: -1, typical: s.typical}
-	}
-	return s
+	return b
 }
 
 // median returns the median of xs (0 for none); it sorts xs.
@@ -380,32 +348,4 @@ func median(xs []float64) float64 {
 		return xs[n/2]
 	}
 	return (xs[n/2-1] + xs[n/2]) / 2
-}
-
-// counts summarises the ranks' states: "3 running · 1 silent", "3
-// stopped · 1 failed (cause)".
-func counts(ranks []rankState) string {
-	n := map[string]int{}
-	cause := map[string]bool{}
-	for _, r := range ranks {
-		s := r.state
-		if r.silent > 0 {
-			s = rankSilent
-		}
-		n[s]++
-		if r.cause {
-			cause[s] = true
-		}
-	}
-	var parts []string
-	for _, s := range rankOrder {
-		if n[s] > 0 {
-			p := fmt.Sprintf("%d %s", n[s], stateName(s))
-			if cause[s] {
-				p += " (cause)"
-			}
-			parts = append(parts, p)
-		}
-	}
-	return strings.Join(parts, " · ")
 }

@@ -1,7 +1,7 @@
 package tui
 
 import (
-	"fmt"
+	"strconv"
 	"strings"
 
 	"charm.land/lipgloss/v2"
@@ -14,6 +14,10 @@ import (
 type style struct {
 	s  lipgloss.Style
 	on bool
+	// pre and post are what r puts around a line of text, the same for
+	// any (fast): the canvas writes them itself.
+	pre, post string
+	fast      bool
 }
 
 // r renders text in the style.
@@ -33,7 +37,15 @@ type styles struct {
 
 // newStyles returns the styles, with colour on or off.
 func newStyles(colour bool) styles {
-	mk := func(s lipgloss.Style) style { return style{s: s, on: colour} }
+	mk := func(s lipgloss.Style) style {
+		st := style{s: s, on: colour}
+		if colour {
+			const probe = "x"
+			st.pre, st.post, st.fast = strings.Cut(s.Render(probe), probe)
+			st.fast = st.fast && !strings.Contains(st.post, probe)
+		}
+		return st
+	}
 	n := lipgloss.NewStyle
 	return styles{
 		Title:  mk(n().Bold(true).Foreground(lipgloss.Color("12"))),
@@ -101,32 +113,22 @@ func rule(st styles, title string, w int, focused bool) string {
 	return st.Dim.r(s)
 }
 
-// bar draws used/total as a bar of w cells.
-func bar(st styles, used, total int64, w int) string {
-	if w <= 0 {
-		return ""
-	}
-	full := 0
-	if total > 0 {
-		full = int(float64(used) / float64(total) * float64(w))
-	}
-	full = min(max(full, 0), w)
-	return st.Bar.r(strings.Repeat("█", full)) + st.Dim.r(strings.Repeat("░", w-full))
-}
-
-// duration formats seconds as 1h02m, 3m05s or 42s.
-func duration(s float64) string {
+// appendDuration appends s seconds to b as 1h02m, 3m05s or 42s.
+func appendDuration(b []byte, s float64) []byte {
 	if s < 0 || s != s {
-		return "-"
+		return append(b, '-')
 	}
 	t := int64(s + 0.5)
+	two := func(b []byte, n int64) []byte { return append(b, byte('0'+n/10), byte('0'+n%10)) }
 	switch {
 	case t >= 3600:
-		return fmt.Sprintf("%dh%02dm", t/3600, t%3600/60)
+		b = strconv.AppendInt(b, t/3600, 10)
+		return append(two(append(b, 'h'), t%3600/60), 'm')
 	case t >= 60:
-		return fmt.Sprintf("%dm%02ds", t/60, t%60)
+		b = strconv.AppendInt(b, t/60, 10)
+		return append(two(append(b, 'm'), t%60), 's')
 	}
-	return fmt.Sprintf("%ds", t)
+	return append(strconv.AppendInt(b, t, 10), 's')
 }
 
 // clean makes text from outside (a worker's output, an error message) safe
