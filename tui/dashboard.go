@@ -130,14 +130,17 @@ type dashModel struct {
 	// the start): its agents send the metrics records up to it again, as
 	// they read the resumed run's metrics files from the start, and those
 	// are history, not this attempt's pace.
-	from    int
-	lost    map[string]string // the nodes lost during the job and not ready since, with why
-	blame   string            // what ended the current attempt ("rank 3 failed"), once known
-	marks   report.Marker     // the restarts, failures, hangs and lost nodes, for the report
-	events  eventLog          // the events pane's rows
-	evOff   int               // rows between the bottom of the events pane and the newest row
-	settled time.Time         // the clock of the last settle
-	pace    paceIndex         // what settle keeps of the ranks
+	from int
+	lost map[string]string // the nodes lost during the job and not ready since, with why
+	// agentSilent holds the nodes whose agent is silent (their ranks may
+	// train on), with what is known of their ranks.
+	agentSilent map[string]string
+	blame       string        // what ended the current attempt ("rank 3 failed"), once known
+	marks       report.Marker // the restarts, failures, hangs and lost nodes, for the report
+	events      eventLog      // the events pane's rows
+	evOff       int           // rows between the bottom of the events pane and the newest row
+	settled     time.Time     // the clock of the last settle
+	pace        paceIndex     // what settle keeps of the ranks
 }
 
 // rankHist is one rank's steps for the report: every step, thinned out
@@ -168,19 +171,20 @@ func addNew[T stepped](s *series[T], p T, again bool) {
 
 func newDashModel(logCap, points int) dashModel {
 	return dashModel{
-		memIdx:  make(map[memKey]int),
-		health:  make(map[string]nodeHealth),
-		train:   newSeries[point](points),
-		eval:    newSeries[point](points),
-		logs:    make(map[int]*ring),
-		logCap:  max(logCap, 10),
-		follow:  true,
-		charted: -1,
-		focus:   paneLog,
-		slow:    slowest{rank: -1},
-		hist:    make(map[int]*rankHist),
-		lost:    make(map[string]string),
-		events:  newEventLog(eventRows),
+		memIdx:      make(map[memKey]int),
+		health:      make(map[string]nodeHealth),
+		train:       newSeries[point](points),
+		eval:        newSeries[point](points),
+		logs:        make(map[int]*ring),
+		logCap:      max(logCap, 10),
+		follow:      true,
+		charted:     -1,
+		focus:       paneLog,
+		slow:        slowest{rank: -1},
+		hist:        make(map[int]*rankHist),
+		lost:        make(map[string]string),
+		agentSilent: make(map[string]string),
+		events:      newEventLog(eventRows),
 	}
 }
 
@@ -309,6 +313,23 @@ func (m *dashModel) onMetrics(ev event.Event) {
 // (through a restart) until the node is ready again; its figures go.
 func (m *dashModel) onNode(ev event.Event) {
 	switch ev.State {
+	case event.NodeAgentSilent:
+		m.agentSilent[ev.Node] = "agent silent: its ranks' state unknown"
+		if strings.Contains(ev.Message, "train on") {
+			m.agentSilent[ev.Node] = "agent silent: its ranks train on"
+		}
+		m.setAgentSilent(ev.Node, true)
+		return
+	case event.NodeAgentBack:
+		delete(m.agentSilent, ev.Node)
+		m.setAgentSilent(ev.Node, false)
+		return
+	}
+	if _, ok := m.agentSilent[ev.Node]; ok && (ev.State == event.NodeLost || ev.State == event.NodeReady) {
+		delete(m.agentSilent, ev.Node)
+		m.setAgentSilent(ev.Node, false)
+	}
+	switch ev.State {
 	case event.NodeLost:
 		why := "node lost: " + clean(ev.Message)
 		m.lost[ev.Node] = why
@@ -325,6 +346,24 @@ func (m *dashModel) onNode(ev event.Event) {
 	case event.NodeReady:
 		delete(m.lost, ev.Node)
 	}
+}
+
+// setAgentSilent marks the ranks of node as those of a silent agent, or
+// not.
+func (m *dashModel) setAgentSilent(node string, on bool) {
+	for i := range m.ranks {
+		if r := &m.ranks[i]; r.node == node {
+			r.agentSilent = on
+		}
+	}
+}
+
+// agentSilentNodes returns the names of the nodes whose agent is silent.
+func (m *dashModel) agentSilentNodes() []string {
+	if len(m.agentSilent) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m.agentSilent))
 }
 
 // lostNodes returns the names of the nodes lost and not ready since.

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 
@@ -456,5 +457,49 @@ func TestSummary(t *testing.T) {
 	}
 	if New(Options{}).Summary() != nil {
 		t.Error("a summary without a job")
+	}
+}
+
+// TestFrozenAgentDashboard: node2's agent falls silent while its ranks
+// train on (the launcher says so): its ranks are shown "agent silent",
+// never "silent" or lost, the nodes pane says the agent is silent and its
+// ranks train on, and all is as before once the agent answers.
+func TestFrozenAgentDashboard(t *testing.T) {
+	m := trainingJobOn(t, 4, 60, 140, 40, twoNodes)
+	var evs []event.Event
+	for s := 61; s <= 66; s++ {
+		for r := range 4 {
+			if twoNodes(r) == "node1" || s <= 61 {
+				evs = append(evs, progress(float64(s), twoNodes(r), r, s))
+			}
+		}
+	}
+	evs = append(evs,
+		ev(event.KindNode, 64.5, func(e *event.Event) {
+			e.Node, e.State, e.Message = "node2", event.NodeAgentSilent, "its agent has been silent for 3 s (no heartbeat): its ranks' state is unknown until it answers"
+		}),
+		ev(event.KindNode, 65.5, func(e *event.Event) {
+			e.Node, e.State, e.Message = "node2", event.NodeAgentSilent, "its agent has been silent for 4 s, but its ranks train on: the other nodes' ranks, which move in step with them, have reached step 65"
+		}))
+	feed(m, evs...)
+	m.Update(tickMsg(t0.Add(66 * time.Second)))
+	out := m.Render()
+	for _, want := range []string{"agent silent: its ranks train on", "agent silent"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the screen lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "silent 5") || strings.Contains(out, "lost") {
+		t.Errorf("node2's ranks shown silent or lost while its agent is the one silent:\n%s", out)
+	}
+	if got := fmt.Sprint(states(m)); got != "[running running running running]" {
+		t.Errorf("states %s, want every rank running", got)
+	}
+	feed(m, ev(event.KindNode, 67, func(e *event.Event) {
+		e.Node, e.State, e.Message = "node2", event.NodeAgentBack, "its agent answers again, after 6 s of silence"
+	}), progress(67, "node2", 2, 67), progress(67, "node2", 3, 67))
+	m.Update(tickMsg(t0.Add(67 * time.Second)))
+	if out := m.Render(); strings.Contains(out, "agent silent: its ranks") {
+		t.Errorf("the agent answered, and the screen still says it is silent:\n%s", out)
 	}
 }

@@ -23,8 +23,8 @@ func (m *dashModel) nodesLines(c *canvas, st styles, w, h int) block {
 	c.ruleEnd(st, from, w, focused)
 	c.endLine()
 	only := m.healthOnly()
-	lost := m.lostNodes()
-	total := len(m.mem) + len(lost)
+	lost, quiet := m.lostNodes(), m.agentSilentNodes()
+	total := len(m.mem) + len(lost) + len(quiet)
 	m.eachNode(only, func(node string, _, _ int) { total += m.healthCount(c, st, node, w) })
 	if total == 0 {
 		switch {
@@ -63,6 +63,18 @@ func (m *dashModel) nodesLines(c *canvas, st styles, w, h int) block {
 			c.styled(st.Bold, n)
 			c.str("  ")
 			c.styled(st.Bad, "lost: no reports")
+			c.fit(from, w)
+			c.endLine()
+		}
+		l.i++
+	}
+	for _, n := range quiet {
+		if l.want() {
+			from := len(c.b)
+			c.byte(' ')
+			c.styled(st.Bold, n)
+			c.str("  ")
+			c.styled(st.Warn, m.agentSilent[n])
 			c.fit(from, w)
 			c.endLine()
 		}
@@ -274,10 +286,13 @@ const flexMax = 64
 // rankCols are the ranks pane's columns, left to right.
 var rankCols = [...]rankCol{
 	{"state", 11, 9, func(c *canvas, r *rankState, _ time.Time) {
-		if r.silent > 0 {
+		switch {
+		case r.silent > 0:
 			c.str("silent ")
 			c.b = appendDuration(c.b, r.silent.Seconds())
-		} else {
+		case r.agentSilent && r.state == rankRunning:
+			c.str("agent silent")
+		default:
 			c.str(stateName(r.state))
 		}
 		if r.cause {

@@ -171,9 +171,9 @@ func (m *dashModel) settleAll(now time.Time) {
 
 // silence is how long rank r has been silent at now (0: it is not): a
 // running rank's time since its last progress report, once over
-// silentAfter, while the job runs.
+// silentAfter, while the job runs, unless its agent is the one silent.
 func silence(r *rankState, now time.Time, running bool) time.Duration {
-	if d := now.Sub(r.heard); r.state == rankRunning && !r.heard.IsZero() && d > silentAfter && running {
+	if d := now.Sub(r.heard); r.state == rankRunning && !r.heard.IsZero() && d > silentAfter && running && !r.agentSilent {
 		return d
 	}
 	return 0

@@ -122,10 +122,14 @@ type rankState struct {
 	// silent is how long it has sent no progress report, once that is
 	// more than silentAfter (and it runs); 0 otherwise. Set by settle.
 	silent time.Duration
-	stall  stall // its last silence, once over
-	last   event.Metrics
-	steps  int    // training records received in this attempt
-	tokens string // last's throughput as shown: units.Metric(last.TokensPerS)
+	// agentSilent: its node's agent is silent (event.NodeAgentSilent), so
+	// its reports stop for the agent, not for it: it is shown so, not
+	// silent, and its state is what it was last known to be.
+	agentSilent bool
+	stall       stall // its last silence, once over
+	last        event.Metrics
+	steps       int    // training records received in this attempt
+	tokens      string // last's throughput as shown: units.Metric(last.TokensPerS)
 
 	recent []sample // the last recentSteps steps, a ring
 	next   int      // where the next one goes once the ring is full
