@@ -435,10 +435,13 @@ func startTraining(t *testing.T, c *sshCluster, stdout, stderr *syncBuffer, awai
 	return job
 }
 
-// TestRunHostsAgentStopped: a node's agent stopped (SIGSTOP) sends no
-// heartbeat; the launcher takes the node for lost after --agent-timeout,
+// TestRunHostsAgentStopped: a node frozen whole — its agent and its
+// workers stopped (SIGSTOP) — sends no heartbeat, and the other node's
+// ranks, which wait for its ranks in their collectives, show nothing of
+// them either; the launcher takes the node for lost after --agent-timeout,
 // stops the job naming the node and how long it was silent, and kills the
-// stopped agent, so nothing is left once it is continued.
+// stopped agent, so nothing is left once it is continued. (An agent
+// frozen alone, its workers training on, is not lost: TestFrozenAgent.)
 func TestRunHostsAgentStopped(t *testing.T) {
 	long(t)
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
@@ -449,13 +452,23 @@ func TestRunHostsAgentStopped(t *testing.T) {
 	if stopped = c.agentPID(1); stopped == 0 {
 		t.Fatalf("no agent of node 1 among %v", c.jobProcesses())
 	}
-	syscall.Kill(stopped, syscall.SIGSTOP)
+	var frozen []int
+	for _, pid := range c.jobProcesses() {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasPrefix(exe, c.workdirs[1]+string(filepath.Separator)) {
+			frozen = append(frozen, pid)
+		}
+	}
+	for _, pid := range frozen {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
 	at := time.Now()
 	// The bound: 3 s of silence, checked every 0.3 s, then the kill.
 	const bound = 15 * time.Second
 	err := job.wait(t, bound, "node 1's agent was stopped")
 	took := time.Since(at)
-	syscall.Kill(stopped, syscall.SIGCONT)
+	for _, pid := range frozen {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
 	gone := c.awaitGone(t, at, 20*time.Second)
 	stopped = 0
 	t.Logf("launcher exited %v after the SIGSTOP; every process gone after %v", took, gone)
