@@ -787,9 +787,12 @@ func (m *dashModel) summary(nodes []sshexec.Node) []string {
 		logs = append(logs, on(n, m.logDir))
 	}
 	out := []string{"gptui: the job's logs (workerlog.<rank>, metrics.<rank>.jsonl): " + strings.Join(logs, " ")}
-	if m.ckpt.step > 0 {
+	switch {
+	case m.ckpt.step > 0:
 		out = append(out, fmt.Sprintf("gptui: the newest checkpoint: %s (step %d)", on(m.ckpt.node, m.ckpt.dir), m.ckpt.step))
-	} else {
+	case m.running():
+		out = append(out, "gptui: no checkpoint saved yet (the job runs on)")
+	default:
 		out = append(out, "gptui: no checkpoint was saved")
 	}
 	return out

@@ -458,6 +458,12 @@ func TestSummary(t *testing.T) {
 	if New(Options{}).Summary() != nil {
 		t.Error("a summary without a job")
 	}
+	// Left running without a checkpoint (the UI detached): none yet, not
+	// none at all.
+	m = trainingJob(t, 2, 10, 80, 24)
+	if got := strings.Join(m.Summary(), "\n"); !strings.Contains(got, "no checkpoint saved yet (the job runs on)") || strings.Contains(got, "no checkpoint was saved") {
+		t.Errorf("the summary of a running job without a checkpoint:\n%s", got)
+	}
 }
 
 // TestFrozenAgentDashboard: node2's agent falls silent while its ranks
