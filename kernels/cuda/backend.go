@@ -68,7 +68,7 @@ type Options struct {
 	Ordinal   int       // the GPU (CUDA device ordinal)
 	Precision Precision // the GEMMs' input type
 	CacheDir  string    // compiled kernels; DefaultCacheDir() when ""
-	Log       io.Writer // one line on compiling or finding the kernels; nil for none
+	Log       io.Writer // a line on compiling or finding the kernels and one on their variants; nil for none
 }
 
 // Backend runs the engine's layers on one GPU: it implements
@@ -104,6 +104,7 @@ type Backend struct {
 	castN        [2]int // elements each holds
 	sumScratch   Ptr
 	shared       map[string]int
+	variants     *Variants // the kernels' variants for the device
 
 	peakOnce sync.Once
 	peak     float64
@@ -126,6 +127,14 @@ func New(opts Options) (*Backend, error) {
 		b.Close()
 		return nil, err
 	}
+	// The kernels' variants, before the compile: a device without room
+	// for some kernel is refused at once.
+	if b.variants, err = SelectVariants(dev.Attrs()); err != nil {
+		return fail(err)
+	}
+	if opts.Log != nil {
+		fmt.Fprintf(opts.Log, "cuda: %s\n", b.variants)
+	}
 	nv, err := LoadNVRTC()
 	if err != nil {
 		return fail(err)
@@ -133,7 +142,8 @@ func New(opts Options) (*Backend, error) {
 	major, minor := dev.Arch()
 	cache := nv.NewCache(opts.CacheDir)
 	t0 := time.Now()
-	img, hit, err := cache.Get(Source(), "gptui.cu", []string{ArchFlag(major, minor), "--std=c++17"})
+	copts := compileOptions(ArchFlag(major, minor), b.variants)
+	img, hit, err := cache.Get(Source(), "gptui.cu", copts)
 	if err != nil {
 		return fail(fmt.Errorf("cuda: compiling the kernels for sm_%d%d: %w", major, minor, err))
 	}
@@ -142,15 +152,16 @@ func New(opts Options) (*Backend, error) {
 		if hit {
 			how = "from the cache"
 		}
-		fmt.Fprintf(opts.Log, "cuda: kernels for sm_%d%d %s (%s)\n", major, minor, how, cache.Path(Source(), "gptui.cu", nil))
+		fmt.Fprintf(opts.Log, "cuda: kernels for sm_%d%d %s (%s)\n", major, minor, how, cache.Path(Source(), "gptui.cu", copts))
 	}
 	if b.mod, err = dev.Load(img); err != nil {
 		return fail(err)
 	}
-	if b.k, err = NewKernels(dev, b.mod.Function); err != nil {
+	if b.k, err = NewKernelsFor(dev, b.mod.Function, b.variants); err != nil {
 		return fail(err)
 	}
-	for name, n := range AttentionSharedNeeds() {
+	// Each chosen variant's limit, raised to its own size only.
+	for name, n := range b.variants.SharedNeeds() {
 		if err := b.needShared(name, n); err != nil {
 			return fail(err)
 		}
@@ -172,10 +183,14 @@ func New(opts Options) (*Backend, error) {
 }
 
 // needShared raises kernel name's dynamic shared memory limit to n bytes
-// when n is past the default 48 KiB.
+// when n is past the default 48 KiB, or says, naming the kernel, that the
+// device cannot give it n.
 func (b *Backend) needShared(name string, n int) error {
-	if n <= 48<<10 || b.shared[name] >= n {
+	if n <= defaultShared || b.shared[name] >= n {
 		return nil
+	}
+	if err := b.variants.checkShared(name, n); err != nil {
+		return err
 	}
 	f, err := b.mod.Function(name)
 	if err != nil {
@@ -219,6 +234,9 @@ func (b *Backend) Close() error {
 	b.dev = nil
 	return errors.Join(errs...)
 }
+
+// Variants are the kernel variants chosen for the device at New.
+func (b *Backend) Variants() *Variants { return b.variants }
 
 // Device is the GPU the backend runs on.
 func (b *Backend) Device() *Device { return b.dev }
@@ -571,7 +589,8 @@ func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []
 		return
 	}
 	if err := b.needShared("layernorm_backward", LayerNormBackwardShared(C)); err != nil {
-		b.run("LayerNormBackward", err)
+		ln, _ := b.variants.NormMaxChannels()
+		b.run("LayerNormBackward", fmt.Errorf("C=%d (at most %d here): %w", C, ln, err))
 		return
 	}
 	b.run("LayerNormBackward", b.k.LayerNormBackward(b.s, b.ptr(dinp), b.ptr(dw), b.ptr(dbias), b.ptr(dout), b.ptr(inp), b.ptr(w), b.ptr(mean), b.ptr(rstd), N, C))

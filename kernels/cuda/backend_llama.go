@@ -23,7 +23,8 @@ func (b *Backend) RMSNormBackward(dinp, dw, dout, inp, w, rstd []float32, N, C i
 		return
 	}
 	if err := b.needShared("rmsnorm_backward", RMSNormBackwardShared(C)); err != nil {
-		b.run("RMSNormBackward", err)
+		_, rms := b.variants.NormMaxChannels()
+		b.run("RMSNormBackward", fmt.Errorf("C=%d (at most %d here): %w", C, rms, err))
 		return
 	}
 	b.run("RMSNormBackward", b.k.RMSNormBackward(b.s, b.ptr(dinp), b.ptr(dw), b.ptr(dout), b.ptr(inp), b.ptr(w), b.ptr(rstd), N, C))

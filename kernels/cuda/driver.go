@@ -51,7 +51,10 @@ const (
 // Device attributes (cuda.h, enum CUdevice_attribute_enum; checked
 // against CUDA 12.x/13.x cuda.h and the driver API documentation).
 const (
+	attrMaxRegistersPerBlock     = 12 // CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12
 	attrMultiprocessorCount      = 16 // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+	attrMaxSharedPerSM           = 81 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
+	attrMaxSharedPerBlockOptin   = 97 // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
 	attrComputeCapabilityMajor   = 75 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 	attrComputeCapabilityMinor   = 76 // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 	attrManagedMemory            = 83 // CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83
@@ -276,6 +279,9 @@ type Device struct {
 	name         string
 	major, minor int
 	sms          int
+	sharedOptin  int // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, bytes
+	sharedPerSM  int // MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, bytes
+	regsPerBlock int // MAX_REGISTERS_PER_BLOCK
 	total        int64
 	driverVer    int
 	concurrent   bool // CONCURRENT_MANAGED_ACCESS: prefetch and advise work
@@ -344,6 +350,9 @@ func Open(ordinal int) (*Device, error) {
 		{attrComputeCapabilityMajor, &d.major},
 		{attrComputeCapabilityMinor, &d.minor},
 		{attrMultiprocessorCount, &d.sms},
+		{attrMaxSharedPerBlockOptin, &d.sharedOptin},
+		{attrMaxSharedPerSM, &d.sharedPerSM},
+		{attrMaxRegistersPerBlock, &d.regsPerBlock},
 		{attrManagedMemory, &managed},
 		{attrConcurrentManagedAccess, &concurrent},
 	} {
@@ -423,6 +432,13 @@ func (d *Device) Arch() (major, minor int) { return d.major, d.minor }
 
 // SMs returns the number of streaming multiprocessors.
 func (d *Device) SMs() int { return d.sms }
+
+// Attrs are the device's attributes that the kernels' variants are chosen
+// by ([SelectVariants]).
+func (d *Device) Attrs() DeviceAttrs {
+	return DeviceAttrs{Major: d.major, Minor: d.minor, SharedOptin: d.sharedOptin, SharedPerSM: d.sharedPerSM,
+		RegsPerBlock: d.regsPerBlock, SMs: d.sms}
+}
 
 // ConcurrentManaged reports whether the device has concurrent managed
 // access (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), without which

@@ -18,6 +18,7 @@ import (
 type Kernels struct {
 	l      Launcher
 	lookup func(name string) (Function, error)
+	v      *Variants // read only
 
 	mu sync.Mutex
 	fn map[string]Function
@@ -25,10 +26,23 @@ type Kernels struct {
 
 // NewKernels looks up every kernel of [KernelNames] with lookup (a loaded
 // module's cuModuleGetFunction, or the emulator's table) and returns the
-// Kernels launching them through l.
+// Kernels launching them through l, with [DefaultVariants] (the 64×64
+// attention tiles an H100 fits).
 func NewKernels(l Launcher, lookup func(name string) (Function, error)) (*Kernels, error) {
-	k := &Kernels{l: l, lookup: lookup, fn: map[string]Function{}}
+	return NewKernelsFor(l, lookup, DefaultVariants())
+}
+
+// NewKernelsFor is NewKernels launching the kernel variants v chose
+// ([SelectVariants]); it looks up none of the variants v did not choose.
+func NewKernelsFor(l Launcher, lookup func(name string) (Function, error), v *Variants) (*Kernels, error) {
+	if v == nil {
+		return nil, fmt.Errorf("cuda: NewKernelsFor without variants")
+	}
+	k := &Kernels{l: l, lookup: lookup, v: v, fn: map[string]Function{}}
 	for _, name := range KernelNames() {
+		if !v.needs(name) {
+			continue // a variant v did not choose, maybe not compiled
+		}
 		f, err := lookup(name)
 		if err != nil {
 			return nil, fmt.Errorf("cuda: kernel %s: %w", name, err)

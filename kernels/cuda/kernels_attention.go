@@ -8,12 +8,12 @@ import (
 // Attention kernels (kernels/attention.cu). The forward and backward kernels
 // come in one instantiation per common head size, named by the suffix
 // attHeadSizes gives, and a generic one ("any") for other head sizes up to
-// attMaxHS.
+// attMaxHS; some in smaller tile variants too (variants.go), of which
+// Kernels launches the one its Variants chose.
 const (
 	attTile    = 64  // query rows and keys per tile
 	attThreads = 256 // threads per block of the tiled kernels
 	attMaxHS   = 128 // largest head size of the generic kernels
-	attPLD     = 80  // row stride of the probability tiles (ATT_PLD)
 
 	attDecodeThreads = 256 // 8 warps
 	attDecodeMaxHS   = 256 // largest head size of attention_decode
@@ -28,6 +28,7 @@ func attentionKernelNames() []string {
 	for _, s := range append(attSuffixes(), "any") {
 		names = append(names, "attention_forward_"+s, "attention_backward_"+s)
 	}
+	names = append(names, attVariantNames()...)
 	return append(names, "attention_zero_dq", "attention_decode")
 }
 
@@ -61,48 +62,22 @@ func attLD(hs int) int {
 }
 
 // AttentionForwardShared is the dynamic shared memory, in bytes, of the
-// forward kernel for head size hs: q, k and v tiles and a tile of
+// 64×64 forward kernel for head size hs: q, k and v tiles and a tile of
 // probabilities. Above 48 KiB (hs ≥ 64) the kernel's function needs its
 // limit raised (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) before the
-// first launch.
-func AttentionForwardShared(hs int) int {
-	return (3*attTile*attLD(hs) + attTile*attPLD) * 4
-}
+// first launch. [AttTile.ForwardShared] gives the other tiles'.
+func AttentionForwardShared(hs int) int { return attDefaultTile.ForwardShared(hs) }
 
 // AttentionBackwardShared is the dynamic shared memory, in bytes, of the
-// backward kernel for head size hs: k, v, q and dout tiles and two tiles of
-// probabilities and their gradients (over 48 KiB for every hs ≥ 16).
-func AttentionBackwardShared(hs int) int {
-	return (4*attTile*attLD(hs) + 2*attTile*attPLD) * 4
-}
+// 64×64 backward kernel for head size hs: k, v, q and dout tiles and two
+// tiles of probabilities and their gradients (over 48 KiB for every hs ≥
+// 16). [AttTile.BackwardShared] gives the other tiles'.
+func AttentionBackwardShared(hs int) int { return attDefaultTile.BackwardShared(hs) }
 
-// AttentionSharedNeeds maps each attention kernel that needs more than the
-// default 48 KiB of dynamic shared memory to the most it asks for, so the
-// backend raises each function's limit once after loading the module.
-func AttentionSharedNeeds() map[string]int {
-	need := map[string]int{}
-	add := func(name string, n int) {
-		if n > 48<<10 {
-			need[name] = n
-		}
-	}
-	for _, hs := range attHeadSizes {
-		s := attSuffix(hs)
-		add("attention_forward_"+s, AttentionForwardShared(hs))
-		add("attention_backward_"+s, AttentionBackwardShared(hs))
-	}
-	// The generic kernels' need grows with hs: the most over the head sizes
-	// they take.
-	var fwd, bwd int
-	for hs := 1; hs <= attMaxHS; hs++ {
-		if attSuffix(hs) == "any" {
-			fwd, bwd = max(fwd, AttentionForwardShared(hs)), max(bwd, AttentionBackwardShared(hs))
-		}
-	}
-	add("attention_forward_any", fwd)
-	add("attention_backward_any", bwd)
-	return need
-}
+// AttentionSharedNeeds maps each 64×64 attention kernel that needs more
+// than the default 48 KiB of dynamic shared memory to the most it asks for:
+// [DefaultVariants]'s [Variants.SharedNeeds].
+func AttentionSharedNeeds() map[string]int { return DefaultVariants().SharedNeeds() }
 
 // attCheck validates the shape arguments common to the attention kernels
 // (B, T, NH query heads, NKV key/value heads of hs channels).
@@ -147,14 +122,32 @@ func attDropout(p float32, NH, heads, head0 int) (float32, float32, int32, int32
 func attScale(hs int) float32 { return float32(1 / math.Sqrt(float64(hs))) }
 
 // AttentionGeometry is the launch shape of the forward and backward
-// kernels: one block of 256 threads per (head, batch row, 64-row tile),
-// the tile slowest so the blocks with the most work start first. The
-// forward kernel has a block per query head (heads = NH), the backward
-// kernel one per key/value head (heads = NKV), which walks its group's
-// query heads.
-func AttentionGeometry(B, T, heads int) (grid, block Dim3) {
-	nt := (T + attTile - 1) / attTile
+// kernels: one block of 256 threads per (head, batch row, tile of rows
+// positions), the tile slowest so the blocks with the most work start
+// first. The forward kernel has a block per query head (heads = NH) and
+// query tile (rows = the tile's Q), the backward kernel one per key/value
+// head (heads = NKV), which walks its group's query heads, and key tile
+// (rows = the tile's K).
+func AttentionGeometry(B, T, heads, rows int) (grid, block Dim3) {
+	nt := (T + rows - 1) / rows
 	return Dim3{uint32(heads), uint32(B), uint32(nt)}, Dim3{attThreads, 1, 1}
+}
+
+// attVariant returns the variant k launches for kernel name and checks
+// that its grid of rows-position tiles over T fits.
+func (k *Kernels) attVariant(name string, T int, backward bool) (KernelVariant, error) {
+	kv, ok := k.v.Kernel(name)
+	if !ok {
+		return KernelVariant{}, fmt.Errorf("cuda: no variant of %s", name)
+	}
+	rows := kv.Tile.Q
+	if backward {
+		rows = kv.Tile.K
+	}
+	if (T+rows-1)/rows > math.MaxUint16 {
+		return KernelVariant{}, fmt.Errorf("cuda: attention of T=%d is beyond %s's grid of %d-row tiles", T, kv.Function, rows)
+	}
+	return kv, nil
 }
 
 // AttentionForward is causal multi-head self-attention on packed q, k, v
@@ -214,8 +207,12 @@ func (k *Kernels) GQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int,
 	if err != nil {
 		return err
 	}
-	grid, block := AttentionGeometry(B, T, NH)
-	return k.launch("attention_forward_"+attSuffix(hs), grid, block, AttentionForwardShared(hs), s,
+	kv, err := k.attVariant("attention_forward_"+attSuffix(hs), T, false)
+	if err != nil {
+		return err
+	}
+	grid, block := AttentionGeometry(B, T, NH, kv.Tile.Q)
+	return k.launch(kv.Function, grid, block, kv.Tile.ForwardShared(hs), s,
 		out, lse, qkv, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }
 
@@ -238,12 +235,16 @@ func (k *Kernels) GQABackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, NH,
 	if err != nil {
 		return err
 	}
+	kv, err := k.attVariant("attention_backward_"+attSuffix(hs), T, true)
+	if err != nil {
+		return err
+	}
 	zg, zb := attZeroGeometry(B*T, NH*hs)
 	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(NH*hs), int32((NH+2*NKV)*hs)); err != nil {
 		return err
 	}
-	grid, block := AttentionGeometry(B, T, NKV)
-	return k.launch("attention_backward_"+attSuffix(hs), grid, block, AttentionBackwardShared(hs), s,
+	grid, block := AttentionGeometry(B, T, NKV, kv.Tile.K)
+	return k.launch(kv.Function, grid, block, kv.Tile.BackwardShared(hs), s,
 		dqkv, dout, out, qkv, lse, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
 }
 

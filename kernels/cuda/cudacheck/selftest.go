@@ -77,7 +77,8 @@ func (t *selfTest) report(status, name, detail string) {
 }
 
 // SelfTest checks the GPU backend's bindings on device 0, one line per
-// check with PASS or FAIL and its figures: the device and driver, memory
+// check with PASS or FAIL and its figures: the device and driver, the
+// kernel variants chosen for its shared memory (cuda.SelectVariants), memory
 // (device and managed, prefetch, copies), NVRTC and the compile cache, a
 // kernel launch with every argument type, event timing, cuBLAS GEMMs in
 // fp32 (exact), bf16 and fp16 against a host reference, a strided batch,
@@ -104,13 +105,21 @@ func SelfTest(ctx context.Context, w io.Writer) error {
 		return fmt.Sprintf("%s, sm_%d%d, %d SMs, %.1f GiB (%.1f free), driver CUDA %d.%d, %d device(s), %s",
 			d.Name(), major, minor, d.SMs(), gib(total), gib(free), d.DriverVersion()/1000, d.DriverVersion()%1000/10, n, d.LibraryPath()), nil
 	}) {
-		for _, name := range []string{"memory", "NVRTC", "kernel launch", "cuBLAS", "cuBLASLt", "NCCL"} {
+		for _, name := range []string{"kernel variants", "memory", "NVRTC", "kernel launch", "cuBLAS", "cuBLASLt", "NCCL"} {
 			t.skip(name, "no device")
 		}
 		return t.result()
 	}
 	defer d.Close()
 
+	// The variants cuda.New will choose (and log) for this device.
+	t.check("kernel variants", func() (string, error) {
+		v, err := cuda.SelectVariants(d.Attrs())
+		if err != nil {
+			return "", err
+		}
+		return v.String(), nil
+	})
 	t.memory(d)
 	f := t.compile(d)
 	t.launch(d, f)

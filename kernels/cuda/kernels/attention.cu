@@ -43,12 +43,39 @@
 // Names: the forward and backward kernels come in one instantiation per
 // common head size (32, 64, 80, 128), whose loops the compiler unrolls, and a
 // generic one for any hs ≤ 128.
+//
+// Tile variants: the 64×64 tiles above are the kernels named
+// attention_{forward,backward}_<hs>, and they fit the 227 KiB of dynamic
+// shared memory a block of an H100 may use. Smaller GPUs (A100: 163 KiB;
+// V100, L40S, L4, A10, RTX 4090: 96–99 KiB) get the same code on smaller
+// tiles, kernels named with a suffix _q<BQ>k<BK>: BQ query rows against BK
+// keys, BQ and BK each 32 or 64. Thread (ty, tx) then owns tile rows
+// ty+16·i (i < BQ/16) and columns tx+16·j (j < BK/16), the backward pass's
+// dk and dv rows (BK/16)·ty … (BK/16)·ty+BK/16−1, and a probability tile's
+// rows are BK+16 floats (80 for 64 keys, 48 for 32: the rows ty and ty+1
+// still fall in opposite halves of the banks). The arithmetic of each
+// product, its order of summation over the head dimension and the online
+// softmax are those of the 64×64 kernels; only the number of key tiles a
+// row's sums run over differs. kernels/cuda/variants.go chooses a variant
+// per kernel from the device's shared-memory limit.
 
-#define ATT_TILE 64       // query rows and keys per tile
+#define ATT_TILE 64       // query rows and keys per tile of the default kernels
 #define ATT_THREADS 256   // threads per block of the tiled kernels
 #define ATT_MAXHS 128     // largest head size of the generic kernels
 #define ATT_PLD 80        // row stride of the 64×64 probability tiles (see above)
 #define ATT_NEG (-3.0e38f) // score of a masked entry: exp(ATT_NEG − m) is 0
+
+// AttTile is the compile-time shape of a tile of BQ query rows against BK
+// keys: RI rows and RJ columns of scores per thread, probability rows of PLD
+// floats (BK + 16, so PLD = ATT_PLD for 64 keys).
+template <int BQ, int BK>
+struct AttTile {
+    static_assert((BQ == 32 || BQ == 64) && (BK == 32 || BK == 64), "tiles of 32 or 64");
+    static constexpr int RI = BQ / 16;
+    static constexpr int RJ = BK / 16;
+    static constexpr int PLD = BK + 16;
+};
+static_assert(AttTile<ATT_TILE, ATT_TILE>::PLD == ATT_PLD, "the 64×64 tiles' probability rows");
 
 // att_rowsum16 and att_rowmax16 reduce over the 16 lanes of a half-warp.
 __device__ __forceinline__ float att_rowsum16(float v) {
@@ -92,35 +119,36 @@ __device__ __forceinline__ int att_col(int tx, int c) {
     return (tx + 16 * (c / G::VW)) * G::VW + c % G::VW;
 }
 
-// att_load_rows copies rows r0 … r0+63 of one head (hs columns at src,
+// att_load_rows copies rows r0 … r0+ROWS−1 of one head (hs columns at src,
 // row stride ld floats) into a shared tile of stride lds, zeros past row T.
+template <int ROWS>
 __device__ __forceinline__ void att_load_rows(float* dst, int lds, const float* __restrict__ src, long long ld,
                                               int r0, int T, int hs) {
-    for (int i = threadIdx.x; i < ATT_TILE * hs; i += ATT_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * hs; i += ATT_THREADS) {
         int r = i / hs, d = i - r * hs;
         int t = r0 + r;
         dst[r * lds + d] = t < T ? src[(long long)t * ld + d] : 0.0f;
     }
 }
 
-// att_dot4x4 accumulates s[i][j] += a[rows ty+16i] · b[rows tx+16j] over
-// the head dimension, a and b shared tiles of stride ld.
-template <int HS>
-__device__ __forceinline__ void att_dot4x4(float s[4][4], const float* a, const float* b, int ld, int hs,
-                                           int ty, int tx) {
+// att_dot accumulates s[i][j] += a[rows ty+16i] · b[rows tx+16j] over the
+// head dimension (i < RI, j < RJ), a and b shared tiles of stride ld.
+template <int HS, int RI, int RJ>
+__device__ __forceinline__ void att_dot(float s[RI][RJ], const float* a, const float* b, int ld, int hs, int ty,
+                                        int tx) {
     typedef AttGeom<HS> G;
     if constexpr (G::VEC) {
 #pragma unroll 4
         for (int d = 0; d < HS; d += 4) {
-            float4 av[4], bv[4];
+            float4 av[RI], bv[RJ];
 #pragma unroll
-            for (int i = 0; i < 4; i++) av[i] = *reinterpret_cast<const float4*>(&a[(ty + 16 * i) * ld + d]);
+            for (int i = 0; i < RI; i++) av[i] = *reinterpret_cast<const float4*>(&a[(ty + 16 * i) * ld + d]);
 #pragma unroll
-            for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4*>(&b[(tx + 16 * j) * ld + d]);
+            for (int j = 0; j < RJ; j++) bv[j] = *reinterpret_cast<const float4*>(&b[(tx + 16 * j) * ld + d]);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < RI; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < RJ; j++) {
                     // One multiply-add per term (a sum of products first
                     // would cost a multiply and an add more).
                     s[i][j] += av[i].x * bv[j].x;
@@ -131,15 +159,15 @@ __device__ __forceinline__ void att_dot4x4(float s[4][4], const float* a, const 
         }
     } else {
         for (int d = 0; d < hs; d++) {
-            float av[4], bv[4];
+            float av[RI], bv[RJ];
 #pragma unroll
-            for (int i = 0; i < 4; i++) av[i] = a[(ty + 16 * i) * ld + d];
+            for (int i = 0; i < RI; i++) av[i] = a[(ty + 16 * i) * ld + d];
 #pragma unroll
-            for (int j = 0; j < 4; j++) bv[j] = b[(tx + 16 * j) * ld + d];
+            for (int j = 0; j < RJ; j++) bv[j] = b[(tx + 16 * j) * ld + d];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < RI; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) s[i][j] += av[i] * bv[j];
+                for (int j = 0; j < RJ; j++) s[i][j] += av[i] * bv[j];
         }
     }
 }
@@ -166,17 +194,18 @@ __device__ __forceinline__ void att_row_load(float mv[AttGeom<HS>::NC], const fl
 }
 
 // att_row_times accumulates acc[i][c] += Σ_j w[rows ty+16i][j] · m[j][col c]
-// for j < 64: w is a 64×64 tile of stride ATT_PLD, read four columns at a
-// time, m a tile of stride ld; the thread's columns are att_col(tx, c).
-template <int HS>
-__device__ __forceinline__ void att_row_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
+// for i < RI, j < BK: w is a tile of BK columns and stride PLD, read four
+// columns at a time, m a tile of stride ld; the thread's columns are
+// att_col(tx, c).
+template <int HS, int RI, int BK, int PLD>
+__device__ __forceinline__ void att_row_times(float acc[RI][AttGeom<HS>::NC], const float* w, const float* m,
                                               int ld, int hs, int ty, int tx) {
     typedef AttGeom<HS> G;
-    for (int j = 0; j < ATT_TILE; j += 4) {
-        float wv[4][4];
+    for (int j = 0; j < BK; j += 4) {
+        float wv[RI][4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float4 v = *reinterpret_cast<const float4*>(&w[(ty + 16 * i) * ATT_PLD + j]);
+        for (int i = 0; i < RI; i++) {
+            float4 v = *reinterpret_cast<const float4*>(&w[(ty + 16 * i) * PLD + j]);
             wv[i][0] = v.x, wv[i][1] = v.y, wv[i][2] = v.z, wv[i][3] = v.w;
         }
 #pragma unroll
@@ -184,94 +213,104 @@ __device__ __forceinline__ void att_row_times(float acc[4][AttGeom<HS>::NC], con
             float mv[G::NC];
             att_row_load<HS>(mv, m, j + jj, ld, hs, tx);
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < RI; i++)
 #pragma unroll
                 for (int c = 0; c < G::NC; c++) acc[i][c] += wv[i][jj] * mv[c];
         }
     }
 }
 
-// att_col_times accumulates acc[a][c] += Σ_r w[r][4ty+a] · m[r][col c] for
-// r < 64: the transposed product of att_row_times. The thread's rows of acc
-// are the four adjacent columns 4ty … 4ty+3 of w, read as one float4.
-template <int HS>
-__device__ __forceinline__ void att_col_times(float acc[4][AttGeom<HS>::NC], const float* w, const float* m,
+// att_col_times accumulates acc[a][c] += Σ_r w[r][RJ·ty+a] · m[r][col c]
+// for r < BQ, a < RJ: the transposed product of att_row_times. The thread's
+// rows of acc are the RJ adjacent columns RJ·ty … RJ·ty+RJ−1 of w (stride
+// PLD), read as one float4 (RJ 4) or float2 (RJ 2).
+template <int HS, int RJ, int BQ, int PLD>
+__device__ __forceinline__ void att_col_times(float acc[RJ][AttGeom<HS>::NC], const float* w, const float* m,
                                               int ld, int hs, int ty, int tx) {
     typedef AttGeom<HS> G;
 #pragma unroll 2
-    for (int r = 0; r < ATT_TILE; r++) {
-        const float4 v = *reinterpret_cast<const float4*>(&w[r * ATT_PLD + 4 * ty]);
-        const float wv[4] = {v.x, v.y, v.z, v.w};
+    for (int r = 0; r < BQ; r++) {
+        float wv[RJ];
+        if constexpr (RJ == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(&w[r * PLD + 4 * ty]);
+            wv[0] = v.x, wv[1] = v.y, wv[2] = v.z, wv[3] = v.w;
+        } else {
+            const float2 v = *reinterpret_cast<const float2*>(&w[r * PLD + 2 * ty]);
+            wv[0] = v.x, wv[1] = v.y;
+        }
         float mv[G::NC];
         att_row_load<HS>(mv, m, r, ld, hs, tx);
 #pragma unroll
-        for (int a = 0; a < 4; a++)
+        for (int a = 0; a < RJ; a++)
 #pragma unroll
             for (int c = 0; c < G::NC; c++) acc[a][c] += wv[a] * mv[c];
     }
 }
 
-// att_forward: grid (NH, B, ⌈T/64⌉), block 256, dynamic shared memory
-// (3·64·ld + 64·ATT_PLD)·4 bytes (q, k, v tiles and the probabilities). Block z
-// takes query tile ⌈T/64⌉−1−z: blocks start in grid order, x fastest, so
-// the longest rows of every head start first and the short ones fill the
-// tail.
-template <int HS>
+// att_forward: grid (NH, B, ⌈T/BQ⌉), block 256, dynamic shared memory
+// ((BQ + 2·BK)·ld + BQ·PLD)·4 bytes (q, k, v tiles and the probabilities;
+// (3·64·ld + 64·ATT_PLD)·4 for 64×64 tiles). Block z takes query tile
+// ⌈T/BQ⌉−1−z: blocks start in grid order, x fastest, so the longest rows
+// of every head start first and the short ones fill the tail.
+template <int HS, int BQ, int BK>
 __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __restrict__ lse,
                                             const float* __restrict__ qkv, int T, int NH, int NKV, int hs_arg,
                                             float scale, float p, float pscale, unsigned long long key, int Hg,
                                             int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
+    typedef AttTile<BQ, BK> W;
+    constexpr int RI = W::RI, RJ = W::RJ, PLD = W::PLD;
     extern __shared__ __align__(16) float att_smem[]; // float4 reads
     const int hs = HS > 0 ? HS : hs_arg;
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int nt = (T + BQ - 1) / BQ;
     const int qt = nt - 1 - (int)blockIdx.z;
     const int h = blockIdx.x, b = blockIdx.y;
     const int kvh = h / (NH / NKV); // the key/value head of query head h
-    const int q0 = qt * ATT_TILE;
+    const int q0 = qt * BQ;
+    const int klast = (min(q0 + BQ, T) - 1) / BK; // the last key tile a row of the tile sees
     const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
     const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
     const float* kbase = qkv + (long long)b * T * ld3 + (long long)(NH + kvh) * hs;
     const float* vbase = kbase + (long long)NKV * hs;
     float* qs = att_smem;
-    float* ks = qs + ATT_TILE * ld;
-    float* vs = ks + ATT_TILE * ld;
-    float* ps = vs + ATT_TILE * ld;
+    float* ks = qs + BQ * ld;
+    float* vs = ks + BK * ld;
+    float* ps = vs + BK * ld;
     const bool drop = p > 0.0f;
     const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
 
-    att_load_rows(qs, ld, base, ld3, q0, T, hs);
+    att_load_rows<BQ>(qs, ld, base, ld3, q0, T, hs);
 
-    float m[4], l[4], o[4][G::NC];
+    float m[RI], l[RI], o[RI][G::NC];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < RI; i++) {
         m[i] = ATT_NEG, l[i] = 0.0f;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) o[i][c] = 0.0f;
     }
 
-    for (int kt = 0; kt <= qt; kt++) {
-        const int k0 = kt * ATT_TILE;
+    for (int kt = 0; kt <= klast; kt++) {
+        const int k0 = kt * BK;
         __syncthreads(); // the previous tile's k, v and p are consumed
-        att_load_rows(ks, ld, kbase, ld3, k0, T, hs);
-        att_load_rows(vs, ld, vbase, ld3, k0, T, hs);
+        att_load_rows<BK>(ks, ld, kbase, ld3, k0, T, hs);
+        att_load_rows<BK>(vs, ld, vbase, ld3, k0, T, hs);
         __syncthreads();
 
-        float s[4][4];
+        float s[RI][RJ];
 #pragma unroll
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < RI; i++)
 #pragma unroll
-            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
-        att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
+            for (int j = 0; j < RJ; j++) s[i][j] = 0.0f;
+        att_dot<HS, RI, RJ>(s, qs, ks, ld, hs, ty, tx);
 
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < RI; i++) {
             const int t = q0 + ty + 16 * i;
             float mx = ATT_NEG;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < RJ; j++) {
                 const int col = k0 + tx + 16 * j;
                 s[i][j] = col <= t ? s[i][j] * scale : ATT_NEG;
                 mx = fmaxf(mx, s[i][j]);
@@ -285,19 +324,19 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
             for (int c = 0; c < G::NC; c++) o[i][c] *= corr;
             const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < RJ; j++) {
                 float e = expf(s[i][j] - mnew);
                 l[i] += e;
                 if (drop) e = (t < T && dropout_keep(key, rbase + tx + 16 * j, p)) ? e * pscale : 0.0f;
-                ps[(ty + 16 * i) * ATT_PLD + tx + 16 * j] = e;
+                ps[(ty + 16 * i) * PLD + tx + 16 * j] = e;
             }
         }
         __syncthreads();
-        att_row_times<HS>(o, ps, vs, ld, hs, ty, tx);
+        att_row_times<HS, RI, BK, PLD>(o, ps, vs, ld, hs, ty, tx);
     }
 
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < RI; i++) {
         const int t = q0 + ty + 16 * i;
         const float sum = att_rowsum16(l[i]);
         if (t >= T) continue;
@@ -312,52 +351,56 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     }
 }
 
-// att_backward: grid (NKV, B, ⌈T/64⌉), block 256, dynamic shared memory
-// (4·64·ld + 2·64·ATT_PLD)·4 bytes (k, v, q, dout tiles, the dropped
-// probabilities and the score gradients). Block (x, z) owns key tile z of
-// key/value head x (the first keys, which the most rows see, start first):
-// it keeps that tile's k and v in shared memory and dk, dv in registers,
-// walks, for each query head of the group in turn, the query tiles z …
-// ⌈T/64⌉−1 recomputing the probabilities from q, k and lse, and adds each
+// att_backward: grid (NKV, B, ⌈T/BK⌉), block 256, dynamic shared memory
+// (2·(BK + BQ)·ld + 2·BQ·PLD)·4 bytes (k, v, q, dout tiles, the dropped
+// probabilities and the score gradients; (4·64·ld + 2·64·ATT_PLD)·4 for
+// 64×64 tiles). Block (x, z) owns key tile z of key/value head x (the
+// first keys, which the most rows see, start first): it keeps that tile's
+// k and v in shared memory and dk, dv in registers, walks, for each query
+// head of the group in turn, the query tiles from the one holding row
+// z·BK to ⌈T/BQ⌉−1 recomputing the probabilities from q, k and lse, and adds each
 // query tile's share of dq into dqkv with atomics (dq must be zero
 // beforehand: attention_zero_dq). dk and dv sum the group's heads in head
 // order in registers and are written once. D = rowsum(dout ⊙ out) is
 // computed here from out, the forward output, a 1/(2·64) share of a tile's
 // work.
-template <int HS>
+template <int HS, int BQ, int BK>
 __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const float* __restrict__ dout,
                                              const float* __restrict__ out, const float* __restrict__ qkv,
                                              const float* __restrict__ lse, int T, int NH, int NKV, int hs_arg,
                                              float scale, float p, float pscale, unsigned long long key, int Hg,
                                              int h0, unsigned long long off) {
     typedef AttGeom<HS> G;
+    typedef AttTile<BQ, BK> W;
+    constexpr int RI = W::RI, RJ = W::RJ, PLD = W::PLD;
     extern __shared__ __align__(16) float att_smem[]; // float4 reads
     const int hs = HS > 0 ? HS : hs_arg;
     const int ld = att_ld(hs, G::VEC);
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-    const int nt = (T + ATT_TILE - 1) / ATT_TILE;
+    const int nt = (T + BQ - 1) / BQ;
     const int kt = blockIdx.z;
     const int kvh = blockIdx.x, b = blockIdx.y;
     const int group = NH / NKV;
-    const int k0 = kt * ATT_TILE;
+    const int k0 = kt * BK;
+    const int qfirst = k0 / BQ; // the first query tile with a row that sees key k0
     const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
     const long long kofs = (long long)(NH + kvh) * hs, vofs = kofs + (long long)NKV * hs;
     const float* row0 = qkv + (long long)b * T * ld3;
     float* drow0 = dqkv + (long long)b * T * ld3;
     float* ks = att_smem;
-    float* vs = ks + ATT_TILE * ld;
-    float* qs = vs + ATT_TILE * ld;
-    float* gs = qs + ATT_TILE * ld;
-    float* ps = gs + ATT_TILE * ld;
-    float* dss = ps + ATT_TILE * ATT_PLD;
+    float* vs = ks + BK * ld;
+    float* qs = vs + BK * ld;
+    float* gs = qs + BQ * ld;
+    float* ps = gs + BQ * ld;
+    float* dss = ps + BQ * PLD;
     const bool drop = p > 0.0f;
 
-    att_load_rows(ks, ld, row0 + kofs, ld3, k0, T, hs);
-    att_load_rows(vs, ld, row0 + vofs, ld3, k0, T, hs);
+    att_load_rows<BK>(ks, ld, row0 + kofs, ld3, k0, T, hs);
+    att_load_rows<BK>(vs, ld, row0 + vofs, ld3, k0, T, hs);
 
-    float dk[4][G::NC], dv[4][G::NC];
+    float dk[RJ][G::NC], dv[RJ][G::NC];
 #pragma unroll
-    for (int a = 0; a < 4; a++)
+    for (int a = 0; a < RJ; a++)
 #pragma unroll
         for (int c = 0; c < G::NC; c++) dk[a][c] = 0.0f, dv[a][c] = 0.0f;
 
@@ -368,17 +411,17 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
         const float* lrow = lse + ((long long)b * NH + h) * T;
         float* dbase = drow0 + (long long)h * hs;
         const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
-        for (int qt = kt; qt < nt; qt++) {
-            const int q0 = qt * ATT_TILE;
+        for (int qt = qfirst; qt < nt; qt++) {
+            const int q0 = qt * BQ;
             __syncthreads(); // the previous query tile is consumed
-            att_load_rows(qs, ld, base, ld3, q0, T, hs);
-            att_load_rows(gs, ld, gbase, (long long)C, q0, T, hs);
+            att_load_rows<BQ>(qs, ld, base, ld3, q0, T, hs);
+            att_load_rows<BQ>(gs, ld, gbase, (long long)C, q0, T, hs);
             __syncthreads();
 
             // Each row's lse and D = dout·out.
-            float rl[4], rd[4];
+            float rl[RI], rd[RI];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < RI; i++) {
                 const int r = ty + 16 * i, t = q0 + r;
                 float d = 0.0f;
                 if (t < T) {
@@ -389,20 +432,20 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
                 rl[i] = t < T ? lrow[t] : 0.0f;
             }
 
-            float s[4][4], dp[4][4];
+            float s[RI][RJ], dp[RI][RJ];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < RI; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) s[i][j] = 0.0f, dp[i][j] = 0.0f;
-            att_dot4x4<HS>(s, qs, ks, ld, hs, ty, tx);
-            att_dot4x4<HS>(dp, gs, vs, ld, hs, ty, tx);
+                for (int j = 0; j < RJ; j++) s[i][j] = 0.0f, dp[i][j] = 0.0f;
+            att_dot<HS, RI, RJ>(s, qs, ks, ld, hs, ty, tx);
+            att_dot<HS, RI, RJ>(dp, gs, vs, ld, hs, ty, tx);
 
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < RI; i++) {
                 const int r = ty + 16 * i, t = q0 + r;
                 const unsigned long long rbase = hbase + (unsigned long long)t * T + k0;
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
+                for (int j = 0; j < RJ; j++) {
                     const int col = k0 + tx + 16 * j;
                     const bool valid = t < T && col <= t;
                     const float pr = valid ? expf(s[i][j] * scale - rl[i]) : 0.0f;
@@ -414,23 +457,23 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
                             pk = 0.0f, g = 0.0f;
                         }
                     }
-                    ps[r * ATT_PLD + tx + 16 * j] = pk;
-                    dss[r * ATT_PLD + tx + 16 * j] = pr * (g - rd[i]) * scale;
+                    ps[r * PLD + tx + 16 * j] = pk;
+                    dss[r * PLD + tx + 16 * j] = pr * (g - rd[i]) * scale;
                 }
             }
             __syncthreads();
 
-            att_col_times<HS>(dv, ps, gs, ld, hs, ty, tx);
-            att_col_times<HS>(dk, dss, qs, ld, hs, ty, tx);
+            att_col_times<HS, RJ, BQ, PLD>(dv, ps, gs, ld, hs, ty, tx);
+            att_col_times<HS, RJ, BQ, PLD>(dk, dss, qs, ld, hs, ty, tx);
 
-            float dq[4][G::NC];
+            float dq[RI][G::NC];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < RI; i++)
 #pragma unroll
                 for (int c = 0; c < G::NC; c++) dq[i][c] = 0.0f;
-            att_row_times<HS>(dq, dss, ks, ld, hs, ty, tx);
+            att_row_times<HS, RI, BK, PLD>(dq, dss, ks, ld, hs, ty, tx);
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < RI; i++) {
                 const int t = q0 + ty + 16 * i;
                 if (t >= T) continue;
                 float* drow = dbase + (long long)t * ld3;
@@ -444,8 +487,8 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     } // the group's query heads
 
 #pragma unroll
-    for (int a = 0; a < 4; a++) {
-        const int t = k0 + 4 * ty + a;
+    for (int a = 0; a < RJ; a++) {
+        const int t = k0 + RJ * ty + a;
         if (t >= T) continue;
         float* drow = drow0 + (long long)t * ld3;
 #pragma unroll
@@ -456,26 +499,49 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     }
 }
 
-#define ATT_KERNELS(NAME, HS)                                                                                   \
+// ATT_FORWARD and ATT_BACKWARD stamp out the kernels of head size HS (0:
+// generic) on BQ×BK tiles as attention_forward_NAME and
+// attention_backward_NAME.
+#define ATT_FORWARD(NAME, HS, BQ, BK)                                                                           \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
         attention_forward_##NAME(float* out, float* lse, const float* qkv, int T, int NH, int NKV, int hs,    \
                                  float scale, float p, float pscale, unsigned long long key, int Hg, int h0,  \
                                  unsigned long long off) {                                                     \
-        att_forward<HS>(out, lse, qkv, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);                   \
-    }                                                                                                          \
+        att_forward<HS, BQ, BK>(out, lse, qkv, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);           \
+    }
+#define ATT_BACKWARD(NAME, HS, BQ, BK)                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
         attention_backward_##NAME(float* dqkv, const float* dout, const float* out, const float* qkv,         \
                                   const float* lse, int T, int NH, int NKV, int hs, float scale, float p,     \
                                   float pscale, unsigned long long key, int Hg, int h0,                       \
                                   unsigned long long off) {                                                    \
-        att_backward<HS>(dqkv, dout, out, qkv, lse, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);     \
+        att_backward<HS, BQ, BK>(dqkv, dout, out, qkv, lse, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0,   \
+                                 off);                                                                         \
     }
+#define ATT_KERNELS(NAME, HS)                    \
+    ATT_FORWARD(NAME, HS, ATT_TILE, ATT_TILE)   \
+    ATT_BACKWARD(NAME, HS, ATT_TILE, ATT_TILE)
 
+// The 64×64 kernels (an H100's).
 ATT_KERNELS(hs32, 32)
 ATT_KERNELS(hs64, 64)
 ATT_KERNELS(hs80, 80)
 ATT_KERNELS(hs128, 128)
 ATT_KERNELS(any, 0)
+
+// Smaller tiles for smaller shared memories; the list is variants.go's
+// attKernels, whose comment gives each one's bytes. A device that runs
+// only the 64×64 kernels (an H100) compiles without them.
+#ifndef GPTUI_ATT_DEFAULT_ONLY
+ATT_FORWARD(hs128_q64k32, 128, 64, 32)
+ATT_FORWARD(any_q64k32, 0, 64, 32)
+ATT_BACKWARD(hs64_q32k64, 64, 32, 64)
+ATT_BACKWARD(hs80_q32k64, 80, 32, 64)
+ATT_BACKWARD(hs128_q32k64, 128, 32, 64)
+ATT_BACKWARD(any_q32k64, 0, 32, 64)
+ATT_BACKWARD(hs128_q32k32, 128, 32, 32)
+ATT_BACKWARD(any_q32k32, 0, 32, 32)
+#endif
 
 // attention_zero_dq zeros the query heads of dqkv, the first C channels of
 // N = B·T rows of ld, which the backward kernels then accumulate into.
