@@ -11,7 +11,7 @@ import (
 // One supervisor per job: the supervisor of a job holds an exclusive flock
 // of the job folder's ClaimFile for as long as it runs. Whatever starts a
 // supervisor — `gptui run`, `run --detach`, `gptui restart` of an ended
-// job — first takes the claim (Claim), then hands it to the supervisor it
+// job — first takes the claim (TakeClaim), then hands it to the supervisor it
 // starts (Claim.Launch passes the locked file on as a descriptor; the lock
 // belongs to the open file, so the child holds it once the parent lets
 // go). Two restarts of one job at the same instant therefore cannot start

@@ -12,6 +12,7 @@
 //	summary.json     the job's state, step, loss and nodes (Summary), kept up to date
 //	output.log       what the supervisor prints (the lines of 'gptui run --no-tui')
 //	control.sock     the control endpoint: a Unix socket only the job's owner can reach
+//	supervisor.lock  the job's claim: its supervisor holds an flock of it while it runs (Claim)
 //
 // The event log is the protocol between the supervisor and its views: the
 // terminal UI's dashboard, `gptui attach`, `gptui jobs`, `gptui stop`
