@@ -171,7 +171,7 @@ func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
 	if r := m.lead(); r != nil {
 		mt := r.last
 		p.begin()
-		m.stepText(c, mt.Step)
+		m.stepText(c, mt.Step+1) // steps done: the record of step k is the (k+1)-th
 		p.end()
 		p.begin()
 		from := len(c.b)
@@ -288,7 +288,9 @@ func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
 	return p.finish()
 }
 
-// stepText writes "step 12/200": step, of the job's steps if known.
+// stepText writes "step 12/200": the steps done, of the job's steps if
+// known — the units of a checkpoint's step and of `gptui jobs`
+// (jobdir.Summary.Done).
 func (m *dashModel) stepText(c *canvas, step int) {
 	c.str("step ")
 	c.num(step)

@@ -129,7 +129,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 			e.Message = "replica of checkpoint output/step_00000008 from gpu0 in 0.1 s"
 		}),
 	)
-	scr := await(false, "step 7/100", "loss 3.5000", "ranks: 2 running", "checkpoint step 8", "[train] step 7 as rank 0 logged it")
+	scr := await(false, "step 8/100", "loss 3.5000", "ranks: 2 running", "checkpoint step 8", "[train] step 7 as rank 0 logged it")
 	if strings.Contains(scr, "saving step") {
 		t.Errorf("the save in flight outlived its checkpoint:\n%s", scr)
 	}

@@ -112,8 +112,8 @@ func TestETAAfterRestart(t *testing.T) {
 		if got := eta(m); math.Abs(got-left) > 0.25*left {
 			t.Fatalf("step %d, %v s before the end: ETA %v s\n%s", s, left, got, m.Render())
 		}
-		if got := headerStepOf(m.Render()); got != s {
-			t.Fatalf("step %d: the header shows step %d", s, got)
+		if got := headerStepOf(m.Render()); got != s+1 {
+			t.Fatalf("step %d: the header shows %d steps done, want %d", s, got, s+1)
 		}
 	}
 }
