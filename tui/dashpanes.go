@@ -56,29 +56,23 @@ func (m *dashModel) nodesLines(c *canvas, st styles, w, h int) block {
 			l.i++
 		}
 	})
-	for _, n := range lost {
+	noted := func(n, note string, how style) {
 		if l.want() {
 			from := len(c.b)
 			c.byte(' ')
 			c.styled(st.Bold, n)
 			c.str("  ")
-			c.styled(st.Bad, "lost: no reports")
+			c.styled(how, note)
 			c.fit(from, w)
 			c.endLine()
 		}
 		l.i++
 	}
+	for _, n := range lost {
+		noted(n, "lost: no reports", st.Bad)
+	}
 	for _, n := range quiet {
-		if l.want() {
-			from := len(c.b)
-			c.byte(' ')
-			c.styled(st.Bold, n)
-			c.str("  ")
-			c.styled(st.Warn, m.agentSilent[n])
-			c.fit(from, w)
-			c.endLine()
-		}
-		l.i++
+		noted(n, m.agentSilent[n], st.Warn)
 	}
 	return c.since(first)
 }
