@@ -141,38 +141,6 @@ func TestSwiGLU(t *testing.T) {
 	}
 }
 
-// gqaLSE is each query row's log Σ exp of the scaled causal scores, in
-// float64.
-func gqaLSE(qkv []float32, B, T, NH, NKV, hs int) []float32 {
-	ld, scale := (NH+2*NKV)*hs, 1/math.Sqrt(float64(hs))
-	lse := make([]float32, B*NH*T)
-	s := make([]float64, T)
-	for b := 0; b < B; b++ {
-		for h := 0; h < NH; h++ {
-			kofs := (NH + h/(NH/NKV)) * hs
-			for t := 0; t < T; t++ {
-				q := qkv[(b*T+t)*ld+h*hs:]
-				mx := math.Inf(-1)
-				for j := 0; j <= t; j++ {
-					k := qkv[(b*T+j)*ld+kofs:]
-					var d float64
-					for i := 0; i < hs; i++ {
-						d += float64(q[i]) * float64(k[i])
-					}
-					s[j] = d * scale
-					mx = max(mx, s[j])
-				}
-				var sum float64
-				for j := 0; j <= t; j++ {
-					sum += math.Exp(s[j] - mx)
-				}
-				lse[(b*NH+h)*T+t] = float32(mx + math.Log(sum))
-			}
-		}
-	}
-	return lse
-}
-
 // TestGQA runs the grouped-query forward and backward kernels under the
 // emulator against kernels/cpu's: one key/value head for all query heads,
 // groups of 2 and 4, the generic kernel, T across the 64-row tile, dropout
@@ -213,7 +181,8 @@ func TestGQA(t *testing.T) {
 				t.Fatal(err)
 			}
 			attCheckClose(t, "out", m.ReadFloat32s(gout, B*T*C), out)
-			attCheckClose(t, "lse", m.ReadFloat32s(glse, B*NH*T), gqaLSE(qkv, B, T, NH, NKV, hs))
+			_, lse, _ := gqaRef64(qkv, dout, B, T, NH, NKV, hs, d, off)
+			attCheckClose(t, "lse", m.ReadFloat32s(glse, B*NH*T), lse)
 			got := m.ReadFloat32s(gdqkv, B*T*ld)
 			for _, part := range []struct {
 				name   string
