@@ -3,7 +3,10 @@ package jobdir
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/gptui/gptui/event"
 )
@@ -14,8 +17,12 @@ import (
 // come, until the job has ended (see Follow); Stop and Restart go through
 // the job's control socket; Detach stops following. Canceling ctx does too.
 func Attach(ctx context.Context, dir string, from int64) *Attached {
-	ctx, cancel := context.WithCancel(ctx)
-	return &Attached{dir: dir, events: Follow(ctx, dir, from), cancel: cancel}
+	r := &Attached{dir: dir}
+	r.read.Store(from)
+	var fctx context.Context
+	fctx, r.cancel = context.WithCancel(ctx)
+	r.events = follow(fctx, dir, from, &r.read)
+	return r
 }
 
 // Attached is a view's hold on a job run by its own supervisor.
@@ -23,6 +30,29 @@ type Attached struct {
 	dir    string
 	events <-chan event.Event
 	cancel context.CancelFunc
+	read   atomic.Int64 // the event log's offset past the last event sent
+}
+
+// Next waits, once Events is closed at the job's end, until the job runs
+// again — 'gptui restart', or the dashboard's r in another view, gave it
+// a new supervisor that writes on in its event log — and returns what
+// follows it from the first event after those already sent. It returns
+// ctx's error if ctx ends first. Call it only once Events is closed:
+// before, the events still on their way would be sent again.
+func (r *Attached) Next(ctx context.Context) (*Attached, error) {
+	from := r.read.Load()
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		if fi, err := os.Stat(filepath.Join(r.dir, EventsFile)); err == nil && fi.Size() > from {
+			return Attach(ctx, r.dir, from), nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 // Events returns the job's events; the channel is closed after the job's

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gptui/gptui/event"
@@ -35,6 +36,12 @@ const maxLine = 4 << 20
 // A line that is not an event is skipped; one of another version ends the
 // stream with a job event failed naming both versions.
 func Follow(ctx context.Context, dir string, from int64) <-chan event.Event {
+	return follow(ctx, dir, from, nil)
+}
+
+// follow is Follow; read, if not nil, is kept at the offset in the event
+// log just past the last event sent.
+func follow(ctx context.Context, dir string, from int64, read *atomic.Int64) <-chan event.Event {
 	ch := make(chan event.Event, 1024)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -43,7 +50,7 @@ func Follow(ctx context.Context, dir string, from int64) <-chan event.Event {
 		start = fi.Size()
 	}
 	wg.Go(func() {
-		tailFile(ctx, filepath.Join(dir, SamplesFile), max(start, 0), func(e event.Event) bool {
+		tailFile(ctx, filepath.Join(dir, SamplesFile), max(start, 0), func(e event.Event, _ int64) bool {
 			select {
 			case ch <- e:
 				return true
@@ -53,7 +60,7 @@ func Follow(ctx context.Context, dir string, from int64) <-chan event.Event {
 		}, nil)
 	})
 	go func() {
-		followEvents(ctx, dir, from, ch)
+		followEvents(ctx, dir, from, ch, read)
 		cancel()
 		wg.Wait()
 		close(ch)
@@ -62,7 +69,7 @@ func Follow(ctx context.Context, dir string, from int64) <-chan event.Event {
 }
 
 // followEvents follows the event log until the job's end (see Follow).
-func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.Event) {
+func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.Event, read *atomic.Int64) {
 	send := func(e event.Event) bool {
 		select {
 		case ch <- e:
@@ -74,9 +81,15 @@ func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.E
 	ended := false // the last event read ends the job
 	var checked time.Time
 	deadOnce := false
-	tailFile(ctx, filepath.Join(dir, EventsFile), from, func(e event.Event) bool {
+	tailFile(ctx, filepath.Join(dir, EventsFile), from, func(e event.Event, end int64) bool {
 		ended = e.Ends()
-		return send(e)
+		if !send(e) {
+			return false
+		}
+		if read != nil {
+			read.Store(end)
+		}
+		return true
 	}, func(err error) bool {
 		// At the end of what is written: go on while the supervisor runs.
 		if err != nil {
@@ -119,13 +132,14 @@ func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.E
 }
 
 // tailFile reads the events of the file at path from offset off on,
-// passing each to emit until emit returns false or ctx ends. At the end
+// passing each to emit, with the offset just past its line, until emit
+// returns false or ctx ends. At the end
 // of what is written it calls idle (nil: go on) with nil, or with the
 // error that stops the reading, and stops when idle returns false;
 // otherwise it waits followEvery and reads on. A file that shrinks below
 // what was read (emptied, as samples.jsonl is when full) is read again
 // from its start; one that does not exist yet is waited for.
-func tailFile(ctx context.Context, path string, off int64, emit func(event.Event) bool, idle func(error) bool) {
+func tailFile(ctx context.Context, path string, off int64, emit func(event.Event, int64) bool, idle func(error) bool) {
 	var (
 		f    *os.File
 		part []byte
@@ -177,7 +191,7 @@ func tailFile(ctx context.Context, path string, off int64, emit func(event.Event
 					case derr != nil:
 						continue
 					default:
-						if !emit(e) {
+						if !emit(e, off-int64(len(part))) {
 							return
 						}
 					}

@@ -359,3 +359,96 @@ func TestSummaryDone(t *testing.T) {
 		t.Errorf("%d restarts counted, want 2 (a re-plan is part of its restart)", s.Restarts)
 	}
 }
+
+// TestAttachNext: a view attached to a job follows it through its end and
+// a restart by a new supervisor ('gptui restart'): the first stream ends
+// with the stop; Next waits while the job lies stopped, then returns a
+// stream of exactly the new attempt's events, from its restart on, none
+// sent twice; it gives up when its context ends.
+func TestAttachNext(t *testing.T) {
+	_, dir := newJob(t)
+	l, err := OpenLog(dir, NewSummary(100, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := func(state string, step int) event.Event {
+		e := event.New(event.KindJob)
+		e.State = state
+		if step > 0 {
+			e.Restart = &event.Restart{Count: 1, Requested: true, Cause: "restarted after its end (gptui restart)", Step: step}
+		}
+		return e
+	}
+	steps := func(l *Log, from, to int) {
+		for s := from; s <= to; s++ {
+			e := event.New(event.KindMetrics)
+			e.Rank, e.Node, e.Metrics = 0, "n1", &event.Metrics{Step: s, Loss: 3}
+			l.Write(e)
+		}
+	}
+	l.Write(job(event.JobStarted, 0))
+	steps(l, 1, 5)
+	l.Write(job(event.JobStopped, 0))
+	l.Close()
+	WriteSupervisor(dir, gone())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := Attach(ctx, dir, 0)
+	var first []event.Event
+	for e := range a.Events() {
+		first = append(first, e)
+	}
+	if n := len(first); n != 7 || !first[n-1].Ends() {
+		t.Fatalf("the first attempt: %d events, the last %+v", n, first[n-1])
+	}
+
+	// While the job lies stopped, Next waits.
+	short, stop := context.WithTimeout(ctx, 3*livenessEvery)
+	if n, err := a.Next(short); n != nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Next of a job that lies stopped: %v, %v", n, err)
+	}
+	stop()
+
+	got := make(chan *Attached, 1)
+	go func() {
+		n, err := a.Next(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- n
+	}()
+	time.Sleep(3 * followEvery)
+	// gptui restart: a new supervisor writes on in the same log.
+	WriteSupervisor(dir, Self(""))
+	l, err = OpenLog(dir, NewSummary(100, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Write(job(event.JobRestarting, 5))
+	l.Write(job(event.JobStarted, 0))
+	steps(l, 6, 8)
+	var n *Attached
+	select {
+	case n = <-got:
+	case <-ctx.Done():
+		t.Fatal("Next did not return after the restart")
+	}
+	if n == nil {
+		t.Fatal("no runner")
+	}
+	l.Write(job(event.JobStopped, 0))
+	l.Close()
+	WriteSupervisor(dir, gone())
+	var second []string
+	for e := range n.Events() {
+		s := e.Kind + ":" + e.State
+		if e.Metrics != nil {
+			s = fmt.Sprintf("step %d", e.Metrics.Step)
+		}
+		second = append(second, s)
+	}
+	if want := "[job:restarting job:started step 6 step 7 step 8 job:stopped]"; fmt.Sprint(second) != want {
+		t.Errorf("the attempt after the restart: %v, want %s", second, want)
+	}
+}

@@ -112,13 +112,18 @@ type dashModel struct {
 	wrap   bool // wrap long lines rather than cut them
 	search string
 
-	state    string // the job's state: "", started, stopping, done, failed, stopped
-	message  string
-	failure  *event.Event   // the job's failed event, shown as a banner
-	banner   bool           // the banner is shown (esc hides it)
-	hung     string         // the launcher's hang diagnosis, if it made one
-	start    time.Time      // when the job started, by the launcher's clock
-	end      time.Time      // when it ended
+	state   string // the job's state: "", started, stopping, done, failed, stopped
+	message string
+	failure *event.Event // the job's failed event, shown as a banner
+	banner  bool         // the banner is shown (esc hides it)
+	hung    string       // the launcher's hang diagnosis, if it made one
+	start   time.Time    // when the job started, by the launcher's clock
+	end     time.Time    // when it ended (zero while it runs)
+	// attempt is when the current attempt began (its restart, or the
+	// job's start); idle is the time the job lay ended before restarts
+	// (gptui restart after a stop), which its elapsed time leaves out.
+	attempt  time.Time
+	idle     time.Duration
 	closed   bool           // its events ended: its processes are gone (or the UI detached)
 	restart  *event.Restart // the launcher's latest automatic restart, if any
 	replan   string         // how the job was re-planned at it, if it was
@@ -491,6 +496,10 @@ func (m *dashModel) onCheckpoint(ev event.Event) {
 func (m *dashModel) onJob(ev event.Event) {
 	switch ev.State {
 	case event.JobRestarting:
+		if !m.end.IsZero() && ev.Time.After(m.end) {
+			m.idle += ev.Time.Sub(m.end) // restarted after its end
+		}
+		m.end, m.attempt = time.Time{}, ev.Time
 		if ev.Restart != nil {
 			r := *ev.Restart
 			r.Cause = clean(r.Cause)
@@ -531,8 +540,8 @@ func (m *dashModel) onJob(ev event.Event) {
 	m.state, m.message = ev.State, clean(ev.Message)
 	switch ev.State {
 	case event.JobStarted:
-		if m.restart == nil {
-			m.start = ev.Time // a restarted job's time counts from its first start
+		if m.start.IsZero() {
+			m.start, m.attempt = ev.Time, ev.Time // a restarted job's time counts from its first start
 		}
 		if ev.Job != "" {
 			m.job = ev.Job

@@ -194,7 +194,12 @@ func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
 		c.fixed(mt.MFU*100, 1)
 		c.byte('%')
 		p.end()
-		if eta, ok := m.eta(r); ok {
+		if m.slow.rank >= 0 && m.slow.silent > 0 && m.running() {
+			// A silent rank holds every step back: no time is honest.
+			p.begin()
+			c.str("ETA paused")
+			p.end()
+		} else if eta, ok := m.eta(r); ok {
 			p.begin()
 			c.str("ETA ")
 			c.b = appendDuration(c.b, eta)
@@ -223,10 +228,13 @@ func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
 		if end.IsZero() {
 			end = now
 		}
-		if end.After(m.start) {
+		if total := end.Sub(m.start) - m.idle; total > 0 {
+			// The time the job was in hand, the time it lay stopped
+			// before a restart left out (the restart's field gives the
+			// current attempt's).
 			p.begin()
 			c.str("elapsed ")
-			c.b = appendDuration(c.b, end.Sub(m.start).Seconds())
+			c.b = appendDuration(c.b, total.Seconds())
 			p.end()
 		}
 	}
@@ -274,7 +282,20 @@ func (m *dashModel) header(c *canvas, st styles, w int, now time.Time) block {
 		if r.Step > 0 {
 			from = fmt.Sprintf("from step %d", r.Step)
 		}
-		p.styled(st.Warn, fmt.Sprintf("restart %d/%d %s: %s", r.Count, r.Max, from, r.Cause))
+		n := fmt.Sprintf("%d/%d", r.Count, r.Max) // n of the policy's N
+		if r.Requested {
+			n = "(manual)" // asked for: the policy's count does not apply
+		}
+		this := ""
+		if end := m.end; !m.attempt.IsZero() {
+			if end.IsZero() {
+				end = now
+			}
+			if end.After(m.attempt) {
+				this = ", this attempt " + string(appendDuration(nil, end.Sub(m.attempt).Seconds()))
+			}
+		}
+		p.styled(st.Warn, fmt.Sprintf("restart %s %s%s: %s", n, from, this, r.Cause))
 		if m.replan != "" {
 			p.styled(st.Warn, m.replan)
 		}

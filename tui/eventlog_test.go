@@ -162,7 +162,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 		mk(event.KindJob, "", -1, event.JobReplanned, func(e *event.Event) { e.Message = "re-planned dp2 → dp1 for the nodes left" }),
 		mk(event.KindNode, "gpu1", -1, event.NodeBack, func(e *event.Event) { e.Message = "reachable again" }),
 	)
-	await(false, "restart 1/3 from step 8: job hung: rank 1 on gpu1 stuck", "re-planned dp2 → dp1 for the nodes left")
+	await(false, "restart 1/3 from step 8", ": job hung: rank 1 on gpu1 stuck", "re-planned dp2 → dp1 for the nodes left")
 	await(true, "back: reachable again")
 	write(mk(event.KindJob, "", -1, event.JobStarted, nil))
 	for r := range 2 {

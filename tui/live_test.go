@@ -118,6 +118,93 @@ func TestETAAfterRestart(t *testing.T) {
 	}
 }
 
+// The header's elapsed time, and the current attempt's in its restart
+// field.
+var (
+	elapsedRE = regexp.MustCompile(`elapsed (?:(\d+)m)?(\d+)s`)
+	attemptRE = regexp.MustCompile(`this attempt (?:(\d+)m)?(\d+)s`)
+)
+
+// elapsedOf returns the job's and the attempt's elapsed seconds the
+// header shows; -1 for one not shown.
+func elapsedOf(scr string) (total, attempt float64) {
+	secs := func(re *regexp.Regexp) float64 {
+		mm := re.FindStringSubmatch(scr)
+		if mm == nil {
+			return -1
+		}
+		a, _ := strconv.Atoi(mm[1])
+		b, _ := strconv.Atoi(mm[2])
+		return float64(60*a + b)
+	}
+	return secs(elapsedRE), secs(attemptRE)
+}
+
+// TestClockAfterCLIRestart: a 200-step job at a second a step is stopped
+// by its user at step 40 and lies stopped for a minute; then 'gptui
+// restart' gives it a new supervisor, which writes a requested restart
+// from the checkpoint of step 40 and starts the job again. While it is
+// stopped its elapsed time stands and it has no ETA; after the restart the
+// header names a manual restart (not "1/0"), its elapsed time is the
+// time it ran — the minute it lay stopped left out — with the new
+// attempt's own, and its ETA is within 25% of the time left.
+func TestClockAfterCLIRestart(t *testing.T) {
+	m := liveJob(t, 200)
+	one := func(int) float64 { return 0.3 }
+	for s := 1; s <= 40; s++ {
+		feed(m, stepOf(float64(s), s, 1, one)...)
+	}
+	feed(m,
+		ev(event.KindCheckpoint, 40.2, func(e *event.Event) {
+			e.Node, e.Rank, e.State = "node1", 0, event.CheckpointSaved
+			e.Checkpoint = &event.Checkpoint{Step: 40, Dir: "output/step_00000040"}
+		}),
+		ev(event.KindJob, 40.5, func(e *event.Event) { e.State, e.Message = event.JobStopped, "stopped by gptui stop" }))
+	for _, at := range []float64{41, 70, 100} {
+		clock(m, at)
+		out := m.Render()
+		if tot, att := elapsedOf(out); tot != 40 && tot != 41 || att != -1 {
+			t.Errorf("stopped, at %vs: elapsed %v (attempt %v), want 40 s standing:\n%s", at, tot, att, out)
+		}
+		if eta(m) >= 0 || !strings.Contains(out, "job stopped") {
+			t.Errorf("stopped, at %vs: an ETA, or not stopped:\n%s", at, out)
+		}
+	}
+	// gptui restart at 100 s: the new supervisor's first events.
+	feed(m,
+		ev(event.KindJob, 100, func(e *event.Event) {
+			e.State = event.JobRestarting
+			e.Restart = &event.Restart{Count: 1, Requested: true, Cause: "restarted after its end (gptui restart)", Step: 40}
+		}),
+		ev(event.KindJob, 102, func(e *event.Event) { e.State = event.JobStarted }))
+	var replay []event.Event
+	for s := 1; s <= 40; s++ {
+		replay = append(replay, stepOf(102.5, s, 1, one)...)
+	}
+	feed(m, replay...)
+	clock(m, 103)
+	out := m.Render()
+	if !strings.Contains(out, "restart (manual) from step 40, this attempt 3s: restarted after its end (gptui restart)") || strings.Contains(out, "1/0") {
+		t.Errorf("after gptui restart, the header does not name a manual restart:\n%s", out)
+	}
+	if tot, att := elapsedOf(out); math.Abs(tot-43.5) > 1 || math.Abs(att-3) > 1 {
+		t.Errorf("at 103 s, 3 s after the restart: elapsed %v s (attempt %v s), want 43.5 (3):\n%s", tot, att, out)
+	}
+	const end = 102 + 200 - 40 // the last step, a second a step from the attempt's start
+	for s := 41; s <= 60; s++ {
+		sec := 102 + float64(s-40)
+		feed(m, stepOf(sec, s, 1, one)...)
+		clock(m, sec)
+		out := m.Render()
+		if tot, att := elapsedOf(out); math.Abs(tot-(sec-100+40.5)) > 1 || math.Abs(att-(sec-100)) > 1 {
+			t.Fatalf("step %d at %v s: elapsed %v s (attempt %v s), want %v (%v):\n%s", s, sec, tot, att, sec-100+40.5, sec-100, out)
+		}
+		if left, got := end-sec, eta(m); math.Abs(got-left) > 0.25*left {
+			t.Fatalf("step %d, %v s before the end: ETA %v s\n%s", s, left, got, out)
+		}
+	}
+}
+
 // headerStepOf returns the step the header shows, -1 if none.
 func headerStepOf(scr string) int {
 	mm := regexp.MustCompile(`step (\d+)/\d+`).FindStringSubmatch(scr)
@@ -180,6 +267,9 @@ func TestSilentAndStalled(t *testing.T) {
 		}
 		if regexp.MustCompile(`slowest rank [013]`).MatchString(out) {
 			t.Errorf("at %vs a healthy rank is named the slowest:\n%s", tick, out)
+		}
+		if paused := strings.Contains(out, "ETA paused"); silent != paused || silent && etaRE.MatchString(out) {
+			t.Errorf("at %vs, rank 2 silent %v: the ETA is not paused just while it is:\n%s", tick, silent, out)
 		}
 	}
 	if row := rankRowOf(m.Render(), 2); !strings.Contains(row, "silent 3s") {

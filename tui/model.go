@@ -96,6 +96,51 @@ type Attached struct {
 	// checkpoint (gptui restart), and returns what follows it from there;
 	// nil means r cannot.
 	Reopen func() (Runner, error)
+	// Next, called once prev's events have ended with the job, waits
+	// until the job runs again (gptui restart, or r in another view) and
+	// returns what follows it from there, so that the dashboard goes on
+	// with the new attempt; it returns an error when ctx ends. Nil: the
+	// dashboard stays on the job's end.
+	Next func(ctx context.Context, prev Runner) (Runner, error)
+}
+
+// nextMsg brings the runner of an attached job that runs again after its
+// end (Attached.Next).
+type nextMsg struct {
+	job    int // the jobN whose end it followed
+	runner Runner
+}
+
+// awaitNext returns the command that waits for the attached job, which
+// has ended, to run again.
+func (m *Model) awaitNext(prev Runner) tea.Cmd {
+	a := m.attached
+	if a == nil || a.Next == nil || m.opt.Launcher != nil || prev == nil {
+		return nil
+	}
+	ctx, job := m.ctx, m.jobN
+	return func() tea.Msg {
+		r, err := a.Next(ctx, prev)
+		if err != nil {
+			return nil
+		}
+		return nextMsg{job: job, runner: r}
+	}
+}
+
+// onNext follows the attached job into its new attempt, unless the
+// dashboard has already (its own r) or has quit.
+func (m *Model) onNext(msg nextMsg) tea.Cmd {
+	if msg.job != m.jobN || m.runner != nil || m.quitting || m.detached != "" {
+		if d, ok := msg.runner.(DetachedRunner); ok {
+			d.Detach()
+		}
+		return nil
+	}
+	m.jobN++
+	m.runner, m.dash.state, m.dash.closed = msg.runner, "", false
+	m.status = "the job runs again"
+	return readEvents(m.jobN, m.runner.Events())
 }
 
 // Prompt purposes.
@@ -255,6 +300,8 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, tick()
 	case eventsMsg:
 		cmd, replan = m.onEvents(msg)
+	case nextMsg:
+		cmd = m.onNext(msg)
 	case startedMsg:
 		cmd = m.onStarted(msg)
 	case planMsg:
@@ -312,6 +359,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 		return readEvents(m.jobN, m.runner.Events()), nodes
 	}
 	// The job is over and its workers are gone (or the UI detached).
+	prev := m.runner
 	m.runner = nil
 	m.dash.over()
 	if c := m.confirm; c != nil && c.quit {
@@ -325,7 +373,7 @@ func (m *Model) onEvents(msg eventsMsg) (cmd tea.Cmd, nodes bool) {
 		m.restart = false
 		return m.launch(true), nodes
 	}
-	return nil, nodes
+	return m.awaitNext(prev), nodes
 }
 
 // onStarted takes the answer of Launcher.Start.
@@ -734,7 +782,7 @@ func (m *Model) askRestart() tea.Cmd {
 				return nil
 			}
 			m.jobN++
-			m.runner, m.dash.state = r, ""
+			m.runner, m.dash.state, m.dash.closed = r, "", false
 			return readEvents(m.jobN, r.Events())
 		})
 		return nil

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -205,11 +206,73 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	if strings.Contains(scr, "failed") {
 		t.Errorf("the stopped job shows a failure:\n%s", scr)
 	}
+
+	// gptui restart from another terminal: the open attach follows the
+	// job into its new attempt, showing it running within 2 s of its
+	// event log saying so, and then through a second stop.
+	events := filepath.Join(dir, jobdir.Root, id, jobdir.EventsFile)
+	fi, err := os.Stat(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2 := time.Now()
+	if code, out, errs := gptuiIn(t, dir, env, "restart", id); code != 0 {
+		t.Fatalf("gptui restart: exit %d:\n%s%s", code, out, errs)
+	}
+	again := []*regexp.Regexp{regexp.MustCompile(`job running`), regexp.MustCompile(`ranks: 2 running`),
+		regexp.MustCompile(`restart \(manual\) from step ` + m[3] + `, this attempt`)}
+	var runs time.Time // when the event log has the new attempt running
+	for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if runs.IsZero() && attemptRunning(t, events, fi.Size(), 2) {
+			runs = time.Now()
+		}
+		scr = ui.screen()
+		if !slices.ContainsFunc(again, func(re *regexp.Regexp) bool { return !re.MatchString(scr) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the attach did not follow the restart:\n%s", scr)
+		}
+	}
+	switch lag := time.Since(runs); {
+	case runs.IsZero():
+		t.Errorf("the attach shows the job running before its event log does:\n%s", scr)
+	case lag > 2*time.Second:
+		t.Errorf("the attach showed the restarted job running %v after its event log", lag)
+	default:
+		t.Logf("restarted in %v; the open attach showed it running %v after its event log", runs.Sub(t2).Round(10*time.Millisecond), lag.Round(10*time.Millisecond))
+	}
+	if code, out, errs := gptuiIn(t, dir, env, "stop", id); code != 0 {
+		t.Fatalf("the second gptui stop: exit %d:\n%s%s", code, out, errs)
+	}
+	ui.await(regexp.MustCompile(`(?s)job stopped.*ranks: 2 stopped`), 30*time.Second)
 	ui.keys("q") // nothing runs: no question
 	if scr = ui.await(exitRE, 10*time.Second); exitRE.FindStringSubmatch(scr)[1] != "0" {
 		t.Errorf("q on an ended job:\n%s", scr)
 	}
+	awaitNoProcess(t, exe, 20*time.Second, os.Getpid())
 	t.Logf("the whole scenario took %v", time.Since(t0).Round(100*time.Millisecond))
+}
+
+// attemptRunning reports whether the event log at path has, past offset
+// from, a job started and n workers running.
+func attemptRunning(t *testing.T, path string, from int64, n int) bool {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) < from {
+		t.Fatalf("the event log: %v", err)
+	}
+	started, running := false, 0
+	for _, l := range strings.Split(string(b[from:]), "\n") {
+		e, err := event.Decode([]byte(l))
+		switch {
+		case err != nil:
+		case e.Kind == event.KindJob && e.State == event.JobStarted:
+			started = true
+		case e.Kind == event.KindWorker && e.State == event.WorkerRunning:
+			running++
+		}
+	}
+	return started && running >= n
 }
 
 // TestDetachLocal: a local job (--nproc 2) started with 'gptui run

@@ -213,6 +213,17 @@ func cmdAttach(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				}
 				return jobdir.Attach(ctx, j.Dir, from), nil
 			},
+			Next: func(ctx context.Context, prev tui.Runner) (tui.Runner, error) {
+				a, ok := prev.(*jobdir.Attached)
+				if !ok {
+					return nil, fmt.Errorf("attach: job %s: not followed from its event log", j.ID)
+				}
+				n, err := a.Next(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return n, nil
+			},
 		},
 	}
 	return runTUI(ctx, opt, os.Stdin, stdout)
