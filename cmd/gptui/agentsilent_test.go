@@ -3,18 +3,24 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gptui/gptui/jobdir"
 )
 
 // TestFrozenAgent: two sshd nodes, small as dp4; the second node's agent
-// is frozen (SIGSTOP) for 14 s, past the 10 s agent timeout, while its
+// is frozen (SIGSTOP) for 13 s, past the 10 s agent timeout, while its
 // workers train on. The node is shown with a silent agent whose ranks
 // train on (the first node's ranks, in step with them, keep advancing),
-// never lost; once the agent answers again (SIGCONT) the job goes on and
-// ends when stopped, not failed.
+// never lost, in the headless lines and on the dashboard of 'gptui
+// attach' in a terminal; once the agent answers again (SIGCONT) the
+// dashboard says so no more, and the job goes on and ends when stopped,
+// not failed.
 func TestFrozenAgent(t *testing.T) {
 	long(t)
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
@@ -45,13 +51,33 @@ func TestFrozenAgent(t *testing.T) {
 			}
 		}
 	}
+	// The dashboard, in a terminal: gptui attach on the job.
+	wd, _ := os.Getwd()
+	ui := startTmux(t, wd, 140, 40, "HOME="+shellQuoteTest(c.home)+" NO_COLOR=1 "+shellQuoteTest(builtGPTUI(t))+" attach "+c.jobID(t))
+	ui.await(regexp.MustCompile(`ranks: 4 running`), 30*time.Second)
+
 	syscall.Kill(agent, syscall.SIGSTOP)
 	frozen := time.Now()
 	waitFor("silent agent", "[127.0.0.3] agent-silent: its agent has been silent for ", 10*time.Second)
 	waitFor("ranks training on", ", but its ranks train on: the other nodes' ranks, which move in step with them, have reached step ", 20*time.Second)
-	time.Sleep(time.Until(frozen.Add(14 * time.Second)))
+	// On the screen: the node's agent silent, its ranks training — all
+	// four running, none silent or lost — and the steps going on.
+	scr := ui.await(regexp.MustCompile(`agent silent: its ranks train on`), 10*time.Second)
+	before := headerStep(scr)
+	time.Sleep(time.Until(frozen.Add(13 * time.Second)))
+	scr = ui.screen()
+	if !strings.Contains(scr, "ranks: 4 running") || strings.Contains(scr, "lost") || headerStep(scr) <= before {
+		t.Errorf("13 s into the agent's freeze, the dashboard (step %d before):\n%s", before, scr)
+	}
 	syscall.Kill(agent, syscall.SIGCONT)
 	waitFor("agent back", "[127.0.0.3] agent-back: its agent answers again, after ", 10*time.Second)
+	for deadline := time.Now().Add(10 * time.Second); strings.Contains(scr, "agent silent"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("10 s after the agent answered again, the dashboard still says it is silent:\n%s", scr)
+			break
+		}
+		scr = ui.screen()
+	}
 	job.cmd.Process.Signal(syscall.SIGINT)
 	err := job.wait(t, 120*time.Second, "the interrupt")
 	out := stdout.String() + stderr.String()
@@ -66,4 +92,20 @@ func TestFrozenAgent(t *testing.T) {
 			t.Log(l)
 		}
 	}
+}
+
+// jobID returns the id of the job folder (in the current directory) of
+// the job started on c's nodes.
+func (c *sshCluster) jobID(t *testing.T) string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		dirs, _ := filepath.Glob(filepath.Join(jobdir.Root, "*"))
+		for _, d := range dirs {
+			if j, err := jobdir.Read(d); err == nil && j.Spec.Hosts == c.hosts {
+				return j.ID
+			}
+		}
+	}
+	t.Fatalf("no job folder of the job on %s", c.hosts)
+	return ""
 }
