@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -206,6 +207,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	if strings.Contains(scr, "failed") {
 		t.Errorf("the stopped job shows a failure:\n%s", scr)
 	}
+	sameDone(t, dir, id, scr)
 
 	// gptui restart from another terminal: the open attach follows the
 	// job into its new attempt, showing it running within 2 s of its
@@ -245,13 +247,30 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	if code, out, errs := gptuiIn(t, dir, env, "stop", id); code != 0 {
 		t.Fatalf("the second gptui stop: exit %d:\n%s%s", code, out, errs)
 	}
-	ui.await(regexp.MustCompile(`(?s)job stopped.*ranks: 2 stopped`), 30*time.Second)
+	scr = ui.await(regexp.MustCompile(`(?s)job stopped.*ranks: 2 stopped`), 30*time.Second)
+	sameDone(t, dir, id, scr)
 	ui.keys("q") // nothing runs: no question
 	if scr = ui.await(exitRE, 10*time.Second); exitRE.FindStringSubmatch(scr)[1] != "0" {
 		t.Errorf("q on an ended job:\n%s", scr)
 	}
 	awaitNoProcess(t, exe, 20*time.Second, os.Getpid())
 	t.Logf("the whole scenario took %v", time.Since(t0).Round(100*time.Millisecond))
+}
+
+// doneRE reads the steps done of the total on the dashboard's header.
+var doneRE = regexp.MustCompile(`step (\d+/\d+)`)
+
+// sameDone checks that the dashboard's screen scr and 'gptui jobs' in dir
+// give the job id the same steps done of the same total.
+func sameDone(t *testing.T, dir, id, scr string) {
+	t.Helper()
+	state, row := jobState(t, dir, id)
+	m := doneRE.FindStringSubmatch(scr)
+	if f := strings.Fields(row); m == nil || len(f) < 3 || f[2] != m[1] {
+		t.Errorf("the job %s: gptui jobs says %q, the dashboard:\n%s", state, row, scr)
+		return
+	}
+	t.Logf("the job %s: %s steps done on the dashboard and in gptui jobs", state, m[1])
 }
 
 // attemptRunning reports whether the event log at path has, past offset
@@ -300,4 +319,61 @@ func TestDetachHosts(t *testing.T) {
 	start := shellQuoteTest(exe) + " run --detach --hosts " + shellQuoteTest(c.hosts) + " " + detachArgs(t)
 	detachScenario(t, dir, env, start, event.MetricsFile(filepath.Join(c.workdirs[0], "log"), 0), "127.0.0.2", filepath.Join(c.workdirs[0], "output"))
 	c.awaitGone(t, time.Now(), 10*time.Second)
+}
+
+// TestDoneOnBothScreens: a local detached job that ends done, and one
+// that fails (a worker killed): 'gptui attach' in a terminal and 'gptui
+// jobs' give each the same steps done of the same total. (The stopped and
+// restarted states: TestDetachLocal.)
+func TestDoneOnBothScreens(t *testing.T) {
+	long(t)
+	t.Parallel() // its processes are its own: ownGPTUI
+	dir := t.TempDir()
+	exe := ownGPTUI(t)
+	killSupervisors(t, dir)
+	run := func(steps int, logDir string) string {
+		t.Helper()
+		args := append([]string{"run", "--detach", "--nproc", "2"}, small(t)...)
+		args = append(args, "-o", "Distributed.dp_degree=2", "-o", "Global.local_batch_size=4", "-o", "Global.micro_batch_size=4",
+			"-o", fmt.Sprintf("Engine.max_steps=%d", steps), "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=5",
+			"-o", "Engine.save_load.save_steps=0", "-o", "Engine.log_dir="+logDir, "-o", "Engine.save_load.output_dir="+logDir+"-output")
+		cmd := exec.Command(exe, args...)
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GPTUI_THREADS=1")
+		out, err := cmd.Output()
+		id := jobIDRE.FindString(string(out))
+		if err != nil || id == "" {
+			t.Fatalf("gptui run --detach: %v: %s", err, out)
+		}
+		return id
+	}
+	awaitState := func(id, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			st, row := jobState(t, dir, id)
+			if st == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the job is not %s after 120 s: %q", want, row)
+			}
+		}
+	}
+	attach := func(id, state string) {
+		t.Helper()
+		ui := startTmux(t, dir, 120, 32, "NO_COLOR=1 "+shellQuoteTest(exe)+" attach "+id)
+		sameDone(t, dir, id, ui.await(regexp.MustCompile(`(?s)job `+state+`.*step \d+/\d+`), 30*time.Second))
+		ui.keys("q")
+		ui.await(exitRE, 10*time.Second)
+	}
+
+	id := run(20, "log-done")
+	awaitState(id, "done")
+	attach(id, "done")
+
+	id = run(100000, "log-failed")
+	awaitSteps(t, event.MetricsFile(filepath.Join(dir, "log-failed"), 0), 0, 10, 120*time.Second)
+	syscall.Kill(rankWorker(t, processesOf(exe), 1), syscall.SIGKILL)
+	awaitState(id, "failed")
+	attach(id, "failed")
+	awaitNoProcess(t, exe, 20*time.Second, os.Getpid())
 }
