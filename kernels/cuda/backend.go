@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels"
 )
 
@@ -69,6 +70,23 @@ type Options struct {
 	Precision Precision // the GEMMs' input type
 	CacheDir  string    // compiled kernels; DefaultCacheDir() when ""
 	Log       io.Writer // a line on compiling or finding the kernels and one on their variants; nil for none
+	// Need is the device memory the caller will allocate (the engine's
+	// accounting of its buffers); New refuses a device with less free, with
+	// a *MemoryError, before it compiles or allocates anything. 0: no
+	// check.
+	Need int64
+}
+
+// MemoryError is New's refusal of a device with less free memory than
+// Options.Need.
+type MemoryError struct {
+	Device      string // its name and ordinal
+	Need        int64
+	Free, Total int64
+}
+
+func (e *MemoryError) Error() string {
+	return fmt.Sprintf("cuda: %s has %s free of %s, and %s is needed", e.Device, units.Bytes(e.Free), units.Bytes(e.Total), units.Bytes(e.Need))
 }
 
 // Backend runs the engine's layers on one GPU: it implements
@@ -106,6 +124,8 @@ type Backend struct {
 	shared       map[string]int
 	variants     *Variants // the kernels' variants for the device
 
+	stage stager // Upload's pinned buffers (staging.go)
+
 	peakOnce sync.Once
 	peak     float64
 	name     string
@@ -122,10 +142,19 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, prec: opts.Precision, allocs: map[uintptr]int{}, shared: map[string]int{}}
+	b := &Backend{dev: dev, prec: opts.Precision, allocs: map[uintptr]int{}, shared: map[string]int{}, stage: stager{dev: dev}}
 	fail := func(err error) (*Backend, error) {
 		b.Close()
 		return nil, err
+	}
+	if opts.Need > 0 {
+		free, total, err := dev.MemInfo()
+		if err != nil {
+			return fail(err)
+		}
+		if opts.Need > free {
+			return fail(&MemoryError{Device: fmt.Sprintf("GPU %d (%s)", opts.Ordinal, dev.Name()), Need: opts.Need, Free: free, Total: total})
+		}
 	}
 	// The kernels' variants, before the compile: a device without room
 	// for some kernel is refused at once.
@@ -178,7 +207,7 @@ func New(opts Options) (*Backend, error) {
 	if b.err != nil {
 		return fail(b.err)
 	}
-	b.name = fmt.Sprintf("cuda %s (sm_%d%d, %d SMs, %.0f GB), GEMMs in %s via cuBLAS", dev.Name(), major, minor, dev.SMs(), float64(dev.TotalMemory())/1e9, b.prec)
+	b.name = fmt.Sprintf("cuda %s (sm_%d%d, %d SMs, %s), GEMMs in %s via cuBLAS", dev.Name(), major, minor, dev.SMs(), units.Bytes(dev.TotalMemory()), b.prec)
 	return b, nil
 }
 
@@ -215,6 +244,7 @@ func (b *Backend) Close() error {
 	if b.blas != nil {
 		errs = append(errs, b.blas.Close())
 	}
+	errs = append(errs, b.stage.close())
 	for _, p := range []Ptr{b.castA, b.castB, b.sumScratch} {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
@@ -330,7 +360,7 @@ func memString(d *Device) string {
 	if err != nil {
 		return "memory unknown"
 	}
-	return fmt.Sprintf("%.2f of %.2f GB free", float64(free)/1e9, float64(total)/1e9)
+	return fmt.Sprintf("%s of %s free", units.Bytes(free), units.Bytes(total))
 }
 
 // ptrOf turns a device address into an unsafe.Pointer without go vet's
@@ -376,17 +406,15 @@ func (b *Backend) Free(x any) {
 	}
 }
 
-// Upload copies src (host memory) into dst (the backend's) with
-// cuMemcpyHtoD, which runs on the legacy default stream and so after every
-// kernel queued on the backend's stream, and before those queued after it
-// (the stream is a blocking one): ordered as kernels.Memory asks, without
-// the host touching managed memory. It waits for the stream's kernels and
-// returns once src has been copied out, so src may be reused. (A pinned
-// staging buffer and cuMemcpyHtoDAsync would spare the wait.)
+// Upload copies src (host memory) into dst (the backend's), ordered as
+// kernels.Memory asks: through a pinned buffer, with the copy queued on the
+// backend's stream after the kernels queued before it (staging.go). The
+// host does not wait for the device unless every pinned buffer is still in
+// flight; src may be reused as soon as Upload returns.
 func (b *Backend) Upload(dst, src any) {
 	d, s, n := hostCopy("Upload", dst, src)
 	if b.ok() && n > 0 {
-		b.run("Upload", b.dev.CopyHtoD(b.check(d, n), s, n))
+		b.run("Upload", b.stage.upload(b.check(d, n), s, n, b.s))
 	}
 }
 

@@ -80,7 +80,8 @@ type memLocation struct {
 type driverAPI struct {
 	path string
 
-	eventAPI // event.go: event queries, stream waits, pointer attributes
+	eventAPI   // event.go: event queries, stream waits, pointer attributes
+	stagingAPI // staging.go: pinned host memory, asynchronous uploads
 
 	// CUresult cuInit(unsigned int Flags);
 	init func(flags uint32) int32
@@ -252,6 +253,9 @@ func loadDriver() (*driverAPI, error) {
 		}
 	}
 	if err := a.eventAPI.bind(h); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if err := a.stagingAPI.bind(h); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := a.check("cuInit", a.init(0)); err != nil {
