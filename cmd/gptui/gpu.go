@@ -28,7 +28,9 @@ import (
 
 // newBackend returns the compute backend of cfg's Global.device and a
 // function that releases it. A GPU that cannot be used is a one-line
-// usage error (exit 2) saying why.
+// usage error (exit 2) saying why; one with less free memory than the
+// engine will allocate on it (gpuNeed) is refused so before anything is
+// compiled or allocated.
 func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kernels.Backend, func(), error) {
 	if cfg.Global.Device != "gpu" {
 		be, err := cpuBackend(cpu.Options{BF16: cfg.Engine.MixPrecision.Dtype == "bf16"}, stderr)
@@ -47,7 +49,14 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 	if err != nil {
 		return nil, nil, usagef("Engine.mix_precision.dtype: %v", err)
 	}
-	be, err := cuda.New(cuda.Options{Ordinal: gpuOrdinal(), Precision: prec, Log: stderr})
+	need, refuse, err := gpuNeed(cfg, worldSize(world))
+	if err != nil {
+		return nil, nil, err
+	}
+	be, err := cuda.New(cuda.Options{Ordinal: gpuOrdinal(), Precision: prec, Log: stderr, Need: need})
+	if me := (*cuda.MemoryError)(nil); errors.As(err, &me) {
+		return nil, nil, refuse(me)
+	}
 	if err != nil {
 		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
@@ -48,40 +49,85 @@ func checkModelMemory(cfg *presets.Config, m planner.Model, s planner.Strategy, 
 	if cfg.Global.Device != "cpu" {
 		return nil
 	}
-	dev, err := planner.LookupDevice("CPU")
+	mem, err := engineMemory(m, s, world)
 	if err != nil {
 		return err
 	}
-	p := planner.Estimate(m, planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s)
-	return refuseOver(need(p.Mem), func(limit planner.MemLimit) string {
-		m := p.Mem
-		return fmt.Sprintf("%s needs %.1f GiB (parameters %.1f, gradients %.1f, optimizer %.1f, activations %.1f GiB by the engine's accounting), more than %s; %s",
-			what, gib(need(m)), gib(m.Params), gib(m.Grads), gib(m.Optimizer), gib(m.Activations), limit.What, fix)
+	return refuseOver(need(mem), func(limit planner.MemLimit) string {
+		return fmt.Sprintf("%s needs %s, more than %s; %s", what, memoryWords(need(mem), mem), limit.What, fix)
 	})
 }
 
-// checkTrainMemory is checkMemory for a training process of cfg, one of
-// world: of the model the engine builds, which is the shape of the llm.c
-// model file Model.init_from names, where it names one, else the config's
-// (a gptui checkpoint that init_from names must have the config's shape).
-// The file's header is read, and checked against the file's size, before
-// anything of the model is allocated; its errors are the engine's.
-func checkTrainMemory(cfg *presets.Config, world int) error {
-	all := func(m planner.Memory) int64 { return m.Total }
-	s := planner.StrategyOf(cfg)
-	const what = "each training process"
+// engineMemory is the engine's own accounting of one process of the model
+// m in the layout s over world processes (the planner's engine model,
+// checked against engine.Trainer.Memory): the buffers it allocates, on
+// the CPU or a GPU alike.
+func engineMemory(m planner.Model, s planner.Strategy, world int) (planner.Memory, error) {
+	dev, err := planner.LookupDevice("CPU")
+	if err != nil {
+		return planner.Memory{}, err
+	}
+	return planner.Estimate(m, planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s).Mem, nil
+}
+
+// memoryWords says need bytes of mem and their parts: "52.9 GiB
+// (parameters 6.6 GiB, gradients 6.6 GiB, optimizer 13.2 GiB, activations
+// 26.5 GiB by the engine's accounting)".
+func memoryWords(need int64, mem planner.Memory) string {
+	return fmt.Sprintf("%s (parameters %s, gradients %s, optimizer %s, activations %s by the engine's accounting)",
+		units.Bytes(need), units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations))
+}
+
+// trainModel is the model a training process of cfg builds: the shape of
+// the llm.c model file Model.init_from names, where it names one, else the
+// config's (a gptui checkpoint that init_from names must have the config's
+// shape); with what and fix, the words of a refusal. The file's header is
+// read, and checked against the file's size, before anything of the model
+// is allocated; its errors are the engine's.
+func trainModel(cfg *presets.Config) (m planner.Model, what, fix string, err error) {
+	m, what, fix = planner.ModelOf(cfg), "each training process", configFix
 	file := cfg.Model.InitFrom
-	if fi, err := os.Stat(file); file == "" || cfg.Global.Device != "cpu" || cfg.Model.Llama() || err == nil && fi.IsDir() {
-		return checkMemory(cfg, s, world, what, all)
+	if fi, err := os.Stat(file); file == "" || cfg.Model.Llama() || err == nil && fi.IsDir() {
+		return m, what, fix, nil
 	}
 	shape, err := engine.LLMCShape(file)
 	if err != nil {
+		return m, what, fix, err
+	}
+	m.Shape = shape.Shape
+	return m, fmt.Sprintf("%s, of the model of Model.init_from %s (%s)", what, file, shapeWords(shape.Shape)),
+		"init from a smaller model file, or split the model over more processes (Distributed.*)", nil
+}
+
+// checkTrainMemory is checkMemory for a training process of cfg on the
+// CPU, one of world, of the model it builds (trainModel).
+func checkTrainMemory(cfg *presets.Config, world int) error {
+	if cfg.Global.Device != "cpu" {
+		return nil // a GPU's memory is its own: newBackend checks it
+	}
+	m, what, fix, err := trainModel(cfg)
+	if err != nil {
 		return err
 	}
-	m := planner.ModelOf(cfg)
-	m.Shape = shape.Shape
-	return checkModelMemory(cfg, m, s, world, fmt.Sprintf("%s, of the model of Model.init_from %s (%s)", what, file, shapeWords(shape.Shape)),
-		"init from a smaller model file, or split the model over more processes (Distributed.*)", all)
+	return checkModelMemory(cfg, m, planner.StrategyOf(cfg), world, what, fix, func(m planner.Memory) int64 { return m.Total })
+}
+
+// gpuNeed is what a training process of cfg, one of world, allocates on
+// its GPU by the engine's accounting, and the refusal of a GPU with less
+// free (the *cuda.MemoryError of cuda.New) as a one-line usage error.
+func gpuNeed(cfg *presets.Config, world int) (need int64, refuse func(*cuda.MemoryError) error, err error) {
+	m, what, fix, err := trainModel(cfg)
+	if err != nil {
+		return 0, nil, err
+	}
+	mem, err := engineMemory(m, planner.StrategyOf(cfg), world)
+	if err != nil {
+		return 0, nil, err
+	}
+	return mem.Total, func(e *cuda.MemoryError) error {
+		return &engine.ConfigError{Msg: fmt.Sprintf("Global.device=gpu: %s needs %s, and %s has %s free of %s; %s ('gptui plan' ranks the layouts that fit)",
+			what, memoryWords(mem.Total, mem), e.Device, units.Bytes(e.Free), units.Bytes(e.Total), fix)}
+	}, nil
 }
 
 // checkFileMemory refuses the model of shape c, read from file, when
@@ -92,8 +138,8 @@ func checkTrainMemory(cfg *presets.Config, world int) error {
 func checkFileMemory(file string, c engine.ModelConfig, copies int, doing string) error {
 	need := int64(copies) * 4 * c.Params()
 	return refuseOver(need, func(limit planner.MemLimit) string {
-		return fmt.Sprintf("%s %s: its model (%s) needs %.1f GiB to %s (%d fp32 copies of its %d parameters: %s each), more than %s; %s it on a machine with more memory",
-			doing, file, shapeWords(c.Shape), gib(need), doing, copies, c.Params(), units.GiB(4*c.Params()), limit.What, doing)
+		return fmt.Sprintf("%s %s: its model (%s) needs %s to %s (%d fp32 copies of its %d parameters: %s each), more than %s; %s it on a machine with more memory",
+			doing, file, shapeWords(c.Shape), units.Bytes(need), doing, copies, c.Params(), units.Bytes(4*c.Params()), limit.What, doing)
 	})
 }
 
@@ -111,11 +157,8 @@ func shapeWords(s arch.Shape) string {
 func loadTokenizer(path string) (*data.Tokenizer, error) {
 	return data.LoadTokenizerChecked(path, func(t data.TokenizerTables) error {
 		return refuseOver(t.Bytes, func(limit planner.MemLimit) string {
-			return fmt.Sprintf("tokenizer %s: its %d vocabulary entries, %d merges and %d added tokens need %.1f GiB of tables, more than %s; use a smaller tokenizer.json",
-				path, t.Vocab, t.Merges, t.Added, gib(t.Bytes), limit.What)
+			return fmt.Sprintf("tokenizer %s: its %d vocabulary entries, %d merges and %d added tokens need %s of tables, more than %s; use a smaller tokenizer.json",
+				path, t.Vocab, t.Merges, t.Added, units.Bytes(t.Bytes), limit.What)
 		})
 	})
 }
-
-// gib is n bytes in GiB.
-func gib(n int64) float64 { return float64(n) / (1 << 30) }
