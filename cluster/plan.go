@@ -184,10 +184,8 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 			}
 		}
 	} else {
-		if inv.ProxyJump != "" {
-			return nil, inputErrorf("%s:%d: %s: ProxyJump (from ~/.ssh/config) is not supported yet; reach the node directly", o.Hosts, inv.Line, name)
-		}
 		cfg := o.SSH
+		cfg.Jump = inv.Jump
 		if inv.User != "" {
 			cfg.User = inv.User
 		}

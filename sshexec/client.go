@@ -76,6 +76,15 @@ type ClientConfig struct {
 	KeepAlive time.Duration
 	// User is the login name; default the current user.
 	User string
+	// Jump lists the jump hosts (bastions, login hosts) to pass through,
+	// in order, as OpenSSH's ProxyJump: Dial connects to the first, from
+	// it to the next, and from the last to the node. Each is known,
+	// accepted or refused in KnownHostsFile as the node is; each is
+	// offered the node's keys, unless its IdentityFiles name some that
+	// exist; a jump host without a User is logged in to as the current
+	// user (not as User), as ssh does. ConnectTimeout bounds all the
+	// hops together. Empty: connect to the node directly.
+	Jump []JumpHost
 	// MaxSessions is the most sessions the server allows on one
 	// connection (sshd's MaxSessions); default DefaultMaxSessions, at
 	// least 2. One is kept for killing and signalling commands, so up to
@@ -89,7 +98,11 @@ type ClientConfig struct {
 // ClientConfig.MaxSessions for how many sessions run at once.
 type Client struct {
 	conn *ssh.Client
-	addr string // host:port as dialed
+	// hops are the clients of the jump hosts conn passes through, first
+	// to last; Close closes them after conn.
+	hops          []*ssh.Client
+	addr          string   // host:port as dialed
+	remote, local net.Addr // RemoteAddr and LocalAddr
 	// connectTimeout bounds auxiliary requests such as signalling.
 	connectTimeout time.Duration
 	// slots holds a token per open command or SFTP session; control holds
@@ -104,8 +117,16 @@ type Client struct {
 // Dial connects to host:port (port 0 means 22), verifies the host key
 // against cfg.KnownHostsFile and logs in with public keys.
 //
-// A refused host key is reported as a *HostKeyError. Cancelling ctx, or
-// exceeding cfg.ConnectTimeout, aborts the connect and the handshake.
+// With cfg.Jump it connects to the first jump host, from there to the
+// next and from the last to the node, as ssh -J does; each jump host's
+// key is verified and refused as the node's, and an error on the way
+// names the jump host ("via jump host bastion:22: ..."). Closing the
+// Client closes the connections to the jump hosts too.
+//
+// A refused host key is reported as a *HostKeyError (a jump host's
+// wrapped with its name). Cancelling ctx, or exceeding
+// cfg.ConnectTimeout, aborts the connects and the handshakes, of every
+// hop.
 func Dial(ctx context.Context, host string, port int, cfg ClientConfig) (*Client, error) {
 	if port == 0 {
 		port = 22
@@ -128,63 +149,79 @@ func Dial(ctx context.Context, host string, port int, cfg ClientConfig) (*Client
 
 	dialCtx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
+	// via names the jump host an error happened at, if any.
+	via := func(i int, err error) error {
+		if i < 0 {
+			return err
+		}
+		return fmt.Errorf("via jump host %s: %w", cfg.Jump[i], err)
+	}
+	first, hop := addr, -1
+	if len(cfg.Jump) > 0 {
+		first, hop = cfg.Jump[0].addr(), 0
+	}
 	var d net.Dialer
-	conn, err := d.DialContext(dialCtx, "tcp", addr)
+	tcp, err := d.DialContext(dialCtx, "tcp", first)
 	if err != nil {
 		if ctx.Err() == nil && (dialCtx.Err() != nil || isTimeout(err)) {
-			return nil, fmt.Errorf("connect to %s: timed out after %v", addr, cfg.ConnectTimeout)
+			return nil, via(hop, fmt.Errorf("connect to %s: timed out after %v", first, cfg.ConnectTimeout))
 		}
-		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		return nil, via(hop, fmt.Errorf("connect to %s: %w", first, err))
 	}
-	// The handshake has what is left of the timeout; cancelling ctx (or
-	// the timeout firing) closes the connection under it.
+	// The handshakes have what is left of the timeout; cancelling ctx (or
+	// the timeout firing) closes the connection under them. Every hop's
+	// connection is carried by this first one.
 	deadline, _ := dialCtx.Deadline()
-	_ = conn.SetDeadline(deadline)
-	stop := context.AfterFunc(dialCtx, func() { conn.Close() })
+	_ = tcp.SetDeadline(deadline)
+	stop := context.AfterFunc(dialCtx, func() { tcp.Close() })
 
-	var hostKeyErr *HostKeyError
-	check := known.hostKeyCallback()
-	sshCfg := &ssh.ClientConfig{
-		User: cfg.User,
-		Auth: []ssh.AuthMethod{ssh.PublicKeysCallback(func() ([]ssh.Signer, error) {
-			return keys.signers, nil
-		})},
-		HostKeyCallback: func(hostport string, remote net.Addr, key ssh.PublicKey) error {
-			err := check(hostport, remote, key)
-			if !errors.As(err, &hostKeyErr) {
-				hostKeyErr = nil
-			}
-			return err
-		},
-		HostKeyAlgorithms: known.algorithms(addr, conn.RemoteAddr()),
-		ClientVersion:     "SSH-2.0-gptui",
+	cd := &chainDialer{ctx: ctx, dialCtx: dialCtx, timeout: cfg.ConnectTimeout, known: known, noAgent: cfg.NoAgent}
+	var hops []*ssh.Client // the jump hosts' clients, first to last
+	fail := func(err error) (*Client, error) {
+		stop()
+		closeAll(nil, hops)
+		tcp.Close()
+		return nil, err
 	}
-	sc, chans, reqs, err := ssh.NewClientConn(conn, addr, sshCfg)
-	stopped := stop()
-	if err == nil && !stopped {
+	conn := tcp
+	for i, h := range cfg.Jump {
+		hc, err := cd.hop(conn, h, keys)
+		if err != nil {
+			return fail(via(i, err))
+		}
+		hops = append(hops, hc)
+		next := addr
+		if i+1 < len(cfg.Jump) {
+			next = cfg.Jump[i+1].addr()
+		}
+		if conn, err = cd.through(hc, next); err != nil {
+			return fail(via(i, err))
+		}
+	}
+	sc, err := cd.handshake(conn, addr, hopAddr(conn, addr), cfg.User, keys)
+	if err != nil {
+		return fail(err)
+	}
+	remote := sc.RemoteAddr()
+	if len(hops) > 0 {
+		remote = nodeAddr(dialCtx, sc, addr)
+	}
+	if !stop() {
 		// The handshake finished just as ctx ended or time ran out.
 		sc.Close()
-		err = errors.New("connection closed")
-	}
-	if err != nil {
-		conn.Close()
-		switch {
-		case hostKeyErr != nil:
-			return nil, hostKeyErr
-		case ctx.Err() != nil:
-			return nil, fmt.Errorf("ssh %s: %w", addr, ctx.Err())
-		case dialCtx.Err() != nil || isTimeout(err):
-			return nil, fmt.Errorf("ssh %s: handshake timed out after %v (is an SSH server listening there?)", addr, cfg.ConnectTimeout)
-		case strings.Contains(err.Error(), "unable to authenticate"):
-			return nil, fmt.Errorf("ssh %s@%s: login refused; offered %s: %w", cfg.User, addr, keys.describe(), err)
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("ssh %s: %w", addr, ctx.Err()))
 		}
-		return nil, fmt.Errorf("ssh %s: %w", addr, err)
+		return fail(fmt.Errorf("ssh %s: handshake timed out after %v (is an SSH server listening there?)", addr, cfg.ConnectTimeout))
 	}
-	_ = conn.SetDeadline(time.Time{})
+	_ = tcp.SetDeadline(time.Time{})
 
 	c := &Client{
-		conn:           ssh.NewClient(sc, chans, reqs),
+		conn:           sc,
+		hops:           hops,
 		addr:           addr,
+		remote:         remote,
+		local:          tcp.LocalAddr(),
 		connectTimeout: cfg.ConnectTimeout,
 		slots:          make(chan struct{}, cfg.MaxSessions-1),
 		control:        make(chan struct{}, 1),
@@ -196,25 +233,42 @@ func Dial(ctx context.Context, host string, port int, cfg ClientConfig) (*Client
 	return c, nil
 }
 
+// closeAll closes c, if not nil, and then the jump hosts' clients hops,
+// last first, and returns c's error.
+func closeAll(c *ssh.Client, hops []*ssh.Client) error {
+	var err error
+	if c != nil {
+		err = c.Close()
+	}
+	for i := len(hops) - 1; i >= 0; i-- {
+		hops[i].Close()
+	}
+	return err
+}
+
 // Addr returns the address the client dialed, in host:port form.
 func (c *Client) Addr() string { return c.addr }
 
 // RemoteAddr returns the node's end of the connection: the IP address its
-// host name resolved to, and the port.
-func (c *Client) RemoteAddr() net.Addr { return c.conn.RemoteAddr() }
+// host name resolved to, and the port. For a node reached through jump
+// hosts it is the address the node took the connection on (the last jump
+// host resolved the name); should the node not say, the name as dialed.
+func (c *Client) RemoteAddr() net.Addr { return c.remote }
 
 // LocalAddr returns this machine's end of the connection: the address the
-// node sees it connect from (unless a NAT lies between them).
-func (c *Client) LocalAddr() net.Addr { return c.conn.LocalAddr() }
+// node sees it connect from (unless a NAT lies between them). Through jump
+// hosts it is this machine's end of the connection to the first one.
+func (c *Client) LocalAddr() net.Addr { return c.local }
 
-// Close closes the connection. It does not kill commands still running:
-// close their Sessions (or end their contexts) first. A command left
-// running loses its standard streams: EOF on standard input, SIGPIPE when
-// it writes. Close is idempotent.
+// Close closes the connection, and those to the jump hosts it passes
+// through. It does not kill commands still running: close their Sessions
+// (or end their contexts) first. A command left running loses its
+// standard streams: EOF on standard input, SIGPIPE when it writes. Close
+// is idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
-		c.closeErr = c.conn.Close()
+		c.closeErr = closeAll(c.conn, c.hops)
 		if errors.Is(c.closeErr, net.ErrClosed) {
 			// The keepalive loop found the connection dead and closed it.
 			c.closeErr = nil
@@ -249,7 +303,7 @@ func (c *Client) keepAlive(interval time.Duration) {
 				return // connection already closed
 			}
 		case <-timeout.C:
-			c.conn.Close()
+			closeAll(c.conn, c.hops)
 			return
 		case <-c.done:
 			timeout.Stop()
@@ -310,11 +364,11 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 	}
 	cfg.MaxSessions = max(cfg.MaxSessions, 2)
 	if cfg.User == "" {
-		u, err := user.Current()
+		u, err := currentUser()
 		if err != nil {
-			return cfg, fmt.Errorf("current user: %w", err)
+			return cfg, err
 		}
-		cfg.User = u.Username
+		cfg.User = u
 	}
 	if cfg.KnownHostsFile == "" || len(cfg.IdentityFiles) == 0 {
 		home, err := os.UserHomeDir()
@@ -334,6 +388,16 @@ func (cfg ClientConfig) withDefaults() (ClientConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// currentUser returns the name of the user running gptui, the default
+// login name.
+func currentUser() (string, error) {
+	u, err := user.Current()
+	if err != nil {
+		return "", fmt.Errorf("current user: %w", err)
+	}
+	return u.Username, nil
 }
 
 // keySet is the keys one Dial offers.

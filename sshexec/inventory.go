@@ -39,9 +39,12 @@ type Node struct {
 	// per device in the order of Devices, for a rank table's device_ip;
 	// none when the line gives none.
 	DeviceIPs []string
-	ProxyJump string // the jump hosts from ~/.ssh/config, if any
-	Local     bool   // this machine: run commands without SSH
-	Line      int    // the line of the inventory file, from 1
+	// Jump lists the jump hosts the node is reached through, first to
+	// last (jump=, else ProxyJump from ~/.ssh/config), for
+	// ClientConfig.Jump; none when it is reached directly.
+	Jump  []JumpHost
+	Local bool // this machine: run commands without SSH
+	Line  int  // the line of the inventory file, from 1
 }
 
 // DeviceIP returns the network address of the node's k-th device (in the
@@ -209,7 +212,7 @@ func (e *InventoryError) Is(target error) bool { return badinput.Is(target) }
 
 // inventoryKeys are the keys an inventory line may set, in the order
 // errors list them.
-var inventoryKeys = []string{"device_ips", "devices", "identity", "nic", "port", "ssh", "user", "workdir"}
+var inventoryKeys = []string{"device_ips", "devices", "identity", "jump", "nic", "port", "ssh", "user", "workdir"}
 
 // LoadInventory reads the inventory in the file at path, resolving its
 // hosts through ~/.ssh/config when the home directory ($HOME) has one.
@@ -242,7 +245,10 @@ func ParseInventory(name string, r io.Reader, cfg *SSHConfig) ([]Node, error) {
 	var nodes []Node
 	seen := make(map[string]int) // machine key -> line
 	err := scanLines(name, r, func(n int, line string) error {
-		node, ok, err := parseInventoryLine(line, cfg)
+		node, ok, err := parseInventoryLine(name, n, line, cfg)
+		if ie := (*InventoryError)(nil); errors.As(err, &ie) {
+			return ie // a mistake in the ssh configuration
+		}
 		if err != nil {
 			return &InventoryError{File: name, Line: n, Msg: err.Error()}
 		}
@@ -297,7 +303,8 @@ func scanLines(name string, r io.Reader, fn func(n int, line string) error) erro
 // machineKey names the machine and port that n reaches, so that two
 // lines for one machine can be found. localhost, 127.0.0.1 and ::1 are
 // one machine; another loopback address (127.0.0.2) is a node of its own,
-// as over SSH.
+// as over SSH. Jump hosts make no difference: the workers of a job
+// reach each other by the nodes' addresses, which must differ.
 func (n *Node) machineKey() string {
 	if n.Local {
 		if thisMachine(n.Name) {
@@ -308,9 +315,10 @@ func (n *Node) machineKey() string {
 	return net.JoinHostPort(strings.ToLower(n.Host), strconv.Itoa(n.Port))
 }
 
-// parseInventoryLine parses one inventory line; ok is false for a blank or
-// comment line.
-func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err error) {
+// parseInventoryLine parses line n of the inventory file name; ok is
+// false for a blank or comment line. A mistake in the ssh configuration
+// is an *InventoryError with its own place; others name no place.
+func parseInventoryLine(name string, n int, line string, cfg *SSHConfig) (node Node, ok bool, err error) {
 	words := strings.Fields(line)
 	for i, w := range words {
 		if w[0] == '#' {
@@ -391,6 +399,10 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 			if node.Port, err = inventoryPort(val); err != nil {
 				return Node{}, false, err
 			}
+		case "jump":
+			if node.Jump, err = ParseJump(val, cfg); err != nil {
+				return Node{}, false, fmt.Errorf("jump %q: %v; write jump=[user@]host[:port], a comma-separated list for a chain", val, err)
+			}
 		case "ssh":
 			switch val {
 			case "true", "yes", "false", "no":
@@ -411,9 +423,12 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 
 	switch sshKey {
 	case "false", "no":
+		if len(node.Jump) > 0 {
+			return Node{}, false, fmt.Errorf("ssh=%s with jump=: a node reached through a jump host is reached over SSH", sshKey)
+		}
 		node.Local = true
 	case "":
-		node.Local = inventoryLoopback(host) && node.User == "" && node.Port == 0
+		node.Local = inventoryLoopback(host) && node.User == "" && node.Port == 0 && len(node.Jump) == 0
 	}
 	if node.Local {
 		node.Host, node.Port = host, 0
@@ -443,7 +458,13 @@ func parseInventoryLine(line string, cfg *SSHConfig) (node Node, ok bool, err er
 	} else if len(hc.IdentityFiles) > 0 {
 		node.Identity = hc.IdentityFiles[0]
 	}
-	node.ProxyJump = hc.ProxyJump
+	if !given["jump"] && hc.ProxyJump != "" {
+		if node.Jump, err = ParseJump(hc.ProxyJump, cfg); err != nil {
+			file, line := cfg.proxyJumpAt(host)
+			return Node{}, false, &InventoryError{File: file, Line: line,
+				Msg: fmt.Sprintf("ProxyJump %q (for %s on %s:%d): %v; write [user@]host[:port], a comma-separated list for a chain", hc.ProxyJump, host, name, n, err)}
+		}
+	}
 	return node, true, nil
 }
 

@@ -31,6 +31,7 @@ Host alias-of-gpu1
 }
 
 func TestParseInventory(t *testing.T) {
+	bastion := []JumpHost{{Name: "bastion", Host: "bastion", Port: 22}}
 	tests := []struct {
 		name string
 		in   string
@@ -48,8 +49,8 @@ func TestParseInventory(t *testing.T) {
 		}},
 		{"ssh config", "gpu1 devices=0,2,4\ngpu2 user=me port=22 identity=/k\n", []Node{
 			{Name: "gpu1", Host: "gpu1.cluster", User: "ops", Port: 2200, Devices: Devices{IDs: []int{0, 2, 4}}, Workdir: DefaultWorkdir,
-				Identity: "/home/me/.ssh/cluster", ProxyJump: "bastion", Line: 1},
-			{Name: "gpu2", Host: "gpu2.cluster", User: "me", Port: 22, Workdir: DefaultWorkdir, Identity: "/k", ProxyJump: "bastion", Line: 2},
+				Identity: "/home/me/.ssh/cluster", Jump: bastion, Line: 1},
+			{Name: "gpu2", Host: "gpu2.cluster", User: "me", Port: 22, Workdir: DefaultWorkdir, Identity: "/k", Jump: bastion, Line: 2},
 		}},
 		{"local", "localhost devices=cpu:4\n", []Node{
 			{Name: "localhost", Host: "127.0.0.1", Devices: Devices{CPU: 4}, Workdir: DefaultWorkdir, Local: true, Line: 1},
@@ -113,7 +114,7 @@ func dumpNodes(nodes []Node) string {
 }
 
 func TestParseInventoryErrors(t *testing.T) {
-	keys := "device_ips, devices, identity, nic, port, ssh, user, workdir"
+	keys := "device_ips, devices, identity, jump, nic, port, ssh, user, workdir"
 	tests := []struct{ in, want string }{
 		{"", "hosts.txt: no nodes; write one line per node: [user@]host[:port] devices=0-7"},
 		{"# only\n\n", "hosts.txt: no nodes; write one line per node: [user@]host[:port] devices=0-7"},
@@ -295,6 +296,13 @@ func formatNode(n Node) string {
 		b.WriteString(" devices=" + s)
 	}
 	b.WriteString(" workdir=" + n.Workdir)
+	if len(n.Jump) > 0 {
+		hops := make([]string, len(n.Jump))
+		for i, h := range n.Jump {
+			hops[i] = h.String()
+		}
+		b.WriteString(" jump=" + strings.Join(hops, ","))
+	}
 	for _, kv := range [][2]string{{"identity", n.Identity}, {"nic", n.NIC}} {
 		if kv[1] != "" {
 			b.WriteString(" " + kv[0] + "=" + kv[1])
@@ -310,6 +318,8 @@ func FuzzParseInventory(f *testing.F) {
 		"localhost devices=cpu:4\nnode ssh=false\n127.0.0.1 ssh=true port=2\n",
 		"[fe80::1]:22 devices=0\nfe80::2 user=u\ngpu1\nalias-of-gpu1\n",
 		"a devices=0-x\n",
+		"n1 jump=me@b1:2022,gpu7 devices=cpu:1\ngpu1 jump=none\n127.0.0.2 jump=ssh://[fe80::1]:2\n",
+		"a jump=b,,c\n",
 	} {
 		f.Add(s)
 	}
@@ -341,6 +351,14 @@ func FuzzParseInventory(f *testing.F) {
 				}
 				if n.Devices.CPU > 0 && len(n.Devices.IDs) > 0 || n.Devices.Count() > MaxDevices {
 					t.Fatalf("node %+v: bad devices", n)
+				}
+				if n.Local && len(n.Jump) > 0 {
+					t.Fatalf("node %+v: local with jump hosts", n)
+				}
+				for _, h := range n.Jump {
+					if h.Name == "" || h.Host == "" || h.Port < 1 || h.Port > 65535 {
+						t.Fatalf("node %+v: bad jump host %+v", n, h)
+					}
 				}
 				if s := n.Devices.String(); s != "" {
 					if d, err := ParseDevices(s); err != nil || !reflect.DeepEqual(d, n.Devices) {

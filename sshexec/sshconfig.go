@@ -48,6 +48,8 @@ type sshOption struct {
 	cond  *sshCond
 	key   string // lower case
 	value string
+	file  string // where it is written
+	line  int
 }
 
 // maxIncludeDepth bounds nested Include directives, as OpenSSH does.
@@ -150,7 +152,7 @@ func (p *sshConfigParser) parse(name string, r io.Reader, cond *sshCond, depth i
 				return fail("Port %q is not a port number (1-65535)", v)
 			}
 		}
-		p.cfg.opts = append(p.cfg.opts, sshOption{cond: cond, key: key, value: v})
+		p.cfg.opts = append(p.cfg.opts, sshOption{cond: cond, key: key, value: v, file: name, line: n})
 		return nil
 	})
 }
@@ -284,6 +286,21 @@ func (c *SSHConfig) Lookup(alias string) HostConfig {
 		hc.IdentityFiles = append(hc.IdentityFiles, c.expandIdentity(id, hostname, hc.User))
 	}
 	return hc
+}
+
+// proxyJumpAt returns the file and line of the ProxyJump option that
+// Lookup(alias) takes; "" and 0 when there is none.
+func (c *SSHConfig) proxyJumpAt(alias string) (file string, line int) {
+	if c == nil {
+		return "", 0
+	}
+	host := strings.ToLower(alias)
+	for _, o := range c.opts {
+		if o.key == "proxyjump" && o.cond.matches(host) {
+			return o.file, o.line
+		}
+	}
+	return "", 0
 }
 
 // expandIdentity expands ~ and the tokens %d, %h, %r and %% in the
