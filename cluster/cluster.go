@@ -13,7 +13,8 @@
 // a workdir another job holds refuses the job before the push, naming it;
 // see package agent's HoldLock), probes the node with `gptui agent
 // --probe`, checks that the config's data paths exist there (on an SSH
-// node: a local node's workers report a missing path themselves), builds
+// node: a local node's workers report a missing path themselves) and
+// copies there those it lacks from this machine (stage.go), builds
 // the rank table (or maps a given one onto the nodes), and picks
 // MASTER_ADDR and MASTER_PORT (Options.MasterPort if given). The resulting [Plan] is what --dry-run shows. [Job.Start] then
 // starts one agent per node (`gptui agent`, package agent), which starts
@@ -134,6 +135,10 @@ type Options struct {
 	// of a port found free on rank 0's node; every start of the job
 	// (each restart) uses it.
 	MasterPort int
+	// NoStaging refuses a job whose SSH node lacks a data path, instead
+	// of copying it there from this machine (stage.go; gptui run
+	// --stage-data=never).
+	NoStaging bool
 	// DryRun plans the job without writing anything on the nodes but, on
 	// an SSH node, the gptui executable that the probe runs: no config,
 	// no checkpoint copies, no workdir lock (a workdir another job holds

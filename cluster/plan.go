@@ -281,9 +281,13 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 	if err != nil {
 		return n, err
 	}
+	if len(missing) > 0 && !o.NoStaging {
+		if missing, err = j.stageData(ctx, n, missing); err != nil {
+			return n, err
+		}
+	}
 	if len(missing) > 0 {
-		return n, inputErrorf("%s:%d: node %s has no %s (a relative path is taken from the workdir %s; data must be on a shared filesystem or copied to each node)",
-			o.Hosts, inv.Line, name, strings.Join(missing, ", "), inv.Workdir)
+		return n, j.missingData(n, inv.Line, missing)
 	}
 	return n, nil
 }

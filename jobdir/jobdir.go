@@ -90,6 +90,9 @@ type Spec struct {
 	AcceptNewHostKeys bool   `json:"accept_new_host_keys,omitempty"`
 	MasterPort        int    `json:"master_port,omitempty"`
 	KeepJobs          int    `json:"keep_jobs,omitempty"`
+	// NoStaging: a data path a node lacks refuses the job rather than
+	// being copied there (--stage-data=never).
+	NoStaging bool `json:"no_staging,omitempty"`
 	// AgentTimeout and HangTimeout; 0 for the defaults.
 	AgentTimeout time.Duration `json:"agent_timeout,omitempty"`
 	HangTimeout  time.Duration `json:"hang_timeout,omitempty"`

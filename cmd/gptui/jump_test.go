@@ -66,7 +66,7 @@ func TestRunHostsJump(t *testing.T) {
 
 	// The job on nodes reached directly.
 	direct := newSSHCluster(t, "cpu:2")
-	want := jumpJobLosses(t, direct, "127.0.0.2", args)
+	want, _ := jobLosses(t, direct, "127.0.0.2", args)
 
 	// authorize makes the bastion take the logins of keys alone.
 	authorize := func(keys ...ssh.PublicKey) {
@@ -110,7 +110,7 @@ func TestRunHostsJump(t *testing.T) {
 		for i := range nodes {
 			c.workdirs = append(c.workdirs, filepath.Join(dir, strings.TrimSuffix(tt.hosts, ".txt"), fmt.Sprintf("node%d", i)))
 		}
-		got := jumpJobLosses(t, c, tt.rank0, args)
+		got, _ := jobLosses(t, c, tt.rank0, args)
 		if !slices.Equal(got, want) {
 			t.Errorf("through %s the losses are\n%s\ndirectly\n%s", tt.name, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
@@ -132,10 +132,10 @@ func TestRunHostsJump(t *testing.T) {
 // jumpTrainLine matches the step and loss of a [train] line.
 var jumpTrainLine = regexp.MustCompile(`\[train\] (epoch: \d+ step: \d+ lr: \S+ loss: \S+)`)
 
-// jumpJobLosses runs the job 'gptui run --no-tui' with args on c's nodes,
-// whose rank 0 is named rank0, and returns its losses: rank 0's step and
-// loss of each [train] line, and the final one.
-func jumpJobLosses(t *testing.T, c *sshCluster, rank0 string, args []string) []string {
+// jobLosses runs the job 'gptui run --no-tui' with args on c's nodes,
+// whose rank 0 is named rank0, and returns its losses — rank 0's step and
+// loss of each [train] line, and the final one — and its standard output.
+func jobLosses(t *testing.T, c *sshCluster, rank0 string, args []string) ([]string, string) {
 	t.Helper()
 	var stdout, stderr syncBuffer
 	start := time.Now()
@@ -160,5 +160,5 @@ func jumpJobLosses(t *testing.T, c *sshCluster, rank0 string, args []string) []s
 	}
 	losses = append(losses, "final loss "+finalLoss(t, out))
 	t.Logf("%s: the job took %v, its processes gone %v after", c.hosts, took.Round(time.Millisecond), gone.Round(time.Millisecond))
-	return losses
+	return losses, out
 }

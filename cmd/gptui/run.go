@@ -50,6 +50,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.IntVar(&cf.restarts.MaxNodes, "max-nodes", 0, "with --hosts: use at most the first `K` nodes of the inventory (default: all)")
 	cf.binaries = binaryFlags{}
 	fs.Var(cf.binaries, "binary", "with --hosts: push the gptui executable `GOOS/GOARCH=PATH` (such as linux/arm64=gptui-arm64) to the nodes of that platform instead of this one (repeat for more platforms)")
+	fs.StringVar(&cf.stageData, "stage-data", "missing", "with --hosts: `missing` copies a data path a node lacks there from this machine (SHA-256 verified, files already there skipped); never refuses the job instead")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -101,6 +102,7 @@ type clusterFlags struct {
 	hangTimeout      time.Duration
 	restarts         cluster.Restarts
 	binaries         binaryFlags     // --binary: cluster.Options.Binaries
+	stageData        string          // --stage-data: missing (or ""), never
 	set              map[string]bool // the flags given
 }
 
@@ -156,6 +158,9 @@ func (cf clusterFlags) check() error {
 		if cf.restarts.Max < 0 {
 			return usagef("--max-restarts %d: want 0 (never restart) or more", cf.restarts.Max)
 		}
+		if cf.set["stage-data"] {
+			return usagef("run: --stage-data needs --hosts FILE (this machine's workers read its own files)")
+		}
 		if cf.nproc < 1 {
 			return usagef("run: --nproc %d: need at least one worker", cf.nproc)
 		}
@@ -180,6 +185,9 @@ func (cf clusterFlags) check() error {
 	}
 	if cf.summaryEvery <= 0 {
 		return usagef("run: --summary-every %v: want a positive duration", cf.summaryEvery)
+	}
+	if cf.stageData != "" && cf.stageData != "missing" && cf.stageData != "never" {
+		return usagef("run: --stage-data %q: want missing (copy what a node lacks from this machine) or never", cf.stageData)
 	}
 	return nil
 }
@@ -331,6 +339,7 @@ func runJob(ctx context.Context, cf clusterFlags, c string, o []string, stdout, 
 		JobID:        h.id,
 		Continues:    cf.continues,
 		Binaries:     cf.binaries,
+		NoStaging:    cf.stageData == "never",
 	}
 	if cf.rankTable != "" {
 		t, err := ranktable.Read(cf.rankTable)

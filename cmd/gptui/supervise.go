@@ -29,7 +29,7 @@ func specOf(cf clusterFlags, c string, o []string) jobdir.Spec {
 		RankTable: cf.rankTable, AcceptNewHostKeys: cf.acceptNew, MasterPort: cf.port, KeepJobs: cf.keepJobs,
 		AgentTimeout: cf.agentTimeout, HangTimeout: cf.hangTimeout,
 		MaxRestarts: cf.restarts.Max, MinNodes: cf.restarts.MinNodes, MaxNodes: cf.restarts.MaxNodes,
-		ShowRanks: cf.show, SummaryEvery: cf.summaryEvery,
+		ShowRanks: cf.show, SummaryEvery: cf.summaryEvery, NoStaging: cf.stageData == "never",
 	}
 	if cf.local() {
 		s.Nproc = cf.nproc
@@ -47,6 +47,9 @@ func flagsOf(s jobdir.Spec) (clusterFlags, string, []string) {
 		acceptNew: s.AcceptNewHostKeys, show: s.ShowRanks, summaryEvery: s.SummaryEvery,
 		keepJobs: s.KeepJobs, agentTimeout: s.AgentTimeout, hangTimeout: s.HangTimeout,
 		restarts: cluster.Restarts{Max: s.MaxRestarts, MinNodes: s.MinNodes, MaxNodes: s.MaxNodes},
+	}
+	if s.NoStaging {
+		cf.stageData = "never"
 	}
 	if cf.show == "" {
 		cf.show = "0"
