@@ -60,6 +60,9 @@ func newBackend(cfg *presets.Config, world *comm.World, stderr io.Writer) (kerne
 	if err != nil {
 		return nil, nil, usagef("Global.device=gpu: %s; use Global.device=cpu", oneLine(err))
 	}
+	// A device without bf16 multiplies in fp16 (cuda.PrecisionOn): the
+	// engine then scales the loss, as for a config that asks for fp16.
+	cfg.Engine.MixPrecision.Dtype = be.Precision().String()
 	return be, func() { be.Close() }, nil
 }
 

@@ -43,6 +43,17 @@ func ParsePrecision(dtype string) (Precision, error) {
 	return 0, fmt.Errorf("mix_precision dtype %q: want fp32, bf16 or fp16", dtype)
 }
 
+// PrecisionOn is the precision the GEMMs of a device of compute
+// capability major.x use for p: p itself, but fp16 for bf16 before 8.0
+// (Volta and Turing have no bf16 tensor cores, and cuBLAS refuses bf16
+// GEMMs there). Precision reports the backend's.
+func PrecisionOn(p Precision, major int) Precision {
+	if p == PrecisionBF16 && major < 8 {
+		return PrecisionFP16
+	}
+	return p
+}
+
 func (p Precision) String() string {
 	switch p {
 	case PrecisionBF16:
@@ -142,10 +153,14 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{dev: dev, prec: opts.Precision, allocs: map[uintptr]int{}, shared: map[string]int{}, stage: stager{dev: dev}}
+	major, minor := dev.Arch()
+	b := &Backend{dev: dev, prec: PrecisionOn(opts.Precision, major), allocs: map[uintptr]int{}, shared: map[string]int{}, stage: stager{dev: dev}}
 	fail := func(err error) (*Backend, error) {
 		b.Close()
 		return nil, err
+	}
+	if b.prec != opts.Precision && opts.Log != nil {
+		fmt.Fprintf(opts.Log, "cuda: sm_%d%d has no bf16: the GEMMs multiply in fp16 instead, and the engine scales the loss\n", major, minor)
 	}
 	if opts.Need > 0 {
 		free, total, err := dev.MemInfo()
@@ -168,7 +183,6 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return fail(err)
 	}
-	major, minor := dev.Arch()
 	cache := nv.NewCache(opts.CacheDir)
 	t0 := time.Now()
 	copts := compileOptions(ArchFlag(major, minor), b.variants)

@@ -39,6 +39,27 @@ func TestParsePrecision(t *testing.T) {
 	}
 }
 
+// TestPrecisionOn: bf16 becomes fp16 before compute capability 8.0 (V100,
+// T4), and stays bf16 from Ampere on; fp32 and fp16 stay what they are.
+func TestPrecisionOn(t *testing.T) {
+	for _, tt := range []struct {
+		p     Precision
+		major int
+		want  Precision
+	}{
+		{PrecisionBF16, 7, PrecisionFP16},
+		{PrecisionBF16, 8, PrecisionBF16},
+		{PrecisionBF16, 9, PrecisionBF16},
+		{PrecisionFP32, 7, PrecisionFP32},
+		{PrecisionFP16, 7, PrecisionFP16},
+		{PrecisionFP16, 9, PrecisionFP16},
+	} {
+		if got := PrecisionOn(tt.p, tt.major); got != tt.want {
+			t.Errorf("PrecisionOn(%v, %d) = %v, want %v", tt.p, tt.major, got, tt.want)
+		}
+	}
+}
+
 // TestNewWithoutGPU: where there is no driver (CI), New fails with an
 // error naming the library and where it was looked for — the line the CLI
 // prints before exiting 2 — and never panics.
