@@ -44,13 +44,15 @@
 //
 //	a layer's forward and backward   gpt2.go: blockForward / blockBackward, side by side;
 //	                                 the kernels themselves in kernels/cpu, one file per family
+//	the hooks the layers call        parallel.go: parallel (the fixed points, the ordering
+//	                                 rules), oneProcess (a whole model's)
 //	the parameter layout             params.go: Tensors, PartTensors, Tensor, Part
 //	initialising, loading a part     init.go: the counter-based generator, fillSpans (a rank's
 //	                                 part or shard from the generator, a checkpoint or an llm.c file)
 //	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
 //	sharding (ZeRO stages 1-3)       stage3 (sharding.go), shardedUpdate (update.go)
-//	tensor parallel                  tensorParallel (tensorparallel.go), the slices in PartTensors
+//	tensor parallel                  tensorParallel, sliceDims (tensorparallel.go), the slices in PartTensors
 //	pipeline parallel                pipeSchedule, pipeline (pipeline.go)
 //	recompute                        Recompute (gpt2.go), Engine.use_recompute
 //	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
@@ -62,6 +64,21 @@
 //	training logs and metrics        logs.go, event.Metrics
 //	llm.c and Hugging Face files     llmc.go, engine/hf
 //	generation                       generate.go (key/value cache)
+//
+// # The layers and the parallel layout
+//
+// The layers compute; the layout communicates. gpt2.go and llama.go hold
+// no collective and no rank arithmetic: at fixed points — entering and
+// leaving a tensor-parallel region, the vocabulary-parallel embedding and
+// loss, the heads a rank holds, a Llama's key/value head copies, a
+// block's parameters needed and its gradients done — they call the
+// model's layout, one small interface (parallel, in parallel.go, whose
+// doc comment lists the points and the rules of their order). Each
+// dimension that acts inside a pass implements it in its own file:
+// tensorParallel (tensorparallel.go) and stage3 (sharding.go), which
+// wraps either it or oneProcess, a whole model's layout that does
+// nothing. Data parallelism and the pipeline act between passes and need
+// no hook.
 //
 // # Data parallel and sharding
 //

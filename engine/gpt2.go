@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/gptui/gptui/kernels"
 )
@@ -43,20 +42,20 @@ type Model struct {
 	recompute Recompute // activation policy
 	acts      *activations
 	scratch   *scratch
-	tp        *tensorParallel // nil without tensor parallelism
-	stage3    *stage3         // nil unless sharding stage 3 shards the parameters
+	par       parallel        // the parallel layout the passes call at fixed points (parallel.go)
+	tp        *tensorParallel // a tensor-parallel rank's layout, in par; nil for a whole model
+	stage3    *stage3         // nil unless sharding stage 3 shards the parameters; then par, wrapping tp's
 	loss      []float64       // Forward's and Loss's device scalar
 
 	fam  passes    // the family's layer passes (familyPasses)
 	rope []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
 }
 
-// dims are the sizes of the slices of a block a tensor-parallel rank holds.
+// dims are the sizes of the slices of a block a tensor-parallel rank
+// holds, the whole block's for one process (sliceDims).
 type dims struct {
 	Cl, NHl, Fl int // attention channels, heads and MLP units (C/MP, NH/MP, F/MP)
-	Vpl         int // rows of wte held (Vp/MP)
-	Vl          int // real vocabulary ids among them (the columns of the logits)
-	vlo         int // vocabulary id of the first row held
+	Vl          int // real vocabulary ids among the rows of wte held (the columns of the logits)
 
 	// A Llama's key/value heads: NKVl held (NKV/MP, or 1 when MP exceeds
 	// NKV), each alike on kvCopies ranks of the group (MP/NKV, or 1).
@@ -102,11 +101,8 @@ func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stag
 		return nil, err
 	}
 	ts, n := PartTensors(cfg, part)
-	M := part.MP
-	vpl := cfg.Vp / M
-	vlo := part.MPRank * vpl
-	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n,
-		dims: dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vpl: vpl, Vl: min(max(cfg.V-vlo, 0), vpl), vlo: vlo}}
+	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n, dims: sliceDims(cfg, part)}
+	m.par, m.tp = newParallel(be, cfg, part)
 	if !stage3 {
 		want := (n + S - 1) / S * S
 		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
@@ -180,13 +176,9 @@ type scratch struct {
 	datty  []float32 // (B,T,Cl)
 	dfch   []float32 // (B,T,Fl)
 	dfchG  []float32 // (B,T,Fl)
-	dqkvw  []float32 // a Llama's qkvw gradient of one block, when its key/value heads have copies (sumCopies)
+	dqkvw  []float32 // a Llama's qkvw gradient of one block, when its key/value heads have copies (sumKVCopies)
 	layer  layerActs // full recompute: the block being rebuilt
 	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
-
-	maxes []float32 // (B,T) vocabulary-parallel loss: row maxima
-	gmax  []float32 // (MP,B,T) every rank's row maxima
-	stats []float64 // (B,T,2) Σ e^(x−max) and the target's logit
 
 	bufs []any // every buffer above, to give back
 }
@@ -221,10 +213,6 @@ func (m *Model) newScratch(B, T int) *scratch {
 	}
 	if m.recompute != RecomputeNone {
 		sc.att = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
-	}
-	if m.Part.MP > 1 && m.Part.Head {
-		sc.maxes, sc.gmax, sc.stats = f(N), f(N*m.Part.MP), kernels.Float64s(m.be, 2*N)
-		bufs = append(bufs, sc.stats)
 	}
 	sc.bufs = bufs
 	return sc
@@ -426,38 +414,26 @@ func (m *Model) backward(p *pass) {
 //
 //	resid[0] = drop(wte[inputs] + wpe[t])
 //
-// Vocabulary-parallel: each rank looks up the tokens of its rows (zeros
-// for the others), the first adds the positions, and the group sums.
+// The lookup is the layout's (par.embedForward): vocabulary-parallel
+// under tensor parallelism, each rank looking up the tokens of its rows
+// and the group summing.
 func (m *Model) embedForward(a *activations, ps *pass) {
-	be, c, p, d := m.be, m.Cfg, m.param, m.dims
+	be, c, p := m.be, m.Cfg, m.param
 	B, T, C := a.B, a.T, c.C
 	hd := float32(0)
 	if ps.train {
 		hd = c.HiddenDropout
 	}
-	if m.Part.MP == 1 {
-		be.EncoderForward(a.resid[0], a.inputs, p.wte, p.wpe, B, T, C)
-	} else {
-		wpe := p.wpe
-		if m.Part.MPRank != 0 {
-			wpe = nil
-		}
-		be.EncoderShardForward(a.resid[0], a.inputs, p.wte, d.vlo, wpe, B, T, C)
-		m.tp.allReduce(ps, a.resid[0])
-	}
+	m.par.embedForward(ps, a.resid[0], a.inputs, p.wte, p.wpe, B, T, C)
 	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 }
 
 // embedBackward accumulates the embedding gradients from sc.dresid.
 func (m *Model) embedBackward(a *activations, ps *pass) {
-	be, c, g, d, sc := m.be, m.Cfg, m.grad, m.dims, m.scratch
+	be, c, g, sc := m.be, m.Cfg, m.grad, m.scratch
 	B, T, C := a.B, a.T, c.C
 	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
-	if m.Part.MP == 1 {
-		be.EncoderBackward(g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
-		return
-	}
-	be.EncoderShardBackward(g.wte, d.vlo, g.wpe, sc.dresid, a.inputs, B, T, C)
+	m.par.embedBackward(ps, g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
 }
 
 // blocksForward runs local blocks lo … hi−1: resid[lo] → resid[hi].
@@ -467,7 +443,7 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 		hd, ad = m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	}
 	for li := lo; li < hi; li++ {
-		m.stage3.gather(ps, 1+li)
+		m.par.blockBegin(ps, li)
 		m.fam.blockForward(a, li, ps, hd, ad)
 	}
 }
@@ -478,12 +454,12 @@ func (m *Model) blocksForward(a *activations, lo, hi int, ps *pass) {
 func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 	hd, ad := m.Cfg.HiddenDropout, m.Cfg.AttnDropout
 	for li := hi - 1; li >= lo; li-- {
-		m.stage3.gather(ps, 1+li)
+		m.par.blockBegin(ps, li)
 		if m.recompute == RecomputeFull {
 			m.fam.blockForward(a, li, ps, hd, ad)
 		}
 		m.fam.blockBackward(a, li, ps, hd, ad)
-		m.stage3.reduce(ps, 1+li)
+		m.par.blockEnd(ps, li)
 		if ps.onGrads != nil {
 			ps.onGrads(li)
 		}
@@ -497,7 +473,7 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 //	logits (N,Vl) = lnf(x) · wte[:Vl]ᵀ     (this rank's vocabulary columns)
 //
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
-// never the logits.
+// never the logits (par.crossEntropy).
 func (m *Model) headForward(a *activations, ps *pass) {
 	be, c, p := m.be, m.Cfg, m.param
 	N, C := a.B*a.T, c.C
@@ -510,22 +486,14 @@ func (m *Model) headForward(a *activations, ps *pass) {
 // lm_head), and the cross-entropy of each position, whose mean it adds to
 // ps.loss on the device; training, the logits' gradient is left in place.
 func (m *Model) classify(a *activations, ps *pass, w []float32) {
-	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
+	be, c, d := m.be, m.Cfg, m.dims
 	N, C := a.B*a.T, c.C
+	m.par.enterTP(ps, a.lnf)
 	if d.Vl > 0 {
 		// Padded rows of w never score.
 		be.MatmulForward(a.logits, a.lnf, w[:d.Vl*C], nil, N, C, d.Vl)
 	}
-	if m.Part.MP == 1 {
-		be.CrossEntropy(a.losses, a.logits, a.targets, N, d.Vl, ps.dscale, ps.train)
-	} else {
-		be.ClassifierMax(sc.maxes, a.logits, N, d.Vl)
-		m.tp.allGather(ps, sc.maxes, sc.gmax)
-		be.ClassifierGlobalMax(sc.maxes, sc.gmax, N, m.Part.MP)
-		be.ClassifierExp(sc.stats, a.logits, a.targets, sc.maxes, N, d.Vl, d.vlo)
-		m.tp.allReduce64(ps, sc.stats)
-		be.ClassifierFinish(a.losses, a.logits, a.targets, sc.maxes, sc.stats, N, d.Vl, d.vlo, ps.dscale, ps.train)
-	}
+	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl)
 	if ps.loss != nil {
 		be.Sum(ps.loss, a.losses, 1/float64(N))
 	}
@@ -552,28 +520,15 @@ func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) {
 	} else {
 		be.Zero(sc.dln)
 	}
-	if m.Part.MP > 1 {
-		m.tp.allReduce(ps, sc.dln)
-	}
+	m.par.enterTPBackward(ps, sc.dln)
 }
 
 // attnDropout is the dropout of the attention probabilities of block l,
-// placing this rank's heads among all of them.
+// placing this rank's heads among all of them (par.heads).
 func (m *Model) attnDropout(p float32, ps DropoutKey, l int) kernels.Dropout {
 	d := m.dropout(p, ps, l, siteAttnProbs)
-	if m.Part.MP > 1 {
-		d.Heads, d.Head0 = m.Cfg.NH, m.Part.MPRank*m.dims.NHl
-	}
+	d.Head0, d.Heads = m.par.heads()
 	return d
-}
-
-// rowBias is the bias of a row-parallel projection as this rank adds it:
-// only the first rank of the group, so the all-reduced sum has it once.
-func (m *Model) rowBias(b []float32) []float32 {
-	if m.Part.MPRank != 0 {
-		return nil
-	}
-	return b
 }
 
 // blockForward runs local block li (global block l): resid[li] → resid[li+1].
@@ -582,8 +537,9 @@ func (m *Model) rowBias(b []float32) []float32 {
 //	out  = res2 + drop(fcproj(gelu(fc(ln2(res2)))))
 //
 // Tensor-parallel: qkv and fc are column-parallel (this rank's heads and
-// hidden units), attproj and fcproj row-parallel (partial sums, all-reduced
-// before the bias-free dropout and the residual add).
+// hidden units), attproj and fcproj row-parallel; each pair is a region
+// the layout enters (par.enterTP) and leaves (par.exitTP: the partial
+// sums all-reduced, before the dropout and the residual add).
 func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
@@ -593,26 +549,29 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	bp, _ := m.blockViews(li)
 
 	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, N, C)
+	m.par.enterTP(ps, la.ln1)
 	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, bp.qkvb, N, C, 3*Cl)
 	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
-	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.rowBias(bp.attprojb), N, Cl, C)
-	m.tp.allReduce(ps, sc.proj)
+	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.par.rowBias(bp.attprojb), N, Cl, C)
+	m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
 	be.ResidualForward(la.res2, a.resid[li], sc.proj)
 
 	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, N, C)
+	m.par.enterTP(ps, la.ln2)
 	be.MatmulForward(la.fch, la.ln2, bp.fcw, bp.fcb, N, C, Fl)
 	be.GeluForward(la.fchGelu, la.fch)
-	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.rowBias(bp.fcprojb), N, Fl, C)
-	m.tp.allReduce(ps, sc.proj)
+	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.par.rowBias(bp.fcprojb), N, Fl, C)
+	m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
 	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
 }
 
 // blockBackward takes sc.dresid = dL/d resid[li+1] to dL/d resid[li], in
 // place, accumulating local block li's parameter gradients.
-// Tensor-parallel: the input gradients of the column-parallel qkv and fc
-// are partial sums, all-reduced before their LayerNorm's backward.
+// Tensor-parallel: the regions' hooks mirrored (par.exitTPBackward,
+// par.enterTPBackward: the input gradients of the column-parallel qkv
+// and fc are partial sums, all-reduced before their LayerNorm's backward).
 func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
@@ -625,34 +584,33 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	m.par.exitTPBackward(ps, sc.proj)
 	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
 	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, la.ln2, bp.fcw, N, C, Fl)
-	m.tp.allReduce(ps, sc.dln)
+	m.par.enterTPBackward(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, bg.ln2w, bg.ln2b, sc.dln, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	m.par.exitTPBackward(ps, sc.proj)
 	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, sc.proj, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
 	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
 	be.MatmulBackward(sc.dln, bg.qkvw, bg.qkvb, sc.dqkv, la.ln1, bp.qkvw, N, C, 3*Cl)
-	m.tp.allReduce(ps, sc.dln)
+	m.par.enterTPBackward(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, bg.ln1w, bg.ln1b, sc.dln, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
 }
 
 // blockViews returns the views of local block li's parameters and
 // gradients: the layered tensors' slices of that block, the other fields
-// nil. Under sharding stage 3 they lie in the gather buffers of the block
-// in use (stage3), else in Params and Grads.
+// nil. They lie where the layout keeps the block in use
+// (par.blockWeights: stage 3's gather buffers), else in Params and Grads.
 func (m *Model) blockViews(li int) (p, g weights) {
-	if z := m.stage3; z != nil {
-		if z.held != 1+li {
-			panic(fmt.Sprintf("engine: block %d used while the gather buffer holds unit %d", li, z.held))
-		}
-		return z.bp, z.bg
+	if p, g, ok := m.par.blockWeights(li); ok {
+		return p, g
 	}
 	return m.param.block(li, m.numLayers()), m.grad.block(li, m.numLayers())
 }

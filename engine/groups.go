@@ -9,10 +9,10 @@ import (
 )
 
 // groups are the communication groups of one rank of a parallel job, the
-// tensor-parallel one held by the model (Model.tp). Every rank creates
-// its groups in the same order (comm.World.NamedGroup and the fabrics
-// match them up by that order), so newGroups is the one place that creates
-// them.
+// tensor-parallel one and stage 3's held by the model's layout (Model.par:
+// tensorParallel, stage3). Every rank creates its groups in the same
+// order (comm.World.NamedGroup and the fabrics match them up by that
+// order), so newGroups is the one place that creates them.
 //
 // The data path — gradients, activations, the parameters of sharding — runs
 // on communicators of the fabric f, which the parallel dimensions see only
@@ -27,7 +27,7 @@ type groups struct {
 }
 
 // newGroups creates the groups of m's rank at topo (w nil for one
-// process): data parallel and sharding, tensor parallel (set on m), the
+// process): data parallel and sharding, tensor parallel (joining m's), the
 // model's group, the pipeline, then the stop agreement.
 func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int, stop <-chan struct{}) (groups, error) {
 	var g groups
@@ -39,15 +39,8 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 			}
 		}
 		if topo.MP > 1 {
-			tg, err := f.Communicator("mp", topo.mpGroup())
-			if err != nil {
+			if err := m.tp.join(f, topo, m.dims.kvCopies); err != nil {
 				return g, err
-			}
-			m.tp = &tensorParallel{g: tg}
-			if k := m.dims.kvCopies; k > 1 {
-				if m.tp.copies, err = f.Communicator("mpkv", topo.copyGroup(k)); err != nil {
-					return g, err
-				}
 			}
 		}
 		if topo.MP*topo.PP > 1 {

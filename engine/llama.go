@@ -9,11 +9,12 @@ import (
 )
 
 // The Llama family (Llama 2 and 3), layer by layer beside GPT-2's passes
-// (gpt2.go): the same residual stream, the same parallel hooks — the
-// tensor-parallel all-reduces, stage 3's gathers and reduce-scatters
-// (blocksForward, blocksBackward), onGrads for data parallel, recompute,
-// the dropout sites when the config asks for them (Llama has none by
-// default) — with Llama's layers:
+// (gpt2.go): the same residual stream, the same parallel hooks at the
+// same points (parallel.go: the tensor-parallel regions, the
+// vocabulary-parallel embedding and loss, stage 3's gathers and
+// reduce-scatters in blocksForward and blocksBackward), onGrads for data
+// parallel, recompute, the dropout sites when the config asks for them
+// (Llama has none by default) — with Llama's layers:
 //
 //	x        = wte[inputs]                              no position embedding
 //	h        = x + o_proj(attention(rope(q, k), v))     q, k, v = qkv(rmsnorm₁(x)), grouped-query
@@ -28,9 +29,9 @@ import (
 // the key/value heads column-parallel with the qkv projection (each rank
 // NH/MP query heads and the key/value heads they use: NKV/MP of them, or,
 // when MP exceeds NKV, the one head its query heads share, alike on MP/NKV
-// ranks whose gradients of it are summed), gate and up column-parallel,
-// o_proj and down row-parallel, the embedding and the lm_head
-// vocabulary-parallel.
+// ranks whose gradients of it are summed: par.sumKVCopies), gate and up
+// column-parallel, o_proj and down row-parallel, the embedding and the
+// lm_head vocabulary-parallel.
 
 // passes are a model family's layer passes, which the model's forward
 // and backward passes (gpt2.go: forward, backward, blocksForward,
@@ -43,8 +44,7 @@ type passes struct {
 	decodeStep                  func(kv *kvCache, a *decodeActs, tok []int32, pos int)
 }
 
-// setFamily sets the model's passes by its family and, for a Llama, its
-// key/value heads' split.
+// setFamily sets the model's passes by its family.
 func (m *Model) setFamily() {
 	if m.Cfg.Family != arch.Llama {
 		m.fam = passes{m.embedForward, m.embedBackward, m.blockForward, m.blockBackward, m.headForward, m.headBackward, m.decodeStep}
@@ -52,12 +52,6 @@ func (m *Model) setFamily() {
 	}
 	m.fam = passes{m.llamaEmbedForward, m.llamaEmbedBackward, m.llamaBlockForward, m.llamaBlockBackward,
 		m.llamaHeadForward, m.llamaHeadBackward, m.llamaDecodeStep}
-	c, M := m.Cfg, m.Part.MP
-	nkv := c.KVHeads()
-	m.dims.NKVl, m.dims.kvCopies = nkv/M, 1
-	if M > nkv {
-		m.dims.NKVl, m.dims.kvCopies = 1, M/nkv
-	}
 }
 
 // ensureRope makes a Llama's rotary table m.rope cover positions [0, n),
@@ -132,26 +126,25 @@ func (m *Model) headWeights() (w, g []float32) {
 //
 //	resid[0] = drop(wte[inputs])
 //
-// Vocabulary-parallel as GPT-2's (embedForward), without positions: the
+// The layout's lookup as GPT-2's (embedForward), without positions: the
 // rotary embeddings place the tokens inside attention.
 func (m *Model) llamaEmbedForward(a *activations, ps *pass) {
-	be, c, p, d := m.be, m.Cfg, m.param, m.dims
+	be, c, p := m.be, m.Cfg, m.param
 	B, T, C := a.B, a.T, c.C
 	hd := float32(0)
 	if ps.train {
 		hd = c.HiddenDropout
 	}
-	be.EncoderShardForward(a.resid[0], a.inputs, p.wte, d.vlo, nil, B, T, C)
-	m.tp.allReduce(ps, a.resid[0])
+	m.par.embedForward(ps, a.resid[0], a.inputs, p.wte, nil, B, T, C)
 	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
 }
 
 // llamaEmbedBackward accumulates the embedding's gradient from sc.dresid.
 func (m *Model) llamaEmbedBackward(a *activations, ps *pass) {
-	be, c, g, d, sc := m.be, m.Cfg, m.grad, m.dims, m.scratch
+	be, c, g, sc := m.be, m.Cfg, m.grad, m.scratch
 	B, T, C := a.B, a.T, c.C
 	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
-	be.EncoderShardBackward(g.wte, d.vlo, nil, sc.dresid, a.inputs, B, T, C)
+	m.par.embedBackward(ps, g.wte, nil, sc.dresid, a.inputs, B, T, C)
 }
 
 // llamaBlockForward runs local block li (global block l): resid[li] →
@@ -167,8 +160,7 @@ func (m *Model) llamaEmbedBackward(a *activations, ps *pass) {
 //	out  (N,C)  = res2 + drop(swiglu(fch) · fcprojwᵀ)   down
 //
 // Tensor-parallel: qkv and fc column-parallel, o_proj and down
-// row-parallel (partial sums, all-reduced before the dropout and the
-// residual add), as GPT-2's block.
+// row-parallel, the regions entered and left as in GPT-2's block.
 func (m *Model) llamaBlockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
@@ -178,29 +170,31 @@ func (m *Model) llamaBlockForward(a *activations, li int, ps *pass, hd, ad float
 	bp, _ := m.blockViews(li)
 
 	be.RMSNormForward(la.ln1, la.ln1Rstd, a.resid[li], bp.ln1w, N, C, c.NormEps)
+	m.par.enterTP(ps, la.ln1)
 	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, nil, N, C, W)
 	be.RoPEForward(la.qkv, la.qkv, m.rope, B, T, W, d.NHl+d.NKVl, hs, 0)
 	be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, nil, N, Cl, C)
-	m.tp.allReduce(ps, sc.proj)
+	m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
 	be.ResidualForward(la.res2, a.resid[li], sc.proj)
 
 	be.RMSNormForward(la.ln2, la.ln2Rstd, la.res2, bp.ln2w, N, C, c.NormEps)
+	m.par.enterTP(ps, la.ln2)
 	be.MatmulForward(la.fch, la.ln2, bp.fcw, nil, N, C, 2*Fl)
 	be.SwiGLUForward(la.fchGelu, la.fch, N, Fl)
 	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, nil, N, Fl, C)
-	m.tp.allReduce(ps, sc.proj)
+	m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
 	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
 }
 
 // llamaBlockBackward takes sc.dresid = dL/d resid[li+1] to dL/d resid[li],
 // in place, accumulating local block li's parameter gradients.
-// Tensor-parallel: the input gradients of the column-parallel qkv and fc
-// are partial sums, all-reduced before their RMSNorm's backward; a
+// Tensor-parallel: the regions' hooks mirrored, as in GPT-2's block; a
 // key/value head held alike by several ranks gets from each the share of
-// its query heads, summed over them (sumCopies) before it is accumulated.
+// its query heads, summed over them (par.sumKVCopies) before it is
+// accumulated.
 func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
@@ -213,14 +207,16 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 
 	// out = res2 + drop(down(...)): dres2 = dout (the same buffer, dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	m.par.exitTPBackward(ps, sc.proj)
 	be.MatmulBackward(sc.dfchG, bg.fcprojw, nil, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.SwiGLUBackward(sc.dfch, la.fch, sc.dfchG, N, Fl)
 	be.MatmulBackward(sc.dln, bg.fcw, nil, sc.dfch, la.ln2, bp.fcw, N, C, 2*Fl)
-	m.tp.allReduce(ps, sc.dln)
+	m.par.enterTPBackward(ps, sc.dln)
 	be.RMSNormBackward(sc.dresid, bg.ln2w, sc.dln, la.res2, bp.ln2w, la.ln2Rstd, N, C)
 
 	// res2 = x + drop(o_proj(...)): dx = dres2 (still dresid).
 	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	m.par.exitTPBackward(ps, sc.proj)
 	be.MatmulBackward(sc.datty, bg.attprojw, nil, sc.proj, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, dropAttn, attOff)
@@ -232,12 +228,12 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 		// summed over the copies, then accumulated.
 		be.Zero(sc.dqkvw)
 		be.MatmulBackward(sc.dln, sc.dqkvw, nil, sc.dqkv, la.ln1, bp.qkvw, N, C, W)
-		m.tp.sumCopies(ps, sc.dqkvw[Cl*C:])
+		m.par.sumKVCopies(ps, sc.dqkvw[Cl*C:])
 		be.ResidualForward(bg.qkvw, bg.qkvw, sc.dqkvw)
 	} else {
 		be.MatmulBackward(sc.dln, bg.qkvw, nil, sc.dqkv, la.ln1, bp.qkvw, N, C, W)
 	}
-	m.tp.allReduce(ps, sc.dln)
+	m.par.enterTPBackward(ps, sc.dln)
 	be.RMSNormBackward(sc.dresid, bg.ln1w, sc.dln, a.resid[li], bp.ln1w, la.ln1Rstd, N, C)
 }
 

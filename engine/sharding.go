@@ -59,7 +59,13 @@ func (tr *Trainer) fullParams(ctx context.Context) ([]float32, error) {
 // rank adding its piece's sums to its reduced gradients, and the gradient
 // buffer is zeroed. So a rank holds its shard, the outer tensors and one
 // block. The update is stage 2's, on the shard.
+//
+// Its hooks (parallel) are the blocks': blockBegin gathers a block,
+// blockWeights says where it lies, blockEnd reduce-scatters its
+// gradients; it leaves the others to the layout it wraps (newStage3).
 type stage3 struct {
+	parallel // the layout it wraps: one process's or tensor parallelism's
+
 	g     comm.Communicator // the sharding group
 	be    kernels.Backend
 	units []unit    // 0: the tensors outside the blocks; 1+li: local block li
@@ -95,12 +101,13 @@ func (u *unit) views(buf []float32) weights {
 
 // newStage3 lays out the units of m, a model without whole buffers
 // (newShardedModel), for its sharding group g, allocates the rank's
-// buffers and points m's views of the outer tensors at their gather
-// buffers (filled by the first gather). The shard is zero until the
-// parameters are initialised or restored straight into it.
+// buffers, points m's views of the outer tensors at their gather
+// buffers (filled by the first gather) and wraps m's layout (m.par). The
+// shard is zero until the parameters are initialised or restored
+// straight into it.
 func newStage3(g comm.Communicator, m *Model) *stage3 {
 	S := g.Size()
-	z := &stage3{g: g, be: m.be}
+	z := &stage3{parallel: m.par, g: g, be: m.be}
 	var length int
 	z.units, length = stage3Units(m.Tensors, m.numLayers(), S)
 	z.shard, z.grads = m.floats(length), m.floats(length)
@@ -110,8 +117,26 @@ func newStage3(g comm.Communicator, m *Model) *stage3 {
 		z.bp, z.bg = z.units[1].views(z.block), z.units[1].views(z.gblock)
 	}
 	m.param, m.grad = z.units[0].views(z.outer), z.units[0].views(z.gouter)
+	m.par = z
 	return z
 }
+
+// blockBegin gathers local block li's parameters into the block buffer,
+// before each pass through it.
+func (z *stage3) blockBegin(ps *pass, li int) { z.gather(ps, 1+li) }
+
+// blockWeights returns the views of local block li's parameters and
+// gradients: in the block buffers, which must hold it (blockBegin).
+func (z *stage3) blockWeights(li int) (p, g weights, ok bool) {
+	if z.held != 1+li {
+		panic(fmt.Sprintf("engine: block %d used while the gather buffer holds unit %d", li, z.held))
+	}
+	return z.bp, z.bg, true
+}
+
+// blockEnd reduce-scatters local block li's gradients once its backward
+// pass is done.
+func (z *stage3) blockEnd(ps *pass, li int) { z.reduce(ps, 1+li) }
 
 // stage3Units lays out the units of a part whose tensors are ts, holding
 // l blocks, for a sharding group of S members: the outer tensors, then
