@@ -69,7 +69,7 @@ func (mt *meter) end(step int, lr, loss, norm float64, reader time.Duration) {
 	}
 	mem := tr.Memory.Total()
 	tr.log.logf("[train] epoch: %d step: %d lr: %e loss: %.6f avg_reader_cost: %.5f sec avg_batch_cost: %.5f sec ips: %.0f tokens/s mfu: %s mem: %s",
-		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, mfuText, units.GB(mem, 3))
+		tr.train.Epoch(), step, lr, loss, w.reader/n, avgBatch, ips, mfuText, units.Bytes(mem))
 	if sc := tr.scaler; sc != nil {
 		tr.log.logf("[amp] step: %d loss_scale: %g skipped_steps: %d", step, sc.Scale(), sc.skipped)
 	}
@@ -139,7 +139,7 @@ func (tr *Trainer) logStart() bool {
 		tr.log.logf("[config] %s", n)
 	}
 	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
-		tr.opts.Rank, units.GB(mem.Params, 3), units.GB(mem.Grads, 3), units.GB(mem.Optimizer, 3), units.GB(mem.Activations, 3), tr.recomputeName(), units.GB(mem.Total(), 3))
+		tr.opts.Rank, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), tr.recomputeName(), units.Bytes(mem.Total()))
 	if peak := tr.peakFLOPS(); peak > 0 {
 		tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
 	} else {
@@ -154,7 +154,7 @@ func (tr *Trainer) logStart() bool {
 	if peak := peakResident(); peak > 0 {
 		// The process's high-water mark so far: its part of the model and
 		// whatever building it took, beside the account logged above.
-		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, units.GB(peak, 3))
+		tr.log.logf("[memory] rank %d: peak resident %s before the first step", tr.opts.Rank, units.Bytes(peak))
 	}
 	return true
 }

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 )
@@ -21,7 +23,9 @@ func (b peakOf) PeakFLOPS() float64 { return b.peak }
 // TestMeterUnknownPeak: a backend that does not know its peak (0, as the
 // GPU backend's when its fallback measurement cannot run; NaN or Inf from
 // a broken one) trains on, its log lines and metrics showing the MFU as
-// unknown rather than Inf or NaN; a known peak gives a percentage.
+// unknown rather than Inf or NaN; a known peak gives a percentage. The
+// [memory] and [train] lines give the memory account as every screen
+// does (units.Bytes: binary units, labelled).
 func TestMeterUnknownPeak(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -48,6 +52,12 @@ func TestMeterUnknownPeak(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := log.String()
+			mem := tr.Memory
+			account := fmt.Sprintf("[memory] rank 0: params %s grads %s optimizer %s activations %s (recompute: off) total %s\n",
+				units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Total()))
+			if !strings.Contains(out, account) || !strings.Contains(account, "iB grads ") {
+				t.Errorf("the log lacks %q:\n%s", account, out)
+			}
 			if !strings.Contains(out, tc.backend) {
 				t.Errorf("the log lacks %q:\n%s", tc.backend, out)
 			}
@@ -64,6 +74,9 @@ func TestMeterUnknownPeak(t *testing.T) {
 				trains++
 				if unknown := strings.Contains(l, " mfu: unknown mem: "); unknown == tc.known || !strings.Contains(l, " mfu: ") {
 					t.Errorf("[train] line with a peak of %v: %q", tc.peak, l)
+				}
+				if !strings.HasSuffix(l, " mem: "+units.Bytes(mem.Total())) {
+					t.Errorf("[train] line does not end with the memory total, %s: %q", units.Bytes(mem.Total()), l)
 				}
 			}
 			if trains == 0 {

@@ -85,7 +85,7 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 	switch mb := p.microBatches(m); {
 	case float64(p.Mem.Total) > Usable*float64(p.Capacity):
 		p.Feasible = false
-		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", units.GB(p.Mem.Total, 2), 100*Usable, units.GB(p.Capacity, 2))
+		p.Reason = fmt.Sprintf("out of memory: %s per device, %.0f%% of %s usable", units.Bytes(p.Mem.Total), 100*Usable, units.Bytes(p.Capacity))
 	case s.PP > 1 && mb < s.PP:
 		p.Feasible = false
 		p.Reason = fmt.Sprintf("pipeline never fills: %d micro-batch(es) per step for %d stages", mb, s.PP)

@@ -39,7 +39,7 @@ const (
 // of an ancestor (cgroup v2 memory.max, v1 memory.limit_in_bytes); and the
 // address space that its limit (RLIMIT_AS, set by `ulimit -v`) leaves,
 // less the address space the process holds already (the Go runtime and
-// the C library reserve some 1.7 GB of it at start) and AddressReserve plus
+// the C library reserve some 1.7 GiB of it at start) and AddressReserve plus
 // ThreadReserve per thread of GOMAXPROCS. Limits that cannot be read are
 // left out; Bytes is 0 when none can.
 func ProcessMemLimit() MemLimit { return processMemLimit() }
@@ -62,7 +62,7 @@ func lowest(ls ...MemLimit) MemLimit {
 func addressLimit(limit, used, reserve int64) MemLimit {
 	left := max(limit-used-reserve, 1)
 	return MemLimit{Bytes: left, What: fmt.Sprintf("the %s that its address-space limit leaves (ulimit -v %d KiB = %s, of which %s is mapped already, by the Go runtime mostly, and %s kept for its threads and buffers; raise ulimit -v or lift it)",
-		units.GiB(left), limit>>10, units.GiB(limit), units.GiB(used), units.GiB(reserve))}
+		units.Bytes(left), limit>>10, units.Bytes(limit), units.Bytes(used), units.Bytes(reserve))}
 }
 
 // cgroupMemLimit returns the lowest memory limit of the process's cgroups

@@ -74,7 +74,7 @@ func TestAddressLimit(t *testing.T) {
 	if want := int64(4000000<<10 - 1988<<20); l.Bytes != want {
 		t.Errorf("Bytes %d, want %d", l.Bytes, want)
 	}
-	for _, w := range []string{"ulimit -v 4000000 KiB = 3.8 GiB", "1.7 GiB is mapped already", "0.3 GiB kept", "raise ulimit -v"} {
+	for _, w := range []string{"ulimit -v 4000000 KiB = 3.8 GiB", "1.7 GiB is mapped already", "288 MiB kept", "raise ulimit -v"} {
 		if !strings.Contains(l.What, w) {
 			t.Errorf("%q lacks %q", l.What, w)
 		}

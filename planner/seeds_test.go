@@ -94,9 +94,9 @@ func TestSeedPresetsChosenPlan(t *testing.T) {
 			}
 			ref := Estimate(m, c, StrategyOf(cfg))
 			t.Logf("%s on %s: chosen %s: %.3f s/step, %s/device; seed's %s: %.3f s/step, %s/device (%s); chosen %.2f× as fast",
-				sp.preset, c, best.Strategy, best.StepTime, units.GB(best.Mem.Total, 2), ref.Strategy, ref.StepTime, units.GB(ref.Mem.Total, 2), feasibleWord(ref), ref.StepTime/best.StepTime)
+				sp.preset, c, best.Strategy, best.StepTime, units.Bytes(best.Mem.Total), ref.Strategy, ref.StepTime, units.Bytes(ref.Mem.Total), feasibleWord(ref), ref.StepTime/best.StepTime)
 			if float64(best.Mem.Total) > Usable*float64(best.Capacity) {
-				t.Errorf("chosen plan needs %s of %s", units.GB(best.Mem.Total, 2), units.GB(best.Capacity, 2))
+				t.Errorf("chosen plan needs %s of %s", units.Bytes(best.Mem.Total), units.Bytes(best.Capacity))
 			}
 			if !ref.Feasible {
 				t.Errorf("the preset's own strategy %s does not fit: %s", ref.Strategy, ref.Reason)

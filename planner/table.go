@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gptui/gptui/internal/units"
 )
 
 // WriteTable writes the ranked plans as the table 'gptui plan' prints: the
@@ -22,11 +24,11 @@ func WriteTable(w io.Writer, plans []Plan, top int) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tstrategy\tparams\tgrads\toptim\tacts\tother\ttotal GB\tstep s\ttokens/s\tMFU\tbubble\tcomm s\tsent GB\t")
+	fmt.Fprintln(tw, "#\tstrategy\tparams\tgrads\toptim\tacts\tother\ttotal GiB\tstep s\ttokens/s\tMFU\tbubble\tcomm s\tsent GB\t")
 	for i, p := range limit(ok, top) {
 		m := p.Mem
 		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.0f\t%.1f%%\t%s\t%.3f\t%.2f\t\n",
-			i+1, p.Strategy, gb(m.Params), gb(m.Grads), gb(m.Optimizer), gb(m.Activations), gb(m.Other), gb(m.Total),
+			i+1, p.Strategy, units.InGiB(m.Params), units.InGiB(m.Grads), units.InGiB(m.Optimizer), units.InGiB(m.Activations), units.InGiB(m.Other), units.InGiB(m.Total),
 			p.StepTime, p.TokensPerS, 100*p.MFU, bubble(p), p.Time.Comm, p.CommBytes/1e9)
 	}
 	if err := tw.Flush(); err != nil {
@@ -66,16 +68,16 @@ func Compare(p, ref Plan) string {
 		}
 		return b.String()
 	}
-	fmt.Fprintf(&b, "%.3f s/step, %.2f GB/device; chosen %s is %.2f× as fast (%.1f%% less time)",
-		ref.StepTime, gb(ref.Mem.Total), p.Strategy, ref.StepTime/p.StepTime, 100*(1-p.StepTime/ref.StepTime))
+	fmt.Fprintf(&b, "%.3f s/step, %s per device; chosen %s is %.2f× as fast (%.1f%% less time)",
+		ref.StepTime, units.Bytes(ref.Mem.Total), p.Strategy, ref.StepTime/p.StepTime, 100*(1-p.StepTime/ref.StepTime))
 	return b.String()
 }
 
 // Summary describes a plan's prediction in one line.
 func Summary(p Plan) string {
-	return fmt.Sprintf("%s: step %.3f s, %.0f tokens/s, MFU %.1f%%, memory %.3f GB per device (params %.3f grads %.3f optimizer %.3f activations %.3f other %.3f), bubble %s, comm %.3f s",
-		p.Strategy, p.StepTime, p.TokensPerS, 100*p.MFU, gb(p.Mem.Total), gb(p.Mem.Params), gb(p.Mem.Grads), gb(p.Mem.Optimizer),
-		gb(p.Mem.Activations), gb(p.Mem.Other), bubble(p), p.Time.Comm)
+	return fmt.Sprintf("%s: step %.3f s, %.0f tokens/s, MFU %.1f%%, memory %s per device (params %s grads %s optimizer %s activations %s other %s), bubble %s, comm %.3f s",
+		p.Strategy, p.StepTime, p.TokensPerS, 100*p.MFU, units.Bytes(p.Mem.Total), units.Bytes(p.Mem.Params), units.Bytes(p.Mem.Grads), units.Bytes(p.Mem.Optimizer),
+		units.Bytes(p.Mem.Activations), units.Bytes(p.Mem.Other), bubble(p), p.Time.Comm)
 }
 
 func bubble(p Plan) string {
@@ -84,8 +86,6 @@ func bubble(p Plan) string {
 	}
 	return fmt.Sprintf("%.1f%%", 100*p.BubbleFraction)
 }
-
-func gb(n int64) float64 { return float64(n) / 1e9 }
 
 func limit(p []Plan, top int) []Plan {
 	if top > 0 && len(p) > top {

@@ -46,23 +46,23 @@ type memKey struct {
 type memRow struct {
 	memKey
 	used, total int64
-	usedText    string // used and total as shown: units.BytesShort
-	totalText   string
+	text        string // used of total as shown: units.BytesOf
 }
 
 // nodeHealth is a node's load as its agent last reported it.
 type nodeHealth struct {
 	event.Health
 	at time.Time
-	// The memory figures as shown (units.BytesShort): the dashboard
-	// writes them once, not in each frame.
-	memUsed, memTotal, workersRSS string
+	// The memory figures as shown: used of total (units.BytesOf) and the
+	// workers' (units.Bytes). The dashboard writes them once, not in each
+	// frame.
+	memText, workersRSS string
 }
 
 // newNodeHealth returns h, received at at, as the dashboard keeps it.
 func newNodeHealth(h event.Health, at time.Time) nodeHealth {
 	return nodeHealth{Health: h, at: at,
-		memUsed: units.BytesShort(h.MemUsed), memTotal: units.BytesShort(h.MemTotal), workersRSS: units.BytesShort(h.WorkersRSS)}
+		memText: units.BytesOf(h.MemUsed, h.MemTotal), workersRSS: units.Bytes(h.WorkersRSS)}
 }
 
 // ckptState is what the job's checkpoint events said about its
@@ -429,8 +429,10 @@ func (m *dashModel) onMemory(ev event.Event) {
 	if ev.Device < 0 && ev.Used <= 0 || r == nil || ended(r.state) {
 		return // a worker that has just exited
 	}
-	used := units.BytesShort(ev.Used)
-	r.mem, r.memTotal, r.memText = ev.Used, ev.Total, used
+	if r.memText == "" || r.mem != ev.Used {
+		r.memText = units.Bytes(ev.Used)
+	}
+	r.mem, r.memTotal = ev.Used, ev.Total
 	if ev.Proc != nil {
 		r.pid, r.cpu = ev.Proc.PID, ev.Proc.CPUPercent
 	}
@@ -448,10 +450,10 @@ func (m *dashModel) onMemory(ev event.Event) {
 		i = m.memIdx[k]
 	}
 	row := &m.mem[i]
-	if row.totalText == "" || row.total != ev.Total {
-		row.totalText = units.BytesShort(ev.Total)
+	if row.text == "" || row.used != ev.Used || row.total != ev.Total {
+		row.text = units.BytesOf(ev.Used, ev.Total)
 	}
-	row.used, row.total, row.usedText = ev.Used, ev.Total, used
+	row.used, row.total = ev.Used, ev.Total
 }
 
 // onLog keeps a line of a rank's output.

@@ -407,7 +407,7 @@ func TestNodeHealth(t *testing.T) {
 		}))
 	press(m, "tab", "tab", "z") // the nodes pane, full screen
 	out := m.Render()
-	for _, s := range []string{"gpu0  cpu 42% of 96  mem 100.0G/2.0T  workers 20.0G", "gpu3", "70.0G/80.0G 98% 612W 71°C", "localhost  cpu 87% of 16"} {
+	for _, s := range []string{"gpu0  cpu 42% of 96  mem 0.1/2.0 TiB  workers 20.0 GiB", "gpu3", "70.0/80.0 GiB 98% 612W 71°C", "localhost  cpu 87% of 16"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("the nodes pane lacks %q:\n%s", s, out)
 		}

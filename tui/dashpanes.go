@@ -177,9 +177,7 @@ func (m *dashModel) healthLines(c *canvas, st styles, node string, w int) block 
 	p.end()
 	p.begin()
 	c.str("mem ")
-	c.str(hl.memUsed)
-	c.byte('/')
-	c.str(hl.memTotal)
+	c.str(hl.memText)
 	p.end()
 	if hl.WorkersRSS > 0 {
 		p.begin()
@@ -194,10 +192,7 @@ func (m *dashModel) healthLines(c *canvas, st styles, node string, w int) block 
 // worker's resident memory over the node's; the line stays open.
 func (m *dashModel) memLine(c *canvas, st styles, r memRow, w int) {
 	var buf [96]byte
-	val := append(buf[:0], r.usedText...)
-	if r.total > 0 {
-		val = append(append(val, '/'), r.totalText...)
-	}
+	val := append(buf[:0], r.text...)
 	if r.device >= 0 {
 		for _, g := range m.health[r.node].GPUs {
 			if g.Index != r.device {
@@ -325,7 +320,7 @@ var rankCols = [...]rankCol{
 		}
 		c.str(r.tokens)
 	}},
-	{"mem", 7, 3, func(c *canvas, r *rankState, _ time.Time) {
+	{"mem", 8, 3, func(c *canvas, r *rankState, _ time.Time) {
 		if r.mem <= 0 {
 			c.byte('-')
 			return

@@ -147,7 +147,7 @@ func TestEventLogThroughDashboard(t *testing.T) {
 			e.Progress = &event.Progress{Step: 8, Ops: 41, InFlight: []event.Op{{Group: "dp", Op: "AllReduce", Seq: 42, WaitS: 1}}}
 		}),
 	)
-	await(false, "123M/32.0G", "gpu0  cpu 55%", "AllReduce #42 (dp)")
+	await(false, "0.1/32.0 GiB", "gpu0  cpu 55%", "AllReduce #42 (dp)")
 
 	// A hang, a restart and a re-plan, a node back, a node lost and the
 	// job's failure.

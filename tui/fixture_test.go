@@ -463,8 +463,8 @@ func fixturePlanner(req PlanRequest) (*PlanReport, error) {
 	}
 	d := req.Resolved.Distributed
 	r.Estimate = []string{
-		fmt.Sprintf("config's strategy dp%d mp%d pp%d: 30.12 of 85.90 GB/device, step 4.877 s, %s", d.DPDegree, d.MPDegree, d.PPDegree, place),
-		"on 4 node(s) × 8 H100-80G, per device: params 6.44, grads 6.44, optimizer 4.83, activations 11.87, other 0.54 GB",
+		fmt.Sprintf("config's strategy dp%d mp%d pp%d: 28.1/80.0 GiB per device, step 4.877 s, %s", d.DPDegree, d.MPDegree, d.PPDegree, place),
+		"on 4 node(s) × 8 H100-80G, per device: params 6.0 GiB, grads 6.0 GiB, optimizer 4.5 GiB, activations 11.1 GiB, other 515 MiB",
 	}
 	return r, nil
 }

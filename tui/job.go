@@ -8,6 +8,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gptui/gptui/cluster"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 )
@@ -409,7 +410,7 @@ func (m *jobModel) planLines(st styles, r *PlanReport, w, h int) (lines []string
 		}
 		return fit("  "+mark+fmt.Sprintf("%3s %s%s", n, cur, fit(strategy, sw))+rest, w)
 	}
-	head := row(false, " ", "#", strategyHead, fmt.Sprintf("%7s%9s%10s%7s%7s%7s", "GB/dev", "step s", "tokens/s", "MFU", "bubble", "comm s"))
+	head := row(false, " ", "#", strategyHead, fmt.Sprintf("%7s%9s%10s%7s%7s%7s", "GiB/dev", "step s", "tokens/s", "MFU", "bubble", "comm s"))
 	out := append(est, st.Dim.r(head))
 	sel := m.selectedPlan()
 	first := 0
@@ -427,7 +428,7 @@ func (m *jobModel) planLines(st styles, r *PlanReport, w, h int) (lines []string
 		if p.Bubble >= 0 {
 			bubble = fmt.Sprintf("%.1f%%", 100*p.Bubble)
 		}
-		rest := fmt.Sprintf("%7.2f%9.3f%10.0f%6.1f%%%7s%7.3f", float64(p.MemBytes)/1e9, p.StepS, p.TokensPerS, 100*p.MFU, bubble, p.CommS)
+		rest := fmt.Sprintf("%7.2f%9.3f%10.0f%6.1f%%%7s%7.3f", units.InGiB(p.MemBytes), p.StepS, p.TokensPerS, 100*p.MFU, bubble, p.CommS)
 		out = append(out, row(i == sel, cur, fmt.Sprint(i+1), p.Strategy, rest))
 	}
 	return append(out, foot...), plans

@@ -380,7 +380,7 @@ func TestLostThroughRestart(t *testing.T) {
 	if !strings.Contains(strings.Join(strings.Fields(out), " "), "D drops node2 and resumes on the nodes left") {
 		t.Errorf("after the job's end:\n%s", out)
 	}
-	if strings.Contains(out, "cpu 50%") || strings.Contains(out, "300M") || strings.Contains(out, "99%") {
+	if strings.Contains(out, "cpu 50%") || strings.Contains(out, "300 MiB") || strings.Contains(out, "0.3/64.0 GiB") || strings.Contains(out, "99%") {
 		t.Errorf("figures of processes that are gone:\n%s", out)
 	}
 	// Back (a probe's event, after the job's end): ready again, its

@@ -30,7 +30,7 @@ func TestNodesProbe(t *testing.T) {
 			t.Errorf("%s: state %q, want %q", r.node.Name, got, want[r.node.Name])
 		}
 	}
-	if got := m.nodes.rows[0].devicesText(); got != "8× NVIDIA H100 80GB HBM3 80.0G" {
+	if got := m.nodes.rows[0].devicesText(); got != "8× NVIDIA H100 80GB HBM3 80.0 GiB" {
 		t.Errorf("gpu0 devices %q", got)
 	}
 	// A node the inventory does not list still gets a row.
@@ -203,7 +203,7 @@ func TestDashboardEvents(t *testing.T) {
 	}
 	m.Update(tea.WindowSizeMsg{Width: 140, Height: 40})
 	out := m.Render()
-	for _, s := range []string{"loss 4.0850", "12.3k tok/s", "MFU 1.2%", "ETA 1m19s", "step 121/200", "ranks: 4 running", "r3", "300M/64.0G", "rank 0 step 116 loss"} {
+	for _, s := range []string{"loss 4.0850", "12.3k tok/s", "MFU 1.2%", "ETA 1m19s", "step 121/200", "ranks: 4 running", "r3", "0.3/64.0 GiB", "300 MiB", "rank 0 step 116 loss"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("dashboard lacks %q:\n%s", s, out)
 		}

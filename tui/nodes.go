@@ -243,20 +243,20 @@ func (r nodeRow) devicesText() string {
 		return "not probed"
 	}
 	if len(p.Devices) == 0 {
-		s := fmt.Sprintf("%d cores, %s RAM", p.Cores, units.BytesShort(p.MemBytes))
+		s := fmt.Sprintf("%d cores, %s RAM", p.Cores, units.Bytes(p.MemBytes))
 		if p.NoGPU != "" {
 			s += "; no GPU: " + p.NoGPU
 		}
 		return s
 	}
-	// Group identical devices: "8× NVIDIA H100 80GB HBM3 80.0G".
+	// Group identical devices: "8× NVIDIA H100 80GB HBM3 80.0 GiB".
 	var parts []string
 	for i := 0; i < len(p.Devices); {
 		j := i
 		for j < len(p.Devices) && p.Devices[j].Name == p.Devices[i].Name && p.Devices[j].MemTotal == p.Devices[i].MemTotal {
 			j++
 		}
-		parts = append(parts, fmt.Sprintf("%d× %s %s", j-i, p.Devices[i].Name, units.BytesShort(p.Devices[i].MemTotal)))
+		parts = append(parts, fmt.Sprintf("%d× %s %s", j-i, p.Devices[i].Name, units.Bytes(p.Devices[i].MemTotal)))
 		i = j
 	}
 	return strings.Join(parts, ", ")
@@ -400,9 +400,9 @@ func (m *nodesModel) detailLines(st styles, r nodeRow, w int) []string {
 		}
 	}
 	if p := r.probe; p != nil {
-		add(fmt.Sprintf("%s (%s): %d cores, %s RAM", p.Hostname, p.OS, p.Cores, units.BytesShort(p.MemBytes)))
+		add(fmt.Sprintf("%s (%s): %d cores, %s RAM", p.Hostname, p.OS, p.Cores, units.Bytes(p.MemBytes)))
 		for _, d := range p.Devices {
-			add(fmt.Sprintf("  %d  %s  %s free of %s  %s", d.Index, d.Name, units.BytesShort(d.MemFree), units.BytesShort(d.MemTotal), d.PCIBusID))
+			add(fmt.Sprintf("  %d  %s  %s free of %s  %s", d.Index, d.Name, units.Bytes(d.MemFree), units.Bytes(d.MemTotal), d.PCIBusID))
 		}
 	}
 	return out

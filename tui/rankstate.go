@@ -135,7 +135,7 @@ type rankState struct {
 	next   int      // where the next one goes once the ring is full
 
 	mem, memTotal int64   // its memory (a GPU's, or a CPU worker's RSS)
-	memText       string  // mem as shown: units.BytesShort(mem)
+	memText       string  // mem as shown: units.Bytes(mem)
 	pid           int     // its process, once running
 	cpu           float64 // the CPU its process used over the last second, in % of a core; -1 unknown
 	prog          *event.Progress

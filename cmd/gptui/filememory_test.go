@@ -195,7 +195,7 @@ func sparseLlama(t *testing.T, dir string, s arch.Shape) int64 {
 // imported and as Model.init_from, and a 535 GB safetensors Llama with
 // its config.json, imported — are refused in one line naming the file,
 // the memory needed and the limit, exit 2, before the model is
-// allocated: the process's peak resident memory stays under 100 MB.
+// allocated: the process's peak resident memory stays under 100 MiB.
 func TestSparseModelFiles(t *testing.T) {
 	limit := planner.ProcessMemLimit()
 	if limit.Bytes <= 0 {
@@ -219,17 +219,17 @@ func TestSparseModelFiles(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"llm.c import", []string{"import", "--from", "llmc", "--out", out, llmc}, []string{"import " + llmc, "(GPT-2 of 174.6B parameters", "GiB to import", "more than"}},
+		{"llm.c import", []string{"import", "--from", "llmc", "--out", out, llmc}, []string{"import " + llmc, "(GPT-2 of 174.6B parameters", "TiB to import", "more than"}},
 		{"llm.c init_from", []string{"train", "-c", "tiny", "-o", "Engine.log_dir=" + filepath.Join(dir, "log"), "-o", "Engine.save_load.output_dir=" + out, "-o", "Model.init_from=" + llmc},
 			[]string{"Model.init_from " + llmc, "each training process", "(GPT-2 of 174.6B parameters", "GiB", "more than", "init from a smaller model file"}},
-		{"hf import", []string{"import", "--from", "hf", "--out", out, hfDir}, []string{"import " + hfDir, "(Llama of 133.9B parameters", "GiB to import", "more than"}},
+		{"hf import", []string{"import", "--from", "hf", "--out", out, hfDir}, []string{"import " + hfDir, "(Llama of 133.9B parameters", "TiB to import", "more than"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := runMeasured(t, c.args...)
 			refusedInOneLine(t, m, c.want...)
 			t.Logf("%s in %.2f s, peak RSS %s: %s", c.name, m.took.Seconds(), mib(m.peak), strings.TrimSpace(m.stderr))
 			if m.peak >= 100<<20 {
-				t.Errorf("peak RSS %s, want under 100 MB", mib(m.peak))
+				t.Errorf("peak RSS %s, want under 100 MiB", mib(m.peak))
 			}
 		})
 	}

@@ -80,8 +80,8 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if d.InterMeasured != "" {
 			inter = "measured"
 		}
-		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), softmax cross-entropy %.0f M logits/s, AdamW %.0f M params/s, link %.2f GB/s, between nodes %.2f GB/s (%s), %d cores, %.1f GB\n",
-			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.ClassifierPerS/1e6, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.InterBW/1e9, inter, d.Cores, float64(d.MemBytes)/1e9)
+		fmt.Fprintf(stderr, "gptui plan: profile saved to %s: sgemm %.1f GFLOP/s (half rate at %.0f rows), softmax cross-entropy %.0f M logits/s, AdamW %.0f M params/s, link %.2f GB/s, between nodes %.2f GB/s (%s), %d cores, %s RAM\n",
+			path, d.PeakFLOPS/1e9, d.GEMMHalfRows, d.ClassifierPerS/1e6, d.OptimizerParamsPerS/1e6, d.IntraBW/1e9, d.InterBW/1e9, inter, d.Cores, units.Bytes(d.MemBytes))
 		if *c == "" {
 			return nil
 		}
@@ -209,7 +209,7 @@ func saveLine(cfg *presets.Config, s planner.Strategy) string {
 		most.Write, most.Host, most.Block = max(most.Write, sc.Write), max(most.Host, sc.Host), max(most.Block, sc.Block)
 	}
 	return fmt.Sprintf("checkpoint (%s): %s per save in all, each rank writing its own part, at most %s; save_load.async holds up to %s more per rank in host memory, a synchronous save on CPUs a block of up to %s",
-		s, units.GB(total, 2), units.GB(most.Write, 2), units.GB(most.Host, 2), units.GB(most.Block, 3))
+		s, units.Bytes(total), units.Bytes(most.Write), units.Bytes(most.Host), units.Bytes(most.Block))
 }
 
 // pick returns the first top feasible and the first top infeasible plans
@@ -311,8 +311,8 @@ func reportPlan(stdout io.Writer, p *planner.Plan, stepS float64, mem engine.Mem
 		}
 		return strconv.FormatFloat(100*(got-want)/want, 'f', 1, 64) + "%"
 	}
-	fmt.Fprintf(stdout, "[plan] measured: step %.3f s (predicted %.3f s, %s), memory %.3f GB (predicted %.3f GB, %s)\n",
-		stepS, p.StepTime, rel(stepS, p.StepTime), float64(mem.Total())/1e9, float64(p.Mem.Total)/1e9, rel(float64(mem.Total()), float64(p.Mem.Total)))
+	fmt.Fprintf(stdout, "[plan] measured: step %.3f s (predicted %.3f s, %s), memory %s (predicted %s, %s)\n",
+		stepS, p.StepTime, rel(stepS, p.StepTime), units.Bytes(mem.Total()), units.Bytes(p.Mem.Total), rel(float64(mem.Total()), float64(p.Mem.Total)))
 }
 
 // worldSize is the number of ranks of w; 1 without one.

@@ -72,11 +72,11 @@ func TestPlanTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	for _, w := range []string{"cluster: 4 node(s) × 8 V100-32G", "strategy", "total GB", "tokens/s", "MFU", "bubble", "rejected:", "out of memory",
+	for _, w := range []string{"cluster: 4 node(s) × 8 V100-32G", "strategy", "total GiB", "tokens/s", "MFU", "bubble", "rejected:", "out of memory",
 		"chosen: ", "config's strategy dp4 mp2 pp4 mb1 full", "as fast",
 		// The chosen plan's checkpoint, by the engine's account: every
 		// parameter and both moments of 13B once, in fp32.
-		"154.24 GB per save in all, each rank writing its own part, at most "} {
+		"144 GiB per save in all, each rank writing its own part, at most "} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
@@ -339,7 +339,7 @@ func TestTUIPlanner(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !r.Fits || len(r.Estimate) != 2 || !strings.Contains(r.Estimate[0], "config's strategy "+tc.current+": ") || !strings.Contains(r.Estimate[0], " GB/device, step ") ||
+			if !r.Fits || len(r.Estimate) != 2 || !strings.Contains(r.Estimate[0], "config's strategy "+tc.current+": ") || !strings.Contains(r.Estimate[0], " GiB per device, step ") ||
 				!strings.Contains(r.Estimate[0], ", plan ") || !strings.Contains(r.Estimate[1], "on 1 node(s) × 2 CPU, per device: params ") {
 				t.Errorf("estimate (fits %v):\n%s", r.Fits, strings.Join(r.Estimate, "\n"))
 			}

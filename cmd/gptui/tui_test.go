@@ -105,7 +105,7 @@ func awaitNoProcess(t *testing.T, exe string, limit time.Duration, keep ...int) 
 
 var (
 	lossRE    = regexp.MustCompile(`step \d+/\d+  loss \d+\.\d{4}`)
-	memBarRE  = regexp.MustCompile(`(?m)^.*  r[0-3] +[█░]+ \d+M/\d+\.\dG`)
+	memBarRE  = regexp.MustCompile(`(?m)^.*  r[0-3] +[█░]+ [\d.]+(?: [KMG]iB)?/\d+\.\d GiB`)
 	logTailRE = regexp.MustCompile(`(?m)^ \[train\] epoch: \d+ step: \d+ lr: \S+ loss: \d+\.\d+`)
 	exitRE    = regexp.MustCompile(`gptui-exit=(\d+)`)
 )

@@ -1,51 +1,88 @@
-// Package units writes sizes and counts for people: bytes in decimal or
-// binary units, counts and rates with metric suffixes, a model's size as
-// its parameter count is usually said. Every command, log line and screen
-// formats numbers through it, so one quantity reads the same everywhere.
+// Package units writes sizes, counts and rates for people. Every command,
+// log line and screen formats numbers through it, so that one quantity
+// reads the same everywhere.
+//
+// A memory size — RAM, a device's memory, a process's resident memory,
+// the memory of a model's parameters, gradients, optimizer state or
+// activations, a checkpoint — is in binary units, always labelled: B,
+// KiB, MiB, GiB, TiB. Bytes writes it in the largest unit it reaches, with
+// one decimal below 100 and none from 100 on, never wider than 8
+// characters: "900 B", "8.8 KiB", "57.3 MiB", "312 MiB", "23.5 GiB",
+// "131 GiB". BytesOf writes a used/total pair in the total's unit,
+// labelled once: "0.8/23.5 GiB". A table whose column head names the unit
+// ("total GiB") holds figures of InGiB.
+//
+// Rates — bandwidths ("GB/s"), tokens/s, FLOP/s — and counts are decimal,
+// with metric suffixes (Metric); a model's size is said by its parameter
+// count (Params).
 package units
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
-// GB writes n bytes in decimal gigabytes with the given decimals:
-// GB(1234567890, 3) is "1.235 GB".
-func GB(n int64, decimals int) string {
-	return fmt.Sprintf("%.*f GB", decimals, float64(n)/1e9)
-}
+// binary are the units of a memory size, each 1024 times the one before.
+var binary = [...]string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
 
-// GiB writes n bytes in binary gigabytes, one decimal: "3.8 GiB".
-func GiB(n int64) string { return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30)) }
-
-// Bytes writes n bytes in the largest binary unit it reaches, one
-// decimal: "512 B", "1.5 KiB", "3.2 GiB".
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < 4 {
-		v /= unit
+// scale returns n bytes as the figure v of the largest unit binary[i]
+// that v reaches once written: 1023.6 MiB is written "1.0 GiB", never
+// "1024 MiB".
+func scale(n int64) (v float64, i int) {
+	v = float64(n)
+	for i+1 < len(binary) && (v >= 1023.5 || v <= -1023.5) {
+		v /= 1024
 		i++
 	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+	return v, i
 }
 
-// BytesShort writes n bytes as nvidia-smi's users read them, for narrow
-// columns: "1.5G", "312M", "64K", "900B".
-func BytesShort(b int64) string {
-	const k = 1 << 10
+// appendFigure appends v, a figure of unit binary[i]: whole bytes, one
+// decimal below 100 of the larger units, none from 100 on; 0 as "0".
+func appendFigure(b []byte, v float64, i int) []byte {
 	switch {
-	case b >= k*k*k*k:
-		return fmt.Sprintf("%.1fT", float64(b)/(k*k*k*k))
-	case b >= k*k*k:
-		return fmt.Sprintf("%.1fG", float64(b)/(k*k*k))
-	case b >= k*k:
-		return fmt.Sprintf("%.0fM", float64(b)/(k*k))
-	case b >= k:
-		return fmt.Sprintf("%.0fK", float64(b)/k)
+	case v == 0:
+		return append(b, '0')
+	case i > 0 && v < 99.95 && v > -99.95:
+		return strconv.AppendFloat(b, v, 'f', 1, 64)
 	}
-	return fmt.Sprintf("%dB", b)
+	return strconv.AppendFloat(b, v, 'f', 0, 64)
 }
+
+// Bytes writes n bytes as a memory size: "0 B", "900 B", "8.8 KiB",
+// "57.3 MiB", "312 MiB", "1.5 GiB", "131 GiB", "2.0 TiB".
+func Bytes(n int64) string {
+	var buf [16]byte
+	v, i := scale(n)
+	b := append(appendFigure(buf[:0], v, i), ' ')
+	return string(append(b, binary[i]...))
+}
+
+// BytesOf writes used of total bytes, for narrow columns, as a pair in
+// the total's unit labelled once: "0.8/23.5 GiB", "57.3/512 MiB",
+// "0/64.0 GiB". A used figure that would read 0 in that unit though it
+// is not is written in its own: "3.0 MiB/64.0 GiB". Without a total
+// (total ≤ 0) it is Bytes(used).
+func BytesOf(used, total int64) string {
+	if total <= 0 {
+		return Bytes(used)
+	}
+	var buf [32]byte
+	v, i := scale(total)
+	u := float64(used) / float64(int64(1)<<(10*i))
+	var b []byte
+	if used != 0 && i > 0 && u < 0.05 && u > -0.05 {
+		b = append(append(buf[:0], Bytes(used)...), '/')
+	} else {
+		b = append(appendFigure(buf[:0], u, i), '/')
+	}
+	b = append(append(appendFigure(b, v, i), ' '), binary[i]...)
+	return string(b)
+}
+
+// InGiB is n bytes in GiB, for a table whose column head names the unit:
+// fmt.Sprintf("%.2f", InGiB(3<<29)) is "1.50".
+func InGiB(n int64) float64 { return float64(n) / (1 << 30) }
 
 // Metric writes a count or a rate with a metric suffix: "1.23G", "4.56M",
 // "7.8k", "42".

@@ -3,12 +3,13 @@ package hooks
 import (
 	"errors"
 	"fmt"
-	"github.com/gptui/gptui/tui"
 	"strconv"
 	"strings"
 
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/tui"
 )
 
 // Planner returns the Job screen's planner (tui.Planner): the strategies of the job's
@@ -93,11 +94,10 @@ func planReport(req tui.PlanRequest, cl planner.Cluster) (*tui.PlanReport, error
 		place = "rejected: " + ref.Reason
 	}
 	mem := ref.Mem
-	gb := func(b int64) float64 { return float64(b) / 1e9 }
 	r.Estimate = []string{
-		fmt.Sprintf("config's strategy %s: %.2f of %.2f GB/device, step %.3f s, %s", ref.Strategy, gb(mem.Total), gb(ref.Capacity), ref.StepTime, place),
-		fmt.Sprintf("on %s, per device: params %.2f, grads %.2f, optimizer %.2f, activations %.2f, other %.2f GB",
-			cl, gb(mem.Params), gb(mem.Grads), gb(mem.Optimizer), gb(mem.Activations), gb(mem.Other)),
+		fmt.Sprintf("config's strategy %s: %s per device, step %.3f s, %s", ref.Strategy, units.BytesOf(mem.Total, ref.Capacity), ref.StepTime, place),
+		fmt.Sprintf("on %s, per device: params %s, grads %s, optimizer %s, activations %s, other %s",
+			cl, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Other)),
 	}
 	return r, nil
 }
