@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/agent"
+	"github.com/gptui/gptui/engine/smalljob"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/smalljob"
 	"github.com/gptui/gptui/internal/sshtest"
 	"github.com/gptui/gptui/internal/testwd"
 	"github.com/gptui/gptui/launch"
@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// smallCfg is the config the jobs of the tests train (internal/smalljob),
+// smallCfg is the config the jobs of the tests train (engine/smalljob),
 // written once.
 var smallCfg struct {
 	once sync.Once

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gptui/gptui/internal/smalljob"
+	"github.com/gptui/gptui/engine/smalljob"
 )
 
-// smallFiles is the small config of the job tests (internal/smalljob),
+// smallFiles is the small config of the job tests (engine/smalljob),
 // written once for the package.
 var smallFiles struct {
 	once sync.Once
