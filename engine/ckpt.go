@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/engine/data"
 	"github.com/gptui/gptui/kernels"
@@ -55,10 +57,11 @@ func (tr *Trainer) manifest(step int) checkpoint.Manifest {
 		Step:            step,
 		Run:             tr.run,
 		ConsumedSamples: int64(step) * int64(tr.Cfg.Global.GlobalBatchSize),
-		Config:          string(tr.Cfg.YAML()),
+		Config:          string(tr.Cfg.Settled().YAML()),
 		Data:            st,
 		RNG:             map[string]uint64{"seed": uint64(tr.Cfg.Global.Seed)},
 		LossScale:       1,
+		Extra:           tr.tokenIDs.extra(),
 	}
 }
 
@@ -142,8 +145,10 @@ func checkpointConfig(c *checkpoint.Checkpoint) (*presets.Config, error) {
 	return cfg, nil
 }
 
-// compareShape names every shape key where cfg differs from the checkpoint.
-func compareShape(cfg, saved *presets.Config, dir string) error {
+// compareShape names every shape key where cfg differs from the
+// checkpoint in dir, which the config's key (Model.init_from,
+// Engine.save_load.ckpt_dir) loads.
+func compareShape(cfg, saved *presets.Config, dir, key string) error {
 	a, b := shapeKeys(cfg.Model), shapeKeys(saved.Model)
 	var diff []string
 	for k, v := range a {
@@ -155,7 +160,110 @@ func compareShape(cfg, saved *presets.Config, dir string) error {
 		return nil
 	}
 	sortStrings(diff)
-	return &ConfigError{Msg: fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop Engine.save_load.ckpt_dir", dir, strings.Join(diff, ", "))}
+	return &ConfigError{Msg: fmt.Sprintf("model shape differs from checkpoint %s: %s; set them to the checkpoint's values or drop %s", dir, strings.Join(diff, ", "), key)}
+}
+
+// A start is what a run's model comes from, opened before the model is
+// built, since it settles what the model computes: the checkpoint the run
+// resumes from (Engine.save_load.ckpt_dir), which every rank has agreed
+// on, and the gptui checkpoint Model.init_from names.
+type start struct {
+	resume   *checkpoint.Checkpoint // nil: none
+	init     *checkpoint.Checkpoint // nil: no init_from, or an llm.c model file
+	hosts    []string               // every rank's node name (agreeResume)
+	warnings []string               // checkpoints passed over
+}
+
+// openStart opens the checkpoints cfg's run starts from (see start); w
+// connects the ranks, nil for one process.
+func openStart(cfg *presets.Config, w *comm.World) (*start, error) {
+	ck, warn, err := openCheckpoint(cfg)
+	if err != nil {
+		return nil, err
+	}
+	st := &start{resume: ck, warnings: warn}
+	if st.hosts, err = agreeResume(context.Background(), w, ck); err != nil {
+		return nil, err
+	}
+	f := cfg.Model.InitFrom
+	if f == "" {
+		return st, nil
+	}
+	fi, err := os.Stat(f)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &ConfigError{Err: err, Msg: fmt.Sprintf("Model.init_from %s: no such file or directory: name a gptui checkpoint directory (or, for a GPT-2, an llm.c model file)", f)}
+	case err != nil:
+		return nil, &ConfigError{Err: err, Msg: fmt.Sprintf("Model.init_from: %v", err)}
+	case fi.IsDir():
+		if st.init, _, _, err = openModelCheckpoint(f, nil); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// settle returns the config the run computes with: cfg, with the keys a
+// checkpoint settles (presets.Config.Adopt: a Llama's rms_norm_eps,
+// rope_theta and rope_scaling) that it leaves unset taken from the
+// checkpoint the run loads — the one it resumes from, else init_from's —
+// each said in a warning. A value cfg sets otherwise is refused, naming
+// both, and so is a shape that differs from either checkpoint's. It also
+// returns the special token ids the checkpoint carries.
+func (st *start) settle(cfg *presets.Config) (*presets.Config, TokenIDs, []string, error) {
+	c := *cfg
+	var src *checkpoint.Checkpoint
+	var srcKey string
+	for _, s := range []struct {
+		ck  *checkpoint.Checkpoint
+		key string
+	}{{st.init, "Model.init_from"}, {st.resume, "Engine.save_load.ckpt_dir"}} {
+		if s.ck == nil {
+			continue
+		}
+		saved, err := checkpointConfig(s.ck)
+		if err != nil {
+			return nil, TokenIDs{}, nil, err
+		}
+		if err := compareShape(&c, saved, s.ck.Dir, s.key); err != nil {
+			return nil, TokenIDs{}, nil, err
+		}
+		src, srcKey = s.ck, s.key // the resume's, when there is one
+	}
+	if src == nil {
+		return &c, TokenIDs{}, nil, nil
+	}
+	saved, err := checkpointConfig(src)
+	if err != nil {
+		return nil, TokenIDs{}, nil, err
+	}
+	ids, err := readTokenIDs(src)
+	if err != nil {
+		return nil, TokenIDs{}, nil, err
+	}
+	adopted, conflicts := c.Adopt(saved)
+	if len(conflicts) > 0 {
+		var what, unset, set []string
+		for _, d := range conflicts {
+			what = append(what, fmt.Sprintf("%s: the config sets %s, checkpoint %s (%s) computes with %s", d.Key, d.Config, src.Dir, srcKey, d.Checkpoint))
+			unset = append(unset, fmt.Sprintf("-o %s=", d.Key))
+			set = append(set, fmt.Sprintf("-o %s=%s", d.Key, d.Checkpoint))
+		}
+		them := "it"
+		if len(conflicts) > 1 {
+			them = "them"
+		}
+		return nil, TokenIDs{}, nil, &ConfigError{Msg: fmt.Sprintf("%s; the model would compute another function than the one its weights were trained with: leave %s unset (%s) to take the checkpoint's, or set %s",
+			strings.Join(what, "; "), them, strings.Join(unset, " "), strings.Join(set, " "))}
+	}
+	var warn []string
+	for _, d := range adopted {
+		warn = append(warn, fmt.Sprintf("%s %s (the config leaves it unset, at %s)", d.Key, d.Checkpoint, d.Config))
+	}
+	if len(warn) > 0 {
+		warn = []string{fmt.Sprintf("the model computes with checkpoint %s's %s", src.Dir, strings.Join(warn, ", "))}
+	}
+	return &c, ids, warn, nil
 }
 
 // readParams fills dst, a buffer of be laid out by spans (a rank's part,
@@ -223,16 +331,10 @@ func hasTensor(c *checkpoint.Checkpoint, name string) bool {
 // A checkpoint without optimizer state (an imported model) resumes with
 // fresh moments at step 0.
 func (tr *Trainer) restore(c *checkpoint.Checkpoint) error {
-	saved, err := checkpointConfig(c)
-	if err != nil {
-		return err
-	}
-	if err := compareShape(tr.Cfg, saved, c.Dir); err != nil {
-		return err
-	}
-	// Each rank reads what it holds and no more: its part, under stage 3
-	// its shard, and the moments of its shard, so a checkpoint resumes
-	// under any layout, sharding degree and stage.
+	// The config's shape is the checkpoint's, and so are the keys it
+	// settles (start.settle). Each rank reads what it holds and no more:
+	// its part, under stage 3 its shard, and the moments of its shard, so
+	// a checkpoint resumes under any layout, sharding degree and stage.
 	params, spans := tr.heldParams()
 	if err := readParams(tr.be, c, tr.Model.Tensors, ckptParams, spans, params); err != nil {
 		return err
@@ -367,9 +469,9 @@ func (s *ModelSource) Read(off, n int) ([]float32, error) {
 }
 
 // openModelCheckpoint opens the checkpoint dir names (as [LoadModel]
-// does) and returns it with its config and model shape, once it has
-// checked that it holds the weights of that shape and check, if not nil,
-// has accepted the config.
+// does) and returns it with its config and model shape (with the special
+// token ids it keeps), once it has checked that it holds the weights of
+// that shape and check, if not nil, has accepted the config.
 func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkpoint.Checkpoint, *presets.Config, ModelConfig, error) {
 	cfg0 := &presets.Config{}
 	cfg0.Engine.SaveLoad.CkptDir = dir
@@ -388,6 +490,9 @@ func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkp
 	if err := holds(c, shape, ckptParams); err != nil {
 		return nil, nil, ModelConfig{}, err
 	}
+	if shape.TokenIDs, err = readTokenIDs(c); err != nil {
+		return nil, nil, ModelConfig{}, err
+	}
 	if check != nil {
 		if err := check(cfg); err != nil {
 			return nil, nil, ModelConfig{}, err
@@ -397,11 +502,13 @@ func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkp
 }
 
 // SaveModel writes a checkpoint holding only m's weights (no optimizer
-// state) with cfg as its config: what `gptui import` makes.
+// state) with cfg as its config, and the special token ids of m's
+// config: what `gptui import` makes.
 func SaveModel(m *Model, cfg *presets.Config, outputDir string) (string, error) {
 	var parts []checkpoint.Part
 	for _, t := range m.Tensors {
 		parts = append(parts, checkpoint.Part{Name: ckptParams + t.Name, GlobalShape: t.Global, Start: make([]int, len(t.Global)), Shape: t.Shape, Data: m.Params[t.Offset : t.Offset+t.Size]})
 	}
-	return checkpoint.Save(outputDir, checkpoint.Manifest{Config: string(cfg.YAML()), LossScale: 1}, parts, 0)
+	man := checkpoint.Manifest{Config: string(cfg.Settled().YAML()), LossScale: 1, Extra: m.Cfg.TokenIDs.extra()}
+	return checkpoint.Save(outputDir, man, parts, 0)
 }

@@ -21,6 +21,10 @@ type ModelConfig struct {
 	// The Llama family's (unused by GPT-2):
 	NormEps float32      // RMSNorm's epsilon (rms_norm_eps)
 	RoPE    kernels.RoPE // the rotary embeddings' frequencies (rope_theta, rope_scaling)
+
+	// TokenIDs are the special token ids an import brought in, which a
+	// checkpoint keeps and an export writes; no part of what it computes.
+	TokenIDs TokenIDs
 }
 
 // ShapeOf is the model shape cfg asks for (Model.*, the padded vocabulary).

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -101,6 +100,7 @@ type Trainer struct {
 	resumedFrom string       // the checkpoint resumed from, if any
 	run         string       // checkpoint.Manifest.Run of the checkpoints this run writes
 	warnings    []string     // logged when the run starts
+	tokenIDs    TokenIDs     // the special token ids its checkpoints keep
 	flopsPerTok float64
 	log         *runLog // opened by Run
 }
@@ -151,13 +151,24 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 		rank, world = opts.World.Rank(), opts.World.Size()
 	}
 	opts.Rank = rank
-	m, topo, src, err := newRankModel(cfg, be, rank, world)
+	// The checkpoints the run loads settle what its model computes: they
+	// are opened, and the config takes their settings, first.
+	st, err := openStart(cfg, opts.World)
+	if err != nil {
+		return nil, err
+	}
+	cfg, ids, adopted, err := st.settle(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, topo, src, err := newRankModel(cfg, be, rank, world, st.init)
 	if err != nil {
 		return nil, err
 	}
 	defer src.Close()
 	B, T := cfg.Global.MicroBatchSize, cfg.Data.Train.Dataset.MaxSeqLen
-	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps()}
+	tr := &Trainer{Cfg: cfg, Model: m, be: be, opts: opts, topo: topo, B: B, T: T, Accum: cfg.AccumulateSteps(),
+		tokenIDs: ids, hosts: st.hosts, warnings: append(st.warnings, adopted...)}
 	tr.scaler = newLossScaler(cfg.Engine.MixPrecision.Dtype, cfg.Engine.MixPrecision.ScaleLoss)
 	if opts.World != nil && opts.Fabric == nil {
 		opts.Fabric = opts.World.Fabric(backendStream(be))
@@ -177,7 +188,7 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if err := tr.openData(); err != nil {
 		return nil, err
 	}
-	if err := tr.resume(); err != nil {
+	if err := tr.resume(st.resume); err != nil {
 		return nil, err
 	}
 	if tr.resumedFrom == "" {
@@ -196,13 +207,14 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 }
 
 // newRankModel allocates rank's part of the model of cfg — its shape from
-// the config or from Model.init_from (a gptui checkpoint's weights, or an
-// llm.c model file), its place in the layout, and recompute — and returns
-// where its first weights come from: the file, or the initialisation.
-// Nothing of the model outside the part is allocated or read. The caller
-// fills the part (NewTrainer, once the sharding is known) and closes the
-// source.
-func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Model, Topology, *weightSource, error) {
+// the config (settled by the checkpoints the run loads: start.settle) or
+// from an llm.c model file Model.init_from names, its place in the
+// layout, and recompute — and returns where its first weights come from:
+// init, the gptui checkpoint init_from names (nil for none), the llm.c
+// file, or the initialisation. Nothing of the model outside the part is
+// allocated or read. The caller fills the part (NewTrainer, once the
+// sharding is known) and closes the source.
+func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int, init *checkpoint.Checkpoint) (*Model, Topology, *weightSource, error) {
 	mc := cfg.Model
 	T := cfg.Data.Train.Dataset.MaxSeqLen
 	shape := ShapeOf(cfg)
@@ -213,17 +225,9 @@ func newRankModel(cfg *presets.Config, be kernels.Backend, rank, world int) (*Mo
 		s.HiddenDropout, s.AttnDropout = shape.HiddenDropout, shape.AttnDropout
 		shape = s
 	}
-	if fi, serr := os.Stat(mc.InitFrom); mc.InitFrom != "" && serr == nil && fi.IsDir() {
-		// Weights only, from a gptui checkpoint of the same shape.
-		c, saved, s, err := openModelCheckpoint(mc.InitFrom, nil)
-		if err != nil {
-			return nil, Topology{}, nil, err
-		}
-		if err := compareShape(cfg, saved, mc.InitFrom); err != nil {
-			return nil, Topology{}, nil, err
-		}
-		fromFile(s)
-		src.block = ckptSource(c, ckptParams)
+	if init != nil {
+		// Weights only, from a gptui checkpoint of the config's shape.
+		src.block = ckptSource(init, ckptParams)
 	} else if mc.InitFrom != "" {
 		if shape.llama() {
 			return nil, Topology{}, nil, &ConfigError{Msg: fmt.Sprintf("Model.init_from %s: an llm.c model file holds a GPT-2, and Model.family is %s; give a gptui checkpoint directory", mc.InitFrom, shape.Family)}
@@ -297,17 +301,10 @@ func (tr *Trainer) heldParams() ([]float32, []Span) {
 	return tr.Model.Params, tr.Model.whole()
 }
 
-// resume finds the checkpoint the run resumes from (Engine.save_load.ckpt_dir),
-// checks that every rank resumes from the same one, and restores it.
-func (tr *Trainer) resume() error {
-	ck, warn, err := openCheckpoint(tr.Cfg)
-	tr.warnings = warn
-	if err != nil {
-		return err
-	}
-	if tr.hosts, err = agreeResume(context.Background(), tr.opts.World, ck); err != nil {
-		return err
-	}
+// resume restores ck, the checkpoint the run resumes from
+// (Engine.save_load.ckpt_dir), which every rank has agreed on (openStart),
+// if any.
+func (tr *Trainer) resume(ck *checkpoint.Checkpoint) error {
 	// The run goes on under the checkpoint's identity, or starts one.
 	if ck != nil {
 		tr.run = ck.Manifest.Run

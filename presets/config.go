@@ -53,6 +53,10 @@ type Config struct {
 	// YAML writes them unset, so that a config it writes (a job's
 	// config.yaml, a checkpoint's) derives them again.
 	derived map[string]string
+	// defaulted holds the keys a loaded checkpoint settles that a
+	// Llama's config left unset (Defaulted); nil when none was. It is
+	// shared by the copies of a Config and never changed in place.
+	defaulted map[string]bool
 }
 
 // DerivedFrom reports whether key, one of the lr schedule's keys that

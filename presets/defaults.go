@@ -222,6 +222,7 @@ func applyDefaults(c *Config, set map[string]pos) {
 	floatDef("Optimizer.lr.warmup_rate", &o.LR.WarmupRate, defaultWarmupRate)
 	floatDef("Optimizer.lr.max_lr", &o.LR.MaxLR, defaultMaxLR)
 	floatDef("Optimizer.lr.min_lr", &o.LR.MinLR, o.LR.MaxLR/10)
+	c.defaulted = defaultedKeys(c, unset)
 	for key, from := range scheduleDerived {
 		if unset(key) {
 			if c.derived == nil {

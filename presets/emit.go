@@ -12,8 +12,9 @@ import (
 
 // YAML returns c in the YAML shape that Load reads, every key present (the
 // Llama family's own only in a Llama's config), in the schema's fixed order; the lr schedule's keys that were derived
-// (Config.DerivedFrom) are left unset, their values in comments. Parsing
-// the result yields c again.
+// (Config.DerivedFrom), and the keys a checkpoint settles that were left
+// to it (Config.Defaulted), are left unset, their values in comments.
+// Parsing the result yields c again.
 func (c *Config) YAML() []byte {
 	root := &yaml.Node{Kind: yaml.MappingNode}
 	sections := map[string]*yaml.Node{"": root}
@@ -39,6 +40,9 @@ func (c *Config) YAML() []byte {
 		if from, ok := c.derived[f.path]; ok {
 			// Unset, so that it is derived again; its value as a comment.
 			v = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", LineComment: "# derived from " + from + ": " + v.Value}
+		} else if c.defaulted[f.path] {
+			// Unset, so that a checkpoint the run loads settles it.
+			v = &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", LineComment: "# a loaded checkpoint's, else the default: " + v.Value}
 		}
 		p.Content = append(p.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, v)
 	}

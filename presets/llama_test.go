@@ -12,7 +12,8 @@ import (
 // Face LlamaConfig's (as many key/value heads as heads, rms_norm_eps
 // 1e-6, rope_theta 10000, no rope scaling, untied), no dropout and Meta's
 // intermediate size; its shape says so; and its YAML writes the Llama
-// keys, where a GPT-2's has none of them.
+// keys, where a GPT-2's has none of them: those a loaded checkpoint
+// settles unset, their defaults in comments, and set once Settled.
 func TestLlamaDefaults(t *testing.T) {
 	c, err := Parse("min.yaml", []byte("Model:\n  family: llama\n  hidden_size: 768\n  num_layers: 2\n  num_attention_heads: 12\n"))
 	if err != nil {
@@ -29,10 +30,21 @@ func TestLlamaDefaults(t *testing.T) {
 		t.Errorf("shape %+v: want a Llama with 12 key/value heads, untied", s)
 	}
 	out := string(c.YAML())
-	for _, k := range []string{"family: llama", "num_key_value_heads: 12", "rms_norm_eps: 1e-06", "rope_type: default", "original_max_position_embeddings: 8192", "tie_word_embeddings: false"} {
+	const unset = ": # a loaded checkpoint's, else the default: "
+	for _, k := range []string{"family: llama", "num_key_value_heads: 12", "rms_norm_eps" + unset + "1e-06", "rope_type" + unset + "default",
+		"original_max_position_embeddings" + unset + "8192", "tie_word_embeddings: false"} {
 		if !strings.Contains(out, k) {
 			t.Errorf("the YAML lacks %q:\n%s", k, out)
 		}
+	}
+	settled := string(c.Settled().YAML())
+	for _, k := range []string{"rms_norm_eps: 1e-06", "rope_theta: 10000.0", "rope_type: default", "original_max_position_embeddings: 8192"} {
+		if !strings.Contains(settled, k) {
+			t.Errorf("the settled YAML lacks %q:\n%s", k, settled)
+		}
+	}
+	if c.Settled().Defaulted("Model.rope_theta") || !c.Defaulted("Model.rope_theta") {
+		t.Errorf("Defaulted(rope_theta): %v, settled %v; want true, false", c.Defaulted("Model.rope_theta"), c.Settled().Defaulted("Model.rope_theta"))
 	}
 	c2, err := Parse("again.yaml", []byte(out))
 	if err != nil || !reflect.DeepEqual(c, c2) {

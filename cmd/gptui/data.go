@@ -11,7 +11,7 @@ import (
 
 func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "prepare" {
-		return usagef("usage: gptui data prepare --input FILE|DIR ... --output DIR [--tokenizer tokenizer.json]")
+		return usagef("usage: gptui data prepare --input FILE|DIR ... --output DIR [--tokenizer tokenizer.json|DIR]")
 	}
 	fs := newFlagSet("data prepare", stderr)
 	var inputs listFlag
@@ -19,7 +19,7 @@ func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out := fs.String("output", "", "directory for the token shards")
 	shard := fs.Int("shard-tokens", 100_000_000, "tokens per shard")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	tokFile := fs.String("tokenizer", "", "a Hugging Face tokenizer.json to tokenize with (default: GPT-2's built-in tokenizer)")
+	tokFile := fs.String("tokenizer", "", "a Hugging Face tokenizer.json to tokenize with, or its folder with its tokenizer_config.json (default: GPT-2's built-in tokenizer)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}

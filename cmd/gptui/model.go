@@ -86,9 +86,18 @@ func cmdImport(args []string, stdout, stderr io.Writer) error {
 	// hf import holds the parameters it read, then the model's parameters
 	// and gradients; an llm.c import the model's alone.
 	if *from == "hf" {
-		cfg, params, err := hf.ImportChecked(src, func(c engine.ModelConfig) error { return checkFileMemory(src, c, 3, "import") })
+		// The defaults the import applied are said once it has read the
+		// model: a refused import says only why.
+		var notes []string
+		cfg, params, err := hf.ImportWith(src, hf.ImportOptions{
+			Check: func(c engine.ModelConfig) error { return checkFileMemory(src, c, 3, "import") },
+			Note:  func(s string) { notes = append(notes, s) },
+		})
 		if err != nil {
 			return err
+		}
+		for _, n := range notes {
+			fmt.Fprintln(stdout, "[import] "+n)
 		}
 		if m, err = engine.NewModel(be, cfg, 0, 0); err != nil {
 			return err

@@ -196,3 +196,80 @@ func TestTokenizerBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareTokenizerFolder: `gptui data prepare --tokenizer` takes a
+// Hugging Face tokenizer folder shaped like Llama 3's — a tokenizer.json
+// whose post_processor is ByteLevel alone, <|begin_of_text|> named as
+// bos_token by the tokenizer_config.json beside it — as the folder or as
+// its tokenizer.json, and writes <|begin_of_text|> before every document;
+// the tokenizer.json alone, or a config naming a token it lacks, is bad
+// input named in one line.
+func TestPrepareTokenizerFolder(t *testing.T) {
+	dir := t.TempDir()
+	var doc map[string]any
+	if err := json.Unmarshal(readFile(t, writeTokenizerJSON(t, dir, 261)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["added_tokens"].([]any)[0].(map[string]any)["content"] = "<|begin_of_text|>" // 260, no <|endoftext|>
+	b, _ := json.Marshal(doc)
+	folder, alone := filepath.Join(dir, "llama3"), filepath.Join(dir, "alone")
+	for _, d := range []string{folder, alone} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "tokenizer.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := filepath.Join(folder, "tokenizer_config.json")
+	if err := os.WriteFile(conf, []byte(`{"bos_token": "<|begin_of_text|>", "eos_token": null, "tokenizer_class": "PreTrainedTokenizerFast"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	txt, jsonl := filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.jsonl")
+	os.WriteFile(txt, []byte("the cat"), 0o644)
+	os.WriteFile(jsonl, []byte(`{"text": "then the end"}`+"\n"), 0o644)
+	tok, err := data.LoadTokenizer(folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []uint16{260}
+	for _, id := range tok.Encode("the cat") {
+		want = append(want, uint16(id))
+	}
+	want = append(want, 260)
+	for _, id := range tok.Encode("then the end") {
+		want = append(want, uint16(id))
+	}
+	for _, arg := range []string{folder, filepath.Join(folder, "tokenizer.json")} {
+		shards := filepath.Join(t.TempDir(), "shards")
+		code, out, stderr := runCLI(t, "data", "prepare", "--quiet", "--tokenizer", arg, "--input", txt, "--input", jsonl, "--output", shards)
+		if code != 0 || !strings.Contains(out, "prepared 2 documents from 2 files: ") {
+			t.Fatalf("prepare --tokenizer %s: exit %d, stdout %q, stderr %q", arg, code, out, stderr)
+		}
+		got, err := data.Load(shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("prepare --tokenizer %s: shard %v, want %v: <|begin_of_text|> (260) before each document", arg, got, want)
+		}
+	}
+	badFolder := filepath.Join(dir, "bad")
+	os.Mkdir(badFolder, 0o755)
+	os.WriteFile(filepath.Join(badFolder, "tokenizer.json"), b, 0o644)
+	os.WriteFile(filepath.Join(badFolder, "tokenizer_config.json"), []byte(`{"bos_token": "<s>"}`), 0o644)
+	for _, c := range []struct {
+		tokenizer string
+		want      []string
+	}{
+		{alone, []string{"names no document separator", "tokenizer_config.json"}},
+		{badFolder, []string{filepath.Join(badFolder, "tokenizer_config.json"), `bos_token: "<s>" is not a token of`}},
+		{dir, []string{"holds no tokenizer.json"}},
+	} {
+		code, _, stderr := runCLI(t, "data", "prepare", "--quiet", "--tokenizer", c.tokenizer, "--input", txt, "--output", filepath.Join(t.TempDir(), "s"))
+		checkUserError(t, code, stderr, c.want)
+		if strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
+			t.Errorf("--tokenizer %s: stderr %q is not one line", c.tokenizer, stderr)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"unicode"
 	"unicode/utf8"
 )
@@ -48,18 +49,20 @@ type merge struct {
 // pairKey is the key of the merge map for the adjacent tokens a, b.
 func pairKey(a, b uint32) uint64 { return uint64(a)<<32 | uint64(b) }
 
-// bpeModel is a byte-level BPE model: vocabulary, merges and the steps
-// that a Hugging Face tokenizer.json puts around it (added tokens and the
-// pre-tokenizer). It is read-only after loading, so one model serves any
-// number of goroutines.
+// bpeModel is a byte-level BPE model, or a sentencepiece-style one (sp):
+// vocabulary, merges and the steps that a Hugging Face tokenizer.json
+// puts around it (added tokens, the normalizer and the pre-tokenizer). It
+// is read-only after loading, so one model serves any number of
+// goroutines.
 type bpeModel struct {
-	byteID       [256]uint32       // the token of each single byte
-	byBytes      map[string]uint32 // the model vocabulary, keyed by the bytes a token stands for
+	byteID       [256]uint32       // the token of each single byte (byte-level)
+	byBytes      map[string]uint32 // the model vocabulary, keyed by the bytes a token stands for (sp: its string)
 	merges       map[uint64]merge  // pairKey(a, b) → merge
 	ignoreMerges bool              // a piece that is a whole token is that token
 	decode       [][]byte          // id → bytes (nil: an id with no token)
-	pre          []preStep         // the pre-tokenizer's steps, in order
+	pre          []preStep         // the pre-tokenizer's steps, in order (byte-level)
 	added        addedTokens
+	sp           *metaspace // nil for byte-level BPE
 }
 
 // preStep is one step of the pre-tokenizer: a split by a known pattern,
@@ -76,12 +79,37 @@ type preStep struct {
 // their text is tokenized like any other (HF's encode_special_tokens).
 func (m *bpeModel) encode(ids []int, text string, special bool) []int {
 	var w bpeWork
-	m.added.split(text, special, func(seg string, id int) {
+	if m.sp == nil {
+		m.added.split(text, special, func(seg string, id int) {
+			if id >= 0 {
+				ids = append(ids, id)
+				return
+			}
+			ids = m.pretokenize(ids, seg, 0, &w)
+		})
+		return ids
+	}
+	// As HF's AddedVocabulary: the tokens not marked normalized found in
+	// the text, the normalizer run on each piece between them, and those
+	// marked normalized found in its result.
+	at := 0 // the bytes of text before seg
+	m.added.stages[0].split(text, special, func(seg string, id int) {
+		first := at == 0
+		at += len(seg)
 		if id >= 0 {
 			ids = append(ids, id)
 			return
 		}
-		ids = m.pretokenize(ids, seg, 0, &w)
+		k := 0
+		m.added.stages[1].split(m.sp.normalize(seg), special, func(piece string, id int) {
+			first := first && k == 0
+			k += len(piece)
+			if id >= 0 {
+				ids = append(ids, id)
+				return
+			}
+			m.sp.pretokenize(piece, first, func(word string) { ids = m.bpe(ids, word, &w) })
+		})
 	})
 	return ids
 }
@@ -138,21 +166,32 @@ func (a candidate) less(b candidate) bool {
 }
 
 // bpe appends the tokens of one pre-tokenized piece. It starts from one
-// token per byte and applies merges lowest rank first (the leftmost of
-// equal ranks first) until none applies, as HF's BPE model does; a heap
-// of candidate merges keeps a long piece O(n log n).
+// token per byte (sentencepiece-style: per character, spSymbols) and
+// applies merges lowest rank first (the leftmost of equal ranks first)
+// until none applies, as HF's BPE model does; a heap of candidate merges
+// keeps a long piece O(n log n).
 func (m *bpeModel) bpe(ids []int, piece string, w *bpeWork) []int {
 	if m.ignoreMerges {
 		if id, ok := m.byBytes[piece]; ok {
 			return append(ids, int(id))
 		}
 	}
-	if len(piece) == 1 {
-		return append(ids, int(m.byteID[piece[0]]))
-	}
 	sym := w.sym[:0]
-	for i := range len(piece) {
-		sym = append(sym, symbol{id: m.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1), len: 1})
+	if m.sp != nil {
+		sym = m.spSymbols(sym, piece)
+	} else {
+		if len(piece) == 1 {
+			return append(ids, int(m.byteID[piece[0]]))
+		}
+		for i := range len(piece) {
+			sym = append(sym, symbol{id: m.byteID[piece[i]], len: 1})
+		}
+	}
+	if len(sym) == 0 {
+		return ids
+	}
+	for i := range sym {
+		sym[i].prev, sym[i].next = int32(i-1), int32(i+1)
 	}
 	sym[len(sym)-1].next = -1
 	h := w.heap[:0]
@@ -237,11 +276,23 @@ func heapPop(h []candidate) (candidate, []candidate) {
 }
 
 // decodeTo appends the bytes of ids to dst; ids with no token add nothing.
+// A sentencepiece-style decoder drops the space in front of the text:
+// one (Strip), or every space of the first token (Metaspace).
 func (m *bpeModel) decodeTo(dst []byte, ids []int) []byte {
+	start, first := len(dst), true
 	for _, id := range ids {
-		if id >= 0 && id < len(m.decode) {
-			dst = append(dst, m.decode[id]...)
+		if id < 0 || id >= len(m.decode) || m.decode[id] == nil {
+			continue
 		}
+		b := m.decode[id]
+		if first && m.sp != nil && m.sp.stripFirst {
+			b = bytes.ReplaceAll(b, []byte(" "), nil)
+		}
+		first = false
+		dst = append(dst, b...)
+	}
+	if m.sp != nil && m.sp.strip && len(dst) > start && dst[start] == ' ' {
+		dst = append(dst[:start], dst[start+1:]...)
 	}
 	return dst
 }

@@ -120,7 +120,7 @@ func Prepare(ctx context.Context, inputs []string, outDir string, opts PrepareOp
 		}
 	}
 	if tok.sep < 0 {
-		return stats, badinput.Wrap(errors.New("data: the tokenizer names no document separator: its tokenizer.json has neither a post_processor TemplateProcessing that puts a special token before a document nor an <|endoftext|> special token"))
+		return stats, badinput.Wrap(errors.New("data: the tokenizer names no document separator: its tokenizer.json has neither a post_processor TemplateProcessing that puts a special token before a document nor an <|endoftext|> special token, and no tokenizer_config.json beside it names a bos_token or eos_token: give the tokenizer's folder, with its tokenizer_config.json"))
 	}
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return stats, fmt.Errorf("data: creating output directory: %w", err)

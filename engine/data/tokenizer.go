@@ -5,8 +5,9 @@
 //   - [Tokenizer] encodes and decodes text: GPT-2's byte-pair encoding
 //     (r50k_base, [NewTokenizer]), loaded from tables compiled into the
 //     binary so no network access is needed, or a Hugging Face
-//     tokenizer.json with a byte-level BPE model such as Llama 3's
-//     ([LoadTokenizer]).
+//     tokenizer.json (and its tokenizer_config.json) with a byte-level
+//     BPE model such as Llama 3's or a sentencepiece-style one such as
+//     Llama 2's ([LoadTokenizer]).
 //   - [Prepare] tokenizes .txt and .jsonl inputs into shards, and
 //     [BuiltinCorpus] tokenizes the project's own documentation.
 //   - [WriteShard] and [ReadShard] write and read llm.c's token shard
@@ -52,12 +53,31 @@ var bpeLoaderOnce sync.Once
 // ([LoadTokenizer]). A Tokenizer is safe for concurrent use by multiple
 // goroutines.
 type Tokenizer struct {
-	name  string // identifies the encoding in cache keys
-	vocab int    // every token id is below vocab
-	sep   int    // the document separator, or -1
-	enc   *tiktoken.Tiktoken
-	bpe   *bpeModel // a tokenizer.json, when enc is nil
+	name    string // identifies the encoding in cache keys
+	vocab   int    // every token id is below vocab
+	sep     int    // the document separator, or -1
+	special SpecialTokens
+	enc     *tiktoken.Tiktoken
+	bpe     *bpeModel // a tokenizer.json, when enc is nil
 }
+
+// SpecialTokens are a tokenizer's special token ids, each -1 where it
+// names none.
+type SpecialTokens struct {
+	// BOS, EOS and Pad are the tokenizer_config.json's bos_token,
+	// eos_token and pad_token; where it names none (or there is no such
+	// file), BOS and EOS are those the post_processor's template puts
+	// before and after a sequence, and EOS else <|endoftext|>.
+	BOS, EOS, Pad int
+	// Separator is what [Prepare] writes before every document: the
+	// token the template puts before a sequence, else BOS, else the
+	// special added token <|endoftext|>, else EOS.
+	Separator int
+}
+
+// Special returns the tokenizer's special token ids: GPT-2's
+// <|endoftext|> for all but Pad, for GPT-2's tokenizer.
+func (t *Tokenizer) Special() SpecialTokens { return t.special }
 
 // NewTokenizer returns GPT-2's tokenizer (r50k_base). The BPE tables are
 // compiled into the binary; NewTokenizer never touches the network.
@@ -69,7 +89,7 @@ func NewTokenizer() (*Tokenizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data: loading GPT-2 tokenizer: %w", err)
 	}
-	return &Tokenizer{name: tokenizerName, vocab: VocabSize, sep: EOT, enc: enc}, nil
+	return &Tokenizer{name: tokenizerName, vocab: VocabSize, sep: EOT, special: SpecialTokens{BOS: EOT, EOS: EOT, Pad: -1, Separator: EOT}, enc: enc}, nil
 }
 
 // VocabSize returns the number of token ids: every id Encode returns is
@@ -126,12 +146,16 @@ func (t *Tokenizer) appendEncoded(dst []uint16, doc string) []uint16 {
 
 // cutSafe reports whether a document may be cut into segments after a
 // newline between printable characters without changing its tokens (see
-// splitDoc): always for GPT-2's tokenizer; for a tokenizer.json unless a
-// ByteLevel step adds a space in front of every piece, or an added token
-// recognised in plain text holds a newline.
+// splitDoc): always for GPT-2's tokenizer; for a byte-level
+// tokenizer.json unless a ByteLevel step adds a space in front of every
+// piece, or an added token recognised in plain text holds a newline; never
+// for a sentencepiece-style one.
 func (t *Tokenizer) cutSafe() bool {
 	if t.bpe == nil {
 		return true
+	}
+	if t.bpe.sp != nil {
+		return false // a ▁ in front of each segment, and BPE over spaces
 	}
 	for _, st := range t.bpe.pre {
 		if st.addPrefixSpace {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/gptui/gptui/badinput"
 )
@@ -35,7 +36,7 @@ const (
 )
 
 // tokenizerHint ends the errors of a tokenizer.json.
-const tokenizerHint = "gptui reads byte-level BPE tokenizer.json files like GPT-2's and Llama 3's"
+const tokenizerHint = "gptui reads byte-level BPE tokenizer.json files like GPT-2's and Llama 3's, and sentencepiece-style ones like Llama 2's"
 
 // TokenizerTables is what the tables of a tokenizer.json hold, counted as
 // the file is read, and Bytes, an estimate (erring high) of what the
@@ -62,25 +63,35 @@ const (
 )
 
 // LoadTokenizer returns the tokenizer that path names: a Hugging Face
-// tokenizer.json, or GPT-2's built-in tokenizer (see [NewTokenizer]) when
-// path is empty.
+// tokenizer.json, or the folder holding it, with the tokenizer_config.json
+// beside it (in the folder, or beside a file named tokenizer.json), if
+// any; or GPT-2's built-in tokenizer (see [NewTokenizer]) when path is
+// empty.
 //
-// The file must describe a byte-level BPE model, as GPT-2's and Llama 3's
-// do: model {type BPE, vocab, merges as "a b" strings or ["a", "b"]
-// pairs, ignore_merges}; pre_tokenizer ByteLevel (add_prefix_space,
+// The file must describe a BPE model, byte-level as GPT-2's and Llama
+// 3's are, or sentencepiece-style as Llama 2's and Mistral's are (see
+// metaspace.go): model {type BPE, vocab, merges as "a b" strings or
+// ["a", "b"] pairs, ignore_merges; byte_fallback, unk_token and fuse_unk
+// for sentencepiece}; pre_tokenizer ByteLevel (add_prefix_space,
 // use_regex), or a Sequence of Split steps with GPT-2's, Llama 3's or
 // Qwen2's pattern (behavior Isolated, or Removed inverted) ending in
-// ByteLevel; decoder ByteLevel; no
-// normalizer; added_tokens (id, content, special, single_word, lstrip,
-// rstrip, normalized); post_processor ByteLevel, TemplateProcessing or a
-// Sequence of them. Anything else, a malformed file or one beyond the
-// size limits yields a *[FormatError] naming the file and the key.
+// ByteLevel, or (sentencepiece) Metaspace or none; decoder ByteLevel, or
+// (sentencepiece) Metaspace or a Sequence of Replace, ByteFallback, Fuse
+// and Strip; normalizer none, or (sentencepiece) Prepend and Replace;
+// added_tokens (id, content, special, single_word, lstrip, rstrip,
+// normalized); post_processor ByteLevel, TemplateProcessing or a Sequence
+// of them. Anything else, a malformed file or one beyond the size limits
+// yields a *[FormatError] naming the file and the key; so does a
+// tokenizer_config.json whose bos_token, eos_token or pad_token is not a
+// token of the file.
 //
-// The document separator [Prepare] writes before every document is the
-// special token a TemplateProcessing post-processor puts before a single
-// sequence (Llama 3's <|begin_of_text|>), else the special added token
-// <|endoftext|> (GPT-2's). A tokenizer with neither encodes and decodes,
-// but Prepare refuses it.
+// The special tokens ([Tokenizer.Special]) are those tokenizer_config.json
+// names, else those the template puts around a sequence. The document
+// separator [Prepare] writes before every document is the token the
+// template puts before a single sequence (Llama 2's <s>), else the BOS of
+// tokenizer_config.json (Llama 3's <|begin_of_text|>), else the special
+// added token <|endoftext|> (GPT-2's), else its EOS. A tokenizer with none
+// encodes and decodes, but Prepare refuses it.
 func LoadTokenizer(path string) (*Tokenizer, error) {
 	return LoadTokenizerChecked(path, nil)
 }
@@ -92,6 +103,16 @@ func LoadTokenizer(path string) (*Tokenizer, error) {
 func LoadTokenizerChecked(path string, check func(TokenizerTables) error) (*Tokenizer, error) {
 	if path == "" {
 		return NewTokenizer()
+	}
+	path, confPath, err := tokenizerFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var conf *tokenizerConfig
+	if confPath != "" {
+		if conf, err = readTokenizerConfig(confPath); err != nil {
+			return nil, err
+		}
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -116,7 +137,7 @@ func LoadTokenizerChecked(path string, check func(TokenizerTables) error) (*Toke
 	if buf.Len() > maxTokenizerBytes {
 		return nil, tooLarge
 	}
-	return parseTokenizerJSON(path, buf.Bytes(), check)
+	return parseTokenizerJSON(path, buf.Bytes(), check, conf)
 }
 
 // tokErr is the error for key of the tokenizer.json file.
@@ -154,6 +175,9 @@ type modelDoc struct {
 	dropout      *float64
 	prefix       *string // continuing_subword_prefix
 	suffix       *string // end_of_word_suffix
+	byteFallback bool    // byte_fallback: a character not in vocab is its bytes' <0xNN> tokens
+	unk          *string // unk_token
+	fuseUnk      bool    // fuse_unk: unknown characters in a row are one unk_token
 	vocabBytes   int64   // of the vocabulary's strings
 	err          error   // what is wrong with vocab or merges, read before type (jscan.table)
 }
@@ -178,6 +202,18 @@ type hfStep struct {
 	// TemplateProcessing
 	Single        []json.RawMessage          `json:"single"`
 	SpecialTokens map[string]hfSpecialTokens `json:"special_tokens"`
+	// Sentencepiece-style steps (metaspace.go): normalizers Sequence,
+	// Prepend and Replace; the Metaspace pre-tokenizer and decoder;
+	// decoders Sequence and Strip.
+	Normalizers   []json.RawMessage `json:"normalizers"`
+	Prepend       string            `json:"prepend"`
+	Content       string            `json:"content"`
+	Replacement   string            `json:"replacement"`
+	PrependScheme string            `json:"prepend_scheme"`
+	Split         *bool             `json:"split"`
+	Decoders      []json.RawMessage `json:"decoders"`
+	Start         int               `json:"start"`
+	Stop          int               `json:"stop"`
 }
 
 type hfSpecialTokens struct {
@@ -201,8 +237,9 @@ func tables(sc *jscan, m *modelDoc, added []hfAddedToken) TokenizerTables {
 }
 
 // parseTokenizerJSON builds a tokenizer from the bytes b of the file named
-// file, calling check, if not nil, before it builds its tables.
-func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error) (*Tokenizer, error) {
+// file and, if not nil, the tokenizer_config.json beside it, conf,
+// calling check, if not nil, before it builds its tables.
+func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error, conf *tokenizerConfig) (*Tokenizer, error) {
 	sc := &jscan{file: file, b: b}
 	doc, err := sc.readDoc()
 	if err != nil {
@@ -241,6 +278,9 @@ func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error
 		if err := check(tables(sc, hm, doc.added)); err != nil {
 			return nil, err
 		}
+	}
+	if m.sp, err = sentencepiece(file, doc); err != nil {
+		return nil, err
 	}
 	m.ignoreMerges = hm.ignoreMerges
 	// A token listed twice keeps its last id, as when the object is read
@@ -294,6 +334,15 @@ func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error
 				}
 			}
 		}
+		if m.sp != nil {
+			// Text, its spaces ▁, and the bytes of byte fallback.
+			m.byBytes[s] = uint32(id)
+			m.decode[id] = m.sp.decodeToken(s)
+			if c, ok := byteToken(s); ok {
+				m.sp.byteIDs[c] = int32(id)
+			}
+			continue
+		}
 		raw, ok := byteLevelDecode(s)
 		if ok {
 			m.byBytes[string(raw)] = uint32(id)
@@ -302,7 +351,20 @@ func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error
 		}
 		m.decode[id] = raw
 	}
+	if m.sp != nil {
+		m.sp.byteFallback, m.sp.fuseUnk = hm.byteFallback, hm.fuseUnk
+		if u := hm.unk; u != nil {
+			id, ok := vocab[*u]
+			if !ok {
+				return nil, tokErr(file, "model.unk_token", "%.40q is not in model.vocab", *u)
+			}
+			m.sp.unk = int32(id)
+		}
+	}
 	for c := range 256 {
+		if m.sp != nil {
+			break // a character not in the vocabulary falls back on <0xNN> tokens or unk_token
+		}
 		id, ok := m.byBytes[string([]byte{byte(c)})]
 		if !ok {
 			return nil, tokErr(file, "model.vocab", "no token for byte 0x%02X (%q): a byte-level BPE vocabulary holds all 256 bytes; %s",
@@ -368,40 +430,149 @@ func parseTokenizerJSON(file string, b []byte, check func(TokenizerTables) error
 	}
 
 	for id, s := range addedIDs {
-		m.decode[id] = tokenBytes(s) // an added token's content wins, as in HF
+		// An added token's content wins, as in HF.
+		if m.sp != nil {
+			m.decode[id] = []byte(strings.ReplaceAll(s, metaspaceRune, " "))
+		} else {
+			m.decode[id] = tokenBytes(s)
+		}
 	}
 
-	// normalizer, pre_tokenizer, decoder, post_processor
-	if !isNull(doc.normalizer) {
-		typ, err := stepType(file, "normalizer", doc.normalizer)
+	// pre_tokenizer and decoder (sentencepiece's: sentencepiece)
+	if m.sp == nil {
+		pre, err := parsePreTokenizer(file, doc.preTokenizer)
 		if err != nil {
 			return nil, err
 		}
-		return nil, tokErr(file, "normalizer.type", "%q is not supported: gptui reads tokenizers without a normalizer (null), as GPT-2's and Llama 3's are", typ)
-	}
-	pre, err := parsePreTokenizer(file, doc.preTokenizer)
-	if err != nil {
-		return nil, err
-	}
-	m.pre = pre
-	if err := checkDecoder(file, doc.decoder); err != nil {
-		return nil, err
-	}
-	sep, err := separator(sc, doc.postProcessor, doc.added)
-	if err != nil {
-		return nil, err
-	}
-	if sep > maxID {
-		return nil, tokErr(file, "post_processor", "the separator id %d is not a token of the vocabulary", sep)
+		m.pre = pre
+		if err := checkDecoder(file, doc.decoder); err != nil {
+			return nil, err
+		}
 	}
 
-	sum := sha256.Sum256(b)
+	// The special tokens: post_processor's template and tokenizer_config.json.
+	tmpl, err := template(sc, doc.postProcessor)
+	if err != nil {
+		return nil, err
+	}
+	for _, id := range []int64{tmpl.bos, tmpl.eos} {
+		if id > maxID {
+			return nil, tokErr(file, "post_processor", "the special token id %d is not a token of the vocabulary", id)
+		}
+	}
+	sp := SpecialTokens{BOS: int(tmpl.bos), EOS: int(tmpl.eos), Pad: -1}
+	if conf != nil {
+		// A token the config names by its content: an added token, else
+		// one of the vocabulary.
+		resolve := func(key, content string) (int, error) {
+			if content == "" {
+				return -1, nil
+			}
+			if i, ok := byContent[content]; ok {
+				return int(doc.added[i].ID), nil
+			}
+			if id, ok := vocab[content]; ok {
+				return int(id), nil
+			}
+			if id, ok := m.byBytes[content]; ok && m.sp == nil {
+				return int(id), nil
+			}
+			return -1, tokErr(conf.file, key, "%.40q is not a token of %s", content, file)
+		}
+		for _, k := range []struct {
+			key, content string
+			dst          *int
+		}{{"bos_token", conf.bos, &sp.BOS}, {"eos_token", conf.eos, &sp.EOS}, {"pad_token", conf.pad, &sp.Pad}} {
+			id, err := resolve(k.key, k.content)
+			if err != nil {
+				return nil, err
+			}
+			if id >= 0 {
+				*k.dst = id
+			}
+		}
+	}
+	// The document separator: the template's, else the BOS the config
+	// names, else <|endoftext|>, else the EOS the config names.
+	eot := int64(-1)
+	for _, t := range doc.added {
+		if t.Special && sc.text(t.Content) == "<|endoftext|>" {
+			eot = t.ID
+		}
+	}
+	sp.Separator = int(firstID(tmpl.sep, int64(sp.BOS), eot, int64(sp.EOS)))
+	if sp.EOS < 0 {
+		sp.EOS = int(eot)
+	}
+
+	h := sha256.New()
+	h.Write(b)
+	if conf != nil {
+		h.Write([]byte{0}) // the config's bytes name its special tokens
+		h.Write(conf.raw)
+	}
 	return &Tokenizer{
-		name:  "tokenizer.json:" + hex.EncodeToString(sum[:]),
-		vocab: int(maxID + 1),
-		sep:   int(sep),
-		bpe:   m,
+		name:    "tokenizer.json:" + hex.EncodeToString(h.Sum(nil)),
+		vocab:   int(maxID + 1),
+		sep:     sp.Separator,
+		special: sp,
+		bpe:     m,
 	}, nil
+}
+
+// firstID returns the first of ids that is one (not negative), or -1.
+func firstID(ids ...int64) int64 {
+	for _, id := range ids {
+		if id >= 0 {
+			return id
+		}
+	}
+	return -1
+}
+
+// sentencepiece returns what a sentencepiece-style BPE does around its
+// model (metaspace.go) where doc's Metaspace pre-tokenizer, or its
+// normalizer without a pre-tokenizer, make it one; nil for a byte-level
+// BPE, which has no normalizer.
+func sentencepiece(file string, doc *tokenizerDoc) (*metaspace, error) {
+	sp := &metaspace{unk: -1}
+	for i := range sp.byteIDs {
+		sp.byteIDs[i] = -1
+	}
+	if !isNull(doc.preTokenizer) {
+		key := "pre_tokenizer"
+		st, err := decodeStep(file, key, doc.preTokenizer)
+		if err != nil {
+			return nil, err
+		}
+		if st.Type == "Sequence" && len(st.Pretokenizers) == 1 {
+			key += ".pretokenizers[0]"
+			if st, err = decodeStep(file, key, st.Pretokenizers[0]); err != nil {
+				return nil, err
+			}
+		}
+		if st.Type != "Metaspace" {
+			if !isNull(doc.normalizer) { // a byte-level BPE's
+				typ, err := stepType(file, "normalizer", doc.normalizer)
+				if err != nil {
+					return nil, err
+				}
+				return nil, tokErr(file, "normalizer.type", "%q is not supported: gptui reads byte-level tokenizers without a normalizer (null), as GPT-2's and Llama 3's are, and sentencepiece-style ones", typ)
+			}
+			return nil, nil
+		}
+		if err := parseMetaspace(file, key, st, sp); err != nil {
+			return nil, err
+		}
+	} else if isNull(doc.normalizer) {
+		return nil, nil // parsePreTokenizer says what is missing
+	}
+	if !isNull(doc.normalizer) {
+		if err := parseNormalizer(file, doc.normalizer, sp); err != nil {
+			return nil, err
+		}
+	}
+	return sp, parseMetaspaceDecoder(file, doc.decoder, sp)
 }
 
 // tokenBytes is what HF's ByteLevel decoder makes of a token's string.
@@ -489,55 +660,57 @@ func checkDecoder(file string, raw json.RawMessage) error {
 	return err
 }
 
-// separator returns the document separator (see LoadTokenizer), or -1.
-func separator(sc *jscan, raw json.RawMessage, added []hfAddedToken) (int64, error) {
+// templateTokens are the special tokens a post_processor's
+// TemplateProcessing puts around a single sequence: the one before it
+// (sep and bos), and the one after it (eos); -1 where it puts none.
+type templateTokens struct{ sep, bos, eos int64 }
+
+// template reads the post_processor section raw: ByteLevel,
+// TemplateProcessing or a Sequence of them.
+func template(sc *jscan, raw json.RawMessage) (templateTokens, error) {
 	file := sc.file
-	sep := int64(-1)
-	if !isNull(raw) {
-		var walk func(raw json.RawMessage, key string) error
-		walk = func(raw json.RawMessage, key string) error {
-			st, err := decodeStep(file, key, raw, "ByteLevel", "Sequence", "TemplateProcessing")
+	tt := templateTokens{-1, -1, -1}
+	if isNull(raw) {
+		return tt, nil
+	}
+	var walk func(raw json.RawMessage, key string) error
+	walk = func(raw json.RawMessage, key string) error {
+		st, err := decodeStep(file, key, raw, "ByteLevel", "Sequence", "TemplateProcessing")
+		if err != nil {
+			return err
+		}
+		switch st.Type {
+		case "ByteLevel":
+		case "Sequence":
+			for i, p := range st.Processors {
+				if err := walk(p, fmt.Sprintf("%s.processors[%d]", key, i)); err != nil {
+					return err
+				}
+			}
+		case "TemplateProcessing":
+			before, after, err := templateSides(file, key, st)
 			if err != nil {
 				return err
 			}
-			switch st.Type {
-			case "ByteLevel":
-			case "Sequence":
-				for i, p := range st.Processors {
-					if err := walk(p, fmt.Sprintf("%s.processors[%d]", key, i)); err != nil {
-						return err
-					}
-				}
-			case "TemplateProcessing":
-				id, err := templateSeparator(file, key, st)
-				if err != nil {
-					return err
-				}
-				if id >= 0 {
-					sep = id
-				}
+			if len(before) > 1 {
+				return tokErr(file, key+".single", "%d tokens before a document; gptui separates documents with one token", len(before))
 			}
-			return nil
-		}
-		if err := walk(raw, "post_processor"); err != nil {
-			return 0, err
-		}
-	}
-	if sep < 0 {
-		for _, t := range added {
-			if t.Special && sc.text(t.Content) == "<|endoftext|>" {
-				sep = t.ID
+			if len(before) == 1 {
+				tt.sep, tt.bos = before[0], before[0]
+			}
+			if len(after) == 1 {
+				tt.eos = after[0]
 			}
 		}
+		return nil
 	}
-	return sep, nil
+	return tt, walk(raw, "post_processor")
 }
 
-// templateSeparator returns the id of the one special token that a
-// TemplateProcessing puts before a single sequence ($A), or -1 if it puts
-// none.
-func templateSeparator(file, key string, st hfStep) (int64, error) {
-	var ids []int64
+// templateSides returns the ids of the special tokens that a
+// TemplateProcessing puts before a single sequence ($A) and after it.
+func templateSides(file, key string, st hfStep) (before, after []int64, err error) {
+	seen := false
 	for i, piece := range st.Single {
 		var p struct {
 			SpecialToken *struct {
@@ -546,27 +719,26 @@ func templateSeparator(file, key string, st hfStep) (int64, error) {
 			Sequence *struct{} `json:"Sequence"`
 		}
 		if err := json.Unmarshal(piece, &p); err != nil {
-			return 0, jsonError(file, fmt.Sprintf("%s.single[%d]", key, i), nil, err)
+			return nil, nil, jsonError(file, fmt.Sprintf("%s.single[%d]", key, i), nil, err)
 		}
 		if p.Sequence != nil {
-			break
+			seen = true
+			continue
 		}
 		if p.SpecialToken == nil {
-			return 0, tokErr(file, fmt.Sprintf("%s.single[%d]", key, i), "neither SpecialToken nor Sequence")
+			return nil, nil, tokErr(file, fmt.Sprintf("%s.single[%d]", key, i), "neither SpecialToken nor Sequence")
 		}
 		spec, ok := st.SpecialTokens[p.SpecialToken.ID]
 		if !ok {
-			return 0, tokErr(file, key+".special_tokens", "no entry for %q", p.SpecialToken.ID)
+			return nil, nil, tokErr(file, key+".special_tokens", "no entry for %q", p.SpecialToken.ID)
 		}
-		ids = append(ids, spec.IDs...)
+		if seen {
+			after = append(after, spec.IDs...)
+		} else {
+			before = append(before, spec.IDs...)
+		}
 	}
-	switch len(ids) {
-	case 0:
-		return -1, nil
-	case 1:
-		return ids[0], nil
-	}
-	return 0, tokErr(file, key+".single", "%d tokens before a document; gptui separates documents with one token", len(ids))
+	return before, after, nil
 }
 
 // stepType returns the "type" of the section raw at key, refusing any but

@@ -516,9 +516,9 @@ func TestTokenizerJSONErrors(t *testing.T) {
 		{"wordpiece prefix", edit(func(d map[string]any) { model(d)["continuing_subword_prefix"] = "##" }), "model.continuing_subword_prefix"},
 		{"dropout", edit(func(d map[string]any) { model(d)["dropout"] = 0.1 }), "model.dropout"},
 		{"normalizer", edit(func(d map[string]any) { d["normalizer"] = map[string]any{"type": "NFC"} }), `normalizer.type: "NFC" is not supported`},
-		{"metaspace", edit(func(d map[string]any) {
+		{"metaspace with a byte-level decoder", edit(func(d map[string]any) {
 			d["pre_tokenizer"] = map[string]any{"type": "Metaspace", "replacement": "▁"}
-		}), `pre_tokenizer.type: "Metaspace" is not supported`},
+		}), `decoder.type: "ByteLevel" is not supported`},
 		{"unknown split", edit(func(d map[string]any) {
 			steps(d)[0].(map[string]any)["pattern"] = map[string]any{"Regex": `\p{L}+|\s+`}
 		}), "pre_tokenizer.pretokenizers[0].pattern.Regex"},

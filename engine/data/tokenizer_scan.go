@@ -602,6 +602,12 @@ func (s *jscan) model() (*modelDoc, error) {
 			err = s.decode(k, &m.prefix)
 		case "end_of_word_suffix":
 			err = s.decode(k, &m.suffix)
+		case "byte_fallback":
+			err = s.decode(k, &m.byteFallback)
+		case "unk_token":
+			err = s.decode(k, &m.unk)
+		case "fuse_unk":
+			err = s.decode(k, &m.fuseUnk)
 		default:
 			_, err = s.raw()
 		}

@@ -3,12 +3,12 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/gptui/gptui/arch"
 	"io"
 	"math"
 	"os"
 	"strconv"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 )
 
@@ -34,29 +34,30 @@ func (v f32) MarshalJSON() ([]byte, error) {
 // exportConfig is the config.json Export writes. The field order is the
 // key order of the file.
 type exportConfig struct {
-	Architectures      []string    `json:"architectures"`
-	ModelType          string      `json:"model_type"`
-	VocabSize          int         `json:"vocab_size"`
-	NPositions         int         `json:"n_positions"`
-	NCtx               int         `json:"n_ctx"`
-	NEmbd              int         `json:"n_embd"`
-	NLayer             int         `json:"n_layer"`
-	NHead              int         `json:"n_head"`
-	NInner             *int        `json:"n_inner"` // null means 4·n_embd
-	ActivationFunction string      `json:"activation_function"`
-	LayerNormEpsilon   json.Number `json:"layer_norm_epsilon"`
-	ResidPdrop         f32         `json:"resid_pdrop"`
-	EmbdPdrop          f32         `json:"embd_pdrop"`
-	AttnPdrop          f32         `json:"attn_pdrop"`
-	InitializerRange   json.Number `json:"initializer_range"`
-	BosTokenID         int         `json:"bos_token_id"`
-	EosTokenID         int         `json:"eos_token_id"`
-	TieWordEmbeddings  bool        `json:"tie_word_embeddings"`
-	TorchDtype         string      `json:"torch_dtype"`
+	Architectures      []string        `json:"architectures"`
+	ModelType          string          `json:"model_type"`
+	VocabSize          int             `json:"vocab_size"`
+	NPositions         int             `json:"n_positions"`
+	NCtx               int             `json:"n_ctx"`
+	NEmbd              int             `json:"n_embd"`
+	NLayer             int             `json:"n_layer"`
+	NHead              int             `json:"n_head"`
+	NInner             *int            `json:"n_inner"` // null means 4·n_embd
+	ActivationFunction string          `json:"activation_function"`
+	LayerNormEpsilon   json.Number     `json:"layer_norm_epsilon"`
+	ResidPdrop         f32             `json:"resid_pdrop"`
+	EmbdPdrop          f32             `json:"embd_pdrop"`
+	AttnPdrop          f32             `json:"attn_pdrop"`
+	InitializerRange   json.Number     `json:"initializer_range"`
+	BosTokenID         json.RawMessage `json:"bos_token_id"`
+	EosTokenID         json.RawMessage `json:"eos_token_id"`
+	PadTokenID         json.RawMessage `json:"pad_token_id,omitempty"`
+	TieWordEmbeddings  bool            `json:"tie_word_embeddings"`
+	TorchDtype         string          `json:"torch_dtype"`
 }
 
 // encodeConfig returns config.json for cfg: 2-space indented, newline
-// terminated, keys in a fixed order.
+// terminated, keys in a fixed order; its token ids as exportTokenIDs says.
 func encodeConfig(cfg engine.ModelConfig) ([]byte, error) {
 	c := exportConfig{
 		Architectures:      []string{"GPT2LMHeadModel"},
@@ -73,11 +74,10 @@ func encodeConfig(cfg engine.ModelConfig) ([]byte, error) {
 		EmbdPdrop:          f32(cfg.HiddenDropout),
 		AttnPdrop:          f32(cfg.AttnDropout),
 		InitializerRange:   "0.02",
-		BosTokenID:         gpt2Token,
-		EosTokenID:         gpt2Token,
 		TieWordEmbeddings:  true,
 		TorchDtype:         "float32",
 	}
+	c.BosTokenID, c.EosTokenID, c.PadTokenID = exportTokenIDs(cfg)
 	if cfg.F != 4*cfg.C {
 		f := cfg.F
 		c.NInner = &f
@@ -92,6 +92,7 @@ func encodeConfig(cfg engine.ModelConfig) ([]byte, error) {
 // importConfig is the part of a transformers GPT2Config that Import reads.
 // Pointers tell a missing key from a zero.
 type importConfig struct {
+	tokenIDKeys
 	ModelType                  string   `json:"model_type"`
 	VocabSize                  *int     `json:"vocab_size"`
 	NPositions                 *int     `json:"n_positions"`
@@ -113,8 +114,12 @@ type importConfig struct {
 var hfNames = engine.ShapeNames{MaxT: "n_positions", V: "vocab_size", L: "n_layer", NH: "n_head", C: "n_embd", F: "n_inner"}
 
 // readConfig reads a transformers GPT-2 config.json into a ModelConfig and
-// reports whether the config declares the output embedding untied.
-func readConfig(path string) (engine.ModelConfig, bool, error) {
+// reports whether the config declares the output embedding untied. The
+// sizes of the weights must be there; n_positions (else n_ctx),
+// resid_pdrop, attn_pdrop, bos_token_id and eos_token_id left out take
+// GPT2Config's defaults (1024, 0.1, 0.1, 50256, 50256), as transformers
+// applies them, and note, if not nil, is told each.
+func readConfig(path string, note func(string)) (engine.ModelConfig, bool, error) {
 	b, err := readConfigFile(path)
 	if err != nil {
 		return engine.ModelConfig{}, false, err
@@ -135,10 +140,19 @@ func readConfig(path string) (engine.ModelConfig, bool, error) {
 	for _, f := range []struct {
 		key string
 		v   *int
-	}{{"vocab_size", c.VocabSize}, {"n_positions", c.NPositions}, {"n_embd", c.NEmbd}, {"n_layer", c.NLayer}, {"n_head", c.NHead}} {
+	}{{"vocab_size", c.VocabSize}, {"n_embd", c.NEmbd}, {"n_layer", c.NLayer}, {"n_head", c.NHead}} {
 		if f.v == nil {
-			return engine.ModelConfig{}, false, bad("missing %s", f.key)
+			return engine.ModelConfig{}, false, bad("missing %s, which sizes the weights: write it into the file", f.key)
 		}
+	}
+	dflt := defaulter{file: path, class: "GPT2Config", note: note}
+	dflt.int(&c.NPositions, "n_positions", 1024, "")
+	dflt.float(&c.ResidPdrop, "resid_pdrop", 0.1)
+	dflt.float(&c.AttnPdrop, "attn_pdrop", 0.1)
+	gpt2 := strconv.Itoa(gpt2Token)
+	ids, err := dflt.tokenIDs(c.tokenIDKeys, gpt2, gpt2)
+	if err != nil {
+		return engine.ModelConfig{}, false, err
 	}
 	// gptui's kernels compute GELU with the tanh approximation, LayerNorm
 	// with ε = 1e-5 and attention scaled by 1/√head_size: a config asking
@@ -159,18 +173,10 @@ func readConfig(path string) (engine.ModelConfig, bool, error) {
 		NH:   *c.NHead,
 		C:    *c.NEmbd,
 		F:    4 * *c.NEmbd,
-	}}
+	}, HiddenDropout: float32(*c.ResidPdrop), AttnDropout: float32(*c.AttnPdrop), TokenIDs: ids}
 	cfg.Vp = arch.PadVocab(cfg.V)
 	if c.NInner != nil {
 		cfg.F = *c.NInner
-	}
-	// transformers' defaults when the keys are absent.
-	cfg.HiddenDropout, cfg.AttnDropout = 0.1, 0.1
-	if c.ResidPdrop != nil {
-		cfg.HiddenDropout = float32(*c.ResidPdrop)
-	}
-	if c.AttnPdrop != nil {
-		cfg.AttnDropout = float32(*c.AttnPdrop)
 	}
 	if err := cfg.ValidateNamed(hfNames); err != nil {
 		return engine.ModelConfig{}, false, bad("%v", err)

@@ -273,7 +273,7 @@ func exportMappings(cfg engine.ModelConfig) ([]mapping, int) {
 // nothing a header declares is allocated before the files are seen to hold
 // it.
 func Import(dir string) (engine.ModelConfig, []float32, error) {
-	return ImportChecked(dir, nil)
+	return ImportWith(dir, ImportOptions{})
 }
 
 // ImportChecked is [Import] calling check, if not nil, with the shape
@@ -281,15 +281,32 @@ func Import(dir string) (engine.ModelConfig, []float32, error) {
 // anything of the model's size is allocated (a caller's memory check);
 // an error from check is returned as it is.
 func ImportChecked(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
+	return ImportWith(dir, ImportOptions{Check: check})
+}
+
+// ImportOptions are what a caller of [ImportWith] hooks into an import.
+type ImportOptions struct {
+	// Check, if not nil, is called as [ImportChecked] calls it.
+	Check func(engine.ModelConfig) error
+	// Note, if not nil, is told, a line each, every key config.json
+	// leaves out that the import fills with transformers' default (as
+	// transformers does when it loads the folder): the import's log.
+	Note func(string)
+}
+
+// ImportWith is [Import] with the hooks of o. The ModelConfig it returns
+// carries config.json's special token ids (TokenIDs), which an export
+// writes back.
+func ImportWith(dir string, o ImportOptions) (engine.ModelConfig, []float32, error) {
 	confPath := filepath.Join(dir, ConfigFile)
 	fam, err := family(confPath)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}
 	if fam == arch.Llama {
-		return importLlama(dir, check)
+		return importLlama(dir, o)
 	}
-	return importGPT2(dir, check)
+	return importGPT2(dir, o)
 }
 
 // importGPT2 reads a Hugging Face GPT-2 checkpoint directory into the
@@ -306,10 +323,11 @@ func ImportChecked(dir string, check func(engine.ModelConfig) error) (engine.Mod
 // a missing one, a shape that does not match config.json or another dtype
 // is an error naming the file and tensor; format errors are
 // *engine.FormatError.
-func importGPT2(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
+func importGPT2(dir string, o ImportOptions) (engine.ModelConfig, []float32, error) {
+	check := o.Check
 	confPath := filepath.Join(dir, ConfigFile)
 	// The directory the user named must hold both files.
-	cfg, untied, err := readConfig(confPath)
+	cfg, untied, err := readConfig(confPath, o.Note)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}

@@ -87,18 +87,20 @@ type llamaExportConfig struct {
 	PretrainingTP         int               `json:"pretraining_tp"`
 	TieWordEmbeddings     bool              `json:"tie_word_embeddings"`
 	InitializerRange      json.Number       `json:"initializer_range"`
-	BosTokenID            *int              `json:"bos_token_id"`
-	EosTokenID            *int              `json:"eos_token_id"`
+	BosTokenID            json.RawMessage   `json:"bos_token_id"`
+	EosTokenID            json.RawMessage   `json:"eos_token_id"`
+	PadTokenID            json.RawMessage   `json:"pad_token_id,omitempty"`
 	UseCache              bool              `json:"use_cache"`
 	TorchDtype            string            `json:"torch_dtype"`
 }
 
 // encodeLlamaConfig returns config.json for the Llama cfg: 2-space
-// indented, newline terminated, keys in a fixed order. Its BOS and EOS
-// are GPT-2's <|endoftext|> when the vocabulary is GPT-2's (as gptui's
-// built-in tokenizer's), else null: the tokenizer is not part of the
-// model. Hidden-state dropout, which LlamaForCausalLM lacks, is not
-// written.
+// indented, newline terminated, keys in a fixed order. Its BOS, EOS and
+// pad ids are cfg's TokenIDs (those of the model an import brought in);
+// where it has none, BOS and EOS are GPT-2's <|endoftext|> when the
+// vocabulary is GPT-2's (as gptui's built-in tokenizer's), else null,
+// and pad is left out. Hidden-state dropout, which LlamaForCausalLM
+// lacks, is not written.
 func encodeLlamaConfig(cfg engine.ModelConfig) ([]byte, error) {
 	c := llamaExportConfig{
 		Architectures:         []string{"LlamaForCausalLM"},
@@ -126,10 +128,7 @@ func encodeLlamaConfig(cfg engine.ModelConfig) ([]byte, error) {
 		c.RopeScaling = &llamaRopeScaling{RopeType: "llama3", Factor: &s.Factor, LowFreqFactor: &s.LowFreqFactor, HighFreqFactor: &s.HighFreqFactor,
 			OriginalMaxPositionEmbeddings: &o}
 	}
-	if cfg.V == gpt2Token+1 {
-		t := gpt2Token
-		c.BosTokenID, c.EosTokenID = &t, &t
-	}
+	c.BosTokenID, c.EosTokenID, c.PadTokenID = exportTokenIDs(cfg)
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return nil, err
@@ -140,6 +139,7 @@ func encodeLlamaConfig(cfg engine.ModelConfig) ([]byte, error) {
 // llamaImportConfig is the part of a transformers LlamaConfig that Import
 // reads. Pointers tell a missing key from a zero.
 type llamaImportConfig struct {
+	tokenIDKeys
 	VocabSize             *int              `json:"vocab_size"`
 	HiddenSize            *int              `json:"hidden_size"`
 	IntermediateSize      *int              `json:"intermediate_size"`
@@ -186,11 +186,25 @@ func family(path string) (arch.Family, error) {
 	return 0, &engine.FormatError{File: path, Msg: fmt.Sprintf("model_type %q: gptui reads gpt2 and llama", c.ModelType)}
 }
 
-// readLlamaConfig reads a transformers LlamaConfig. Absent keys take
-// LlamaConfig's defaults: num_key_value_heads num_attention_heads,
-// rms_norm_eps 1e-6, rope_theta 10000, tie_word_embeddings false, no
-// rope_scaling, attention_dropout 0; the sizes must be there.
-func readLlamaConfig(path string) (engine.ModelConfig, error) {
+// llamaDefaults are transformers' LlamaConfig defaults of the keys
+// readLlamaConfig takes from it where config.json leaves them out (the
+// sizes of the weights it must give; rope_scaling, pad_token_id absent
+// are none): as transformers loads such a file.
+var llamaDefaults = struct {
+	maxPositions int
+	normEps      float64
+	ropeTheta    float64
+	bos, eos     string
+}{maxPositions: 2048, normEps: 1e-6, ropeTheta: 10000, bos: "1", eos: "2"}
+
+// readLlamaConfig reads a transformers LlamaConfig. The sizes of the
+// weights must be there; every other key left out takes LlamaConfig's
+// default, as transformers applies it — num_key_value_heads
+// num_attention_heads, max_position_embeddings 2048, rms_norm_eps 1e-6,
+// rope_theta 10000, tie_word_embeddings false, hidden_act silu,
+// attention_dropout 0, bos_token_id 1, eos_token_id 2, no rope_scaling —
+// and note, if not nil, is told each such key and value.
+func readLlamaConfig(path string, note func(string)) (engine.ModelConfig, error) {
 	b, err := readConfigFile(path)
 	if err != nil {
 		return engine.ModelConfig{}, err
@@ -206,10 +220,25 @@ func readLlamaConfig(path string) (engine.ModelConfig, error) {
 		key string
 		v   *int
 	}{{"vocab_size", c.VocabSize}, {"hidden_size", c.HiddenSize}, {"intermediate_size", c.IntermediateSize}, {"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads}, {"max_position_embeddings", c.MaxPositionEmbeddings}} {
+		{"num_attention_heads", c.NumAttentionHeads}} {
 		if f.v == nil {
-			return engine.ModelConfig{}, bad("missing %s", f.key)
+			return engine.ModelConfig{}, bad("missing %s, which sizes the weights: write it into the file", f.key)
 		}
+	}
+	dflt := defaulter{file: path, class: "LlamaConfig", note: note}
+	d := llamaDefaults
+	dflt.int(&c.NumKeyValueHeads, "num_key_value_heads", *c.NumAttentionHeads, " (num_attention_heads)")
+	dflt.int(&c.MaxPositionEmbeddings, "max_position_embeddings", d.maxPositions, "")
+	dflt.float(&c.RMSNormEps, "rms_norm_eps", d.normEps)
+	dflt.float(&c.RopeTheta, "rope_theta", d.ropeTheta)
+	dflt.bool(&c.TieWordEmbeddings, "tie_word_embeddings", false)
+	dflt.float(&c.AttentionDropout, "attention_dropout", 0)
+	if c.HiddenAct == nil {
+		dflt.say("hidden_act", "silu")
+	}
+	ids, err := dflt.tokenIDs(c.tokenIDKeys, d.bos, d.eos)
+	if err != nil {
+		return engine.ModelConfig{}, err
 	}
 	// gptui's Llama computes SiLU-gated MLPs without biases, attention
 	// without biases over heads of hidden_size/num_attention_heads
@@ -222,28 +251,16 @@ func readLlamaConfig(path string) (engine.ModelConfig, error) {
 		return engine.ModelConfig{}, bad("attention_bias and mlp_bias must be false: gptui's Llama has no biases")
 	}
 	s := arch.Shape{Family: arch.Llama, MaxT: *c.MaxPositionEmbeddings, V: *c.VocabSize, L: *c.NumHiddenLayers, NH: *c.NumAttentionHeads,
-		C: *c.HiddenSize, F: *c.IntermediateSize, NKV: *c.NumAttentionHeads}
-	if c.NumKeyValueHeads != nil {
-		s.NKV = *c.NumKeyValueHeads
-	}
-	s.Untied = c.TieWordEmbeddings == nil || !*c.TieWordEmbeddings
+		C: *c.HiddenSize, F: *c.IntermediateSize, NKV: *c.NumKeyValueHeads, Untied: !*c.TieWordEmbeddings}
 	s.Vp = arch.PadVocab(s.V)
-	cfg := engine.ModelConfig{Shape: s, NormEps: 1e-6, RoPE: kernels.RoPE{Theta: 10000}}
+	cfg := engine.ModelConfig{Shape: s, NormEps: float32(*c.RMSNormEps), RoPE: kernels.RoPE{Theta: *c.RopeTheta}, TokenIDs: ids}
 	if h := c.HeadDim; h != nil && (s.NH <= 0 || *h != s.C/s.NH || s.C%s.NH != 0) {
 		return engine.ModelConfig{}, bad("head_dim %d not supported (want hidden_size/num_attention_heads)", *h)
 	}
-	if e := c.RMSNormEps; e != nil {
-		cfg.NormEps = float32(*e)
+	if d := *c.AttentionDropout; !(d >= 0 && d < 1) {
+		return engine.ModelConfig{}, bad("attention_dropout %g: want 0 ≤ p < 1", d)
 	}
-	if t := c.RopeTheta; t != nil {
-		cfg.RoPE.Theta = *t
-	}
-	if d := c.AttentionDropout; d != nil {
-		if !(*d >= 0 && *d < 1) {
-			return engine.ModelConfig{}, bad("attention_dropout %g: want 0 ≤ p < 1", *d)
-		}
-		cfg.AttnDropout = float32(*d)
-	}
+	cfg.AttnDropout = float32(*c.AttentionDropout)
 	if rs := c.RopeScaling; rs != nil {
 		typ := rs.RopeType
 		if typ == "" {
@@ -276,9 +293,10 @@ func readLlamaConfig(path string) (engine.ModelConfig, error) {
 // untied config without one, any other tensor, a missing one, a shape
 // that does not match config.json and another dtype, each naming the file
 // and tensor.
-func importLlama(dir string, check func(engine.ModelConfig) error) (engine.ModelConfig, []float32, error) {
+func importLlama(dir string, o ImportOptions) (engine.ModelConfig, []float32, error) {
+	check := o.Check
 	confPath := filepath.Join(dir, ConfigFile)
-	cfg, err := readLlamaConfig(confPath)
+	cfg, err := readLlamaConfig(confPath, o.Note)
 	if err != nil {
 		return engine.ModelConfig{}, nil, badinput.Wrap(fmt.Errorf("hf import: %w", err))
 	}

@@ -104,8 +104,8 @@ func TestLlamaRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(cfg, tc.cfg) {
-				t.Errorf("config %+v, want %+v", cfg, tc.cfg)
+			if want := imported(tc.cfg); !reflect.DeepEqual(cfg, want) {
+				t.Errorf("config %+v, want %+v", cfg, want)
 			}
 			if len(got) != len(params) {
 				t.Fatalf("%d parameters, want %d", len(got), len(params))
@@ -385,8 +385,8 @@ func TestLlamaImportVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(cfg, tt.want) {
-				t.Errorf("config %+v, want %+v", cfg, tt.want)
+			if want := imported(tt.want); !reflect.DeepEqual(cfg, want) {
+				t.Errorf("config %+v, want %+v", cfg, want)
 			}
 			if !slices.Equal(got, params) {
 				t.Error("parameters differ from the exported ones")
