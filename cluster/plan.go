@@ -18,6 +18,7 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/fence"
+	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
@@ -297,12 +298,12 @@ func (p Push) String() string {
 	if p.Skipped {
 		return fmt.Sprintf("%s unchanged (SHA-256 matches), push skipped in %v", p.File, p.Took.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("%s pushed (%.1f MB) in %v", p.File, float64(p.Bytes)/1e6, p.Took.Round(time.Millisecond))
+	return fmt.Sprintf("%s pushed (%s) in %v", p.File, units.Bytes(p.Bytes), p.Took.Round(time.Millisecond))
 }
 
 // describeProbe sums a probe up in a few words.
 func describeProbe(p *event.Probe) string {
-	s := fmt.Sprintf("%s: %d cores, %.1f GB", p.Hostname, p.Cores, float64(p.MemBytes)/1e9)
+	s := fmt.Sprintf("%s: %d cores, %s", p.Hostname, p.Cores, units.Bytes(p.MemBytes))
 	if len(p.Devices) > 0 {
 		s += fmt.Sprintf(", %d× %s", len(p.Devices), p.Devices[0].Name)
 	} else {
