@@ -78,11 +78,12 @@ func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.E
 			return false
 		}
 	}
-	ended := false // the last event read ends the job
+	ended := false     // the last event read ends the job
+	var last time.Time // the time of the last event read
 	var checked time.Time
 	deadOnce := false
 	tailFile(ctx, filepath.Join(dir, EventsFile), from, func(e event.Event, end int64) bool {
-		ended = e.Ends()
+		ended, last = e.Ends(), e.Time
 		if !send(e) {
 			return false
 		}
@@ -118,6 +119,9 @@ func followEvents(ctx context.Context, dir string, from int64, ch chan<- event.E
 		}
 		e := event.New(event.KindJob)
 		e.State = event.JobFailed
+		if !last.IsZero() {
+			e.Time = last // it ended after its last word, not when a view noticed
+		}
 		switch {
 		case errors.Is(rerr, os.ErrNotExist):
 			e.Message = "the job has no supervisor (" + SupervisorFile + " is missing)"

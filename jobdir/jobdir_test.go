@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -246,6 +247,7 @@ func TestFollowDeadSupervisor(t *testing.T) {
 	defer l.Close()
 	e := event.New(event.KindJob)
 	e.State = event.JobStarted
+	e.Time = time.Now().Add(-time.Hour).Round(time.Millisecond) // an hour before the view looks
 	l.Write(e)
 	WriteSupervisor(dir, gone())
 	var last event.Event
@@ -254,6 +256,9 @@ func TestFollowDeadSupervisor(t *testing.T) {
 	}
 	if last.State != event.JobFailed || !strings.Contains(last.Message, "is gone without saying how the job ended") {
 		t.Errorf("the last event: %+v", last)
+	}
+	if !last.Time.Equal(e.Time) {
+		t.Errorf("the failure is stamped %v, not at the job's last event, %v", last.Time, e.Time)
 	}
 	j, _ := Read(dir)
 	if j.State() != StateDead {
@@ -450,5 +455,40 @@ func TestAttachNext(t *testing.T) {
 	}
 	if want := "[job:restarting job:started step 6 step 7 step 8 job:stopped]"; fmt.Sprint(second) != want {
 		t.Errorf("the attempt after the restart: %v, want %s", second, want)
+	}
+}
+
+// TestSummaryKeepsLostNodes: a node lost during the job stays one of its
+// nodes, with why, through the job's failure and a restart without it;
+// one that comes back is no longer lost.
+func TestSummaryKeepsLostNodes(t *testing.T) {
+	s := NewSummary(10, time.Now())
+	node := func(name, state, msg string) {
+		e := event.New(event.KindNode)
+		e.Node, e.State, e.Message = name, state, msg
+		s.Add(e)
+	}
+	job := func(state string) {
+		e := event.New(event.KindJob)
+		e.State = state
+		if state == event.JobRestarting {
+			e.Restart = &event.Restart{Count: 1, Max: 1, Cause: "node n2 lost"}
+		}
+		s.Add(e)
+	}
+	node("n1", event.NodeReady, "")
+	node("n2", event.NodeReady, "")
+	job(event.JobStarted)
+	node("n2", event.NodeLost, "its agent has been silent for 10 s")
+	job(event.JobRestarting)
+	node("n1", event.NodeReady, "")
+	job(event.JobStarted)
+	job(event.JobFailed)
+	if fmt.Sprint(slices.Sorted(slices.Values(s.Nodes))) != "[n1 n2]" || s.Lost["n2"] != "its agent has been silent for 10 s" || len(s.Lost) != 1 {
+		t.Errorf("after the loss: nodes %v, lost %v", s.Nodes, s.Lost)
+	}
+	node("n2", event.NodeReady, "")
+	if fmt.Sprint(slices.Sorted(slices.Values(s.Nodes))) != "[n1 n2]" || len(s.Lost) != 0 {
+		t.Errorf("once it is back: nodes %v, lost %v", s.Nodes, s.Lost)
 	}
 }

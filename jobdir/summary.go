@@ -34,13 +34,16 @@ type Summary struct {
 	// of a checkpoint's step (step_00000008 holds the state after 8
 	// steps): the lowest rank's newest logged step plus one; from a
 	// restart until its attempt logs a step, the step it resumes from.
-	Done     int       `json:"done"`
-	MaxSteps int       `json:"max_steps"` // Engine.max_steps
-	Loss     float64   `json:"loss"`      // the newest logged loss, kept across a restart until the next attempt logs one
-	Nodes    []string  `json:"nodes,omitempty"`
-	Restarts int       `json:"restarts,omitempty"`
-	Started  time.Time `json:"started"`
-	Ended    time.Time `json:"ended,omitzero"`
+	Done     int      `json:"done"`
+	MaxSteps int      `json:"max_steps"` // Engine.max_steps
+	Loss     float64  `json:"loss"`      // the newest logged loss, kept across a restart until the next attempt logs one
+	Nodes    []string `json:"nodes,omitempty"`
+	// Lost are the nodes the job lost (or that failed at its setup) and
+	// has not had back since, with why: they stay the job's nodes.
+	Lost     map[string]string `json:"lost,omitempty"`
+	Restarts int               `json:"restarts,omitempty"`
+	Started  time.Time         `json:"started"`
+	Ended    time.Time         `json:"ended,omitzero"`
 	// Message is how the job ended, or the cause of its restart.
 	Message string `json:"message,omitempty"`
 	// Checkpoint is the newest checkpoint saved and CheckpointNode the
@@ -81,8 +84,12 @@ func (s *Summary) Add(e event.Event) {
 			if !slices.Contains(s.Nodes, e.Node) {
 				s.Nodes = append(s.Nodes, e.Node)
 			}
+			delete(s.Lost, e.Node)
 		case event.NodeLost, event.NodeFailed:
-			s.Nodes = slices.DeleteFunc(s.Nodes, func(n string) bool { return n == e.Node })
+			if s.Lost == nil {
+				s.Lost = map[string]string{}
+			}
+			s.Lost[e.Node] = e.Message
 		}
 	case event.KindCheckpoint:
 		if c := e.Checkpoint; e.State == event.CheckpointSaved && c != nil && (s.Checkpoint == nil || c.Step >= s.Checkpoint.Step) {
@@ -95,7 +102,7 @@ func (s *Summary) Add(e event.Event) {
 			s.State, s.Message, s.Ended = StateRunning, "", time.Time{}
 		case event.JobRestarting, event.JobReplanned:
 			if e.State == event.JobRestarting {
-				s.State, s.Nodes, s.lead, s.logged = StateRestarting, nil, -1, false
+				s.State, s.Nodes, s.lead, s.logged = StateRestarting, slices.DeleteFunc(s.Nodes, func(n string) bool { _, lost := s.Lost[n]; return !lost }), -1, false
 				s.Restarts++
 			}
 			if r := e.Restart; r != nil {

@@ -509,3 +509,24 @@ func TestFrozenAgentDashboard(t *testing.T) {
 		t.Errorf("the agent answered, and the screen still says it is silent:\n%s", out)
 	}
 }
+
+// TestCheckpointEventRows: the events pane's row of a checkpoint gives its
+// step and folder when the event has no message of its own.
+func TestCheckpointEventRows(t *testing.T) {
+	for _, tt := range []struct {
+		state, msg string
+		c          *event.Checkpoint
+		want       string
+	}{
+		{event.CheckpointSaved, "", &event.Checkpoint{Step: 8, Dir: "output/step_00000008"}, "step 8 in output/step_00000008"},
+		{event.CheckpointSaving, "", &event.Checkpoint{Step: 12}, "step 12"},
+		{event.CheckpointReplicated, "replica of output/step_00000008 from gpu0 in 0.1 s", &event.Checkpoint{Step: 8, Dir: "output/step_00000008"}, "replica of output/step_00000008 from gpu0 in 0.1 s"},
+	} {
+		e := ev(event.KindCheckpoint, 1, func(e *event.Event) {
+			e.Node, e.Rank, e.State, e.Message, e.Checkpoint = "gpu0", 0, tt.state, tt.msg, tt.c
+		})
+		if got := rowOf(e).cause; got != tt.want {
+			t.Errorf("%s: %q, want %q", tt.state, got, tt.want)
+		}
+	}
+}

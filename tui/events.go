@@ -97,6 +97,13 @@ func rowOf(ev event.Event) eventRow {
 				row.cause = strings.TrimPrefix(row.cause+": "+clean(ev.Exit.Error), ": ")
 			}
 		}
+	case event.KindCheckpoint:
+		if c := ev.Checkpoint; c != nil && row.cause == "" {
+			row.cause = fmt.Sprintf("step %d", c.Step)
+			if c.Dir != "" {
+				row.cause += " in " + clean(c.Dir)
+			}
+		}
 	case event.KindJob:
 		if ev.Restart != nil {
 			row.cause = clean(ev.Restart.String())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -58,14 +59,30 @@ func jobLoss(j *jobdir.Job) string {
 	return fmt.Sprintf("%.4f", j.Summary.Loss)
 }
 
-// jobNodes is a job's nodes: their names if short, else how many.
+// jobNodes is a job's nodes, a lost one marked so: their names if short
+// ("node1,node2(lost)"), else how many ("12 nodes, 1 lost"). Why a node
+// was lost is in the job's summary.json and on attach's dashboard.
 func jobNodes(j *jobdir.Job) string {
-	n := j.Summary.Nodes
-	switch s := strings.Join(n, ","); {
+	n, lost := j.Summary.Nodes, j.Summary.Lost
+	for _, name := range slices.Sorted(maps.Keys(lost)) {
+		if !slices.Contains(n, name) {
+			n = append(slices.Clone(n), name) // lost before it was ready
+		}
+	}
+	names := make([]string, len(n))
+	for i, name := range n {
+		names[i] = name
+		if _, ok := lost[name]; ok {
+			names[i] += "(lost)"
+		}
+	}
+	switch s := strings.Join(names, ","); {
 	case len(n) == 0:
 		return "-"
-	case len(s) <= 32:
+	case len(s) <= 40:
 		return s
+	case len(lost) > 0:
+		return fmt.Sprintf("%d nodes, %d lost", len(n), len(lost))
 	default:
 		return fmt.Sprintf("%d nodes", len(n))
 	}

@@ -42,6 +42,28 @@ func TestAge(t *testing.T) {
 	}
 }
 
+// TestJobNodes: gptui jobs lists a job's lost nodes among its nodes,
+// marked lost, and counts them when the names do not fit.
+func TestJobNodes(t *testing.T) {
+	for _, tt := range []struct {
+		nodes []string
+		lost  map[string]string
+		want  string
+	}{
+		{nil, nil, "-"},
+		{[]string{"n1", "n2"}, nil, "n1,n2"},
+		{[]string{"n1", "n2"}, map[string]string{"n2": "its agent has been silent for 10 s"}, "n1,n2(lost)"},
+		{[]string{"n1"}, map[string]string{"n2": "connection refused"}, "n1,n2(lost)"}, // lost at its setup
+		{[]string{"gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"}, map[string]string{"gpu-node-03": "lost"}, "4 nodes, 1 lost"},
+		{[]string{"gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"}, nil, "4 nodes"},
+	} {
+		j := &jobdir.Job{Summary: jobdir.Summary{Nodes: tt.nodes, Lost: tt.lost}}
+		if got := jobNodes(j); got != tt.want {
+			t.Errorf("nodes %v, lost %v: %q, want %q", tt.nodes, tt.lost, got, tt.want)
+		}
+	}
+}
+
 // TestJobCommandsBadInput: the job commands name what is wrong in one
 // line, exit 2, before touching any job.
 func TestJobCommandsBadInput(t *testing.T) {
