@@ -140,14 +140,16 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	defer release()
 	// A GPU job's gradients and activations go over NCCL, the rest over
-	// the World; a CPU job's all over the World.
-	fabric, err := newFabric(ctx, world, be, commTimeout, commInit)
+	// the World; a CPU job's all over the World (over NCCL with
+	// GPTUI_FABRIC=nccl, for tests).
+	fabric, releaseFabric, err := newFabric(ctx, world, be, commTimeout, commInit, stdout)
 	if err != nil {
 		return err
 	}
+	defer releaseFabric()
 	var fab comm.Fabric
 	if fabric != nil {
-		defer fabric.Close() // before the World's
+		defer fabric.Close() // before the World's and releaseFabric
 		fab = fabric
 	}
 	tr, err := engine.NewTrainer(cfg, be, engine.Options{
@@ -171,6 +173,12 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	defer close(published)
 	go agent.PublishProgress(stderr, published, tr.Progress)
 	res, err := tr.Run(ctx)
+	if err != nil && fabric != nil && fabric.Err() != nil {
+		// Say now why the NCCL data path ended: leaving the World
+		// (deferred) waits for every peer to close its side, up to the
+		// communicator timeout, and a stopped peer never does.
+		fmt.Fprintf(stderr, "[comm] rank %d: the NCCL data path failed: %s\n", world.Rank(), oneLine(fabric.Err()))
+	}
 	var pe *comm.PeerError
 	if errors.As(err, &pe) && world != nil && pe.Rank != world.Rank() {
 		// Another rank failed: give the launchers time to hear of it from

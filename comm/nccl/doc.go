@@ -43,5 +43,16 @@
 //
 // Every call into NCCL and the CUDA driver goes through a [Lib]: [Real]
 // binds it to package cuda's (purego, loaded at run time); the tests bind
-// it to a fake that runs on the CPU.
+// it to a fake that runs on the CPU, in one process.
+//
+// # Without GPUs
+//
+// Across processes, the tests run [Real] itself over a stand-in
+// libnccl.so.2 and libcuda.so.1 written in C (package internal/standin):
+// NCCL's operations between processes over shared memory, blocking as
+// NCCL's do, on streams of the stand-in driver, whose "device memory" is
+// host memory. gptui's workers use them when GPTUI_FABRIC=nccl puts the
+// data path of a Global.device=cpu job on NCCL (a setting for tests and
+// diagnosis: the CPU's buffers are staged through the device) and
+// GPTUI_CUDA_LIBDIR names the folder of the stand-ins; see docs/gpu.md.
 package nccl

@@ -132,14 +132,15 @@ func (f *Fabric) release(e cuda.Event) {
 // failure, if it has one: a device error, or running past the timeout.
 func (f *Fabric) advance(o *op, now time.Time) error {
 	fail := func(err error) error { return &OpError{Rank: f.w.Rank(), Op: o.st, Err: err} }
-	limit := f.timeout
+	limit, bound := f.timeout, "GPTUI_COMM_TIMEOUT"
 	if o.st.Seq == 1 {
-		limit = f.initTimeout // the communicator's first: NCCL connects inside it
+		// The communicator's first: NCCL connects inside it.
+		limit, bound = f.initTimeout, "GPTUI_COMM_INIT_TIMEOUT, as the communicator's first operation"
 	}
 	switch o.state {
 	case issuing:
 		if now.Sub(o.st.Since) > limit {
-			return fail(fmt.Errorf("inside NCCL for %v (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, o.st.Group, context.DeadlineExceeded))
+			return fail(fmt.Errorf("inside NCCL for %v (%s; a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, bound, o.st.Group, context.DeadlineExceeded))
 		}
 	case queued:
 		ok, err := f.lib.Done(o.pre)
@@ -165,7 +166,7 @@ func (f *Fabric) advance(o *op, now time.Time) error {
 			return nil
 		}
 		if now.Sub(o.st.Since) > limit {
-			return fail(fmt.Errorf("running for %v without finishing (a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, o.st.Group, context.DeadlineExceeded))
+			return fail(fmt.Errorf("running for %v without finishing (%s; a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, bound, o.st.Group, context.DeadlineExceeded))
 		}
 	}
 	if o.state != done && o.ctx != nil && o.ctx.Err() != nil {

@@ -439,14 +439,27 @@ func isFile(p string) bool {
 // allCandidates lists every place lib may be loaded from, in the order
 // it is tried, whatever the driver supports: files in the search folders
 // that exist (absolute paths) and bare sonames for the system loader's
-// own search. The driver's libcuda.so.1 is asked of the loader first; the
-// others last.
+// own search. The driver's libcuda.so.1 is asked of the loader first,
+// after only the folders of GPTUI_CUDA_LIBDIR (a driver library named
+// there on purpose: a forward-compatibility libcuda, the tests' stand-in);
+// the others last.
 func allCandidates(lib Library, env Env) []string {
 	var out []string
+	dirs := searchDirs(lib, env)
 	if lib == LibCUDA {
+		named := map[string]bool{}
+		for _, d := range filepath.SplitList(env.getenv(LibDirEnv)) {
+			if d != "" {
+				named[filepath.Clean(d)] = true
+			}
+		}
+		for len(dirs) > 0 && named[dirs[0]] {
+			out = append(out, inDir(lib, dirs[0])...)
+			dirs = dirs[1:]
+		}
 		out = append(out, libs[lib].sonames...)
 	}
-	for _, d := range searchDirs(lib, env) {
+	for _, d := range dirs {
 		out = append(out, inDir(lib, d)...)
 	}
 	if lib != LibCUDA {
@@ -458,7 +471,8 @@ func allCandidates(lib Library, env Env) []string {
 // Candidates lists every place lib may be loaded from, in the order it is
 // tried: files in the search folders that exist (absolute paths) and bare
 // sonames for the system loader's own search. The driver's libcuda.so.1
-// is asked of the loader first; the others last. NVRTC, cuBLAS and
+// is asked of the loader first, after only the folders of
+// GPTUI_CUDA_LIBDIR; the others last. NVRTC, cuBLAS and
 // cuBLASLt built for a newer CUDA major version than env's driver
 // supports are left out (see [Choose]).
 func Candidates(lib Library, env Env) []string {
