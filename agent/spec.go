@@ -16,6 +16,11 @@
 // workers run in their own process groups and receive SIGKILL from the
 // kernel if the agent itself dies, so no worker outlives its agent.
 //
+// [RunPreflight] (`gptui agent --preflight`) checks the node before a
+// job's workers start, meeting the other nodes' pre-flights: the ports
+// the job needs, the interface toward the master, its limits, disk and
+// CUDA libraries.
+//
 // [HoldLock] (`gptui agent --lock`) holds the lock of the node's workdir
 // for a job, the file [LockFile] there, so that one job at a time uses a
 // workdir; [AcquireLock] takes it and [Holder.Stale] tells a dead holder's

@@ -16,13 +16,21 @@
 // node: a local node's workers report a missing path themselves) and
 // copies there those it lacks from this machine (stage.go), builds
 // the rank table (or maps a given one onto the nodes), and picks
-// MASTER_ADDR and MASTER_PORT (Options.MasterPort if given). The resulting [Plan] is what --dry-run shows. [Job.Start] then
+// MASTER_ADDR and MASTER_PORT (Options.MasterPort if given), then runs
+// every node's pre-flight at once (`gptui agent --preflight`, package
+// agent's RunPreflight: the master's port and each peer's reached, the
+// interface toward the master, which becomes the workers'
+// NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME unless set, /dev/shm, ulimit
+// -l and -n, the disk for the checkpoints, the GPUs, the CUDA libraries,
+// the clock), whose failed checks refuse the job. The resulting [Plan]
+// is what --dry-run shows. [Job.Start] then
 // starts one agent per node (`gptui agent`, package agent), which starts
 // that node's workers, and merges the agents' event streams into one.
 //
 // Everything the job does is reported on [Job.Events], as events of
 // package event: the node events of the setup (connecting, pushing,
-// locked, probed, ready, failed) and of the run (lost), the agents' worker, log,
+// locked, probed, ready, failed), each node's preflight event, and the
+// node events of the run (lost), the agents' worker, log,
 // metrics and memory events, and the job events (started, and one of
 // done, failed, stopped at the end). A front end (the headless printer,
 // the terminal UI) renders that stream and nothing else.
@@ -213,6 +221,8 @@ type NodePlan struct {
 	Spec agent.Spec
 	// Pushes lists the files pushed to the node, with what happened.
 	Pushes []Push
+	// Preflight is what the node's pre-flight found (see Job.Plan).
+	Preflight *event.Preflight
 }
 
 // Push is one file's push to a node.

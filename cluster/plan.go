@@ -139,6 +139,9 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	if err := j.pickMaster(ctx, p, nodes, workers); err != nil {
 		return nil, err
 	}
+	if err := j.preflight(ctx, p, nodes, workers); err != nil {
+		return nil, err
+	}
 	if err := j.specs(p, nodes, workers, configRel); err != nil {
 		return nil, err
 	}
@@ -532,6 +535,7 @@ func (j *Job) specs(p *Plan, nodes []*node, workers [][]slot, configRel string) 
 				// The node's workers share its cores.
 				wenv = append(wenv, "GPTUI_THREADS="+strconv.Itoa(max(1, np.Probe.Cores/len(workers[i]))))
 			}
+			wenv = append(wenv, ifaceEnv(env, np.Preflight)...)
 			wenv = append(wenv, env...)
 			spec.Workers = append(spec.Workers, agent.WorkerSpec{
 				Rank: w.rank, LocalRank: w.localRank, Device: w.device,

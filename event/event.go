@@ -23,6 +23,7 @@
 //	heartbeat Node                           an agent is alive: sent every second while it runs
 //	progress Node, Rank, Progress            a worker's step and collectives, each second
 //	health   Node, Health                    a node's load, each second
+//	preflight Node, State, Preflight, Message a node's pre-flight: ok, warning, failed
 //
 // The facts a program acts on are in typed fields, never in a Message or
 // a log Line, which are for people: a checkpoint saved is a checkpoint
@@ -89,6 +90,11 @@ const (
 	// (for a resume) or replicated it (Engine.save_load.replicas). Its
 	// State is one of the Checkpoint* states.
 	KindCheckpoint = "checkpoint"
+	// KindPreflight is a node's pre-flight (Preflight), checked before
+	// any worker starts: what `gptui agent --preflight` found on the node,
+	// and the launcher's own checks of it. Its State is one of the
+	// Preflight* states, its Message the problems in words.
+	KindPreflight = "preflight"
 )
 
 // States of nodes, workers and jobs.
@@ -166,6 +172,18 @@ const (
 	// (Checkpoint, where known, says which); Message says why. Training
 	// goes on.
 	CheckpointReplicaFailed = "replica-failed"
+
+	// preflight, and the status of each of its checks (Check.Status)
+	// PreflightOK: every check passed.
+	PreflightOK = "ok"
+	// PreflightWarning: the job may run, but a check found what is known
+	// to break or slow jobs (a small /dev/shm, a low memlock limit, clock
+	// skew); Check.Fix says what to do.
+	PreflightWarning = "warning"
+	// PreflightFailed: a check found what refuses the job (a port the
+	// job needs that a node cannot reach, too little disk for the
+	// checkpoints, CUDA libraries the driver cannot run).
+	PreflightFailed = "failed"
 )
 
 // Event is one fact about the job.
@@ -207,6 +225,8 @@ type Event struct {
 	// Proc is a worker process's pid and CPU, for a memory event (and its
 	// pid for a worker event "running").
 	Proc *Proc `json:"proc,omitempty"`
+	// Preflight is a node's pre-flight, for KindPreflight.
+	Preflight *Preflight `json:"preflight,omitempty"`
 
 	Device int   `json:"device,omitempty"` // device index on the node; -1 for a CPU worker
 	Used   int64 `json:"used,omitempty"`   // bytes
@@ -232,6 +252,87 @@ type Device struct {
 	MemFree  int64  `json:"mem_free"`
 	UUID     string `json:"uuid,omitempty"`
 	PCIBusID string `json:"pci_bus_id,omitempty"`
+}
+
+// Preflight is what a node's pre-flight found (package cluster runs it
+// on every node at once, package agent's RunPreflight on each): the
+// interface the node reaches the master through, and each check.
+type Preflight struct {
+	// Iface is the network interface the node reaches MASTER_ADDR
+	// through, and Addr its address there: where its workers listen.
+	Iface string `json:"iface,omitempty"`
+	Addr  string `json:"addr,omitempty"`
+	// NodeEnv holds the interface variables (NCCL_SOCKET_IFNAME,
+	// GLOO_SOCKET_IFNAME) that the node's own environment sets, as
+	// KEY=value: the launcher leaves those to it.
+	NodeEnv []string `json:"node_env,omitempty"`
+	// Checks are the checks made, in a fixed order: the network, the
+	// limits, the disk, the CUDA libraries, the GPUs, the clock.
+	Checks []Check `json:"checks"`
+}
+
+// Names of checks (Check.Name).
+const (
+	CheckIface   = "iface"   // the interface to the master, and NCCL_SOCKET_IFNAME
+	CheckMaster  = "master"  // MASTER_ADDR:MASTER_PORT, listened on by the master node and reached by every node
+	CheckPeer    = "peer"    // a port of a peer's listening range, reached (Peer, Port)
+	CheckShm     = "shm"     // the size of /dev/shm (Have, Need), on a GPU node
+	CheckMemlock = "memlock" // ulimit -l (Have, Need; -1 unlimited), on a GPU node
+	CheckNofile  = "nofile"  // ulimit -n, the hard limit (Have, Need)
+	CheckDisk    = "disk"    // free bytes where the checkpoints go (Have) against their size (Need)
+	CheckGPUs    = "gpus"    // the GPUs the node shows against those devices= names
+	CheckCUDA    = "cuda"    // each CUDA library against the driver's CUDA version
+	CheckClock   = "clock"   // the node's clock against the launcher's
+)
+
+// Check is one check of a pre-flight. The figures a program acts on are
+// in its typed fields; Value, Message and Fix are for people.
+type Check struct {
+	Name   string `json:"name"`   // one of the Check* names
+	Status string `json:"status"` // PreflightOK, PreflightWarning or PreflightFailed
+	// Value is what was found, in a few words ("64 MiB", "eth0
+	// 10.0.0.2").
+	Value string `json:"value,omitempty"`
+	// Peer is the node a connection went to (master, peer); Port the TCP
+	// port (master, peer).
+	Peer string `json:"peer,omitempty"`
+	Port int    `json:"port,omitempty"`
+	// Have and Need are the figure found and the one wanted: bytes (shm,
+	// memlock, disk), files (nofile), GPUs (gpus), milliseconds of skew
+	// (clock). -1 is unlimited.
+	Have int64 `json:"have,omitempty"`
+	Need int64 `json:"need,omitempty"`
+	// Message says what is wrong, for a warning or a failure; Fix, what
+	// to do about it.
+	Message string `json:"message,omitempty"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// Problem is c in one line for people: its message and fix, "" for a
+// check that passed.
+func (c Check) Problem() string {
+	if c.Status == PreflightOK || c.Status == "" {
+		return ""
+	}
+	if c.Fix == "" {
+		return c.Message
+	}
+	return c.Message + "; fix: " + c.Fix
+}
+
+// Status is the pre-flight's state: PreflightFailed if a check failed,
+// else PreflightWarning if one warned, else PreflightOK.
+func (p *Preflight) Status() string {
+	s := PreflightOK
+	for _, c := range p.Checks {
+		switch c.Status {
+		case PreflightFailed:
+			return PreflightFailed
+		case PreflightWarning:
+			s = PreflightWarning
+		}
+	}
+	return s
 }
 
 // Restart is one automatic restart of a job.

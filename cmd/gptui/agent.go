@@ -30,6 +30,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ckptInstall := fs.String("checkpoint-install", "", "verify the copied checkpoint `TMPDIR` and publish it in its output directory, then exit (launcher use)")
 	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
 	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
+	preflight := fs.Bool("preflight", false, "check this node for the job described on standard input, meeting the other nodes' pre-flights, print one preflight event and exit (launcher use)")
 	lock := fs.Bool("lock", false, "take the lock of the working directory (the node's workdir) for the job read from standard input, answer, and hold it until standard input ends (launcher use)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -41,6 +42,8 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		p := agent.Probe()
 		e.Probe = &p
 		return w.Write(e)
+	case *preflight:
+		return agent.RunPreflight(ctx, stdin, stdout)
 	case *freePort != "":
 		port, err := launch.FreePort(*freePort)
 		if err != nil {

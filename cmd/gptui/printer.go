@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/gptui/gptui/cluster"
@@ -37,7 +38,43 @@ func printPlan(w io.Writer, p *cluster.Plan) error {
 			fmt.Fprintf(w, "[%s/%d] %s: %s %s %s\n", n.Name, wk.Rank, dev, strings.Join(launch.Redact(wk.Env), " "), exe, strings.Join(wk.Args, " "))
 		}
 	}
-	return nil
+	return printPreflight(w, p)
+}
+
+// printPreflight prints the pre-flight table of a plan: a row per node
+// and check, with what was found, and for a warning or a failure the
+// problem and its fix.
+func printPreflight(w io.Writer, p *cluster.Plan) error {
+	fmt.Fprintln(w, "# pre-flight")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCHECK\tSTATUS\tFOUND\tPROBLEM")
+	for _, n := range p.Nodes {
+		if n.Preflight == nil {
+			continue
+		}
+		for _, c := range n.Preflight.Checks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Name, c.Name, c.Status, c.Value, c.Problem())
+		}
+	}
+	return tw.Flush()
+}
+
+// preflightLines are the lines of a node's pre-flight event: one per
+// problem, or one saying that every check passed.
+func preflightLines(e event.Event) []string {
+	if e.Preflight == nil {
+		return []string{fmt.Sprintf("[%s] preflight %s: %s", e.Node, e.State, e.Message)}
+	}
+	var out []string
+	for _, c := range e.Preflight.Checks {
+		if pr := c.Problem(); pr != "" {
+			out = append(out, fmt.Sprintf("[%s] preflight %s: %s", e.Node, c.Status, pr))
+		}
+	}
+	if len(out) == 0 {
+		out = append(out, fmt.Sprintf("[%s] preflight ok: %s", e.Node, e.Message))
+	}
+	return out
 }
 
 // printer is the headless front end: it prints a job's events as lines.
@@ -102,6 +139,10 @@ func (p *printer) event(e event.Event) {
 			msg = ": " + msg
 		}
 		p.printf("[%s] %s%s", e.Node, e.State, msg)
+	case event.KindPreflight:
+		for _, l := range preflightLines(e) {
+			p.printf("%s", l)
+		}
 	case event.KindLog:
 		p.nodeOf[e.Rank] = e.Node
 		if p.shown(e.Rank) {
@@ -166,6 +207,14 @@ func (p *printer) localEvent(e event.Event) {
 		p.printf("[restart] %s", e.Message)
 	case e.Kind == event.KindJob && e.State == event.JobHung:
 		p.printf("[hang] %s", e.Message)
+	case e.Kind == event.KindPreflight && e.State != event.PreflightOK:
+		// This machine's problems: a small /dev/shm on a GPU job, a
+		// full disk.
+		for _, l := range preflightLines(e) {
+			if !strings.Contains(l, "] preflight ok: ") {
+				fmt.Fprintln(p.err, l)
+			}
+		}
 	}
 }
 

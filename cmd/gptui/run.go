@@ -40,7 +40,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&cf.hosts, "hosts", "", "run on the nodes of the inventory `FILE` over SSH (one node per line: [user@]host[:port] devices=0-7 ...)")
 	fs.StringVar(&cf.rankTable, "rank-table", "", "with --hosts: take ranks and devices from the rank table `FILE` instead of the inventory and probes")
 	fs.BoolVar(&cf.acceptNew, "accept-new-host-keys", false, "with --hosts: accept and record the host keys of nodes that ~/.ssh/known_hosts does not know")
-	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe), print the rank table and each node's commands, and start nothing")
+	fs.BoolVar(&cf.dryRun, "dry-run", false, "with --hosts: set the nodes up (connect, push, probe, pre-flight), print the rank table, each node's commands and the pre-flight table, and start nothing")
 	fs.DurationVar(&cf.summaryEvery, "summary-every", 10*time.Second, "with --hosts: how often to print the summary line")
 	fs.DurationVar(&cf.agentTimeout, "agent-timeout", cluster.DefaultAgentTimeout, "with --hosts: a node whose agent sends nothing (not even its heartbeat, every second) for this long is lost")
 	fs.DurationVar(&cf.hangTimeout, "hang-timeout", cluster.DefaultHangTimeout, "with --hosts: the job is hung when a worker sends no progress report (every second) for this long, or ranks wait this long in one collective; the stuck rank is named and the job stopped (or restarted)")
@@ -390,7 +390,13 @@ func runJob(ctx context.Context, cf clusterFlags, c string, o []string, stdout, 
 	if cf.dryRun {
 		job.Close()
 		<-printed
-		return printPlan(stdout, plan)
+		if err := printPlan(stdout, plan); err != nil {
+			return err
+		}
+		if fs := plan.PreflightFailures(); len(fs) > 0 {
+			return usagef("run: pre-flight: %s", strings.Join(fs, "; "))
+		}
+		return nil
 	}
 	// An interrupt (ctx) reaches the workers, which save and exit; a
 	// second one (hard) kills them.
