@@ -38,6 +38,15 @@ const (
 	TraceEnv = "GPTUI_STANDIN_NCCL_TRACE"
 )
 
+// The environment variables of the stand-in libcuda (see c/cuda.c).
+const (
+	// MemoryEnv is each device's memory in bytes (16 GiB if unset).
+	MemoryEnv = "GPTUI_STANDIN_CUDA_MEMORY"
+	// AllocTraceEnv, when set, logs every device allocation on stderr:
+	// "[standin] cuMemAlloc_v2 N".
+	AllocTraceEnv = "GPTUI_STANDIN_CUDA_TRACE"
+)
+
 // LibDirEnv is kernels/cuda's variable naming the folder searched first
 // for the libraries (cuda.LibDirEnv; repeated here so that this package
 // does not load package cuda).

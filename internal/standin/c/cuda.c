@@ -100,7 +100,10 @@ enum { CU_EVENT_DISABLE_TIMING = 0x2 };
 
 #define NDEV 8
 #define DRIVER_VERSION 12080 /* CUDA 12.8 */
-#define TOTAL_MEMORY (16ULL << 30)
+/* Each device's memory: 16 GiB, or GPTUI_STANDIN_CUDA_MEMORY bytes (set
+ * by cuInit), for tests of a device too small for a job. */
+static size_t total_memory = 16ULL << 30;
+#define TOTAL_MEMORY total_memory
 
 struct ctx {
 	int dev;
@@ -209,6 +212,9 @@ EXPORT CUresult cuInit(unsigned flags) {
 	if (!initialized) {
 		for (int i = 0; i < NDEV; i++)
 			ctxs[i].dev = i;
+		const char *m = getenv("GPTUI_STANDIN_CUDA_MEMORY");
+		if (m != NULL && *m != '\0')
+			total_memory = strtoull(m, NULL, 10);
 		initialized = 1;
 	}
 	pthread_mutex_unlock(&mu);
@@ -643,6 +649,8 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) {
 	NEED_CTX();
+	if (getenv("GPTUI_STANDIN_CUDA_TRACE") != NULL)
+		fprintf(stderr, "[standin] cuMemAlloc_v2 %zu\n", n);
 	if (n == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct alloc *a = calloc(1, sizeof *a);
@@ -829,7 +837,9 @@ EXPORT CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstre
 /* What the stand-in does not have: managed memory and kernels. */
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned flags) {
-	(void)p, (void)n, (void)flags;
+	(void)p, (void)flags;
+	if (getenv("GPTUI_STANDIN_CUDA_TRACE") != NULL)
+		fprintf(stderr, "[standin] cuMemAllocManaged %zu\n", n);
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
