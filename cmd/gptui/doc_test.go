@@ -40,6 +40,11 @@ import (
 //	                                    after it
 //	<!-- not run: WHY -->               not run, for the reason given (a
 //	                                    cluster, a GPU, a terminal)
+//	<!-- cluster guide -->              docs/cluster.md alone: run by
+//	                                    TestClusterGuide against two sshd
+//	                                    nodes (clusterguide_test.go), with
+//	<!-- cluster guide, file: NAME -->  a file it writes, and
+//	<!-- cluster guide, output -->      what the block before printed
 //
 // Every fenced block without a language, or with a shell's (sh, bash,
 // shell, console), carries one of them; formulas and diagrams are fenced
@@ -121,10 +126,10 @@ func readDocBlocks(root, page string) ([]docBlock, error) {
 
 // A docMark is a block's mark, parsed.
 type docMark struct {
-	kind  string   // "example", "output", "file", "save", "not run", "" (none)
+	kind  string   // "example", "output", "file", "save", "not run", "guide", "guide file", "guide output", "" (none)
 	given []string // example: the inputs it needs
 	cmd   string   // output, file: the command
-	path  string   // file: the file the command writes; save: the name
+	path  string   // file: the file the command writes; save, guide file: the name
 }
 
 var (
@@ -133,6 +138,7 @@ var (
 	fileMarkRE    = regexp.MustCompile(`^file (\S+) after: (.+)$`)
 	saveMarkRE    = regexp.MustCompile(`^file: (\S+)$`)
 	notRunMarkRE  = regexp.MustCompile(`^not run: \S`)
+	guideMarkRE   = regexp.MustCompile(`^cluster guide(?:, (output|file: (\S+)))?$`)
 )
 
 func parseDocMark(b docBlock) (docMark, error) {
@@ -161,6 +167,18 @@ func parseDocMark(b docBlock) (docMark, error) {
 		return docMark{kind: "save", path: saveMarkRE.FindStringSubmatch(s)[1]}, nil
 	case notRunMarkRE.MatchString(s):
 		return docMark{kind: "not run"}, nil
+	case guideMarkRE.MatchString(s):
+		// TestClusterGuide runs docs/cluster.md's alone.
+		if b.page != filepath.Join("docs", "cluster.md") {
+			return docMark{}, fmt.Errorf("%s: <!-- %s --> is for docs/cluster.md, which TestClusterGuide runs; mark it <!-- example --> or <!-- not run: WHY -->", b.where(), s)
+		}
+		switch g := guideMarkRE.FindStringSubmatch(s); {
+		case g[1] == "output":
+			return docMark{kind: "guide output"}, nil
+		case g[2] != "":
+			return docMark{kind: "guide file", path: g[2]}, nil
+		}
+		return docMark{kind: "guide"}, nil
 	}
 	return docMark{}, fmt.Errorf("%s: unknown mark <!-- %s --> (see cmd/gptui/doc_test.go)", b.where(), s)
 }
