@@ -1,8 +1,10 @@
 // Package arch is a model's architecture as sizes — its [Shape] — and
-// what follows from the sizes alone: the parameters the model holds and
-// the FLOPs one trained token costs. It is the one account of a model that
-// the engine (which lays its parameters out by it), the planner (which
-// prices strategies by it) and the layout rule (package layout) share.
+// what follows from the sizes alone: the parameter tensors a rank's part
+// of the model holds under a parallel layout ([Shape.Tensors]), and from
+// them every parameter count, and the FLOPs one trained token costs. It
+// is the one account of a model that the engine (which lays its
+// parameters out by it), the planner (which prices strategies by it) and
+// the layout rule (package layout) share.
 package arch
 
 import "fmt"
@@ -73,63 +75,28 @@ func PadVocab(v int) int {
 	return (v + VocabAlign - 1) / VocabAlign * VocabAlign
 }
 
-// LayerParams is the parameter count of one block. GPT-2: ln1 and ln2
-// (2C each), qkv (3C² + 3C), the attention projection (C² + C), fc
-// (CF + F) and the fc projection (FC + C). Llama (head size hd = C/NH):
-// input_layernorm and post_attention_layernorm (C each), q, k and v
-// (C·(NH + 2·NKV)·hd), o_proj (C²), gate and up (2CF) and down (FC).
-func (s Shape) LayerParams() int64 {
-	C, F := int64(s.C), int64(s.F)
-	if s.Family == Llama {
-		return 2*C + C*(C+2*int64(s.KVHeads())*s.headSize()) + C*C + 3*C*F
-	}
-	return 4*C*C + 2*C*F + 9*C + F
-}
+// LayerParams is the parameter count of one block, the sum of its
+// [Shape.Tensors]. GPT-2: ln1 and ln2 (2C each), qkv (3C² + 3C), the
+// attention projection (C² + C), fc (CF + F) and the fc projection (FC +
+// C). Llama (head size hd = C/NH): input_layernorm and
+// post_attention_layernorm (C each), q, k and v (C·(NH + 2·NKV)·hd),
+// o_proj (C²), gate and up (2CF) and down (FC).
+func (s Shape) LayerParams() int64 { return s.PartParams(Part{MP: 1, Layers: 1}) }
 
 // headSize is C/NH (0 without heads).
-func (s Shape) headSize() int64 {
+func (s Shape) headSize() int {
 	if s.NH <= 0 {
 		return 0
 	}
-	return int64(s.C / s.NH)
+	return s.C / s.NH
 }
 
-// Params counts every parameter as the engine lays them out. GPT-2: the
-// padded token embedding (Vp·C), the position embedding (MaxT·C), the
-// blocks and the final LayerNorm (2C). Llama: the padded token embedding,
-// the blocks, the final RMSNorm (C) and, untied, the padded lm_head (Vp·C).
-func (s Shape) Params() int64 {
-	C := int64(s.C)
-	if s.Family == Llama {
-		n := int64(s.Vp)*C + int64(s.L)*s.LayerParams() + C
-		if s.Untied {
-			n += int64(s.Vp) * C
-		}
-		return n
-	}
-	return int64(s.Vp)*C + int64(s.MaxT)*C + int64(s.L)*s.LayerParams() + 2*C
-}
-
-// ParamBound is Params computed in float64, so that it cannot overflow
-// for any sizes: what a check of an untrusted shape compares with a limit
-// before anything is laid out.
-func (s Shape) ParamBound() float64 {
-	C, F := float64(s.C), float64(s.F)
-	if s.Family == Llama {
-		hd := 0.0
-		if s.NH > 0 {
-			hd = float64(s.C / s.NH)
-		}
-		block := 2*C + C*(C+2*float64(s.KVHeads())*hd) + C*C + 3*C*F
-		n := float64(s.Vp)*C + float64(s.L)*block + C
-		if s.Untied {
-			n += float64(s.Vp) * C
-		}
-		return n
-	}
-	block := 4*C*C + 2*C*F + 9*C + F
-	return float64(s.Vp)*C + float64(s.MaxT)*C + float64(s.L)*block + 2*C
-}
+// Params counts every parameter as the engine lays them out, the sum of
+// the whole model's [Shape.Tensors]. GPT-2: the padded token embedding
+// (Vp·C), the position embedding (MaxT·C), the blocks and the final
+// LayerNorm (2C). Llama: the padded token embedding, the blocks, the final
+// RMSNorm (C) and, untied, the padded lm_head (Vp·C).
+func (s Shape) Params() int64 { return s.PartParams(s.Whole()) }
 
 // FLOPsPerToken is the training FLOPs of one token at sequence length T,
 // the numerator of MFU: 6·N for the matrix multiplies of the forward and

@@ -191,11 +191,12 @@ func Tensors(cfg ModelConfig) ([]Tensor, int) { return PartTensors(cfg, WholePar
 
 // PartTensors lists the tensors part holds, in Tensors' order (the ones it
 // does not hold left out), with their local shapes and their pieces of the
-// global tensors. part must be valid for cfg.
+// global tensors. part must be valid for cfg. The tensors and their shapes
+// are arch's account of the part ([arch.Shape.Tensors]); what this adds is
+// where the rank's slices lie in the global tensors and the buffer.
 func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 	C, F, M, r := cfg.C, cfg.F, max(part.MP, 1), part.MPRank
 	Cl, Fl, Vpl := C/M, F/M, cfg.Vp/M
-	Ll := len(part.Layers)
 	// runs of consecutive layers: local start, global start, count
 	var runs [][3]int
 	for i, l := range part.Layers {
@@ -222,17 +223,33 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 		}
 		return split{dim: dim, at: at, widths: ws}
 	}
-	var (
-		whole = split{} // every rank of the group holds the tensor whole
+	// The slices of the split block tensors; the others are held whole.
+	splits := map[string]split{
 		// Column-parallel: this rank's heads of q, k and v (three blocks of
 		// Cl rows of the QKV projection) and its Fl hidden units of fc.
-		qkvHeads = cols(1, Cl, r*Cl, C+r*Cl, 2*C+r*Cl)
-		fcUnits  = cols(1, Fl, r*Fl)
+		"qkvw": cols(1, Cl, r*Cl, C+r*Cl, 2*C+r*Cl),
+		"qkvb": cols(1, Cl, r*Cl, C+r*Cl, 2*C+r*Cl),
+		"fcw":  cols(1, Fl, r*Fl),
+		"fcb":  cols(1, Fl, r*Fl),
 		// Row-parallel: the input columns of attproj that this rank's heads
 		// produce, and those of fcproj from its hidden units.
-		attprojIn = cols(2, Cl, r*Cl)
-		fcprojIn  = cols(2, Fl, r*Fl)
-	)
+		"attprojw": cols(2, Cl, r*Cl),
+		"fcprojw":  cols(2, Fl, r*Fl),
+	}
+	if cfg.Family == arch.Llama {
+		// Query heads as GPT-2's; the NKV key/value heads split the same
+		// way when mp divides them, else each rank holds the one its
+		// query heads use, alike with the rep−1 other ranks of its group
+		// (Megatron-LM's replication).
+		hd, NKV, kvl, rep := C/cfg.NH, cfg.KVHeads(), cfg.KVWidth(M), cfg.KVCopies(M)
+		kvOff, reps := r/rep*kvl, []int(nil)
+		if rep > 1 {
+			reps = []int{1, rep, rep}
+		}
+		splits["qkvw"] = split{dim: 1, at: []int{r * Cl, C + kvOff, C + NKV*hd + kvOff}, widths: []int{Cl, kvl, kvl}, copies: reps}
+		// gate then up: this rank's Fl units of each.
+		splits["fcw"] = cols(1, Fl, r*Fl, F+r*Fl)
+	}
 	// layered returns the pieces of a layered tensor split as sp.
 	layered := func(local []int, sp split) []Piece {
 		var ps []Piece
@@ -261,86 +278,24 @@ func PartTensors(cfg ModelConfig, part Part) ([]Tensor, int) {
 		}
 		return ps
 	}
-	wholeTensor := func(shape []int) []Piece {
-		return []Piece{{Local: make([]int, len(shape)), Global: make([]int, len(shape)), Shape: shape}}
-	}
-
-	L := cfg.L
-	lay := func(name string, local, global []int, sp split, decay bool) spec {
-		return spec{name, Ll > 0, local, global, layered(local, sp), decay, sp.dim != 0 && M > 1}
-	}
 	// Vocabulary-parallel: this rank's Vpl rows of the embedding (and of
 	// a Llama's lm_head).
 	vocabRows := []Piece{{Local: []int{0, 0}, Global: []int{r * Vpl, 0}, Shape: []int{Vpl, C}}}
-	if cfg.Family == arch.Llama {
-		// Query heads as GPT-2's; the NKV key/value heads split the same
-		// way when mp divides them, else each rank holds the one its
-		// query heads use, alike with the rep−1 other ranks of its group
-		// (Megatron-LM's replication).
-		hd, NKV := C/cfg.NH, cfg.KVHeads()
-		q, kvl, kvOff, reps := Cl, NKV/M*hd, r*(NKV/M)*hd, []int(nil)
-		if M > NKV {
-			rep := M / NKV
-			kvl, kvOff, reps = hd, r/rep*hd, []int{1, rep, rep}
-		}
-		qkv := split{dim: 1, at: []int{r * q, C + kvOff, C + NKV*hd + kvOff}, widths: []int{q, kvl, kvl}, copies: reps}
-		Wl := q + 2*kvl
-		specs := []spec{
-			{"wte", part.Embed || part.Head && cfg.Tied(), []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
-			lay("ln1w", []int{Ll, C}, []int{L, C}, whole, false),
-			lay("qkvw", []int{Ll, Wl, C}, []int{L, C + 2*NKV*hd, C}, qkv, true),
-			lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, attprojIn, true),
-			lay("ln2w", []int{Ll, C}, []int{L, C}, whole, false),
-			// gate then up: this rank's Fl units of each.
-			lay("fcw", []int{Ll, 2 * Fl, C}, []int{L, 2 * F, C}, cols(1, Fl, r*Fl, F+r*Fl), true),
-			lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, fcprojIn, true),
-			{"lnfw", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
-			{"lmhead", part.Head && !cfg.Tied(), []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
-		}
-		return layOut(specs)
-	}
-	specs := []spec{
-		{"wte", part.Embed || part.Head, []int{Vpl, C}, []int{cfg.Vp, C}, vocabRows, true, M > 1},
-		{"wpe", part.Embed, []int{cfg.MaxT, C}, []int{cfg.MaxT, C}, wholeTensor([]int{cfg.MaxT, C}), true, false},
-		lay("ln1w", []int{Ll, C}, []int{L, C}, whole, false),
-		lay("ln1b", []int{Ll, C}, []int{L, C}, whole, false),
-		lay("qkvw", []int{Ll, 3 * Cl, C}, []int{L, 3 * C, C}, qkvHeads, true),
-		lay("qkvb", []int{Ll, 3 * Cl}, []int{L, 3 * C}, qkvHeads, false),
-		lay("attprojw", []int{Ll, C, Cl}, []int{L, C, C}, attprojIn, true),
-		lay("attprojb", []int{Ll, C}, []int{L, C}, whole, false),
-		lay("ln2w", []int{Ll, C}, []int{L, C}, whole, false),
-		lay("ln2b", []int{Ll, C}, []int{L, C}, whole, false),
-		lay("fcw", []int{Ll, Fl, C}, []int{L, F, C}, fcUnits, true),
-		lay("fcb", []int{Ll, Fl}, []int{L, F}, fcUnits, false),
-		lay("fcprojw", []int{Ll, C, Fl}, []int{L, C, F}, fcprojIn, true),
-		lay("fcprojb", []int{Ll, C}, []int{L, C}, whole, false),
-		{"lnfw", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
-		{"lnfb", part.Head, []int{C}, []int{C}, wholeTensor([]int{C}), false, false},
-	}
-	return layOut(specs)
-}
 
-// spec is a tensor of PartTensors: whether the part holds it, its local
-// and global shapes, its pieces, whether it decays and is split.
-type spec struct {
-	name          string
-	held          bool
-	shape, global []int
-	pieces        []Piece
-	decay, split  bool
-}
-
-// layOut lays the tensors of specs that are held out one after another
-// and returns them with their total element count.
-func layOut(specs []spec) ([]Tensor, int) {
 	var ts []Tensor
 	off := 0
-	for _, s := range specs {
-		if !s.held {
-			continue
+	for _, t := range cfg.Tensors(arch.Part{MP: M, Layers: len(part.Layers), Embed: part.Embed, Head: part.Head}) {
+		var pieces []Piece
+		switch {
+		case t.Layered:
+			pieces = layered(t.Shape, splits[t.Name])
+		case t.Name == "wte" || t.Name == "lmhead":
+			pieces = vocabRows
+		default:
+			pieces = []Piece{{Local: make([]int, len(t.Shape)), Global: make([]int, len(t.Shape)), Shape: append([]int(nil), t.Shape...)}}
 		}
-		n := numel(s.shape)
-		ts = append(ts, Tensor{Name: s.name, Shape: s.shape, Global: s.global, Pieces: s.pieces, Offset: off, Size: n, Decay: s.decay, Split: s.split})
+		n := int(t.Size())
+		ts = append(ts, Tensor{Name: t.Name, Shape: t.Shape, Global: t.Global, Pieces: pieces, Offset: off, Size: n, Decay: t.Decay, Split: t.Split})
 		off += n
 	}
 	return ts, off

@@ -111,9 +111,10 @@ func invalid(m Model, c Cluster, s Strategy) string {
 
 // stageParams is the parameter count one device of pipeline stage st
 // holds (before sharding): its blocks split over mp and the tensors
-// outside them (outerParams).
+// outside them (outerParams), by arch's account of the stage's part
+// ([arch.Shape.Stage], the one the engine lays out).
 func stageParams(m Model, s Strategy, st int) int64 {
-	return int64(m.L/s.PP)*m.layerParamsTP(s.MP) + outerParams(m, s, st)
+	return m.PartParams(m.Stage(s.MP, s.PP, st))
 }
 
 // outerParams is the parameters of pipeline stage st outside its blocks:
@@ -121,14 +122,9 @@ func stageParams(m Model, s Strategy, st int) int64 {
 // matrix (an untied Llama's lm_head, or the tied embedding's copy when
 // the last stage is not the first) on the last.
 func outerParams(m Model, s Strategy, st int) int64 {
-	var n int64
-	if st == 0 {
-		n += m.embedParams(s.MP)
-	}
-	if st == s.PP-1 {
-		n += m.headParams(s.MP, s.PP)
-	}
-	return n
+	p := m.Stage(s.MP, s.PP, st)
+	p.Layers = 0
+	return m.PartParams(p)
 }
 
 // memory is the larger of the first and the last pipeline stage's memory.
