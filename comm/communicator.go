@@ -97,6 +97,19 @@ type Stream interface {
 	Sync() error
 }
 
+// DeviceStream is a Stream whose memory the host may touch only on the
+// device's behalf (kernels/deferred's sealed test double, which models
+// device memory the host cannot address): the TCP ring runs each
+// operation — its reads and writes of the operation's buffers, by the
+// group's worker and its connections' readers and writers — inside
+// Device, as a GPU's copy engine would move the data.
+type DeviceStream interface {
+	Stream
+	// Device runs f with the stream's memory open to the calling
+	// process, from any goroutine, until f returns.
+	Device(f func())
+}
+
 // Fabric makes the communicators of one rank of a job.
 type Fabric interface {
 	// Rank and Size are this process's world rank and the job's size.
@@ -124,7 +137,8 @@ type CollectiveFabric interface {
 // Fabric returns w's communicators as a [Fabric]: [Group]s of the TCP
 // ring. With s not nil, every operation first waits for s (the host can
 // only hand the ring memory the device has finished writing); with s nil
-// the kernels are assumed to have finished when they return.
+// the kernels are assumed to have finished when they return. A
+// [DeviceStream]'s memory is touched inside its Device.
 func (w *World) Fabric(s Stream) Fabric { return tcpFabric{w, s} }
 
 type tcpFabric struct {
@@ -139,6 +153,9 @@ func (f tcpFabric) Communicator(name string, ranks []int) (Communicator, error) 
 	g, err := f.w.NamedGroup(name, ranks)
 	if err != nil || f.s == nil {
 		return g, err
+	}
+	if d, ok := f.s.(DeviceStream); ok {
+		g.device = d.Device // before any operation is issued: g.mu orders it
 	}
 	return &streamGroup{g, f.s}, nil
 }

@@ -505,9 +505,14 @@ func openModelCheckpoint(dir string, check func(*presets.Config) error) (*checkp
 // state) with cfg as its config, and the special token ids of m's
 // config: what `gptui import` makes.
 func SaveModel(m *Model, cfg *presets.Config, outputDir string) (string, error) {
+	var buf []float32
+	params, err := hostFloats(m.be, m.Params, &buf)
+	if err != nil {
+		return "", err
+	}
 	var parts []checkpoint.Part
 	for _, t := range m.Tensors {
-		parts = append(parts, checkpoint.Part{Name: ckptParams + t.Name, GlobalShape: t.Global, Start: make([]int, len(t.Global)), Shape: t.Shape, Data: m.Params[t.Offset : t.Offset+t.Size]})
+		parts = append(parts, checkpoint.Part{Name: ckptParams + t.Name, GlobalShape: t.Global, Start: make([]int, len(t.Global)), Shape: t.Shape, Data: params[t.Offset : t.Offset+t.Size]})
 	}
 	man := checkpoint.Manifest{Config: string(cfg.Settled().YAML()), LossScale: 1, Extra: m.Cfg.TokenIDs.extra()}
 	return checkpoint.Save(outputDir, man, parts, 0)

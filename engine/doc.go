@@ -105,15 +105,21 @@
 // # Host and device
 //
 // The backend's kernels may run asynchronously (kernels.Memory: the GPU's
-// one stream), so within a step the host touches the backend's memory
-// only through ordered copies: each micro-batch's tokens are uploaded
-// (Model.stage), the losses and the gradients' squares are reduced on the
-// device into Trainer.sums and downloaded once, checkpoints download what
-// they write and restores upload what they read, and every buffer a
-// communicator is given is the backend's (the communicators are ordered
-// on the stream). The parity tests run on kernels/deferred, which queues
-// every kernel until the next sync and poisons its outputs until then, so
-// a missing sync fails them.
+// one stream), on memory that is the device's — a GPU's cuMemAlloc'd
+// memory, which the host cannot address — so the host touches the
+// backend's memory only through ordered copies, never in place, not even
+// after a sync: each micro-batch's tokens are uploaded (Model.stage), the
+// losses and the gradients' squares are reduced on the device into
+// Trainer.sums and downloaded once, checkpoints and saved models download
+// what they write and restores, loads and initialisation upload what they
+// read (fillSpans), decoding uploads its tokens, appends to its key/value
+// cache with device copies and downloads the logits it samples from, and
+// every buffer a communicator is given is the backend's (the
+// communicators are ordered on the stream and move the data as the
+// device). The parity tests run on kernels/deferred, which queues every
+// kernel until the next sync and poisons its outputs until then, so a
+// missing sync fails them; its sealed memory (deferred.NewSealed), on
+// which they run, faults on any other host access.
 //
 // # Tensor parallel
 //

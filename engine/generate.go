@@ -27,14 +27,18 @@ type kvCache struct {
 	k, v    [][]float32 // L × (B,maxT,C) or (B,maxT,NKV·hd)
 }
 
-// decodeActs are the (B,·) buffers of one decoding step.
+// decodeActs are the (B,·) buffers of one decoding step, the backend's:
+// the host reads and writes none of them, only uploads the step's tokens
+// and downloads its logits.
 type decodeActs struct {
+	tok                                                    []int32 // (B) the step's tokens
 	x, ln, mean, rstd, qkv, q, atty, proj, res2, fch, fchG []float32
 	logits                                                 []float32 // (B,V)
 }
 
 // free gives a's buffers back to the backend.
 func (a *decodeActs) free(be kernels.Backend) {
+	kernels.Free(be, a.tok)
 	for _, x := range [][]float32{a.x, a.ln, a.mean, a.rstd, a.qkv, a.q, a.atty, a.proj, a.res2, a.fch, a.fchG, a.logits} {
 		kernels.Free(be, x)
 	}
@@ -86,7 +90,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 	}()
 	f, w := m.floats, m.blockWidths()
 	a := &decodeActs{
-		x: f(B * c.C), ln: f(B * c.C), mean: f(B), rstd: f(B),
+		tok: kernels.Int32s(m.be, B), x: f(B * c.C), ln: f(B * c.C), mean: f(B), rstd: f(B),
 		qkv: f(B * w.qkv), q: f(B * c.C), atty: f(B * c.C), proj: f(B * c.C),
 		res2: f(B * c.C), fch: f(B * w.fc), fchG: f(B * w.act), logits: f(B * c.V),
 	}
@@ -95,6 +99,7 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 	out := make([][]int, B)
 	next := make([]int32, B)
 	probs := make([]float64, c.V)
+	logits := make([]float32, B*c.V) // the host's copy of a.logits
 	for pos := 0; ; pos++ {
 		if err := ctx.Err(); err != nil {
 			return out, err
@@ -114,12 +119,16 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 		if done {
 			return out, nil
 		}
-		m.fam.decodeStep(cache, a, next, pos)
+		kernels.Upload(m.be, a.tok, next)
+		m.fam.decodeStep(cache, a, pos)
+		if err := kernels.Download(m.be, logits, a.logits); err != nil {
+			return out, err
+		}
 		for b, p := range prompts {
 			if pos < len(p)-1 || len(out[b]) >= opt.MaxNewTokens {
 				continue
 			}
-			tok := sample(a.logits[b*c.V:(b+1)*c.V], opt, rng, probs)
+			tok := sample(logits[b*c.V:(b+1)*c.V], opt, rng, probs)
 			out[b] = append(out[b], tok)
 			if emit != nil {
 				if err := emit(b, tok); err != nil {
@@ -130,30 +139,19 @@ func (m *Model) Generate(ctx context.Context, prompts [][]int, opt SampleOptions
 	}
 }
 
-// decodeStep runs the model on token tok[b] at position pos of every
+// decodeStep queues the model on token a.tok[b] at position pos of every
 // sequence, appending its keys and values to the cache, and leaves the
 // next-token logits (B,V) in a.logits.
-func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
+func (m *Model) decodeStep(kv *kvCache, a *decodeActs, pos int) {
 	be, c, p := m.be, m.Cfg, m.param
 	B, C, F, V := kv.B, c.C, c.F, c.V
-	kernels.Sync(be) // the host writes a.x and the caches below
-	for b := 0; b < B; b++ {
-		we := p.wte[int(tok[b])*C : int(tok[b])*C+C]
-		pe := p.wpe[pos*C : pos*C+C]
-		for i := range C {
-			a.x[b*C+i] = we[i] + pe[i]
-		}
-	}
+	// x = wte[tok] + wpe[pos]: the embedding of a (B,1) batch whose one
+	// position is pos.
+	be.EncoderForward(a.x, a.tok, p.wte, p.wpe[pos*C:(pos+1)*C], B, 1, C)
 	for l := 0; l < c.L; l++ {
 		be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, layer(p.ln1w, l, C), layer(p.ln1b, l, C), B, C)
 		be.MatmulForward(a.qkv, a.ln, layer(p.qkvw, l, 3*C*C), layer(p.qkvb, l, 3*C), B, C, 3*C)
-		kernels.Sync(be)
-		for b := 0; b < B; b++ {
-			row := a.qkv[b*3*C : (b+1)*3*C]
-			copy(a.q[b*C:(b+1)*C], row[:C])
-			copy(kv.k[l][(b*kv.maxT+pos)*C:], row[C:2*C])
-			copy(kv.v[l][(b*kv.maxT+pos)*C:], row[2*C:])
-		}
+		kv.append(be, a, l, pos, a.qkv, C, C)
 		be.AttentionDecode(a.atty, a.q, kv.k[l], kv.v[l], B, pos, kv.maxT, C, c.NH)
 		be.MatmulForward(a.proj, a.atty, layer(p.attprojw, l, C*C), layer(p.attprojb, l, C), B, C, C)
 		be.ResidualForward(a.res2, a.x, a.proj)
@@ -165,7 +163,19 @@ func (m *Model) decodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
 	}
 	be.LayerNormForward(a.ln, a.mean, a.rstd, a.x, p.lnfw, p.lnfb, B, C)
 	be.MatmulForward(a.logits, a.ln, p.wte[:V*C], nil, B, C, V)
-	kernels.Sync(be) // the caller samples from a.logits
+}
+
+// append queues the copies, on the device, of each sequence's row of qkv
+// (q channels of queries, then kv of keys and kv of values) into a.q and
+// into layer l's cache at position pos.
+func (kv *kvCache) append(be kernels.Backend, a *decodeActs, l, pos int, qkv []float32, q, w int) {
+	row := q + 2*w
+	for b := 0; b < kv.B; b++ {
+		r, at := qkv[b*row:(b+1)*row], (b*kv.maxT+pos)*w
+		be.Copy(a.q[b*q:(b+1)*q], r[:q])
+		be.Copy(kv.k[l][at:at+w], r[q:q+w])
+		be.Copy(kv.v[l][at:at+w], r[q+w:])
+	}
 }
 
 // sample draws a token from logits: argmax at temperature 0, else from the

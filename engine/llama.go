@@ -41,7 +41,7 @@ type passes struct {
 	embedForward, embedBackward func(a *activations, ps *pass)
 	blockForward, blockBackward func(a *activations, li int, ps *pass, hd, ad float32)
 	headForward, headBackward   func(a *activations, ps *pass)
-	decodeStep                  func(kv *kvCache, a *decodeActs, tok []int32, pos int)
+	decodeStep                  func(kv *kvCache, a *decodeActs, pos int)
 }
 
 // setFamily sets the model's passes by its family.
@@ -262,31 +262,23 @@ func (m *Model) llamaHeadBackward(a *activations, ps *pass) {
 	be.RMSNormBackward(sc.dresid, g.lnfw, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfRstd, N, C)
 }
 
-// llamaDecodeStep runs the whole model on token tok[b] at position pos of
+// llamaDecodeStep queues the whole model on token a.tok[b] at position pos of
 // every sequence, appending its rotated keys and its values to the
 // grouped cache (NKV·hd channels a position), and leaves the next-token
 // logits (B,V) in a.logits: GQADecode attends each query head to its
 // key/value head.
-func (m *Model) llamaDecodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int) {
+func (m *Model) llamaDecodeStep(kv *kvCache, a *decodeActs, pos int) {
 	be, c, p := m.be, m.Cfg, m.param
 	B, C, F, V := kv.B, c.C, c.F, c.V
 	hs, nkv := c.C/c.NH, c.KVHeads()
-	W, KV := C+2*nkv*hs, nkv*hs
-	kernels.Sync(be) // the host writes a.x and the caches below
-	for b := 0; b < B; b++ {
-		copy(a.x[b*C:(b+1)*C], p.wte[int(tok[b])*C:])
-	}
+	W := C + 2*nkv*hs
+	// x = wte[tok], no position embedding (the rotation carries it).
+	be.EncoderShardForward(a.x, a.tok, p.wte, 0, nil, B, 1, C)
 	for l := 0; l < c.L; l++ {
 		be.RMSNormForward(a.ln, a.rstd, a.x, layer(p.ln1w, l, C), B, C, c.NormEps)
 		be.MatmulForward(a.qkv, a.ln, layer(p.qkvw, l, W*C), nil, B, C, W)
 		be.RoPEForward(a.qkv, a.qkv, m.rope, B, 1, W, c.NH+nkv, hs, pos)
-		kernels.Sync(be)
-		for b := 0; b < B; b++ {
-			row := a.qkv[b*W : (b+1)*W]
-			copy(a.q[b*C:(b+1)*C], row[:C])
-			copy(kv.k[l][(b*kv.maxT+pos)*KV:], row[C:C+KV])
-			copy(kv.v[l][(b*kv.maxT+pos)*KV:], row[C+KV:])
-		}
+		kv.append(be, a, l, pos, a.qkv, C, nkv*hs)
 		be.GQADecode(a.atty, a.q, kv.k[l], kv.v[l], B, pos, kv.maxT, c.NH, nkv, hs)
 		be.MatmulForward(a.proj, a.atty, layer(p.attprojw, l, C*C), nil, B, C, C)
 		be.ResidualForward(a.res2, a.x, a.proj)
@@ -299,5 +291,4 @@ func (m *Model) llamaDecodeStep(kv *kvCache, a *decodeActs, tok []int32, pos int
 	be.RMSNormForward(a.ln, a.rstd, a.x, p.lnfw, B, C, c.NormEps)
 	w, _ := m.headWeights()
 	be.MatmulForward(a.logits, a.ln, w[:V*C], nil, B, C, V)
-	kernels.Sync(be) // the caller samples from a.logits
 }

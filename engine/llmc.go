@@ -226,7 +226,8 @@ const llmcReadValues = 1 << 22
 // SaveLLMC writes the model as an llm.c fp32 model file (version 3), a
 // GPT-2's.
 func (m *Model) SaveLLMC(path string) error {
-	return WriteLLMC(path, m.Cfg, func(off, n int) ([]float32, error) { return m.Params[off : off+n], nil })
+	var buf []float32 // a device's range, downloaded
+	return WriteLLMC(path, m.Cfg, func(off, n int) ([]float32, error) { return hostFloats(m.be, m.Params[off:off+n], &buf) })
 }
 
 // WriteLLMC writes the model of shape c whose parameters read returns,

@@ -53,8 +53,16 @@ type rankOptions struct {
 // cpuBackend is the CPU backend with a fixed peak (no measurement).
 func cpuBackend() kernels.Backend { return fixedPeak{cpu.New()} }
 
-// deferredBackend is the asynchronous poisoning test double over it.
-func deferredBackend() kernels.Backend { return deferred.New(fixedPeak{cpu.New()}) }
+// deferredBackend is the asynchronous poisoning test double over it, on
+// sealed memory (deferred.NewSealed): a host read or write of a buffer,
+// anywhere but through Upload and Download, faults as it would on a GPU's
+// device memory, and the test binary dies with the stack of the line.
+func deferredBackend() kernels.Backend { return deferred.NewSealed(fixedPeak{cpu.New()}) }
+
+// unsealedBackend is the deferred backend on Go memory, for the planted
+// defects of TestParityCatchesMissingSync that touch the buffers from the
+// host on purpose: the poisoning is what must catch them there.
+func unsealedBackend() kernels.Backend { return deferred.New(fixedPeak{cpu.New()}) }
 
 // rankRun is a finished startRanks: every rank's trainer, result and
 // error, the parameters of its part in host memory (gathered from the
@@ -442,7 +450,7 @@ func TestParityCatchesMissingSync(t *testing.T) {
 		fail  bool
 	}{
 		{"fabric without stream wait, deferred", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"},
-			rankOptions{backend: deferredBackend, fabric: noWait}, true},
+			rankOptions{backend: unsealedBackend, fabric: noWait}, true},
 		{"fabric without stream wait, cpu", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"},
 			rankOptions{backend: cpuBackend, fabric: noWait}, false},
 		{"unordered input staging, deferred, dp2", 2, []string{"Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=1"},

@@ -150,12 +150,13 @@ func TestLLMCReadsTheRanksSlices(t *testing.T) {
 }
 
 // checkPart fails t unless every element of m, a part, equals its place in
-// whole.
+// whole (a model in host memory); m's weights are downloaded from its
+// backend.
 func checkPart(t *testing.T, name string, m, whole *Model) {
 	t.Helper()
-	want := partParams(m, whole)
+	want, got := partParams(m, whole), download(t, m.be, m.Params)
 	for _, tn := range m.Tensors {
-		if !slices.Equal(m.Params[tn.Offset:tn.Offset+tn.Size], want[tn.Offset:tn.Offset+tn.Size]) {
+		if !slices.Equal(got[tn.Offset:tn.Offset+tn.Size], want[tn.Offset:tn.Offset+tn.Size]) {
 			t.Errorf("%s: %s differs from its slice of the whole model", name, tn.Name)
 		}
 	}
@@ -280,10 +281,6 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 			name := l.name + " from " + src.name
 			trs := newRanks(t, l.world, slices.Concat(shape, l.o, src.o))
 			for _, tr := range trs {
-				// The uploads have run; the host may read the buffers.
-				if err := kernels.Sync(tr.be); err != nil {
-					t.Fatal(err)
-				}
 				m := tr.Model
 				// The start-up account from the layout alone is the
 				// trainer's.
@@ -300,9 +297,9 @@ func TestInitFromUnderEveryLayout(t *testing.T) {
 				if m.Params != nil {
 					t.Errorf("%s: rank %d holds a whole buffer of %d parameters", name, tr.topo.Rank, len(m.Params))
 				}
-				want := partParams(m, src.want)
+				want, shard := partParams(m, src.want), download(t, tr.be, m.stage3.shard)
 				for _, s := range tr.dp.own() {
-					if !slices.Equal(m.stage3.shard[s.At:s.At+s.N], want[s.Flat:s.Flat+s.N]) {
+					if !slices.Equal(shard[s.At:s.At+s.N], want[s.Flat:s.Flat+s.N]) {
 						t.Errorf("%s: rank %d's shard differs from the model in elements [%d, %d)", name, tr.topo.Rank, s.Flat, s.Flat+s.N)
 					}
 				}

@@ -5,9 +5,23 @@ import (
 	"slices"
 
 	"github.com/gptui/gptui/engine/data"
+	"github.com/gptui/gptui/kernels"
 )
 
 func exp(x float64) float64 { return math.Exp(x) }
+
+// hostFloats returns x, a buffer of be, where the host can read it: x
+// itself on a backend that computes in Go memory, else a copy downloaded
+// into *buf, which it grows as needed (the copy is valid until buf is used
+// again). The host never reads a device's buffer in place
+// ([kernels.Memory]).
+func hostFloats(be kernels.Backend, x []float32, buf *[]float32) ([]float32, error) {
+	if _, ok := be.(kernels.Memory); !ok {
+		return x, nil
+	}
+	*buf = slices.Grow((*buf)[:0], len(x))[:len(x)]
+	return *buf, kernels.Download(be, *buf, x)
+}
 
 func sortStrings(s []string) { slices.Sort(s) }
 

@@ -191,7 +191,7 @@ type Backend interface {
 	// p −= lr·(m̂/(√v̂ + ε) + wd·p), bias-corrected for the 1-based step.
 	AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int)
 	// Sum adds w·Σ x to out[0], a float64 the host reads through
-	// [Memory.Download] (or the Sync of a synchronous backend): the sum is
+	// [Download]: the sum is
 	// accumulated in float64 in an order that depends on len(x) only, not
 	// on the number of threads, and multiplied by w once. It reduces on the
 	// device what the host needs as one number (the losses of a step).
@@ -210,19 +210,35 @@ type Backend interface {
 // Go memory and run asynchronously (the GPU backend). The engine allocates
 // every buffer a kernel reads or writes through it.
 //
+// # The device's memory
+//
+// The buffers are the device's: on a GPU, device memory (cuMemAlloc),
+// which the host cannot address. They are Go slices so that the engine
+// can slice them, take their lengths and hand them to kernels, Upload,
+// Download and a communicator tied to the stream — none of which touches
+// their elements on the host — but the host never reads or writes an
+// element itself, not even after Sync: a read or write of a buffer other
+// than through Upload and Download faults on a GPU (and on the test
+// double kernels/deferred's sealed memory, NewSealed, which models it).
+// What the host needs back (a loss, a norm, logits to sample from, the
+// weights to save) it downloads; what it has (tokens, weights read from a
+// file, a zero) it uploads, or a kernel writes on the device (Copy, Zero,
+// Scale).
+//
 // # Ordering
 //
 // The backend's kernels run on one stream, in call order, after the
-// methods that queue them have returned. The host touches the backend's
-// memory only through Upload and Download, which are ordered on the
-// stream like kernels, and after Sync: between a kernel call and the next
-// Sync (or Download), the host must neither read the kernel's outputs —
-// they may not be written yet — nor write its inputs — the kernel may not
-// have read them yet. A communicator tied to the stream (comm.Stream) is
-// ordered the same way.
+// methods that queue them have returned. Upload and Download are ordered
+// on the stream like kernels: a Download returns what the kernels queued
+// before it wrote, and an Upload lands after the kernels queued before it
+// have read the buffer's old contents. A communicator tied to the stream
+// (comm.Stream) is ordered the same way: it waits for the kernels queued
+// before an operation, and kernels queued after it see its result. Sync
+// waits for every kernel so far and returns the backend's first failure.
 type Memory interface {
-	// Float32s, Int32s and Float64s return zeroed buffers the kernels and
-	// the host can both address.
+	// Float32s, Int32s and Float64s return zeroed buffers of the device's
+	// memory: the kernels read and write them, the host only through
+	// Upload and Download.
 	Float32s(n int) []float32
 	Int32s(n int) []int32
 	Float64s(n int) []float64
@@ -244,7 +260,9 @@ type Memory interface {
 	Sync() error
 }
 
-// Float32s returns n zeroed float32s the backend's kernels can use.
+// Float32s returns n zeroed float32s the backend's kernels can use: on a
+// backend with [Memory], the device's, which the host reads and writes only
+// through [Upload] and [Download].
 func Float32s(be Backend, n int) []float32 {
 	if m, ok := be.(Memory); ok {
 		return m.Float32s(n)
@@ -256,7 +274,8 @@ func Float32s(be Backend, n int) []float32 {
 	return x
 }
 
-// Int32s returns n zeroed int32s the backend's kernels can use.
+// Int32s returns n zeroed int32s the backend's kernels can use, as
+// [Float32s].
 func Int32s(be Backend, n int) []int32 {
 	if m, ok := be.(Memory); ok {
 		return m.Int32s(n)
@@ -268,7 +287,8 @@ func Int32s(be Backend, n int) []int32 {
 	return x
 }
 
-// Float64s returns n zeroed float64s the backend's kernels can use.
+// Float64s returns n zeroed float64s the backend's kernels can use, as
+// [Float32s].
 func Float64s(be Backend, n int) []float64 {
 	if m, ok := be.(Memory); ok {
 		return m.Float64s(n)
@@ -288,9 +308,9 @@ func Free(be Backend, x any) {
 	}
 }
 
-// Sync waits for the backend's kernels before the host touches their
-// buffers (a no-op for backends that compute synchronously) and returns the
-// backend's first failure. Callers in the middle of a pass may ignore it:
+// Sync waits for the backend's kernels (a no-op for backends that compute
+// synchronously) and returns the backend's first failure; it does not make
+// a device's buffers the host's ([Memory]). Callers in the middle of a pass may ignore it:
 // the failure stays and the step's final Sync reports it.
 func Sync(be Backend) error {
 	if m, ok := be.(Memory); ok {

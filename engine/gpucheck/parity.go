@@ -81,10 +81,11 @@ func GradParity(ctx context.Context, w io.Writer, cfg *presets.Config, toks []ui
 		if err := m.Backward(ctx, engine.DropoutKey{}, nil); err != nil {
 			return nil, nil, 0, err
 		}
-		if err := kernels.Sync(be); err != nil {
+		g := make([]float32, len(m.Grads)) // the host reads a GPU's buffer only through Download
+		if err := kernels.Download(be, g, m.Grads); err != nil {
 			return nil, nil, 0, err
 		}
-		return append([]float32(nil), m.Grads...), m.Tensors, loss, nil
+		return g, m.Tensors, loss, nil
 	}
 	ref, ts, lref, err := grads(cpu.New())
 	if err != nil {

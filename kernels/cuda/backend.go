@@ -102,12 +102,17 @@ func (e *MemoryError) Error() string {
 
 // Backend runs the engine's layers on one GPU: it implements
 // kernels.Backend with the kernels of [Source] and cuBLAS, kernels.Memory
-// with CUDA managed memory, and kernels.AttentionStore (the flash-style
-// attention keeps one log-sum-exp per row).
+// with device memory (cuMemAlloc), and kernels.AttentionStore (the
+// flash-style attention keeps one log-sum-exp per row).
 //
-// Buffers are managed memory returned to the engine as Go slices, so the
-// engine's code runs unchanged: slices index, re-slice and pass as they do
-// on the CPU, and the host may read them after Sync. Every kernel runs on
+// Buffers are device memory returned to the engine as Go slices whose
+// addresses are the device's (unified addressing keeps them apart from the
+// host's): the engine re-slices them and passes them to kernels, Upload,
+// Download and NCCL as it does on the CPU, but the host cannot read or
+// write them — it copies in and out through Upload and Download, which
+// stage through pinned buffers (staging.go). There is no managed memory:
+// a layout that does not fit fails its allocation instead of paging to the
+// host. Every kernel runs on
 // one stream in call order. The interface's methods return nothing: the
 // first failure is kept and returned by Sync (and by Err); later calls are
 // skipped.
@@ -124,7 +129,7 @@ type Backend struct {
 	prec Precision
 
 	mu     sync.Mutex
-	allocs map[uintptr]int // managed allocations: base → bytes
+	allocs map[uintptr]int // device allocations: base → bytes
 	spans  []span          // the same, sorted by base (for pointer checks)
 	err    error           // the first failure
 
@@ -323,7 +328,8 @@ func (b *Backend) ok() bool {
 
 // ---- kernels.Memory ----
 
-// alloc returns n zeroed bytes of managed memory, resident on the GPU.
+// alloc returns n bytes of device memory (cuMemAlloc), zeroed by a memset
+// queued on the stream: the kernels queued after see zeros.
 func (b *Backend) alloc(n int) unsafe.Pointer {
 	if n == 0 {
 		n = 4 // a real address for empty buffers
@@ -331,15 +337,11 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 	if !b.ok() {
 		panic(&AllocError{Bytes: n, Mem: memString(b.dev), Err: b.Err()})
 	}
-	p, err := b.dev.AllocManaged(n)
+	p, err := b.dev.Alloc(n)
 	if err == nil {
-		err = b.dev.Memset(p, n, b.s)
-	}
-	if err == nil {
-		err = b.dev.Prefetch(p, n, b.s)
-	}
-	if err == nil {
-		err = b.dev.Sync(b.s)
+		if err = b.dev.Memset(p, n, b.s); err != nil {
+			b.dev.Free(p)
+		}
 	}
 	if err != nil {
 		// kernels.Memory's methods cannot fail: the engine allocates while
@@ -378,17 +380,17 @@ func memString(d *Device) string {
 }
 
 // ptrOf turns a device address into an unsafe.Pointer without go vet's
-// uintptr-conversion warning: managed memory is outside the Go heap, so
-// the garbage collector never moves or frees it.
+// uintptr-conversion warning: device memory is outside the Go heap, so
+// the garbage collector never moves, frees or reads it.
 func ptrOf(p Ptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&p)) }
 
-// Float32s returns n zeroed float32s of managed memory.
+// Float32s returns n zeroed float32s of device memory.
 func (b *Backend) Float32s(n int) []float32 { return unsafe.Slice((*float32)(b.alloc(4*n)), n) }
 
-// Int32s returns n zeroed int32s of managed memory.
+// Int32s returns n zeroed int32s of device memory.
 func (b *Backend) Int32s(n int) []int32 { return unsafe.Slice((*int32)(b.alloc(4*n)), n) }
 
-// Float64s returns n zeroed float64s of managed memory.
+// Float64s returns n zeroed float64s of device memory.
 func (b *Backend) Float64s(n int) []float64 { return unsafe.Slice((*float64)(b.alloc(8*n)), n) }
 
 // Free gives back a buffer Float32s, Int32s or Float64s returned. Buffers

@@ -24,6 +24,30 @@
 // does, and a buffer given back with Free is poisoned, so a stale view of
 // it reads NaN.
 //
+// # Sealed memory
+//
+// A Backend from [NewSealed] also keeps its buffers where the host cannot
+// touch them, as a GPU's device memory (cuMemAlloc) is. Its memory is
+// mapped twice: the buffers the engine gets are addresses in the host's
+// view, which is PROT_NONE; the kernels, Upload, Download and the
+// double's own poisoning work on the device's view of the same pages,
+// which is the host's only inside [Backend.Device] — where a communicator
+// tied to the backend as its stream moves a buffer's data (comm's
+// DeviceStream), as a GPU's copy engine or NCCL's kernels would. Any
+// other read or write of a buffer — an engine that reads a loss out of
+// the backend's memory after a Sync instead of downloading it, or fills
+// weights with a host loop instead of an upload — faults: the process
+// dies with "unexpected fault address" and the stack of the line that
+// touched it (in a goroutine that has called
+// runtime/debug.SetPanicOnFault, it panics instead with a runtime.Error
+// whose Addr is the address). Slicing a buffer, taking its length or
+// passing it to a kernel does not touch its memory and stays allowed.
+// The check has one gap: while a communicator's operation is in flight,
+// the host's view is open to every goroutine, and a host access then
+// passes unnoticed. Sealing needs Linux (memfd, mmap, mprotect); on other
+// systems NewSealed's buffers are Go memory and [Backend.Sealed] reports
+// false.
+//
 // A Backend is for one goroutine (a rank's training loop), as the GPU
 // backend is; its methods lock, so that a communicator's goroutines may
 // sync it.
@@ -47,6 +71,7 @@ const Poison32 = math.MinInt32 + 0x7fc0
 // Backend queues the kernels of an inner synchronous backend until Sync.
 type Backend struct {
 	inner kernels.Backend
+	mem   *arena // the buffers' memory when sealed; nil: the Go heap
 
 	mu     sync.Mutex
 	allocs []*alloc // by base address
@@ -65,9 +90,10 @@ type Counts struct {
 
 // alloc is one buffer of the backend.
 type alloc struct {
-	base unsafe.Pointer
-	size int // bytes
-	keep any // the slice, so that it stays allocated
+	base unsafe.Pointer // the buffer's address, the host's
+	dev  unsafe.Pointer // where the double reads and writes it: base unless sealed
+	size int            // bytes
+	keep any            // the slice, so that it stays allocated (nil: the sealed arena keeps it)
 
 	// written are the byte ranges [lo, hi) of the buffer that queued
 	// kernels write, sorted and merged.
@@ -107,6 +133,31 @@ func New(inner kernels.Backend) *Backend {
 	return &Backend{inner: inner}
 }
 
+// NewSealed returns a Backend that runs inner's kernels, as New does, on
+// sealed buffers: memory the host can read and write only through Upload
+// and Download (see the package doc). A host access faults.
+func NewSealed(inner kernels.Backend) *Backend {
+	b := New(inner)
+	seal(b)
+	return b
+}
+
+// Sealed reports whether the backend's buffers are sealed: from
+// NewSealed, on Linux.
+func (b *Backend) Sealed() bool { return b.mem != nil }
+
+// Device runs f as the device: on a sealed backend, with every buffer
+// readable and writable at its address, from any goroutine, until f
+// returns (calls nest). A communicator tied to the backend as its stream
+// (comm.DeviceStream) moves a buffer's data inside Device, as a GPU's copy
+// engine or NCCL's kernels would; nothing else should call it. On a
+// backend that is not sealed it just calls f.
+func (b *Backend) Device(f func()) {
+	b.mem.open()
+	defer b.mem.close()
+	f()
+}
+
 // Name is the inner backend's, marked deferred.
 func (b *Backend) Name() string { return "deferred " + b.inner.Name() }
 
@@ -124,6 +175,11 @@ func (b *Backend) Counts() Counts {
 
 // Float32s returns n zeroed float32s of the backend's memory.
 func (b *Backend) Float32s(n int) []float32 {
+	if b.mem != nil && n > 0 {
+		x := unsafe.Slice((*float32)(b.mem.alloc(4*n)), n)
+		b.register(unsafe.Pointer(unsafe.SliceData(x)), 4*n, nil)
+		return x
+	}
 	x := make([]float32, n)
 	b.register(unsafe.Pointer(unsafe.SliceData(x)), 4*n, x)
 	return x
@@ -131,6 +187,11 @@ func (b *Backend) Float32s(n int) []float32 {
 
 // Int32s returns n zeroed int32s of the backend's memory.
 func (b *Backend) Int32s(n int) []int32 {
+	if b.mem != nil && n > 0 {
+		x := unsafe.Slice((*int32)(b.mem.alloc(4*n)), n)
+		b.register(unsafe.Pointer(unsafe.SliceData(x)), 4*n, nil)
+		return x
+	}
 	x := make([]int32, n)
 	b.register(unsafe.Pointer(unsafe.SliceData(x)), 4*n, x)
 	return x
@@ -138,6 +199,11 @@ func (b *Backend) Int32s(n int) []int32 {
 
 // Float64s returns n zeroed float64s of the backend's memory.
 func (b *Backend) Float64s(n int) []float64 {
+	if b.mem != nil && n > 0 {
+		x := unsafe.Slice((*float64)(b.mem.alloc(8*n)), n)
+		b.register(unsafe.Pointer(unsafe.SliceData(x)), 8*n, nil)
+		return x
+	}
 	x := make([]float64, n)
 	b.register(unsafe.Pointer(unsafe.SliceData(x)), 8*n, x)
 	return x
@@ -149,7 +215,7 @@ func (b *Backend) register(p unsafe.Pointer, size int, keep any) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a := &alloc{base: p, size: size, keep: keep}
+	a := &alloc{base: p, dev: b.mem.dev(p), size: size, keep: keep}
 	i, _ := slices.BinarySearchFunc(b.allocs, uintptr(p), func(a *alloc, x uintptr) int { return cmp.Compare(uintptr(a.base), x) })
 	b.allocs = slices.Insert(b.allocs, i, a)
 }
@@ -180,7 +246,7 @@ func (b *Backend) Upload(dst, src any) {
 		panic(fmt.Sprintf("deferred: Upload of a %T of %d bytes into a %T of %d", src, len(data), dst, len(bytesOf(dst))))
 	}
 	data = slices.Clone(data)
-	b.enqueue("Upload", func() { copy(bytesOf(dst), data) }, []any{dst}, nil)
+	b.enqueue("Upload", func() { copy(b.devBytes(bytesOf(dst)), data) }, []any{dst}, nil)
 	b.mu.Lock()
 	b.counts.Uploads++
 	b.mu.Unlock()
@@ -189,12 +255,15 @@ func (b *Backend) Upload(dst, src any) {
 // Download syncs, then copies src into dst.
 func (b *Backend) Download(dst, src any) error {
 	b.check("Download", src)
+	if _, ok := b.find(dst); ok {
+		panic(fmt.Sprintf("deferred: Download into the backend's own memory (a %T)", dst))
+	}
 	err := b.Sync()
 	d, s := bytesOf(dst), bytesOf(src)
 	if len(d) != len(s) || fmt.Sprintf("%T", dst) != fmt.Sprintf("%T", src) {
 		panic(fmt.Sprintf("deferred: Download of a %T of %d bytes into a %T of %d", src, len(s), dst, len(d)))
 	}
-	copy(d, s)
+	copy(d, b.devBytes(s))
 	b.mu.Lock()
 	b.counts.Downloads++
 	b.mu.Unlock()
@@ -331,7 +400,7 @@ func addRange(rs [][2]int, lo, hi int) [][2]int {
 // poison fills a region with what the host reads in a kernel's output
 // before the kernel has run.
 func poison(r region) {
-	p := unsafe.Add(r.a.base, r.off)
+	p := unsafe.Add(r.a.dev, r.off)
 	switch r.kind {
 	case 'f':
 		x := unsafe.Slice((*float32)(p), r.n/4)
@@ -351,8 +420,26 @@ func poison(r region) {
 	}
 }
 
+// bytesAt returns the device's view of n bytes of a at off.
 func bytesAt(a *alloc, off, n int) []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(a.base, off)), n)
+	return unsafe.Slice((*byte)(unsafe.Add(a.dev, off)), n)
+}
+
+// devBytes returns the device's view of x, bytes of the backend's memory.
+func (b *Backend) devBytes(x []byte) []byte {
+	if b.mem == nil || len(x) == 0 {
+		return x
+	}
+	return unsafe.Slice((*byte)(b.mem.dev(unsafe.Pointer(unsafe.SliceData(x)))), len(x))
+}
+
+// dev returns the device's view of x, a slice of the backend's memory (nil
+// and empty slices as they are), for the inner backend's kernels.
+func dev[T float32 | int32 | float64](b *Backend, x []T) []T {
+	if b.mem == nil || len(x) == 0 {
+		return x
+	}
+	return unsafe.Slice((*T)(b.mem.dev(unsafe.Pointer(unsafe.SliceData(x)))), len(x))
 }
 
 // bytesOf returns the memory of a []float32, []int32 or []float64.

@@ -2,8 +2,11 @@ package deferred_test
 
 import (
 	"math"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
@@ -190,4 +193,99 @@ func TestLaterOutputsKeepEarlierInputs(t *testing.T) {
 	if !slices.Equal(out, []float32{1, 2}) || !slices.Equal(in, []float32{3, 4}) || tok[0] != 6 {
 		t.Errorf("out %v (want [1 2]), in %v (want [3 4]), tok %d (want 6)", out, in, tok[0])
 	}
+}
+
+// sink keeps the sealed tests' reads from being optimised away.
+var sink float32
+
+// faultAt runs f in a goroutine that panics on a memory fault, and returns
+// the faulting address, or 0 and false when f ran through.
+func faultAt(f func()) (addr uintptr, faulted bool) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if e, ok := recover().(interface{ Addr() uintptr }); ok {
+				addr, faulted = e.Addr(), true
+			}
+		}()
+		f()
+	}()
+	<-done
+	return addr, faulted
+}
+
+// TestSealedFaults: the host's read or write of a sealed buffer faults at
+// its address, before and after a Sync, while Upload, Download, the
+// kernels and Device see the memory.
+func TestSealedFaults(t *testing.T) {
+	d := deferred.NewSealed(cpu.New())
+	if runtime.GOOS != "linux" {
+		t.Skip("sealed memory needs Linux")
+	}
+	if !d.Sealed() || deferred.New(cpu.New()).Sealed() {
+		t.Fatal("Sealed() is wrong")
+	}
+	a, out := upload(d, []float32{1, 2, 3, 4}), d.Float32s(4)
+	d.ResidualForward(out, a, a)
+	if err := d.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	base := uintptr(unsafe.Pointer(&out[0]))
+	if addr, ok := faultAt(func() { sink = out[2] }); !ok || addr != base+8 {
+		t.Errorf("a host read of out[2] after Sync: faulted %v at %#x, want a fault at %#x", ok, addr, base+8)
+	}
+	if _, ok := faultAt(func() { a[0] = 7 }); !ok {
+		t.Errorf("a host write of a buffer did not fault")
+	}
+	if got := download(t, d, out); !slices.Equal(got, []float32{2, 4, 6, 8}) {
+		t.Errorf("downloaded %v, want [2 4 6 8]", got)
+	}
+	var seen float32
+	if _, ok := faultAt(func() { d.Device(func() { seen = out[3] }) }); ok || seen != 8 {
+		t.Errorf("inside Device: faulted %v, read %v; want 8", ok, seen)
+	}
+	if _, ok := faultAt(func() { sink = out[0] }); !ok {
+		t.Errorf("a host read after Device returned did not fault")
+	}
+	// The memory grows past its first mapping, and stays sealed.
+	big := d.Float32s(1 << 20)
+	if _, ok := faultAt(func() { sink = big[len(big)-1] }); !ok {
+		t.Errorf("a host read of a buffer in a later mapping did not fault")
+	}
+	if got := download(t, d, big[:2]); !slices.Equal(got, []float32{0, 0}) {
+		t.Errorf("a new buffer reads %v, want zeros", got)
+	}
+	mustPanic(t, "Download into device memory", func() { d.Download(out, a) })
+}
+
+// TestSealedMatchesCPU: the sealed backend computes the CPU backend's bits
+// (TestAccumulatesExactly's kernels).
+func TestSealedMatchesCPU(t *testing.T) {
+	d, c := deferred.NewSealed(cpu.New()), cpu.New()
+	run := func(be kernels.Backend) []float32 {
+		dw, db := upload(be, slices.Repeat([]float32{1}, 12)), kernels.Float32s(be, 4)
+		dx, gx, gw, gd := kernels.Float32s(be, 15), upload(be, make([]float32, 15)), upload(be, slices.Repeat([]float32{0.5}, 12)), upload(be, slices.Repeat([]float32{-1, 0, 1}, 20)[:20])
+		be.MatmulBackward(dx, dw, db, gd, gx, gw, 5, 3, 4)
+		be.Scale(dw, 3)
+		var all []float32
+		for _, v := range [][]float32{dw, db, dx} {
+			all = append(all, download(t, be, v)...)
+		}
+		return all
+	}
+	if got, want := run(d), run(c); !slices.Equal(got, want) {
+		t.Errorf("sealed %v\n   cpu %v", got, want)
+	}
+}
+
+func mustPanic(t *testing.T, name string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s: no panic", name)
+		}
+	}()
+	f()
 }
