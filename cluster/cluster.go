@@ -8,7 +8,12 @@
 // in the first command run there; a node the executable is not built for
 // gets Options.Binaries' for its platform, or refuses the job), pushes
 // the gptui executable and the resolved config to the node's workdir
-// (skipped when the remote SHA-256 matches), taking the workdir's lock
+// (skipped when the remote SHA-256 matches; the executable, and each
+// staged data file of 1 MiB or more, goes from this machine to one node
+// only and spreads
+// from node to node as a tree, each node with a verified copy serving the
+// next ones over TCP with a per-transfer token, this machine the fallback
+// for a relay that fails: see distribute.go), taking the workdir's lock
 // for the job in between (one job per workdir:
 // a workdir another job holds refuses the job before the push, naming it;
 // see package agent's HoldLock), probes the node with `gptui agent
@@ -143,6 +148,9 @@ type Options struct {
 	// of a port found free on rank 0's node; every start of the job
 	// (each restart) uses it.
 	MasterPort int
+	// NoRelay pushes every file to every SSH node from this machine, as
+	// before relays: no node serves another (distribute.go).
+	NoRelay bool
 	// NoStaging refuses a job whose SSH node lacks a data path, instead
 	// of copying it there from this machine (stage.go; gptui run
 	// --stage-data=never).
@@ -232,6 +240,7 @@ type Push struct {
 	Bytes   int64         // its size
 	Skipped bool          // the node already had it (same SHA-256)
 	Took    time.Duration // the whole push, hashing included
+	Via     string        // the node it was relayed from; "" for this machine (distribute.go)
 }
 
 // InputError is a mistake in the user's input found while planning: a
@@ -318,8 +327,9 @@ type Job struct {
 	plan    *Plan
 	started bool
 	closed  bool
-	run     *runState  // set by Start
-	locks   *lockOrder // set by Plan
+	run     *runState    // set by Start
+	locks   *lockOrder   // set by Plan
+	dist    *distributor // set by Plan, for its setup
 }
 
 // New returns a job for opts. Nothing happens until Plan.

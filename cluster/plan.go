@@ -75,6 +75,10 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 	// depend on timing.
 	setupCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	// The executable and the staged data spread from node to node
+	// (distribute.go), but for a stand-in that is no executable.
+	j.dist = newDistributor(setupCtx, !o.NoRelay && exePlat != "")
+	defer j.dist.close()
 	own := make([]bool, len(nodes))
 	// The nodes are set up in the order their workdir locks are taken
 	// (lockOrder), so that a node waiting for its turn to lock never
@@ -107,6 +111,7 @@ func (j *Job) Plan(ctx context.Context) (*Plan, error) {
 		}
 		return nil
 	})
+	j.dist.close()
 	errs := make([]error, len(nodes)) // in the inventory's order
 	for k, err := range sorted {
 		errs[order.node[k]] = err
@@ -230,17 +235,17 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 		if err != nil {
 			return n, fmt.Errorf("cluster: %w", err)
 		}
-		start := time.Now()
-		skipped, err := n.client.Push(ctx, bin, path.Join(n.dir, "gptui"), 0o755)
+		ps, notes, err := j.dist.push(ctx, n, bin, path.Join(n.dir, "gptui"), 0o755)
 		if err != nil {
 			return n, fmt.Errorf("node %s: %w", name, err)
 		}
-		ps := Push{File: path.Join(n.dir, "gptui"), From: bin, Bytes: fi.Size(), Skipped: skipped, Took: time.Since(start)}
+		ps.Bytes = fi.Size()
 		np.Pushes = append(np.Pushes, ps)
 		msg := ps.String()
 		if bin != exe {
 			msg += fmt.Sprintf(": %s, the binary for %s", bin, hi.platform)
 		}
+		msg += relayNotes(notes)
 		j.nodeEvent(name, event.NodePushing, msg)
 		if !o.DryRun {
 			if err := j.takeLockInTurn(ctx, n, i); err != nil {
@@ -301,7 +306,11 @@ func (p Push) String() string {
 	if p.Skipped {
 		return fmt.Sprintf("%s unchanged (SHA-256 matches), push skipped in %v", p.File, p.Took.Round(time.Millisecond))
 	}
-	return fmt.Sprintf("%s pushed (%s) in %v", p.File, units.Bytes(p.Bytes), p.Took.Round(time.Millisecond))
+	s := fmt.Sprintf("%s pushed (%s) in %v", p.File, units.Bytes(p.Bytes), p.Took.Round(time.Millisecond))
+	if p.Via != "" {
+		s += ", relayed from " + p.Via
+	}
+	return s
 }
 
 // describeProbe sums a probe up in a few words.

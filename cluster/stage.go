@@ -19,7 +19,9 @@ import (
 // tokenizer, the model init_from names) that an SSH node lacks is copied
 // there from this machine when this machine has it: every file of it,
 // through Push — SHA-256 verified on the node, written to a temporary
-// name and renamed, a file already there with the same content skipped —
+// name and renamed, a file already there with the same content skipped;
+// a file of 1 MiB or more relayed from a node that staged it before
+// (distribute.go), verified and renamed in the same way —
 // so a staging cut off (an interrupt, a lost connection) resumes at the
 // next launch where it stopped, file by file. A relative path is taken
 // from the node's workdir there and from the current directory here, as
@@ -100,18 +102,17 @@ func (j *Job) stageData(ctx context.Context, n *node, missing []string) (left []
 		var sent int64
 		skipped := 0
 		for i, f := range files {
-			t0 := time.Now()
-			skip, err := n.client.Push(ctx, f.local, f.remote, 0o644)
+			ps, notes, err := j.dist.push(ctx, n, f.local, f.remote, 0o644)
 			if err != nil {
 				return nil, fmt.Errorf("node %s: staging %s: %w", n.name, p, err)
 			}
-			if skip {
+			ps.Bytes = f.bytes
+			if ps.Skipped {
 				skipped++
 			} else {
 				sent += f.bytes
 			}
-			ps := Push{File: f.remote, From: f.local, Bytes: f.bytes, Skipped: skip, Took: time.Since(t0)}
-			j.nodeEvent(n.name, event.NodePushing, fmt.Sprintf("staging %s (%d/%d): %s", p, i+1, len(files), ps))
+			j.nodeEvent(n.name, event.NodePushing, fmt.Sprintf("staging %s (%d/%d): %s", p, i+1, len(files), ps)+relayNotes(notes))
 		}
 		msg := fmt.Sprintf("staged %s in %v: %s sent", what, time.Since(start).Round(time.Millisecond), units.Bytes(sent))
 		if skipped > 0 {

@@ -31,6 +31,7 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	ckptManifest := fs.String("manifest", "", "with -checkpoint-install: the `SHA256` the copy's manifest must have")
 	keepLast := fs.Int("keep-last", 0, "with -checkpoint-install: keep the newest `N` checkpoints (0 keeps all)")
 	preflight := fs.Bool("preflight", false, "check this node for the job described on standard input, meeting the other nodes' pre-flights, print one preflight event and exit (launcher use)")
+	serveFiles := fs.Bool("serve-files", false, "serve files of this node to the job's other nodes over TCP, each to one connection presenting a token granted on standard input, until standard input ends (launcher use: relayed pushes)")
 	lock := fs.Bool("lock", false, "take the lock of the working directory (the node's workdir) for the job read from standard input, answer, and hold it until standard input ends (launcher use)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -56,6 +57,8 @@ func cmdAgent(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	case *ckptInstall != "":
 		_, err := checkpoint.Install(filepath.Dir(filepath.Clean(*ckptInstall)), *ckptInstall, *ckptManifest, *keepLast)
 		return err
+	case *serveFiles:
+		return agent.ServeFiles(ctx, stdin, stdout)
 	case *lock:
 		// The lock is released at the end of standard input or at a
 		// signal; a hang-up is one too.
