@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/units"
 )
 
 // The pre-flight (`gptui agent --preflight`, hidden) checks a node before

@@ -18,10 +18,10 @@ import (
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/event"
 	"github.com/gptui/gptui/fence"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/launch"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // Plan sets the job up on every node (connect, push, probe, check the data

@@ -20,9 +20,9 @@ import (
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // Bounds of the pre-flight.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gptui/gptui/engine/checkpoint"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // Bounds of the replica copies: one copy, and how long the end of a job

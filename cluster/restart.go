@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/jobdir"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // Restart tries: at a restart, setting the nodes up is tried PlanTries

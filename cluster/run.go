@@ -11,8 +11,8 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // tailLines is how many lines of each rank's output the launcher keeps

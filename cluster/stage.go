@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // Data staging. A data path of the config (a dataset's folder, the

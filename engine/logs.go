@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // LogWriteError is a failed write to a log file (workerlog.<rank> or

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gptui/gptui/arch"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // meter times a run's steps and reports them every Engine.logging_freq

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/units"
 )
 
 // peakOf is a CPU backend whose PeakFLOPS is peak.

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 	"path"
 	"slices"
 	"strconv"

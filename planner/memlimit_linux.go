@@ -1,7 +1,7 @@
 package planner
 
 import (
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 	"os"
 	"runtime"
 	"syscall"

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gptui/gptui/arch"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 
 	"github.com/gptui/gptui/presets"
 )

@@ -2,7 +2,7 @@ package planner
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 	"math"
 	"testing"
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // WriteTable writes the ranked plans as the table 'gptui plan' prints: the

@@ -12,10 +12,10 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/report"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // Panes of the dashboard, in tab order.

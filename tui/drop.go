@@ -11,9 +11,9 @@ import (
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/units"
 )
 
 // Dropping a lost node (D on the dashboard) is what a restart does with

@@ -8,9 +8,9 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gptui/gptui/cluster"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
+	"github.com/gptui/gptui/units"
 )
 
 // jobModel is the Job screen: the preset or config file, the restart

@@ -2,7 +2,7 @@ package tui
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 	"strconv"
 	"strings"
 

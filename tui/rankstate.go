@@ -8,7 +8,7 @@ import (
 
 	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // States of a rank on the dashboard, from the facts the job reports: the

@@ -8,9 +8,9 @@ import (
 
 	tea "charm.land/bubbletea/v2"
 
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // rankTableModel is the Rank table screen: nodes × devices with their rank ids,

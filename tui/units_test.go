@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/event"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
+	"github.com/gptui/gptui/units"
 )
 
 // decimalSize is a memory size written in decimal units or with a bare

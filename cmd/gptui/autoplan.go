@@ -8,9 +8,9 @@ import (
 
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/units"
 )
 
 // autoPlan applies Distributed.auto for 'gptui train' (planner.Auto: the

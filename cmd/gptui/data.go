@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/gptui/gptui/engine/data"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 func cmdData(ctx context.Context, args []string, stdout, stderr io.Writer) error {

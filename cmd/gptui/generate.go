@@ -12,10 +12,10 @@ import (
 
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/units"
 )
 
 func cmdGenerate(ctx context.Context, args []string, stdout, stderr io.Writer) error {

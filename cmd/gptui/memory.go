@@ -7,10 +7,10 @@ import (
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/engine/data"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
+	"github.com/gptui/gptui/units"
 )
 
 // refuseOver is the memory rule every check of this file applies, before

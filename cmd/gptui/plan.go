@@ -12,12 +12,12 @@ import (
 	"github.com/gptui/gptui/badinput"
 	"github.com/gptui/gptui/cluster"
 	"github.com/gptui/gptui/engine"
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/planner/profile"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 // cmdPlan implements 'gptui plan': the parallel strategies of a config on

@@ -8,9 +8,9 @@ import (
 	"net"
 	"strings"
 
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/ranktable"
 	"github.com/gptui/gptui/sshexec"
+	"github.com/gptui/gptui/units"
 )
 
 const ranktableUsage = `Usage:

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 	"io"
 	"io/fs"
 	"os"

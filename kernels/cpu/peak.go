@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/gptui/gptui/internal/units"
+	"github.com/gptui/gptui/units"
 )
 
 // Name describes the backend in one line: its GEMM and threads, for

@@ -10,8 +10,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/units"
 )
 
 // Precision is the element type the GEMMs multiply in. Everything else —

@@ -6,10 +6,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gptui/gptui/internal/units"
 	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/tui"
+	"github.com/gptui/gptui/units"
 )
 
 // Planner returns the Job screen's planner (tui.Planner): the strategies of the job's
