@@ -36,15 +36,7 @@ type JumpNet struct {
 // system with ip netns.
 func NewJumpNet(t testing.TB, n int) *JumpNet {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("sshtest: network namespaces (ip netns) need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("sshtest: ip (iproute2) not found, no network namespaces: %v", err)
-	}
-	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
-		t.Skipf("sshtest: ip netns is not available: %v: %s", err, strings.TrimSpace(string(out)))
-	}
+	needNetns(t)
 	if n < 1 || n > 250 {
 		t.Fatalf("sshtest: NewJumpNet(%d): 1 to 250 nodes", n)
 	}
@@ -84,12 +76,7 @@ func NewJumpNet(t testing.TB, n int) *JumpNet {
 	for i := range n {
 		j.Nodes = append(j.Nodes, fmt.Sprintf("198.19.0.%d", i+2))
 	}
-	must := func(args ...string) {
-		t.Helper()
-		if out, err := ipOut(args...); err != nil {
-			t.Fatalf("sshtest: ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	must := func(args ...string) { t.Helper(); mustIP(t, args...) }
 	must("netns", "add", j.NodesNS)
 	t.Cleanup(func() { ipOut("netns", "del", j.NodesNS) })
 
@@ -139,7 +126,30 @@ func (j *JumpNet) NodeName(i int) string {
 	return fmt.Sprintf("node%d.%s", i, j.BastionNS)
 }
 
-// ipOut runs ip with args and returns its output.
+// needNetns skips t, saying why, unless it runs as root on a system with
+// ip netns.
+func needNetns(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("sshtest: network namespaces (ip netns) need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("sshtest: ip (iproute2) not found, no network namespaces: %v", err)
+	}
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
+		t.Skipf("sshtest: ip netns is not available: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+}
+
+// mustIP runs ip with args and fails t with its output if it fails.
+func mustIP(t testing.TB, args ...string) {
+	t.Helper()
+	if out, err := ipOut(args...); err != nil {
+		t.Fatalf("sshtest: ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// ipOut runs ip with args and returns its output, trimmed.
 func ipOut(args ...string) (string, error) {
 	out, err := exec.Command("ip", args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err

@@ -40,24 +40,11 @@ const DeadEndAddr = "198.19.250.1/24"
 // saying why, unless it runs as root on a system with ip netns.
 func NewNodeNet(t testing.TB, n int, deadEnd string) *NodeNet {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("sshtest: network namespaces (ip netns) need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("sshtest: ip (iproute2) not found, no network namespaces: %v", err)
-	}
-	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
-		t.Skipf("sshtest: ip netns is not available: %v: %s", err, strings.TrimSpace(string(out)))
-	}
+	needNetns(t)
 	if n < 1 || n > 200 {
 		t.Fatalf("sshtest: NewNodeNet(%d): 1 to 200 nodes", n)
 	}
-	must := func(args ...string) {
-		t.Helper()
-		if out, err := ipOut(args...); err != nil {
-			t.Fatalf("sshtest: ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	must := func(args ...string) { t.Helper(); mustIP(t, args...) }
 	pid := os.Getpid()
 	var nn *NodeNet
 	var veth, prefix string

@@ -39,24 +39,11 @@ type StarNet struct {
 // netns.
 func NewStarNet(t testing.TB, n int) *StarNet {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("sshtest: network namespaces (ip netns) need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skipf("sshtest: ip (iproute2) not found, no network namespaces: %v", err)
-	}
-	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
-		t.Skipf("sshtest: ip netns is not available: %v: %s", err, strings.TrimSpace(string(out)))
-	}
+	needNetns(t)
 	if n < 1 || n > 250 {
 		t.Fatalf("sshtest: NewStarNet(%d): 1 to 250 nodes", n)
 	}
-	must := func(args ...string) {
-		t.Helper()
-		if out, err := ipOut(args...); err != nil {
-			t.Fatalf("sshtest: ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
+	must := func(args ...string) { t.Helper(); mustIP(t, args...) }
 	pid := os.Getpid()
 	var s *StarNet
 	var prefix string
