@@ -339,6 +339,10 @@ func (j *Job) takeLock(ctx context.Context, n *node) error {
 		}
 	}
 	var reply agent.LockReply
+	if err == nil && len(line) == 0 && ctx.Err() != nil {
+		// The stop ended the session as it answered: both were ready.
+		err = context.Cause(ctx)
+	}
 	if err == nil {
 		if jerr := json.Unmarshal(line, &reply); jerr != nil {
 			ap.kill()
