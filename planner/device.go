@@ -129,6 +129,21 @@ func LookupDevice(name string) (Device, error) {
 	return Device{}, fmt.Errorf("unknown device %q; use one of %s", name, strings.Join(names, ", "))
 }
 
+// DefaultProfile is the device profile a plan assumes when nothing names
+// one: "cpu" for a config that trains on the CPU; for one on GPUs,
+// V100-32G, the seeds' device, unless the config's precision is bf16,
+// which a V100 lacks (its GPU backend would fall back to fp16): then
+// A100-80G.
+func DefaultProfile(device, dtype string) string {
+	switch {
+	case device == "cpu":
+		return "cpu"
+	case dtype == "bf16" || dtype == "bfloat16":
+		return "A100-80G"
+	}
+	return "V100-32G"
+}
+
 // ProfileForGPU returns the name of the built-in profile for a GPU as
 // NVML names it, with its memory: "H100-80G" for an "NVIDIA H100 80GB
 // HBM3"; "" for a GPU it does not know.

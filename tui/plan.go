@@ -98,8 +98,8 @@ func (m *Model) planReport() *PlanReport {
 // planDevice returns the planner's device profile for a job of cfg on the
 // ready nodes (names, with their probes): the cpu profile for a job on the
 // CPU, whatever the nodes have; for a GPU job the profile of the first GPU
-// the probes name (V100-32G, as 'gptui plan' does, for one it does not
-// know). A GPU job on nodes without GPUs is an error that says which
+// the probes name (for one it does not know, planner.DefaultProfile's,
+// as 'gptui plan' takes). A GPU job on nodes without GPUs is an error that says which
 // nodes have none and what to do.
 func planDevice(cfg *presets.Config, names []string, probes map[string]*event.Probe) (string, error) {
 	if cfg.Global.Device == "cpu" {
@@ -136,7 +136,7 @@ func planDevice(cfg *presets.Config, names []string, probes map[string]*event.Pr
 			cfg.Global.Device, strings.Join(none, " and "), verb)
 	}
 	if profile == "" {
-		profile = "V100-32G"
+		profile = planner.DefaultProfile(cfg.Global.Device, cfg.Engine.MixPrecision.Dtype)
 	}
 	return profile, nil
 }

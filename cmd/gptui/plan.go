@@ -29,7 +29,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	hosts := fs.String("hosts", "", "host inventory: count its nodes and devices (no connection is made, except with --profile)")
 	nodes := fs.Int("nodes", 1, "number of nodes")
 	perNode := fs.Int("devices-per-node", 0, "devices per node (default, without --nodes: the config's strategy's devices, in nodes of 8 accelerators; with --nodes: 8 for accelerators, 1 for cpu)")
-	dev := fs.String("device", "", "device profile: V100-32G, A100-40G, A100-80G, H100-80G, H200-141G or cpu (default: cpu for Global.device=cpu, else V100-32G)")
+	dev := fs.String("device", "", "device profile: V100-32G, A100-40G, A100-80G, H100-80G, H200-141G or cpu (default: cpu for Global.device=cpu, else V100-32G, or A100-80G for a bf16 config: a V100 has no bf16)")
 	top := fs.Int("top", 10, "plans to list, feasible and rejected each; 0 lists all")
 	asJSON := fs.Bool("json", false, "print the plans as a JSON list")
 	profile := fs.Bool("profile", false, "measure this machine's GEMM rate, optimizer rate and the link between two local workers (with --hosts, also between the inventory's first two nodes), and save them as the cpu profile")
@@ -103,10 +103,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	name := *dev
 	if name == "" {
-		name = "V100-32G"
-		if cfg.Global.Device == "cpu" {
-			name = "cpu"
-		}
+		name = planner.DefaultProfile(cfg.Global.Device, cfg.Engine.MixPrecision.Dtype)
 	}
 	var note string
 	if cl.Device, note, err = planner.ProfileFor(name, path); err != nil {
