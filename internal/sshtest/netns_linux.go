@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // JumpNet is a network of Linux network namespaces for the tests of nodes
@@ -173,52 +172,16 @@ func StartIn(t testing.TB, ns, addr string) *Server {
 			t.Fatalf("sshtest: create privilege separation directory: %v", err)
 		}
 	}
-	s := &Server{Addr: addr, Port: 22, User: u.Username, Dir: t.TempDir(), t: t, sshd: SSHD, log: &lockedBuffer{}}
+	s := &Server{Addr: addr, Port: 22, User: u.Username, Dir: t.TempDir(), t: t, sshd: SSHD, ns: ns, log: &lockedBuffer{}}
 	if err := s.writeUserKey(); err != nil {
 		t.Fatalf("sshtest: %v", err)
 	}
 	if err := s.writeHostKeys(); err != nil {
 		t.Fatalf("sshtest: %v", err)
 	}
-	config := filepath.Join(s.Dir, "sshd_config")
-	if err := os.WriteFile(config, []byte(s.config()), 0o600); err != nil {
-		t.Fatalf("sshtest: write sshd_config: %v", err)
+	if err := s.run(); err != nil {
+		t.Fatalf("sshtest: sshd in %s on %s: %v", ns, addr, err)
 	}
-	// ip netns exec replaces itself with sshd: the process is sshd's.
-	cmd := exec.Command("ip", "netns", "exec", ns, s.sshd, "-D", "-e", "-f", config)
-	cmd.Stdout, cmd.Stderr = s.log, s.log
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.SysProcAttr = sysProcAttr()
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("sshtest: run sshd in %s: %v", ns, err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() {
-		waitErr = cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
 	t.Cleanup(s.Stop)
-
-	// This namespace may not reach the server: wait for sshd to say it
-	// listens.
-	listening := fmt.Sprintf("Server listening on %s port 22.", addr)
-	for deadline := time.Now().Add(startTimeout); !strings.Contains(s.Log(), listening); {
-		select {
-		case <-exited:
-			s.mu.Lock()
-			s.cmd = nil
-			s.mu.Unlock()
-			t.Fatalf("sshtest: sshd in %s on %s exited: %v: %s", ns, addr, waitErr, strings.TrimSpace(s.Log()))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshtest: sshd in %s did not listen on %s within %v: %s", ns, s.HostPort(), startTimeout, s.Log())
-		}
-	}
 	return s
 }

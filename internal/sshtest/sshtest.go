@@ -73,9 +73,12 @@ type Server struct {
 
 	t    testing.TB
 	sshd string
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	log  *lockedBuffer
+	// ns is the network namespace sshd runs in (StartIn); "" for this
+	// process's.
+	ns  string
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	log *lockedBuffer
 	// exited is closed when cmd has been waited for.
 	exited chan struct{}
 }
@@ -225,7 +228,8 @@ func (s *Server) RotateHostKey(t testing.TB) {
 }
 
 // run writes the configuration for s.Port and runs sshd until it accepts
-// connections.
+// connections — in s.ns when set, which this process's namespace may not
+// reach: then until sshd says it listens.
 func (s *Server) run() error {
 	config := filepath.Join(s.Dir, "sshd_config")
 	if err := os.WriteFile(config, []byte(s.config()), 0o600); err != nil {
@@ -238,6 +242,18 @@ func (s *Server) run() error {
 	log := s.log
 	s.mu.Unlock()
 	cmd := exec.Command(s.sshd, "-D", "-e", "-f", config)
+	ready := s.probe
+	if s.ns != "" {
+		// ip netns exec replaces itself with sshd: the process is sshd's.
+		cmd = exec.Command("ip", "netns", "exec", s.ns, s.sshd, "-D", "-e", "-f", config)
+		listening := fmt.Sprintf("Server listening on %s port %d.", s.Addr, s.Port)
+		ready = func() error {
+			if !strings.Contains(log.String(), listening) {
+				return errors.New("not listening yet")
+			}
+			return nil
+		}
+	}
 	cmd.Stdout = log
 	cmd.Stderr = log
 	// sshd does not need the test's environment (SSH_AUTH_SOCK and so on).
@@ -261,7 +277,7 @@ func (s *Server) run() error {
 
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if err := s.probe(); err == nil {
+		if err := ready(); err == nil {
 			return nil
 		}
 		select {
