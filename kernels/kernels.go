@@ -148,6 +148,47 @@ type Backend interface {
 
 	// ---- end of the Llama family ----
 
+	// ---- context parallelism: ring attention. A rank r of cp ranks holds,
+	// of each of the B sequences of T tokens, two chunks of c = T/(2·cp)
+	// positions, chunk r and chunk 2·cp−1−r, in rows = 2·B·c rows laid out
+	// chunk-major (2,B,c): row (half·B+b)·c+t holds position
+	// chunk(half)·c+t of sequence b. Its queries meet every rank's keys and
+	// values, one block kv (rows, 2·NKV·hd) per step around the ring (the
+	// key heads then the value heads of a row), by an online softmax:
+	// stats (rows,NH,2) holds each query row and head's running max m and
+	// sum l, lse and delta are (rows,NH). Heads and causality as
+	// GQAForward's; no dropout. Summed over the ranks and blocks, the
+	// forward and backward passes are GQAForward and GQABackward of the
+	// whole sequence, rows permuted. ----
+
+	// RingKV writes kv (rows, 2·NKV·hd) from the key and value heads of
+	// qkv (rows, (NH+2·NKV)·hd).
+	RingKV(kv, qkv []float32, rows, NH, NKV, hd int)
+	// RingAttentionForward folds the key/value block kv of rank kr into
+	// the running attention of rank qr's queries (the query heads of qkv):
+	// online softmax, out (rows, NH·hd) unnormalised, stats (m, l). first
+	// starts the fold (out = 0, m = −Inf, l = 0) before folding kv. A
+	// block wholly in the queries' future changes nothing (but first still
+	// initialises).
+	RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, NKV, hd, cp, qr, kr int, first bool)
+	// RingAttentionFinish divides out by l and writes lse = m + ln l.
+	RingAttentionFinish(out, lse, stats []float32, rows, NH, hd int)
+	// RingAttentionDelta writes delta = Σ over each head's hd channels of
+	// dout·out, dout and out (rows, NH·hd).
+	RingAttentionDelta(delta, dout, out []float32, rows, NH, hd int)
+	// RingAttentionBackward accumulates, for the key/value block kv of
+	// rank kr and rank qr's queries, the queries' gradient into the query
+	// part of dqkv (its key/value parts untouched) and the block's key and
+	// value gradient into dkv (rows, 2·NKV·hd), as FlashAttention-2's
+	// backward: P = exp(S − lse), dV += Pᵀ·dO, dP = dO·Vᵀ,
+	// dS = P∘(dP − delta), dQ += scale·dS·K, dK += scale·dSᵀ·Q.
+	RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []float32, B, c, NH, NKV, hd, cp, qr, kr int)
+	// RingKVGrad writes (overwrites) the key and value parts of dqkv from
+	// dkv, the block's gradient once it is home.
+	RingKVGrad(dqkv, dkv []float32, rows, NH, NKV, hd int)
+
+	// ---- end of context parallelism ----
+
 	// GeluForward applies GELU (GPT-2's tanh approximation) elementwise:
 	// out = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 	GeluForward(out, inp []float32)

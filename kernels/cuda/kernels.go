@@ -88,7 +88,7 @@ var kernelNames = []string{
 // KernelNames returns the name of every kernel the Kernels methods launch
 // (the `extern "C" __global__` functions of [Source]).
 func KernelNames() []string {
-	return append(append(append([]string(nil), kernelNames...), attentionKernelNames()...), llamaKernelNames...)
+	return append(append(append(append([]string(nil), kernelNames...), attentionKernelNames()...), llamaKernelNames...), ringKernelNames...)
 }
 
 // Launch geometry.

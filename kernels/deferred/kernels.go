@@ -231,3 +231,39 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 func (b *Backend) GQADecode(out, q, kc, vc []float32, B, pos, maxT, NH, NKV, hd int) {
 	b.enqueue("GQADecode", func() { b.inner.GQADecode(dev(b, out), dev(b, q), dev(b, kc), dev(b, vc), B, pos, maxT, NH, NKV, hd) }, outs{out}, ins{q, kc, vc})
 }
+
+// RingKV queues the inner backend's RingKV.
+func (b *Backend) RingKV(kv, qkv []float32, rows, NH, NKV, hd int) {
+	b.enqueue("RingKV", func() { b.inner.RingKV(dev(b, kv), dev(b, qkv), rows, NH, NKV, hd) }, outs{kv}, ins{qkv})
+}
+
+// RingAttentionForward queues the inner backend's RingAttentionForward.
+func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, NKV, hd, cp, qr, kr int, first bool) {
+	b.enqueue("RingAttentionForward", func() {
+		b.inner.RingAttentionForward(dev(b, out), dev(b, stats), dev(b, qkv), dev(b, kv), B, c, NH, NKV, hd, cp, qr, kr, first)
+	},
+		outs{out, stats}, ins{qkv, kv})
+}
+
+// RingAttentionFinish queues the inner backend's RingAttentionFinish.
+func (b *Backend) RingAttentionFinish(out, lse, stats []float32, rows, NH, hd int) {
+	b.enqueue("RingAttentionFinish", func() { b.inner.RingAttentionFinish(dev(b, out), dev(b, lse), dev(b, stats), rows, NH, hd) }, outs{out, lse}, ins{stats})
+}
+
+// RingAttentionDelta queues the inner backend's RingAttentionDelta.
+func (b *Backend) RingAttentionDelta(delta, dout, out []float32, rows, NH, hd int) {
+	b.enqueue("RingAttentionDelta", func() { b.inner.RingAttentionDelta(dev(b, delta), dev(b, dout), dev(b, out), rows, NH, hd) }, outs{delta}, ins{dout, out})
+}
+
+// RingAttentionBackward queues the inner backend's RingAttentionBackward.
+func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []float32, B, c, NH, NKV, hd, cp, qr, kr int) {
+	b.enqueue("RingAttentionBackward", func() {
+		b.inner.RingAttentionBackward(dev(b, dqkv), dev(b, dkv), dev(b, dout), dev(b, qkv), dev(b, kv), dev(b, lse), dev(b, delta), B, c, NH, NKV, hd, cp, qr, kr)
+	},
+		outs{dqkv, dkv}, ins{dout, qkv, kv, lse, delta})
+}
+
+// RingKVGrad queues the inner backend's RingKVGrad.
+func (b *Backend) RingKVGrad(dqkv, dkv []float32, rows, NH, NKV, hd int) {
+	b.enqueue("RingKVGrad", func() { b.inner.RingKVGrad(dev(b, dqkv), dev(b, dkv), rows, NH, NKV, hd) }, outs{dqkv}, ins{dkv})
+}
