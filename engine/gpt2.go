@@ -135,15 +135,17 @@ func (m *Model) whole() []Span { return []Span{{0, 0, m.n}} }
 // numLayers is the number of blocks held.
 func (m *Model) numLayers() int { return len(m.Part.Layers) }
 
-// layerActs are the activations of one block that backward reads.
+// layerActs are the activations of one block that backward reads: the
+// rank's Nr rows of the residual stream's (par.rows: all N = B·T, or its
+// share under sequence parallelism), all N rows of the regions'.
 type layerActs struct {
-	ln1, ln1Mean, ln1Rstd []float32 // (B,T,C), (B,T), (B,T)
-	qkv                   []float32 // (B,T,3Cl)
-	atty                  []float32 // (B,T,Cl) attention output, heads side by side
-	res2                  []float32 // (B,T,C) residual after attention
-	ln2, ln2Mean, ln2Rstd []float32 // (B,T,C), (B,T), (B,T)
-	fch                   []float32 // (B,T,Fl) MLP pre-activation
-	fchGelu               []float32 // (B,T,Fl) MLP activation
+	ln1, ln1Mean, ln1Rstd []float32 // (Nr,C), (Nr), (Nr)
+	qkv                   []float32 // (N,3Cl)
+	atty                  []float32 // (N,Cl) attention output, heads side by side
+	res2                  []float32 // (Nr,C) residual after attention
+	ln2, ln2Mean, ln2Rstd []float32 // (Nr,C), (Nr), (Nr)
+	fch                   []float32 // (N,Fl) MLP pre-activation
+	fchGelu               []float32 // (N,Fl) MLP activation
 }
 
 // activations of one micro-batch: what the forward pass keeps for the
@@ -151,12 +153,12 @@ type layerActs struct {
 // flight, each with its own.
 type activations struct {
 	B, T    int
-	resid   [][]float32 // Ll+1 × (B,T,C): resid[0] the stage's input, resid[i+1] output of local block i
+	resid   [][]float32 // Ll+1 × (Nr,C): resid[0] the stage's input, resid[i+1] output of local block i
 	layers  []layerActs // Ll, or the shared scratch one when recomputing whole blocks
 	att     [][]float32 // Ll × (B,NHl,T,T) (kernels.AttentionFloats), or the shared scratch one when recomputing attention
-	lnf     []float32   // (B,T,C)         head only
-	lnfMean []float32   // (B,T)
-	lnfRstd []float32   // (B,T)
+	lnf     []float32   // (Nr,C)         head only
+	lnfMean []float32   // (Nr)
+	lnfRstd []float32   // (Nr)
 	logits  []float32   // (B,T,Vl): real vocabulary only; gradient in place
 	losses  []float32   // (B,T)
 	inputs  []int32     // (B,T) copy of the batch, read by backward
@@ -169,29 +171,31 @@ type activations struct {
 // scratch is what the passes of every micro-batch share: the buffers of
 // backward, and what is recomputed rather than kept.
 type scratch struct {
-	proj   []float32 // (B,T,C) a branch output before dropout
-	dresid []float32 // (B,T,C) gradient of the residual stream
-	dln    []float32 // (B,T,C)
+	proj   []float32 // (B,T,C) a branch output before dropout (its first Nr rows: its gradient)
+	dresid []float32 // (Nr,C) gradient of the residual stream
+	dln    []float32 // (B,T,C) a region's input gradient
 	dqkv   []float32 // (B,T,3Cl)
 	datty  []float32 // (B,T,Cl)
 	dfch   []float32 // (B,T,Fl)
 	dfchG  []float32 // (B,T,Fl)
 	dqkvw  []float32 // a Llama's qkvw gradient of one block, when its key/value heads have copies (sumKVCopies)
+	dnorm  []float32 // the norms' weight gradients of one block, under sequence parallelism (normGrads)
 	layer  layerActs // full recompute: the block being rebuilt
 	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
 
 	bufs []any // every buffer above, to give back
 }
 
-// newLayerActs allocates the activations of one block of N rows, their
-// widths w (blockWidths).
-func newLayerActs(n func(int) []float32, N, C int, w widths) layerActs {
+// newLayerActs allocates the activations of one block of N rows, Nr of
+// them the rank's rows of the residual stream, their widths w
+// (blockWidths).
+func newLayerActs(n func(int) []float32, N, Nr, C int, w widths) layerActs {
 	la := layerActs{
-		ln1: n(N * C), ln1Rstd: n(N), qkv: n(N * w.qkv), atty: n(N * w.att),
-		res2: n(N * C), ln2: n(N * C), ln2Rstd: n(N), fch: n(N * w.fc), fchGelu: n(N * w.act),
+		ln1: n(Nr * C), ln1Rstd: n(Nr), qkv: n(N * w.qkv), atty: n(N * w.att),
+		res2: n(Nr * C), ln2: n(Nr * C), ln2Rstd: n(Nr), fch: n(N * w.fc), fchGelu: n(N * w.act),
 	}
 	if w.mean {
-		la.ln1Mean, la.ln2Mean = n(N), n(N)
+		la.ln1Mean, la.ln2Mean = n(Nr), n(Nr)
 	}
 	return la
 }
@@ -199,17 +203,21 @@ func newLayerActs(n func(int) []float32, N, C int, w widths) layerActs {
 func (m *Model) newScratch(B, T int) *scratch {
 	c, d, w := m.Cfg, m.dims, m.blockWidths()
 	N, C := B*T, c.C
+	_, Nr := m.par.rows(N)
 	var bufs []any
 	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
 	sc := &scratch{
-		proj: f(N * C), dresid: f(N * C), dln: f(N * C), dqkv: f(N * w.qkv), datty: f(N * w.att),
+		proj: f(N * C), dresid: f(Nr * C), dln: f(N * C), dqkv: f(N * w.qkv), datty: f(N * w.att),
 		dfch: f(N * w.fc), dfchG: f(N * w.act),
 	}
 	if d.kvCopies > 1 {
 		sc.dqkvw = f(w.qkv * C)
 	}
+	if m.Part.SP {
+		sc.dnorm = f(4 * C) // two LayerNorms' weights and biases
+	}
 	if m.recompute == RecomputeFull {
-		sc.layer = newLayerActs(f, N, C, w)
+		sc.layer = newLayerActs(f, N, Nr, C, w)
 	}
 	if m.recompute != RecomputeNone {
 		sc.att = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
@@ -231,6 +239,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	c, d, sc := m.Cfg, m.dims, m.scratch
 	C, Ll, w := c.C, m.numLayers(), m.blockWidths()
 	N := B * T
+	_, Nr := m.par.rows(N)
 	a := &activations{B: B, T: T}
 	f := func(n int) []float32 {
 		a.stored += 4 * n
@@ -240,7 +249,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	}
 	a.resid = make([][]float32, Ll+1)
 	for l := lo; l <= hi; l++ {
-		a.resid[l] = f(N * C)
+		a.resid[l] = f(Nr * C)
 	}
 	a.layers = make([]layerActs, Ll)
 	a.att = make([][]float32, Ll)
@@ -248,7 +257,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if m.recompute == RecomputeFull {
 			a.layers[l] = sc.layer
 		} else {
-			a.layers[l] = newLayerActs(f, N, C, w)
+			a.layers[l] = newLayerActs(f, N, Nr, C, w)
 		}
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
@@ -257,9 +266,9 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		}
 	}
 	if m.Part.Head && hi == Ll {
-		a.lnf, a.lnfRstd = f(N*C), f(N)
+		a.lnf, a.lnfRstd = f(Nr*C), f(Nr)
 		if w.mean {
-			a.lnfMean = f(N)
+			a.lnfMean = f(Nr)
 		}
 		a.logits, a.losses = f(N*d.Vl), f(N)
 	}
@@ -320,6 +329,14 @@ const (
 
 func (m *Model) dropout(p float32, ps DropoutKey, l, site int) kernels.Dropout {
 	return kernels.Dropout{P: p, Key: kernels.SiteKey(m.seed, uint64(ps.Step), uint64(l), uint64(site))}
+}
+
+// streamOff is the index in a residual-stream dropout stream of this
+// rank's first element of a (B,T) micro-batch: the micro-batch's first
+// sample's, plus the rows before the rank's (par.rows).
+func (m *Model) streamOff(ps *pass, B, T int) uint64 {
+	first, _ := m.par.rows(B * T)
+	return uint64(ps.Sample)*uint64(T*m.Cfg.C) + uint64(first*m.Cfg.C)
 }
 
 // Forward runs a training pass of the model on inputs (B,T): dropout on,
@@ -425,14 +442,14 @@ func (m *Model) embedForward(a *activations, ps *pass) {
 		hd = c.HiddenDropout
 	}
 	m.par.embedForward(ps, a.resid[0], a.inputs, p.wte, p.wpe, B, T, C)
-	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), m.streamOff(ps, B, T))
 }
 
 // embedBackward accumulates the embedding gradients from sc.dresid.
 func (m *Model) embedBackward(a *activations, ps *pass) {
 	be, c, g, sc := m.be, m.Cfg, m.grad, m.scratch
 	B, T, C := a.B, a.T, c.C
-	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), m.streamOff(ps, B, T))
 	m.par.embedBackward(ps, g.wte, g.wpe, sc.dresid, a.inputs, B, T, C)
 }
 
@@ -476,8 +493,8 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 // never the logits (par.crossEntropy).
 func (m *Model) headForward(a *activations, ps *pass) {
 	be, c, p := m.be, m.Cfg, m.param
-	N, C := a.B*a.T, c.C
-	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, N, C)
+	_, Nr := m.par.rows(a.B * a.T)
+	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, Nr, c.C)
 	m.classify(a, ps, p.wte)
 }
 
@@ -488,10 +505,10 @@ func (m *Model) headForward(a *activations, ps *pass) {
 func (m *Model) classify(a *activations, ps *pass, w []float32) {
 	be, c, d := m.be, m.Cfg, m.dims
 	N, C := a.B*a.T, c.C
-	m.par.enterTP(ps, a.lnf)
+	x := m.par.enterTP(ps, a.lnf)
 	if d.Vl > 0 {
 		// Padded rows of w never score.
-		be.MatmulForward(a.logits, a.lnf, w[:d.Vl*C], nil, N, C, d.Vl)
+		be.MatmulForward(a.logits, x, w[:d.Vl*C], nil, N, C, d.Vl)
 	}
 	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl)
 	if ps.loss != nil {
@@ -503,24 +520,27 @@ func (m *Model) classify(a *activations, ps *pass, w []float32) {
 // sc.dresid = dL/d resid[Ll].
 func (m *Model) headBackward(a *activations, ps *pass) {
 	be, c, p, g, sc := m.be, m.Cfg, m.param, m.grad, m.scratch
-	N, C := a.B*a.T, c.C
-	m.classifyBackward(a, ps, p.wte, g.wte)
+	_, Nr := m.par.rows(a.B * a.T)
+	dx := m.classifyBackward(a, ps, p.wte, g.wte)
 	be.Zero(sc.dresid)
-	be.LayerNormBackward(sc.dresid, g.lnfw, g.lnfb, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, N, C)
+	ng := m.normGrads(g.lnfw, g.lnfb)
+	be.LayerNormBackward(sc.dresid, ng[0], ng[1], dx, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, Nr, c.C)
+	m.addNormGrads(ps, ng, [][]float32{g.lnfw, g.lnfb})
 }
 
 // classifyBackward takes the logits' gradient back through the
-// classifier of weights w: sc.dln = dL/d lnf, summed over the
-// tensor-parallel group, and w's gradient accumulated into gw.
-func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) {
+// classifier of weights w, accumulating w's gradient into gw, and returns
+// dL/d lnf: this rank's rows of it, summed over the tensor-parallel group.
+func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) []float32 {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
+	x := m.par.enterTP(ps, a.lnf)
 	if d.Vl > 0 {
-		be.MatmulBackward(sc.dln, gw[:d.Vl*C], nil, a.logits, a.lnf, w[:d.Vl*C], N, C, d.Vl)
+		be.MatmulBackward(sc.dln, gw[:d.Vl*C], nil, a.logits, x, w[:d.Vl*C], N, C, d.Vl)
 	} else {
 		be.Zero(sc.dln)
 	}
-	m.par.enterTPBackward(ps, sc.dln)
+	return m.par.enterTPBackward(ps, sc.dln)
 }
 
 // attnDropout is the dropout of the attention probabilities of block l,
@@ -538,70 +558,80 @@ func (m *Model) attnDropout(p float32, ps DropoutKey, l int) kernels.Dropout {
 //
 // Tensor-parallel: qkv and fc are column-parallel (this rank's heads and
 // hidden units), attproj and fcproj row-parallel; each pair is a region
-// the layout enters (par.enterTP) and leaves (par.exitTP: the partial
-// sums all-reduced, before the dropout and the residual add).
+// the layout enters (par.enterTP: the input's N rows) and leaves
+// (par.exitTP: the partial sums summed, the rank's Nr rows of them,
+// before the dropout and the residual add). The norms, dropouts and
+// residual adds run on the rank's rows of the stream (par.rows).
 func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
+	_, Nr := m.par.rows(N)
 	la, att := &a.layers[li], a.att[li]
-	off := uint64(ps.Sample) * uint64(T*C)
+	off := m.streamOff(ps, B, T)
 	bp, _ := m.blockViews(li)
 
-	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, N, C)
-	m.par.enterTP(ps, la.ln1)
-	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, bp.qkvb, N, C, 3*Cl)
+	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, Nr, C)
+	x := m.par.enterTP(ps, la.ln1)
+	be.MatmulForward(la.qkv, x, bp.qkvw, bp.qkvb, N, C, 3*Cl)
 	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.par.rowBias(bp.attprojb), N, Cl, C)
-	m.par.exitTP(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	be.ResidualForward(la.res2, a.resid[li], sc.proj)
+	y := m.par.exitTP(ps, sc.proj)
+	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	be.ResidualForward(la.res2, a.resid[li], y)
 
-	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, N, C)
-	m.par.enterTP(ps, la.ln2)
-	be.MatmulForward(la.fch, la.ln2, bp.fcw, bp.fcb, N, C, Fl)
+	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, Nr, C)
+	x = m.par.enterTP(ps, la.ln2)
+	be.MatmulForward(la.fch, x, bp.fcw, bp.fcb, N, C, Fl)
 	be.GeluForward(la.fchGelu, la.fch)
 	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.par.rowBias(bp.fcprojb), N, Fl, C)
-	m.par.exitTP(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
-	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
+	y = m.par.exitTP(ps, sc.proj)
+	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	be.ResidualForward(a.resid[li+1], la.res2, y)
 }
 
 // blockBackward takes sc.dresid = dL/d resid[li+1] to dL/d resid[li], in
 // place, accumulating local block li's parameter gradients.
-// Tensor-parallel: the regions' hooks mirrored (par.exitTPBackward,
-// par.enterTPBackward: the input gradients of the column-parallel qkv
-// and fc are partial sums, all-reduced before their LayerNorm's backward).
+// Tensor-parallel: the regions' hooks mirrored (par.exitTPBackward: the
+// output gradient's N rows; par.enterTPBackward: the input gradients of
+// the column-parallel qkv and fc are partial sums, summed before their
+// LayerNorm's backward), each region's input entered again for its
+// GEMM's backward; the LayerNorms' weight gradients of the rank's rows
+// summed over the rows' ranks (normGrads).
 func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l := B*T, m.Part.Layers[li]
+	_, Nr := m.par.rows(N)
 	la, att := &a.layers[li], a.att[li]
-	off := uint64(ps.Sample) * uint64(T*C)
+	off := m.streamOff(ps, B, T)
 	bp, bg := m.blockViews(li)
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
 	dropAttn := m.attnDropout(ad, ps.DropoutKey, l)
+	ng := m.normGrads(bg.ln1w, bg.ln1b, bg.ln2w, bg.ln2b)
+	dy := sc.proj[:Nr*C]
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
-	m.par.exitTPBackward(ps, sc.proj)
-	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
+	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	dyAll := m.par.exitTPBackward(ps, dy)
+	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, dyAll, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
-	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, la.ln2, bp.fcw, N, C, Fl)
-	m.par.enterTPBackward(ps, sc.dln)
-	be.LayerNormBackward(sc.dresid, bg.ln2w, bg.ln2b, sc.dln, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, N, C)
+	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, m.par.enterTP(ps, la.ln2), bp.fcw, N, C, Fl)
+	dx := m.par.enterTPBackward(ps, sc.dln)
+	be.LayerNormBackward(sc.dresid, ng[2], ng[3], dx, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, Nr, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	m.par.exitTPBackward(ps, sc.proj)
-	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, sc.proj, la.atty, bp.attprojw, N, Cl, C)
+	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	dyAll = m.par.exitTPBackward(ps, dy)
+	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
 	}
 	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
-	be.MatmulBackward(sc.dln, bg.qkvw, bg.qkvb, sc.dqkv, la.ln1, bp.qkvw, N, C, 3*Cl)
-	m.par.enterTPBackward(ps, sc.dln)
-	be.LayerNormBackward(sc.dresid, bg.ln1w, bg.ln1b, sc.dln, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, N, C)
+	be.MatmulBackward(sc.dln, bg.qkvw, bg.qkvb, sc.dqkv, m.par.enterTP(ps, la.ln1), bp.qkvw, N, C, 3*Cl)
+	dx = m.par.enterTPBackward(ps, sc.dln)
+	be.LayerNormBackward(sc.dresid, ng[0], ng[1], dx, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, Nr, C)
+	m.addNormGrads(ps, ng, [][]float32{bg.ln1w, bg.ln1b, bg.ln2w, bg.ln2b})
 }
 
 // blockViews returns the views of local block li's parameters and

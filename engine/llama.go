@@ -136,28 +136,29 @@ func (m *Model) llamaEmbedForward(a *activations, ps *pass) {
 		hd = c.HiddenDropout
 	}
 	m.par.embedForward(ps, a.resid[0], a.inputs, p.wte, nil, B, T, C)
-	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutForward(a.resid[0], a.resid[0], m.dropout(hd, ps.DropoutKey, 0, siteEmbed), m.streamOff(ps, B, T))
 }
 
 // llamaEmbedBackward accumulates the embedding's gradient from sc.dresid.
 func (m *Model) llamaEmbedBackward(a *activations, ps *pass) {
 	be, c, g, sc := m.be, m.Cfg, m.grad, m.scratch
 	B, T, C := a.B, a.T, c.C
-	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), uint64(ps.Sample)*uint64(T*C))
+	be.DropoutBackward(sc.dresid, sc.dresid, m.dropout(c.HiddenDropout, ps.DropoutKey, 0, siteEmbed), m.streamOff(ps, B, T))
 	m.par.embedBackward(ps, g.wte, nil, sc.dresid, a.inputs, B, T, C)
 }
 
 // llamaBlockForward runs local block li (global block l): resid[li] →
-// resid[li+1]. With hd = C/NH, W = (NHl + 2·NKVl)·hd:
+// resid[li+1]. With hd = C/NH, W = (NHl + 2·NKVl)·hd, Nr the rank's rows
+// of the residual stream (par.rows):
 //
-//	ln1  (N,C)  = rmsnorm(x)·ln1w
+//	ln1  (Nr,C) = rmsnorm(x)·ln1w
 //	qkv  (N,W)  = ln1 · qkvwᵀ, then q and k rotated by position, in place
 //	atty (N,Cl) = attention of the NHl query heads, query head h reading
 //	              key/value head h/(NHl/NKVl)
-//	res2 (N,C)  = x + drop(atty · attprojwᵀ)            o_proj
-//	ln2  (N,C)  = rmsnorm(res2)·ln2w
+//	res2 (Nr,C) = x + drop(atty · attprojwᵀ)            o_proj
+//	ln2  (Nr,C) = rmsnorm(res2)·ln2w
 //	fch  (N,2Fl) = ln2 · fcwᵀ                           gate | up
-//	out  (N,C)  = res2 + drop(swiglu(fch) · fcprojwᵀ)   down
+//	out  (Nr,C) = res2 + drop(swiglu(fch) · fcprojwᵀ)   down
 //
 // Tensor-parallel: qkv and fc column-parallel, o_proj and down
 // row-parallel, the regions entered and left as in GPT-2's block.
@@ -165,28 +166,29 @@ func (m *Model) llamaBlockForward(a *activations, li int, ps *pass, hd, ad float
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l, hs, W := B*T, m.Part.Layers[li], c.C/c.NH, m.blockWidths().qkv
+	_, Nr := m.par.rows(N)
 	la, att := &a.layers[li], a.att[li]
-	off := uint64(ps.Sample) * uint64(T*C)
+	off := m.streamOff(ps, B, T)
 	bp, _ := m.blockViews(li)
 
-	be.RMSNormForward(la.ln1, la.ln1Rstd, a.resid[li], bp.ln1w, N, C, c.NormEps)
-	m.par.enterTP(ps, la.ln1)
-	be.MatmulForward(la.qkv, la.ln1, bp.qkvw, nil, N, C, W)
+	be.RMSNormForward(la.ln1, la.ln1Rstd, a.resid[li], bp.ln1w, Nr, C, c.NormEps)
+	x := m.par.enterTP(ps, la.ln1)
+	be.MatmulForward(la.qkv, x, bp.qkvw, nil, N, C, W)
 	be.RoPEForward(la.qkv, la.qkv, m.rope, B, T, W, d.NHl+d.NKVl, hs, 0)
 	be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, nil, N, Cl, C)
-	m.par.exitTP(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	be.ResidualForward(la.res2, a.resid[li], sc.proj)
+	y := m.par.exitTP(ps, sc.proj)
+	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	be.ResidualForward(la.res2, a.resid[li], y)
 
-	be.RMSNormForward(la.ln2, la.ln2Rstd, la.res2, bp.ln2w, N, C, c.NormEps)
-	m.par.enterTP(ps, la.ln2)
-	be.MatmulForward(la.fch, la.ln2, bp.fcw, nil, N, C, 2*Fl)
+	be.RMSNormForward(la.ln2, la.ln2Rstd, la.res2, bp.ln2w, Nr, C, c.NormEps)
+	x = m.par.enterTP(ps, la.ln2)
+	be.MatmulForward(la.fch, x, bp.fcw, nil, N, C, 2*Fl)
 	be.SwiGLUForward(la.fchGelu, la.fch, N, Fl)
 	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, nil, N, Fl, C)
-	m.par.exitTP(ps, sc.proj)
-	be.DropoutForward(sc.proj, sc.proj, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
-	be.ResidualForward(a.resid[li+1], la.res2, sc.proj)
+	y = m.par.exitTP(ps, sc.proj)
+	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	be.ResidualForward(a.resid[li+1], la.res2, y)
 }
 
 // llamaBlockBackward takes sc.dresid = dL/d resid[li+1] to dL/d resid[li],
@@ -199,25 +201,28 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	B, T, C, Cl, Fl := a.B, a.T, c.C, d.Cl, d.Fl
 	N, l, hs, W := B*T, m.Part.Layers[li], c.C/c.NH, m.blockWidths().qkv
+	_, Nr := m.par.rows(N)
 	la, att := &a.layers[li], a.att[li]
-	off := uint64(ps.Sample) * uint64(T*C)
+	off := m.streamOff(ps, B, T)
 	bp, bg := m.blockViews(li)
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
 	dropAttn := m.attnDropout(ad, ps.DropoutKey, l)
+	ng := m.normGrads(bg.ln1w, bg.ln2w)
+	dy := sc.proj[:Nr*C]
 
 	// out = res2 + drop(down(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
-	m.par.exitTPBackward(ps, sc.proj)
-	be.MatmulBackward(sc.dfchG, bg.fcprojw, nil, sc.proj, la.fchGelu, bp.fcprojw, N, Fl, C)
+	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	dyAll := m.par.exitTPBackward(ps, dy)
+	be.MatmulBackward(sc.dfchG, bg.fcprojw, nil, dyAll, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.SwiGLUBackward(sc.dfch, la.fch, sc.dfchG, N, Fl)
-	be.MatmulBackward(sc.dln, bg.fcw, nil, sc.dfch, la.ln2, bp.fcw, N, C, 2*Fl)
-	m.par.enterTPBackward(ps, sc.dln)
-	be.RMSNormBackward(sc.dresid, bg.ln2w, sc.dln, la.res2, bp.ln2w, la.ln2Rstd, N, C)
+	be.MatmulBackward(sc.dln, bg.fcw, nil, sc.dfch, m.par.enterTP(ps, la.ln2), bp.fcw, N, C, 2*Fl)
+	dx := m.par.enterTPBackward(ps, sc.dln)
+	be.RMSNormBackward(sc.dresid, ng[1], dx, la.res2, bp.ln2w, la.ln2Rstd, Nr, C)
 
 	// res2 = x + drop(o_proj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(sc.proj, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	m.par.exitTPBackward(ps, sc.proj)
-	be.MatmulBackward(sc.datty, bg.attprojw, nil, sc.proj, la.atty, bp.attprojw, N, Cl, C)
+	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	dyAll = m.par.exitTPBackward(ps, dy)
+	be.MatmulBackward(sc.datty, bg.attprojw, nil, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
 		be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, dropAttn, attOff)
 	}
@@ -227,14 +232,15 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 		// This micro-batch's qkvw gradient apart, its key/value rows
 		// summed over the copies, then accumulated.
 		be.Zero(sc.dqkvw)
-		be.MatmulBackward(sc.dln, sc.dqkvw, nil, sc.dqkv, la.ln1, bp.qkvw, N, C, W)
+		be.MatmulBackward(sc.dln, sc.dqkvw, nil, sc.dqkv, m.par.enterTP(ps, la.ln1), bp.qkvw, N, C, W)
 		m.par.sumKVCopies(ps, sc.dqkvw[Cl*C:])
 		be.ResidualForward(bg.qkvw, bg.qkvw, sc.dqkvw)
 	} else {
-		be.MatmulBackward(sc.dln, bg.qkvw, nil, sc.dqkv, la.ln1, bp.qkvw, N, C, W)
+		be.MatmulBackward(sc.dln, bg.qkvw, nil, sc.dqkv, m.par.enterTP(ps, la.ln1), bp.qkvw, N, C, W)
 	}
-	m.par.enterTPBackward(ps, sc.dln)
-	be.RMSNormBackward(sc.dresid, bg.ln1w, sc.dln, a.resid[li], bp.ln1w, la.ln1Rstd, N, C)
+	dx = m.par.enterTPBackward(ps, sc.dln)
+	be.RMSNormBackward(sc.dresid, ng[0], dx, a.resid[li], bp.ln1w, la.ln1Rstd, Nr, C)
+	m.addNormGrads(ps, ng, [][]float32{bg.ln1w, bg.ln2w})
 }
 
 // llamaHeadForward runs the final RMSNorm, the head and the loss on
@@ -245,8 +251,8 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 // Vocabulary-parallel as GPT-2's head (classify).
 func (m *Model) llamaHeadForward(a *activations, ps *pass) {
 	be, c, p := m.be, m.Cfg, m.param
-	N, C := a.B*a.T, c.C
-	be.RMSNormForward(a.lnf, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, N, C, c.NormEps)
+	_, Nr := m.par.rows(a.B * a.T)
+	be.RMSNormForward(a.lnf, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, Nr, c.C, c.NormEps)
 	w, _ := m.headWeights()
 	m.classify(a, ps, w)
 }
@@ -255,11 +261,13 @@ func (m *Model) llamaHeadForward(a *activations, ps *pass) {
 // to sc.dresid = dL/d resid[Ll].
 func (m *Model) llamaHeadBackward(a *activations, ps *pass) {
 	be, c, p, g, sc := m.be, m.Cfg, m.param, m.grad, m.scratch
-	N, C := a.B*a.T, c.C
+	_, Nr := m.par.rows(a.B * a.T)
 	w, gw := m.headWeights()
-	m.classifyBackward(a, ps, w, gw)
+	dx := m.classifyBackward(a, ps, w, gw)
 	be.Zero(sc.dresid)
-	be.RMSNormBackward(sc.dresid, g.lnfw, sc.dln, a.resid[m.numLayers()], p.lnfw, a.lnfRstd, N, C)
+	ng := m.normGrads(g.lnfw)
+	be.RMSNormBackward(sc.dresid, ng[0], dx, a.resid[m.numLayers()], p.lnfw, a.lnfRstd, Nr, c.C)
+	m.addNormGrads(ps, ng, [][]float32{g.lnfw})
 }
 
 // llamaDecodeStep queues the whole model on token a.tok[b] at position pos of

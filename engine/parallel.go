@@ -11,23 +11,38 @@ import "github.com/gptui/gptui/kernels"
 //	oneProcess      (this file) a whole model: no communication, the whole vocabulary
 //	tensorParallel  (tensorparallel.go) a rank's slice of the blocks: Megatron-LM's
 //	                regions, the vocabulary-parallel embedding and loss, the heads
-//	                and key/value copies it holds
+//	                and key/value copies it holds; with sequence parallelism
+//	                (sequenceparallel.go) the residual stream's rows split over the
+//	                group between the regions
 //	stage3          (sharding.go) wraps either: the blocks' parameters gathered
 //	                before their passes, their gradients reduce-scattered after
 //
 // Model.par is the model's layout; data parallelism and the pipeline work
 // between passes (dataparallel.go, pipeline.go) and need no hook.
 //
-// The fixed points, in Megatron-LM's terms (x a (B,T,C) tensor every rank
-// of the group holds whole):
+// The fixed points, in Megatron-LM's terms. Between the regions a rank
+// holds rows(N) of the N = B·T rows of the residual stream (and of the
+// norms' outputs and their gradients): all of them, or under sequence
+// parallelism its share; inside a region every rank of the group holds
+// all N rows of its columns.
 //
+//	rows             the rows of the residual stream this rank holds: the first
+//	                 and how many (0, N without sequence parallelism)
 //	enterTP          f forward, before a column-parallel GEMM reads x (qkv, fc, the
-//	                 head): identity
+//	                 head), and again in the backward pass before that GEMM's
+//	                 backward reads it: x's N rows (x itself, or its rows
+//	                 gathered from the group: all-gather)
 //	enterTPBackward  f backward, after that GEMM's backward: the partial input
-//	                 gradients summed (all-reduce)
+//	                 gradients (N rows) summed, this rank's rows of the sum
+//	                 (all-reduce, or reduce-scatter)
 //	exitTP           g forward, after a row-parallel GEMM (attproj, fcproj, the
-//	                 embedding's lookup): its partial sums summed (all-reduce)
-//	exitTPBackward   g backward, before that GEMM's backward: identity
+//	                 embedding's lookup): its partial sums (N rows) summed, this
+//	                 rank's rows of the sum (all-reduce, or reduce-scatter)
+//	exitTPBackward   g backward, before that GEMM's backward: dy's N rows (dy
+//	                 itself, or gathered: all-gather)
+//	sumRowShared     the gradient of a weight every row of the residual stream
+//	                 meets (a norm's), computed from this rank's rows: summed over
+//	                 the ranks holding the others (sequence parallelism), in place
 //	rowBias          which rank adds a term held whole inside a region (a
 //	                 row-parallel bias, wpe), so that exitTP's sum has it once
 //	heads            the query heads held, first … of total (total 0: all of
@@ -58,10 +73,13 @@ import "github.com/gptui/gptui/kernels"
 //     (NCCL's run on it, the TCP ring waits for it: backendStream), and
 //     the kernels queued after it read its result. A hook never reads or
 //     writes a buffer from the host, nor syncs.
-//  3. In place: a hook's result is left in the buffers it is given, of
-//     the backend's memory, their shapes unchanged, and it holds on to
-//     none of them once it returns. Buffers of its own (the loss's maxima
-//     and sums) it allocates from the backend and reuses.
+//  3. In place, or its own: a hook's result is left in the buffers it is
+//     given, of the backend's memory, or, where its shape differs (the
+//     region hooks under sequence parallelism), in a buffer of its own
+//     that it returns, good until its next call of the same hook; it holds
+//     on to none of the buffers it is given once it returns. Buffers of its
+//     own (those, the loss's maxima and sums) it allocates from the backend
+//     and reuses.
 //  4. Mirrored: the backward pass calls the adjoint of each forward hook
 //     at the mirrored point, and blockBegin precedes every pass through a
 //     block (its forward, the recompute of RecomputeFull, its backward),
@@ -76,10 +94,12 @@ import "github.com/gptui/gptui/kernels"
 //     summed: every layout computes one process's losses and gradients
 //     up to the order of the sums (parallel_test.go's parity matrix).
 type parallel interface {
-	enterTP(ps *pass, x []float32)
-	enterTPBackward(ps *pass, dx []float32)
-	exitTP(ps *pass, y []float32)
-	exitTPBackward(ps *pass, dy []float32)
+	rows(N int) (first, n int)
+	enterTP(ps *pass, x []float32) []float32
+	enterTPBackward(ps *pass, dx []float32) []float32
+	exitTP(ps *pass, y []float32) []float32
+	exitTPBackward(ps *pass, dy []float32) []float32
+	sumRowShared(ps *pass, dw []float32)
 	rowBias(b []float32) []float32
 	heads() (first, total int)
 	sumKVCopies(ps *pass, dw []float32)
@@ -102,7 +122,46 @@ func newParallel(be kernels.Backend, cfg ModelConfig, part Part) (par parallel, 
 		return oneProcess{be}, nil
 	}
 	tp = newTensorParallel(be, cfg, part)
+	if part.SP {
+		return &sequenceParallel{tensorParallel: tp}, tp
+	}
 	return tp, tp
+}
+
+// normGrads returns where the gradients of the norms' weights gs (of a
+// block, or of the head) accumulate in a backward pass: gs themselves
+// when the rank holds every row of the residual stream, else zeroed views
+// of the scratch of the same sizes, each from this rank's rows only,
+// which addNormGrads then sums over the layout's group and adds to gs —
+// after, not before, the micro-batch's backward, so that a sum over the
+// group counts each micro-batch once.
+func (m *Model) normGrads(gs ...[]float32) [][]float32 {
+	if !m.Part.SP {
+		return gs
+	}
+	ns, n := make([][]float32, len(gs)), 0
+	for i, g := range gs {
+		ns[i] = m.scratch.dnorm[n : n+len(g)]
+		n += len(g)
+	}
+	m.be.Zero(m.scratch.dnorm[:n])
+	return ns
+}
+
+// addNormGrads sums the norms' gradients ns that normGrads returned for
+// gs over the layout's group (par.sumRowShared) and adds them to gs.
+func (m *Model) addNormGrads(ps *pass, ns, gs [][]float32) {
+	if !m.Part.SP {
+		return
+	}
+	n := 0
+	for _, g := range gs {
+		n += len(g)
+	}
+	m.par.sumRowShared(ps, m.scratch.dnorm[:n])
+	for i, g := range gs {
+		m.be.ResidualForward(g, g, ns[i])
+	}
 }
 
 // oneProcess is the layout of a whole model: the regions' hooks do
@@ -110,16 +169,18 @@ func newParallel(be kernels.Backend, cfg ModelConfig, part Part) (par parallel, 
 // vocabulary, and a block's parameters lie in the model's buffers.
 type oneProcess struct{ be kernels.Backend }
 
-func (oneProcess) enterTP(*pass, []float32)                 {}
-func (oneProcess) enterTPBackward(*pass, []float32)         {}
-func (oneProcess) exitTP(*pass, []float32)                  {}
-func (oneProcess) exitTPBackward(*pass, []float32)          {}
-func (oneProcess) rowBias(b []float32) []float32            { return b }
-func (oneProcess) heads() (first, total int)                { return 0, 0 } // kernels.Dropout: all of them
-func (oneProcess) sumKVCopies(*pass, []float32)             {}
-func (oneProcess) blockBegin(*pass, int)                    {}
-func (oneProcess) blockWeights(int) (p, g weights, ok bool) { return }
-func (oneProcess) blockEnd(*pass, int)                      {}
+func (oneProcess) rows(N int) (first, n int)                       { return 0, N }
+func (oneProcess) enterTP(_ *pass, x []float32) []float32          { return x }
+func (oneProcess) enterTPBackward(_ *pass, dx []float32) []float32 { return dx }
+func (oneProcess) exitTP(_ *pass, y []float32) []float32           { return y }
+func (oneProcess) exitTPBackward(_ *pass, dy []float32) []float32  { return dy }
+func (oneProcess) sumRowShared(*pass, []float32)                   {}
+func (oneProcess) rowBias(b []float32) []float32                   { return b }
+func (oneProcess) heads() (first, total int)                       { return 0, 0 } // kernels.Dropout: all of them
+func (oneProcess) sumKVCopies(*pass, []float32)                    {}
+func (oneProcess) blockBegin(*pass, int)                           {}
+func (oneProcess) blockWeights(int) (p, g weights, ok bool)        { return }
+func (oneProcess) blockEnd(*pass, int)                             {}
 
 // embedForward writes out (B,T,C) = wte[inputs] + wpe[t], or without
 // positions when wpe is nil (a Llama's).
@@ -152,5 +213,6 @@ func (o oneProcess) crossEntropy(ps *pass, losses, logits []float32, targets []i
 var (
 	_ parallel = oneProcess{}
 	_ parallel = (*tensorParallel)(nil)
+	_ parallel = (*sequenceParallel)(nil)
 	_ parallel = (*stage3)(nil)
 )

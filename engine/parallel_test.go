@@ -659,7 +659,12 @@ func TestCrossStrategyResume(t *testing.T) {
 // gradient, plus the loss's per-row statistics (an all-gather of the row
 // maxima, a float64 all-reduce of sums and target logits); a pipeline stage
 // sends one (B,T,C) tensor per micro-batch across its boundary (activations
-// from the first stage, gradients from the last), within 1%.
+// from the first stage, gradients from the last), within 1%. With sequence
+// parallelism each all-reduce is a reduce-scatter and an all-gather, half
+// its volume each, and the backward pass gathers each region's input
+// again (per block two, and the head's): 10 halves per block and 5 for
+// the embedding and the head (mp2: 8 and 4); and the norms' weight
+// gradients are all-reduced (4C per block, 2C for the head).
 func TestModelParallelTraffic(t *testing.T) {
 	const B, T, C, L, accum = 4, 32, 32, 2, 2
 	N := float64(B * T)
@@ -672,6 +677,8 @@ func TestModelParallelTraffic(t *testing.T) {
 	}{
 		{"mp2", []string{"Distributed.mp_degree=2"}, "mp",
 			accum * ((4*L+2)*act*2*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N)},
+		{"mp2 sp", []string{"Distributed.mp_degree=2", "Distributed.sequence_parallel=true"}, "mp",
+			accum * ((10*L+5)*act*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N + 4*(4*C*L+2*C)*2*(2-1)/2)},
 		{"pp2", []string{"Distributed.pp_degree=2"}, "pp", accum * act},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -733,6 +740,7 @@ func TestDropoutIndependentOfStrategy(t *testing.T) {
 		o     []string
 	}{
 		{"mp2", 2, []string{"Distributed.mp_degree=2"}},
+		{"mp2 sp", 2, []string{"Distributed.mp_degree=2", "Distributed.sequence_parallel=true"}},
 		{"pp2", 2, []string{"Distributed.pp_degree=2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -139,6 +139,7 @@ type Part struct {
 	Layers     []int // global indices of the blocks held, ascending
 	Embed      bool  // holds wte and wpe and runs the embedding (first stage)
 	Head       bool  // holds lnf and wte and runs the head and loss (last stage)
+	SP         bool  // sequence parallel: between the regions, holds 1/MP of the rows (sequenceparallel.go)
 }
 
 // WholePart is the part of one process holding the whole model.
@@ -156,7 +157,7 @@ func (p Part) check(cfg ModelConfig) error {
 	case p.MP < 1 || p.MPRank < 0 || p.MPRank >= p.MP:
 		return fmt.Errorf("tensor-parallel rank %d of %d", p.MPRank, p.MP)
 	}
-	if pr := layout.Check(cfg.Shape, layout.Layout{DP: 1, Sharding: 1, MP: p.MP, PP: 1, VPP: 1, Stage: 1}, layout.Batch{}); pr != nil {
+	if pr := layout.Check(cfg.Shape, layout.Layout{DP: 1, Sharding: 1, MP: p.MP, PP: 1, VPP: 1, Stage: 1, SP: p.SP}, layout.Batch{}); pr != nil {
 		return pr
 	}
 	for i, l := range p.Layers {

@@ -73,19 +73,25 @@ func (tp *tensorParallel) join(f comm.Fabric, topo Topology, k int) error {
 }
 
 // enterTP is f's forward pass: every rank holds x whole.
-func (tp *tensorParallel) enterTP(*pass, []float32) {}
+func (tp *tensorParallel) enterTP(_ *pass, x []float32) []float32 { return x }
 
 // enterTPBackward is f's backward pass: the column-parallel GEMM's input
 // gradients are partial sums over the rank's heads or hidden units,
 // summed over the group.
-func (tp *tensorParallel) enterTPBackward(ps *pass, dx []float32) { tp.allReduce(ps, dx) }
+func (tp *tensorParallel) enterTPBackward(ps *pass, dx []float32) []float32 {
+	tp.allReduce(ps, dx)
+	return dx
+}
 
 // exitTP is g's forward pass: the row-parallel GEMM's partial sums summed
 // over the group.
-func (tp *tensorParallel) exitTP(ps *pass, y []float32) { tp.allReduce(ps, y) }
+func (tp *tensorParallel) exitTP(ps *pass, y []float32) []float32 {
+	tp.allReduce(ps, y)
+	return y
+}
 
 // exitTPBackward is g's backward pass: every rank holds dy whole.
-func (tp *tensorParallel) exitTPBackward(*pass, []float32) {}
+func (tp *tensorParallel) exitTPBackward(_ *pass, dy []float32) []float32 { return dy }
 
 // rowBias is a term held whole that a rank adds inside a region (the bias
 // of a row-parallel projection, wpe) as this rank adds it: only the first

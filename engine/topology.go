@@ -31,6 +31,7 @@ type Topology struct {
 	PP          int // pp_degree
 	VPP         int // virtual stages (model chunks) per pipeline rank
 	Schedule    string
+	SP          bool // sequence parallelism inside the tensor-parallel group
 
 	DPIndex, ShardIndex, PPIndex, MPIndex int
 }
@@ -56,7 +57,7 @@ func NewTopology(l layout.Layout, b layout.Batch, cfg ModelConfig, rank, world i
 	if rank < 0 || rank >= world {
 		return Topology{}, fmt.Errorf("rank %d outside a world of %d", rank, world)
 	}
-	t := Topology{Rank: rank, World: world, DP: dp, Sharding: s, Stage: stage, MP: mp, PP: pp, VPP: vpp, Schedule: sched}
+	t := Topology{Rank: rank, World: world, DP: dp, Sharding: s, Stage: stage, MP: mp, PP: pp, VPP: vpp, Schedule: sched, SP: l.SP}
 	t.MPIndex = rank % mp
 	t.ShardIndex = rank / mp % s
 	t.PPIndex = rank / (mp * s) % pp
@@ -133,7 +134,9 @@ func (t Topology) modelGroup() []int {
 // the model is cut into pp·vpp chunks of L/(pp·vpp) blocks and rank p holds
 // chunks p, p+pp, p+2pp, … (Megatron's interleaved assignment).
 func (t Topology) part(cfg ModelConfig) Part {
-	return partAt(cfg, t.MP, t.MPIndex, t.PP, t.VPP, t.PPIndex)
+	p := partAt(cfg, t.MP, t.MPIndex, t.PP, t.VPP, t.PPIndex)
+	p.SP = t.SP
+	return p
 }
 
 func partAt(cfg ModelConfig, mp, mpIndex, pp, vpp, ppIndex int) Part {

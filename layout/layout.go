@@ -25,6 +25,7 @@ type Layout struct {
 	VPP                  int    // model chunks per pipeline rank (virtual stages)
 	Stage                int    // sharding stage: 1, 2 or 3
 	Schedule             string // "1f1b", "interleaved" or "gpipe"; "" is 1f1b
+	SP                   bool   // sequence parallelism: the residual stream's rows split over the MP ranks
 }
 
 // Batch is how a step's samples are cut: Global sequences per step over
@@ -32,6 +33,7 @@ type Layout struct {
 // replicas), Micro per forward and backward pass.
 type Batch struct {
 	Global, Local, Micro int
+	Seq                  int // tokens per sequence (0: unknown, its rules skipped)
 }
 
 // Replicas is the number of ranks that train on different samples.
@@ -58,6 +60,8 @@ var schedules = []string{"1f1b", "interleaved", "gpipe"}
 //     vocabulary; in a Llama it also divides the key/value heads or is
 //     a multiple of them (each rank then holds one key/value head, as
 //     Megatron-LM replicates it);
+//   - sequence parallelism needs mp > 1 and a sequence length that mp
+//     divides (each rank holds T/mp rows of every sequence);
 //   - pp·vpp divides the layers; vpp > 1 needs pp > 1 and the interleaved
 //     schedule;
 //   - the global batch is local × dp × sharding, the local batch a multiple
@@ -96,6 +100,10 @@ func Check(m arch.Shape, l Layout, b Batch) *Problem {
 		return multiple("Model.ffn_hidden_size", m.F, "Distributed.mp_degree", l.MP)
 	case m.Vp%l.MP != 0:
 		return &Problem{"Distributed.mp_degree", fmt.Sprintf("%d does not divide the padded vocabulary %d (vocab_size rounded up to a multiple of 128); pick a divisor", l.MP, m.Vp)}
+	case l.SP && l.MP == 1:
+		return &Problem{"Distributed.sequence_parallel", "splits the rows of a tensor-parallel group, and mp_degree is 1; set mp_degree > 1 or turn it off"}
+	case l.SP && b.Seq > 0 && b.Seq%l.MP != 0:
+		return multiple("Data.Train.dataset.max_seq_len", b.Seq, "Distributed.mp_degree (sequence parallelism splits each sequence)", l.MP)
 	case l.VPP == 1 && m.L%l.PP != 0:
 		return multiple("Model.num_layers", m.L, "Distributed.pp_degree", l.PP)
 	case l.VPP > 1 && l.PP == 1:

@@ -254,6 +254,12 @@ type Distributed struct {
 	// PPSchedule is the pipeline schedule: 1f1b, interleaved or gpipe.
 	PPSchedule string   `yaml:"pp_schedule"`
 	Sharding   Sharding `yaml:"sharding"`
+	// SequenceParallel splits the residual stream between the
+	// tensor-parallel regions along the sequence over the mp_degree ranks
+	// (Megatron-LM's sequence parallelism): the norms, dropouts and
+	// residual adds each run on a rank's rows, and the regions' all-reduces
+	// become an all-gather in and a reduce-scatter out.
+	SequenceParallel bool `yaml:"sequence_parallel"`
 	// Auto lets `gptui train` choose the strategy (package planner): the
 	// degrees, the micro-batch size and recomputation, for the global
 	// batch and the number of workers. Degrees set above 1 beside it, or
@@ -297,11 +303,11 @@ func (c *Config) Shape() arch.Shape {
 func (c *Config) Layout() layout.Layout {
 	d := c.Distributed
 	return layout.Layout{DP: d.DPDegree, Sharding: d.Sharding.ShardingDegree, MP: d.MPDegree, PP: d.PPDegree,
-		VPP: d.VPPDegree, Stage: d.Sharding.ShardingStage, Schedule: d.PPSchedule}
+		VPP: d.VPPDegree, Stage: d.Sharding.ShardingStage, Schedule: d.PPSchedule, SP: d.SequenceParallel}
 }
 
 // Batch is c's batch sizes.
 func (c *Config) Batch() layout.Batch {
 	g := c.Global
-	return layout.Batch{Global: g.GlobalBatchSize, Local: g.LocalBatchSize, Micro: g.MicroBatchSize}
+	return layout.Batch{Global: g.GlobalBatchSize, Local: g.LocalBatchSize, Micro: g.MicroBatchSize, Seq: c.Data.Train.Dataset.MaxSeqLen}
 }

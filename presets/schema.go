@@ -97,6 +97,7 @@ func fields() []field {
 		field{"Distributed.pp_schedule", func(c *Config) any { return &c.Distributed.PPSchedule }},
 		field{"Distributed.sharding.sharding_degree", func(c *Config) any { return &c.Distributed.Sharding.ShardingDegree }},
 		field{"Distributed.sharding.sharding_stage", func(c *Config) any { return &c.Distributed.Sharding.ShardingStage }},
+		field{"Distributed.sequence_parallel", func(c *Config) any { return &c.Distributed.SequenceParallel }},
 		field{"Distributed.auto", func(c *Config) any { return &c.Distributed.Auto }},
 	)
 }
@@ -126,6 +127,8 @@ func canonical(path string) string {
 		return "Distributed.dp_degree"
 	case "Distributed.sharding_parallel_degree":
 		return "Distributed.sharding.sharding_degree"
+	case "Model.sequence_parallel": // PaddleFleetX's place for it
+		return "Distributed.sequence_parallel"
 	}
 	return path
 }

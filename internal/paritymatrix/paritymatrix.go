@@ -42,6 +42,12 @@ func Layouts() []Layout {
 		{"mp2 pp2", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
 		{"dp2 pp2", 4, []string{"Distributed.dp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 stage3 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		// Sequence parallelism: the residual stream's rows split over
+		// the tensor-parallel group.
+		{"mp2 sp", 2, []string{"Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"mp4 sp", 4, []string{"Distributed.mp_degree=4", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
+		{"mp2 pp2 sp", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"sharding2 stage3 mp2 sp", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 
 		// The Llama family: 4 query heads sharing 2 key/value heads, or 1.
@@ -58,6 +64,8 @@ func Layouts() []Layout {
 		{"llama mp2 kv1 pp2 untied", 4, llama(1, "Model.tie_word_embeddings=false", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
 		{"llama dp2 fp16", 2, llama(2, "Engine.mix_precision.dtype=fp16", "Distributed.dp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
 		{"llama dp2 mp2", 4, llama(2, "Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
+		{"llama mp2 kv1 sp", 2, llama(1, "Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
+		{"llama mp4 kv2 sp untied", 4, llama(2, "Model.tie_word_embeddings=false", "Distributed.mp_degree=4", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
 		{"llama pp2 gpipe", 2, llama(2, "Distributed.pp_degree=2", "Distributed.pp_schedule=gpipe", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
 	}
 }
