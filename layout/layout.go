@@ -26,6 +26,19 @@ type Layout struct {
 	Stage                int    // sharding stage: 1, 2 or 3
 	Schedule             string // "1f1b", "interleaved" or "gpipe"; "" is 1f1b
 	SP                   bool   // sequence parallelism: the residual stream's rows split over the MP ranks
+	CP                   int    // context parallelism: each sequence's chunks split over CP ranks (0 is 1)
+}
+
+// Ranks is the number of ranks the layout needs.
+func (l Layout) Ranks() int { return l.DP * l.Sharding * l.CPDegree() * l.MP * l.PP }
+
+// CPDegree is the context-parallel degree, 1 for a layout that leaves CP
+// zero.
+func (l Layout) CPDegree() int {
+	if l.CP == 0 {
+		return 1
+	}
+	return l.CP
 }
 
 // Batch is how a step's samples are cut: Global sequences per step over
@@ -61,7 +74,10 @@ var schedules = []string{"1f1b", "interleaved", "gpipe"}
 //     a multiple of them (each rank then holds one key/value head, as
 //     Megatron-LM replicates it);
 //   - sequence parallelism needs mp > 1 and a sequence length that mp
-//     divides (each rank holds T/mp rows of every sequence);
+//     divides (each rank holds T/mp rows of every sequence); context
+//     parallelism a sequence length that 2·cp divides (each rank holds
+//     two chunks of T/(2·cp) positions), and with sequence parallelism
+//     too, that mp divides those T/cp rows;
 //   - pp·vpp divides the layers; vpp > 1 needs pp > 1 and the interleaved
 //     schedule;
 //   - the global batch is local × dp × sharding, the local batch a multiple
@@ -72,7 +88,7 @@ func Check(m arch.Shape, l Layout, b Batch) *Problem {
 		key string
 		v   int
 	}{{"Distributed.dp_degree", l.DP}, {"Distributed.sharding.sharding_degree", l.Sharding},
-		{"Distributed.mp_degree", l.MP}, {"Distributed.pp_degree", l.PP}, {"Distributed.vpp_degree", l.VPP}} {
+		{"Distributed.mp_degree", l.MP}, {"Distributed.pp_degree", l.PP}, {"Distributed.vpp_degree", l.VPP}, {"Distributed.cp_degree", l.CPDegree()}} {
 		if d.v < 1 {
 			return &Problem{d.key, fmt.Sprintf("got %d; set it to a positive integer", d.v)}
 		}
@@ -100,10 +116,12 @@ func Check(m arch.Shape, l Layout, b Batch) *Problem {
 		return multiple("Model.ffn_hidden_size", m.F, "Distributed.mp_degree", l.MP)
 	case m.Vp%l.MP != 0:
 		return &Problem{"Distributed.mp_degree", fmt.Sprintf("%d does not divide the padded vocabulary %d (vocab_size rounded up to a multiple of 128); pick a divisor", l.MP, m.Vp)}
+	case l.CP > 1 && b.Seq > 0 && b.Seq%(2*l.CP) != 0:
+		return &Problem{"Data.Train.dataset.max_seq_len", fmt.Sprintf("%d is not a multiple of 2 × cp_degree (%d): context parallelism cuts each sequence into 2·cp_degree chunks; change one of them", b.Seq, 2*l.CP)}
 	case l.SP && l.MP == 1:
 		return &Problem{"Distributed.sequence_parallel", "splits the rows of a tensor-parallel group, and mp_degree is 1; set mp_degree > 1 or turn it off"}
-	case l.SP && b.Seq > 0 && b.Seq%l.MP != 0:
-		return multiple("Data.Train.dataset.max_seq_len", b.Seq, "Distributed.mp_degree (sequence parallelism splits each sequence)", l.MP)
+	case l.SP && b.Seq > 0 && b.Seq/l.CPDegree()%l.MP != 0:
+		return &Problem{"Data.Train.dataset.max_seq_len", fmt.Sprintf("%d is not a multiple of mp_degree × cp_degree (%d): sequence parallelism splits a rank's T/cp_degree rows of each sequence over mp_degree ranks; change one of them", b.Seq, l.MP*l.CPDegree())}
 	case l.VPP == 1 && m.L%l.PP != 0:
 		return multiple("Model.num_layers", m.L, "Distributed.pp_degree", l.PP)
 	case l.VPP > 1 && l.PP == 1:

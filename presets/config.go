@@ -260,6 +260,11 @@ type Distributed struct {
 	// residual adds each run on a rank's rows, and the regions' all-reduces
 	// become an all-gather in and a reduce-scatter out.
 	SequenceParallel bool `yaml:"sequence_parallel"`
+	// CPDegree is the context-parallel degree: each sequence cut into
+	// 2·cp_degree chunks, each rank holding two (one early, one late, so
+	// that the causal mask gives every rank the same work), the keys and
+	// values passed around the ranks' ring inside attention.
+	CPDegree int `yaml:"cp_degree"`
 	// Auto lets `gptui train` choose the strategy (package planner): the
 	// degrees, the micro-batch size and recomputation, for the global
 	// batch and the number of workers. Degrees set above 1 beside it, or
@@ -303,7 +308,7 @@ func (c *Config) Shape() arch.Shape {
 func (c *Config) Layout() layout.Layout {
 	d := c.Distributed
 	return layout.Layout{DP: d.DPDegree, Sharding: d.Sharding.ShardingDegree, MP: d.MPDegree, PP: d.PPDegree,
-		VPP: d.VPPDegree, Stage: d.Sharding.ShardingStage, Schedule: d.PPSchedule, SP: d.SequenceParallel}
+		VPP: d.VPPDegree, Stage: d.Sharding.ShardingStage, Schedule: d.PPSchedule, SP: d.SequenceParallel, CP: d.CPDegree}
 }
 
 // Batch is c's batch sizes.

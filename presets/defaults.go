@@ -98,6 +98,7 @@ func applyDefaults(c *Config, set map[string]pos) {
 	d := &c.Distributed
 	intDef("Distributed.dp_degree", &d.DPDegree, 1)
 	intDef("Distributed.mp_degree", &d.MPDegree, 1)
+	intDef("Distributed.cp_degree", &d.CPDegree, 1)
 	intDef("Distributed.pp_degree", &d.PPDegree, 1)
 	intDef("Distributed.vpp_degree", &d.VPPDegree, 1)
 	if unset("Distributed.pp_schedule") {

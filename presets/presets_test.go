@@ -507,7 +507,7 @@ func TestDefaults(t *testing.T) {
 		},
 		Optimizer: Optimizer{WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.999, Epsilon: 1e-8, GradClip: GradClip{ClipNorm: 1},
 			LR: LR{DecaySteps: 1000, WarmupRate: 0.01, MaxLR: 1e-4, MinLR: 1e-5}},
-		Distributed: Distributed{DPDegree: 1, MPDegree: 1, PPDegree: 1, VPPDegree: 1, PPSchedule: "1f1b", Sharding: Sharding{ShardingDegree: 1, ShardingStage: 1}},
+		Distributed: Distributed{DPDegree: 1, MPDegree: 1, CPDegree: 1, PPDegree: 1, VPPDegree: 1, PPSchedule: "1f1b", Sharding: Sharding{ShardingDegree: 1, ShardingStage: 1}},
 		derived:     map[string]string{"Optimizer.lr.decay_steps": "Engine.max_steps", "Optimizer.lr.min_lr": "Optimizer.lr.max_lr / 10"},
 	}
 	if !reflect.DeepEqual(*c, want) {

@@ -98,6 +98,7 @@ func fields() []field {
 		field{"Distributed.sharding.sharding_degree", func(c *Config) any { return &c.Distributed.Sharding.ShardingDegree }},
 		field{"Distributed.sharding.sharding_stage", func(c *Config) any { return &c.Distributed.Sharding.ShardingStage }},
 		field{"Distributed.sequence_parallel", func(c *Config) any { return &c.Distributed.SequenceParallel }},
+		field{"Distributed.cp_degree", func(c *Config) any { return &c.Distributed.CPDegree }},
 		field{"Distributed.auto", func(c *Config) any { return &c.Distributed.Auto }},
 	)
 }
@@ -129,6 +130,8 @@ func canonical(path string) string {
 		return "Distributed.sharding.sharding_degree"
 	case "Model.sequence_parallel": // PaddleFleetX's place for it
 		return "Distributed.sequence_parallel"
+	case "Distributed.context_parallel_degree", "Distributed.context_parallel_size": // PaddleNLP's, Megatron's
+		return "Distributed.cp_degree"
 	}
 	return path
 }

@@ -152,6 +152,7 @@ func checks() []check {
 
 		positive("Distributed.dp_degree", func(c *Config) int { return c.Distributed.DPDegree }),
 		positive("Distributed.mp_degree", func(c *Config) int { return c.Distributed.MPDegree }),
+		positive("Distributed.cp_degree", func(c *Config) int { return c.Distributed.CPDegree }),
 		positive("Distributed.pp_degree", func(c *Config) int { return c.Distributed.PPDegree }),
 		positive("Distributed.vpp_degree", func(c *Config) int { return c.Distributed.VPPDegree }),
 		positive("Distributed.sharding.sharding_degree", func(c *Config) int { return c.Distributed.Sharding.ShardingDegree }),
@@ -241,6 +242,21 @@ func checks() []check {
 		positive("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),
 		seqLenCheck("Data.Eval.dataset.max_seq_len", func(c *Config) int { return c.Data.Eval.Dataset.MaxSeqLen }),
 		splitCheck("Data.Eval.dataset.split", func(c *Config) [3]float64 { return c.Data.Eval.Dataset.Split }),
+		func(c *Config) (string, string) {
+			// The training sequence's rules are the layout's (layout.Check);
+			// the evaluation's sequences are cut the same way.
+			d, T := c.Distributed, c.Data.Eval.Dataset.MaxSeqLen
+			if d.SequenceParallel && d.MPDegree > 0 && T%d.MPDegree != 0 {
+				return "Data.Eval.dataset.max_seq_len", fmt.Sprintf("%d is not a multiple of mp_degree %d, which sequence parallelism splits each sequence into; change one of them", T, d.MPDegree)
+			}
+			if d.CPDegree > 1 && T%(2*d.CPDegree) != 0 {
+				return "Data.Eval.dataset.max_seq_len", fmt.Sprintf("%d is not a multiple of 2 × cp_degree (%d), the chunks context parallelism cuts each sequence into; change one of them", T, 2*d.CPDegree)
+			}
+			if d.CPDegree > 1 && c.Model.AttentionProbsDropoutProb > 0 {
+				return "Model.attention_probs_dropout_prob", fmt.Sprintf("%g: context parallelism's ring attention has no dropout; set it to 0 or cp_degree to 1", c.Model.AttentionProbsDropoutProb)
+			}
+			return "", ""
+		},
 
 		unitInterval("Optimizer.weight_decay", func(c *Config) float64 { return c.Optimizer.WeightDecay }),
 		unitInterval("Optimizer.beta1", func(c *Config) float64 { return c.Optimizer.Beta1 }),
