@@ -151,8 +151,11 @@ type Backend interface {
 	// ---- context parallelism: ring attention. A rank r of cp ranks holds,
 	// of each of the B sequences of T tokens, two chunks of c = T/(2·cp)
 	// positions, chunk r and chunk 2·cp−1−r, in rows = 2·B·c rows laid out
-	// chunk-major (2,B,c): row (half·B+b)·c+t holds position
-	// chunk(half)·c+t of sequence b. Its queries meet every rank's keys and
+	// sequence-major (B,2c): row b·2c+half·c+t holds position
+	// chunk(half)·c+t of sequence b, chunk(0) = r, chunk(1) = 2·cp−1−r, so
+	// each sequence's 2c rows are contiguous (a (B,T/cp) batch whose rows'
+	// positions are its chunk r, then its chunk 2·cp−1−r). A key/value
+	// block is laid out the same way. Its queries meet every rank's keys and
 	// values, one block kv (rows, 2·NKV·hd) per step around the ring (the
 	// key heads then the value heads of a row), by an online softmax:
 	// stats (rows,NH,2) holds each query row and head's running max m and

@@ -5,8 +5,10 @@ import "math"
 // Ring attention: the kernels of context parallelism. A rank r of a
 // context-parallel group of cp ranks holds, of each of the B sequences,
 // two chunks of c positions — chunk r and chunk 2·cp−1−r, which balances
-// the causal mask's work — in 2·B·c rows laid out chunk-major (2,B,c): row
-// (half·B+b)·c+t holds position ringChunk(r, half, cp)·c+t of sequence b.
+// the causal mask's work — in 2·B·c rows laid out sequence-major (B,2c):
+// row b·2c+half·c+t holds position ringChunk(r, half, cp)·c+t of sequence
+// b, so each sequence's 2c rows are contiguous, its chunk r then its chunk
+// 2·cp−1−r. A key/value block is laid out the same way.
 // Its queries fold in one key/value block per step of the ring, every
 // rank's in turn, by FlashAttention's online softmax.
 
@@ -18,6 +20,10 @@ func ringChunk(r, half, cp int) int {
 	}
 	return 2*cp - 1 - r
 }
+
+// ringRow0 is the first of the c rows that hold half (0 or 1) of sequence
+// b's positions: row b·2c + half·c.
+func ringRow0(b, half, c int) int { return (2*b + half) * c }
 
 // ringPair is a query half of one rank meeting a key half of another whose
 // chunk is not wholly in the queries' future; diag marks the pair of one
@@ -100,7 +106,7 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 	s := make([]float32, NH*c*c)
 	for _, p := range pairs {
 		for bb := 0; bb < B; bb++ {
-			q0, k0 := (p.qh*B+bb)*c, (p.kh*B+bb)*c // the chunks' first rows
+			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c) // the chunks' first rows
 			for h := 0; h < NH; h++ {
 				b.Sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+h/G*hd:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)
 			}
@@ -184,7 +190,7 @@ func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []f
 	s, dp := make([]float32, NH*c*c), make([]float32, NH*c*c)
 	for _, p := range pairs {
 		for bb := 0; bb < B; bb++ {
-			q0, k0 := (p.qh*B+bb)*c, (p.kh*B+bb)*c
+			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c)
 			for h := 0; h < NH; h++ {
 				kvh := h / G * hd
 				b.Sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+kvh:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)

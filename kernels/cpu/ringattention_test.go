@@ -12,15 +12,16 @@ import (
 
 // The ring attention kernels against GQAForward and GQABackward of the
 // whole sequence: every rank of the ring is simulated in turn, its rows
-// gathered from the whole sequence's in its chunk-major layout.
+// gathered from the whole sequence's in its sequence-major layout.
 
 // ringRows returns, for each of rank r's 2·B·c rows, the row of the whole
-// (B,T) batch it holds.
+// (B,T) batch it holds: row b·2c+half·c+t holds position
+// ringChunk(r, half, cp)·c+t of sequence b.
 func ringRows(B, T, cp, r int) []int {
 	c := T / (2 * cp)
 	idx := make([]int, 0, 2*B*c)
-	for half := 0; half < 2; half++ {
-		for bb := 0; bb < B; bb++ {
+	for bb := 0; bb < B; bb++ {
+		for half := 0; half < 2; half++ {
 			for t := 0; t < c; t++ {
 				idx = append(idx, bb*T+ringChunk(r, half, cp)*c+t)
 			}
@@ -253,29 +254,38 @@ func TestRingAttentionFuture(t *testing.T) {
 		be.RingKV(kv, gatherRows(qkv, ld, ringRows(B, T, cp, kr)), rows, NH, NKV, hd)
 		return kv
 	}
-	half0 := B * c // rows of half 0
+	// half h of sequence bb: rows ringRow0(bb, h, c) … +c, of x's w-wide rows
+	halfOf := func(x []float32, w, bb, h int) []float32 {
+		r0 := ringRow0(bb, h, c)
+		return x[r0*w : (r0+c)*w]
+	}
 	out, stats := randn(r, rows*C, 1), randn(r, rows*NH*2, 1)
 	be.RingAttentionForward(out, stats, qkvR, kvOf(qr), B, c, NH, NKV, hd, cp, qr, qr, false)
 	for kr := 1; kr < cp; kr++ {
 		out0, stats0 := slices.Clone(out), slices.Clone(stats)
 		be.RingAttentionForward(out, stats, qkvR, kvOf(kr), B, c, NH, NKV, hd, cp, qr, kr, false)
-		if !slices.Equal(out[:half0*C], out0[:half0*C]) || !slices.Equal(stats[:half0*NH*2], stats0[:half0*NH*2]) {
-			t.Errorf("block of rank %d, wholly in the future of rank %d's chunk %d, changed it", kr, qr, qr)
-		}
-		if slices.Equal(out[half0*C:], out0[half0*C:]) {
-			t.Errorf("block of rank %d left rank %d's chunk %d, in its past, unchanged", kr, qr, ringChunk(qr, 1, cp))
+		for bb := range B {
+			if !slices.Equal(halfOf(out, C, bb, 0), halfOf(out0, C, bb, 0)) || !slices.Equal(halfOf(stats, NH*2, bb, 0), halfOf(stats0, NH*2, bb, 0)) {
+				t.Errorf("block of rank %d, wholly in the future of rank %d's chunk %d, changed it (sequence %d)", kr, qr, qr, bb)
+			}
+			if slices.Equal(halfOf(out, C, bb, 1), halfOf(out0, C, bb, 1)) {
+				t.Errorf("block of rank %d left rank %d's chunk %d, in its past, unchanged (sequence %d)", kr, qr, ringChunk(qr, 1, cp), bb)
+			}
 		}
 	}
 	// first initialises rows the block does not reach.
 	be.RingAttentionForward(out, stats, qkvR, kvOf(1), B, c, NH, NKV, hd, cp, qr, 1, true)
-	for i := range half0 * C {
-		if out[i] != 0 {
-			t.Fatalf("first: out[%d] = %g, want 0", i, out[i])
+	for bb := range B {
+		for i, v := range halfOf(out, C, bb, 0) {
+			if v != 0 {
+				t.Fatalf("first: sequence %d, out[%d] of its chunk %d = %g, want 0", bb, i, qr, v)
+			}
 		}
-	}
-	for i := range half0 * NH {
-		if !math.IsInf(float64(stats[2*i]), -1) || stats[2*i+1] != 0 {
-			t.Fatalf("first: stats of row·head %d = (%g, %g), want (−Inf, 0)", i, stats[2*i], stats[2*i+1])
+		st := halfOf(stats, NH*2, bb, 0)
+		for i := range c * NH {
+			if !math.IsInf(float64(st[2*i]), -1) || st[2*i+1] != 0 {
+				t.Fatalf("first: sequence %d, stats of row·head %d of its chunk %d = (%g, %g), want (−Inf, 0)", bb, i, qr, st[2*i], st[2*i+1])
+			}
 		}
 	}
 }

@@ -8,9 +8,10 @@ import (
 // Ring attention for context parallelism (kernels/ringattention.cu): the
 // kernels.Backend methods RingKV … RingKVGrad and the Kernels launching
 // them. A rank r of cp ranks holds, of each of the B sequences, chunks r
-// and 2·cp−1−r of c positions, in rows = 2·B·c rows laid out (2,B,c); see
-// kernels.Backend for the layouts and the ring. All fp32 (as attention is,
-// whatever the GEMM precision).
+// and 2·cp−1−r of c positions, in rows = 2·B·c rows laid out
+// sequence-major (B,2c): row b·2c+half·c+t holds position chunk(half)·c+t
+// of sequence b; see kernels.Backend for the layouts and the ring. All
+// fp32 (as attention is, whatever the GEMM precision).
 
 const (
 	ringWarps = 8   // warps per block of the attention kernels (RA_WARPS)

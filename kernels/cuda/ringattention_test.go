@@ -13,10 +13,10 @@ import (
 
 // The ring-attention kernels under the emulator against causal grouped-
 // query attention of the whole sequence in float64: every rank's rows are
-// the whole sequence's, permuted into its chunk layout, and the ring is
-// simulated over all ranks on one Machine (each step's launches in the
-// order the engine queues them; a Machine runs its launches one after
-// another).
+// the whole sequence's, permuted into its sequence-major (B,2c) layout,
+// and the ring is simulated over all ranks on one Machine (each step's
+// launches in the order the engine queues them; a Machine runs its
+// launches one after another).
 
 // ringRef is causal GQA over qkv (B,T,(NH+2·NKV)·hd) in float64: out
 // (B,T,NH·hd), lse (B,T,NH) and, from dout (B,T,NH·hd), dqkv.
@@ -72,9 +72,10 @@ func ringRef(qkv, dout []float32, B, T, NH, NKV, hd int) (out, lse, dqkv []float
 	return out, lse, dqkv
 }
 
-// ringRow is the whole sequence's row (b·T + position) of row i of rank r.
+// ringRow is the whole sequence's row (b·T + position) of row i =
+// b·2c + half·c + t of rank r (B sequences).
 func ringRow(i, r, B, c, cp int) int {
-	half, b, t := i/(B*c), (i/c)%B, i%c
+	b, half, t := i/(2*c), (i/c)%2, i%c
 	chunk := r
 	if half == 1 {
 		chunk = 2*cp - 1 - r

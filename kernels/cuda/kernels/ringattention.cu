@@ -3,9 +3,10 @@
 //
 // A rank r of cp ranks holds, of each of the B sequences, two chunks of c
 // positions, chunk r and chunk 2·cp−1−r, in rows = 2·B·c rows laid out
-// chunk-major (2,B,c): row i = (half·B + b)·c + t holds position
-// chunk(half)·c + t of sequence b, chunk(0) = r, chunk(1) = 2·cp−1−r. A
-// block of keys and values of rank kr is laid out the same way.
+// sequence-major (B,2c): row i = b·2c + half·c + t holds position
+// chunk(half)·c + t of sequence b, chunk(0) = r, chunk(1) = 2·cp−1−r, so
+// each sequence's 2c rows are contiguous. A block of keys and values of
+// rank kr is laid out the same way.
 //
 // Layouts (fp32, row-major; hd channels per head, query head h reads
 // key/value head h/G, G = NH/NKV, as attention.cu):
@@ -33,6 +34,10 @@
 
 // ra_chunk is the chunk of positions that half (0 or 1) of rank r's rows hold.
 __device__ __forceinline__ int ra_chunk(int half, int cp, int r) { return half == 0 ? r : 2 * cp - 1 - r; }
+
+// ra_row0 is the first of the c rows holding half (0 or 1) of sequence b:
+// row b·2c + half·c.
+__device__ __forceinline__ long long ra_row0(int b, int half, int c) { return (2LL * b + half) * c; }
 
 // ra_dot is Σ_d a[d]·b[d] over hd channels, a in shared memory.
 __device__ __forceinline__ float ra_dot(const float* a, const float* __restrict__ b, int hd) {
@@ -78,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	const long long rows = 2LL * B * c;
 	const long long i = (long long)blockIdx.x * RA_WARPS + w;
 	if (i >= rows) return; // the whole warp
-	const int half = (int)(i / ((long long)B * c)), b = (int)((i / c) % B), t = (int)(i % c);
+	const int b = (int)(i / (2LL * c)), half = (int)((i / c) % 2), t = (int)(i % c);
 	const int pq = ra_chunk(half, cp, qr) * c + t;
 	const long long ld = (long long)(NH + 2 * NKV) * hd, ldkv = 2LL * NKV * hd;
 	const long long kofs = (long long)(h / (NH / NKV)) * hd, vofs = kofs + (long long)NKV * hd;
@@ -101,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	for (int kh = 0; kh < 2; kh++) {
 		const int k0 = ra_chunk(kh, cp, kr) * c;                // the chunk's first position
 		const int n = pq < k0 ? 0 : (pq - k0 + 1 < c ? pq - k0 + 1 : c); // its keys at positions ≤ pq
-		const float* kvrow0 = kv + ((long long)kh * B + b) * c * ldkv;
+		const float* kvrow0 = kv + ra_row0(b, kh, c) * ldkv;
 		for (int j0 = 0; j0 < n; j0 += 32) {
 			const int j = j0 + lane;
 			const bool valid = j < n;
@@ -179,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	const long long rows = 2LL * B * c;
 	const long long i = (long long)blockIdx.x * RA_WARPS + w;
 	if (i >= rows) return;
-	const int half = (int)(i / ((long long)B * c)), b = (int)((i / c) % B), t = (int)(i % c);
+	const int b = (int)(i / (2LL * c)), half = (int)((i / c) % 2), t = (int)(i % c);
 	const int pq = ra_chunk(half, cp, qr) * c + t;
 	const long long ld = (long long)(NH + 2 * NKV) * hd, ldkv = 2LL * NKV * hd;
 	const long long kofs = (long long)(h / (NH / NKV)) * hd, vofs = kofs + (long long)NKV * hd;
@@ -196,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	for (int kh = 0; kh < 2; kh++) {
 		const int k0 = ra_chunk(kh, cp, kr) * c;
 		const int n = pq < k0 ? 0 : (pq - k0 + 1 < c ? pq - k0 + 1 : c);
-		const float* kvrow0 = kv + ((long long)kh * B + b) * c * ldkv;
+		const float* kvrow0 = kv + ra_row0(b, kh, c) * ldkv;
 		for (int j0 = 0; j0 < n; j0 += 32) {
 			const int j = j0 + lane;
 			float ds = 0.0f;
@@ -242,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	const long long rows = 2LL * B * c;
 	const long long j = (long long)blockIdx.x * RA_WARPS + w;
 	if (j >= rows) return;
-	const int half = (int)(j / ((long long)B * c)), b = (int)((j / c) % B), t = (int)(j % c);
+	const int b = (int)(j / (2LL * c)), half = (int)((j / c) % 2), t = (int)(j % c);
 	const int pk = ra_chunk(half, cp, kr) * c + t;
 	const long long ld = (long long)(NH + 2 * NKV) * hd, ldkv = 2LL * NKV * hd, C = (long long)NH * hd;
 	const long long kofs = (long long)g * hd, vofs = kofs + (long long)NKV * hd;
@@ -258,7 +263,7 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 		for (int qh = 0; qh < 2; qh++) {
 			const int q0 = ra_chunk(qh, cp, qr) * c; // the chunk's first position
 			const int tq = pk <= q0 ? 0 : pk - q0;   // its first query at a position ≥ pk (c: none)
-			const long long base = ((long long)qh * B + b) * c;
+			const long long base = ra_row0(b, qh, c);
 			for (int i0 = tq; i0 < c; i0 += 32) {
 				const int ti = i0 + lane;
 				float p = 0.0f, ds = 0.0f;
