@@ -10,10 +10,11 @@ func (tr *Trainer) memory() Memory {
 	m := tr.Model
 	n := int64(4 * m.NumParams())
 	mem := Memory{Params: n, Grads: n, Optimizer: int64(4 * (len(tr.Opt.M) + len(tr.Opt.V)))}
+	T := tr.T / tr.topo.CP // a context-parallel rank's rows of each sequence
 	if tr.pp != nil {
-		mem.Activations = tr.pp.activationBytes(m, tr.B, tr.T) // the micro-batches in flight
+		mem.Activations = tr.pp.activationBytes(m, tr.B, T) // the micro-batches in flight
 	} else {
-		mem.Activations = int64(m.ActivationBytes(tr.B, tr.T))
+		mem.Activations = int64(m.ActivationBytes(tr.B, T))
 	}
 	if tr.topo.Stage >= 2 {
 		mem.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into

@@ -308,7 +308,8 @@ func writeRanges(topo Topology, held []Span) [][2]int {
 	if topo.Sharding > 1 {
 		n, i = topo.DP, topo.DPIndex
 	}
-	return cutRanges(ranges, n, i)
+	// A context-parallel ring's ranks hold the same ones too.
+	return cutRanges(ranges, n*topo.CP, i*topo.CP+topo.CPIndex)
 }
 
 // cutRanges returns piece i of n of the elements of ranges, taken one

@@ -129,7 +129,7 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 				return fmt.Errorf("sharding: reduce-scatter of gradients: %w", err)
 			}
 		} // stage 3 reduce-scattered unit by unit
-		if d.topo.DP > 1 {
+		if d.topo.DP*d.topo.CP > 1 {
 			if err := d.dpShard.AllReduce(ctx, d.grads); err != nil {
 				return fmt.Errorf("data parallel: all-reduce of gradient shard: %w", err)
 			}

@@ -42,13 +42,15 @@ type Model struct {
 	recompute Recompute // activation policy
 	acts      *activations
 	scratch   *scratch
-	par       parallel        // the parallel layout the passes call at fixed points (parallel.go)
-	tp        *tensorParallel // a tensor-parallel rank's layout, in par; nil for a whole model
-	stage3    *stage3         // nil unless sharding stage 3 shards the parameters; then par, wrapping tp's
-	loss      []float64       // Forward's and Loss's device scalar
+	par       parallel         // the parallel layout the passes call at fixed points (parallel.go)
+	tp        *tensorParallel  // a tensor-parallel rank's layout, in par; nil for a whole model
+	cp        *contextParallel // a context-parallel rank's layout, in par; nil without
+	stage3    *stage3          // nil unless sharding stage 3 shards the parameters; then par, wrapping tp's
+	loss      []float64        // Forward's and Loss's device scalar
 
-	fam  passes    // the family's layer passes (familyPasses)
-	rope []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
+	fam      passes    // the family's layer passes (familyPasses)
+	rope     []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
+	ropeRows int       // under context parallelism, the rows per sequence rope was built for (ensureRope)
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank
@@ -102,7 +104,7 @@ func newShardedModel(be kernels.Backend, cfg ModelConfig, part Part, S int, stag
 	}
 	ts, n := PartTensors(cfg, part)
 	m := &Model{Cfg: cfg, Part: part, Tensors: ts, be: be, n: n, dims: sliceDims(cfg, part)}
-	m.par, m.tp = newParallel(be, cfg, part)
+	m.par, m.tp, m.cp = newParallel(be, cfg, part)
 	if !stage3 {
 		want := (n + S - 1) / S * S
 		m.Params, m.Grads = m.floats(want)[:n], m.floats(want)[:n]
@@ -220,7 +222,7 @@ func (m *Model) newScratch(B, T int) *scratch {
 		sc.layer = newLayerActs(f, N, Nr, C, w)
 	}
 	if m.recompute != RecomputeNone {
-		sc.att = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
+		sc.att = f(m.par.attentionFloats(B, T, d.NHl))
 	}
 	sc.bufs = bufs
 	return sc
@@ -262,7 +264,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
 		} else {
-			a.att[l] = f(kernels.AttentionFloats(m.be, B, d.NHl, T))
+			a.att[l] = f(m.par.attentionFloats(B, T, d.NHl))
 		}
 	}
 	if m.Part.Head && hi == Ll {
@@ -512,7 +514,7 @@ func (m *Model) classify(a *activations, ps *pass, w []float32) {
 	}
 	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl)
 	if ps.loss != nil {
-		be.Sum(ps.loss, a.losses, 1/float64(N))
+		be.Sum(ps.loss, a.losses, m.lossWeight(N))
 	}
 }
 
@@ -574,7 +576,7 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be.LayerNormForward(la.ln1, la.ln1Mean, la.ln1Rstd, a.resid[li], bp.ln1w, bp.ln1b, Nr, C)
 	x := m.par.enterTP(ps, la.ln1)
 	be.MatmulForward(la.qkv, x, bp.qkvw, bp.qkvb, N, C, 3*Cl)
-	be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
+	m.par.attention(ps, la.atty, att, la.qkv, B, T, m.attnShape(), m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.par.rowBias(bp.attprojb), N, Cl, C)
 	y := m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
@@ -625,9 +627,9 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	dyAll = m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
-		be.AttentionForward(la.atty, att, la.qkv, B, T, Cl, d.NHl, dropAttn, attOff)
+		m.par.attention(ps, la.atty, att, la.qkv, B, T, m.attnShape(), dropAttn, attOff)
 	}
-	be.AttentionBackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, Cl, d.NHl, dropAttn, attOff)
+	m.par.attentionBackward(ps, sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, m.attnShape(), dropAttn, attOff)
 	be.MatmulBackward(sc.dln, bg.qkvw, bg.qkvb, sc.dqkv, m.par.enterTP(ps, la.ln1), bp.qkvw, N, C, 3*Cl)
 	dx = m.par.enterTPBackward(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, ng[0], ng[1], dx, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, Nr, C)

@@ -33,13 +33,18 @@ func newGroups(w *comm.World, f comm.Fabric, topo Topology, m *Model, accum int,
 	var g groups
 	var err error
 	if w != nil && w.Size() > 1 {
-		if topo.Replicas() > 1 {
+		if topo.Replicas()*topo.CP > 1 { // a context-parallel ring's gradients are summed with the replicas'
 			if g.dp, err = newDataParallel(w, f, topo, m); err != nil {
 				return g, err
 			}
 		}
 		if topo.MP > 1 {
 			if err := m.tp.join(f, topo, m.dims.kvCopies); err != nil {
+				return g, err
+			}
+		}
+		if topo.CP > 1 {
+			if err := m.cp.join(f, topo); err != nil {
 				return g, err
 			}
 		}

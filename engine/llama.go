@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/kernels"
@@ -60,14 +61,31 @@ func (m *Model) setFamily() {
 // (the activations', a generation's), not max_position_embeddings, which
 // a config may set to anything. Called where a pass's buffers are
 // allocated, before its kernels.
+//
+// Where a micro-batch's rows are not positions 0 … n−1 of their sequences
+// (context parallelism: par.positions), the table holds the rows'
+// positions instead, one row of it per row of a sequence, built for n.
 func (m *Model) ensureRope(n int) {
 	c := m.Cfg
-	if c.Family != arch.Llama || n <= len(m.rope)/(c.C/c.NH) {
+	if c.Family != arch.Llama {
 		return
 	}
 	hd := c.C / c.NH
+	pos := m.par.positions(n)
+	if pos == nil && n <= len(m.rope)/hd || pos != nil && m.ropeRows == n {
+		return
+	}
 	table := make([]float32, n*hd)
-	c.RoPE.Table(table, n, hd)
+	if pos == nil {
+		c.RoPE.Table(table, n, hd)
+	} else {
+		whole := make([]float32, (slices.Max(pos)+1)*hd)
+		c.RoPE.Table(whole, slices.Max(pos)+1, hd)
+		for j, p := range pos {
+			copy(table[j*hd:(j+1)*hd], whole[p*hd:(p+1)*hd])
+		}
+		m.ropeRows = n
+	}
 	kernels.Free(m.be, m.rope)
 	m.rope = kernels.Float32s(m.be, len(table))
 	kernels.Upload(m.be, m.rope, table)
@@ -100,6 +118,16 @@ func (c ModelConfig) validateLlama(n ShapeNames) error {
 type widths struct {
 	qkv, att, fc, act int
 	mean              bool
+}
+
+// attnShape is the shape of the attention of the model's blocks on this
+// rank: its query and key/value heads.
+func (m *Model) attnShape() attnShape {
+	d, hd := m.dims, m.Cfg.C/m.Cfg.NH
+	if m.Cfg.Family == arch.Llama {
+		return attnShape{NH: d.NHl, NKV: d.NKVl, hd: hd, gqa: true}
+	}
+	return attnShape{NH: d.NHl, NKV: d.NHl, hd: hd}
 }
 
 // blockWidths are the widths of the model's blocks. GPT-2: 3·Cl, Cl, Fl,
@@ -175,7 +203,7 @@ func (m *Model) llamaBlockForward(a *activations, li int, ps *pass, hd, ad float
 	x := m.par.enterTP(ps, la.ln1)
 	be.MatmulForward(la.qkv, x, bp.qkvw, nil, N, C, W)
 	be.RoPEForward(la.qkv, la.qkv, m.rope, B, T, W, d.NHl+d.NKVl, hs, 0)
-	be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
+	m.par.attention(ps, la.atty, att, la.qkv, B, T, m.attnShape(), m.attnDropout(ad, ps.DropoutKey, l), uint64(ps.Sample)*uint64(c.NH*T*T))
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, nil, N, Cl, C)
 	y := m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
@@ -224,9 +252,9 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 	dyAll = m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.datty, bg.attprojw, nil, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
-		be.GQAForward(la.atty, att, la.qkv, B, T, d.NHl, d.NKVl, hs, dropAttn, attOff)
+		m.par.attention(ps, la.atty, att, la.qkv, B, T, m.attnShape(), dropAttn, attOff)
 	}
-	be.GQABackward(sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, d.NHl, d.NKVl, hs, dropAttn, attOff)
+	m.par.attentionBackward(ps, sc.dqkv, sc.datty, la.atty, la.qkv, att, B, T, m.attnShape(), dropAttn, attOff)
 	be.RoPEBackward(sc.dqkv, sc.dqkv, m.rope, B, T, W, d.NHl+d.NKVl, hs, 0)
 	if d.kvCopies > 1 {
 		// This micro-batch's qkvw gradient apart, its key/value rows

@@ -14,7 +14,9 @@ import "github.com/gptui/gptui/kernels"
 //	                and key/value copies it holds; with sequence parallelism
 //	                (sequenceparallel.go) the residual stream's rows split over the
 //	                group between the regions
-//	stage3          (sharding.go) wraps either: the blocks' parameters gathered
+//	contextParallel (contextparallel.go) wraps either: the rank's chunks of every
+//	                sequence, attention a ring over the ranks' keys and values
+//	stage3          (sharding.go) wraps any of them: the blocks' parameters gathered
 //	                before their passes, their gradients reduce-scattered after
 //
 // Model.par is the model's layout; data parallelism and the pipeline work
@@ -49,6 +51,12 @@ import "github.com/gptui/gptui/kernels"
 //	                 them), placing the attention dropout's masks
 //	sumKVCopies      a Llama's key/value head held alike by several ranks: its
 //	                 weight gradient summed over them
+//	attention,       the block's causal attention over its (B,T) rows and what it
+//	attentionBackward keeps for the backward pass (attentionFloats per layer):
+//	                 one process's kernels, or context parallelism's ring, which
+//	                 passes the keys and values around its ranks
+//	positions        the places in their sequences of a micro-batch's T rows of
+//	                 each (nil: 0 … T−1; context parallelism's chunks otherwise)
 //	embedForward,    the vocabulary-parallel embedding: each rank looks up the
 //	embedBackward    tokens of its rows, then exitTP
 //	crossEntropy     the vocabulary-parallel loss: the row maxima and the sums of
@@ -104,6 +112,11 @@ type parallel interface {
 	heads() (first, total int)
 	sumKVCopies(ps *pass, dw []float32)
 
+	attention(ps *pass, out, att, qkv []float32, B, T int, h attnShape, d kernels.Dropout, off uint64)
+	attentionBackward(ps *pass, dqkv, dout, out, qkv, att []float32, B, T int, h attnShape, d kernels.Dropout, off uint64)
+	attentionFloats(B, T, NH int) int
+	positions(T int) []int
+
 	embedForward(ps *pass, out []float32, inputs []int32, wte, wpe []float32, B, T, C int)
 	embedBackward(ps *pass, dwte, dwpe, dout []float32, inputs []int32, B, T, C int)
 	crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V int)
@@ -113,19 +126,33 @@ type parallel interface {
 	blockEnd(ps *pass, li int)
 }
 
+// attnShape is the shape of a block's attention on a rank: NH query
+// heads and NKV key/value heads of hd channels; gqa for a Llama's kernels
+// (GQAForward), else GPT-2's (AttentionForward, NKV = NH).
+type attnShape struct {
+	NH, NKV, hd int
+	gqa         bool
+}
+
 // newParallel returns the layout of a model's part as it is built, before
-// its job's groups join it (newGroups gives tensor parallelism its
-// communicators, newStage3 wraps stage 3 around it): one process's, or a
-// tensor-parallel rank's, which it returns as tp too.
-func newParallel(be kernels.Backend, cfg ModelConfig, part Part) (par parallel, tp *tensorParallel) {
-	if part.MP == 1 {
-		return oneProcess{be}, nil
+// its job's groups join it (newGroups gives tensor and context
+// parallelism their communicators, newStage3 wraps stage 3 around it):
+// one process's, or a tensor-parallel rank's, which it returns as tp too,
+// wrapped by context parallelism's, which it returns as cp.
+func newParallel(be kernels.Backend, cfg ModelConfig, part Part) (par parallel, tp *tensorParallel, cp *contextParallel) {
+	par = oneProcess{be}
+	if part.MP > 1 {
+		tp = newTensorParallel(be, cfg, part)
+		par = tp
+		if part.SP {
+			par = &sequenceParallel{tensorParallel: tp}
+		}
 	}
-	tp = newTensorParallel(be, cfg, part)
-	if part.SP {
-		return &sequenceParallel{tensorParallel: tp}, tp
+	if part.CP > 1 {
+		cp = newContextParallel(be, par, part.CPRank, part.CP)
+		par = cp
 	}
-	return tp, tp
+	return par, tp, cp
 }
 
 // normGrads returns where the gradients of the norms' weights gs (of a
@@ -147,6 +174,12 @@ func (m *Model) normGrads(gs ...[]float32) [][]float32 {
 	m.be.Zero(m.scratch.dnorm[:n])
 	return ns
 }
+
+// lossWeight is the weight of each of a micro-batch's N losses on this
+// rank in its mean: 1/N, or, when the ranks of a context-parallel ring
+// each hold N of its B·T positions, 1/(N·cp), the ring's sum then being the
+// mean.
+func (m *Model) lossWeight(N int) float64 { return 1 / float64(N*max(m.Part.CP, 1)) }
 
 // addNormGrads sums the norms' gradients ns that normGrads returned for
 // gs over the layout's group (par.sumRowShared) and adds them to gs.
@@ -181,6 +214,29 @@ func (oneProcess) sumKVCopies(*pass, []float32)                    {}
 func (oneProcess) blockBegin(*pass, int)                           {}
 func (oneProcess) blockWeights(int) (p, g weights, ok bool)        { return }
 func (oneProcess) blockEnd(*pass, int)                             {}
+func (oneProcess) positions(int) []int                             { return nil }
+
+// attention is the block's causal attention over whole sequences: out
+// (B,T,NH·hd), att what the backend keeps ([kernels.AttentionFloats]).
+func (o oneProcess) attention(_ *pass, out, att, qkv []float32, B, T int, h attnShape, d kernels.Dropout, off uint64) {
+	if h.gqa {
+		o.be.GQAForward(out, att, qkv, B, T, h.NH, h.NKV, h.hd, d, off)
+		return
+	}
+	o.be.AttentionForward(out, att, qkv, B, T, h.NH*h.hd, h.NH, d, off)
+}
+
+// attentionBackward overwrites dqkv with attention's input gradient.
+func (o oneProcess) attentionBackward(_ *pass, dqkv, dout, out, qkv, att []float32, B, T int, h attnShape, d kernels.Dropout, off uint64) {
+	if h.gqa {
+		o.be.GQABackward(dqkv, dout, out, qkv, att, B, T, h.NH, h.NKV, h.hd, d, off)
+		return
+	}
+	o.be.AttentionBackward(dqkv, dout, out, qkv, att, B, T, h.NH*h.hd, h.NH, d, off)
+}
+
+// attentionFloats is the backend's att of a layer.
+func (o oneProcess) attentionFloats(B, T, NH int) int { return kernels.AttentionFloats(o.be, B, NH, T) }
 
 // embedForward writes out (B,T,C) = wte[inputs] + wpe[t], or without
 // positions when wpe is nil (a Llama's).
@@ -214,5 +270,6 @@ var (
 	_ parallel = oneProcess{}
 	_ parallel = (*tensorParallel)(nil)
 	_ parallel = (*sequenceParallel)(nil)
+	_ parallel = (*contextParallel)(nil)
 	_ parallel = (*stage3)(nil)
 )

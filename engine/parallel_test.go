@@ -389,10 +389,23 @@ var fp32Parity = parityTol{loss: 1e-5, weights: 1e-5}
 // the 2% TestCPUBF16Tiny allows bf16 against fp32.
 var bf16ParityTol = parityTol{loss: 2e-3, weights: 5e-2}
 
+// cpParity is the tolerance of context parallelism's weights: its ring
+// attention recomputes the probabilities in the backward pass from a
+// float32 log-sum-exp (FlashAttention's way) where one process keeps
+// them, so its gradients differ from one process's by about 2.5e-7
+// (relative L2, TestContextParallelGradients; data parallel's by 5e-8),
+// and AdamW, which divides each gradient by its own size, turns that into
+// 2.1e-5 of the weights after 5 steps (the Llama with one key/value
+// head); the losses stay within fp32's 1e-5.
+var cpParity = parityTol{loss: 1e-5, weights: 5e-5}
+
 // parityTolerance is the tolerance of a case with the overrides o.
 func parityTolerance(o []string) parityTol {
 	if slices.Contains(o, "Engine.mix_precision.dtype=bf16") {
 		return bf16ParityTol
+	}
+	if slices.ContainsFunc(o, func(s string) bool { return strings.HasPrefix(s, "Distributed.cp_degree=") }) {
+		return cpParity
 	}
 	return fp32Parity
 }

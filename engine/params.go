@@ -140,6 +140,7 @@ type Part struct {
 	Embed      bool  // holds wte and wpe and runs the embedding (first stage)
 	Head       bool  // holds lnf and wte and runs the head and loss (last stage)
 	SP         bool  // sequence parallel: between the regions, holds 1/MP of the rows (sequenceparallel.go)
+	CP, CPRank int   // context parallel: this rank's chunks of every sequence (contextparallel.go); 0 or 1 for none
 }
 
 // WholePart is the part of one process holding the whole model.

@@ -85,28 +85,40 @@ func (tr *Trainer) beginStep(ctx context.Context) (*pass, error) {
 // micro-batches, each adding its mean loss to tr.sums[0]: through the
 // pipeline's schedule, or one after another. The last micro-batch's
 // backward pass tells data parallelism of each block's finished gradients.
+//
+// A rank of a context-parallel ring trains on its rows of every sequence
+// (cpRows), a (B, T/cp) micro-batch; the gradient's scale is still that
+// of the whole sequences' mean loss.
 func (tr *Trainer) forwardBackward(ctx context.Context, step int, b *batch) error {
-	m, d, bt := tr.Model, tr.topo.DataIndex(), tr.B*tr.T
-	dscale := 1 / float32(bt*tr.Accum*tr.topo.Replicas())
+	m, d := tr.Model, tr.topo.DataIndex()
+	dscale := 1 / float32(tr.B*tr.T*tr.Accum*tr.topo.Replicas())
 	if tr.scaler != nil {
 		dscale *= float32(tr.scaler.Scale())
 	}
+	inputs, targets, T := tr.localRows(b.inputs), tr.localRows(b.targets), tr.T/tr.topo.CP
+	bt := tr.B * T
 	hook := tr.dp.hook(m)
 	if tr.pp != nil {
-		return tr.pp.step(ctx, m, step, d*tr.Accum, b.inputs, b.targets, tr.B, tr.T, dscale, hook, tr.sums[:1])
+		return tr.pp.step(ctx, m, step, d*tr.Accum, inputs, targets, tr.B, T, dscale, hook, tr.sums[:1])
 	}
 	for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
 		ps := &pass{ctx: ctx, DropoutKey: DropoutKey{Step: step, Sample: gm * tr.B}, train: true, dscale: dscale, loss: tr.sums[:1]}
 		if gm == (d+1)*tr.Accum-1 {
 			ps.onGrads = hook // the last micro-batch completes each block's gradients
 		}
-		m.forward(ps, b.inputs[gm*bt:(gm+1)*bt], b.targets[gm*bt:(gm+1)*bt], tr.B, tr.T)
+		m.forward(ps, inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt], tr.B, T)
 		m.backward(ps)
 		if ps.err != nil {
 			return ps.err
 		}
 	}
 	return nil
+}
+
+// localRows are this rank's rows of the sequences of x: all of them, or
+// under context parallelism its chunks of each (cpRows).
+func (tr *Trainer) localRows(x []int32) []int32 {
+	return cpRows(x, tr.T, tr.topo.CP, tr.topo.CPIndex)
 }
 
 // reduceGrads completes the gradients: the pipeline's two copies of the

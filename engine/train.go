@@ -586,9 +586,10 @@ func (tr *Trainer) stepTraffic(steps int) map[string]int64 {
 // calls it and gets the same loss.
 func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	tr.eval.Reset()
-	D, d, bt := tr.topo.Replicas(), tr.topo.DataIndex(), tr.B*tr.T
-	inputs := make([]int32, bt*tr.Accum*D)
-	targets := make([]int32, bt*tr.Accum*D)
+	D, d, T := tr.topo.Replicas(), tr.topo.DataIndex(), tr.T/tr.topo.CP
+	bt := tr.B * T // this rank's rows of a micro-batch (localRows)
+	inputs := make([]int32, tr.B*tr.T*tr.Accum*D)
+	targets := make([]int32, tr.B*tr.T*tr.Accum*D)
 	n := max(1, tr.Cfg.Engine.EvalIters)
 	m := tr.Model
 	// The micro-batches' mean losses add up on the device, read back once.
@@ -597,11 +598,12 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	m.stage3.gather(ps, 0)
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
+		lin, ltg := tr.localRows(inputs), tr.localRows(targets)
 		for gm := d * tr.Accum; gm < (d+1)*tr.Accum; gm++ {
-			in, tg := inputs[gm*bt:(gm+1)*bt], targets[gm*bt:(gm+1)*bt]
+			in, tg := lin[gm*bt:(gm+1)*bt], ltg[gm*bt:(gm+1)*bt]
 			if tr.pp == nil {
-				m.forward(ps, in, tg, tr.B, tr.T)
-			} else if err := tr.pp.evaluate(ctx, m, in, tg, tr.B, tr.T, ps.loss); err != nil {
+				m.forward(ps, in, tg, tr.B, T)
+			} else if err := tr.pp.evaluate(ctx, m, in, tg, tr.B, T, ps.loss); err != nil {
 				return 0, err
 			}
 			if ps.err != nil {

@@ -255,6 +255,9 @@ func checks() []check {
 			if d.CPDegree > 1 && c.Model.AttentionProbsDropoutProb > 0 {
 				return "Model.attention_probs_dropout_prob", fmt.Sprintf("%g: context parallelism's ring attention has no dropout; set it to 0 or cp_degree to 1", c.Model.AttentionProbsDropoutProb)
 			}
+			if d.CPDegree > 1 && c.Model.HiddenDropoutProb > 0 {
+				return "Model.hidden_dropout_prob", fmt.Sprintf("%g: context parallelism runs without dropout; set it to 0 or cp_degree to 1", c.Model.HiddenDropoutProb)
+			}
 			return "", ""
 		},
 

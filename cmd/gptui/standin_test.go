@@ -186,7 +186,10 @@ func rankMetrics(t *testing.T, dir string, rank int) []stepMetrics {
 // neighbours exchange in NCCL groups), sharding stage 3 (the parameters'
 // all-gathers and the gradients' reduce-scatters) and Llama with 4 query
 // heads sharing 2 key/value heads over mp4 (its key/value copies'
-// communicator). The last two are left out of 'go test -short'.
+// communicator), and context parallelism's ring beside tensor parallelism
+// with sequence parallelism (the ring's grouped sends and receives, the
+// regions' all-gathers and reduce-scatters). The last three are left out
+// of 'go test -short'.
 var standinLayouts = []struct {
 	name string
 	o    []string
@@ -198,6 +201,8 @@ var standinLayouts = []struct {
 	{"llama mp4 kv2", []string{"Model.family=llama", "Model.num_key_value_heads=2", "Model.ffn_hidden_size=128",
 		"Model.rope_scaling.rope_type=llama3", "Model.rope_scaling.original_max_position_embeddings=16", "Model.tie_word_embeddings=true",
 		"Distributed.mp_degree=4", "Global.local_batch_size=8", "Global.micro_batch_size=4"}, true},
+	{"cp2 mp2 sp", []string{"Distributed.cp_degree=2", "Distributed.mp_degree=2", "Distributed.sequence_parallel=true",
+		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Global.local_batch_size=8", "Global.micro_batch_size=4"}, true},
 }
 
 // TestStandinNCCLLosses: each layout trains 3 steps over the stand-in

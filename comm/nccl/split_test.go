@@ -43,22 +43,28 @@ func expectedGroups(t engine.Topology, shape arch.Shape) map[string]func(engine.
 	key := func(f func(engine.Topology) []int) func(engine.Topology) (string, bool) {
 		return func(u engine.Topology) (string, bool) { return fmt.Sprint(f(u)), true }
 	}
-	if t.Replicas() > 1 {
+	// A context-parallel ring's ranks are summed with the replicas.
+	if t.Replicas()*t.CP > 1 {
 		g["dp"] = key(func(u engine.Topology) []int { return []int{u.PPIndex, u.MPIndex} })
-		g["sharding"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.MPIndex} })
+		g["sharding"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.MPIndex, u.CPIndex} })
 		g["dp-shard"] = key(func(u engine.Topology) []int { return []int{u.ShardIndex, u.PPIndex, u.MPIndex} })
 	}
 	if t.MP > 1 {
-		g["mp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex} })
+		g["mp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex, u.CPIndex} })
 	}
 	// A Llama's key/value head on the MP/NKV ranks that share it, where
 	// mp exceeds the key/value heads (their gradients are summed).
 	if nkv := shape.KVHeads(); t.MP > nkv {
 		copies := t.MP / nkv
-		g["mpkv"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex, u.MPIndex / copies} })
+		g["mpkv"] = key(func(u engine.Topology) []int {
+			return []int{u.DPIndex, u.PPIndex, u.ShardIndex, u.CPIndex, u.MPIndex / copies}
+		})
+	}
+	if t.CP > 1 {
+		g["cp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.PPIndex, u.ShardIndex, u.MPIndex} })
 	}
 	if t.PP > 1 {
-		g["pp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.ShardIndex, u.MPIndex} })
+		g["pp"] = key(func(u engine.Topology) []int { return []int{u.DPIndex, u.ShardIndex, u.MPIndex, u.CPIndex} })
 	}
 	// The embedding tied to the head, on the first and last stages.
 	if t.PP > 1 && shape.Tied() {
@@ -220,7 +226,7 @@ func trainLayout(t *testing.T, tc paritymatrix.Layout, nccl bool) []float32 {
 // rendezvous deadlocks: they need the pipeline's Exchange.)
 func TestTrainOverFabric(t *testing.T) {
 	for _, tc := range parityLayouts {
-		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2", "llama mp2 kv1 untied"}, tc.Name) {
+		if !slices.Contains([]string{"dp2", "sharding2 stage3 dp2", "dp2 mp2", "pp2 gpipe", "pp2 1f1b", "pp2 interleaved vpp2", "llama mp2 kv1 untied", "mp2 sp", "cp2", "cp2 mp2"}, tc.Name) {
 			continue
 		}
 		t.Run(tc.Name, func(t *testing.T) {

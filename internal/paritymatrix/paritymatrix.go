@@ -48,6 +48,13 @@ func Layouts() []Layout {
 		{"mp4 sp", 4, []string{"Distributed.mp_degree=4", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
 		{"mp2 pp2 sp", 4, []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
 		{"sharding2 stage3 mp2 sp", 4, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		// Context parallelism: each sequence's chunks over a ring.
+		{"cp2", 2, []string{"Distributed.cp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"cp4", 4, []string{"Distributed.cp_degree=4", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
+		{"cp2 mp2", 4, []string{"Distributed.cp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4"}},
+		{"cp2 pp2", 4, []string{"Distributed.cp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2"}},
+		{"cp2 sharding2 stage3", 4, []string{"Distributed.cp_degree=2", "Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
+		{"cp2 dp2 mp2 sp", 8, []string{"Distributed.cp_degree=2", "Distributed.dp_degree=2", "Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 		{"sharding2 mp2 pp2", 8, []string{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2", "Distributed.mp_degree=2", "Distributed.pp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2"}},
 
 		// The Llama family: 4 query heads sharing 2 key/value heads, or 1.
@@ -66,6 +73,8 @@ func Layouts() []Layout {
 		{"llama dp2 mp2", 4, llama(2, "Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=4", "Global.micro_batch_size=2")},
 		{"llama mp2 kv1 sp", 2, llama(1, "Distributed.mp_degree=2", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
 		{"llama mp4 kv2 sp untied", 4, llama(2, "Model.tie_word_embeddings=false", "Distributed.mp_degree=4", "Distributed.sequence_parallel=true", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
+		{"llama cp2 kv1", 2, llama(1, "Distributed.cp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=4")},
+		{"llama cp2 mp2 kv2 untied", 4, llama(2, "Model.tie_word_embeddings=false", "Distributed.cp_degree=2", "Distributed.mp_degree=2", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
 		{"llama pp2 gpipe", 2, llama(2, "Distributed.pp_degree=2", "Distributed.pp_schedule=gpipe", "Global.local_batch_size=8", "Global.micro_batch_size=2")},
 	}
 }
