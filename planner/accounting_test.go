@@ -15,8 +15,9 @@ import (
 // (and an untied llama-tiny) under every layout of the table that the
 // preset can take: one process, dp, mp 2, 4 and 16 (a Llama's key/value
 // heads split, and replicated where mp exceeds them), pp 2 and 4, virtual
-// stages, mp × pp, dp × mp × pp and sharding stages 1, 2 and 3. For each
-// it checks, exactly:
+// stages, mp × pp, dp × mp × pp, sharding stages 1, 2 and 3, sequence
+// parallelism and context parallelism (neither changes a rank's part; a
+// ring's ranks share the writing of a save). For each it checks, exactly:
 //
 //   - arch: Params and ParamBound are the whole model's tensors;
 //   - planner: every rank's stage count (stageParams) is arch's count of
@@ -52,6 +53,11 @@ func TestParamAccounting(t *testing.T) {
 		{ShardingDegree: 2, ShardingStage: 3},
 		{ShardingDegree: 4, ShardingStage: 3, MP: 2},
 		{ShardingDegree: 2, ShardingStage: 3, PP: 2},
+		{MP: 2, SP: true},
+		{MP: 4, PP: 2, SP: true},
+		{CP: 2},
+		{DP: 2, MP: 2, SP: true, CP: 2},
+		{ShardingDegree: 2, ShardingStage: 3, CP: 2},
 	}
 	rows, byLayout, byModel := 0, map[string]int{}, map[string]int{}
 	for _, mo := range models {
@@ -97,9 +103,9 @@ func checkAccounting(t *testing.T, cfg *presets.Config, s Strategy) {
 	world := s.Devices()
 	var written int64
 	for r := range world {
-		// Ranks are numbered mp innermost, then sharding, then the
-		// pipeline stage (docs/parallelism.md).
-		st := r / (s.MP * s.ShardingDegree) % s.PP
+		// Ranks are numbered mp innermost, then cp, then sharding,
+		// then the pipeline stage (engine/topology.go).
+		st := r / (s.MP * s.CP * s.ShardingDegree) % s.PP
 		part := m.Stage(s.MP, s.PP, st)
 		want := m.PartParams(part)
 		if got := stageParams(m, s, st); got != want {

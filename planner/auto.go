@@ -10,8 +10,8 @@ import (
 
 // Auto plans Distributed.auto: the fastest strategy for world CPU workers
 // on one machine of device dev (what the engine runs), keeping what the
-// overrides fix and the degrees the config itself sets above 1
-// (semi-auto). It returns cfg with the chosen degrees, batch split and
+// overrides fix and the degrees the config itself sets above 1, and its
+// sequence parallelism when it turns it on (semi-auto). It returns cfg with the chosen degrees, batch split and
 // recompute applied, the plan chosen and every plan weighed. An impossible
 // request is bad input.
 func Auto(cfg *presets.Config, overrides []string, world int, dev Device) (*presets.Config, Plan, []Plan, error) {
@@ -21,10 +21,14 @@ func Auto(cfg *presets.Config, overrides []string, world int, dev Device) (*pres
 	for _, kv := range []struct {
 		v int
 		p *int
-	}{{d.DPDegree, &fixed.DP}, {d.MPDegree, &fixed.MP}, {d.PPDegree, &fixed.PP}, {d.Sharding.ShardingDegree, &fixed.ShardingDegree}} {
+	}{{d.DPDegree, &fixed.DP}, {d.MPDegree, &fixed.MP}, {d.CPDegree, &fixed.CP}, {d.PPDegree, &fixed.PP}, {d.Sharding.ShardingDegree, &fixed.ShardingDegree}} {
 		if kv.v > 1 {
 			*kv.p = kv.v
 		}
+	}
+	if d.SequenceParallel && fixed.SP == nil {
+		sp := true // the config's own choice, kept with its mp_degree (> 1: the config's rule)
+		fixed.SP = &sp
 	}
 	m := ModelOf(cfg)
 	plans, err := Search(m, cl, Options{Fixed: fixed, Caps: EngineCapabilities()})
@@ -43,11 +47,14 @@ func Auto(cfg *presets.Config, overrides []string, world int, dev Device) (*pres
 	return out, best, plans, nil
 }
 
-// Apply returns cfg laid out as strategy s says: its degrees, sharding
-// stage, batch split and recompute, for cfg's global batch.
+// Apply returns cfg laid out as strategy s says: its degrees, sequence
+// parallelism, sharding stage, batch split and recompute, for cfg's global
+// batch.
 func Apply(cfg *presets.Config, s Strategy) (*presets.Config, error) {
+	s = s.normalize()
 	out := *cfg
 	out.Distributed.DPDegree, out.Distributed.MPDegree, out.Distributed.PPDegree = s.DP, s.MP, s.PP
+	out.Distributed.CPDegree, out.Distributed.SequenceParallel = s.CP, s.SP
 	out.Distributed.VPPDegree, out.Distributed.PPSchedule = s.VPP, strings.ToLower(s.Schedule())
 	if s.PP == 1 {
 		out.Distributed.PPSchedule = cfg.Distributed.PPSchedule

@@ -97,7 +97,11 @@ func Estimate(m Model, c Cluster, s Strategy) Plan {
 func invalid(m Model, c Cluster, s Strategy) string {
 	switch {
 	case s.Devices() != c.Size():
-		return fmt.Sprintf("dp %d × sharding %d × mp %d × pp %d = %d devices, the cluster has %d", s.DP, s.ShardingDegree, s.MP, s.PP, s.Devices(), c.Size())
+		cp := ""
+		if s.CP > 1 {
+			cp = fmt.Sprintf(" × cp %d", s.CP)
+		}
+		return fmt.Sprintf("dp %d × sharding %d%s × mp %d × pp %d = %d devices, the cluster has %d", s.DP, s.ShardingDegree, cp, s.MP, s.PP, s.Devices(), c.Size())
 	case s.MP > c.DevicesPerNode:
 		return fmt.Sprintf("mp %d exceeds the %d devices of a node", s.MP, c.DevicesPerNode)
 	case s.Recompute != RecomputeNone && s.Recompute != RecomputeFull && s.Recompute != RecomputeOnlyAttn:
@@ -105,6 +109,9 @@ func invalid(m Model, c Cluster, s Strategy) string {
 	}
 	if p := layout.Check(m.Shape, s.layout(), s.batch(m)); p != nil {
 		return p.Error()
+	}
+	if s.CP > 1 && m.Dropout {
+		return "dropout: context parallelism runs without it (the config refuses cp_degree > 1 with dropout); set Model.*_dropout_prob to 0 to weigh cp"
 	}
 	return ""
 }
@@ -165,8 +172,10 @@ func inflight(m Model, s Strategy, st int) float64 {
 // shard beside the full buffer, and the fp32 activations its forward pass
 // keeps for one micro-batch.
 //
-// Checked against the engine for dp, sharding stages 1–3, tensor and
-// pipeline parallelism (planner/engine_test.go).
+// Checked against the engine for dp, sharding stages 1–3, tensor
+// parallelism with and without sequence parallelism and pipeline
+// parallelism (planner/engine_test.go); context parallelism as soon as the
+// engine runs it.
 func engineMemory(m Model, s Strategy, st int) Memory {
 	P := stageParams(m, s, st)
 	S := int64(s.ShardingDegree)
@@ -233,28 +242,44 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 // width) (kvWidthTP: a replicated head's columns on every rank that
 // holds it) and its MLP keeps gate and up (2F/t) and their SwiGLU (F/t).
 // The attention probabilities are per query head in both.
+//
+// The rows: a context-parallel rank holds N = B·T/cp of them (its chunks
+// of every sequence), and under sequence parallelism its Nr = N/mp rows
+// of the residual stream between the tensor-parallel regions (the stream
+// itself, the norms' outputs and statistics, res2), all N inside them
+// (qkv, the attention output, the MLP's tensors, the logits). Under
+// context parallelism the ring attention keeps no probabilities, only
+// one log-sum-exp per row and query head.
 func engineActivations(m Model, s Strategy, st int) int64 {
 	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C), int64(m.F)
-	NH, V, t := int64(m.NH), int64(m.V), int64(s.MP)
+	NH, V, t, cp := int64(m.NH), int64(m.V), int64(s.MP), int64(s.cp())
 	L := int64(m.L / s.PP)
-	N := B * T
+	N := B * T / cp // the rank's rows
+	Nr := N         // … of the residual stream
+	if s.SP {
+		Nr = N / t
+	}
 	qkv, fc, act, stats := 3*C/t, F/t, F/t, int64(2) // GPT-2
 	if m.llama() {
 		qkv, fc, act, stats = C/t+2*m.kvWidthTP(s.MP), 2*F/t, F/t, 1
 	}
-	n := (L + 1) * N * C // resid: block inputs and the stage's output
+	n := (L + 1) * Nr * C // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
-		n += L * (3*N*C + 2*stats*N + N*(qkv+C/t+fc+act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
+		n += L * (3*Nr*C + 2*stats*Nr + N*(qkv+C/t+fc+act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
 	}
 	if s.Recompute == RecomputeNone {
-		n += L * B * (NH / t) * T * T
+		if cp > 1 {
+			n += L * N * (NH / t) // the ring's log-sum-exp
+		} else {
+			n += L * B * (NH / t) * T * T
+		}
 	}
 	if st == s.PP-1 {
 		Vl := V // logits over the real vocabulary ids of the rows held
 		if t > 1 {
 			Vl = min(int64(m.Vp)/t, V)
 		}
-		n += N*C + stats*N + N*Vl + N // final norm, logits, losses
+		n += Nr*C + stats*Nr + N*Vl + N // final norm, logits, losses
 	}
 	return 4 * n
 }
@@ -283,7 +308,11 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 	}
 	layer := mixedLayerActivations(m, s, s.Recompute)
 	acts := inflight(m, s, st) * float64(m.L/s.PP) * layer
-	sbh := float64(s.MicroBatch) * float64(m.SeqLen) * float64(m.C)
+	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp()) // the rank's rows
+	sbh := sb * float64(m.C)                                          // … of the residual stream
+	if s.SP {
+		sbh /= float64(s.MP)
+	}
 	k := pb / 2
 	if st == 0 {
 		if m.llama() {
@@ -295,7 +324,7 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 	if st == s.PP-1 {
 		// final norm input and output; logits in the training dtype
 		// and the fp32 softmax of the loss, over the vocabulary shard.
-		acts += 4*sbh*k + float64(s.MicroBatch)*float64(m.SeqLen)*float64(m.Vp)/float64(s.MP)*(pb+4)
+		acts += 4*sbh*k + sb*float64(m.Vp)/float64(s.MP)*(pb+4)
 	}
 	other := float64(c.Device.ReservedBytes)
 	if s.Recompute == RecomputeFull {
@@ -307,45 +336,65 @@ func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
 }
 
 // mixedLayerActivations is one block's activations for one micro-batch
-// in 16-bit training (twice for fp32), after Korthikanti et al. without
-// sequence parallelism: s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes, with the
-// 24 = 8 + 4·F/h written for any F; only_attn drops the 5·a·s/h
-// attention-score term, full keeps only the block input (2·s·b·h).
+// in 16-bit training (twice for fp32), after Korthikanti et al.:
+// s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes without sequence parallelism,
+// s·b·h·(34/t + 5·a·s/(h·t)) with it (the 10·s·b·h of the norms, dropouts
+// and residual adds split over the t ranks too), with the 24 = 8 + 4·F/h
+// written for any F; only_attn drops the 5·a·s/h attention-score term,
+// full keeps only the block input (2·s·b·h, /t with sequence
+// parallelism).
+//
+// Under context parallelism s is a rank's s/cp positions of each
+// sequence in every term, and there is no score term: the ring attention
+// is flash-style, keeping no probabilities (its log-sum-exp per row and
+// head, 4·a·s·b/(t·cp) bytes, is left out).
 //
 // A Llama's block, counted the same way (llamaLayerActivations), has no
 // dropout masks, grouped key/value heads and a SwiGLU MLP.
 func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
-	sb := float64(s.MicroBatch) * float64(m.SeqLen)
+	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp())
 	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
+	rt := 1.0 // the split of the residual stream's rows: t with sequence parallelism
+	if s.SP {
+		rt = t
+	}
 	k := 1.0
 	if m.Dtype == "fp32" {
 		k = 2
 	}
 	if rc == RecomputeFull {
-		return k * 2 * sb * h
+		return k * 2 * sb * h / rt
 	}
+	scores := rc == RecomputeNone && s.cp() == 1
 	if m.llama() {
-		return k * llamaLayerActivations(m, s, rc == RecomputeNone)
+		return k * llamaLayerActivations(m, s, scores)
 	}
-	if rc == RecomputeOnlyAttn {
-		return k * (10*sb*h + (8*sb*h+4*sb*F)/t)
+	n := 10*sb*h/rt + (8*sb*h+4*sb*F)/t
+	if scores {
+		n += 5 * a * sb * float64(m.SeqLen) / t
 	}
-	return k * (10*sb*h + (8*sb*h+4*sb*F)/t + 5*a*sb*float64(m.SeqLen)/t)
+	return k * n
 }
 
 // llamaLayerActivations is a Llama block's 16-bit activations for one
 // micro-batch, by Korthikanti et al.'s count with Llama's layers: the
 // inputs of the two RMSNorms (4·sbh), of the q, k, v projection and of
-// the MLP (2·sbh each), replicated over the tensor-parallel ranks; q
-// after the rotary embedding (2·sbh/t), k and v (2·2·sb·w, w the rank's
-// key/value width, kvWidthTP), the input of o_proj (2·sbh/t), gate's and
-// up's outputs and their SwiGLU, down_proj's input (6·sbF/t); with scores,
-// the softmax's output (2·a·s²b/t). No dropout masks: a Llama has none.
+// the MLP (2·sbh each), replicated over the tensor-parallel ranks (split
+// over them with sequence parallelism: 8·sbh/t); q after the rotary
+// embedding (2·sbh/t), k and v (2·2·sb·w, w the rank's key/value width,
+// kvWidthTP), the input of o_proj (2·sbh/t), gate's and up's outputs and
+// their SwiGLU, down_proj's input (6·sbF/t); with scores, the softmax's
+// output (2·a·s²b/t). No dropout masks: a Llama has none. Under context
+// parallelism s·b is the rank's rows, s/cp of each sequence.
 func llamaLayerActivations(m Model, s Strategy, scores bool) float64 {
-	sb := float64(s.MicroBatch) * float64(m.SeqLen)
+	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp())
 	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
 	w := float64(m.kvWidthTP(s.MP))
-	n := 8*sb*h + 2*sb*h/t + 4*sb*w + 2*sb*h/t + 6*sb*F/t
+	repl := 8 * sb * h
+	if s.SP {
+		repl /= t
+	}
+	n := repl + 2*sb*h/t + 4*sb*w + 2*sb*h/t + 6*sb*F/t
 	if scores {
 		n += 2 * a * sb * float64(m.SeqLen) / t
 	}
@@ -361,17 +410,21 @@ func gemmTime(c Cluster, flops, rows float64) float64 {
 }
 
 // stepTime predicts one optimizer step and the bytes a device sends.
+//
+// A context-parallel rank computes its rows, B·T/cp of a micro-batch, and
+// 1/cp of the attention; the ranks of its ring pass keys and values around
+// in every layer and sum their gradients with the replicas'.
 func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	var t Time
 	B, T, C := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C)
-	V, tp := float64(m.V), float64(s.MP)
+	V, tp, cp := float64(m.V), float64(s.MP), float64(s.cp())
 	L := float64(m.L / s.PP)
-	rows := B * T
+	rows := B * T / cp // the rank's rows of a micro-batch
 	mb := float64(m.GlobalBatch / s.Replicas() / s.MicroBatch)
 
 	// One micro-batch on the last stage (the slowest: it adds the logits).
 	layerFwd := gemmTime(c, 2*rows*float64(m.layerMatmulTP(s.MP)), rows)
-	attnFwd := gemmTime(c, 4*B*T*T*C/tp, T)
+	attnFwd := gemmTime(c, 4*B*T*T*C/(tp*cp), T/cp)
 	logitsFwd := gemmTime(c, 2*rows*C*V/tp, rows)
 	fwd := L*(layerFwd+attnFwd) + logitsFwd
 	// The softmax cross-entropy over this rank's columns of the logits,
@@ -388,8 +441,19 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		perMB += L * attnFwd
 	}
 
-	// Tensor parallel: 2 all-reduces of b·s·h forward and 2 backward per
-	// block (2 more when the block is recomputed), inside the node.
+	// Tensor parallel, inside the node, per micro-batch: counted in
+	// halves of an all-reduce of b·s·h (a reduce-scatter or an
+	// all-gather, (t−1)/t of it each), as the engine moves them
+	// (engine's TestModelParallelTraffic). Each block's 2 all-reduces
+	// forward and 2 backward are 8 halves; sequence parallelism makes each
+	// a reduce-scatter and an all-gather and gathers each column-parallel
+	// GEMM's input again in the backward pass, 10; a recomputed block
+	// repeats its forward's 4. The embedding adds an all-reduce (the first
+	// stage), the head's input gradient another (the last; with sequence
+	// parallelism its input's gather again, 3 halves), and the loss its
+	// row maxima (all-gathered) and sums (two float64s a row,
+	// all-reduced). Sequence parallelism all-reduces the norms' weight
+	// gradients too, every micro-batch.
 	pb := 2.0
 	if m.Dtype == "fp32" || c.Device.Accounting == AccountingEngine {
 		pb = 4
@@ -397,11 +461,24 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	act := rows * C * pb
 	var sent float64
 	if s.MP > 1 {
-		n := 4.0
-		if s.Recompute == RecomputeFull {
-			n = 6
+		halves, outer := 8.0, 2.0 // a block's, the head's
+		if s.SP {
+			halves, outer = 10, 3
 		}
-		v := n * L * 2 * (tp - 1) / tp * act
+		if s.Recompute == RecomputeFull {
+			halves += 4
+		}
+		if s.PP == 1 {
+			outer += 2 // the embedding's, on the same stage
+		}
+		v := (halves*L+outer)*(tp-1)/tp*act + (tp-1)*4*rows + 2*(tp-1)/tp*16*rows
+		if s.SP {
+			norms := 4*C*L + 2*C // two LayerNorms' weights and biases a block, the final one's
+			if m.llama() {
+				norms = 2*C*L + C // two RMSNorms' weights a block, the final one's
+			}
+			v += 2 * (tp - 1) / tp * norms * pb
+		}
 		if k := float64(m.kvCopies(s.MP)); k > 1 {
 			// A Llama's replicated key/value heads: each block's
 			// gradient of its k and v rows summed over the k ranks
@@ -409,6 +486,21 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 			v += L * 2 * (k - 1) / k * 2 * float64(m.kvWidthTP(s.MP)) * C * pb
 		}
 		perMB += v / c.bandwidth(s.MP)
+		sent += mb * v
+	}
+	// Context parallel: per block the ring passes cp−1 blocks of keys and
+	// values (the rank's rows × both widths) forward, and cp−1 of them and
+	// cp of their gradients backward (recomputed attention, under either
+	// recompute granularity, passes its forward's again), each to the next
+	// rank of the ring, which spans cp·mp consecutive ranks
+	// (engine/contextparallel.go).
+	if s.CP > 1 {
+		fwd := cp - 1
+		if s.Recompute != RecomputeNone {
+			fwd *= 2
+		}
+		v := L * (fwd + cp - 1 + cp) * rows * 2 * float64(m.kvWidthTP(s.MP)) * pb
+		perMB += v / c.bandwidth(s.MP*s.CP)
 		sent += mb * v
 	}
 	t.Compute = perMB * mb
@@ -428,9 +520,13 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		t.Bubble = bubble
 		t.Compute += bubble
 		// Point-to-point: the activation forward and its gradient back,
-		// per micro-batch and boundary crossing (vpp per rank).
+		// per micro-batch and boundary crossing (vpp per rank): the rank's
+		// rows of the residual stream.
 		v := 2 * float64(s.VPP) * act
-		t.Comm += mb * v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)
+		if s.SP {
+			v /= tp
+		}
+		t.Comm += mb * v / c.bandwidth(s.MP*s.CP*s.ShardingDegree*s.PP)
 		sent += mb * v
 	}
 
@@ -439,12 +535,23 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	P := float64(stageParams(m, s, stage))
 	gb := pb * P // gradient bytes (16-bit on accelerators, fp32 in the engine)
 	blocks := L * float64(m.layerParamsTP(s.MP)) * pb
-	R, S, D := float64(s.Replicas()), float64(s.ShardingDegree), float64(s.DP)
-	world := c.Size()
-	// The engine's rank order is dp × pp × sharding × mp, mp innermost: a
-	// sharding group spans sharding·mp consecutive ranks, a pipeline
-	// pp·sharding·mp, a dp group the world.
-	shardSpan := s.ShardingDegree * s.MP
+	// The ranks of a context-parallel ring hold the same part and sum
+	// their gradients with the replicas' (engine/topology.go: the dp
+	// groups take them in): R·cp ranks all-reduce, or under stage 2 and 3
+	// the D·cp holding each shard.
+	R, S, D := float64(s.Replicas())*cp, float64(s.ShardingDegree), float64(s.DP)*cp
+	// The engine's rank order is dp × pp × sharding × cp × mp, mp
+	// innermost: a sharding group spans sharding·cp·mp consecutive ranks,
+	// a pipeline pp·sharding·cp·mp, a dp group the world (a ring of
+	// context-parallel ranks alone cp·mp).
+	shardSpan := s.ShardingDegree * s.CP * s.MP
+	replicaSpan, dpSpan := c.Size(), c.Size()
+	if s.Replicas() == 1 {
+		replicaSpan = s.CP * s.MP
+	}
+	if s.DP == 1 {
+		dpSpan = s.CP * s.MP
+	}
 	bwdLast := 2 * fwd // the last micro-batch's backward, which the block all-reduces overlap
 	hide := func(comm, bytes float64) float64 {
 		// The blocks' share of comm overlaps the backward pass of the
@@ -457,11 +564,11 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	var opt float64 // parameters this device updates
 	normN, zeroN := P, P
 	switch {
-	case s.Replicas() == 1:
+	case R == 1:
 		opt = P
 	case s.ShardingDegree == 1 || s.ShardingStage == 1:
 		v := 2 * (R - 1) / R * gb
-		t.Comm += hide(v/c.bandwidth(world), gb)
+		t.Comm += hide(v/c.bandwidth(replicaSpan), gb)
 		sent += v
 		opt = P
 		if s.ShardingDegree > 1 {
@@ -474,7 +581,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		rs := (S - 1) / S * gb
 		ar := 2 * (D - 1) / D * gb / S
 		ag := (S - 1) / S * pb * P
-		t.Comm += rs/c.bandwidth(shardSpan) + ar/c.bandwidth(world) + ag/c.bandwidth(shardSpan)
+		t.Comm += rs/c.bandwidth(shardSpan) + ar/c.bandwidth(dpSpan) + ag/c.bandwidth(shardSpan)
 		sent += rs + ar + ag
 		opt = math.Ceil(P / S)
 		normN = opt
@@ -489,7 +596,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		outer := P - L*block
 		v := (S - 1) / S * pb * (3*mb*L*block + 2*outer)
 		ar := 2 * (D - 1) / D * gb / S
-		t.Comm += v/c.bandwidth(shardSpan) + ar/c.bandwidth(world)
+		t.Comm += v/c.bandwidth(shardSpan) + ar/c.bandwidth(dpSpan)
 		sent += v + ar
 		opt = math.Ceil(P / S)
 		normN = opt
@@ -497,7 +604,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	if s.PP > 1 && m.Tied() {
 		// the tied embedding's gradients between the first and last stage
 		v := float64(m.Vp) * C / tp * pb
-		t.Comm += v / c.bandwidth(s.MP*s.ShardingDegree*s.PP)
+		t.Comm += v / c.bandwidth(s.MP*s.CP*s.ShardingDegree*s.PP)
 		sent += v
 	}
 	rate := c.Device.OptimizerParamsPerS * c.share()

@@ -89,7 +89,11 @@ type memoryCase struct {
 
 // TestMemoryMatchesEngine: the predicted memory of a CPU worker is within
 // 5% of the engine's own accounting (engine.Trainer.Memory, the [memory]
-// log line), component by component, for each strategy of the table.
+// log line), component by component, and its activations to the byte,
+// for each strategy of the table: sequence parallelism's rows (the
+// residual stream's rows split over the tensor-parallel group) among them,
+// and context parallelism's (a rank's T/cp rows of each sequence, the
+// ring's log-sum-exps in place of the attention probabilities).
 //
 // A row the planner's EngineCapabilities excluded would be skipped with
 // its reason; the engine runs all of them.
@@ -118,10 +122,24 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		{"pp2 1F1B", 2, small, Strategy{PP: 2, MicroBatch: 2}},
 		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
 		{"sharding2 stage3", 2, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MicroBatch: 4}},
+		{"mp2 sp", 2, small, Strategy{MP: 2, SP: true, MicroBatch: 4}},
+		{"mp2 sp accumulate 4", 2, small, Strategy{MP: 2, SP: true, MicroBatch: 2}},
+		{"mp4 sp only_attn", 4, wide, Strategy{MP: 4, SP: true, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"mp2 pp2 sp", 4, small, Strategy{MP: 2, PP: 2, SP: true, MicroBatch: 2}},
+		{"mp2 pp2 sp full", 4, small, Strategy{MP: 2, PP: 2, SP: true, MicroBatch: 2, Recompute: RecomputeFull}},
+		{"dp2 mp2 sp full", 4, small, Strategy{DP: 2, MP: 2, SP: true, MicroBatch: 2, Recompute: RecomputeFull}},
+		{"sharding2 stage3 mp2 sp", 4, small, Strategy{ShardingDegree: 2, ShardingStage: 3, MP: 2, SP: true, MicroBatch: 2}},
+		{"mp2 pp4 interleaved vpp2 sp", 8, deep, Strategy{MP: 2, PP: 4, VPP: 2, SP: true, MicroBatch: 1}},
+		{"cp2", 2, small, Strategy{CP: 2, MicroBatch: 4}},
+		{"cp2 full", 2, wide, Strategy{CP: 2, MicroBatch: 4, Recompute: RecomputeFull}},
+		{"dp2 cp2", 4, small, Strategy{DP: 2, CP: 2, MicroBatch: 2}},
+		{"mp2 sp cp2", 4, small, Strategy{MP: 2, SP: true, CP: 2, MicroBatch: 4}},
+		{"mp2 cp2 only_attn", 4, wide, Strategy{MP: 2, CP: 2, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"cp2 pp2", 4, small, Strategy{CP: 2, PP: 2, MicroBatch: 2}},
 	}
 	// -short: one row of each dimension, one with accumulation and one
 	// with recompute.
-	short := []string{"single mb2 accumulate 4", "dp2 mb4", "sharding2 stage2", "mp2", "dp2 mp2 full", "pp2 1F1B", "sharding2 stage3"}
+	short := []string{"single mb2 accumulate 4", "dp2 mb4", "sharding2 stage2", "mp2", "dp2 mp2 full", "pp2 1F1B", "sharding2 stage3", "mp2 sp", "mp2 pp2 sp full", "cp2", "mp2 sp cp2"}
 	checkMemory(t, "tiny", cases, short)
 }
 
@@ -162,8 +180,13 @@ func TestMemoryMatchesEngineLlama(t *testing.T) {
 		{"pp2 1F1B untied", 2, untied, Strategy{PP: 2, MicroBatch: 2}},
 		{"mp2 pp2 untied", 4, untied, Strategy{MP: 2, PP: 2, MicroBatch: 2}},
 		{"pp4 interleaved vpp2", 4, deep, Strategy{PP: 4, VPP: 2, MicroBatch: 1}},
+		{"mp2 sp", 2, small, Strategy{MP: 2, SP: true, MicroBatch: 4}},
+		{"mp4 sp replicated kv heads untied", 4, untied, Strategy{MP: 4, SP: true, MicroBatch: 4}},
+		{"mp2 pp2 sp untied only_attn", 4, untied, Strategy{MP: 2, PP: 2, SP: true, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
+		{"cp2", 2, small, Strategy{CP: 2, MicroBatch: 4}},
+		{"mp2 sp cp2 untied", 4, untied, Strategy{MP: 2, SP: true, CP: 2, MicroBatch: 4}},
 	}
-	short := []string{"single untied", "dp2 mb4", "sharding2 stage2 untied", "mp4 replicated kv heads", "dp2 mp2 full", "pp2 1F1B untied", "sharding2 stage3"}
+	short := []string{"single untied", "dp2 mb4", "sharding2 stage2 untied", "mp4 replicated kv heads", "dp2 mp2 full", "pp2 1F1B untied", "sharding2 stage3", "mp4 sp replicated kv heads untied", "cp2"}
 	checkMemory(t, "llama-tiny", cases, short)
 }
 
@@ -219,6 +242,10 @@ func checkMemory(t *testing.T, preset string, cases []memoryCase, short []string
 				if d := math.Abs(float64(c.got-c.want)) / float64(c.want); d > 0.05 {
 					t.Errorf("%s: predicted %d bytes, the engine counts %d (off by %.2f%%)", c.part, c.got, c.want, 100*d)
 				}
+			}
+			if p.Mem.Activations != got.Activations {
+				t.Errorf("activations: predicted %d bytes, the engine counts %d (%+d): the planner counts the engine's buffers, to the byte",
+					p.Mem.Activations, got.Activations, p.Mem.Activations-got.Activations)
 			}
 			t.Logf("%s: predicted %d bytes, engine %d (%+.3f%%)", s, p.Mem.Total, got.Total(), 100*float64(p.Mem.Total-got.Total())/float64(got.Total()))
 		})

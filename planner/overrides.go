@@ -11,6 +11,7 @@ import (
 // (schema spellings) to the Fixed field they set.
 var strategyKeys = map[string]string{
 	"Distributed.dp_degree": "dp", "Distributed.mp_degree": "mp", "Distributed.pp_degree": "pp",
+	"Distributed.cp_degree": "cp", "Distributed.sequence_parallel": "sp",
 	"Distributed.vpp_degree": "vpp", "Distributed.sharding.sharding_degree": "sharding",
 	"Distributed.sharding.sharding_stage": "stage", "Global.micro_batch_size": "micro",
 	"Engine.use_recompute": "recompute", "Engine.recompute_granularity": "recompute",
@@ -24,8 +25,8 @@ func overrideKey(kv string) string {
 }
 
 // ChoosesStrategy reports whether the override kv sets a part of the
-// strategy: a parallel degree, the sharding stage, the micro-batch size or
-// recompute (in any of the keys' spellings).
+// strategy: a parallel degree, the sharding stage, sequence parallelism,
+// the micro-batch size or recompute (in any of the keys' spellings).
 func ChoosesStrategy(kv string) bool { return strategyKeys[overrideKey(kv)] != "" }
 
 // FixedByOverrides returns what the overrides fix of the strategy (semi-
@@ -39,6 +40,11 @@ func FixedByOverrides(cfg *presets.Config, overrides []string) Fixed {
 			f.DP = s.DP
 		case "mp":
 			f.MP = s.MP
+		case "cp":
+			f.CP = s.CP
+		case "sp":
+			sp := s.SP
+			f.SP = &sp
 		case "pp":
 			f.PP = s.PP
 		case "vpp":

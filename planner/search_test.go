@@ -142,14 +142,26 @@ func TestSemiAutoAndCapabilities(t *testing.T) {
 	if refused == 0 {
 		t.Errorf("no plan refused for %s", narrow.Name)
 	}
+	// The engine's own refuse nothing, sequence and context parallelism
+	// included.
 	plans, err = Search(tiny, cpu, Options{Caps: EngineCapabilities()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var sp, cp int
 	for _, p := range plans {
 		if strings.Contains(p.Reason, "not supported") {
 			t.Errorf("%s refused under the engine's capabilities: %s", p.Strategy, p.Reason)
 		}
+		if p.Feasible && p.SP {
+			sp++
+		}
+		if p.Feasible && p.CP > 1 {
+			cp++
+		}
+	}
+	if sp == 0 || cp == 0 {
+		t.Errorf("under the engine's capabilities %d feasible plans with sequence parallelism, %d with context parallelism; want some of each", sp, cp)
 	}
 	if _, ok := Best(plans); !ok {
 		t.Error("no best plan under the engine's capabilities")

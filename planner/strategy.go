@@ -17,15 +17,21 @@ const (
 
 // Strategy is one way to lay a training step out over the devices.
 //
-// The four degrees multiply to the number of devices; the replicas that
-// train on different samples are DP·ShardingDegree, each with
-// GlobalBatch/(DP·ShardingDegree) sequences per step in micro-batches of
-// MicroBatch.
+// The five degrees (dp, sharding, cp, mp, pp) multiply to the number of
+// devices; the replicas that train on different samples are
+// DP·ShardingDegree, each with GlobalBatch/(DP·ShardingDegree) sequences
+// per step in micro-batches of MicroBatch. The CP ranks of a
+// context-parallel ring train on the same samples, each on 1/CP of every
+// sequence's positions; SP splits the rows of the residual stream between
+// the tensor-parallel regions over the MP ranks (meaningful only with MP
+// > 1).
 type Strategy struct {
 	DP             int    `json:"dp"`
 	ShardingDegree int    `json:"sharding_degree"`
 	ShardingStage  int    `json:"sharding_stage"` // 1, 2 or 3; 1 when ShardingDegree is 1
 	MP             int    `json:"mp"`
+	SP             bool   `json:"sequence_parallel"` // sequence parallelism in the tensor-parallel group; false when MP is 1
+	CP             int    `json:"cp"`                // context-parallel degree
 	PP             int    `json:"pp"`
 	VPP            int    `json:"vpp"` // virtual stages per pipeline rank; > 1 is interleaved 1F1B
 	MicroBatch     int    `json:"micro_batch_size"`
@@ -38,16 +44,20 @@ func (s Strategy) layout() layout.Layout {
 	if s.VPP > 1 {
 		sched = "interleaved"
 	}
-	return layout.Layout{DP: s.DP, Sharding: s.ShardingDegree, MP: s.MP, PP: s.PP, VPP: s.VPP, Stage: s.ShardingStage, Schedule: sched}
+	return layout.Layout{DP: s.DP, Sharding: s.ShardingDegree, MP: s.MP, PP: s.PP, VPP: s.VPP, Stage: s.ShardingStage, Schedule: sched,
+		SP: s.SP, CP: s.CP}
 }
 
 // batch is m's global batch in s's micro-batches (the local batch derived).
 func (s Strategy) batch(m Model) layout.Batch {
-	return layout.Batch{Global: m.GlobalBatch, Micro: s.MicroBatch}
+	return layout.Batch{Global: m.GlobalBatch, Micro: s.MicroBatch, Seq: m.SeqLen}
 }
 
 // Devices is the number of devices the strategy uses.
-func (s Strategy) Devices() int { return s.DP * s.ShardingDegree * s.MP * s.PP }
+func (s Strategy) Devices() int { return s.DP * s.ShardingDegree * s.cp() * s.MP * s.PP }
+
+// cp is the context-parallel degree, 1 when CP is unset.
+func (s Strategy) cp() int { return max(s.CP, 1) }
 
 // Replicas is the number of ranks that train on different samples.
 func (s Strategy) Replicas() int { return s.DP * s.ShardingDegree }
@@ -64,7 +74,9 @@ func (s Strategy) Schedule() string {
 	return "1F1B"
 }
 
-// String is a compact description such as "dp2 sharding4/s2 mp2 pp4v2 mb1 full".
+// String is a compact description such as "dp2 sharding4/s2 mp2 pp4v2 mb1
+// full" or "mp2 sp cp2 pp2 mb1 full": sp after the tensor-parallel degree
+// it splits the rows of, then the context-parallel degree.
 func (s Strategy) String() string {
 	var parts []string
 	if s.DP > 1 {
@@ -75,6 +87,12 @@ func (s Strategy) String() string {
 	}
 	if s.MP > 1 {
 		parts = append(parts, fmt.Sprintf("mp%d", s.MP))
+		if s.SP {
+			parts = append(parts, "sp")
+		}
+	}
+	if s.CP > 1 {
+		parts = append(parts, fmt.Sprintf("cp%d", s.CP))
 	}
 	if s.PP > 1 {
 		p := fmt.Sprintf("pp%d", s.PP)
@@ -93,15 +111,20 @@ func (s Strategy) String() string {
 	return strings.Join(parts, " ")
 }
 
-// normalize fills zero fields with their neutral values.
+// normalize fills zero fields with their neutral values, and turns
+// sequence parallelism off without tensor parallelism (it has no rows to
+// split).
 func (s Strategy) normalize() Strategy {
-	for _, p := range []*int{&s.DP, &s.ShardingDegree, &s.ShardingStage, &s.MP, &s.PP, &s.VPP, &s.MicroBatch} {
+	for _, p := range []*int{&s.DP, &s.ShardingDegree, &s.ShardingStage, &s.MP, &s.CP, &s.PP, &s.VPP, &s.MicroBatch} {
 		if *p < 1 {
 			*p = 1
 		}
 	}
 	if s.ShardingDegree == 1 {
 		s.ShardingStage = 1
+	}
+	if s.MP == 1 {
+		s.SP = false
 	}
 	if s.Recompute == "" {
 		s.Recompute = RecomputeNone
@@ -117,17 +140,19 @@ func StrategyOf(cfg *presets.Config) Strategy {
 		rc = e.RecomputeGranularity
 	}
 	return Strategy{DP: d.DPDegree, ShardingDegree: d.Sharding.ShardingDegree, ShardingStage: d.Sharding.ShardingStage,
-		MP: d.MPDegree, PP: d.PPDegree, VPP: d.VPPDegree, MicroBatch: cfg.Global.MicroBatchSize, Recompute: rc}.normalize()
+		MP: d.MPDegree, SP: d.SequenceParallel, CP: d.CPDegree, PP: d.PPDegree, VPP: d.VPPDegree, MicroBatch: cfg.Global.MicroBatchSize, Recompute: rc}.normalize()
 }
 
 // Overrides returns the "-o" overrides that make a config of global batch
-// globalBatch run s: the degrees, the local and micro-batch sizes and the
-// recompute setting.
+// globalBatch run s: the degrees, sequence parallelism, the local and
+// micro-batch sizes and the recompute setting.
 func Overrides(s Strategy, globalBatch int) []string {
 	s = s.normalize()
 	o := []string{
 		fmt.Sprintf("Distributed.dp_degree=%d", s.DP),
 		fmt.Sprintf("Distributed.mp_degree=%d", s.MP),
+		fmt.Sprintf("Distributed.sequence_parallel=%v", s.SP),
+		fmt.Sprintf("Distributed.cp_degree=%d", s.CP),
 		fmt.Sprintf("Distributed.pp_degree=%d", s.PP),
 		fmt.Sprintf("Distributed.vpp_degree=%d", s.VPP),
 		fmt.Sprintf("Distributed.sharding.sharding_degree=%d", s.ShardingDegree),

@@ -32,7 +32,7 @@ func TestPlanJSON(t *testing.T) {
 	if len(plans) != 6 {
 		t.Fatalf("%d plans, want 3 feasible and 3 rejected", len(plans))
 	}
-	want := []string{"dp", "feasible", "mem_bytes", "mfu", "micro_batch_size", "mp", "pp", "reason", "recompute", "sharding_degree", "sharding_stage", "step_time_s", "tokens_per_s", "vpp"}
+	want := []string{"cp", "dp", "feasible", "mem_bytes", "mfu", "micro_batch_size", "mp", "pp", "reason", "recompute", "sequence_parallel", "sharding_degree", "sharding_stage", "step_time_s", "tokens_per_s", "vpp"}
 	for i, p := range plans {
 		var keys []string
 		for k := range p {
