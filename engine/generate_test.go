@@ -98,11 +98,13 @@ func TestSampleOptions(t *testing.T) {
 }
 
 // logitsOf runs m on inputs (B,T) without dropout and returns the logits
-// (B,T,V) of every position (a view valid until the next pass).
+// (B,T,V) of every position, the real vocabulary's (Model.Logits: the
+// device's logits are (B,T,Vp), the padding masked).
 func logitsOf(t *testing.T, m *Model, inputs []int32, B, T int) []float32 {
 	t.Helper()
-	if _, err := m.Loss(context.Background(), inputs, make([]int32, B*T), B, T); err != nil {
+	logits, err := m.Logits(context.Background(), inputs, B, T)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return m.acts.logits
+	return logits
 }

@@ -57,7 +57,8 @@ type Model struct {
 // holds, the whole block's for one process (sliceDims).
 type dims struct {
 	Cl, NHl, Fl int // attention channels, heads and MLP units (C/MP, NH/MP, F/MP)
-	Vl          int // real vocabulary ids among the rows of wte held (the columns of the logits)
+	Vpl         int // rows of the padded vocabulary held, Vp/MP: the columns of the logits
+	Vl          int // real vocabulary ids among them, the first Vl (the rest padding, masked in the loss)
 
 	// A Llama's key/value heads: NKVl held (NKV/MP, or 1 when MP exceeds
 	// NKV), each alike on kvCopies ranks of the group (MP/NKV, or 1).
@@ -161,7 +162,7 @@ type activations struct {
 	lnf     []float32   // (Nr,C)         head only
 	lnfMean []float32   // (Nr)
 	lnfRstd []float32   // (Nr)
-	logits  []float32   // (B,T,Vl): real vocabulary only; gradient in place
+	logits  []float32   // (B,T,Vpl): the rank's padded vocabulary, the first Vl columns real; gradient in place (0 in the padding)
 	losses  []float32   // (B,T)
 	inputs  []int32     // (B,T) copy of the batch, read by backward
 	targets []int32     // (B,T)
@@ -272,7 +273,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if w.mean {
 			a.lnfMean = f(Nr)
 		}
-		a.logits, a.losses = f(N*d.Vl), f(N)
+		a.logits, a.losses = f(N*d.Vpl), f(N)
 	}
 	a.inputs, a.targets = kernels.Int32s(m.be, N), kernels.Int32s(m.be, N)
 	a.bufs = append(a.bufs, a.inputs, a.targets)
@@ -371,18 +372,27 @@ func (m *Model) Loss(ctx context.Context, inputs, targets []int32, B, T int) (fl
 }
 
 // Logits runs the model on inputs (B,T) without dropout and returns its
-// next-token logits (B,T,V), read back from the device. The model must be
-// whole: one process's, not a tensor-parallel rank's or a pipeline
-// stage's.
+// next-token logits (B,T,V), read back from the device: the real
+// vocabulary's columns, never the padding's. The model must be whole: one
+// process's, not a tensor-parallel rank's or a pipeline stage's.
 func (m *Model) Logits(ctx context.Context, inputs []int32, B, T int) ([]float32, error) {
-	if m.Part.MP != 1 || !m.Part.Embed || !m.Part.Head || len(m.Part.Layers) != m.Cfg.L {
+	if m.Part.MP != 1 || m.Part.CP > 1 || !m.Part.Embed || !m.Part.Head || len(m.Part.Layers) != m.Cfg.L {
 		return nil, errors.New("logits: the model is a part of a parallel one; they need all of it")
 	}
 	if _, err := m.Loss(ctx, inputs, make([]int32, B*T), B, T); err != nil {
 		return nil, err
 	}
-	out := make([]float32, B*T*m.Cfg.V)
-	return out, kernels.Download(m.be, out, m.acts.logits)
+	// The logits (B·T,Vp), row stride Vp, downloaded whole and compacted
+	// to their first V columns on the host.
+	V, Vp := m.Cfg.V, m.dims.Vpl
+	out := make([]float32, B*T*Vp)
+	if err := kernels.Download(m.be, out, m.acts.logits); err != nil {
+		return nil, err
+	}
+	for r := 1; r < B*T; r++ {
+		copy(out[r*V:(r+1)*V], out[r*Vp:r*Vp+V])
+	}
+	return out[:B*T*V], nil
 }
 
 // meanLoss runs forward pass p and reads its mean loss back from the
@@ -489,10 +499,10 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 // resid[Ll], and adds the mean of the losses of the B·T positions to
 // ps.loss, on the device.
 //
-//	logits (N,Vl) = lnf(x) · wte[:Vl]ᵀ     (this rank's vocabulary columns)
+//	logits (N,Vpl) = lnf(x) · wte[:Vpl]ᵀ     (this rank's padded vocabulary columns)
 //
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
-// never the logits (par.crossEntropy).
+// never the logits (par.crossEntropy); the padding is masked in the loss.
 func (m *Model) headForward(a *activations, ps *pass) {
 	be, c, p := m.be, m.Cfg, m.param
 	_, Nr := m.par.rows(a.B * a.T)
@@ -500,19 +510,21 @@ func (m *Model) headForward(a *activations, ps *pass) {
 	m.classify(a, ps, p.wte)
 }
 
-// classify is the head's classifier on a.lnf: the logits (N,Vl) of this
-// rank's vocabulary columns against w's rows (the tied wte, or a Llama's
-// lm_head), and the cross-entropy of each position, whose mean it adds to
-// ps.loss on the device; training, the logits' gradient is left in place.
+// classify is the head's classifier on a.lnf: the logits (N,Vpl) of this
+// rank's padded vocabulary columns against w's rows (the tied wte, or a
+// Llama's lm_head), as llm.c computes them over Vp (a row stride of a
+// multiple of 128 rather than an odd V), and the cross-entropy of each
+// position over the first Vl, the real ones, whose mean it adds to ps.loss
+// on the device; training, the logits' gradient is left in place, 0 in the
+// padding. A rank holding only padding computes its logits too, all
+// masked.
 func (m *Model) classify(a *activations, ps *pass, w []float32) {
 	be, c, d := m.be, m.Cfg, m.dims
 	N, C := a.B*a.T, c.C
 	x := m.par.enterTP(ps, a.lnf)
-	if d.Vl > 0 {
-		// Padded rows of w never score.
-		be.MatmulForward(a.logits, x, w[:d.Vl*C], nil, N, C, d.Vl)
-	}
-	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl)
+	be.MatmulForward(a.logits, x, w[:d.Vpl*C], nil, N, C, d.Vpl)
+	// The padding columns never score (masked in the loss).
+	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl, d.Vpl)
 	if ps.loss != nil {
 		be.Sum(ps.loss, a.losses, m.lossWeight(N))
 	}
@@ -533,15 +545,13 @@ func (m *Model) headBackward(a *activations, ps *pass) {
 // classifyBackward takes the logits' gradient back through the
 // classifier of weights w, accumulating w's gradient into gw, and returns
 // dL/d lnf: this rank's rows of it, summed over the tensor-parallel group.
+// The padding columns' gradient is 0 (crossEntropy), so the padded rows of
+// gw gain nothing and dL/d lnf nothing from them.
 func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) []float32 {
 	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
 	x := m.par.enterTP(ps, a.lnf)
-	if d.Vl > 0 {
-		be.MatmulBackward(sc.dln, gw[:d.Vl*C], nil, a.logits, x, w[:d.Vl*C], N, C, d.Vl)
-	} else {
-		be.Zero(sc.dln)
-	}
+	be.MatmulBackward(sc.dln, gw[:d.Vpl*C], nil, a.logits, x, w[:d.Vpl*C], N, C, d.Vpl)
 	return m.par.enterTPBackward(ps, sc.dln)
 }
 

@@ -274,7 +274,7 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 // llamaHeadForward runs the final RMSNorm, the head and the loss on
 // resid[Ll], adding the mean of the B·T losses to ps.loss on the device.
 //
-//	logits (N,Vl) = rmsnorm(x)·lnfw · W[:Vl]ᵀ     W: lm_head, or wte when tied
+//	logits (N,Vpl) = rmsnorm(x)·lnfw · W[:Vpl]ᵀ   W: lm_head, or wte when tied; padding masked in the loss
 //
 // Vocabulary-parallel as GPT-2's head (classify).
 func (m *Model) llamaHeadForward(a *activations, ps *pass) {

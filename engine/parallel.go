@@ -119,7 +119,7 @@ type parallel interface {
 
 	embedForward(ps *pass, out []float32, inputs []int32, wte, wpe []float32, B, T, C int)
 	embedBackward(ps *pass, dwte, dwpe, dout []float32, inputs []int32, B, T, C int)
-	crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V int)
+	crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V, ld int)
 
 	blockBegin(ps *pass, li int)
 	blockWeights(li int) (p, g weights, ok bool)
@@ -258,11 +258,12 @@ func (o oneProcess) embedBackward(_ *pass, dwte, dwpe, dout []float32, inputs []
 	o.be.EncoderBackward(dwte, dwpe, dout, inputs, B, T, C)
 }
 
-// crossEntropy writes the loss of each of the N rows of logits (N,V)
-// against targets to losses and, training, leaves the logits' gradient,
-// scaled by ps.dscale, in place.
-func (o oneProcess) crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V int) {
-	o.be.CrossEntropy(losses, logits, targets, N, V, ps.dscale, ps.train)
+// crossEntropy writes the loss of each of the N rows of logits (N,ld),
+// the first V columns real and the rest the padded vocabulary's, against
+// targets to losses and, training, leaves the logits' gradient, scaled by
+// ps.dscale, in place, 0 in the padding.
+func (o oneProcess) crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V, ld int) {
+	o.be.CrossEntropy(losses, logits, targets, N, V, ld, ps.dscale, ps.train)
 }
 
 // The layouts a model's passes may meet.

@@ -40,12 +40,14 @@ func newTensorParallel(be kernels.Backend, cfg ModelConfig, part Part) *tensorPa
 
 // sliceDims are the sizes of the slice of a block that part holds, a
 // tensor-parallel rank's (the whole block for MP = 1), and of its
-// vocabulary columns, as PartTensors cuts them.
+// vocabulary columns, as PartTensors cuts them: Vpl = Vp/MP rows of the
+// padded vocabulary (the logits' columns), the first Vl of them real ids
+// (0 for a rank holding only padding).
 func sliceDims(cfg ModelConfig, part Part) dims {
 	M := part.MP
 	vpl := cfg.Vp / M
 	vlo := part.MPRank * vpl
-	d := dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vl: min(max(cfg.V-vlo, 0), vpl)}
+	d := dims{Cl: cfg.C / M, NHl: cfg.NH / M, Fl: cfg.F / M, Vl: min(max(cfg.V-vlo, 0), vpl), Vpl: vpl}
 	if cfg.llama() {
 		// NKV/MP key/value heads each, or, when MP exceeds NKV, the one
 		// the rank's query heads share, alike on MP/NKV ranks.
@@ -133,12 +135,14 @@ func (tp *tensorParallel) embedBackward(ps *pass, dwte, dwpe, dout []float32, in
 	tp.be.EncoderShardBackward(dwte, tp.vlo, dwpe, dout, inputs, B, T, C)
 }
 
-// crossEntropy is the vocabulary-parallel loss over the rank's V columns
-// of logits (N,V): the group agrees on each row's maximum (all-gather of
-// the ranks' maxima), then sums Σ e^(x−max) and the target's logit
-// (all-reduce), and each rank finishes the losses and, training, the
-// gradient of its columns, as oneProcess.crossEntropy.
-func (tp *tensorParallel) crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V int) {
+// crossEntropy is the vocabulary-parallel loss over the rank's ld columns
+// of logits (N,ld), the first V of them real (V may be 0: a rank of only
+// padding) and the rest padding, which enters no maximum or sum: the group
+// agrees on each row's maximum (all-gather of the ranks' maxima), then
+// sums Σ e^(x−max) and the target's logit (all-reduce), and each rank
+// finishes the losses and, training, the gradient of its columns (0 in
+// the padding), as oneProcess.crossEntropy.
+func (tp *tensorParallel) crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V, ld int) {
 	be := tp.be
 	if len(tp.maxes) != N {
 		kernels.Free(be, tp.maxes)
@@ -146,12 +150,12 @@ func (tp *tensorParallel) crossEntropy(ps *pass, losses, logits []float32, targe
 		kernels.Free(be, tp.stats)
 		tp.maxes, tp.gmax, tp.stats = kernels.Float32s(be, N), kernels.Float32s(be, N*tp.size), kernels.Float64s(be, 2*N)
 	}
-	be.ClassifierMax(tp.maxes, logits, N, V)
+	be.ClassifierMax(tp.maxes, logits, N, V, ld)
 	tp.allGather(ps, tp.maxes, tp.gmax)
 	be.ClassifierGlobalMax(tp.maxes, tp.gmax, N, tp.size)
-	be.ClassifierExp(tp.stats, logits, targets, tp.maxes, N, V, tp.vlo)
+	be.ClassifierExp(tp.stats, logits, targets, tp.maxes, N, V, ld, tp.vlo)
 	tp.allReduce64(ps, tp.stats)
-	be.ClassifierFinish(losses, logits, targets, tp.maxes, tp.stats, N, V, tp.vlo, ps.dscale, ps.train)
+	be.ClassifierFinish(losses, logits, targets, tp.maxes, tp.stats, N, V, ld, tp.vlo, ps.dscale, ps.train)
 }
 
 // allReduce sums x over the group in place, under ps's context; a failure

@@ -206,28 +206,37 @@ type Backend interface {
 	// DropoutBackward: dinp[i] = dout[i]·mask[i]/(1−P), the forward mask.
 	DropoutBackward(dinp, dout []float32, d Dropout, off uint64)
 
-	// CrossEntropy is the fused classifier over logits (N,V), the real
-	// vocabulary columns: losses (N) = −log softmax(logits)[targets], and
-	// when grad is set the logits are overwritten by
-	// dscale·(softmax − onehot(targets)).
-	CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool)
+	// CrossEntropy is the fused classifier over logits (N,ld), row
+	// stride ld ≥ V, of which the first V columns are the real vocabulary
+	// and the rest padding (llm.c's Vp): losses (N) =
+	// −log softmax(logits[:, :V])[targets], the padding entering neither
+	// the maximum nor the sum, and when grad is set the real columns are
+	// overwritten by dscale·(softmax − onehot(targets)) and the padding
+	// columns by 0 (so a GEMM backward through them adds nothing). A
+	// target outside [0, V), padding included, is read nowhere: kernels/cpu
+	// panics, CUDA counts it as ClassifierExp counts a target not held.
+	CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool)
 	// ClassifierMax, ClassifierExp and ClassifierFinish are CrossEntropy in
 	// three passes over a vocabulary split between tensor-parallel ranks:
-	// logits (N,V) are this rank's columns, global ids vlo…vlo+V−1, and
-	// the engine sums maxes (N) and stats (N,2) between passes.
+	// logits (N,ld) are this rank's columns, the first V of them real,
+	// global ids vlo…vlo+V−1, the other ld−V padding (V may be 0: a rank
+	// holding only padding), and the engine sums maxes (N) and stats
+	// (N,2) between passes. The padding never enters a maximum or a sum.
 	// ClassifierMax writes each row's maximum (−Inf for V 0).
-	ClassifierMax(maxes, logits []float32, N, V int)
+	ClassifierMax(maxes, logits []float32, N, V, ld int)
 	// ClassifierGlobalMax reduces the row maxima of the MP ranks,
 	// all-gathered as gmax (MP,N), to the global ones: maxes (N) =
 	// max over k of gmax[k,:].
 	ClassifierGlobalMax(maxes, gmax []float32, N, MP int)
-	// ClassifierExp exponentiates logits in place against the global row
-	// maxima and writes each row's partial sum and target logit to stats.
-	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int)
+	// ClassifierExp exponentiates the real logits in place against the
+	// global row maxima and writes each row's partial sum and target logit
+	// (0 where the target is not among this rank's real columns) to stats;
+	// the padding columns are left as they are.
+	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int)
 	// ClassifierFinish writes losses (N) from the summed stats and, when
-	// grad is set, turns the exponentiated logits into dscale times the
-	// loss gradient.
-	ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool)
+	// grad is set, turns the exponentiated real logits into dscale times
+	// the loss gradient and writes 0 over the padding columns.
+	ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool)
 
 	// AdamW updates params in place from grads, with moments m and v (all
 	// of one length), as torch.optim.AdamW does: g = gscale·grad (gscale

@@ -232,8 +232,8 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 // between the forward and backward pass of one micro-batch on stage st
 // (engine/gpt2.go newActivations: the residual stream, each block's norm
 // outputs and statistics, qkv, attention output, the MLP's two tensors,
-// the attention probabilities, the final norm, the logits over the real
-// vocabulary and the losses).
+// the attention probabilities, the final norm, the logits over the rank's
+// padded vocabulary and the losses).
 //
 // The widths per row are the family's (engine blockWidths): GPT-2's
 // LayerNorms keep a mean and a reciprocal standard deviation, its qkv is
@@ -252,7 +252,7 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 // one log-sum-exp per row and query head.
 func engineActivations(m Model, s Strategy, st int) int64 {
 	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C), int64(m.F)
-	NH, V, t, cp := int64(m.NH), int64(m.V), int64(s.MP), int64(s.cp())
+	NH, t, cp := int64(m.NH), int64(s.MP), int64(s.cp())
 	L := int64(m.L / s.PP)
 	N := B * T / cp // the rank's rows
 	Nr := N         // … of the residual stream
@@ -275,11 +275,8 @@ func engineActivations(m Model, s Strategy, st int) int64 {
 		}
 	}
 	if st == s.PP-1 {
-		Vl := V // logits over the real vocabulary ids of the rows held
-		if t > 1 {
-			Vl = min(int64(m.Vp)/t, V)
-		}
-		n += Nr*C + stats*Nr + N*Vl + N // final norm, logits, losses
+		Vpl := int64(m.Vp) / t           // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
+		n += Nr*C + stats*Nr + N*Vpl + N // final norm, logits, losses
 	}
 	return 4 * n
 }

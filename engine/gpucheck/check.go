@@ -174,24 +174,26 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 	c.compare("Scale", 0, func(be kernels.Backend, a args) { be.Scale(a.f(0), 0.37) }, outs{c.randn(N*C, 1)}, ins{})
 	c.compare("Zero", 0, func(be kernels.Backend, a args) { be.Zero(a.f(0)) }, outs{c.randn(N*C+3, 1)}, ins{})
 
-	// Classifier: fused, and vocabulary-parallel in three kernels.
-	logits, targets := c.randn(N*V, 3), tok(N, V)
+	// Classifier: fused, and vocabulary-parallel in three kernels, over
+	// logits (N,Vp) of which the first V columns are real (the padding's
+	// gradient 0).
+	logits, targets := c.randn(N*Vp, 3), tok(N, V)
 	c.compare("CrossEntropy", 1e-5, func(be kernels.Backend, a args) {
-		be.CrossEntropy(a.f(0), a.f(1), a.i(0), N, V, 1.0/N, true)
+		be.CrossEntropy(a.f(0), a.f(1), a.i(0), N, V, Vp, 1.0/N, true)
 	}, outs{c.zeros(N), slices.Clone(logits)}, ins{}, ints{targets})
-	c.compare("ClassifierMax", 0, func(be kernels.Backend, a args) { be.ClassifierMax(a.f(0), a.f(1), N, V) },
+	c.compare("ClassifierMax", 0, func(be kernels.Backend, a args) { be.ClassifierMax(a.f(0), a.f(1), N, V, Vp) },
 		outs{c.zeros(N)}, ins{logits})
 	maxes := make([]float32, N)
-	c.c.ClassifierMax(maxes, logits, N, V)
+	c.c.ClassifierMax(maxes, logits, N, V, Vp)
 	c.compare64("ClassifierExp", 1e-9, func(be kernels.Backend, st []float64, a args) {
-		be.ClassifierExp(st, a.f(0), a.i(0), a.f(1), N, V, 300)
+		be.ClassifierExp(st, a.f(0), a.i(0), a.f(1), N, V, Vp, 300)
 	}, 2*N, ins{logits, maxes}, ints{targets})
 	stats := make([]float64, 2*N)
-	c.c.ClassifierExp(stats, logits, targets, maxes, N, V, 300)
+	c.c.ClassifierExp(stats, logits, targets, maxes, N, V, Vp, 300)
 	c.compare("ClassifierFinish", 1e-5, func(be kernels.Backend, a args) {
 		st := kernels.Float64s(be, 2*N)
 		kernels.Upload(be, st, stats)
-		be.ClassifierFinish(a.f(0), a.f(1), a.i(0), a.f(2), st, N, V, 300, 1.0/N, true)
+		be.ClassifierFinish(a.f(0), a.f(1), a.i(0), a.f(2), st, N, V, Vp, 300, 1.0/N, true)
 		kernels.Sync(be)
 		kernels.Free(be, st)
 	}, outs{c.zeros(N), slices.Clone(logits)}, ins{maxes}, ints{targets})

@@ -1,20 +1,40 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 )
+
+// The classifier's logits are (N,ld), row-major with row stride ld ≥ V:
+// the first V columns of each row are the real vocabulary, the other ld−V
+// padding (the rows a padded vocabulary, llm.c's Vp, adds to the head's
+// GEMM). The padding enters no maximum and no sum; training, its gradient
+// is written 0, so that the GEMM's backward adds nothing to the padded
+// rows of the weights nor to the input gradient.
+
+// checkStride panics unless the logits (N,ld) of V real columns lie in x.
+func checkStride(op string, x []float32, N, V, ld int) {
+	if V < 0 || ld < V || len(x) < N*ld {
+		panic(fmt.Sprintf("cpu: %s: logits of %d elements, N %d, V %d, ld %d: want 0 ≤ V ≤ ld and N·ld elements", op, len(x), N, V, ld))
+	}
+}
 
 // CrossEntropy is the fused classifier: softmax over the V real logits of
 // each of N rows, the loss against targets, and, when grad is true, the
 // gradient written over the logits in place.
 //
-//	logits (N,V): row-major, only real vocabulary columns (padding never scores)
-//	losses (N)  = −log softmax(logits)[target]
-//	logits ← dscale · (softmax(logits) − onehot(target))   when grad
-func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool) {
+//	logits (N,ld): row-major, the first V columns real (padding never scores)
+//	losses (N)  = −log softmax(logits[:, :V])[target]
+//	logits[:, :V] ← dscale · (softmax − onehot(target))   when grad
+//	logits[:, V:] ← 0                                       when grad
+//
+// A target outside [0, V) panics: the padding columns hold no target.
+func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool) {
+	checkStride("CrossEntropy", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			x := logits[r*V : (r+1)*V]
+			row := logits[r*ld : (r+1)*ld]
+			x := row[:V]
 			tgt := int(targets[r])
 			xt := x[tgt]
 			maxv := maxOf(x)
@@ -31,6 +51,7 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V i
 			}
 			scale(x, dscale*float32(1/sum))
 			x[tgt] -= dscale
+			clear(row[V:])
 		}
 	})
 }
@@ -40,27 +61,29 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V i
 // logits and only per-row statistics cross the network (the full logits are
 // never gathered):
 //
-//	ClassifierMax       maxes (N)    = max over this rank's columns
+//	ClassifierMax       maxes (N)    = max over this rank's real columns
 //	                    … the caller takes the max over the ranks …
-//	ClassifierExp       logits       ← e^(logits − max);
+//	ClassifierExp       logits       ← e^(logits − max), real columns;
 //	                    stats (N,2)  = [Σ e^(logits−max), logit of the target if this rank holds it, else 0]
 //	                    … the caller sums stats over the ranks …
 //	ClassifierFinish    losses (N)   = max + log Σ − logit[target];
-//	                    logits       ← dscale · (e/Σ − onehot(target)) when grad
+//	                    logits       ← dscale · (e/Σ − onehot(target)) when grad, 0 in the padding
 //
-// logits (N,V) are this rank's V columns, global vocabulary ids vlo …
-// vlo+V−1; V may be 0 for a rank holding only padding.
+// logits (N,ld) are this rank's ld columns, the first V of them real,
+// global vocabulary ids vlo … vlo+V−1, the rest padding; V may be 0 for a
+// rank holding only padding.
 
-// ClassifierMax writes the maximum of each row of logits (N,V) to maxes; a
-// row of no columns has maximum −Inf.
-func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
+// ClassifierMax writes the maximum of the real columns of each row of
+// logits (N,ld) to maxes; a row of no real columns has maximum −Inf.
+func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
+	checkStride("ClassifierMax", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			if V == 0 {
 				maxes[r] = float32(math.Inf(-1))
 				continue
 			}
-			maxes[r] = maxOf(logits[r*V : (r+1)*V])
+			maxes[r] = maxOf(logits[r*ld : r*ld+V])
 		}
 	})
 }
@@ -84,12 +107,14 @@ func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
 	}
 }
 
-// ClassifierExp exponentiates logits in place against the global row
-// maxima and writes each row's partial sum and target logit to stats.
-func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {
+// ClassifierExp exponentiates the real logits in place against the global
+// row maxima and writes each row's partial sum and target logit to stats;
+// the padding columns are left as they are.
+func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int) {
+	checkStride("ClassifierExp", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			x := logits[r*V : (r+1)*V]
+			x := logits[r*ld : r*ld+V]
 			stats[2*r+1] = 0
 			if t := int(targets[r]) - vlo; t >= 0 && t < V {
 				stats[2*r+1] = float64(x[t])
@@ -103,8 +128,10 @@ func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int
 }
 
 // ClassifierFinish writes the losses from the summed stats and, when grad
-// is true, turns the exponentiated logits into the loss gradient.
-func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool) {
+// is true, turns the exponentiated real logits into the loss gradient and
+// writes 0 over the padding columns.
+func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool) {
+	checkStride("ClassifierFinish", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			sum := stats[2*r]
@@ -112,11 +139,13 @@ func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, ma
 			if !grad {
 				continue
 			}
-			x := logits[r*V : (r+1)*V]
+			row := logits[r*ld : (r+1)*ld]
+			x := row[:V]
 			scale(x, dscale*float32(1/sum))
 			if t := int(targets[r]) - vlo; t >= 0 && t < V {
 				x[t] -= dscale
 			}
+			clear(row[V:])
 		}
 	})
 }

@@ -59,7 +59,7 @@ func TestClassifierShardMatchesWhole(t *testing.T) {
 	const dscale = 0.5
 	wantL := make([]float32, N)
 	wantG := append([]float32(nil), logits...)
-	be.CrossEntropy(wantL, wantG, targets, N, V, dscale, true)
+	be.CrossEntropy(wantL, wantG, targets, N, V, V, dscale, true)
 
 	// Ranks hold columns [0,7) and [7,13) — and a third rank none.
 	splits := [][2]int{{0, 7}, {7, 13}, {13, 13}}
@@ -75,7 +75,7 @@ func TestClassifierShardMatchesWhole(t *testing.T) {
 			copy(pieces[k][rr*w:(rr+1)*w], logits[rr*V+s[0]:rr*V+s[1]])
 		}
 		m := make([]float32, N)
-		be.ClassifierMax(m, pieces[k], N, w)
+		be.ClassifierMax(m, pieces[k], N, w, w)
 		for i := range m {
 			maxes[i] = max(maxes[i], m[i])
 		}
@@ -83,7 +83,7 @@ func TestClassifierShardMatchesWhole(t *testing.T) {
 	stats := make([]float64, 2*N)
 	for k, s := range splits {
 		st := make([]float64, 2*N)
-		be.ClassifierExp(st, pieces[k], targets, maxes, N, s[1]-s[0], s[0])
+		be.ClassifierExp(st, pieces[k], targets, maxes, N, s[1]-s[0], s[1]-s[0], s[0])
 		for i := range st {
 			stats[i] += st[i]
 		}
@@ -91,7 +91,7 @@ func TestClassifierShardMatchesWhole(t *testing.T) {
 	for k, s := range splits {
 		w := s[1] - s[0]
 		losses := make([]float32, N)
-		be.ClassifierFinish(losses, pieces[k], targets, maxes, stats, N, w, s[0], dscale, true)
+		be.ClassifierFinish(losses, pieces[k], targets, maxes, stats, N, w, w, s[0], dscale, true)
 		for i := range losses {
 			if d := math.Abs(float64(losses[i] - wantL[i])); d > 1e-5*math.Abs(float64(wantL[i]))+1e-6 {
 				t.Errorf("rank %d row %d: loss %v, whole %v", k, i, losses[i], wantL[i])

@@ -737,16 +737,16 @@ func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off u
 
 // CrossEntropy is the fused classifier: losses, and with grad the logits'
 // gradient (times dscale) in place.
-func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool) {
+func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool) {
 	if b.ok() {
-		b.run("CrossEntropy", b.k.CrossEntropy(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), N, V, dscale, grad))
+		b.run("CrossEntropy", b.k.CrossEntropy(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), N, V, ld, dscale, grad))
 	}
 }
 
 // ClassifierMax writes each row's maximum logit.
-func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
+func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
 	if b.ok() {
-		b.run("ClassifierMax", b.k.ClassifierMax(b.s, b.ptr(maxes), b.ptr(logits), N, V))
+		b.run("ClassifierMax", b.k.ClassifierMax(b.s, b.ptr(maxes), b.ptr(logits), N, V, ld))
 	}
 }
 
@@ -758,16 +758,16 @@ func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
 }
 
 // ClassifierExp writes each row's Σ e^(x−max) and target logit.
-func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {
+func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int) {
 	if b.ok() {
-		b.run("ClassifierExp", b.k.ClassifierExp(b.s, b.ptr64(stats), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), N, V, vlo))
+		b.run("ClassifierExp", b.k.ClassifierExp(b.s, b.ptr64(stats), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), N, V, ld, vlo))
 	}
 }
 
 // ClassifierFinish writes the losses and the logits' gradient.
-func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool) {
+func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool) {
 	if b.ok() {
-		b.run("ClassifierFinish", b.k.ClassifierFinish(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), b.ptr64(stats), N, V, vlo, dscale, grad))
+		b.run("ClassifierFinish", b.k.ClassifierFinish(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), b.ptr64(stats), N, V, ld, vlo, dscale, grad))
 	}
 }
 

@@ -367,12 +367,31 @@ func (k *Kernels) DropoutBackward(s Stream, dinp, dout Ptr, n int, p float32, ke
 	return k.DropoutForward(s, dinp, dout, n, p, key, off)
 }
 
-// CrossEntropy is the fused classifier over logits (N,V) (real vocabulary
-// columns, row stride V) and targets (N) int32: losses (N) = −log
-// softmax[target], and when grad the logits overwritten by dscale·(softmax
-// − onehot(target)).
-func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V int, dscale float32, grad bool) error {
-	if err := checkSizes("CrossEntropy", N, V); err != nil {
+// checkLogits checks the sizes of logits (N,ld) whose first V columns are
+// real: 0 ≤ V ≤ ld, N·ld within the kernels' range, and each of more (a
+// column offset) in int32's.
+func checkLogits(op string, N, V, ld int, more ...int) error {
+	if err := checkSizes(op, N, ld); err != nil {
+		return err
+	}
+	for _, n := range append(more, V) {
+		if err := checkSizes(op, n); err != nil {
+			return err
+		}
+	}
+	if ld < V {
+		return fmt.Errorf("cuda: %s: row stride %d below the %d real columns", op, ld, V)
+	}
+	return nil
+}
+
+// CrossEntropy is the fused classifier over logits (N,ld), row stride ld,
+// the first V columns the real vocabulary and the rest padding, and targets
+// (N) int32: losses (N) = −log softmax(logits[:, :V])[target], and when
+// grad the real columns overwritten by dscale·(softmax − onehot(target)),
+// the padding by 0. The padding enters neither the maximum nor the sum.
+func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V, ld int, dscale float32, grad bool) error {
+	if err := checkLogits("CrossEntropy", N, V, ld); err != nil {
 		return err
 	}
 	if N == 0 {
@@ -382,34 +401,36 @@ func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V int, 
 		return fmt.Errorf("cuda: CrossEntropy over 0 columns")
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("cross_entropy", grid, block, 0, s, losses, logits, targets, int32(N), int32(V), dscale, flag(grad))
+	return k.launch("cross_entropy", grid, block, 0, s, losses, logits, targets, int32(N), int32(V), int32(ld), dscale, flag(grad))
 }
 
-// ClassifierMax writes maxes (N) = each row's maximum of logits (N,V), −∞
-// for V = 0 (the vocabulary-parallel classifier, see kernels/cpu).
-func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V int) error {
-	if err := checkSizes("ClassifierMax", N, V); err != nil {
+// ClassifierMax writes maxes (N) = each row's maximum of the V real
+// columns of logits (N,ld), −∞ for V = 0 (the vocabulary-parallel
+// classifier, see kernels/cpu).
+func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V, ld int) error {
+	if err := checkLogits("ClassifierMax", N, V, ld); err != nil {
 		return err
 	}
 	if N == 0 {
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_max", grid, block, 0, s, maxes, logits, int32(N), int32(V))
+	return k.launch("classifier_max", grid, block, 0, s, maxes, logits, int32(N), int32(V), int32(ld))
 }
 
-// ClassifierExp exponentiates logits (N,V) in place against maxes (N) and
-// writes stats (N,2) float64: each row's Σ e and its target logit when this
-// rank's columns vlo … vlo+V−1 hold the target, else 0.
-func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, V, vlo int) error {
-	if err := checkSizes("ClassifierExp", N, V, vlo); err != nil {
+// ClassifierExp exponentiates the V real columns of logits (N,ld) in place
+// against maxes (N) and writes stats (N,2) float64: each row's Σ e and its
+// target logit when this rank's columns vlo … vlo+V−1 hold the target,
+// else 0. The padding is left as it is.
+func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, V, ld, vlo int) error {
+	if err := checkLogits("ClassifierExp", N, V, ld, vlo); err != nil {
 		return err
 	}
 	if N == 0 {
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_exp", grid, block, 0, s, stats, logits, targets, maxes, int32(N), int32(V), int32(vlo))
+	return k.launch("classifier_exp", grid, block, 0, s, stats, logits, targets, maxes, int32(N), int32(V), int32(ld), int32(vlo))
 }
 
 // ClassifierGlobalMax writes maxes (N) = the largest over the MP ranks of
@@ -425,16 +446,17 @@ func (k *Kernels) ClassifierGlobalMax(s Stream, maxes, gmax Ptr, N, MP int) erro
 }
 
 // ClassifierFinish writes losses (N) from the summed stats and, when grad,
-// turns the exponentiated logits into the loss gradient.
-func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, vlo int, dscale float32, grad bool) error {
-	if err := checkSizes("ClassifierFinish", N, V, vlo); err != nil {
+// turns the exponentiated real columns of logits (N,ld) into the loss
+// gradient and writes 0 over the padding.
+func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, ld, vlo int, dscale float32, grad bool) error {
+	if err := checkLogits("ClassifierFinish", N, V, ld, vlo); err != nil {
 		return err
 	}
 	if N == 0 {
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_finish", grid, block, 0, s, losses, logits, targets, maxes, stats, int32(N), int32(V), int32(vlo), dscale, flag(grad))
+	return k.launch("classifier_finish", grid, block, 0, s, losses, logits, targets, maxes, stats, int32(N), int32(V), int32(ld), int32(vlo), dscale, flag(grad))
 }
 
 // AdamW updates n parameters in place as kernels/cpu's AdamW (step is

@@ -111,17 +111,17 @@ func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off u
 }
 
 // CrossEntropy queues the inner backend's CrossEntropy.
-func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V int, dscale float32, grad bool) {
+func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool) {
 	o := outs{losses}
 	if grad {
 		o = append(o, logits)
 	}
-	b.enqueue("CrossEntropy", func() { b.inner.CrossEntropy(dev(b, losses), dev(b, logits), dev(b, targets), N, V, dscale, grad) }, o, ins{logits, targets})
+	b.enqueue("CrossEntropy", func() { b.inner.CrossEntropy(dev(b, losses), dev(b, logits), dev(b, targets), N, V, ld, dscale, grad) }, o, ins{logits, targets})
 }
 
 // ClassifierMax queues the inner backend's ClassifierMax.
-func (b *Backend) ClassifierMax(maxes, logits []float32, N, V int) {
-	b.enqueue("ClassifierMax", func() { b.inner.ClassifierMax(dev(b, maxes), dev(b, logits), N, V) }, outs{maxes}, ins{logits})
+func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
+	b.enqueue("ClassifierMax", func() { b.inner.ClassifierMax(dev(b, maxes), dev(b, logits), N, V, ld) }, outs{maxes}, ins{logits})
 }
 
 // ClassifierGlobalMax queues the inner backend's ClassifierGlobalMax.
@@ -130,21 +130,21 @@ func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
 }
 
 // ClassifierExp queues the inner backend's ClassifierExp.
-func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, vlo int) {
+func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int) {
 	b.enqueue("ClassifierExp", func() {
-		b.inner.ClassifierExp(dev(b, stats), dev(b, logits), dev(b, targets), dev(b, maxes), N, V, vlo)
+		b.inner.ClassifierExp(dev(b, stats), dev(b, logits), dev(b, targets), dev(b, maxes), N, V, ld, vlo)
 	},
 		outs{stats, logits}, ins{targets, maxes})
 }
 
 // ClassifierFinish queues the inner backend's ClassifierFinish.
-func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, vlo int, dscale float32, grad bool) {
+func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool) {
 	o := outs{losses}
 	if grad {
 		o = append(o, logits)
 	}
 	b.enqueue("ClassifierFinish", func() {
-		b.inner.ClassifierFinish(dev(b, losses), dev(b, logits), dev(b, targets), dev(b, maxes), dev(b, stats), N, V, vlo, dscale, grad)
+		b.inner.ClassifierFinish(dev(b, losses), dev(b, logits), dev(b, targets), dev(b, maxes), dev(b, stats), N, V, ld, vlo, dscale, grad)
 	},
 		o, ins{logits, targets, maxes, stats})
 }

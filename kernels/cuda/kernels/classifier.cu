@@ -2,21 +2,24 @@
 // (kernels/cpu/classifier.go), one block per row of logits. Row sums of
 // exponentials are double, as on the CPU; exponentials are exp32's.
 //
-// Logits are (N,V) with row stride V: the real vocabulary columns only.
+// Logits are (N,ld) with row stride ld ≥ V: the first V columns of each row
+// are the real vocabulary, the other ld − V padding (llm.c's Vp). The
+// padding enters no maximum and no sum; with the gradient it is written 0,
+// so that the head's GEMM backward adds nothing through it.
 
 // cross_entropy is the fused classifier: losses[r] = −log softmax(row)[t]
 // and, when grad, the row overwritten with dscale·(softmax − onehot(t)).
 // Three passes over the row: max, Σ exp, and the gradient. A target
-// outside [0, V) is read nowhere: as in kernels/cpu's vocabulary-parallel
+// outside [0, V) (padding included) is read nowhere: as in kernels/cpu's vocabulary-parallel
 // classifier (ClassifierExp, ClassifierFinish) for a target no rank's
 // columns hold, its logit counts as 0 and the gradient has no one-hot.
 // Launched with 512 threads (kernels.go clsThreads), as are the three
 // kernels of the vocabulary-parallel classifier below.
 extern "C" __global__ void __launch_bounds__(512)
     cross_entropy(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets, int N, int V,
-                  float dscale, int grad) {
+                  int ld, float dscale, int grad) {
 	int r = blockIdx.x;
-	float* x = logits + (long long)r * V;
+	float* x = logits + (long long)r * ld;
 	int t = targets[r];
 	float xt = (t >= 0 && t < V) ? x[t] : 0.0f; // before any thread overwrites it
 	float mx = -__int_as_float(0x7f800000);
@@ -33,17 +36,19 @@ extern "C" __global__ void __launch_bounds__(512)
 		if (i == t) g -= dscale;
 		x[i] = g;
 	}
+	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) x[i] = 0.0f;
 }
 
-// The vocabulary-parallel classifier in three kernels; each rank holds V
-// columns (global ids vlo … vlo+V−1, V may be 0) and the caller reduces
-// maxes and stats over the ranks between them.
+// The vocabulary-parallel classifier in three kernels; each rank holds ld
+// columns, the first V real (global ids vlo … vlo+V−1, V may be 0) and the
+// rest padding, and the caller reduces maxes and stats over the ranks
+// between them.
 
-// classifier_max: maxes[r] = max of row r (−∞ for V = 0).
+// classifier_max: maxes[r] = max of row r's real columns (−∞ for V = 0).
 extern "C" __global__ void __launch_bounds__(512)
-    classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V) {
+    classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V, int ld) {
 	int r = blockIdx.x;
-	const float* x = logits + (long long)r * V;
+	const float* x = logits + (long long)r * ld;
 	float mx = -__int_as_float(0x7f800000);
 	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
 	mx = block_max(mx);
@@ -65,13 +70,14 @@ extern "C" __global__ void classifier_global_max(float* __restrict__ maxes, cons
 	}
 }
 
-// classifier_exp: row ← e^(row − maxes[r]); stats[2r] = Σ of them (double),
-// stats[2r+1] = the target's logit if this rank holds it, else 0.
+// classifier_exp: real columns ← e^(row − maxes[r]); stats[2r] = Σ of them
+// (double), stats[2r+1] = the target's logit if this rank holds it, else 0.
+// The padding is left as it is.
 extern "C" __global__ void __launch_bounds__(512)
     classifier_exp(double* __restrict__ stats, float* __restrict__ logits, const int* __restrict__ targets,
-                   const float* __restrict__ maxes, int N, int V, int vlo) {
+                   const float* __restrict__ maxes, int N, int V, int ld, int vlo) {
 	int r = blockIdx.x;
-	float* x = logits + (long long)r * V;
+	float* x = logits + (long long)r * ld;
 	int t = targets[r] - vlo;
 	double xt = (t >= 0 && t < V) ? (double)x[t] : 0.0;
 	__syncthreads(); // every thread has read x[t] before any overwrites it
@@ -90,16 +96,17 @@ extern "C" __global__ void __launch_bounds__(512)
 }
 
 // classifier_finish: losses[r] = max + log Σ − target logit from the summed
-// stats and, when grad, row ← dscale·(e/Σ − onehot(target)).
+// stats and, when grad, real columns ← dscale·(e/Σ − onehot(target)) and
+// the padding ← 0.
 extern "C" __global__ void __launch_bounds__(512)
     classifier_finish(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets,
-                      const float* __restrict__ maxes, const double* __restrict__ stats, int N, int V, int vlo,
+                      const float* __restrict__ maxes, const double* __restrict__ stats, int N, int V, int ld, int vlo,
                       float dscale, int grad) {
 	int r = blockIdx.x;
 	double s = stats[2 * (long long)r];
 	if (threadIdx.x == 0) losses[r] = (float)((double)maxes[r] + log(s) - stats[2 * (long long)r + 1]);
 	if (!grad) return;
-	float* x = logits + (long long)r * V;
+	float* x = logits + (long long)r * ld;
 	int t = targets[r] - vlo;
 	float sc = dscale * (float)(1.0 / s);
 	for (int i = threadIdx.x; i < V; i += blockDim.x) {
@@ -107,4 +114,5 @@ extern "C" __global__ void __launch_bounds__(512)
 		if (i == t) g -= dscale;
 		x[i] = g;
 	}
+	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) x[i] = 0.0f;
 }
