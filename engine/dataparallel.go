@@ -1,22 +1,38 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gptui/gptui/comm"
 )
+
+// bucketBytes is the size the gradient all-reduce's buckets are cut to:
+// Megatron's and PyTorch DDP's default, 25 MiB (a test sets a smaller
+// dataParallel.bucketBytes). A single block's slice of one tensor larger
+// than that is a bucket of its own.
+const bucketBytes = 25 << 20
 
 // dataParallel keeps the replicas' gradients in step: data parallelism,
 // and the gradient side of sharding.
 //
 // Plain data parallel and sharding stage 1 all-reduce the gradients over
-// every replica. The all-reduce of a block's gradients starts as soon as the
-// last micro-batch's backward pass has finished that block (the pass's onGrads),
-// so communication runs while the blocks below are still computing; each
-// tensor of the block is one bucket, and the embeddings and final LayerNorm,
-// complete only at the end of the backward pass, go last.
+// every replica, in buckets of about bucketBytes (gradBuckets), each one
+// contiguous range of the flat gradient buffer: one layered tensor's
+// slices of consecutive blocks, or neighbouring ranges that complete
+// together. A bucket's all-reduce starts (AllReduceAsync) as soon as the
+// last micro-batch's backward pass has finished the blocks it holds (the
+// pass's onGrads), so communication runs while the blocks below are still
+// computing; the embeddings and final LayerNorm, complete only at the end
+// of the backward pass, go last, in finish, which then waits for every
+// bucket: before the optimizer. An all-reduce is elementwise: each
+// element the sum of the replicas' values, however the buckets are cut —
+// bit for bit with two replicas; with more, the ring's order of the
+// additions (the TCP ring's by the element's place in its bucket, NCCL's
+// its own) can move the last bit, the same on every replica.
 //
 // Sharding stage 2 instead reduce-scatters the whole gradient buffer inside
 // the sharding group, so that each rank receives the summed gradients of its
@@ -33,7 +49,18 @@ type dataParallel struct {
 	shard   comm.Communicator // the sharding group (ranks with this dp index)
 	dpShard comm.Communicator // ranks holding the same shard
 	ctl     *comm.Group       // the sharding group on the control plane; nil without sharding
-	pending []comm.Request
+	pending []inflight        // the buckets' all-reduces launched and not yet waited for
+	// Plain data parallel and stage 1: the buckets of the gradient
+	// all-reduce, cut to bucketBytes at the first hook or finish, and the
+	// buckets holding each local block.
+	bucketBytes int
+	buckets     []gradBucket
+	byBlock     [][]int
+	// observe, if not nil, is told of each bucket's all-reduce as it is
+	// launched and as it is waited for, in the rank's goroutine: a test's
+	// window on the ordering of communication and kernels
+	// (dataparallel_test.go). nil in training.
+	observe func(bucketEvent)
 	lo, hi  int       // stages 1 and 2: this rank's chunk of the padded flat buffers
 	padded  int       // stages 1 and 2: the flat buffers' length padded to sharding_degree chunks
 	spans   [][]Span  // each sharding group member's shard (stage 3: stage3.spans)
@@ -43,7 +70,7 @@ type dataParallel struct {
 }
 
 func newDataParallel(w *comm.World, f comm.Fabric, topo Topology, m *Model) (*dataParallel, error) {
-	d := &dataParallel{topo: topo}
+	d := &dataParallel{topo: topo, bucketBytes: bucketBytes}
 	var err error
 	if d.dp, err = f.Communicator("dp", topo.replicaGroup()); err != nil {
 		return nil, err
@@ -102,22 +129,150 @@ func flatShards(n, S int) (int, [][]Span) {
 // own is this rank's shard: its spans of the flat layout.
 func (d *dataParallel) own() []Span { return d.spans[d.topo.ShardIndex] }
 
-// hook returns the onGrads of a pass that starts block l's all-reduce, or nil
-// when the gradients are reduced in one piece at the end (stage 2) or
-// there are no replicas (d nil).
+// gradBucket is one all-reduce of the gradients: a contiguous range of
+// the flat buffer whose every element is complete once the backward pass
+// has finished local blocks lo … hi (an outer bucket's, the outer
+// tensors', only at the end: it is launched by finish).
+type gradBucket struct {
+	start, end int // [start, end) of Model.Grads
+	lo, hi     int // the blocks it waits for; -1 for an outer bucket
+	outer      bool
+
+	left     int  // this step: blocks lo … hi not yet finished
+	launched bool // this step
+}
+
+// inflight is a bucket's all-reduce, launched.
+type inflight struct {
+	req    comm.Request
+	bucket int
+}
+
+// bucketEvent is what dataParallel.observe is told: bucket's all-reduce
+// launched, or (wait) waited for.
+type bucketEvent struct {
+	bucket int
+	wait   bool
+}
+
+// gradBuckets cuts the gradients of tensors ts, of a part holding l
+// blocks, into buckets of at most capBytes (or one block's slice of one
+// tensor, where that is larger): the blocks' buckets first, in the flat
+// layout's order, then the outer tensors'.
+//
+// The blocks' tensors are layered, block li of tensor t at t.Offset +
+// li·size, so the slices of consecutive blocks of one tensor are one
+// contiguous range, while a block's slices of different tensors are not.
+// Each layered tensor is cut into runs of consecutive blocks, from the top
+// (the backward pass finishes the last block first) down, as many blocks
+// as fit in capBytes; then neighbouring runs that complete together (the
+// same lowest block: a small tensor whole, and the next tensor's lowest
+// run) are merged while they fit. The outer tensors' neighbouring ranges
+// are merged whatever their size: they are all launched at once.
+func gradBuckets(ts []Tensor, l, capBytes int) []gradBucket {
+	capN := max(capBytes/4, 1)
+	var runs []gradBucket
+	for _, t := range ts {
+		switch {
+		case t.Size == 0:
+		case outerTensor(t.Name):
+			runs = append(runs, gradBucket{start: t.Offset, end: t.Offset + t.Size, lo: -1, hi: -1, outer: true})
+		case l > 0 && t.Size/l > 0:
+			n := t.Size / l
+			for hi := l - 1; hi >= 0; {
+				lo := hi
+				for lo > 0 && (hi-lo+2)*n <= capN {
+					lo--
+				}
+				runs = append(runs, gradBucket{start: t.Offset + lo*n, end: t.Offset + (hi+1)*n, lo: lo, hi: hi})
+				hi = lo - 1
+			}
+		}
+	}
+	slices.SortFunc(runs, func(a, b gradBucket) int { return cmp.Compare(a.start, b.start) })
+	var bs []gradBucket
+	for _, r := range runs {
+		if k := len(bs) - 1; k >= 0 {
+			b := &bs[k]
+			if b.end == r.start && b.outer == r.outer && (b.outer || b.lo == r.lo && r.end-b.start <= capN) {
+				b.end, b.hi = r.end, max(b.hi, r.hi)
+				continue
+			}
+		}
+		bs = append(bs, r)
+	}
+	slices.SortStableFunc(bs, func(a, b gradBucket) int {
+		switch {
+		case a.outer == b.outer:
+			return 0
+		case a.outer:
+			return 1
+		}
+		return -1
+	})
+	return bs
+}
+
+// plan cuts the buckets, once.
+func (d *dataParallel) plan(m *Model) {
+	if d.buckets != nil {
+		return
+	}
+	l := m.numLayers()
+	d.buckets = gradBuckets(m.Tensors, l, d.bucketBytes)
+	d.byBlock = make([][]int, l)
+	for k, b := range d.buckets {
+		for li := max(b.lo, 0); li <= b.hi; li++ {
+			d.byBlock[li] = append(d.byBlock[li], k)
+		}
+	}
+}
+
+// rearm readies the buckets for a step: none launched, every block to
+// come.
+func (d *dataParallel) rearm() {
+	for k := range d.buckets {
+		b := &d.buckets[k]
+		b.left, b.launched = b.hi-b.lo+1, false
+	}
+}
+
+// launch starts bucket k's all-reduce.
+func (d *dataParallel) launch(m *Model, k int) {
+	b := &d.buckets[k]
+	b.launched = true
+	if d.observe != nil {
+		d.observe(bucketEvent{bucket: k})
+	}
+	d.pending = append(d.pending, inflight{d.dp.AllReduceAsync(m.Grads[b.start:b.end]), k})
+}
+
+// hook returns the onGrads of a pass that starts the all-reduce of every
+// bucket that block l completes, or nil when the gradients are reduced in
+// one piece at the end (stage 2) or unit by unit (stage 3), or there are
+// no replicas (d nil). The pass must be the step's last backward pass
+// over the blocks.
 func (d *dataParallel) hook(m *Model) func(int) {
 	if d == nil || d.topo.Stage >= 2 {
 		return nil
 	}
+	d.plan(m)
+	d.rearm()
 	return func(l int) {
-		for _, r := range m.layerRanges(l) {
-			d.pending = append(d.pending, d.dp.AllReduceAsync(m.Grads[r[0]:r[1]]))
+		for _, k := range d.byBlock[l] {
+			if b := &d.buckets[k]; !b.launched {
+				if b.left--; b.left == 0 {
+					d.launch(m, k)
+				}
+			}
 		}
 	}
 }
 
 // finish completes the gradient reduction after the last backward pass
-// (nothing without replicas).
+// (nothing without replicas). Plain data parallel and stage 1 launch the
+// outer tensors' buckets (and any the backward pass did not) and wait for
+// them all.
 func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 	if d == nil {
 		return nil
@@ -136,16 +291,23 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 		}
 		return nil
 	}
-	for _, r := range m.globalRanges() {
-		d.pending = append(d.pending, d.dp.AllReduceAsync(m.Grads[r[0]:r[1]]))
+	d.plan(m)
+	for k := range d.buckets {
+		if !d.buckets[k].launched {
+			d.launch(m, k)
+		}
 	}
 	var errs []error
 	for _, p := range d.pending {
-		if err := p.Wait(ctx); err != nil {
+		if d.observe != nil {
+			d.observe(bucketEvent{bucket: p.bucket, wait: true})
+		}
+		if err := p.req.Wait(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	d.pending = d.pending[:0]
+	d.rearm()
 	if len(errs) > 0 {
 		return fmt.Errorf("data parallel: gradient all-reduce: %w", errors.Join(errs...))
 	}

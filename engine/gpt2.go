@@ -683,10 +683,6 @@ func (m *Model) padBuffers(k int) {
 	m.param, m.grad = viewWeights(p, m.Tensors), viewWeights(g, m.Tensors)
 }
 
-// layerRanges returns the [start, end) ranges of the flat buffer that hold
-// local block li's parameters (one per layered tensor).
-func (m *Model) layerRanges(li int) [][2]int { return layerRanges(m.Tensors, m.numLayers(), li) }
-
 // layerRanges returns the ranges of block li of a part whose tensors are
 // ts, holding l blocks.
 func layerRanges(ts []Tensor, l, li int) [][2]int {
@@ -700,10 +696,6 @@ func layerRanges(ts []Tensor, l, li int) [][2]int {
 	}
 	return rs
 }
-
-// globalRanges returns the ranges of the parameters outside the blocks
-// (outerTensor).
-func (m *Model) globalRanges() [][2]int { return globalRanges(m.Tensors) }
 
 // globalRanges returns the ranges of the outer tensors among ts.
 func globalRanges(ts []Tensor) [][2]int {
