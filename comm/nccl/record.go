@@ -128,14 +128,65 @@ func (f *Fabric) release(e cuda.Event) {
 	f.mu.Unlock()
 }
 
+// look is what one look at an operation in flight found: the operation's
+// state and events when the look began (under f.mu), and what the device
+// then said of the events (asked without f.mu, so that the queries of a
+// sweep over many operations do not hold up the issuing ranks, Progress
+// and Wait).
+type look struct {
+	o         *op
+	state     int
+	pre, post cuda.Event
+
+	preDone, postDone bool
+	err               error // a query's failure
+}
+
+// glance begins a look at o (under f.mu).
+func glance(o *op) look { return look{o: o, state: o.state, pre: o.pre, post: o.post} }
+
+// query asks the device about l's events, as far as its state needs: the
+// pre event of a queued operation, then the post event of one that has
+// started. It needs no lock: the events stay o's until o is seen done,
+// and settle discards the answers if o has moved on meanwhile.
+func (f *Fabric) query(l *look) {
+	if l.state == queued {
+		if l.preDone, l.err = f.lib.Done(l.pre); l.err != nil || !l.preDone {
+			return
+		}
+	}
+	if l.state == queued || l.state == started {
+		l.postDone, l.err = f.lib.Done(l.post)
+	}
+}
+
 // advance asks the device how far o has got (under f.mu) and returns o's
 // failure, if it has one: a device error, or running past the timeout.
 func (f *Fabric) advance(o *op, now time.Time) error {
+	l := glance(o)
+	f.query(&l)
+	return f.settle(l, now)
+}
+
+// settle applies look l, whose queries began at now, to its operation
+// (under f.mu) and returns the operation's failure, if it has one: a
+// device error, or running past the timeout. A look at an operation that
+// another look (wait's, or the watchdog's) has moved on since it began is
+// stale and changes nothing: its events may already be another
+// operation's.
+func (f *Fabric) settle(l look, now time.Time) error {
+	o := l.o
+	if o.state != l.state || o.pre != l.pre || o.post != l.post {
+		return nil
+	}
 	fail := func(err error) error { return &OpError{Rank: f.w.Rank(), Op: o.st, Err: err} }
 	limit, bound := f.timeout, "GPTUI_COMM_TIMEOUT"
 	if o.st.Seq == 1 {
 		// The communicator's first: NCCL connects inside it.
 		limit, bound = f.initTimeout, "GPTUI_COMM_INIT_TIMEOUT, as the communicator's first operation"
+	}
+	if l.err != nil {
+		return fail(l.err)
 	}
 	switch o.state {
 	case issuing:
@@ -143,20 +194,12 @@ func (f *Fabric) advance(o *op, now time.Time) error {
 			return fail(fmt.Errorf("inside NCCL for %v (%s; a member of %s is gone or stuck; this rank's NCCL communicators are aborted): %w", limit, bound, o.st.Group, context.DeadlineExceeded))
 		}
 	case queued:
-		ok, err := f.lib.Done(o.pre)
-		if err != nil {
-			return fail(err)
-		}
-		if ok {
+		if l.preDone {
 			o.state, o.st.Since = started, now
 		}
 	}
 	if o.state == started {
-		ok, err := f.lib.Done(o.post)
-		if err != nil {
-			return fail(err)
-		}
-		if ok {
+		if l.postDone {
 			o.state = done
 			f.done++
 			f.busy += now.Sub(o.st.Since)
@@ -175,15 +218,30 @@ func (f *Fabric) advance(o *op, now time.Time) error {
 	return nil
 }
 
-// sweep advances every operation in flight and drops the finished ones
-// (under f.mu); it returns the first failure.
+// sweep advances every operation in flight and drops the finished ones;
+// it returns the first failure. It takes f.mu twice, not across the
+// device queries: once to glance at the operations in flight, once to
+// settle the looks. Operations issued meanwhile wait for the next sweep.
 func (f *Fabric) sweep(now time.Time) error {
+	f.mu.Lock()
+	looks := make([]look, len(f.ops))
+	for i, o := range f.ops {
+		looks[i] = glance(o)
+	}
+	f.mu.Unlock()
+	for i := range looks {
+		f.query(&looks[i])
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var failure error
+	for _, l := range looks {
+		if failure == nil {
+			failure = f.settle(l, now)
+		}
+	}
 	keep := f.ops[:0]
 	for _, o := range f.ops {
-		if failure == nil {
-			failure = f.advance(o, now)
-		}
 		if o.state != done {
 			keep = append(keep, o)
 		}
@@ -216,8 +274,8 @@ func (f *Fabric) watch() {
 
 // check is one look of the watchdog.
 func (f *Fabric) check() error {
-	f.mu.Lock()
 	failure := f.sweep(time.Now())
+	f.mu.Lock()
 	var oldest *op
 	if len(f.ops) > 0 {
 		oldest = f.ops[0]
