@@ -590,9 +590,9 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, m.par.rowBias(bp.attprojb), N, Cl, C)
 	y := m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	be.ResidualForward(la.res2, a.resid[li], y)
-
-	be.LayerNormForward(la.ln2, la.ln2Mean, la.ln2Rstd, la.res2, bp.ln2w, bp.ln2b, Nr, C)
+	// res2 (Nr,C) = resid[li] + y and ln2 (Nr,C) = layernorm(res2) in one
+	// kernel (llm.c's fused_residual_forward), after y's dropout.
+	be.ResidualLayerNormForward(la.res2, la.ln2, la.ln2Mean, la.ln2Rstd, a.resid[li], y, bp.ln2w, bp.ln2b, Nr, C)
 	x = m.par.enterTP(ps, la.ln2)
 	be.MatmulForward(la.fch, x, bp.fcw, bp.fcb, N, C, Fl)
 	be.GeluForward(la.fchGelu, la.fch)

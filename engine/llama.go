@@ -207,9 +207,9 @@ func (m *Model) llamaBlockForward(a *activations, li int, ps *pass, hd, ad float
 	be.MatmulForward(sc.proj, la.atty, bp.attprojw, nil, N, Cl, C)
 	y := m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
-	be.ResidualForward(la.res2, a.resid[li], y)
-
-	be.RMSNormForward(la.ln2, la.ln2Rstd, la.res2, bp.ln2w, Nr, C, c.NormEps)
+	// res2 (Nr,C) = resid[li] + y and ln2 (Nr,C) = rmsnorm(res2)·ln2w in one
+	// kernel (llm.c's fused_residual_forward), after y's dropout.
+	be.ResidualRMSNormForward(la.res2, la.ln2, la.ln2Rstd, a.resid[li], y, bp.ln2w, Nr, C, c.NormEps)
 	x = m.par.enterTP(ps, la.ln2)
 	be.MatmulForward(la.fch, x, bp.fcw, nil, N, C, 2*Fl)
 	be.SwiGLUForward(la.fchGelu, la.fch, N, Fl)

@@ -64,6 +64,12 @@ type Backend interface {
 	// LayerNormBackward accumulates dinp (N,C), dw (C) and dbias (C) from
 	// dout (N,C) and what the forward pass kept.
 	LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int)
+	// ResidualLayerNormForward is the residual add fused with the
+	// LayerNorm that reads it (llm.c's fused_residual_forward): res (N,C) =
+	// x + y, then out, mean and rstd are LayerNormForward's of res, bit
+	// for bit on the CPU (to float32 rounding elsewhere). res may alias x
+	// or y; out, mean and rstd alias nothing.
+	ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias []float32, N, C int)
 
 	// MatmulForward is a linear layer: out (N,OC) = inp (N,IC)·wᵀ + bias,
 	// w (OC,IC) as torch.nn.Linear and llm.c store it, bias (OC) or nil.
@@ -97,6 +103,12 @@ type Backend interface {
 	// mean square, without centring or bias: out (N,C) = inp·rstd·w, w (C),
 	// rstd (N) = 1/√(mean(inp²) + eps), kept for the backward pass.
 	RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32)
+	// ResidualRMSNormForward is the residual add fused with the RMSNorm
+	// that reads it: res (N,C) = x + y, then out and rstd are
+	// RMSNormForward's of res, bit for bit on the CPU (to float32
+	// rounding elsewhere). res may alias x or y; out and rstd alias
+	// nothing.
+	ResidualRMSNormForward(res, out, rstd, x, y, w []float32, N, C int, eps float32)
 	// RMSNormBackward accumulates dinp (N,C) and dw (C) from dout (N,C)
 	// and what the forward pass kept: with n = inp·rstd and dn = dout·w,
 	// dinp += rstd·(dn − n·mean(dn·n)) and dw += Σ_rows dout·n.

@@ -88,7 +88,11 @@ var kernelNames = []string{
 // KernelNames returns the name of every kernel the Kernels methods launch
 // (the `extern "C" __global__` functions of [Source]).
 func KernelNames() []string {
-	return append(append(append(append([]string(nil), kernelNames...), attentionKernelNames()...), llamaKernelNames...), ringKernelNames...)
+	names := append(append([]string(nil), kernelNames...), attentionKernelNames()...)
+	for _, more := range [][]string{llamaKernelNames, ringKernelNames, fusedKernelNames} {
+		names = append(names, more...)
+	}
+	return names
 }
 
 // Launch geometry.

@@ -46,6 +46,13 @@ func (b *Backend) LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C
 	}, outs{out, mean, rstd}, ins{inp, w, bias})
 }
 
+// ResidualLayerNormForward queues the inner backend's ResidualLayerNormForward.
+func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias []float32, N, C int) {
+	b.enqueue("ResidualLayerNormForward", func() {
+		b.inner.ResidualLayerNormForward(dev(b, res), dev(b, out), dev(b, mean), dev(b, rstd), dev(b, x), dev(b, y), dev(b, w), dev(b, bias), N, C)
+	}, outs{res, out, mean, rstd}, ins{x, y, w, bias})
+}
+
 // LayerNormBackward queues the inner backend's LayerNormBackward.
 func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int) {
 	b.enqueue("LayerNormBackward", func() {
@@ -185,6 +192,13 @@ func (b *Backend) Scale(x []float32, s float32) {
 // RMSNormForward queues the inner backend's RMSNormForward.
 func (b *Backend) RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32) {
 	b.enqueue("RMSNormForward", func() { b.inner.RMSNormForward(dev(b, out), dev(b, rstd), dev(b, inp), dev(b, w), N, C, eps) }, outs{out, rstd}, ins{inp, w})
+}
+
+// ResidualRMSNormForward queues the inner backend's ResidualRMSNormForward.
+func (b *Backend) ResidualRMSNormForward(res, out, rstd, x, y, w []float32, N, C int, eps float32) {
+	b.enqueue("ResidualRMSNormForward", func() {
+		b.inner.ResidualRMSNormForward(dev(b, res), dev(b, out), dev(b, rstd), dev(b, x), dev(b, y), dev(b, w), N, C, eps)
+	}, outs{res, out, rstd}, ins{x, y, w})
 }
 
 // RMSNormBackward queues the inner backend's RMSNormBackward.

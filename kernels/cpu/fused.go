@@ -1,0 +1,77 @@
+package cpu
+
+import "math"
+
+// The residual add fused with the norm that reads it (llm.c's
+// fused_residual_forward): each row's sum is normalised while it is still
+// in cache, in one pass over the rows instead of two. Every operation is
+// ResidualForward's, then LayerNormForward's or RMSNormForward's, in their
+// order, so the results are theirs bit for bit.
+
+// ResidualLayerNormForward adds two streams and normalises their sum, row
+// by row.
+//
+//	res  (N,C) = x + y                              (ResidualForward)
+//	out  (N,C) = (res - mean) · rstd · w + bias     (LayerNormForward of res)
+//	mean (N), rstd (N): kept for the backward pass
+//
+// res may alias x or y; out, mean and rstd alias nothing.
+func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias []float32, N, C int) {
+	b.ParallelFor(N, 8, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
+			rr := res[r*C : (r+1)*C]
+			for i := range rr {
+				rr[i] = xr[i] + yr[i]
+			}
+			var m float64
+			for _, v := range rr {
+				m += float64(v)
+			}
+			m /= float64(C)
+			var vr float64
+			for _, v := range rr {
+				d := float64(v) - m
+				vr += d * d
+			}
+			vr /= float64(C)
+			s := float32(1 / math.Sqrt(vr+lnEps))
+			mf := float32(m)
+			o := out[r*C : (r+1)*C]
+			for i, v := range rr {
+				o[i] = (v-mf)*s*w[i] + bias[i]
+			}
+			mean[r], rstd[r] = mf, s
+		}
+	})
+}
+
+// ResidualRMSNormForward adds two streams and normalises their sum by its
+// root mean square, row by row.
+//
+//	res  (N,C) = x + y                                   (ResidualForward)
+//	rstd (N)   = 1/√(mean(res²) + eps), summed in float64; kept for backward
+//	out  (N,C) = res · rstd · w                          (RMSNormForward of res)
+//
+// res may alias x or y; out and rstd alias nothing.
+func (b *Backend) ResidualRMSNormForward(res, out, rstd, x, y, w []float32, N, C int, eps float32) {
+	b.ParallelFor(N, 8, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
+			rr := res[r*C : (r+1)*C]
+			for i := range rr {
+				rr[i] = xr[i] + yr[i]
+			}
+			var ss float64
+			for _, v := range rr {
+				ss += float64(v) * float64(v)
+			}
+			s := float32(1 / math.Sqrt(ss/float64(C)+float64(eps)))
+			o := out[r*C : (r+1)*C]
+			for i, v := range rr {
+				o[i] = v * s * w[i]
+			}
+			rstd[r] = s
+		}
+	})
+}
