@@ -158,6 +158,50 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 		be.GQADecode(a.f(0), a.f(1), a.f(2), a.f(3), B, pos, maxT, NH, NKV, hd)
 	}, outs{c.zeros(B * C)}, ins{c.randn(B*C, 1), c.randn(B*maxT*NKV*hd, 1), c.randn(B*maxT*NKV*hd, 1)})
 
+	// Context parallelism's ring attention on the grouped-query qkv: rank 0
+	// of a ring of 2 folds its own block, then rank 1's, and takes both
+	// back (rows = 2·B·c, c positions a chunk).
+	const cpN, cpc = 2, 16
+	const rrows, kvw = 2 * B * cpc, 2 * NKV * hd
+	rqkv, rkv1, rdout := c.randn(rrows*ldq, 1), c.randn(rrows*kvw, 1), c.randn(rrows*C, 1)
+	ringForward := func(be kernels.Backend, out, lse, qkv, kv1 []float32) {
+		kv0, st := kernels.Float32s(be, rrows*kvw), kernels.Float32s(be, rrows*NH*2)
+		be.RingKV(kv0, qkv, rrows, NH, NKV, hd)
+		be.RingAttentionForward(out, st, qkv, kv0, B, cpc, NH, NKV, hd, cpN, 0, 0, true)
+		be.RingAttentionForward(out, st, qkv, kv1, B, cpc, NH, NKV, hd, cpN, 0, 1, false)
+		be.RingAttentionFinish(out, lse, st, rrows, NH, hd)
+		kernels.Sync(be)
+		kernels.Free(be, kv0)
+		kernels.Free(be, st)
+	}
+	c.compare("RingAttention forward", 1e-5, func(be kernels.Backend, a args) {
+		ringForward(be, a.f(0), a.f(1), a.f(2), a.f(3))
+	}, outs{c.zeros(rrows * C), c.zeros(rrows * NH)}, ins{rqkv, rkv1})
+	c.compare("RingAttention backward", 1e-5, func(be kernels.Backend, a args) {
+		dqkv, dkv1, qkv, kv1, dout := a.f(0), a.f(1), a.f(2), a.f(3), a.f(4)
+		out, lse := kernels.Float32s(be, rrows*C), kernels.Float32s(be, rrows*NH)
+		ringForward(be, out, lse, qkv, kv1)
+		kv0, dkv0, delta := kernels.Float32s(be, rrows*kvw), kernels.Float32s(be, rrows*kvw), kernels.Float32s(be, rrows*NH)
+		be.Zero(dqkv)
+		be.RingAttentionDelta(delta, dout, out, rrows, NH, hd)
+		be.RingKV(kv0, qkv, rrows, NH, NKV, hd)
+		be.RingAttentionBackward(dqkv, dkv0, dout, qkv, kv0, lse, delta, B, cpc, NH, NKV, hd, cpN, 0, 0)
+		be.RingAttentionBackward(dqkv, dkv1, dout, qkv, kv1, lse, delta, B, cpc, NH, NKV, hd, cpN, 0, 1)
+		be.RingKVGrad(dqkv, dkv0, rrows, NH, NKV, hd)
+		kernels.Sync(be)
+		for _, b := range [][]float32{out, lse, kv0, dkv0, delta} {
+			kernels.Free(be, b)
+		}
+	}, outs{c.zeros(rrows * ldq), c.zeros(rrows * kvw)}, ins{rqkv, rkv1, rdout})
+
+	// The residual add fused with the norm after it.
+	c.compare("ResidualLayerNormForward", 1e-5, func(be kernels.Backend, a args) {
+		be.ResidualLayerNormForward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.f(6), a.f(7), N, C)
+	}, outs{c.zeros(N * C), c.zeros(N * C), c.zeros(N), c.zeros(N)}, ins{x, dout, lw, lb})
+	c.compare("ResidualRMSNormForward", 1e-5, func(be kernels.Backend, a args) {
+		be.ResidualRMSNormForward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N, C, 1e-5)
+	}, outs{c.zeros(N * C), c.zeros(N * C), c.zeros(N)}, ins{x, dout, rw})
+
 	// Elementwise.
 	h := c.randn(N*F, 2)
 	c.compare("GeluForward", 1e-6, func(be kernels.Backend, a args) { be.GeluForward(a.f(0), a.f(1)) }, outs{c.zeros(N * F)}, ins{h})
