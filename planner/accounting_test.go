@@ -115,7 +115,7 @@ func checkAccounting(t *testing.T, cfg *presets.Config, s Strategy) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pm := engineMemory(m, s, st); em.Params != pm.Params {
+		if pm := engineMemory(m, s, st, false); em.Params != pm.Params {
 			t.Errorf("rank %d: the engine holds %d bytes of parameters, the planner's engine accounting %d", r, em.Params, pm.Params)
 		}
 		if s.ShardingStage != 3 && em.Params != 4*want {

@@ -2,10 +2,11 @@ package planner
 
 import (
 	"fmt"
-	"github.com/gptui/gptui/units"
 	"math"
 
+	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/layout"
+	"github.com/gptui/gptui/units"
 )
 
 // Memory is the bytes one device holds, by component.
@@ -138,17 +139,21 @@ func outerParams(m Model, s Strategy, st int) int64 {
 func memory(m Model, c Cluster, s Strategy) Memory {
 	best := Memory{Total: -1}
 	for _, st := range []int{0, s.PP - 1} {
-		var mm Memory
-		if c.Device.Accounting == AccountingEngine {
-			mm = engineMemory(m, s, st)
-		} else {
-			mm = mixedMemory(m, c, s, st)
-		}
-		if mm.Total > best.Total {
+		if mm := stageMemory(m, c, s, st); mm.Total > best.Total {
 			best = mm
 		}
 	}
 	return best
+}
+
+// stageMemory is the memory of a device of pipeline stage st: the
+// engine's allocation on the CPU backend (engineMemory) or on the CUDA
+// backend (gpuMemory).
+func stageMemory(m Model, c Cluster, s Strategy, st int) Memory {
+	if c.Device.Accounting == AccountingEngineGPU {
+		return gpuMemory(m, c, s, st)
+	}
+	return engineMemory(m, s, st, false)
 }
 
 // inflight is how many micro-batches' activations pipeline stage st keeps
@@ -170,13 +175,16 @@ func inflight(m Model, s Strategy, st int) float64 {
 // rank with the largest share: 4 bytes per parameter and gradient, the
 // AdamW moments (8 bytes) of its shard, a stage-2 rank's reduced gradient
 // shard beside the full buffer, and the fp32 activations its forward pass
-// keeps for one micro-batch.
+// keeps for one micro-batch. lse says the backend's attention is
+// flash-style, keeping one log-sum-exp per row and query head rather than
+// the probabilities (kernels.AttentionStore: the CUDA backend's); the CPU
+// backend's keeps the probabilities.
 //
 // Checked against the engine for dp, sharding stages 1–3, tensor
-// parallelism with and without sequence parallelism and pipeline
-// parallelism (planner/engine_test.go); context parallelism as soon as the
-// engine runs it.
-func engineMemory(m Model, s Strategy, st int) Memory {
+// parallelism with and without sequence parallelism, context parallelism
+// and pipeline parallelism (planner/engine_test.go), with the CPU's
+// attention and with the CUDA backend's (TestGPUMemoryMatchesEngine).
+func engineMemory(m Model, s Strategy, st int, lse bool) Memory {
 	P := stageParams(m, s, st)
 	S := int64(s.ShardingDegree)
 	chunk := (P + S - 1) / S // the engine pads the flat buffer to a multiple of S
@@ -195,13 +203,109 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 		}
 	}
 	if s.PP > 1 && s.VPP > 1 {
-		mm.Activations = engineInterleaved(m, s, st)
+		mm.Activations = engineInterleaved(m, s, st, lse)
 	} else {
-		mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st)))
+		mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st, lse)))
 	}
 	mm.sum()
 	return mm
 }
+
+// gpuMemory is the memory of a GPU training with the engine on the CUDA
+// backend (kernels/cuda): the engine's own account of its buffers
+// (engineMemory, with the backend's flash-style attention: one
+// log-sum-exp per row and query head), plus, in Other, what the backend
+// allocates beside them (cudaWorkspace) and the runtime's reserve (the
+// CUDA context, NCCL's buffers: Device.ReservedBytes).
+//
+// The engine keeps parameters, gradients, AdamW moments and activations
+// in fp32 on a GPU as on the CPU (kernels/cuda's Precision: only the
+// GEMMs' inputs are rounded to 16 bits), so the model states are 4 + 4 +
+// 8 bytes a parameter, divided by sharding exactly as on the CPU.
+func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
+	mm := engineMemory(m, s, st, true)
+	mm.Other = c.Device.ReservedBytes + cudaWorkspace(m, s, st)
+	mm.sum()
+	return mm
+}
+
+// cudaWorkspace is the device memory the CUDA backend allocates beyond
+// the engine's buffers (kernels/cuda/backend.go): the cuBLAS and cuBLASLt
+// workspace (cuda.WorkspaceBytes), Sum's partials (cuda.SumScratch), and,
+// when the GEMMs multiply in 16 bits, the two scratch buffers each GEMM's
+// operands are rounded into (Backend.cast): 2 bytes an element, each as
+// large as the largest operand it has held (they only grow), over the
+// GEMMs of stage st (rankGEMMs): A the input (forward) or the output
+// gradient (backward, both products), n·max(in, out) elements; B the
+// weight (forward, input gradient) or the input (weight gradient),
+// max(out·in, n·in).
+func cudaWorkspace(m Model, s Strategy, st int) int64 {
+	n := int64(cuda.WorkspaceBytes + cuda.SumScratch)
+	if !m.sixteenBit() {
+		return n // fp32 GEMMs: no rounding, no cast buffers
+	}
+	var a, b int64
+	for _, g := range rankGEMMs(m, s, st) {
+		a = max(a, g.n*max(g.in, g.out))
+		b = max(b, g.out*g.in, g.n*g.in)
+	}
+	return n + 2*(a+b)
+}
+
+// gemm is one linear layer of the engine on a rank: n rows of in features
+// to out features (a GEMM of n × in by in × out forward, two like it
+// backward), with a bias or without.
+type gemm struct {
+	n, in, out int64
+	bias       bool
+}
+
+// rankGEMMs are the linear layers of one block and, on the last stage,
+// the head's logits, as a rank of stage st multiplies them for one
+// micro-batch (engine/gpt2.go and llama.go blockForward, classify): N =
+// B·T/cp rows (all of them under sequence parallelism, whose regions
+// gather them), the widths of blockWidths; the last element is the
+// logits' when st is the last stage.
+func rankGEMMs(m Model, s Strategy, st int) []gemm {
+	N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
+	C, t := int64(m.C), int64(s.MP)
+	w := m.blockWidths(s.MP)
+	bias := !m.llama()
+	g := []gemm{
+		{N, C, w.qkv, bias}, // qkv (column-parallel)
+		{N, C / t, C, bias}, // attention projection (row-parallel)
+		{N, C, w.fc, bias},  // fc, or a Llama's gate and up (column-parallel)
+		{N, w.act, C, bias}, // fcproj, or down_proj (row-parallel)
+	}
+	if st == s.PP-1 {
+		g = append(g, gemm{N, C, int64(m.Vp) / t, false}) // logits over the rank's padded vocabulary
+	}
+	return g
+}
+
+// widths are the per-row widths of a block's tensors on one of t
+// tensor-parallel ranks (the engine's blockWidths): qkv's, the MLP's
+// first product's (fc, or a Llama's gate and up) and its activation's
+// (GELU's, or SwiGLU's), and how many statistics each norm keeps a row.
+type widths struct{ qkv, fc, act, stats int64 }
+
+// blockWidths are the widths of a block on one of t tensor-parallel
+// ranks: GPT-2's qkv is 3C/t wide, its MLP keeps fc's and GELU's F/t
+// outputs and its LayerNorms a mean and a reciprocal standard deviation;
+// a Llama's qkv is C/t + 2·(key/value width) (kvWidthTP: a replicated
+// head's columns on every rank that holds it), its MLP keeps gate and up
+// (2F/t) and their SwiGLU (F/t), its RMSNorms the reciprocal alone.
+func (m Model) blockWidths(t int) widths {
+	C, F, T := int64(m.C), int64(m.F), int64(t)
+	if m.llama() {
+		return widths{qkv: C/T + 2*m.kvWidthTP(t), fc: 2 * F / T, act: F / T, stats: 1}
+	}
+	return widths{qkv: 3 * C / T, fc: F / T, act: F / T, stats: 2}
+}
+
+// sixteenBit reports whether the GEMMs multiply in 16 bits (bf16, or fp16
+// where there is no bf16): every dtype but fp32.
+func (m Model) sixteenBit() bool { return m.Dtype != "fp32" && m.Dtype != "float32" }
 
 // engineInterleaved is the engine's activation memory on stage st under the
 // interleaved schedule: it keeps one set per (micro-batch, chunk) in
@@ -210,7 +314,7 @@ func engineMemory(m Model, s Strategy, st int) Memory {
 // forward passes, then alternates, so warm+1 sets are live at the peak
 // (all of them when warm covers the step); on the last stage exactly one
 // of them is the last chunk, with the head's buffers.
-func engineInterleaved(m Model, s Strategy, st int) int64 {
+func engineInterleaved(m Model, s Strategy, st int, lse bool) int64 {
 	mb := m.GlobalBatch / s.Replicas() / s.MicroBatch
 	total := mb * s.VPP
 	warm := total
@@ -220,11 +324,11 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 	live := int64(min(warm+1, total))
 	chunk := s
 	chunk.PP = s.PP * s.VPP // a stage of one chunk's blocks …
-	perChunk := engineActivations(m, chunk, 0)
+	perChunk := engineActivations(m, chunk, 0, lse)
 	if st < s.PP-1 {
 		return live * perChunk
 	}
-	last := engineActivations(m, chunk, chunk.PP-1) // … with the head's buffers
+	last := engineActivations(m, chunk, chunk.PP-1, lse) // … with the head's buffers
 	return (live-1)*perChunk + last
 }
 
@@ -232,26 +336,23 @@ func engineInterleaved(m Model, s Strategy, st int) int64 {
 // between the forward and backward pass of one micro-batch on stage st
 // (engine/gpt2.go newActivations: the residual stream, each block's norm
 // outputs and statistics, qkv, attention output, the MLP's two tensors,
-// the attention probabilities, the final norm, the logits over the rank's
-// padded vocabulary and the losses).
-//
-// The widths per row are the family's (engine blockWidths): GPT-2's
-// LayerNorms keep a mean and a reciprocal standard deviation, its qkv is
-// 3C/t wide and its MLP keeps fc's and GELU's F/t outputs; a Llama's
-// RMSNorms keep the reciprocal alone, its qkv is C/t + 2·(key/value
-// width) (kvWidthTP: a replicated head's columns on every rank that
-// holds it) and its MLP keeps gate and up (2F/t) and their SwiGLU (F/t).
-// The attention probabilities are per query head in both.
+// what the attention keeps, the final norm, the logits over the rank's
+// padded vocabulary and the losses), with the family's widths
+// (blockWidths).
 //
 // The rows: a context-parallel rank holds N = B·T/cp of them (its chunks
 // of every sequence), and under sequence parallelism its Nr = N/mp rows
 // of the residual stream between the tensor-parallel regions (the stream
 // itself, the norms' outputs and statistics, res2), all N inside them
-// (qkv, the attention output, the MLP's tensors, the logits). Under
-// context parallelism the ring attention keeps no probabilities, only
-// one log-sum-exp per row and query head.
-func engineActivations(m Model, s Strategy, st int) int64 {
-	B, T, C, F := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C), int64(m.F)
+// (qkv, the attention output, the MLP's tensors, the logits).
+//
+// What the attention keeps (kernels.AttentionFloats), per query head of
+// the rank: the T×T probabilities of the CPU backend's attention; one
+// log-sum-exp per row where the attention is flash-style — lse, the CUDA
+// backend's (kernels.AttentionStore) — and under context parallelism,
+// whose ring attention is flash-style on every backend.
+func engineActivations(m Model, s Strategy, st int, lse bool) int64 {
+	B, T, C := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C)
 	NH, t, cp := int64(m.NH), int64(s.MP), int64(s.cp())
 	L := int64(m.L / s.PP)
 	N := B * T / cp // the rank's rows
@@ -259,143 +360,23 @@ func engineActivations(m Model, s Strategy, st int) int64 {
 	if s.SP {
 		Nr = N / t
 	}
-	qkv, fc, act, stats := 3*C/t, F/t, F/t, int64(2) // GPT-2
-	if m.llama() {
-		qkv, fc, act, stats = C/t+2*m.kvWidthTP(s.MP), 2*F/t, F/t, 1
-	}
+	w := m.blockWidths(s.MP)
 	n := (L + 1) * Nr * C // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
-		n += L * (3*Nr*C + 2*stats*Nr + N*(qkv+C/t+fc+act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
+		n += L * (3*Nr*C + 2*w.stats*Nr + N*(w.qkv+C/t+w.fc+w.act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
 	}
 	if s.Recompute == RecomputeNone {
-		if cp > 1 {
-			n += L * N * (NH / t) // the ring's log-sum-exp
+		if cp > 1 || lse {
+			n += L * N * (NH / t) // a log-sum-exp per row and query head
 		} else {
 			n += L * B * (NH / t) * T * T
 		}
 	}
 	if st == s.PP-1 {
-		Vpl := int64(m.Vp) / t           // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
-		n += Nr*C + stats*Nr + N*Vpl + N // final norm, logits, losses
+		Vpl := int64(m.Vp) / t             // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
+		n += Nr*C + w.stats*Nr + N*Vpl + N // final norm, logits, losses
 	}
 	return 4 * n
-}
-
-// mixedMemory is mixed-precision training's memory on an accelerator:
-// 16-bit parameters and gradients and fp32 master weights and moments (12
-// bytes), divided by sharding by stage; Korthikanti et al.'s activations;
-// the runtime reserve and, with full recompute, one block's activations
-// rebuilt at a time.
-func mixedMemory(m Model, c Cluster, s Strategy, st int) Memory {
-	P := float64(stageParams(m, s, st))
-	pb, ob := 2.0, 12.0
-	if m.Dtype == "fp32" {
-		pb, ob = 4, 8
-	}
-	S := float64(s.ShardingDegree)
-	params, grads, opt := pb*P, pb*P, ob*P
-	if s.ShardingDegree > 1 {
-		opt /= S
-		if s.ShardingStage >= 2 {
-			grads /= S
-		}
-		if s.ShardingStage >= 3 {
-			params /= S
-		}
-	}
-	layer := mixedLayerActivations(m, s, s.Recompute)
-	acts := inflight(m, s, st) * float64(m.L/s.PP) * layer
-	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp()) // the rank's rows
-	sbh := sb * float64(m.C)                                          // … of the residual stream
-	if s.SP {
-		sbh /= float64(s.MP)
-	}
-	k := pb / 2
-	if st == 0 {
-		if m.llama() {
-			acts += 2 * sbh * k // embedding output (no dropout)
-		} else {
-			acts += 3 * sbh * k // embedding output and its dropout mask
-		}
-	}
-	if st == s.PP-1 {
-		// final norm input and output; logits in the training dtype
-		// and the fp32 softmax of the loss, over the vocabulary shard.
-		acts += 4*sbh*k + sb*float64(m.Vp)/float64(s.MP)*(pb+4)
-	}
-	other := float64(c.Device.ReservedBytes)
-	if s.Recompute == RecomputeFull {
-		other += mixedLayerActivations(m, s, RecomputeNone)
-	}
-	mm := Memory{Params: int64(params), Grads: int64(grads), Optimizer: int64(opt), Activations: int64(acts), Other: int64(other)}
-	mm.sum()
-	return mm
-}
-
-// mixedLayerActivations is one block's activations for one micro-batch
-// in 16-bit training (twice for fp32), after Korthikanti et al.:
-// s·b·h·(10 + 24/t + 5·a·s/(h·t)) bytes without sequence parallelism,
-// s·b·h·(34/t + 5·a·s/(h·t)) with it (the 10·s·b·h of the norms, dropouts
-// and residual adds split over the t ranks too), with the 24 = 8 + 4·F/h
-// written for any F; only_attn drops the 5·a·s/h attention-score term,
-// full keeps only the block input (2·s·b·h, /t with sequence
-// parallelism).
-//
-// Under context parallelism s is a rank's s/cp positions of each
-// sequence in every term, and there is no score term: the ring attention
-// is flash-style, keeping no probabilities (its log-sum-exp per row and
-// head, 4·a·s·b/(t·cp) bytes, is left out).
-//
-// A Llama's block, counted the same way (llamaLayerActivations), has no
-// dropout masks, grouped key/value heads and a SwiGLU MLP.
-func mixedLayerActivations(m Model, s Strategy, rc string) float64 {
-	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp())
-	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
-	rt := 1.0 // the split of the residual stream's rows: t with sequence parallelism
-	if s.SP {
-		rt = t
-	}
-	k := 1.0
-	if m.Dtype == "fp32" {
-		k = 2
-	}
-	if rc == RecomputeFull {
-		return k * 2 * sb * h / rt
-	}
-	scores := rc == RecomputeNone && s.cp() == 1
-	if m.llama() {
-		return k * llamaLayerActivations(m, s, scores)
-	}
-	n := 10*sb*h/rt + (8*sb*h+4*sb*F)/t
-	if scores {
-		n += 5 * a * sb * float64(m.SeqLen) / t
-	}
-	return k * n
-}
-
-// llamaLayerActivations is a Llama block's 16-bit activations for one
-// micro-batch, by Korthikanti et al.'s count with Llama's layers: the
-// inputs of the two RMSNorms (4·sbh), of the q, k, v projection and of
-// the MLP (2·sbh each), replicated over the tensor-parallel ranks (split
-// over them with sequence parallelism: 8·sbh/t); q after the rotary
-// embedding (2·sbh/t), k and v (2·2·sb·w, w the rank's key/value width,
-// kvWidthTP), the input of o_proj (2·sbh/t), gate's and up's outputs and
-// their SwiGLU, down_proj's input (6·sbF/t); with scores, the softmax's
-// output (2·a·s²b/t). No dropout masks: a Llama has none. Under context
-// parallelism s·b is the rank's rows, s/cp of each sequence.
-func llamaLayerActivations(m Model, s Strategy, scores bool) float64 {
-	sb := float64(s.MicroBatch) * float64(m.SeqLen) / float64(s.cp())
-	h, F, a, t := float64(m.C), float64(m.F), float64(m.NH), float64(s.MP)
-	w := float64(m.kvWidthTP(s.MP))
-	repl := 8 * sb * h
-	if s.SP {
-		repl /= t
-	}
-	n := repl + 2*sb*h/t + 4*sb*w + 2*sb*h/t + 6*sb*F/t
-	if scores {
-		n += 2 * a * sb * float64(m.SeqLen) / t
-	}
-	return n
 }
 
 // gemmTime is the time of a product of rows × (2·flops/rows) on one
@@ -406,6 +387,146 @@ func gemmTime(c Cluster, flops, rows float64) float64 {
 	return flops / (d.GEMMFLOPS * c.share() * eff)
 }
 
+// passTime is one micro-batch's computation on the last pipeline stage
+// (the slowest: it adds the logits), by part, in seconds.
+type passTime struct {
+	layerFwd, layerBwd float64 // one block's GEMMs and other kernels but attention
+	attnFwd, attnBwd   float64 // one block's attention
+	headFwd, headBwd   float64 // the logits' GEMM and the final norm
+	classifier         float64 // the softmax cross-entropy, forward and gradient in one pass
+}
+
+// fwd is the forward pass of the stage's L blocks and the head.
+func (p passTime) fwd(L float64) float64 { return L*(p.layerFwd+p.attnFwd) + p.headFwd }
+
+// bwd is the backward pass of the stage's L blocks and the head.
+func (p passTime) bwd(L float64) float64 { return L*(p.layerBwd+p.attnBwd) + p.headBwd }
+
+// measuredPass is a micro-batch's computation on a device of measured
+// rates (the CPU's): the forward GEMM FLOPs at the achieved rate, slowed
+// for few rows, the backward pass twice the forward, the classifier at
+// its measured rate.
+func measuredPass(m Model, c Cluster, s Strategy) passTime {
+	B, T, C := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C)
+	V, tp, cp := float64(m.V), float64(s.MP), float64(s.cp())
+	rows := B * T / cp // the rank's rows of a micro-batch
+	var p passTime
+	p.layerFwd = gemmTime(c, 2*rows*float64(m.layerMatmulTP(s.MP)), rows)
+	p.attnFwd = gemmTime(c, 4*B*T*T*C/(tp*cp), T/cp)
+	p.headFwd = gemmTime(c, 2*rows*C*V/tp, rows)
+	p.layerBwd, p.attnBwd, p.headBwd = 2*p.layerFwd, 2*p.attnFwd, 2*p.headFwd
+	if r := c.Device.ClassifierPerS; r > 0 {
+		p.classifier = rows * V / tp / (r * c.share())
+	}
+	return p
+}
+
+// rooflinePass is a micro-batch's computation on an accelerator running
+// the engine's CUDA backend, each kernel priced by the roofline: the
+// larger of its FLOPs at the data sheet's peak and the bytes it moves at
+// the memory bandwidth (Device.MemBW), kernels one after another on one
+// stream. The dtypes are the engine's today (kernels/cuda/backend.go):
+//
+//   - GEMMs (rankGEMMs; forward, and backward the input's gradient and
+//     the weight's, accumulated): with a 16-bit dtype, each operand is
+//     first rounded into a scratch buffer by a cast kernel (reads 4 bytes
+//     an element, writes 2), the GEMM reads the 16-bit operands at the
+//     tensor-core peak (PeakFLOPS) and writes fp32 (the weight gradient
+//     read and written: β = 1); fp32 GEMMs read fp32 at the CUDA cores'
+//     FP32FLOPS, without casts. Biases are kernels of their own (add:
+//     read and write the output; backward: read its gradient).
+//   - Attention: the backend's flash-style kernels, causal, 4·B·T²·C/2
+//     FLOPs forward a block (over tp ranks of the heads, and cp of the
+//     rows), 2.5 times that backward, in fp32 on the CUDA cores
+//     (FP32FLOPS: kernels/cuda/kernels_attention.go tiles fp32, no
+//     tensor cores); their bytes are qkv, the output, the log-sum-exps
+//     and, backward, the gradients.
+//   - Elementwise kernels, bytes at the bandwidth, fp32 (each argument
+//     read or written once): the norms (read the input, write the output;
+//     backward read the gradient and input, accumulate into the input's
+//     gradient), the fused residual add and norm, the residual add,
+//     GELU or SwiGLU, a Llama's rotary embedding on q and k, dropout
+//     where the model has it.
+//   - The classifier: the fused softmax cross-entropy reads the logits
+//     and writes their gradient in place (the vocabulary-parallel one
+//     reads them three times: maxima, exponentials, gradient).
+func rooflinePass(m Model, c Cluster, s Strategy) passTime {
+	d := c.Device
+	bw := d.MemBW
+	B, T, C := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C)
+	tp, cp := float64(s.MP), float64(s.cp())
+	N := B * T / cp // the rank's rows of a micro-batch
+	Nr := N         // … of the residual stream
+	if s.SP {
+		Nr = N / tp
+	}
+	peak, e, cast := d.PeakFLOPS, 2.0, 6.0 // 16-bit operands, each cast from fp32 first
+	if !m.sixteenBit() {
+		peak, e, cast = d.FP32FLOPS, 4, 0
+	}
+	roof := func(flops, bytes, rate float64) float64 { return math.Max(flops/rate, bytes/bw) }
+	pair := func(g gemm) (fwd, bwd float64) {
+		n, in, out := float64(g.n), float64(g.in), float64(g.out)
+		f := 2 * n * in * out
+		fwd = roof(f, e*(n*in+out*in)+4*n*out, peak) + cast*(n*in+out*in)/bw
+		bwd = roof(f, e*(n*out+out*in)+4*n*in, peak) + cast*(n*out+out*in)/bw + // input gradient
+			roof(f, e*(n*out+n*in)+8*out*in, peak) + cast*(n*out+n*in)/bw // weight gradient, accumulated
+		if g.bias {
+			fwd += 8 * n * out / bw
+			bwd += 4 * n * out / bw
+		}
+		return fwd, bwd
+	}
+	var p passTime
+	gs := rankGEMMs(m, s, s.PP-1)
+	for _, g := range gs[:4] {
+		f, b := pair(g)
+		p.layerFwd += f
+		p.layerBwd += b
+	}
+	p.headFwd, p.headBwd = pair(gs[4])
+
+	// Elementwise kernels of a block, in bytes.
+	w := m.blockWidths(s.MP)
+	F := float64(w.act) // the MLP's activation width on this rank
+	norm, normBwd := 8*Nr*C, 16*Nr*C
+	fwd := norm + 16*Nr*C + 12*Nr*C // the first norm; the residual add fused with the second (two in, two out); the last residual add
+	bwd := 2 * normBwd
+	if m.llama() {
+		rope := 8 * N * (C/tp + float64(m.kvWidthTP(s.MP))) // q and k, read and written
+		fwd += 12*N*F + rope                                // SwiGLU: gate and up in, the product out
+		bwd += 20*N*F + rope
+	} else {
+		fwd += 8 * N * F // GELU
+		bwd += 16 * N * F
+	}
+	if m.Dropout {
+		fwd += 2 * 8 * Nr * C // the two branches' dropouts
+		bwd += 2 * 8 * Nr * C
+	}
+	p.layerFwd += fwd / bw
+	p.layerBwd += bwd / bw
+
+	// Attention: the flash-style kernels, in fp32.
+	NH := float64(m.NH)
+	qkv, out, lse := float64(w.qkv), C/tp, NH/tp
+	af := 2 * B * T * T * C / (tp * cp) // 4·B·T²·(C/tp)/2, causal, over cp
+	p.attnFwd = roof(af, 4*N*(qkv+out+lse), d.FP32FLOPS)
+	p.attnBwd = roof(2.5*af, 4*N*(2*qkv+2*out+lse), d.FP32FLOPS)
+
+	// The head: the final norm, and the classifier over the rank's
+	// padded vocabulary.
+	p.headFwd += norm / bw
+	p.headBwd += normBwd / bw
+	logits := N * float64(m.Vp) / tp
+	if s.MP > 1 {
+		p.classifier = 16 * logits / bw
+	} else {
+		p.classifier = 8 * logits / bw
+	}
+	return p
+}
+
 // stepTime predicts one optimizer step and the bytes a device sends.
 //
 // A context-parallel rank computes its rows, B·T/cp of a micro-batch, and
@@ -413,29 +534,26 @@ func gemmTime(c Cluster, flops, rows float64) float64 {
 // in every layer and sum their gradients with the replicas'.
 func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	var t Time
-	B, T, C := float64(s.MicroBatch), float64(m.SeqLen), float64(m.C)
-	V, tp, cp := float64(m.V), float64(s.MP), float64(s.cp())
+	C := float64(m.C)
+	tp, cp := float64(s.MP), float64(s.cp())
 	L := float64(m.L / s.PP)
-	rows := B * T / cp // the rank's rows of a micro-batch
+	rows := float64(s.MicroBatch) * float64(m.SeqLen) / cp // the rank's rows of a micro-batch
 	mb := float64(m.GlobalBatch / s.Replicas() / s.MicroBatch)
 
 	// One micro-batch on the last stage (the slowest: it adds the logits).
-	layerFwd := gemmTime(c, 2*rows*float64(m.layerMatmulTP(s.MP)), rows)
-	attnFwd := gemmTime(c, 4*B*T*T*C/(tp*cp), T/cp)
-	logitsFwd := gemmTime(c, 2*rows*C*V/tp, rows)
-	fwd := L*(layerFwd+attnFwd) + logitsFwd
-	// The softmax cross-entropy over this rank's columns of the logits,
-	// forward and gradient in one pass.
-	var classifier float64
-	if r := c.Device.ClassifierPerS; r > 0 {
-		classifier = rows * V / tp / (r * c.share())
+	var pass passTime
+	if c.Device.Accounting == AccountingEngineGPU {
+		pass = rooflinePass(m, c, s)
+	} else {
+		pass = measuredPass(m, c, s)
 	}
-	perMB := 3*fwd + classifier
+	fwd := pass.fwd(L)
+	perMB := fwd + pass.bwd(L) + pass.classifier
 	switch s.Recompute {
 	case RecomputeFull:
-		perMB += L * (layerFwd + attnFwd)
+		perMB += L * (pass.layerFwd + pass.attnFwd)
 	case RecomputeOnlyAttn:
-		perMB += L * attnFwd
+		perMB += L * pass.attnFwd
 	}
 
 	// Tensor parallel, inside the node, per micro-batch: counted in
@@ -451,10 +569,9 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	// row maxima (all-gathered) and sums (two float64s a row,
 	// all-reduced). Sequence parallelism all-reduces the norms' weight
 	// gradients too, every micro-batch.
-	pb := 2.0
-	if m.Dtype == "fp32" || c.Device.Accounting == AccountingEngine {
-		pb = 4
-	}
+	// The engine sends fp32 on every backend: activations, their
+	// gradients and the parameters' gradients.
+	pb := 4.0
 	act := rows * C * pb
 	var sent float64
 	if s.MP > 1 {
@@ -507,7 +624,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 		// node's rate, unless one stage has more work than a worker's
 		// threads can do in that time. perMB is the last stage's (it
 		// holds the logits); the average stage's has 1/pp of them.
-		avg := perMB - (3*logitsFwd+classifier)*float64(s.PP-1)/float64(s.PP)
+		avg := perMB - (pass.headFwd+pass.headBwd+pass.classifier)*float64(s.PP-1)/float64(s.PP)
 		threads := max(1, c.Device.Cores/c.DevicesPerNode)
 		bottleneck := perMB * mb * float64(c.Device.Cores) / float64(c.DevicesPerNode*threads)
 		t.Compute = math.Max(avg*mb, bottleneck)
@@ -530,7 +647,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	// Gradient reduction over the replicas, and sharding's gathers.
 	stage := s.PP - 1
 	P := float64(stageParams(m, s, stage))
-	gb := pb * P // gradient bytes (16-bit on accelerators, fp32 in the engine)
+	gb := pb * P // gradient bytes (fp32, as the engine reduces them)
 	blocks := L * float64(m.layerParamsTP(s.MP)) * pb
 	// The ranks of a context-parallel ring hold the same part and sum
 	// their gradients with the replicas' (engine/topology.go: the dp
@@ -549,7 +666,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	if s.DP == 1 {
 		dpSpan = s.CP * s.MP
 	}
-	bwdLast := 2 * fwd // the last micro-batch's backward, which the block all-reduces overlap
+	bwdLast := pass.bwd(L) // the last micro-batch's backward, which the block all-reduces overlap
 	hide := func(comm, bytes float64) float64 {
 		// The blocks' share of comm overlaps the backward pass of the
 		// last micro-batch (all but the first block's); the embeddings

@@ -17,21 +17,21 @@
 //   - a search ([Search]) over every valid combination for the global
 //     batch, keeping the infeasible plans with the reason they fail.
 //
-// Memory follows two accountings. The "engine" accounting of the CPU
-// profile is exactly what gptui's engine reports for a rank (its
+// Memory is gptui's engine's own: what it allocates for a rank (its
 // engine.Memory: fp32 parameters, gradients and AdamW moments, and the
-// activations its forward pass keeps), so a prediction can be checked
-// against the [memory] log line. The accelerator profiles use mixed
-// precision (2 + 2 + 12 bytes per parameter) and the activation formula of
-// Korthikanti et al., "Reducing Activation Recomputation in Large
-// Transformer Models" (2022): s·b·h·(34 + 5·a·s/h) bytes per layer, the
-// tensor-parallel parts divided by the tensor-parallel degree.
+// activations its forward pass keeps), so that a prediction can be
+// checked against the [memory] log line. The CPU profile's "engine"
+// accounting counts the CPU backend's attention (the probabilities); the
+// accelerator profiles' "engine-gpu" accounting the CUDA backend's
+// (flash-style: a log-sum-exp per row and head), and beside the engine's
+// buffers the backend's own workspaces and the runtime's reserve. Step
+// times on the CPU come from measured rates; on accelerators from a
+// roofline of the data sheet's peaks and memory bandwidth over the
+// engine's kernels.
 //
 // Both model families are priced from their shape ([Model] embeds
 // arch.Shape): GPT-2, and Llama with its grouped key/value heads (split
 // over the tensor-parallel ranks, or replicated when they are fewer),
 // SwiGLU MLP, RMSNorms, no position embedding and a head tied or its own
-// matrix. The engine accounting is exact for both; the accelerator one
-// counts a Llama block's activations as Korthikanti et al. count GPT's,
-// with its own layers and no dropout masks.
+// matrix; the accounting is exact for both.
 package planner

@@ -146,8 +146,10 @@ func TestSequenceParallelMemory(t *testing.T) {
 // TestContextParallelMemory: with attention recomputed (only_attn), where
 // nothing kept grows with the sequence's square, a cp 2 rank keeps half
 // the activations of one process (its T/2 rows of every sequence), within
-// 1% in both accountings; without recompute less than half (the ring keeps
-// no probabilities); and the model states are one process's.
+// 1% in both accountings; without recompute, on CPU workers less than
+// half (the ring keeps no probabilities, the CPU's attention does), on a
+// GPU half again (the CUDA backend's attention is flash-style too); and
+// the model states are one process's.
 func TestContextParallelMemory(t *testing.T) {
 	for _, tc := range []struct {
 		model string
@@ -169,10 +171,11 @@ func TestContextParallelMemory(t *testing.T) {
 				r := float64(cp.Mem.Activations) / float64(single.Mem.Activations)
 				t.Logf("%s on %s, %s: activations one process %.3f GiB, cp2 %.3f GiB (%.3f); step %.3f s, %.3f s",
 					tc.model, dev, rc, float64(single.Mem.Activations)/(1<<30), float64(cp.Mem.Activations)/(1<<30), r, single.StepTime, cp.StepTime)
+				flash := one.Device.Accounting == AccountingEngineGPU
 				switch {
-				case rc == RecomputeOnlyAttn && math.Abs(r-0.5) > 0.01:
+				case (rc == RecomputeOnlyAttn || flash) && math.Abs(r-0.5) > 0.01:
 					t.Errorf("%s %s %s: cp2 keeps %.3f of one process's activations, want half", tc.model, dev, rc, r)
-				case rc == RecomputeNone && r >= 0.5:
+				case rc == RecomputeNone && !flash && r >= 0.5:
 					t.Errorf("%s %s %s: cp2 keeps %.3f of one process's activations, want less than half", tc.model, dev, rc, r)
 				}
 				if cp.Mem.Params != single.Mem.Params || cp.Mem.Optimizer != single.Mem.Optimizer {
