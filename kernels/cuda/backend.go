@@ -140,6 +140,8 @@ type Backend struct {
 	shared       map[string]int
 	variants     *Variants // the kernels' variants for the device
 
+	flash flashState // the flash-attention kernels chosen (flashattention.go)
+
 	stage stager // Upload's pinned buffers (staging.go)
 
 	peakOnce sync.Once
@@ -214,6 +216,9 @@ func New(opts Options) (*Backend, error) {
 			return fail(err)
 		}
 	}
+	if err := b.flashInit(opts.Log); err != nil {
+		return fail(err)
+	}
 	if b.s, err = dev.NewStream(); err != nil {
 		return fail(err)
 	}
@@ -264,7 +269,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.stage.close())
-	for _, p := range []Ptr{b.castA, b.castB, b.sumScratch} {
+	for _, p := range []Ptr{b.castA, b.castB, b.sumScratch, b.flash.delta} {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
 		}
@@ -680,7 +685,7 @@ func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC,
 // AttentionForward is causal self-attention; att holds each row's
 // log-sum-exp (AttentionFloats), not the probabilities.
 func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
-	if b.ok() {
+	if b.ok() && !b.flashForward(out, att, qkv, B, T, NH, NH, flashHS(C, NH), d) {
 		b.run("AttentionForward", b.k.AttentionForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
@@ -688,7 +693,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d k
 // AttentionBackward overwrites dqkv, recomputing the probabilities from qkv
 // and the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
-	if b.ok() {
+	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NH, flashHS(C, NH), d) {
 		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }

@@ -71,7 +71,7 @@ func (b *Backend) SwiGLUBackward(dinp, inp, dout []float32, N, F int) {
 // GQAForward is causal grouped-query attention; att holds each query row's
 // log-sum-exp (AttentionFloats), not the probabilities.
 func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
-	if b.ok() {
+	if b.ok() && !b.flashForward(out, att, qkv, B, T, NH, NKV, hd, d) {
 		b.run("GQAForward", b.k.GQAForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
@@ -79,7 +79,7 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 // GQABackward overwrites dqkv, recomputing the probabilities from qkv and
 // the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
-	if b.ok() {
+	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NKV, hd, d) {
 		b.run("GQABackward", b.k.GQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }

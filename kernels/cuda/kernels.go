@@ -89,7 +89,7 @@ var kernelNames = []string{
 // (the `extern "C" __global__` functions of [Source]).
 func KernelNames() []string {
 	names := append(append([]string(nil), kernelNames...), attentionKernelNames()...)
-	for _, more := range [][]string{llamaKernelNames, ringKernelNames, fusedKernelNames} {
+	for _, more := range [][]string{llamaKernelNames, ringKernelNames, fusedKernelNames, flashKernelNames} {
 		names = append(names, more...)
 	}
 	return names

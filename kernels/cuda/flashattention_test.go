@@ -1,0 +1,426 @@
+package cuda_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/kernels/cuda/emu"
+)
+
+// Flash attention (kernels/flashattention.cu) rounds q, k, v, dout, P and
+// dS to bf16 (8 significant bits) and accumulates in fp32, so it is held
+// to bf16 tolerances against the float64 reference, not attention.cu's
+// 1e-5: the relative L2 error of each tensor and its largest absolute
+// error relative to its largest magnitude (attErr). Measured on the
+// emulator over every case of TestFlashAttention at every limit (hs 64 and
+// 128 alike), L2 and max: out 2.8e-3, 4.1e-3; lse 2.2e-4, 1.0e-3; dq
+// 4.2e-3, 6.4e-3; dk 4.2e-3, 5.5e-3; dv 3.1e-3, 3.3e-3; the whole dqkv
+// 3.7e-3, 3.5e-3 — bf16's unit roundoff is 2⁻⁹ ≈ 2e-3. The tolerances
+// leave room for a GPU's other order of summation; a causal mask dropped
+// on the diagonal gives errors of order 1.
+const (
+	flashTolL2  = 1e-2
+	flashTolMax = 2e-2
+)
+
+func flashCheckClose(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	l2, mx := attErr(got, want)
+	t.Logf("%s: L2 relative %.3g, max abs / max |ref| %.3g", name, l2, mx)
+	if !(l2 <= flashTolL2 && mx <= flashTolMax) {
+		t.Errorf("%s: L2 relative error %.3g, max abs error %.3g of the largest value (tolerance %g, %g)", name, l2, mx, flashTolL2, flashTolMax)
+	}
+}
+
+// flashCheckDQKV checks dq, dk, dv and the whole of dqkv (B·T rows of
+// (NH+2·NKV)·hs) against the reference.
+func flashCheckDQKV(t *testing.T, name string, got, want []float32, B, T, NH, NKV, hs int) {
+	t.Helper()
+	ld, C := (NH+2*NKV)*hs, NH*hs
+	for _, part := range []struct {
+		name   string
+		lo, hi int
+	}{{"dq", 0, C}, {"dk", C, C + NKV*hs}, {"dv", C + NKV*hs, ld}} {
+		var g, w []float32
+		for n := 0; n < B*T; n++ {
+			g = append(g, got[n*ld+part.lo:n*ld+part.hi]...)
+			w = append(w, want[n*ld+part.lo:n*ld+part.hi]...)
+		}
+		flashCheckClose(t, name+" "+part.name, g, w)
+	}
+	flashCheckClose(t, name+" dqkv", got, want)
+}
+
+// TestFlashVariants checks the flash kernels' shared memory (the figures
+// flashattention.go's comment gives) and the tiles chosen at each limit:
+// the largest that fits, and every one fitting its limit.
+func TestFlashVariants(t *testing.T) {
+	sizes := map[string]int{
+		"fwd hs64 128×64": 90112, "fwd hs128 128×64": 155648, "fwd hs128 64×64": 95232,
+		"bwd hs64 64×64": 76288, "bwd hs128 64×64": 122368, "bwd hs128 32×64": 83200,
+	}
+	for k, want := range sizes {
+		var hs, q, kk int
+		var dir string
+		fmt.Sscanf(strings.NewReplacer("×", " ", "hs", "").Replace(k), "%s %d %d %d", &dir, &hs, &q, &kk)
+		got := cuda.FlashForwardShared(hs, cuda.AttTile{Q: q, K: kk})
+		if dir == "bwd" {
+			got = cuda.FlashBackwardShared(hs, cuda.AttTile{Q: q, K: kk})
+		}
+		if got != want {
+			t.Errorf("%s: %d bytes, want %d", k, got, want)
+		}
+	}
+	want := map[string][2]string{ // by limit: hs 64's forward and backward functions, then hs 128's
+		"96KiB_V100":  {"q128k64 q64k64", "q64k64 q32k64"},
+		"99KiB_L40S":  {"q128k64 q64k64", "q64k64 q32k64"},
+		"163KiB_A100": {"q128k64 q64k64", "q128k64 q64k64"},
+		"227KiB_H100": {"q128k64 q64k64", "q128k64 q64k64"},
+	}
+	for _, lim := range sharedLimits {
+		v, err := cuda.SelectVariants(lim.attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, hs := range []int{64, 128} {
+			c, ok := v.Flash(hs)
+			if !ok {
+				t.Errorf("%s: no flash kernels for hs %d", lim.name, hs)
+				continue
+			}
+			got := strings.TrimPrefix(c.Forward.Function, fmt.Sprintf("flash_attn_forward_hs%d_", hs)) + " " +
+				strings.TrimPrefix(c.Backward.Function, fmt.Sprintf("flash_attn_backward_hs%d_", hs))
+			if got != want[lim.name][i] {
+				t.Errorf("%s hs %d: %s, want %s", lim.name, hs, got, want[lim.name][i])
+			}
+			if c.Forward.Shared > v.SharedLimit() || c.Backward.Shared > v.SharedLimit() {
+				t.Errorf("%s hs %d: %d and %d bytes do not fit %d", lim.name, hs, c.Forward.Shared, c.Backward.Shared, v.SharedLimit())
+			}
+		}
+		if _, ok := v.Flash(80); ok {
+			t.Errorf("%s: flash kernels for hs 80", lim.name)
+		}
+	}
+	names := map[string]bool{}
+	for _, n := range cuda.FlashKernelNames() {
+		names[n] = true
+	}
+	prog := emuProgram(t)
+	for n := range names {
+		if !strings.Contains(" "+strings.Join(prog.Names(), " ")+" ", " "+n+" ") {
+			t.Errorf("kernel %s of FlashKernelNames is not in Source", n)
+		}
+	}
+	for _, n := range prog.Names() {
+		if strings.HasPrefix(n, "flash_") && !names[n] {
+			t.Errorf("kernel %s of Source is not in FlashKernelNames", n)
+		}
+	}
+}
+
+// TestFlashAttention runs the flash forward and backward kernels under
+// each device's shared-memory limit (the emulator refusing a launch above
+// it, as the GPU would), on the tiles chosen there, against gqaRef64 in
+// float64: head sizes 64 and 128, multi-head (GPT-2: NKV = NH) and grouped
+// (NH 8, NKV 2) attention, T 80 (not a multiple of any tile) and 128 (a
+// multiple of every tile), B 2. Every limit runs each head size with
+// multi-head and grouped attention and T 80 and 128, in a Latin square
+// that alternates from one limit to the next, so the limits with the same
+// tiles (96 and 99 KiB, 163 and 227 KiB) run all eight combinations
+// between them (all eight take twice as long). The backward pass reads the
+// flash forward pass's out and lse. Checked: out, lse, and dq, dk, dv and
+// the whole dqkv, which is overwritten (it starts as garbage).
+func TestFlashAttention(t *testing.T) {
+	type tc struct{ B, T, NH, NKV, hs int }
+	for i, lim := range sharedLimits {
+		// (hs 64: MHA at one T, GQA at the other; hs 128 the other way)
+		T1, T2 := 80, 128
+		if i%2 == 1 {
+			T1, T2 = T2, T1
+		}
+		cases := []tc{
+			{B: 2, T: T1, NH: 2, NKV: 2, hs: 64}, {B: 2, T: T2, NH: 8, NKV: 2, hs: 64},
+			{B: 2, T: T2, NH: 2, NKV: 2, hs: 128}, {B: 2, T: T1, NH: 8, NKV: 2, hs: 128},
+		}
+		t.Run(lim.name, func(t *testing.T) {
+			m, k, v := variantMachine(t, lim.attrs)
+			for _, hs := range []int{64, 128} {
+				c, _ := v.Flash(hs)
+				t.Logf("hs %d: %s (%d B), %s (%d B)", hs, c.Forward.Function, c.Forward.Shared, c.Backward.Function, c.Backward.Shared)
+			}
+			var checks []func()
+			for _, c := range cases {
+				name := fmt.Sprintf("B%d_T%d_NH%d_NKV%d_hs%d", c.B, c.T, c.NH, c.NKV, c.hs)
+				B, T, NH, NKV, hs := c.B, c.T, c.NH, c.NKV, c.hs
+				ld, C := (NH+2*NKV)*hs, NH*hs
+				r := rand.New(rand.NewPCG(uint64(B*T), uint64(NH*NKV*hs)))
+				qkv, dout := attRandom(r, B*T*ld), attRandom(r, B*T*C)
+				gqkv, gdout := m.Float32s(qkv), m.Float32s(dout)
+				gout, glse := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T)
+				gdelta := m.Alloc(4 * cuda.FlashDeltaFloats(B, NH, T))
+				gdqkv := m.Float32s(attRandom(r, B*T*ld)) // overwritten, not added to
+				must(t, k.FlashGQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs))
+				must(t, k.FlashGQABackward(0, gdqkv, gdout, gout, gqkv, glse, gdelta, B, T, NH, NKV, hs))
+				checks = append(checks, func() {
+					out, lse, dqkv := gqaRef64(qkv, dout, B, T, NH, NKV, hs, kernels.Dropout{}, 0)
+					flashCheckClose(t, name+" out", m.ReadFloat32s(gout, B*T*C), out)
+					flashCheckClose(t, name+" lse", m.ReadFloat32s(glse, B*NH*T), lse)
+					flashCheckDQKV(t, name, m.ReadFloat32s(gdqkv, B*T*ld), dqkv, B, T, NH, NKV, hs)
+				})
+			}
+			run(t, m)
+			for _, c := range checks {
+				c()
+			}
+		})
+	}
+}
+
+// TestFlashAttentionInterop checks that each family's backward pass takes
+// the other's forward output (the same out and lse): attention.cu's
+// backward after the flash forward, and the flash backward after
+// attention.cu's forward, on grouped heads at hs 64.
+func TestFlashAttentionInterop(t *testing.T) {
+	const B, T, NH, NKV, hs = 1, 80, 4, 2, 64
+	ld, C := (NH+2*NKV)*hs, NH*hs
+	r := rand.New(rand.NewPCG(3, 7))
+	qkv, dout := attRandom(r, B*T*ld), attRandom(r, B*T*C)
+	out, lse, dqkv := gqaRef64(qkv, dout, B, T, NH, NKV, hs, kernels.Dropout{}, 0)
+	m, k, _ := variantMachine(t, attrsA100)
+	gqkv, gdout := m.Float32s(qkv), m.Float32s(dout)
+	fout, flse, aout, alse := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T), m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T)
+	d1, d2 := m.Alloc(4*B*T*ld), m.Alloc(4*B*T*ld)
+	must(t, k.FlashGQAForward(0, fout, flse, gqkv, B, T, NH, NKV, hs))
+	must(t, k.GQABackward(0, d1, gdout, fout, gqkv, flse, B, T, NH, NKV, hs, 0, 0, 0, 0, 0))
+	must(t, k.GQAForward(0, aout, alse, gqkv, B, T, NH, NKV, hs, 0, 0, 0, 0, 0))
+	must(t, k.FlashGQABackward(0, d2, gdout, aout, gqkv, alse, m.Alloc(4*cuda.FlashDeltaFloats(B, NH, T)), B, T, NH, NKV, hs))
+	run(t, m)
+	flashCheckClose(t, "flash out", m.ReadFloat32s(fout, B*T*C), out)
+	flashCheckClose(t, "flash lse", m.ReadFloat32s(flse, B*NH*T), lse)
+	attCheckClose(t, "fp32 out", m.ReadFloat32s(aout, B*T*C), out)
+	flashCheckDQKV(t, "fp32 backward of the flash forward", m.ReadFloat32s(d1, B*T*ld), dqkv, B, T, NH, NKV, hs)
+	flashCheckDQKV(t, "flash backward of the fp32 forward", m.ReadFloat32s(d2, B*T*ld), dqkv, B, T, NH, NKV, hs)
+}
+
+// wmmaSource exercises the emulator's nvcuda::wmma (emu/src/cuda_emu.h):
+// D = A·B + C on one warp for every pair of operand layouts, in bf16 and
+// fp16, with operand rows padded (ldm 24) and D stored column-major; and
+// the misuses the emulator must refuse or expose.
+const wmmaSource = `
+using namespace nvcuda::wmma;
+
+// wmma_gemm_T_LA_LB: a, b (16×16 fp32, in the layouts' memory order at
+// ldm 24) rounded to T in shared memory, c row-major at ldm 16; d =
+// a·b + c column-major at ldm 16.
+template <class T, class LA, class LB>
+__device__ void wmma_gemm(float* d, const float* a, const float* b, const float* c) {
+	__align__(32) __shared__ T as[16 * 24], bs[16 * 24];
+	__align__(32) __shared__ float cs[256];
+	for (int i = threadIdx.x; i < 16 * 24; i += 32) as[i] = T(a[i]), bs[i] = T(b[i]);
+	for (int i = threadIdx.x; i < 256; i += 32) cs[i] = c[i];
+	__syncwarp();
+	fragment<matrix_a, 16, 16, 16, T, LA> fa;
+	fragment<matrix_b, 16, 16, 16, T, LB> fb;
+	fragment<accumulator, 16, 16, 16, float> fc;
+	load_matrix_sync(fa, as, 24);
+	load_matrix_sync(fb, bs, 24);
+	load_matrix_sync(fc, cs, 16, mem_row_major);
+	mma_sync(fc, fa, fb, fc);
+	store_matrix_sync(d, fc, 16, mem_col_major);
+}
+#define GEMM(NAME, T, LA, LB) \
+	extern "C" __global__ void NAME(float* d, const float* a, const float* b, const float* c) { wmma_gemm<T, LA, LB>(d, a, b, c); }
+GEMM(gemm_bf16_rr, __nv_bfloat16, row_major, row_major)
+GEMM(gemm_bf16_rc, __nv_bfloat16, row_major, col_major)
+GEMM(gemm_bf16_cr, __nv_bfloat16, col_major, row_major)
+GEMM(gemm_bf16_cc, __nv_bfloat16, col_major, col_major)
+GEMM(gemm_f16_rc, __half, row_major, col_major)
+
+// fill_store stores a filled accumulator into dynamic shared memory and
+// reads all of it back, with or without the __syncwarp it needs.
+extern "C" __global__ void fill_store(float* out, int sync) {
+	extern __shared__ __align__(128) float u[];
+	fragment<accumulator, 16, 16, 16, float> f;
+	fill_fragment(f, 2.0f);
+	store_matrix_sync(u, f, 16, mem_row_major);
+	if (sync) __syncwarp();
+	float s = 0;
+	for (int i = 0; i < 256; i++) s += u[i];
+	out[threadIdx.x] = s;
+}
+
+// divergent: each lane loads from a pointer of its own.
+extern "C" __global__ void divergent(float* out) {
+	__align__(32) __shared__ __nv_bfloat16 m[64 * 16];
+	for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) m[i] = __float2bfloat16(1.0f);
+	__syncwarp();
+	fragment<matrix_a, 16, 16, 16, __nv_bfloat16, row_major> f;
+	load_matrix_sync(f, m + 16 * (threadIdx.x & 1), 16);
+	out[threadIdx.x] = (float)f.x[0];
+}
+
+// misaligned: a tile 16 bytes off 32-byte alignment.
+extern "C" __global__ void misaligned(float* out) {
+	__align__(32) __shared__ float m[512];
+	for (int i = threadIdx.x; i < 512; i += 32) m[i] = 1.0f;
+	__syncwarp();
+	fragment<accumulator, 16, 16, 16, float> f;
+	load_matrix_sync(f, m + 4, 16, mem_row_major);
+	out[threadIdx.x] = f.x[0];
+}
+
+// cvt: float → bf16 and fp16 → float, round to nearest even.
+extern "C" __global__ void cvt(float* bf, float* hf, const float* x, int n) {
+	for (int i = threadIdx.x; i < n; i += blockDim.x) {
+		bf[i] = __bfloat162float(__float2bfloat16(x[i]));
+		hf[i] = __half2float(__float2half(x[i]));
+	}
+}
+`
+
+// roundBF16 and roundF16 round to nearest even (finite inputs).
+func roundBF16(x float32) float32 {
+	u := math.Float32bits(x)
+	u += 0x7fff + (u>>16)&1
+	return math.Float32frombits(u &^ 0xffff)
+}
+
+func roundF16(x float32) float32 {
+	if x == 0 {
+		return x
+	}
+	_, e := math.Frexp(float64(x))
+	ulp := math.Ldexp(1, max(e-11, -24)) // 11 significant bits; denormals below 2⁻¹⁴
+	return float32(math.RoundToEven(float64(x)/ulp) * ulp)
+}
+
+// TestEmuWMMA checks the emulator's WMMA against float64: each layout
+// pair's D = round(A)·round(B) + C (the products exact, the sums in fp32:
+// within 1e-6 of the sum's magnitude), the round-to-nearest-even
+// conversions, and that it refuses lanes with different arguments, a
+// misaligned tile and a partial warp, and exposes a read of a stored tile
+// without __syncwarp.
+func TestEmuWMMA(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("g++ is not installed")
+	}
+	prog, err := emu.Build(context.Background(), t.TempDir(), wmmaSource, emu.Options{Sanitize: os.Getenv("GPTUI_EMU_SANITIZE") != "", CacheDir: emu.DefaultCacheDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	A, B, C := attRandom(r, 256), attRandom(r, 256), attRandom(r, 256)
+	// mem lays a logical 16×16 matrix out at ldm 24, row- or column-major.
+	mem := func(x []float32, col bool) []float32 {
+		m := make([]float32, 16*24)
+		for i := 0; i < 16; i++ {
+			for j := 0; j < 16; j++ {
+				if col {
+					m[j*24+i] = x[i*16+j]
+				} else {
+					m[i*24+j] = x[i*16+j]
+				}
+			}
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name       string
+		colA, colB bool
+		round      func(float32) float32
+	}{
+		{"gemm_bf16_rr", false, false, roundBF16},
+		{"gemm_bf16_rc", false, true, roundBF16},
+		{"gemm_bf16_cr", true, false, roundBF16},
+		{"gemm_bf16_cc", true, true, roundBF16},
+		{"gemm_f16_rc", false, true, roundF16},
+	} {
+		m := prog.NewMachine()
+		f, err := m.Lookup(tc.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := m.Alloc(4 * 256)
+		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, 0, d, m.Float32s(mem(A, tc.colA)), m.Float32s(mem(B, tc.colB)), m.Float32s(C)))
+		run(t, m)
+		got := m.ReadFloat32s(d, 256)
+		var worst float64
+		for i := 0; i < 16; i++ {
+			for j := 0; j < 16; j++ {
+				want, mag := float64(C[i*16+j]), math.Abs(float64(C[i*16+j]))
+				for k := 0; k < 16; k++ {
+					p := float64(tc.round(A[i*16+k])) * float64(tc.round(B[k*16+j]))
+					want += p
+					mag += math.Abs(p)
+				}
+				worst = max(worst, math.Abs(float64(got[j*16+i])-want)/mag) // d is column-major
+			}
+		}
+		t.Logf("%s: largest error %.3g of the terms' magnitude", tc.name, worst)
+		if !(worst <= 1e-6) {
+			t.Errorf("%s: error %.3g of the terms' magnitude, want ≤ 1e-6", tc.name, worst)
+		}
+	}
+
+	// Conversions: ties to even, and past the last bits.
+	x := []float32{1, 1 + 1.0/256, 1 + 3.0/256, 1 + 1.0/256 + 1.0/65536, -2.5e-3, 65504, 1e-7, 3.14159265}
+	m := prog.NewMachine()
+	bf, hf := m.Alloc(4*len(x)), m.Alloc(4*len(x))
+	f, _ := m.Lookup("cvt")
+	must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, 0, bf, hf, m.Float32s(x), int32(len(x))))
+	run(t, m)
+	gb, gh := m.ReadFloat32s(bf, len(x)), m.ReadFloat32s(hf, len(x))
+	for i, v := range x {
+		if gb[i] != roundBF16(v) || gh[i] != roundF16(v) {
+			t.Errorf("convert %v: bf16 %v, fp16 %v; want %v, %v", v, gb[i], gh[i], roundBF16(v), roundF16(v))
+		}
+	}
+
+	// A stored tile read back: with __syncwarp every lane sees 256 twos;
+	// without it some lane reads shares not yet written (NaN).
+	for _, sync := range []int32{1, 0} {
+		m := prog.NewMachine()
+		f, _ := m.Lookup("fill_store")
+		out := m.Alloc(4 * 32)
+		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 1024, 0, out, sync))
+		run(t, m)
+		nan := 0
+		for _, s := range m.ReadFloat32s(out, 32) {
+			if math.IsNaN(float64(s)) {
+				nan++
+			} else if s != 512 {
+				t.Errorf("fill_store sync=%d: a lane summed %v, want 512 or NaN", sync, s)
+			}
+		}
+		if (sync == 1) != (nan == 0) {
+			t.Errorf("fill_store sync=%d: %d lanes read NaN", sync, nan)
+		}
+	}
+
+	// Misuses end the run with a message.
+	for _, tc := range []struct {
+		kernel  string
+		threads uint32
+		want    string
+	}{
+		{"divergent", 32, "different arguments"},
+		{"misaligned", 32, "256-bit"},
+		{"divergent", 16, "16 of the warp's 32 lanes"},
+	} {
+		m := prog.NewMachine()
+		f, _ := m.Lookup(tc.kernel)
+		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: tc.threads, Y: 1, Z: 1}, 0, 0, m.Alloc(4*32)))
+		err := m.Run(context.Background())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s on %d threads: %v; want an error saying %q", tc.kernel, tc.threads, err, tc.want)
+		}
+	}
+}
