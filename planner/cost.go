@@ -244,6 +244,9 @@ func cudaWorkspace(m Model, s Strategy, st int) int64 {
 	if !m.sixteenBit() {
 		return n // fp32 GEMMs: no rounding, no cast buffers
 	}
+	if m.flash(s) { // the tensor-core attention's backward scratch: delta, a float per row and head
+		n += 4 * int64(cuda.FlashDeltaFloats(s.MicroBatch, m.NH/s.MP, m.SeqLen))
+	}
 	var a, b int64
 	for _, g := range rankGEMMs(m, s, st) {
 		a = max(a, g.n*max(g.in, g.out))
@@ -306,6 +309,15 @@ func (m Model) blockWidths(t int) widths {
 // sixteenBit reports whether the GEMMs multiply in 16 bits (bf16, or fp16
 // where there is no bf16): every dtype but fp32.
 func (m Model) sixteenBit() bool { return m.Dtype != "fp32" && m.Dtype != "float32" }
+
+// flash reports whether the GPU backend runs the attention of m under s
+// on its tensor-core kernels (kernels/cuda flashattention.go): bf16
+// GEMMs, a head size of 64 or 128, no attention dropout, and one
+// process's attention (context parallelism's ring has its own, fp32).
+func (m Model) flash(s Strategy) bool {
+	hd := m.C / m.NH
+	return m.Dtype == "bf16" && (hd == 64 || hd == 128) && !m.AttnDropout && s.cp() == 1
+}
 
 // engineInterleaved is the engine's activation memory on stage st under the
 // interleaved schedule: it keeps one set per (micro-batch, chunk) in
@@ -437,10 +449,11 @@ func measuredPass(m Model, c Cluster, s Strategy) passTime {
 //     read and write the output; backward: read its gradient).
 //   - Attention: the backend's flash-style kernels, causal, 4·B·T²·C/2
 //     FLOPs forward a block (over tp ranks of the heads, and cp of the
-//     rows), 2.5 times that backward, in fp32 on the CUDA cores
-//     (FP32FLOPS: kernels/cuda/kernels_attention.go tiles fp32, no
-//     tensor cores); their bytes are qkv, the output, the log-sum-exps
-//     and, backward, the gradients.
+//     rows), 2.5 times that backward: on the tensor cores (PeakFLOPS)
+//     where the backend runs its flash kernels (bf16, head size 64 or
+//     128, no attention dropout, no context parallelism: Model.flash),
+//     else in fp32 on the CUDA cores (FP32FLOPS); their bytes are qkv,
+//     the output, the log-sum-exps and, backward, the gradients.
 //   - Elementwise kernels, bytes at the bandwidth, fp32 (each argument
 //     read or written once): the norms (read the input, write the output;
 //     backward read the gradient and input, accumulate into the input's
@@ -507,12 +520,17 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	p.layerFwd += fwd / bw
 	p.layerBwd += bwd / bw
 
-	// Attention: the flash-style kernels, in fp32.
+	// Attention: the flash-style kernels, on the tensor cores where the
+	// backend runs its flash kernels (Model.flash), else in fp32.
 	NH := float64(m.NH)
 	qkv, out, lse := float64(w.qkv), C/tp, NH/tp
 	af := 2 * B * T * T * C / (tp * cp) // 4·B·T²·(C/tp)/2, causal, over cp
-	p.attnFwd = roof(af, 4*N*(qkv+out+lse), d.FP32FLOPS)
-	p.attnBwd = roof(2.5*af, 4*N*(2*qkv+2*out+lse), d.FP32FLOPS)
+	rate := d.FP32FLOPS
+	if m.flash(s) {
+		rate = d.PeakFLOPS
+	}
+	p.attnFwd = roof(af, 4*N*(qkv+out+lse), rate)
+	p.attnBwd = roof(2.5*af, 4*N*(2*qkv+2*out+lse), rate)
 
 	// The head: the final norm, and the classifier over the rank's
 	// padded vocabulary.

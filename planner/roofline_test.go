@@ -8,8 +8,11 @@ import (
 // TestRoofline: on an accelerator every kernel takes the larger of its
 // FLOPs at the data sheet's peak and its bytes at the memory bandwidth.
 // For GPT-2 124M at B16 T1024 in bf16 (issue 37's benchmark shape) on an
-// H100: the causal attention is compute-bound in fp32 on the CUDA cores,
-// 4·B·T²·C/2 FLOPs forward and 2.5 times that backward; the classifier
+// H100: the causal attention, 4·B·T²·C/2 FLOPs forward and 2.5 times that
+// backward, runs at the tensor cores' rate (the backend's flash kernels:
+// bf16, head size 64, no attention dropout), where its bytes bound it,
+// and compute-bound at the CUDA cores' fp32 rate with attention dropout
+// on; the classifier
 // is bandwidth-bound, the logits read and their gradient written once
 // (8 bytes a logit); a block's GEMMs take at least their FLOPs at the
 // tensor-core peak and more than that (their casts and the elementwise
@@ -25,8 +28,18 @@ func TestRoofline(t *testing.T) {
 	p := rooflinePass(m, h100, s)
 	B, T, C, N := 16.0, 1024.0, float64(m.C), 16.0*1024
 	near := func(got, want float64) bool { return math.Abs(got-want) <= 1e-9*want }
-	if af := 2 * B * T * T * C; !near(p.attnFwd, af/d.FP32FLOPS) || !near(p.attnBwd, 2.5*af/d.FP32FLOPS) {
-		t.Errorf("attention: %.3g s forward, %.3g s backward; want %.3g and %.3g (fp32 peak)", p.attnFwd, p.attnBwd, af/d.FP32FLOPS, 2.5*af/d.FP32FLOPS)
+	// At the tensor cores' rate the attention's qkv, output and
+	// log-sum-exps (and backward their gradients) at the bandwidth bound
+	// it.
+	af, NH := 2*B*T*T*C, float64(m.NH)
+	fwd, bwd := math.Max(af/d.PeakFLOPS, 4*N*(4*C+NH)/d.MemBW), math.Max(2.5*af/d.PeakFLOPS, 4*N*(8*C+NH)/d.MemBW)
+	if !near(p.attnFwd, fwd) || !near(p.attnBwd, bwd) {
+		t.Errorf("attention: %.3g s forward, %.3g s backward; want %.3g and %.3g (bf16 peak, or bytes)", p.attnFwd, p.attnBwd, fwd, bwd)
+	}
+	dropped := m
+	dropped.AttnDropout = true
+	if q := rooflinePass(dropped, h100, s); !near(q.attnFwd, af/d.FP32FLOPS) || !near(q.attnBwd, 2.5*af/d.FP32FLOPS) {
+		t.Errorf("attention with dropout: %.3g s forward, %.3g s backward; want %.3g and %.3g (fp32 peak)", q.attnFwd, q.attnBwd, af/d.FP32FLOPS, 2.5*af/d.FP32FLOPS)
 	}
 	if want := 8 * N * float64(m.Vp) / d.MemBW; !near(p.classifier, want) {
 		t.Errorf("classifier: %.3g s, want %.3g (8 bytes a logit at the bandwidth)", p.classifier, want)
