@@ -60,14 +60,33 @@ func checkModelMemory(cfg *presets.Config, m planner.Model, s planner.Strategy, 
 
 // engineMemory is the engine's own accounting of one process of the model
 // m in the layout s over world processes (the planner's engine model,
-// checked against engine.Trainer.Memory): the buffers it allocates, on
-// the CPU or a GPU alike.
+// checked against engine.Trainer.Memory): the buffers it allocates on the
+// CPU.
 func engineMemory(m planner.Model, s planner.Strategy, world int) (planner.Memory, error) {
 	dev, err := planner.LookupDevice("CPU")
 	if err != nil {
 		return planner.Memory{}, err
 	}
 	return planner.Estimate(m, planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s).Mem, nil
+}
+
+// gpuMemory is engineMemory on a GPU (the planner's engine-gpu
+// accounting, checked against the engine with the CUDA backend's
+// attention): the same buffers but attention's, which keeps one
+// log-sum-exp per row and head rather than the T×T probabilities, and
+// the backend's own workspaces. It leaves out the CUDA context and the
+// runtime's reserve, which a device's free memory (cuMemGetInfo, once the
+// context is made) no longer holds. Any GPU profile gives it: the account
+// does not depend on the device.
+func gpuMemory(m planner.Model, s planner.Strategy, world int) (planner.Memory, error) {
+	dev, err := planner.LookupDevice("H100-80G")
+	if err != nil {
+		return planner.Memory{}, err
+	}
+	mem := planner.Estimate(m, planner.Cluster{Nodes: 1, DevicesPerNode: world, Device: dev}, s).Mem
+	mem.Other -= dev.ReservedBytes
+	mem.Total -= dev.ReservedBytes
+	return mem, nil
 }
 
 // memoryWords says need bytes of mem and their parts: "52.9 GiB
@@ -120,7 +139,7 @@ func gpuNeed(cfg *presets.Config, world int) (need int64, refuse func(*cuda.Memo
 	if err != nil {
 		return 0, nil, err
 	}
-	mem, err := engineMemory(m, planner.StrategyOf(cfg), world)
+	mem, err := gpuMemory(m, planner.StrategyOf(cfg), world)
 	if err != nil {
 		return 0, nil, err
 	}
