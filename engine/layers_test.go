@@ -13,7 +13,7 @@ import (
 // arithmetic; they reach the parallel dimensions only through the hooks
 // of parallel (parallel.go).
 func TestLayersHoldNoParallelism(t *testing.T) {
-	banned := regexp.MustCompile(`(?i)\.(allReduce|allReduce64|allGather|reduceScatter|sumCopies|send|recv|exchange|gather|reduce)\(|MPRank|\bm\.tp\.|\bm\.stage3\.|\bcomm\.`)
+	banned := regexp.MustCompile(`(?i)\.(allReduce|allReduce64|allGather|reduceScatter|sumCopies|send|recv|exchange|gather|reduce)\(|MPRank|CPRank|\bm\.tp\.|\bm\.cp\.|\bm\.stage3\.|\bcomm\.`)
 	for _, name := range []string{"gpt2.go", "llama.go"} {
 		src, err := os.ReadFile(filepath.Join(srcDir, name))
 		if err != nil {
