@@ -566,15 +566,18 @@ func (s *Supervisor) configFor(nodes []sshexec.Node) (*presets.Config, string, e
 
 // reshape sets c's data-parallel degree, sharding degree and batch sizes
 // for ranks ranks, keeping the global batch (by gradient accumulation),
-// the tensor and pipeline degrees and, where they still divide, the
-// sharding degree and the micro-batch size.
+// the tensor, context and pipeline degrees and, where they still divide,
+// the sharding degree and the micro-batch size.
 func reshape(c *presets.Config, ranks int) error {
 	d, g := &c.Distributed, &c.Global
-	mp, pp := max(d.MPDegree, 1), max(d.PPDegree, 1)
-	if ranks%(mp*pp) != 0 {
+	mp, pp, cp := max(d.MPDegree, 1), max(d.PPDegree, 1), max(d.CPDegree, 1)
+	if ranks%(mp*pp*cp) != 0 {
+		if cp > 1 {
+			return fmt.Errorf("mp %d × pp %d × cp %d does not divide them", mp, pp, cp)
+		}
 		return fmt.Errorf("mp %d × pp %d does not divide them", mp, pp)
 	}
-	replicas := ranks / (mp * pp)
+	replicas := ranks / (mp * pp * cp)
 	sh := max(d.Sharding.ShardingDegree, 1)
 	if replicas%sh != 0 {
 		sh = gcd(sh, replicas)

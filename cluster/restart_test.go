@@ -17,7 +17,7 @@ import (
 )
 
 // TestReshape: a job re-planned for fewer or more ranks keeps its global
-// batch by accumulation, its tensor and pipeline degrees, and its sharding
+// batch by accumulation, its tensor, context and pipeline degrees, and its sharding
 // and micro-batch sizes where they still divide; where the ranks left
 // cannot hold the job, the reason says why.
 func TestReshape(t *testing.T) {
@@ -32,6 +32,8 @@ func TestReshape(t *testing.T) {
 		{"mp kept", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"}, 2, "dp1 sh1 mp2 pp1 local 8 micro 2"},
 		{"sharding folded", []string{"Distributed.sharding.sharding_degree=4", "Distributed.sharding.sharding_stage=2", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=1"}, 2, "dp1 sh2 mp1 pp1 local 4 micro 1"},
 		{"mp does not divide", []string{"Distributed.dp_degree=2", "Distributed.mp_degree=2", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=4"}, 3, "mp 2 × pp 1 does not divide them"},
+		{"cp kept", []string{"Distributed.dp_degree=2", "Distributed.cp_degree=2", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"}, 2, "dp1 sh1 mp1 pp1 local 8 micro 2"},
+		{"cp does not divide", []string{"Distributed.dp_degree=2", "Distributed.cp_degree=2", "Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"}, 3, "mp 1 × pp 1 × cp 2 does not divide them"},
 		{"batch does not divide", []string{"Distributed.dp_degree=4", "Global.global_batch_size=8", "Global.local_batch_size=2", "Global.micro_batch_size=2"}, 3, "the global batch 8 does not divide into 3 replicas"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -103,7 +103,7 @@ func (m *jobModel) ranks() int {
 		return 0
 	}
 	d := m.cfg.Distributed
-	return max(d.DPDegree, 1) * max(d.Sharding.ShardingDegree, 1) * max(d.MPDegree, 1) * max(d.PPDegree, 1)
+	return max(d.DPDegree, 1) * max(d.Sharding.ShardingDegree, 1) * max(d.CPDegree, 1) * max(d.MPDegree, 1) * max(d.PPDegree, 1)
 }
 
 // setOverride replaces override i (or adds one when i is len) with kv; an
@@ -208,8 +208,12 @@ func (m *jobModel) strategy(tableRanks, ready, all int) string {
 		return ""
 	}
 	d := m.cfg.Distributed
-	s := fmt.Sprintf("dp %d × sharding %d (stage %d) × mp %d × pp %d = %d ranks",
-		max(d.DPDegree, 1), max(d.Sharding.ShardingDegree, 1), max(d.Sharding.ShardingStage, 1), max(d.MPDegree, 1), max(d.PPDegree, 1), m.ranks())
+	cp := ""
+	if d.CPDegree > 1 {
+		cp = fmt.Sprintf(" × cp %d", d.CPDegree)
+	}
+	s := fmt.Sprintf("dp %d × sharding %d (stage %d)%s × mp %d × pp %d = %d ranks",
+		max(d.DPDegree, 1), max(d.Sharding.ShardingDegree, 1), max(d.Sharding.ShardingStage, 1), cp, max(d.MPDegree, 1), max(d.PPDegree, 1), m.ranks())
 	nodes := ""
 	if ready < all {
 		nodes = fmt.Sprintf(" (ready nodes only: %d of %d)", ready, all)

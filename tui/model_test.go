@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/gptui/gptui/event"
+	"github.com/gptui/gptui/presets"
 	"github.com/gptui/gptui/ranktable"
 )
 
@@ -614,5 +615,22 @@ func TestWrap(t *testing.T) {
 				t.Errorf("wrap(%q, %d): %q is %d cells", tc.s, tc.w, l, n)
 			}
 		}
+	}
+}
+
+// TestJobStrategyWithContextParallel: the job screen counts a context-
+// parallel ring's ranks and names its degree.
+func TestJobStrategyWithContextParallel(t *testing.T) {
+	cfg, err := presets.Load("tiny", []string{"Distributed.dp_degree=2", "Distributed.cp_degree=2", "Distributed.mp_degree=2",
+		"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Global.global_batch_size=8", "Global.local_batch_size=4", "Global.micro_batch_size=2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &jobModel{cfg: cfg}
+	if got := m.ranks(); got != 8 {
+		t.Errorf("dp2 × cp2 × mp2: %d ranks, want 8", got)
+	}
+	if got := m.strategy(8, 1, 1); !strings.Contains(got, "dp 2 × sharding 1 (stage 1) × cp 2 × mp 2 × pp 1 = 8 ranks") {
+		t.Errorf("strategy %q", got)
 	}
 }
