@@ -3,9 +3,9 @@ package engine
 import "github.com/gptui/gptui/presets"
 
 // memory is the engine's account of the bytes this rank holds: parameters,
-// gradients, optimizer state and the activations of the micro-batches in
-// flight, by its layout. It is what the [memory] line logs and what the
-// planner's model is checked against.
+// gradients, optimizer state, the activations of the micro-batches in
+// flight and the scratch their passes share, by its layout. It is what
+// the [memory] line logs and what the planner's model is checked against.
 func (tr *Trainer) memory() Memory {
 	m := tr.Model
 	n := int64(4 * m.NumParams())
@@ -15,6 +15,10 @@ func (tr *Trainer) memory() Memory {
 		mem.Activations = tr.pp.activationBytes(m, tr.B, T) // the micro-batches in flight
 	} else {
 		mem.Activations = int64(m.ActivationBytes(tr.B, T))
+	}
+	mem.Scratch = tr.scratchBytes(T) // allocated with the activations above
+	if tr.dp != nil {
+		mem.Params += int64(4 * len(tr.dp.scratch)) // stages 1 and 2: the chunk the updated parameters are all-gathered from
 	}
 	if tr.topo.Stage >= 2 {
 		mem.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
@@ -28,11 +32,48 @@ func (tr *Trainer) memory() Memory {
 	return mem
 }
 
+// scratchBytes is the bytes of the buffers every micro-batch's passes
+// share, for the rank's (tr.B, T) micro-batches (T its rows of each
+// sequence): the model's scratch as newScratch allocated it (the backward
+// pass's buffers, and what is recomputed rather than kept: the block
+// being rebuilt, the attention's store), and the layout's own buffers,
+// which the layouts allocate at their first use and reuse, counted here
+// from the shapes they are sized from — sequence parallelism's gathered
+// and scattered rows, the vocabulary-parallel loss's exchange buffers on
+// the head's stage, context parallelism's ring, the pipeline's second
+// gradient buffer. The model's scratch must exist: allocated with the
+// activations (ActivationBytes, pipeline.activationBytes).
+func (tr *Trainer) scratchBytes(T int) int64 {
+	m := tr.Model
+	var n int64
+	for _, b := range m.scratch.bufs {
+		n += int64(4 * len(b.([]float32)))
+	}
+	N, C := tr.B*T, m.Cfg.C
+	if m.tp != nil {
+		if m.Part.SP {
+			_, nr := m.par.rows(N)
+			n += int64(4 * spBufferFloats(N, nr, C))
+		}
+		if m.Part.Head {
+			n += m.tp.crossEntropyBytes(N)
+		}
+	}
+	if m.cp != nil {
+		n += m.cp.bufferBytes(tr.B, T, C, m.attnShape(), m.Part.Embed && !m.Cfg.llama())
+	}
+	if tr.pp != nil {
+		n += tr.pp.dnextBytes(m)
+	}
+	return n
+}
+
 // StartupMemory is the engine's account of what rank of a world-rank job
 // of cfg holds from its start: the parameters, gradients and optimizer
 // state of its part of the model (its tensor-parallel slice of its
 // pipeline stage's blocks), sharded as the layout says — the fields of
-// [Trainer.Memory] but the activations, which the forward pass allocates.
+// [Trainer.Memory] but the activations and the scratch, which the forward
+// pass allocates.
 // It is computed from the layout alone, with the rules that lay out the
 // rank's buffers, allocating nothing of the model, so it can be asked of
 // a job far larger than this machine. The shape is the config's
@@ -70,6 +111,7 @@ func StartupMemory(cfg *presets.Config, rank, world int) (Memory, error) {
 		return mem, nil
 	}
 	chunk, _ := flatShards(n, S)
+	mem.Params += int64(4 * chunk) // the chunk the updated parameters are all-gathered from
 	if topo.Stage == 2 {
 		mem.Grads += int64(4 * chunk) // the reduced shard
 	}

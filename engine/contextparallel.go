@@ -146,12 +146,33 @@ func (cp *contextParallel) pass(ps *pass, what string, bufs ...[]float32) {
 
 // ensure sizes the ring's buffers for rows rows of attention shape h.
 func (cp *contextParallel) ensure(rows int, h attnShape) {
-	n := rows * 2 * h.NKV * h.hd
+	kv, stats, delta := ringFloats(rows, h)
 	for _, b := range []*[]float32{&cp.kv[0], &cp.kv[1], &cp.dkv[0], &cp.dkv[1]} {
-		cp.resize(b, n)
+		cp.resize(b, kv)
 	}
-	cp.resize(&cp.stats, rows*h.NH*2)
-	cp.resize(&cp.delta, rows*h.NH)
+	cp.resize(&cp.stats, stats)
+	cp.resize(&cp.delta, delta)
+}
+
+// ringFloats are the elements of the ring's buffers for rows rows of
+// attention shape h: each of the four key/value blocks (kv, dkv), the
+// online softmax's statistics, backward's Σ dout·out.
+func ringFloats(rows int, h attnShape) (kv, stats, delta int) {
+	return rows * 2 * h.NKV * h.hd, rows * h.NH * 2, rows * h.NH
+}
+
+// bufferBytes is the bytes of the ring's buffers once the passes of a
+// (B,T) micro-batch of the rank's rows (T = 2c) of attention shape h have
+// used them (ensure), and, where wpe is held (a GPT-2's first stage), of
+// the rank's rows of wpe and of its gradient, (T,C) each (the account of
+// them: Trainer.memory).
+func (cp *contextParallel) bufferBytes(B, T, C int, h attnShape, wpe bool) int64 {
+	kv, stats, delta := ringFloats(B*T, h)
+	n := 4*kv + stats + delta
+	if wpe {
+		n += 2 * T * C
+	}
+	return 4 * int64(n)
 }
 
 // resize makes *b a buffer of the backend's memory of n elements.

@@ -138,8 +138,9 @@ func (tr *Trainer) logStart() bool {
 	for _, n := range tr.Cfg.Notes {
 		tr.log.logf("[config] %s", n)
 	}
-	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) total %s",
-		tr.opts.Rank, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), tr.recomputeName(), units.Bytes(mem.Total()))
+	tr.log.logf("[memory] rank %d: params %s grads %s optimizer %s activations %s (recompute: %s) scratch %s total %s",
+		tr.opts.Rank, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), tr.recomputeName(),
+		units.Bytes(mem.Scratch), units.Bytes(mem.Total()))
 	if peak := tr.peakFLOPS(); peak > 0 {
 		tr.log.logf("[backend] %s, peak %.1f GFLOP/s", tr.be.Name(), tr.be.PeakFLOPS()/1e9)
 	} else {

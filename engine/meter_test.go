@@ -53,9 +53,9 @@ func TestMeterUnknownPeak(t *testing.T) {
 			}
 			out := log.String()
 			mem := tr.Memory
-			account := fmt.Sprintf("[memory] rank 0: params %s grads %s optimizer %s activations %s (recompute: off) total %s\n",
-				units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Total()))
-			if !strings.Contains(out, account) || !strings.Contains(account, "iB grads ") {
+			account := fmt.Sprintf("[memory] rank 0: params %s grads %s optimizer %s activations %s (recompute: off) scratch %s total %s\n",
+				units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Scratch), units.Bytes(mem.Total()))
+			if !strings.Contains(out, account) || !strings.Contains(account, "iB grads ") || mem.Scratch <= 0 {
 				t.Errorf("the log lacks %q:\n%s", account, out)
 			}
 			if !strings.Contains(out, tc.backend) {

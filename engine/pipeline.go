@@ -342,6 +342,21 @@ func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]in
 	return nil
 }
 
+// dnextBytes is the bytes of dnext once the schedule has run: a buffer
+// of the model's gradient buffer's size (sc.dresid), allocated where an
+// exchange receives a gradient — every stage but the last without
+// interleaving (the account of it: Trainer.memory).
+func (p *pipeline) dnextBytes(m *Model) int64 {
+	for _, e := range p.ex {
+		for _, x := range e.recvs {
+			if x.grad {
+				return 4 * int64(len(m.scratch.dresid))
+			}
+		}
+	}
+	return 0
+}
+
 // finished are the activations of a pass through local chunk chunk.
 type finished struct {
 	a     *activations

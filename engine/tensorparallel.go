@@ -158,6 +158,14 @@ func (tp *tensorParallel) crossEntropy(ps *pass, losses, logits []float32, targe
 	be.ClassifierFinish(losses, logits, targets, tp.maxes, tp.stats, N, V, ld, tp.vlo, ps.dscale, ps.train)
 }
 
+// crossEntropyBytes is the bytes of the cross-entropy's exchange buffers
+// for N rows, as crossEntropy allocates them: the maxima (N) and every
+// rank's (size·N) in float32, the sums (2·N) in float64 (the account of
+// them: Trainer.memory).
+func (tp *tensorParallel) crossEntropyBytes(N int) int64 {
+	return 4*int64(N) + 4*int64(N*tp.size) + 8*int64(2*N)
+}
+
 // allReduce sums x over the group in place, under ps's context; a failure
 // fails ps, and a failed ps communicates no more.
 func (tp *tensorParallel) allReduce(ps *pass, x []float32) {

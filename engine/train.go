@@ -105,13 +105,18 @@ type Trainer struct {
 	log         *runLog // opened by Run
 }
 
-// Memory is the engine's own account of the bytes one process holds.
+// Memory is the engine's own account of the bytes one process holds:
+// the model states (Params, Grads, Optimizer), the Activations its
+// forward passes keep for the backward passes of the micro-batches in
+// flight, and the Scratch every micro-batch's passes share beside them
+// (the backward pass's buffers, what is recomputed rather than kept, the
+// parallel layout's own exchange buffers).
 type Memory struct {
-	Params, Grads, Optimizer, Activations int64
+	Params, Grads, Optimizer, Activations, Scratch int64
 }
 
 // Total is the sum of the parts.
-func (m Memory) Total() int64 { return m.Params + m.Grads + m.Optimizer + m.Activations }
+func (m Memory) Total() int64 { return m.Params + m.Grads + m.Optimizer + m.Activations + m.Scratch }
 
 // ConfigError is an input problem found while setting up a run (data or
 // model files that do not fit the config): bad input (badinput.Err), which

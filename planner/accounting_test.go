@@ -25,7 +25,9 @@ import (
 //   - engine: the parameter buffer every rank lays out
 //     (engine.StartupMemory, from the layout, allocating nothing of the
 //     model, so 13B costs nothing) is 4 bytes for each of them — under
-//     stage 3 its resident shard and gather buffers instead — and is the
+//     stages 1 and 2 with the chunk of them the updated parameters are
+//     all-gathered from, under stage 3 its resident shard and gather
+//     buffers instead — and is the
 //     planner's engine accounting of the rank's stage (engineMemory); a
 //     save (engine.SaveMemory) writes each of the model's parameters, and
 //     both its moments, exactly once over all ranks.
@@ -118,9 +120,13 @@ func checkAccounting(t *testing.T, cfg *presets.Config, s Strategy) {
 		if pm := engineMemory(m, s, st, false); em.Params != pm.Params {
 			t.Errorf("rank %d: the engine holds %d bytes of parameters, the planner's engine accounting %d", r, em.Params, pm.Params)
 		}
-		if s.ShardingStage != 3 && em.Params != 4*want {
-			t.Errorf("rank %d: the engine lays out %d bytes of parameters, arch counts %d parameters (%d bytes): %s",
-				r, em.Params, want, 4*want, tensorSizes(m, part))
+		gather := int64(0) // stages 1 and 2: the all-gather's chunk, 1/S of the part padded to a multiple of S
+		if S := int64(s.ShardingDegree); S > 1 && s.ShardingStage != 3 {
+			gather = (want + S - 1) / S
+		}
+		if s.ShardingStage != 3 && em.Params != 4*(want+gather) {
+			t.Errorf("rank %d: the engine lays out %d bytes of parameters, arch counts %d parameters (%d bytes, and %d of the all-gather's chunk): %s",
+				r, em.Params, want, 4*want, 4*gather, tensorSizes(m, part))
 		}
 		c, err := engine.SaveMemory(cfg, r, world)
 		if err != nil {

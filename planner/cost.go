@@ -9,19 +9,26 @@ import (
 	"github.com/gptui/gptui/units"
 )
 
-// Memory is the bytes one device holds, by component.
+// Memory is the bytes one device holds, by component: the engine's
+// account (engine.Memory, field by field) and Other.
 type Memory struct {
 	Params      int64 `json:"params"`
 	Grads       int64 `json:"grads"`
 	Optimizer   int64 `json:"optimizer"`
 	Activations int64 `json:"activations"`
-	// Other is what is neither model state nor kept activations: the
-	// runtime's reserve and the workspace of a recomputed block.
+	// Scratch is the buffers every micro-batch's passes share beside the
+	// kept activations: the backward pass's, what is recomputed, the
+	// parallel layout's exchange buffers (engineScratch).
+	Scratch int64 `json:"scratch"`
+	// Other is what the engine does not allocate itself: the runtime's
+	// reserve and the CUDA backend's workspaces (gpuMemory).
 	Other int64 `json:"other"`
 	Total int64 `json:"total"`
 }
 
-func (m *Memory) sum() { m.Total = m.Params + m.Grads + m.Optimizer + m.Activations + m.Other }
+func (m *Memory) sum() {
+	m.Total = m.Params + m.Grads + m.Optimizer + m.Activations + m.Scratch + m.Other
+}
 
 // Time is the predicted step time by part, in seconds.
 type Time struct {
@@ -172,13 +179,15 @@ func inflight(m Model, s Strategy, st int) float64 {
 }
 
 // engineMemory is the engine's own account (engine.Trainer.Memory) of the
-// rank with the largest share: 4 bytes per parameter and gradient, the
-// AdamW moments (8 bytes) of its shard, a stage-2 rank's reduced gradient
-// shard beside the full buffer, and the fp32 activations its forward pass
-// keeps for one micro-batch. lse says the backend's attention is
-// flash-style, keeping one log-sum-exp per row and query head rather than
-// the probabilities (kernels.AttentionStore: the CUDA backend's); the CPU
-// backend's keeps the probabilities.
+// rank with the largest share: 4 bytes per parameter and gradient, under
+// sharding stages 1 and 2 the chunk the updated parameters are
+// all-gathered from, the AdamW moments (8 bytes) of its shard, a stage-2
+// rank's reduced gradient shard beside the full buffer, the fp32
+// activations its forward pass keeps for the micro-batches in flight and
+// the scratch their passes share (engineScratch). lse says the backend's
+// attention is flash-style, keeping one log-sum-exp per row and query head
+// rather than the probabilities (kernels.AttentionStore: the CUDA
+// backend's); the CPU backend's keeps the probabilities.
 //
 // Checked against the engine for dp, sharding stages 1–3, tensor
 // parallelism with and without sequence parallelism, context parallelism
@@ -192,6 +201,9 @@ func engineMemory(m Model, s Strategy, st int, lse bool) Memory {
 	mm.Params, mm.Grads, mm.Optimizer = 4*P, 4*P, 8*P
 	if S > 1 {
 		mm.Optimizer = 8 * chunk
+		if s.ShardingStage < 3 {
+			mm.Params += 4 * chunk // the all-gather's chunk (engine dataParallel.scratch)
+		}
 		switch s.ShardingStage {
 		case 2:
 			mm.Grads += 4 * chunk
@@ -207,6 +219,7 @@ func engineMemory(m Model, s Strategy, st int, lse bool) Memory {
 	} else {
 		mm.Activations = int64(inflight(m, s, st) * float64(engineActivations(m, s, st, lse)))
 	}
+	mm.Scratch = engineScratch(m, s, st, lse)
 	mm.sum()
 	return mm
 }
@@ -352,43 +365,130 @@ func engineInterleaved(m Model, s Strategy, st int, lse bool) int64 {
 // padded vocabulary and the losses), with the family's widths
 // (blockWidths).
 //
-// The rows: a context-parallel rank holds N = B·T/cp of them (its chunks
-// of every sequence), and under sequence parallelism its Nr = N/mp rows
-// of the residual stream between the tensor-parallel regions (the stream
-// itself, the norms' outputs and statistics, res2), all N inside them
-// (qkv, the attention output, the MLP's tensors, the logits).
-//
-// What the attention keeps (kernels.AttentionFloats), per query head of
-// the rank: the T×T probabilities of the CPU backend's attention; one
-// log-sum-exp per row where the attention is flash-style — lse, the CUDA
-// backend's (kernels.AttentionStore) — and under context parallelism,
-// whose ring attention is flash-style on every backend.
+// The rows (rankRows): a context-parallel rank holds N = B·T/cp of them
+// (its chunks of every sequence), and under sequence parallelism its
+// Nr = N/mp rows of the residual stream between the tensor-parallel
+// regions (the stream itself, the norms' outputs and statistics, res2),
+// all N inside them (qkv, the attention output, the MLP's tensors, the
+// logits). What the attention keeps: attentionFloats.
 func engineActivations(m Model, s Strategy, st int, lse bool) int64 {
-	B, T, C := int64(s.MicroBatch), int64(m.SeqLen), int64(m.C)
-	NH, t, cp := int64(m.NH), int64(s.MP), int64(s.cp())
+	C, t := int64(m.C), int64(s.MP)
 	L := int64(m.L / s.PP)
-	N := B * T / cp // the rank's rows
-	Nr := N         // … of the residual stream
-	if s.SP {
-		Nr = N / t
-	}
+	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
 	n := (L + 1) * Nr * C // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
-		n += L * (3*Nr*C + 2*w.stats*Nr + N*(w.qkv+C/t+w.fc+w.act)) // ln1, res2, ln2 (C) and their statistics; qkv, atty, fch, fchGelu (split)
+		n += L * blockFloats(m, s)
 	}
 	if s.Recompute == RecomputeNone {
-		if cp > 1 || lse {
-			n += L * N * (NH / t) // a log-sum-exp per row and query head
-		} else {
-			n += L * B * (NH / t) * T * T
-		}
+		n += L * attentionFloats(m, s, lse)
 	}
 	if st == s.PP-1 {
 		Vpl := int64(m.Vp) / t             // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
 		n += Nr*C + w.stats*Nr + N*Vpl + N // final norm, logits, losses
 	}
 	return 4 * n
+}
+
+// rankRows are the rows of a micro-batch a rank holds: N = B·T/cp (a
+// context-parallel rank's chunks of every sequence), and Nr of them of
+// the residual stream between the tensor-parallel regions (N/mp under
+// sequence parallelism).
+func rankRows(m Model, s Strategy) (N, Nr int64) {
+	N = int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
+	Nr = N
+	if s.SP {
+		Nr = N / int64(s.MP)
+	}
+	return N, Nr
+}
+
+// blockFloats is what one block keeps for its backward pass but the
+// attention's store (engine/gpt2.go newLayerActs): ln1, res2, ln2 (Nr
+// rows of C) and the norms' statistics; qkv, the attention output, the
+// MLP's two tensors (N rows, split over mp).
+func blockFloats(m Model, s Strategy) int64 {
+	C, t := int64(m.C), int64(s.MP)
+	N, Nr := rankRows(m, s)
+	w := m.blockWidths(s.MP)
+	return 3*Nr*C + 2*w.stats*Nr + N*(w.qkv+C/t+w.fc+w.act)
+}
+
+// attentionFloats is what one block's attention keeps
+// (kernels.AttentionFloats), per query head of the rank: the T×T
+// probabilities of the CPU backend's attention; one log-sum-exp per row
+// where the attention is flash-style — lse, the CUDA backend's
+// (kernels.AttentionStore) — and under context parallelism, whose ring
+// attention is flash-style on every backend.
+func attentionFloats(m Model, s Strategy, lse bool) int64 {
+	B, T, NHl := int64(s.MicroBatch), int64(m.SeqLen), int64(m.NH/s.MP)
+	if s.cp() > 1 || lse {
+		N, _ := rankRows(m, s)
+		return N * NHl
+	}
+	return B * NHl * T * T
+}
+
+// engineScratch is the bytes of the buffers the engine's passes of every
+// micro-batch share on a rank of stage st (engine.Trainer.Memory's
+// Scratch), as the engine allocates them, in fp32:
+//
+//   - the model's scratch (engine/gpt2.go newScratch): a branch output
+//     and a region's input gradient (N rows of C), the residual stream's
+//     gradient (Nr rows), the gradients of qkv, of the attention output
+//     and of the MLP's two tensors (N rows, split); a Llama's qkv weight
+//     gradient of one block where its key/value heads are replicated;
+//     under sequence parallelism the norms' weight gradients (4·C); under
+//     recompute `full` the block being rebuilt (blockFloats), under either
+//     recompute the attention's store of one block (attentionFloats);
+//   - sequence parallelism's own buffers (engine/sequenceparallel.go):
+//     gathered rows (N·C) and a rank's rows of a sum (Nr·C), two of each;
+//   - on the last stage under tensor parallelism the vocabulary-parallel
+//     loss's exchange buffers (engine/tensorparallel.go): the row maxima
+//     and every rank's, and two float64 sums a row;
+//   - context parallelism's ring (engine/contextparallel.go): two
+//     key/value blocks and their gradients (N rows × both widths each),
+//     the online softmax's two statistics and backward's delta (per row
+//     and query head), and on a GPT-2's first stage the rank's rows of
+//     wpe and of its gradient;
+//   - a pipeline stage that receives gradients (all but the last, every
+//     one when interleaved) a second residual-gradient buffer (Nr·C,
+//     engine/pipeline.go dnext).
+func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
+	C, t := int64(m.C), int64(s.MP)
+	N, Nr := rankRows(m, s)
+	w := m.blockWidths(s.MP)
+	n := 2*N*C + Nr*C + N*(w.qkv+C/t+w.fc+w.act) // proj, dln; dresid; dqkv, datty, dfch, dfchG
+	if m.kvCopies(s.MP) > 1 {
+		n += w.qkv * C // dqkvw
+	}
+	if s.SP {
+		n += 4 * C // dnorm
+	}
+	if s.Recompute == RecomputeFull {
+		n += blockFloats(m, s)
+	}
+	if s.Recompute != RecomputeNone {
+		n += attentionFloats(m, s, lse)
+	}
+	if s.SP {
+		n += 2*N*C + 2*Nr*C
+	}
+	if cp := s.cp(); cp > 1 {
+		NHl := int64(m.NH / s.MP)
+		n += 4*N*2*m.kvWidthTP(s.MP) + 3*N*NHl
+		if st == 0 && !m.llama() {
+			n += 2 * int64(m.SeqLen/cp) * C // wpe's rows and their gradient
+		}
+	}
+	if s.PP > 1 && (s.VPP > 1 || st < s.PP-1) {
+		n += Nr * C
+	}
+	b := 4 * n
+	if s.MP > 1 && st == s.PP-1 {
+		b += 4*N*(1+t) + 8*2*N // maxima, every rank's, the sums
+	}
+	return b
 }
 
 // gemmTime is the time of a product of rows × (2·flops/rows) on one

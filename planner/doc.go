@@ -7,9 +7,9 @@
 //
 //   - a cost model ([Estimate]) giving, for one [Strategy] on one
 //     [Cluster], the bytes each device holds by component (parameters,
-//     gradients, optimizer state, activations, other) and the predicted
-//     step time, split into computation, communication, the optimizer and
-//     the pipeline bubble;
+//     gradients, optimizer state, activations, scratch, other) and the
+//     predicted step time, split into computation, communication, the
+//     optimizer and the pipeline bubble;
 //   - device profiles ([Devices], [Device]): the built-in accelerators
 //     (V100-32G, A100-40G, A100-80G, H100-80G, H200-141G) and a CPU
 //     profile, which may be replaced by one measured on this machine
@@ -18,9 +18,9 @@
 //     batch, keeping the infeasible plans with the reason they fail.
 //
 // Memory is gptui's engine's own: what it allocates for a rank (its
-// engine.Memory: fp32 parameters, gradients and AdamW moments, and the
-// activations its forward pass keeps), so that a prediction can be
-// checked against the [memory] log line. The CPU profile's "engine"
+// engine.Memory: fp32 parameters, gradients and AdamW moments, the
+// activations its forward pass keeps and the scratch its passes share),
+// so that a prediction can be checked against the [memory] log line. The CPU profile's "engine"
 // accounting counts the CPU backend's attention (the probabilities); the
 // accelerator profiles' "engine-gpu" accounting the CUDA backend's
 // (flash-style: a log-sum-exp per row and head), and beside the engine's

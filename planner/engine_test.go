@@ -103,7 +103,8 @@ type memoryCase struct {
 
 // TestMemoryMatchesEngine: the predicted memory of a CPU worker is within
 // 5% of the engine's own accounting (engine.Trainer.Memory, the [memory]
-// log line), component by component, and its activations to the byte,
+// log line), component by component, and its activations and scratch to
+// the byte,
 // for each strategy of the table: sequence parallelism's rows (the
 // residual stream's rows split over the tensor-parallel group) among them,
 // and context parallelism's (a rank's T/cp rows of each sequence, the
@@ -251,6 +252,7 @@ func checkMemory(t *testing.T, preset string, cases []memoryCase, short []string
 				{"grads", p.Mem.Grads, got.Grads},
 				{"optimizer", p.Mem.Optimizer, got.Optimizer},
 				{"activations", p.Mem.Activations, got.Activations},
+				{"scratch", p.Mem.Scratch, got.Scratch},
 				{"total", p.Mem.Total, got.Total()},
 			} {
 				if d := math.Abs(float64(c.got-c.want)) / float64(c.want); d > 0.05 {
@@ -260,6 +262,10 @@ func checkMemory(t *testing.T, preset string, cases []memoryCase, short []string
 			if p.Mem.Activations != got.Activations {
 				t.Errorf("activations: predicted %d bytes, the engine counts %d (%+d): the planner counts the engine's buffers, to the byte",
 					p.Mem.Activations, got.Activations, p.Mem.Activations-got.Activations)
+			}
+			if p.Mem.Scratch != got.Scratch {
+				t.Errorf("scratch: predicted %d bytes, the engine counts %d (%+d): the planner counts the engine's buffers, to the byte",
+					p.Mem.Scratch, got.Scratch, p.Mem.Scratch-got.Scratch)
 			}
 			t.Logf("%s: predicted %d bytes, engine %d (%+.3f%%)", s, p.Mem.Total, got.Total(), 100*float64(p.Mem.Total-got.Total())/float64(got.Total()))
 		})

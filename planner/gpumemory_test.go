@@ -84,11 +84,12 @@ func stageOf(s Strategy, r int) int { return r / (s.MP * s.cp() * s.ShardingDegr
 //     lays out every rank's parameters, gradients and moments from the
 //     layout without allocating them (13B costs nothing): the fullest
 //     rank of each stage;
-//   - the activations against what the engine allocates, to the byte, at
-//     reduced sizes (reduced: the layout, the heads and the batch kept,
-//     every rank built here), with the attention store of the
-//     device's backend: the CUDA backend's (flashCPU) on an accelerator,
-//     the CPU's on the CPU, as TestMemoryMatchesEngine does for the CPU.
+//   - the activations and the scratch against what the engine allocates,
+//     to the byte, at reduced sizes (reduced: the layout, the heads and
+//     the batch kept, every rank built here), with the attention store of
+//     the device's backend: the CUDA backend's (flashCPU) on an
+//     accelerator, the CPU's on the CPU, as TestMemoryMatchesEngine does
+//     for the CPU.
 //
 // The presets that train on the CPU by default (tiny, llama-tiny,
 // gpt2-124m) are checked on it and on an H100 too, where BENCHMARKS.md
@@ -193,6 +194,7 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 			{"grads", got.Grads, want.Grads},
 			{"optimizer", got.Optimizer, want.Optimizer},
 			{"activations (reduced)", gotSmall.Activations, small.Activations},
+			{"scratch (reduced)", gotSmall.Scratch, small.Scratch},
 			{"params (reduced)", gotSmall.Params, small.Params},
 			{"grads (reduced)", gotSmall.Grads, small.Grads},
 			{"optimizer (reduced)", gotSmall.Optimizer, small.Optimizer},
@@ -209,9 +211,13 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 			t.Errorf("%s stage %d: activations at reduced sizes: predicted %d bytes, the engine counts %d (%+d): the planner counts the engine's buffers, to the byte",
 				s, st, gotSmall.Activations, small.Activations, gotSmall.Activations-small.Activations)
 		}
-		t.Logf("%s stage %d: states %.3f GB (engine %.3f GB), activations %.3f GB, other %.3f GB (the backend's workspaces and the reserve), total %.2f GiB; reduced: activations %d bytes (engine %d)",
-			s, st, gbf(got.Params+got.Grads+got.Optimizer), gbf(want.Params+want.Grads+want.Optimizer), gbf(got.Activations), gbf(got.Other),
-			float64(got.Total)/(1<<30), gotSmall.Activations, small.Activations)
+		if gotSmall.Scratch != small.Scratch {
+			t.Errorf("%s stage %d: scratch at reduced sizes: predicted %d bytes, the engine counts %d (%+d): the planner counts the engine's buffers, to the byte",
+				s, st, gotSmall.Scratch, small.Scratch, gotSmall.Scratch-small.Scratch)
+		}
+		t.Logf("%s stage %d: states %.3f GB (engine %.3f GB), activations %.3f GB, scratch %.3f GB, other %.3f GB (the backend's workspaces and the reserve), total %.2f GiB; reduced: activations %d bytes (engine %d), scratch %d bytes (engine %d)",
+			s, st, gbf(got.Params+got.Grads+got.Optimizer), gbf(want.Params+want.Grads+want.Optimizer), gbf(got.Activations), gbf(got.Scratch), gbf(got.Other),
+			float64(got.Total)/(1<<30), gotSmall.Activations, small.Activations, gotSmall.Scratch, small.Scratch)
 	}
 	if stage := slices.IndexFunc(stages, func(st int) bool { return stageMemory(m, c, s, st) == p.Mem }); stage < 0 {
 		t.Errorf("%s: the plan's memory %+v is neither stage's", s, p.Mem)

@@ -24,11 +24,12 @@ func WriteTable(w io.Writer, plans []Plan, top int) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "#\tstrategy\tparams\tgrads\toptim\tacts\tother\ttotal GiB\tstep s\ttokens/s\tMFU\tbubble\tcomm s\tsent GB\t")
+	fmt.Fprintln(tw, "#\tstrategy\tparams\tgrads\toptim\tacts\tscratch\tother\ttotal GiB\tstep s\ttokens/s\tMFU\tbubble\tcomm s\tsent GB\t")
 	for i, p := range limit(ok, top) {
 		m := p.Mem
-		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.0f\t%.1f%%\t%s\t%.3f\t%.2f\t\n",
-			i+1, p.Strategy, units.InGiB(m.Params), units.InGiB(m.Grads), units.InGiB(m.Optimizer), units.InGiB(m.Activations), units.InGiB(m.Other), units.InGiB(m.Total),
+		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.3f\t%.0f\t%.1f%%\t%s\t%.3f\t%.2f\t\n",
+			i+1, p.Strategy, units.InGiB(m.Params), units.InGiB(m.Grads), units.InGiB(m.Optimizer), units.InGiB(m.Activations), units.InGiB(m.Scratch),
+			units.InGiB(m.Other), units.InGiB(m.Total),
 			p.StepTime, p.TokensPerS, 100*p.MFU, bubble(p), p.Time.Comm, p.CommBytes/1e9)
 	}
 	if err := tw.Flush(); err != nil {
@@ -75,9 +76,9 @@ func Compare(p, ref Plan) string {
 
 // Summary describes a plan's prediction in one line.
 func Summary(p Plan) string {
-	return fmt.Sprintf("%s: step %.3f s, %.0f tokens/s, MFU %.1f%%, memory %s per device (params %s grads %s optimizer %s activations %s other %s), bubble %s, comm %.3f s",
+	return fmt.Sprintf("%s: step %.3f s, %.0f tokens/s, MFU %.1f%%, memory %s per device (params %s grads %s optimizer %s activations %s scratch %s other %s), bubble %s, comm %.3f s",
 		p.Strategy, p.StepTime, p.TokensPerS, 100*p.MFU, units.Bytes(p.Mem.Total), units.Bytes(p.Mem.Params), units.Bytes(p.Mem.Grads), units.Bytes(p.Mem.Optimizer),
-		units.Bytes(p.Mem.Activations), units.Bytes(p.Mem.Other), bubble(p), p.Time.Comm)
+		units.Bytes(p.Mem.Activations), units.Bytes(p.Mem.Scratch), units.Bytes(p.Mem.Other), bubble(p), p.Time.Comm)
 }
 
 func bubble(p Plan) string {

@@ -463,8 +463,8 @@ func fixturePlanner(req PlanRequest) (*PlanReport, error) {
 	}
 	d := req.Resolved.Distributed
 	r.Estimate = []string{
-		fmt.Sprintf("config's strategy dp%d mp%d pp%d: 28.1/80.0 GiB per device, step 4.877 s, %s", d.DPDegree, d.MPDegree, d.PPDegree, place),
-		"on 4 node(s) × 8 H100-80G, per device: params 6.0 GiB, grads 6.0 GiB, optimizer 4.5 GiB, activations 11.1 GiB, other 515 MiB",
+		fmt.Sprintf("config's strategy dp%d mp%d pp%d: 29.3/80.0 GiB per device, step 4.877 s, %s", d.DPDegree, d.MPDegree, d.PPDegree, place),
+		"on 4 node(s) × 8 H100-80G, per device: params 6.0 GiB, grads 6.0 GiB, optimizer 4.5 GiB, activations 11.1 GiB, scratch 1.2 GiB, other 515 MiB",
 	}
 	return r, nil
 }

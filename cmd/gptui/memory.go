@@ -91,10 +91,10 @@ func gpuMemory(m planner.Model, s planner.Strategy, world int) (planner.Memory, 
 
 // memoryWords says need bytes of mem and their parts: "52.9 GiB
 // (parameters 6.6 GiB, gradients 6.6 GiB, optimizer 13.2 GiB, activations
-// 26.5 GiB by the engine's accounting)".
+// 25.3 GiB, scratch 1.2 GiB by the engine's accounting)".
 func memoryWords(need int64, mem planner.Memory) string {
-	return fmt.Sprintf("%s (parameters %s, gradients %s, optimizer %s, activations %s by the engine's accounting)",
-		units.Bytes(need), units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations))
+	return fmt.Sprintf("%s (parameters %s, gradients %s, optimizer %s, activations %s, scratch %s by the engine's accounting)",
+		units.Bytes(need), units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Scratch))
 }
 
 // trainModel is the model a training process of cfg builds: the shape of

@@ -48,7 +48,7 @@ func TestPlanJSON(t *testing.T) {
 			mk = append(mk, k)
 		}
 		slices.Sort(mk)
-		if !slices.Equal(mk, []string{"activations", "grads", "optimizer", "other", "params", "total"}) {
+		if !slices.Equal(mk, []string{"activations", "grads", "optimizer", "other", "params", "scratch", "total"}) {
 			t.Errorf("plan %d mem_bytes fields %v", i, mk)
 		}
 		if feasible := p["feasible"].(bool); feasible != (i < 3) {

@@ -96,8 +96,8 @@ func planReport(req tui.PlanRequest, cl planner.Cluster) (*tui.PlanReport, error
 	mem := ref.Mem
 	r.Estimate = []string{
 		fmt.Sprintf("config's strategy %s: %s per device, step %.3f s, %s", ref.Strategy, units.BytesOf(mem.Total, ref.Capacity), ref.StepTime, place),
-		fmt.Sprintf("on %s, per device: params %s, grads %s, optimizer %s, activations %s, other %s",
-			cl, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Other)),
+		fmt.Sprintf("on %s, per device: params %s, grads %s, optimizer %s, activations %s, scratch %s, other %s",
+			cl, units.Bytes(mem.Params), units.Bytes(mem.Grads), units.Bytes(mem.Optimizer), units.Bytes(mem.Activations), units.Bytes(mem.Scratch), units.Bytes(mem.Other)),
 	}
 	return r, nil
 }
