@@ -1,7 +1,5 @@
 package cpu
 
-import "math"
-
 // The residual add fused with the norm that reads it (llm.c's
 // fused_residual_forward): each row's sum is normalised while it is still
 // in cache, in one pass over the rows instead of two. Every operation is
@@ -19,29 +17,8 @@ import "math"
 func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias []float32, N, C int) {
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
-			rr := res[r*C : (r+1)*C]
-			for i := range rr {
-				rr[i] = xr[i] + yr[i]
-			}
-			var m float64
-			for _, v := range rr {
-				m += float64(v)
-			}
-			m /= float64(C)
-			var vr float64
-			for _, v := range rr {
-				d := float64(v) - m
-				vr += d * d
-			}
-			vr /= float64(C)
-			s := float32(1 / math.Sqrt(vr+lnEps))
-			mf := float32(m)
-			o := out[r*C : (r+1)*C]
-			for i, v := range rr {
-				o[i] = (v-mf)*s*w[i] + bias[i]
-			}
-			mean[r], rstd[r] = mf, s
+			rr := addRow(res, x, y, r, C)
+			mean[r], rstd[r] = layerNormRow(out[r*C:(r+1)*C], rr, w, bias)
 		}
 	})
 }
@@ -57,21 +34,16 @@ func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias [
 func (b *Backend) ResidualRMSNormForward(res, out, rstd, x, y, w []float32, N, C int, eps float32) {
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			xr, yr := x[r*C:(r+1)*C], y[r*C:(r+1)*C]
-			rr := res[r*C : (r+1)*C]
-			for i := range rr {
-				rr[i] = xr[i] + yr[i]
-			}
-			var ss float64
-			for _, v := range rr {
-				ss += float64(v) * float64(v)
-			}
-			s := float32(1 / math.Sqrt(ss/float64(C)+float64(eps)))
-			o := out[r*C : (r+1)*C]
-			for i, v := range rr {
-				o[i] = v * s * w[i]
-			}
-			rstd[r] = s
+			rstd[r] = rmsNormRow(out[r*C:(r+1)*C], addRow(res, x, y, r, C), w, eps)
 		}
 	})
+}
+
+// addRow writes row r of res = x + y (rows of C) and returns it.
+func addRow(res, x, y []float32, r, C int) []float32 {
+	rr, xr, yr := res[r*C:(r+1)*C], x[r*C:(r+1)*C], y[r*C:(r+1)*C]
+	for i := range rr {
+		rr[i] = xr[i] + yr[i]
+	}
+	return rr
 }

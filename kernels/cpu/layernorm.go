@@ -12,27 +12,33 @@ const lnEps = 1e-5
 func (b *Backend) LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int) {
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			x := inp[r*C : (r+1)*C]
-			var m float64
-			for _, v := range x {
-				m += float64(v)
-			}
-			m /= float64(C)
-			var vr float64
-			for _, v := range x {
-				d := float64(v) - m
-				vr += d * d
-			}
-			vr /= float64(C)
-			s := float32(1 / math.Sqrt(vr+lnEps))
-			mf := float32(m)
-			o := out[r*C : (r+1)*C]
-			for i, v := range x {
-				o[i] = (v-mf)*s*w[i] + bias[i]
-			}
-			mean[r], rstd[r] = mf, s
+			mean[r], rstd[r] = layerNormRow(out[r*C:(r+1)*C], inp[r*C:(r+1)*C], w, bias)
 		}
 	})
+}
+
+// layerNormRow normalises one row x into o, returning its mean and
+// reciprocal standard deviation: the mean and the variance summed in
+// float64.
+func layerNormRow(o, x, w, bias []float32) (mean, rstd float32) {
+	C := len(x)
+	var m float64
+	for _, v := range x {
+		m += float64(v)
+	}
+	m /= float64(C)
+	var vr float64
+	for _, v := range x {
+		d := float64(v) - m
+		vr += d * d
+	}
+	vr /= float64(C)
+	s := float32(1 / math.Sqrt(vr+lnEps))
+	mf := float32(m)
+	for i, v := range x {
+		o[i] = (v-mf)*s*w[i] + bias[i]
+	}
+	return mf, s
 }
 
 // lnChunk is the number of rows whose dw/dbias partial sums one task adds up;

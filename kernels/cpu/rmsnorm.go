@@ -10,19 +10,23 @@ import "math"
 func (b *Backend) RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32) {
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			x := inp[r*C : (r+1)*C]
-			var ss float64
-			for _, v := range x {
-				ss += float64(v) * float64(v)
-			}
-			s := float32(1 / math.Sqrt(ss/float64(C)+float64(eps)))
-			o := out[r*C : (r+1)*C]
-			for i, v := range x {
-				o[i] = v * s * w[i]
-			}
-			rstd[r] = s
+			rstd[r] = rmsNormRow(out[r*C:(r+1)*C], inp[r*C:(r+1)*C], w, eps)
 		}
 	})
+}
+
+// rmsNormRow normalises one row x into o by its root mean square and
+// returns the reciprocal, the mean of squares summed in float64.
+func rmsNormRow(o, x, w []float32, eps float32) (rstd float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	s := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	for i, v := range x {
+		o[i] = v * s * w[i]
+	}
+	return s
 }
 
 // RMSNormBackward accumulates into dinp and dw. dw's partial sums are taken
