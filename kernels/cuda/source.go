@@ -18,6 +18,7 @@ var sourceOrder = []string{
 	"common.cuh",
 	"encoder.cu",
 	"layernorm.cu",
+	"rmsnorm.cu", // before fused.cu, which calls the norms' rows
 	"matmul.cu",
 	"gelu.cu",
 	"residual.cu",

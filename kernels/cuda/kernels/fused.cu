@@ -4,10 +4,11 @@
 // rmsnorm_forward).
 //
 // Each kernel is its norm's kernel (layernorm.cu, rmsnorm.cu) with the
-// first pass over the row also adding res = x + y and storing it: one warp
-// per row, no shared memory, the later passes reading back the res
-// elements the same lane stored (cached). The sums are the norm kernel's,
-// in its order, so the results are residual_forward's then the norm's.
+// first pass over the row also adding res = x + y and storing it, then the
+// norm's own rest of the row (layernorm_row, rmsnorm_row): one warp per
+// row, no shared memory, the later passes reading back the res elements
+// the same lane stored (cached). The sums are the norm kernel's, in its
+// order, so the results are residual_forward's then the norm's.
 // res may alias x or y (so none of the three is __restrict__); out, mean
 // and rstd alias nothing. vec: C % 4 == 0 and res, out, x, y, w (and bias)
 // 16-byte aligned.
@@ -25,7 +26,6 @@ extern "C" __global__ void residual_layernorm_forward(float* res, float* __restr
 	const float* xr = x + base;
 	const float* yr = y + base;
 	float* rr = res + base;
-	float* o = out + base;
 	double s = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
@@ -45,39 +45,7 @@ extern "C" __global__ void residual_layernorm_forward(float* res, float* __restr
 			s += (double)v;
 		}
 	}
-	double md = warp_sum_d(s) / (double)C;
-	double q = 0.0;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 v = ((const float4*)rr)[i];
-			double a = v.x - md, b = v.y - md, c = v.z - md, d = v.w - md;
-			q += (a * a + b * b) + (c * c + d * d);
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) {
-			double d = rr[i] - md;
-			q += d * d;
-		}
-	}
-	float r = (float)(1.0 / sqrt(warp_sum_d(q) / (double)C + (double)LN_EPS));
-	float m = (float)md;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 v = ((const float4*)rr)[i], g = ((const float4*)w)[i], b = ((const float4*)bias)[i];
-			float4 z;
-			z.x = (v.x - m) * r * g.x + b.x;
-			z.y = (v.y - m) * r * g.y + b.y;
-			z.z = (v.z - m) * r * g.z + b.z;
-			z.w = (v.w - m) * r * g.w + b.w;
-			((float4*)o)[i] = z;
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) o[i] = (rr[i] - m) * r * w[i] + bias[i];
-	}
-	if (lane == 0) {
-		if (mean) mean[row] = m;
-		if (rstd) rstd[row] = r;
-	}
+	layernorm_row(out + base, mean, rstd, rr, w, bias, s, row, C, vec, lane);
 }
 
 // residual_rmsnorm_forward: res = x + y, then out = res·rstd·w, rstd =
@@ -92,7 +60,6 @@ extern "C" __global__ void residual_rmsnorm_forward(float* res, float* __restric
 	const float* xr = x + base;
 	const float* yr = y + base;
 	float* rr = res + base;
-	float* o = out + base;
 	double q = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
@@ -114,19 +81,5 @@ extern "C" __global__ void residual_rmsnorm_forward(float* res, float* __restric
 			q += a * a;
 		}
 	}
-	float r = (float)(1.0 / sqrt(warp_sum_d(q) / (double)C + (double)eps));
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 v = ((const float4*)rr)[i], g = ((const float4*)w)[i];
-			float4 z;
-			z.x = v.x * r * g.x;
-			z.y = v.y * r * g.y;
-			z.z = v.z * r * g.z;
-			z.w = v.w * r * g.w;
-			((float4*)o)[i] = z;
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) o[i] = rr[i] * r * w[i];
-	}
-	if (lane == 0 && rstd) rstd[row] = r;
+	rmsnorm_row(out + base, rstd, rr, w, q, row, C, eps, vec, lane);
 }

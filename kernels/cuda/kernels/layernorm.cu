@@ -2,31 +2,15 @@
 
 #define LN_EPS 1e-5 // GPT-2's variance epsilon, as kernels/cpu: the double nearest 1e-5
 
-// layernorm_forward normalises each of N rows of C, one warp per row:
-// out = (x − mean)·rstd·w + bias, and mean, rstd (N) for the backward pass
-// (either may be null: not kept). As on the CPU, the mean and the variance
-// (two passes over the row) are summed in double, and the mean rounded to
-// float before it is subtracted, so the result matches the CPU's up to the
-// order of the double sums. vec: C % 4 == 0 and inp, out, w, bias 16-byte
-// aligned.
-extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __restrict__ mean,
-                                             float* __restrict__ rstd, const float* __restrict__ inp,
-                                             const float* __restrict__ w, const float* __restrict__ bias,
-                                             int N, int C, int vec) {
-	int lane = threadIdx.x & 31;
-	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (row >= N) return; // the whole warp
-	const float* x = inp + (long long)row * C;
-	float* o = out + (long long)row * C;
-	double s = 0.0;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 v = ((const float4*)x)[i];
-			s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) s += (double)x[i];
-	}
+// layernorm_row is the rest of a warp's row of layernorm_forward once each
+// lane has summed its share of the row x into s: the mean, the variance
+// (a second pass, in double), the output o and the row's mean and rstd
+// (either may be null). It is residual_layernorm_forward's (fused.cu) too;
+// x may alias what the caller writes.
+__device__ __forceinline__ void layernorm_row(float* __restrict__ o, float* __restrict__ mean, float* __restrict__ rstd,
+                                              const float* x, const float* __restrict__ w,
+                                              const float* __restrict__ bias, double s, int row, int C, int vec,
+                                              int lane) {
 	double md = warp_sum_d(s) / (double)C;
 	double q = 0.0;
 	if (vec) {
@@ -60,6 +44,33 @@ extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __r
 		if (mean) mean[row] = m;
 		if (rstd) rstd[row] = r;
 	}
+}
+
+// layernorm_forward normalises each of N rows of C, one warp per row:
+// out = (x − mean)·rstd·w + bias, and mean, rstd (N) for the backward pass
+// (either may be null: not kept). As on the CPU, the mean and the variance
+// (two passes over the row) are summed in double, and the mean rounded to
+// float before it is subtracted, so the result matches the CPU's up to the
+// order of the double sums. vec: C % 4 == 0 and inp, out, w, bias 16-byte
+// aligned.
+extern "C" __global__ void layernorm_forward(float* __restrict__ out, float* __restrict__ mean,
+                                             float* __restrict__ rstd, const float* __restrict__ inp,
+                                             const float* __restrict__ w, const float* __restrict__ bias,
+                                             int N, int C, int vec) {
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= N) return; // the whole warp
+	const float* x = inp + (long long)row * C;
+	double s = 0.0;
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i];
+			s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) s += (double)x[i];
+	}
+	layernorm_row(out + (long long)row * C, mean, rstd, x, w, bias, s, row, C, vec, lane);
 }
 
 // layernorm_backward accumulates dinp (N,C), dw and dbias (C), one warp per

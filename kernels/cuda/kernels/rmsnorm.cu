@@ -1,32 +1,14 @@
 // rmsnorm.cu: RMSNorm over the last dimension, the Llama family's norm
 // (kernels/cpu/rmsnorm.go): no centring, no bias.
 
-// rmsnorm_forward normalises each of N rows of C, one warp per row:
-// out = x·rstd·w, rstd = 1/√(mean(x²) + eps), and rstd (N) for the backward
-// pass (may be null: not kept). As on the CPU, the sum of squares is taken
-// in double, so the result matches the CPU's up to the order of that sum.
-// vec: C % 4 == 0 and inp, out, w 16-byte aligned.
-extern "C" __global__ void rmsnorm_forward(float* __restrict__ out, float* __restrict__ rstd,
-                                           const float* __restrict__ inp, const float* __restrict__ w, int N,
-                                           int C, float eps, int vec) {
-	int lane = threadIdx.x & 31;
-	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-	if (row >= N) return; // the whole warp
-	const float* x = inp + (long long)row * C;
-	float* o = out + (long long)row * C;
-	double q = 0.0;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 v = ((const float4*)x)[i];
-			double a = v.x, b = v.y, c = v.z, d = v.w;
-			q += (a * a + b * b) + (c * c + d * d);
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) {
-			double a = x[i];
-			q += a * a;
-		}
-	}
+// rmsnorm_row is the rest of a warp's row of rmsnorm_forward once each
+// lane has summed the squares of its share of the row x into q: rstd, the
+// output o and the row's rstd (may be null). It is
+// residual_rmsnorm_forward's (fused.cu) too; x may alias what the caller
+// writes.
+__device__ __forceinline__ void rmsnorm_row(float* __restrict__ o, float* __restrict__ rstd, const float* x,
+                                            const float* __restrict__ w, double q, int row, int C, float eps, int vec,
+                                            int lane) {
 	float r = (float)(1.0 / sqrt(warp_sum_d(q) / (double)C + (double)eps));
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
@@ -42,6 +24,34 @@ extern "C" __global__ void rmsnorm_forward(float* __restrict__ out, float* __res
 		for (int i = lane; i < C; i += 32) o[i] = x[i] * r * w[i];
 	}
 	if (lane == 0 && rstd) rstd[row] = r;
+}
+
+// rmsnorm_forward normalises each of N rows of C, one warp per row:
+// out = x·rstd·w, rstd = 1/√(mean(x²) + eps), and rstd (N) for the backward
+// pass (may be null: not kept). As on the CPU, the sum of squares is taken
+// in double, so the result matches the CPU's up to the order of that sum.
+// vec: C % 4 == 0 and inp, out, w 16-byte aligned.
+extern "C" __global__ void rmsnorm_forward(float* __restrict__ out, float* __restrict__ rstd,
+                                           const float* __restrict__ inp, const float* __restrict__ w, int N,
+                                           int C, float eps, int vec) {
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+	if (row >= N) return; // the whole warp
+	const float* x = inp + (long long)row * C;
+	double q = 0.0;
+	if (vec) {
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 v = ((const float4*)x)[i];
+			double a = v.x, b = v.y, c = v.z, d = v.w;
+			q += (a * a + b * b) + (c * c + d * d);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) {
+			double a = x[i];
+			q += a * a;
+		}
+	}
+	rmsnorm_row(out + (long long)row * C, rstd, x, w, q, row, C, eps, vec, lane);
 }
 
 // rmsnorm_backward accumulates dinp (N,C) and dw (C), one warp per row, the
