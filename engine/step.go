@@ -16,7 +16,9 @@ import (
 //	pipeline (pipeline.go)      runs the micro-batches' passes in its schedule; sumTied
 //	data parallel (dataparallel.go)  hook: starts a block's all-reduce as its gradients complete; finish; sumLoss
 //	sharding stage 3 (sharding.go)   gathers the outer tensors for the step; reduces their gradients
-//	tensor parallel (tensorparallel.go) inside the passes
+//	tensor parallel (tensorparallel.go, sequenceparallel.go) inside the passes
+//	context parallel (contextparallel.go) inside the passes, on the rank's rows
+//	                                  of each sequence (localRows); its gradients summed with the replicas'
 //	the update (update.go)     the norm over the model's ranks, clipping, AdamW, sharding's all-gather
 
 // batch holds a step's global batch of token ids: every rank reads all of
