@@ -49,10 +49,13 @@
 //	the parameter layout             params.go: Tensors, PartTensors, Tensor, Part
 //	initialising, loading a part     init.go: the counter-based generator, fillSpans (a rank's
 //	                                 part or shard from the generator, a checkpoint or an llm.c file)
-//	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × mp grid)
+//	the parallel layout of the ranks topology.go: Topology (dp × pp × sharding × cp × mp grid)
 //	data parallel                    dataParallel (dataparallel.go)
 //	sharding (ZeRO stages 1-3)       stage3 (sharding.go), shardedUpdate (update.go)
 //	tensor parallel                  tensorParallel, sliceDims (tensorparallel.go), the slices in PartTensors
+//	sequence parallel                sequenceParallel (sequenceparallel.go)
+//	context parallel                 contextParallel, cpRows (contextparallel.go); the ring's
+//	                                 kernels: kernels.Backend's Ring*
 //	pipeline parallel                pipeSchedule, pipeline (pipeline.go)
 //	recompute                        Recompute (gpt2.go), Engine.use_recompute
 //	mixed precision                  precision.go (fp16 loss scaling); the backends run the GEMMs
@@ -70,15 +73,18 @@
 // The layers compute; the layout communicates. gpt2.go and llama.go hold
 // no collective and no rank arithmetic: at fixed points — entering and
 // leaving a tensor-parallel region, the vocabulary-parallel embedding and
-// loss, the heads a rank holds, a Llama's key/value head copies, a
-// block's parameters needed and its gradients done — they call the
-// model's layout, one small interface (parallel, in parallel.go, whose
-// doc comment lists the points and the rules of their order). Each
+// loss, the heads a rank holds, a Llama's key/value head copies, the
+// attention over the sequence, the rows of the residual stream a rank
+// holds, a block's parameters needed and its gradients done — they call
+// the model's layout, one small interface (parallel, in parallel.go,
+// whose doc comment lists the points and the rules of their order). Each
 // dimension that acts inside a pass implements it in its own file:
-// tensorParallel (tensorparallel.go) and stage3 (sharding.go), which
-// wraps either it or oneProcess, a whole model's layout that does
-// nothing. Data parallelism and the pipeline act between passes and need
-// no hook.
+// tensorParallel (tensorparallel.go), with sequence parallelism
+// sequenceParallel (sequenceparallel.go), contextParallel
+// (contextparallel.go), which wraps either or oneProcess, a whole model's
+// layout that does nothing, and stage3 (sharding.go), which wraps any of
+// them. Data parallelism and the pipeline act between passes and need no
+// hook.
 //
 // # Data parallel and sharding
 //
@@ -137,7 +143,9 @@
 // gradient. LayerNorms, the row-parallel biases and wpe are held whole by
 // every rank of the group; their gradients come out identical on every
 // rank, so they need no communication, and the gradient norm counts them
-// once. Dropout draws the masks one process would: the residual-stream sites
+// once. With sequence parallelism the all-reduces become reduce-scatters
+// and all-gathers, the rows between the regions are split, and the norms'
+// gradients, each from a rank's rows, are summed over the group. Dropout draws the masks one process would: the residual-stream sites
 // act on whole (B,T,C) tensors after the all-reduce, and the attention
 // probabilities' mask is placed by global head.
 //
