@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/agent"
 	"github.com/gptui/gptui/event"
 )
 
@@ -24,6 +25,12 @@ type rankProgress struct {
 	agentSilent bool
 }
 
+// staleReport is how old a rank's last progress report may be before
+// where it is now is unknown: three reports missed (agent.ProgressEvery).
+// A rank silent that long may have been stopped inside the operation its
+// report names; its wait there is not the others' to answer for.
+const staleReport = 3 * agent.ProgressEvery
+
 // hang is a diagnosed hang: the rank that is stuck and the whole story.
 type hang struct {
 	rank int
@@ -36,8 +43,11 @@ type hang struct {
 //   - a rank whose reports stopped more than bound ago is stuck (stopped,
 //     frozen, or its machine is); or else
 //   - ranks have waited in an operation for more than bound: the stuck rank
-//     is the one not in that operation (behind, or in another), else the
-//     one with the fewest operations done.
+//     is one whose reports are stale (staleReport: stopped, it is likely
+//     the one they wait for), else the one not in that operation (behind,
+//     or in another), else the one with the fewest operations done. A
+//     stale report's wait counts only up to staleReport past it: whether
+//     the rank still waits is unknown.
 //
 // Ranks that have ended are not in reports. nodeOf names each rank's node.
 func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time.Time, bound time.Duration) *hang {
@@ -60,7 +70,7 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 			continue
 		}
 		for _, op := range rp.p.InFlight {
-			if w := op.WaitS + now.Sub(rp.heard).Seconds(); w > waited {
+			if w := op.WaitS + min(now.Sub(rp.heard), staleReport).Seconds(); w > waited {
 				oldest, waited = op, w
 			}
 		}
@@ -69,10 +79,13 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 		return !reports[r].agentSilent && slices.ContainsFunc(reports[r].p.InFlight, func(o event.Op) bool { return o.Group == op.Group && o.Seq == op.Seq && o.Op == op.Op })
 	}
 
+	// A rank silent past the bound is stuck; once others have waited past
+	// it, so is one whose reports are only stale.
+	waitedOut := waited > bound.Seconds()
 	for _, r := range ranks {
 		rp := reports[r]
 		silent := now.Sub(rp.heard)
-		if silent <= bound || rp.agentSilent {
+		if silent <= bound && !(waitedOut && silent > staleReport) || rp.agentSilent {
 			continue
 		}
 		others, waiting := describeOthers(reports, ranks, r, now)
@@ -88,7 +101,7 @@ func diagnoseHang(reports map[int]*rankProgress, nodeOf map[int]string, now time
 		return &hang{r, fmt.Sprintf("rank %d on %s stuck: no progress report for %.0f s (the process is stopped or frozen)%s%s",
 			r, nodeOf[r], silent.Seconds(), last, others)}
 	}
-	if waited <= bound.Seconds() {
+	if !waitedOut {
 		return nil
 	}
 	stuck := -1

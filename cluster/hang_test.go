@@ -45,6 +45,15 @@ func TestDiagnoseHang(t *testing.T) {
 		{"a rank in another collective", map[int]*rankProgress{
 			0: rep(0, 7, 20, ar(21, 45)), 1: rep(0, 7, 20, []event.Op{{Group: "mp", Op: "AllGather", Seq: 9, WaitS: 44}})}, 1,
 			"rank 1 on node1 stuck in AllGather #9 (mp) instead of AllReduce #21 (dp) at step 7; rank 0 waiting in AllReduce #21 (dp) for 45 s"},
+		// A rank stopped inside a collective: its report's wait is not
+		// extrapolated past staleReport, so the others are not blamed
+		// for it; once they have waited past the bound, the stale rank
+		// is the one named.
+		{"a stopped rank's stale wait", map[int]*rankProgress{
+			0: rep(25*time.Second, 13, 45, ar(45, 8)), 1: rep(0, 13, 57, ar(57, 20))}, -1, ""},
+		{"the others waited past the bound, a rank stale under it", map[int]*rankProgress{
+			0: rep(25*time.Second, 13, 45, ar(45, 8)), 1: rep(0, 13, 57, ar(57, 31))}, 0,
+			"rank 0 on node1 stuck: no progress report for 25 s (the process is stopped or frozen); rank 1 waiting in AllReduce #57 (dp) for 31 s"},
 		{"a slow step under the bound", map[int]*rankProgress{
 			0: rep(0, 7, 20, ar(21, 25)), 1: rep(0, 7, 20, nil)}, -1, ""},
 		// Ranks whose agent is silent: their reports are stale for the
