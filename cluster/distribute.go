@@ -370,18 +370,23 @@ func (d *distributor) push(ctx context.Context, n *node, local, remote string, m
 		if err != nil {
 			return ps, notes, err
 		}
+		// The node is a holder before the transfer is released: a node
+		// waiting in acquire must not find no holder and no push under
+		// way and push this machine's copy again.
 		if h == nil {
 			ps, err := direct()
-			d.release(sp, nil, err)
 			if err == nil {
 				d.add(sp, n, remote)
 			}
+			d.release(sp, nil, err)
 			return ps, notes, err
 		}
 		err = d.relay1(ctx, sp, h, n, remote, mode)
-		d.release(sp, h, err)
 		if err == nil {
 			d.add(sp, n, remote)
+		}
+		d.release(sp, h, err)
+		if err == nil {
 			ps.Via, ps.Took = h.n.name, time.Since(start)
 			return ps, notes, nil
 		}
