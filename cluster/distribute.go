@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gptui/gptui/internal/ctxio"
 )
 
 // Relayed distribution. The files that every SSH node gets from this
@@ -186,7 +188,7 @@ func (d *distributor) spreadOf(ctx context.Context, local string) (*spread, erro
 		}
 		defer f.Close()
 		h := sha256.New()
-		sp.size, sp.err = io.Copy(h, ctxReader{ctx, f})
+		sp.size, sp.err = io.Copy(h, ctxio.Reader(ctx, f))
 		sp.sum = hex.EncodeToString(h.Sum(nil))
 	})
 	if sp.err != nil {
@@ -199,19 +201,6 @@ func (d *distributor) spreadOf(ctx context.Context, local string) (*spread, erro
 		return nil, fmt.Errorf("hash %s: %w", local, sp.err)
 	}
 	return sp, nil
-}
-
-// ctxReader is a reader that fails with ctx's error once ctx has ended.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
 }
 
 // changedLocked wakes the goroutines waiting on sp; d.mu is held.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gptui/gptui/internal/ctxio"
 	"github.com/pkg/sftp"
 )
 
@@ -170,7 +171,7 @@ func upload(ctx context.Context, sc *sftp.Client, lf *os.File, tmp string, mode 
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}
 	h := sha256.New()
-	_, err = f.ReadFromWithConcurrency(io.TeeReader(ctxReader{ctx, lf}, h), pushConcurrency)
+	_, err = f.ReadFromWithConcurrency(io.TeeReader(ctxio.Reader(ctx, lf), h), pushConcurrency)
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("write %s: %w", tmp, err)
@@ -274,7 +275,7 @@ func sftpSHA256(ctx context.Context, sc *sftp.Client, p string) (string, error) 
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := f.WriteTo(ctxWriter{ctx, h}); err != nil {
+	if _, err := f.WriteTo(ctxio.Writer(ctx, h)); err != nil {
 		return "", fmt.Errorf("read back %s: %w", p, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -298,7 +299,7 @@ func parseSHA256Sum(out string) (string, error) {
 // hashReader returns the hex SHA-256 of r, stopping early if ctx ends.
 func hashReader(ctx context.Context, r io.Reader) (string, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, ctxReader{ctx, r}); err != nil {
+	if _, err := io.Copy(h, ctxio.Reader(ctx, r)); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
@@ -334,30 +335,4 @@ func randomSuffix() string {
 func isUnsupported(err error) bool {
 	var se *sftp.StatusError
 	return errors.As(err, &se) && se.FxCode() == sftp.ErrSSHFxOpUnsupported
-}
-
-// ctxReader is a reader that fails with ctx's error once ctx has ended.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return r.r.Read(p)
-}
-
-// ctxWriter is a writer that fails with ctx's error once ctx has ended.
-type ctxWriter struct {
-	ctx context.Context
-	w   io.Writer
-}
-
-func (w ctxWriter) Write(p []byte) (int, error) {
-	if err := w.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return w.w.Write(p)
 }
