@@ -345,13 +345,28 @@ func TestStandinNCCLStoppedRank(t *testing.T) {
 // themselves (the stand-in, like NCCL over shared memory, does not notice
 // a peer that is gone). The World does, at once, and names it: every other
 // rank's watchdog aborts its NCCL communicators within the steady timeout,
-// its error naming rank 2, and the job ends.
+// its error naming rank 2, and the job ends. On mp2 × pp2, and on cp2 ×
+// mp2 with sequence parallelism (left out of -short).
 func TestStandinNCCLKilledRank(t *testing.T) {
+	// Tensor × pipeline parallel, and context parallelism's ring, whose
+	// grouped sends and receives wait for the killed rank in every layer.
+	for _, l := range []int{1, 4} {
+		t.Run(standinLayouts[l].name, func(t *testing.T) {
+			if standinLayouts[l].long {
+				long(t)
+			}
+			killedRank(t, standinLayouts[l].o)
+		})
+	}
+}
+
+// killedRank is TestStandinNCCLKilledRank on the layout of overrides o.
+func killedRank(t *testing.T, o []string) {
 	const timeout = 10 * time.Second
 	libs := standin.Build(t)
 	exe := ownGPTUI(t)
 	env := append(standin.Env(libs, standin.Tag(t)), fabricEnv+"=nccl", "GPTUI_COMM_TIMEOUT="+timeout.String())
-	j, wait := startStandinJob(t, exe, env, append([]string{"Engine.max_steps=100000"}, standinLayouts[1].o...)...)
+	j, wait := startStandinJob(t, exe, env, append([]string{"Engine.max_steps=100000"}, o...)...)
 	defer awaitNoProcess(t, exe, 20*time.Second)
 	select {
 	case <-j.await("[0] [train] epoch: 0 step: 2 "):
