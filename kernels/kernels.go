@@ -240,14 +240,16 @@ type Backend interface {
 	// all-gathered as gmax (MP,N), to the global ones: maxes (N) =
 	// max over k of gmax[k,:].
 	ClassifierGlobalMax(maxes, gmax []float32, N, MP int)
-	// ClassifierExp exponentiates the real logits in place against the
-	// global row maxima and writes each row's partial sum and target logit
-	// (0 where the target is not among this rank's real columns) to stats;
-	// the padding columns are left as they are.
+	// ClassifierExp writes each row's partial sum of the real logits'
+	// exponentials against the global row maxima, and its target logit (0
+	// where the target is not among this rank's real columns), to stats;
+	// it writes nothing else (the logits stay as they are, so that under
+	// bf16 no exponential is stored rounded before Finish divides it).
 	ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int)
 	// ClassifierFinish writes losses (N) from the summed stats and, when
-	// grad is set, turns the exponentiated real logits into dscale times
-	// the loss gradient and writes 0 over the padding columns.
+	// grad is set, turns the real logits into dscale times the loss
+	// gradient, dscale·(e^(logit−max)/Σ − onehot(target)), and writes 0
+	// over the padding columns.
 	ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool)
 
 	// AdamW updates params in place from grads, with moments m and v (all

@@ -12,6 +12,7 @@ import "math"
 //	m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²
 //	p -= lr · (m̂ / (√v̂ + ε) + wd · p),  m̂ = m/(1−β1^step), v̂ = v/(1−β2^step)
 func (b *Backend) AdamW(params, grads, m, v []float32, lr, beta1, beta2, eps, wd, gscale float32, step int) {
+	defer b.store(params, m, v)
 	rc1 := float32(1 / (1 - math.Pow(float64(beta1), float64(step)))) // 1/(1−β1^step)
 	rc2 := float32(1 / (1 - math.Pow(float64(beta2), float64(step)))) // 1/(1−β2^step)
 	k := [10]float32{gscale, beta1, 1 - beta1, beta2, 1 - beta2, rc2, eps, rc1, lr, wd}

@@ -12,17 +12,20 @@ import (
 //	qkv (B,T,3C): per row q (C), k (C), v (C); head h owns channels h·hs…(h+1)·hs, hs = C/NH
 //	att (B,NH,T,T), out (B,T,C): as GQAForward's
 func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
+	defer b.store(out, att)
 	b.GQAForward(out, att, qkv, B, T, NH, NH, C/NH, d, off)
 }
 
 // AttentionBackward is GQABackward with one key/value head per query head.
 func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
+	defer b.store(dqkv)
 	b.GQABackward(dqkv, dout, out, qkv, att, B, T, NH, NH, C/NH, d, off)
 }
 
 // AttentionDecode is GQADecode with one key/value head per query head:
 // q (B,C), kc and vc (B,maxT,C), out (B,C).
 func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
+	defer b.store(out)
 	b.GQADecode(out, q, kc, vc, B, pos, maxT, NH, NH, C/NH)
 }
 
@@ -43,6 +46,7 @@ func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH 
 // library's speed is worth more than the skipped half. A flash-style kernel
 // that never stores att belongs to the GPU backend.
 func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
+	defer b.store(out, att)
 	ld, C, G := (NH+2*NKV)*hd, NH*hd, NH/NKV
 	kofs, vofs := NH*hd, (NH+NKV)*hd // the key and value heads in a row
 	scale := float32(1 / math.Sqrt(float64(hd)))
@@ -54,7 +58,7 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 		base := bb * T * ld
 		for h := 0; h < NH; h++ {
 			s := att[(bb*NH+h)*T*T : (bb*NH+h+1)*T*T]
-			b.Sgemm(false, true, T, T, hd, scale, qkv[base+h*hd:], ld, qkv[base+kofs+h/G*hd:], ld, 0, s, T)
+			b.sgemm(false, true, T, T, hd, scale, qkv[base+h*hd:], ld, qkv[base+kofs+h/G*hd:], ld, 0, s, T)
 		}
 		b.ParallelFor(NH*T, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ { // r = h·T + t
@@ -77,7 +81,7 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 			if pd != nil {
 				p = pd[h*T*T : (h+1)*T*T]
 			}
-			b.Sgemm(false, false, T, hd, T, 1, p, T, qkv[base+vofs+h/G*hd:], ld, 0, out[bb*T*C+h*hd:], C)
+			b.sgemm(false, false, T, hd, T, 1, p, T, qkv[base+vofs+h/G*hd:], ld, 0, out[bb*T*C+h*hd:], C)
 		}
 	}
 }
@@ -96,6 +100,7 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 // product overwrites, the others add), so the result does not depend on the
 // number of threads.
 func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
+	defer b.store(dqkv)
 	ld, C, G := (NH+2*NKV)*hd, NH*hd, NH/NKV
 	kofs, vofs := NH*hd, (NH+NKV)*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
@@ -120,8 +125,8 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 			}
 			g := dout[bb*T*C+h*hd:]
 			kv, beta := h/G*hd, float32(min(h%G, 1)) // the group's first head overwrites
-			b.Sgemm(false, true, T, T, hd, 1, g, C, qkv[base+vofs+kv:], ld, 0, dp[h*T*T:(h+1)*T*T], T)
-			b.Sgemm(true, false, T, hd, T, 1, p, T, g, C, beta, dqkv[base+vofs+kv:], ld)
+			b.sgemm(false, true, T, T, hd, 1, g, C, qkv[base+vofs+kv:], ld, 0, dp[h*T*T:(h+1)*T*T], T)
+			b.sgemm(true, false, T, hd, T, 1, p, T, g, C, beta, dqkv[base+vofs+kv:], ld)
 		}
 		b.ParallelFor(NH*T, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -144,8 +149,8 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 		for h := 0; h < NH; h++ {
 			s := dp[h*T*T : (h+1)*T*T]
 			kv, beta := h/G*hd, float32(min(h%G, 1))
-			b.Sgemm(false, false, T, hd, T, 1, s, T, qkv[base+kofs+kv:], ld, 0, dqkv[base+h*hd:], ld)
-			b.Sgemm(true, false, T, hd, T, 1, s, T, qkv[base+h*hd:], ld, beta, dqkv[base+kofs+kv:], ld)
+			b.sgemm(false, false, T, hd, T, 1, s, T, qkv[base+kofs+kv:], ld, 0, dqkv[base+h*hd:], ld)
+			b.sgemm(true, false, T, hd, T, 1, s, T, qkv[base+h*hd:], ld, beta, dqkv[base+kofs+kv:], ld)
 		}
 	}
 }
@@ -160,6 +165,7 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 //	out    (B,NH·hd):         softmax(q·kᵀ/√hd over rows 0…pos) · v, query head h
 //	                          reading key/value head h/(NH/NKV)
 func (b *Backend) GQADecode(out, q, kc, vc []float32, B, pos, maxT, NH, NKV, hd int) {
+	defer b.store(out)
 	C, CKV, G := NH*hd, NKV*hd, NH/NKV
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	b.ParallelFor(B*NH, 1, func(lo, hi int) {

@@ -43,6 +43,9 @@ type Backend struct {
 	// scalarAdamW turns the vector AdamW loop off (tests compare the two).
 	scalarAdamW bool
 
+	// halves are the buffers of bfloat16 activations (activations.go).
+	halves halfSpans
+
 	// peak caches the measured peak (see PeakFLOPS).
 	peakOnce sync.Once
 	peak     float64
@@ -51,10 +54,12 @@ type Backend struct {
 // Options are the settings of [Open] that do not come from the
 // environment.
 type Options struct {
-	// BF16 runs the matmuls' GEMMs (MatmulForward, MatmulBackward) with
-	// their inputs rounded to bfloat16 and fp32 accumulation (VDPBF16PS),
-	// as Engine.mix_precision.dtype: bf16 asks; everything else stays
-	// fp32, Sgemm included. It needs AVX512_BF16.
+	// BF16 is Engine.mix_precision.dtype: bf16. The matmuls' GEMMs
+	// (MatmulForward, MatmulBackward) run with their inputs rounded to
+	// bfloat16 and fp32 accumulation (VDPBF16PS), and the buffers from
+	// Activations hold bfloat16 values: every kernel rounds what it
+	// stores there (kernels.Activations). Everything else stays fp32,
+	// Sgemm's arithmetic included. It needs AVX512_BF16.
 	BF16 bool
 }
 
@@ -217,7 +222,17 @@ func (b *Backend) Threads() int {
 // are ignored; when alpha is 0 or k is 0, A and B are not read. Sgemm panics
 // if a dimension is negative, a stride is too small, or a slice is too short
 // for the shape and stride it is given; these are programmer errors.
+//
+// Into bfloat16 activations (Activations) C is stored rounded, once the
+// product is complete.
 func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
+	b.sgemm(transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc)
+	b.store(c)
+}
+
+// sgemm is Sgemm without the rounding into bfloat16 activations: the
+// kernels built on it store what they wrote once, when they are done.
+func (b *Backend) sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
 	checkSgemm(transA, transB, m, n, k, a, lda, bm, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
@@ -237,7 +252,7 @@ func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 // with Options.BF16, otherwise Sgemm itself.
 func (b *Backend) matmulGemm(transA, transB bool, m, n, k int, a []float32, lda int, bm []float32, ldb int, beta float32, c []float32, ldc int) {
 	if b.bf16 == nil {
-		b.Sgemm(transA, transB, m, n, k, 1, a, lda, bm, ldb, beta, c, ldc)
+		b.sgemm(transA, transB, m, n, k, 1, a, lda, bm, ldb, beta, c, ldc)
 		return
 	}
 	checkSgemm(transA, transB, m, n, k, a, lda, bm, ldb, c, ldc)
@@ -341,7 +356,7 @@ func (b *Backend) MeasureSgemmFLOPS(n int) float64 {
 	}
 	run := func() time.Duration {
 		start := time.Now()
-		b.Sgemm(false, false, n, n, n, 1, a, n, bm, n, 0, c, n)
+		b.sgemm(false, false, n, n, n, 1, a, n, bm, n, 0, c, n)
 		return time.Since(start)
 	}
 	run() // warm-up: page in buffers, start BLAS threads

@@ -30,6 +30,7 @@ func checkStride(op string, x []float32, N, V, ld int) {
 //
 // A target outside [0, V) panics: the padding columns hold no target.
 func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool) {
+	defer b.store(losses, logits)
 	checkStride("CrossEntropy", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -63,11 +64,10 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, 
 //
 //	ClassifierMax       maxes (N)    = max over this rank's real columns
 //	                    … the caller takes the max over the ranks …
-//	ClassifierExp       logits       ← e^(logits − max), real columns;
-//	                    stats (N,2)  = [Σ e^(logits−max), logit of the target if this rank holds it, else 0]
+//	ClassifierExp       stats (N,2)  = [Σ e^(logits−max), logit of the target if this rank holds it, else 0]
 //	                    … the caller sums stats over the ranks …
 //	ClassifierFinish    losses (N)   = max + log Σ − logit[target];
-//	                    logits       ← dscale · (e/Σ − onehot(target)) when grad, 0 in the padding
+//	                    logits       ← dscale · (e^(logits−max)/Σ − onehot(target)) when grad, 0 in the padding
 //
 // logits (N,ld) are this rank's ld columns, the first V of them real,
 // global vocabulary ids vlo … vlo+V−1, the rest padding; V may be 0 for a
@@ -76,6 +76,7 @@ func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, 
 // ClassifierMax writes the maximum of the real columns of each row of
 // logits (N,ld) to maxes; a row of no real columns has maximum −Inf.
 func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
+	defer b.store(maxes)
 	checkStride("ClassifierMax", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -92,6 +93,7 @@ func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
 // largest of the MP ranks' row maxima (gmax (MP,N)), taking the earliest
 // rank's value on ties.
 func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
+	defer b.store(maxes)
 	if MP == 0 {
 		return
 	}
@@ -107,9 +109,9 @@ func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
 	}
 }
 
-// ClassifierExp exponentiates the real logits in place against the global
-// row maxima and writes each row's partial sum and target logit to stats;
-// the padding columns are left as they are.
+// ClassifierExp writes each row's partial sum of e^(logit − max) over the
+// real columns, and its target logit, to stats; it does not write the
+// logits.
 func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int) {
 	checkStride("ClassifierExp", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
@@ -121,16 +123,17 @@ func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int
 			}
 			stats[2*r] = 0
 			if V > 0 {
-				stats[2*r] = expShift(x, maxes[r])
+				stats[2*r] = expSum(x, maxes[r])
 			}
 		}
 	})
 }
 
 // ClassifierFinish writes the losses from the summed stats and, when grad
-// is true, turns the exponentiated real logits into the loss gradient and
-// writes 0 over the padding columns.
+// is true, turns the real logits into the loss gradient, exponentiating
+// them again as CrossEntropy does, and writes 0 over the padding columns.
 func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool) {
+	defer b.store(losses, logits)
 	checkStride("ClassifierFinish", logits, N, V, ld)
 	b.ParallelFor(N, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -141,6 +144,7 @@ func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, ma
 			}
 			row := logits[r*ld : (r+1)*ld]
 			x := row[:V]
+			expShift(x, maxes[r])
 			scale(x, dscale*float32(1/sum))
 			if t := int(targets[r]) - vlo; t >= 0 && t < V {
 				x[t] -= dscale

@@ -6,6 +6,7 @@ package cpu
 //	inp  (B,T)   token ids
 //	wte  (Vp,C), wpe (maxT,C)
 func (b *Backend) EncoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
+	defer b.store(out)
 	b.EncoderShardForward(out, inp, wte, 0, wpe, B, T, C)
 }
 
@@ -13,6 +14,7 @@ func (b *Backend) EncoderForward(out []float32, inp []int32, wte, wpe []float32,
 //
 //	dwte[inp[b,t]] += dout[b,t];  dwpe[t] += dout[b,t]
 func (b *Backend) EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int) {
+	defer b.store(dwte, dwpe)
 	b.EncoderShardBackward(dwte, 0, dwpe, dout, inp, B, T, C)
 }
 
@@ -24,6 +26,7 @@ func (b *Backend) EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T,
 //
 //	out (B,T,C) = [vlo ≤ inp[b,t] < vlo+rows] · wte[inp[b,t]−vlo] + wpe[t]
 func (b *Backend) EncoderShardForward(out []float32, inp []int32, wte []float32, vlo int, wpe []float32, B, T, C int) {
+	defer b.store(out)
 	rows := len(wte) / C
 	b.ParallelFor(B*T, 16, func(lo, hi int) {
 		for bt := lo; bt < hi; bt++ {
@@ -48,6 +51,7 @@ func (b *Backend) EncoderShardForward(out []float32, inp []int32, wte []float32,
 // Work is split over channels, so rows that share a token never race and the
 // sum over rows runs in a fixed order.
 func (b *Backend) EncoderShardBackward(dwte []float32, vlo int, dwpe, dout []float32, inp []int32, B, T, C int) {
+	defer b.store(dwte, dwpe)
 	rows := len(dwte) / C
 	b.ParallelFor(C, 16, func(lo, hi int) {
 		for bt := 0; bt < B*T; bt++ {

@@ -9,6 +9,7 @@ const geluK = 0.7978845608028654
 //
 //	out = 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
 func (b *Backend) GeluForward(out, inp []float32) {
+	defer b.store(out)
 	b.ParallelFor(len(inp), 4096, func(lo, hi int) {
 		x, o := inp[lo:hi], out[lo:hi]
 		o = o[:len(x)]
@@ -34,6 +35,7 @@ func (b *Backend) GeluForward(out, inp []float32) {
 //
 //	dinp = dout · (0.5·(1+tanh u) + 0.5·x·(1-tanh²u)·√(2/π)·(1 + 3·0.044715·x²))
 func (b *Backend) GeluBackward(dinp, inp, out, dout []float32) {
+	defer b.store(dinp)
 	b.ParallelFor(len(inp), 4096, func(lo, hi int) {
 		x, y, g, d := inp[lo:hi], out[lo:hi], dout[lo:hi], dinp[lo:hi]
 		y, g, d = y[:len(x)], g[:len(x)], d[:len(x)]

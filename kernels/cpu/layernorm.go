@@ -10,6 +10,7 @@ const lnEps = 1e-5
 //	out  (N,C) = (inp - mean) · rstd · w + bias
 //	mean (N), rstd (N): kept for the backward pass
 func (b *Backend) LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int) {
+	defer b.store(out)
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			mean[r], rstd[r] = layerNormRow(out[r*C:(r+1)*C], inp[r*C:(r+1)*C], w, bias)
@@ -52,6 +53,7 @@ const lnChunk = 32
 //	dbias += Σ_rows dout;   dw += Σ_rows dout · norm
 //	dinp  += rstd · (dnorm - mean(dnorm) - norm · mean(dnorm · norm)),  dnorm = dout · w
 func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []float32, N, C int) {
+	defer b.store(dinp, dw, dbias)
 	chunks := (N + lnChunk - 1) / lnChunk
 	part := make([]float32, chunks*2*C) // per chunk: dw partial, then dbias partial
 	b.ParallelFor(chunks, 1, func(clo, chi int) {

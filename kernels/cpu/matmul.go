@@ -9,6 +9,7 @@ package cpu
 // With Options.BF16 the product's inputs are rounded to bf16 and it
 // accumulates in fp32; the bias is added in fp32.
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
+	defer b.store(out)
 	b.matmulGemm(false, true, N, OC, IC, inp, IC, w, IC, 0, out, OC)
 	if bias != nil {
 		b.ParallelFor(N, 16, func(lo, hi int) {
@@ -32,6 +33,7 @@ func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // With Options.BF16 both products take bf16 inputs and accumulate in fp32
 // (into dw's fp32 values); dbias is summed in fp32.
 func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int) {
+	defer b.store(dinp, dw, dbias)
 	if dinp != nil {
 		b.matmulGemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	}

@@ -125,7 +125,7 @@ func (b *Backend) blasPeak() float64 {
 	for r := 0; r < 14; r++ {
 		w0 := time.Now()
 		c0, cpuOK := processCPUTime()
-		b.Sgemm(false, false, n, n, n, 1, a, n, a, n, 0, c, n)
+		b.sgemm(false, false, n, n, n, 1, a, n, a, n, 0, c, n)
 		d := time.Since(w0)
 		if c1, ok := processCPUTime(); cpuOK && ok {
 			d = min(d, time.Duration(float64(c1-c0)/b.busyThreads()))

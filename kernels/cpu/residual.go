@@ -4,6 +4,7 @@ import "fmt"
 
 // ResidualForward adds two streams: out = a + c. out may alias a.
 func (b *Backend) ResidualForward(out, a, c []float32) {
+	defer b.store(out)
 	b.ParallelFor(len(a), 8192, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			out[i] = a[i] + c[i]
@@ -18,6 +19,7 @@ func (b *Backend) Zero(x []float32) {
 
 // Copy sets dst to src (of one length).
 func (b *Backend) Copy(dst, src []float32) {
+	defer b.store(dst)
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("cpu: Copy of %d elements into %d", len(src), len(dst)))
 	}
@@ -26,6 +28,7 @@ func (b *Backend) Copy(dst, src []float32) {
 
 // Scale multiplies every element of x by s.
 func (b *Backend) Scale(x []float32, s float32) {
+	defer b.store(x)
 	b.ParallelFor(len(x), 1<<14, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x[i] *= s

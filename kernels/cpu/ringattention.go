@@ -52,6 +52,7 @@ func ringPairs(cp, qr, kr int) []ringPair {
 // (rows,(NH+2·NKV)·hd) into kv (rows,2·NKV·hd): the block that travels
 // around the ring.
 func (b *Backend) RingKV(kv, qkv []float32, rows, NH, NKV, hd int) {
+	defer b.store(kv)
 	ld, ckv := (NH+2*NKV)*hd, 2*NKV*hd
 	b.ParallelFor(rows, 64, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -63,6 +64,7 @@ func (b *Backend) RingKV(kv, qkv []float32, rows, NH, NKV, hd int) {
 // RingKVGrad writes the key and value parts of each row of dqkv
 // (rows,(NH+2·NKV)·hd) from dkv (rows,2·NKV·hd), leaving the query part.
 func (b *Backend) RingKVGrad(dqkv, dkv []float32, rows, NH, NKV, hd int) {
+	defer b.store(dqkv)
 	ld, ckv := (NH+2*NKV)*hd, 2*NKV*hd
 	b.ParallelFor(rows, 64, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
@@ -88,6 +90,7 @@ func (b *Backend) RingKVGrad(dqkv, dkv []float32, rows, NH, NKV, hd int) {
 // l += Σ_j e^(s_j−m') summed in float64 — and out += P·v through sgemm.
 // A block wholly in the queries' future changes nothing.
 func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, NKV, hd, cp, qr, kr int, first bool) {
+	defer b.store(out, stats)
 	rows, C := 2*B*c, NH*hd
 	if first {
 		clear(out[:rows*C])
@@ -108,7 +111,7 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 		for bb := 0; bb < B; bb++ {
 			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c) // the chunks' first rows
 			for h := 0; h < NH; h++ {
-				b.Sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+h/G*hd:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)
+				b.sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+h/G*hd:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)
 			}
 			b.ParallelFor(NH*c, 16, func(lo, hi int) {
 				for r := lo; r < hi; r++ { // r = h·c + t
@@ -132,7 +135,7 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 				}
 			})
 			for h := 0; h < NH; h++ {
-				b.Sgemm(false, false, c, hd, c, 1, s[h*c*c:(h+1)*c*c], c, kv[k0*ldkv+vofs+h/G*hd:], ldkv, 1, out[q0*C+h*hd:], C)
+				b.sgemm(false, false, c, hd, c, 1, s[h*c*c:(h+1)*c*c], c, kv[k0*ldkv+vofs+h/G*hd:], ldkv, 1, out[q0*C+h*hd:], C)
 			}
 		}
 	}
@@ -141,6 +144,7 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 // RingAttentionFinish ends the fold: out (rows,NH·hd) /= l and
 // lse (rows,NH) = m + ln l, from stats (rows,NH,2).
 func (b *Backend) RingAttentionFinish(out, lse, stats []float32, rows, NH, hd int) {
+	defer b.store(out, lse)
 	b.ParallelFor(rows*NH, 64, func(lo, hi int) {
 		for i := lo; i < hi; i++ { // i = row·NH + h: out's head i
 			m, l := stats[2*i], stats[2*i+1]
@@ -154,6 +158,7 @@ func (b *Backend) RingAttentionFinish(out, lse, stats []float32, rows, NH, hd in
 // channels of dout·out, both (rows,NH·hd), summed in float64: the rowsum
 // of P∘dP the softmax backward needs, without P.
 func (b *Backend) RingAttentionDelta(delta, dout, out []float32, rows, NH, hd int) {
+	defer b.store(delta)
 	b.ParallelFor(rows*NH, 64, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			var sum float64
@@ -180,6 +185,7 @@ func (b *Backend) RingAttentionDelta(delta, dout, out []float32, rows, NH, hd in
 // four products through sgemm, heads in order, so the sums do not depend
 // on the number of threads.
 func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []float32, B, c, NH, NKV, hd, cp, qr, kr int) {
+	defer b.store(dqkv, dkv)
 	pairs := ringPairs(cp, qr, kr)
 	if len(pairs) == 0 {
 		return
@@ -193,8 +199,8 @@ func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []f
 			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c)
 			for h := 0; h < NH; h++ {
 				kvh := h / G * hd
-				b.Sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+kvh:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)
-				b.Sgemm(false, true, c, c, hd, 1, dout[q0*C+h*hd:], C, kv[k0*ldkv+vofs+kvh:], ldkv, 0, dp[h*c*c:(h+1)*c*c], c)
+				b.sgemm(false, true, c, c, hd, sc, qkv[q0*ld+h*hd:], ld, kv[k0*ldkv+kvh:], ldkv, 0, s[h*c*c:(h+1)*c*c], c)
+				b.sgemm(false, true, c, c, hd, 1, dout[q0*C+h*hd:], C, kv[k0*ldkv+vofs+kvh:], ldkv, 0, dp[h*c*c:(h+1)*c*c], c)
 			}
 			b.ParallelFor(NH*c, 16, func(lo, hi int) {
 				for r := lo; r < hi; r++ { // r = h·c + t
@@ -217,9 +223,9 @@ func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []f
 			for h := 0; h < NH; h++ {
 				kvh := h / G * hd
 				ph, dsh := s[h*c*c:(h+1)*c*c], dp[h*c*c:(h+1)*c*c]
-				b.Sgemm(true, false, c, hd, c, 1, ph, c, dout[q0*C+h*hd:], C, 1, dkv[k0*ldkv+vofs+kvh:], ldkv)
-				b.Sgemm(false, false, c, hd, c, 1, dsh, c, kv[k0*ldkv+kvh:], ldkv, 1, dqkv[q0*ld+h*hd:], ld)
-				b.Sgemm(true, false, c, hd, c, 1, dsh, c, qkv[q0*ld+h*hd:], ld, 1, dkv[k0*ldkv+kvh:], ldkv)
+				b.sgemm(true, false, c, hd, c, 1, ph, c, dout[q0*C+h*hd:], C, 1, dkv[k0*ldkv+vofs+kvh:], ldkv)
+				b.sgemm(false, false, c, hd, c, 1, dsh, c, kv[k0*ldkv+kvh:], ldkv, 1, dqkv[q0*ld+h*hd:], ld)
+				b.sgemm(true, false, c, hd, c, 1, dsh, c, qkv[q0*ld+h*hd:], ld, 1, dkv[k0*ldkv+kvh:], ldkv)
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import "math"
 //	rstd (N)  = 1/√(mean(inp²) + eps), the mean of squares summed in float64; kept for backward
 //	out (N,C) = inp · rstd · w
 func (b *Backend) RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32) {
+	defer b.store(out)
 	b.ParallelFor(N, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			rstd[r] = rmsNormRow(out[r*C:(r+1)*C], inp[r*C:(r+1)*C], w, eps)
@@ -37,6 +38,7 @@ func rmsNormRow(o, x, w []float32, eps float32) (rstd float32) {
 //	dw   += Σ_rows dout · n
 //	dinp += rstd · (dn − n · mean(dn · n))
 func (b *Backend) RMSNormBackward(dinp, dw, dout, inp, w, rstd []float32, N, C int) {
+	defer b.store(dinp, dw)
 	chunks := (N + lnChunk - 1) / lnChunk
 	part := make([]float32, chunks*C) // per chunk: its dw partial sum
 	b.ParallelFor(chunks, 1, func(clo, chi int) {

@@ -12,6 +12,7 @@ import "unsafe"
 //	  out[h+i] = x[h+i]·cos_i + x[i]·sin_i
 //	channels heads·hd … C−1 are copied
 func (b *Backend) RoPEForward(out, inp, table []float32, B, T, C, heads, hd, pos0 int) {
+	defer b.store(out)
 	b.rope(out, inp, table, B, T, C, heads, hd, pos0, 1)
 }
 
@@ -21,6 +22,7 @@ func (b *Backend) RoPEForward(out, inp, table []float32, B, T, C, heads, hd, pos
 //	dinp[i]   = dout[i]·cos_i + dout[h+i]·sin_i
 //	dinp[h+i] = dout[h+i]·cos_i − dout[i]·sin_i
 func (b *Backend) RoPEBackward(dinp, dout, table []float32, B, T, C, heads, hd, pos0 int) {
+	defer b.store(dinp)
 	b.rope(dinp, dout, table, B, T, C, heads, hd, pos0, -1)
 }
 

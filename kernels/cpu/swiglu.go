@@ -6,6 +6,7 @@ package cpu
 //	inp (N,2F): each row the gate g (F), then the up projection u (F)
 //	out (N,F)  = silu(g) · u,  silu(g) = g·σ(g) = g / (1 + e⁻ᵍ)  (e⁻ᵍ by exp32)
 func (b *Backend) SwiGLUForward(out, inp []float32, N, F int) {
+	defer b.store(out)
 	b.ParallelFor(N, max(1, 4096/max(F, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			g, u := inp[2*r*F:(2*r+1)*F], inp[(2*r+1)*F:(2*r+2)*F]
@@ -24,6 +25,7 @@ func (b *Backend) SwiGLUForward(out, inp []float32, N, F int) {
 //	dgate = dout · u · σ·(1 + g·(1 − σ))   (the gate half of each row)
 //	dup   = dout · g·σ                     (the up half)
 func (b *Backend) SwiGLUBackward(dinp, inp, dout []float32, N, F int) {
+	defer b.store(dinp)
 	b.ParallelFor(N, max(1, 4096/max(F, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			g, u := inp[2*r*F:(2*r+1)*F], inp[(2*r+1)*F:(2*r+2)*F]

@@ -422,10 +422,10 @@ func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V, ld int) error
 	return k.launch("classifier_max", grid, block, 0, s, maxes, logits, int32(N), int32(V), int32(ld))
 }
 
-// ClassifierExp exponentiates the V real columns of logits (N,ld) in place
-// against maxes (N) and writes stats (N,2) float64: each row's Σ e and its
-// target logit when this rank's columns vlo … vlo+V−1 hold the target,
-// else 0. The padding is left as it is.
+// ClassifierExp writes stats (N,2) float64 from the V real columns of
+// logits (N,ld) and maxes (N): each row's Σ e^(x−max) and its target
+// logit when this rank's columns vlo … vlo+V−1 hold the target, else 0.
+// The logits are only read.
 func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, V, ld, vlo int) error {
 	if err := checkLogits("ClassifierExp", N, V, ld, vlo); err != nil {
 		return err
@@ -450,8 +450,8 @@ func (k *Kernels) ClassifierGlobalMax(s Stream, maxes, gmax Ptr, N, MP int) erro
 }
 
 // ClassifierFinish writes losses (N) from the summed stats and, when grad,
-// turns the exponentiated real columns of logits (N,ld) into the loss
-// gradient and writes 0 over the padding.
+// turns the real columns of logits (N,ld) into the loss gradient,
+// e^(x−max) divided by the row's sum, and writes 0 over the padding.
 func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, ld, vlo int, dscale float32, grad bool) error {
 	if err := checkLogits("ClassifierFinish", N, V, ld, vlo); err != nil {
 		return err

@@ -94,6 +94,7 @@ type alloc struct {
 	dev  unsafe.Pointer // where the double reads and writes it: base unless sealed
 	size int            // bytes
 	keep any            // the slice, so that it stays allocated (nil: the sealed arena keeps it)
+	half bool           // bfloat16 activations, marked in the inner backend (Activations)
 
 	// written are the byte ranges [lo, hi) of the buffer that queued
 	// kernels write, sorted and merged.
@@ -228,11 +229,41 @@ func (b *Backend) Free(x any) {
 	if !ok || r.off != 0 {
 		return
 	}
+	if r.a.half {
+		b.inner.(activationMarker).UnmarkActivations(dev(b, unsafe.Slice((*float32)(r.a.base), r.a.size/4)))
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r.n = r.a.size
 	poison(r)
 	b.allocs = slices.DeleteFunc(b.allocs, func(a *alloc) bool { return a == r.a })
+}
+
+// activationMarker is the inner backend's side of Activations: the CPU's
+// kernels round what they store into the buffers it marks (kernels/cpu's
+// MarkActivations).
+type activationMarker interface {
+	MarkActivations(x []float32) bool
+	UnmarkActivations(x []float32)
+}
+
+// Activations returns n zeroed float32s of the backend's memory that the
+// inner backend's kernels treat as bfloat16 activations when it does
+// (kernels.ActivationMemory): a CPU backend under bf16 rounds what its
+// kernels store there, so the double computes the CPU's numbers to the
+// bit. Otherwise they are Float32s'.
+func (b *Backend) Activations(n int) []float32 {
+	x := b.Float32s(n)
+	m, ok := b.inner.(activationMarker)
+	if !ok || n == 0 || !m.MarkActivations(dev(b, x)) {
+		return x
+	}
+	if r, ok := b.find(x); ok {
+		b.mu.Lock()
+		r.a.half = true
+		b.mu.Unlock()
+	}
+	return x
 }
 
 // Upload queues dst = src: src is copied now, into the backend's queue,

@@ -141,7 +141,7 @@ func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int
 	b.enqueue("ClassifierExp", func() {
 		b.inner.ClassifierExp(dev(b, stats), dev(b, logits), dev(b, targets), dev(b, maxes), N, V, ld, vlo)
 	},
-		outs{stats, logits}, ins{targets, maxes})
+		outs{stats}, ins{logits, targets, maxes})
 }
 
 // ClassifierFinish queues the inner backend's ClassifierFinish.

@@ -70,24 +70,19 @@ extern "C" __global__ void classifier_global_max(float* __restrict__ maxes, cons
 	}
 }
 
-// classifier_exp: real columns ← e^(row − maxes[r]); stats[2r] = Σ of them
+// classifier_exp: stats[2r] = Σ e^(row − maxes[r]) over the real columns
 // (double), stats[2r+1] = the target's logit if this rank holds it, else 0.
-// The padding is left as it is.
+// The logits are only read: classifier_finish exponentiates them again.
 extern "C" __global__ void __launch_bounds__(512)
-    classifier_exp(double* __restrict__ stats, float* __restrict__ logits, const int* __restrict__ targets,
+    classifier_exp(double* __restrict__ stats, const float* __restrict__ logits, const int* __restrict__ targets,
                    const float* __restrict__ maxes, int N, int V, int ld, int vlo) {
 	int r = blockIdx.x;
-	float* x = logits + (long long)r * ld;
+	const float* x = logits + (long long)r * ld;
 	int t = targets[r] - vlo;
 	double xt = (t >= 0 && t < V) ? (double)x[t] : 0.0;
-	__syncthreads(); // every thread has read x[t] before any overwrites it
 	float mx = maxes[r];
 	double s = 0.0;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float e = exp32(x[i] - mx);
-		x[i] = e;
-		s += (double)e;
-	}
+	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(x[i] - mx);
 	s = block_sum_d(s);
 	if (threadIdx.x == 0) {
 		stats[2 * (long long)r] = s;
@@ -96,8 +91,8 @@ extern "C" __global__ void __launch_bounds__(512)
 }
 
 // classifier_finish: losses[r] = max + log Σ − target logit from the summed
-// stats and, when grad, real columns ← dscale·(e/Σ − onehot(target)) and
-// the padding ← 0.
+// stats and, when grad, real columns ← dscale·(e^(x−max)/Σ − onehot(target))
+// and the padding ← 0.
 extern "C" __global__ void __launch_bounds__(512)
     classifier_finish(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets,
                       const float* __restrict__ maxes, const double* __restrict__ stats, int N, int V, int ld, int vlo,
@@ -108,9 +103,9 @@ extern "C" __global__ void __launch_bounds__(512)
 	if (!grad) return;
 	float* x = logits + (long long)r * ld;
 	int t = targets[r] - vlo;
-	float sc = dscale * (float)(1.0 / s);
+	float sc = dscale * (float)(1.0 / s), mx = maxes[r];
 	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float g = x[i] * sc;
+		float g = exp32(x[i] - mx) * sc;
 		if (i == t) g -= dscale;
 		x[i] = g;
 	}
