@@ -191,14 +191,15 @@ type scratch struct {
 
 // newLayerActs allocates the activations of one block of N rows, Nr of
 // them the rank's rows of the residual stream, their widths w
-// (blockWidths).
-func newLayerActs(n func(int) []float32, N, Nr, C int, w widths) layerActs {
+// (blockWidths): the layers' outputs from h (kernels.Activations: bf16
+// under bf16), the norms' statistics from f (float32).
+func newLayerActs(h, f func(int) []float32, N, Nr, C int, w widths) layerActs {
 	la := layerActs{
-		ln1: n(Nr * C), ln1Rstd: n(Nr), qkv: n(N * w.qkv), atty: n(N * w.att),
-		res2: n(Nr * C), ln2: n(Nr * C), ln2Rstd: n(Nr), fch: n(N * w.fc), fchGelu: n(N * w.act),
+		ln1: h(Nr * C), ln1Rstd: f(Nr), qkv: h(N * w.qkv), atty: h(N * w.att),
+		res2: h(Nr * C), ln2: h(Nr * C), ln2Rstd: f(Nr), fch: h(N * w.fc), fchGelu: h(N * w.act),
 	}
 	if w.mean {
-		la.ln1Mean, la.ln2Mean = n(Nr), n(Nr)
+		la.ln1Mean, la.ln2Mean = f(Nr), f(Nr)
 	}
 	return la
 }
@@ -209,9 +210,14 @@ func (m *Model) newScratch(B, T int) *scratch {
 	_, Nr := m.par.rows(N)
 	var bufs []any
 	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
+	h := func(n int) []float32 { x := kernels.Activations(m.be, n); bufs = append(bufs, x); return x }
+	// The activations' gradients are activations (bf16 under bf16), but
+	// for proj and dln, which tensor parallelism sums across ranks: a
+	// row-parallel GEMM's output and a column-parallel one's input
+	// gradient stay float32 until the kernel after the sum stores them.
 	sc := &scratch{
-		proj: f(N * C), dresid: f(Nr * C), dln: f(N * C), dqkv: f(N * w.qkv), datty: f(N * w.att),
-		dfch: f(N * w.fc), dfchG: f(N * w.act),
+		proj: f(N * C), dresid: h(Nr * C), dln: f(N * C), dqkv: h(N * w.qkv), datty: h(N * w.att),
+		dfch: h(N * w.fc), dfchG: h(N * w.act),
 	}
 	if d.kvCopies > 1 {
 		sc.dqkvw = f(w.qkv * C)
@@ -220,7 +226,7 @@ func (m *Model) newScratch(B, T int) *scratch {
 		sc.dnorm = f(4 * C) // two LayerNorms' weights and biases
 	}
 	if m.recompute == RecomputeFull {
-		sc.layer = newLayerActs(f, N, Nr, C, w)
+		sc.layer = newLayerActs(h, f, N, Nr, C, w)
 	}
 	if m.recompute != RecomputeNone {
 		sc.att = f(m.par.attentionFloats(B, T, d.NHl))
@@ -244,15 +250,18 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	N := B * T
 	_, Nr := m.par.rows(N)
 	a := &activations{B: B, T: T}
-	f := func(n int) []float32 {
-		a.stored += 4 * n
-		x := kernels.Float32s(m.be, n)
-		a.bufs = append(a.bufs, x)
-		return x
+	keep := func(alloc func(kernels.Backend, int) []float32) func(int) []float32 {
+		return func(n int) []float32 {
+			a.stored += 4 * n // 4 bytes each: no backend stores bf16 activations in 16 bits yet (kernels/activations.go)
+			x := alloc(m.be, n)
+			a.bufs = append(a.bufs, x)
+			return x
+		}
 	}
+	h, f := keep(kernels.Activations), keep(kernels.Float32s)
 	a.resid = make([][]float32, Ll+1)
 	for l := lo; l <= hi; l++ {
-		a.resid[l] = f(Nr * C)
+		a.resid[l] = h(Nr * C)
 	}
 	a.layers = make([]layerActs, Ll)
 	a.att = make([][]float32, Ll)
@@ -260,7 +269,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if m.recompute == RecomputeFull {
 			a.layers[l] = sc.layer
 		} else {
-			a.layers[l] = newLayerActs(f, N, Nr, C, w)
+			a.layers[l] = newLayerActs(h, f, N, Nr, C, w)
 		}
 		if m.recompute != RecomputeNone {
 			a.att[l] = sc.att
@@ -269,11 +278,11 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		}
 	}
 	if m.Part.Head && hi == Ll {
-		a.lnf, a.lnfRstd = f(Nr*C), f(Nr)
+		a.lnf, a.lnfRstd = h(Nr*C), f(Nr)
 		if w.mean {
 			a.lnfMean = f(Nr)
 		}
-		a.logits, a.losses = f(N*d.Vpl), f(N)
+		a.logits, a.losses = h(N*d.Vpl), f(N)
 	}
 	a.inputs, a.targets = kernels.Int32s(m.be, N), kernels.Int32s(m.be, N)
 	a.bufs = append(a.bufs, a.inputs, a.targets)

@@ -349,10 +349,10 @@ func checkParity(t *testing.T, tc parityCase, singles parityReference, o rankOpt
 	if o.backend == nil {
 		o.backend = cpuBackend
 	}
-	// The single process has the case's model shape.
+	// The single process has the case's model shape and optimizer.
 	var shape []string
 	for _, o := range tc.o {
-		if strings.HasPrefix(o, "Model.") {
+		if strings.HasPrefix(o, "Model.") || strings.HasPrefix(o, "Optimizer.") {
 			shape = append(shape, o)
 		}
 	}
@@ -379,15 +379,20 @@ type parityTol struct{ loss, weights float64 }
 // computes in fp32: its loss scale is a power of two, exact).
 var fp32Parity = parityTol{loss: 1e-5, weights: 1e-5}
 
-// bf16ParityTol is the tolerance of bf16 GEMMs: their inputs rounded to 8
-// bits of mantissa, a sum that differs in its last fp32 bit between
-// layouts (a tensor-parallel all-reduce's order, a data-parallel one's)
-// rounds to a bf16 value one ulp (2⁻⁸) apart now and then, and AdamW
-// turns that into lr-sized steps on the gradients near zero: over 5 steps
-// the losses move 8e-4 apart and the weights 1.5e-2 (mp2 kv1), where a
-// pipeline, which keeps each layer's sums, stays bit for bit. A tenth of
-// the 2% TestCPUBF16Tiny allows bf16 against fp32.
-var bf16ParityTol = parityTol{loss: 2e-3, weights: 5e-2}
+// bf16ParityTol is the tolerance of bf16: GEMM inputs rounded to 8 bits
+// of mantissa, and activations and their gradients stored in bfloat16
+// (kernels.Activations). A sum that differs in its last fp32 bit between
+// layouts (a tensor-parallel all-reduce's order, a data-parallel one's; a
+// key/value head's gradient summed over each copy's query heads and
+// stored before the copies are summed) rounds to a bf16 value one ulp
+// (2⁻⁸) apart now and then, and AdamW turns that into lr-sized steps on
+// the gradients near zero: over 5 steps the losses of llama mp4 kv2 move
+// 2.0e-3 apart (6.6e-4 with float32 activations) and the weights 1.2e-2
+// (relative L2; mp2 kv1 1.1e-2, dp2 1.1e-4), where a pipeline, which
+// keeps each layer's sums, stays bit for bit. One bf16 process moves
+// 7.7e-3 from the fp32 one on the same run; the losses' bound is half of
+// that.
+var bf16ParityTol = parityTol{loss: 4e-3, weights: 5e-2}
 
 // cpParity is the tolerance of context parallelism's weights: its ring
 // attention recomputes the probabilities in the backward pass from a

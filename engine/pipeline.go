@@ -300,7 +300,7 @@ func (p *pipeline) exchange(ctx context.Context, m *Model, i int, live map[[2]in
 		if x.grad {
 			if len(p.dnext) != len(m.scratch.dresid) {
 				kernels.Free(m.be, p.dnext)
-				p.dnext = kernels.Float32s(m.be, len(m.scratch.dresid))
+				p.dnext = kernels.Activations(m.be, len(m.scratch.dresid)) // as dresid, which it is copied into
 			}
 			buf, gradIn = p.dnext, true
 		} else {

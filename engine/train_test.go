@@ -29,6 +29,22 @@ type fixedPeak struct{ kernels.Backend }
 
 func (fixedPeak) PeakFLOPS() float64 { return 1e9 }
 
+// Activations are the wrapped backend's: bf16 ones under bf16.
+func (b fixedPeak) Activations(n int) []float32 { return kernels.Activations(b.Backend, n) }
+
+// MarkActivations and UnmarkActivations are the wrapped CPU backend's, for
+// kernels/deferred over a fixedPeak (kernels/cpu's MarkActivations).
+func (b fixedPeak) MarkActivations(x []float32) bool {
+	m, ok := b.Backend.(interface{ MarkActivations([]float32) bool })
+	return ok && m.MarkActivations(x)
+}
+
+func (b fixedPeak) UnmarkActivations(x []float32) {
+	if m, ok := b.Backend.(interface{ UnmarkActivations([]float32) }); ok {
+		m.UnmarkActivations(x)
+	}
+}
+
 // smallTokens is a corpus for a 96-token vocabulary: a fixed pseudo-random
 // walk, so that there is something to learn and no tokenizer to run.
 func smallTokens() ([]uint16, error) {
