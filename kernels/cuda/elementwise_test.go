@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cuda"
 )
 
 // sizes are element counts around the float4 and block boundaries.
@@ -139,7 +140,7 @@ func TestDropout(t *testing.T) {
 		})
 	}
 	_, k := machine(t)
-	if err := k.DropoutForward(0, 0, 0, 1, 1, 0, 0); err == nil {
+	if err := k.DropoutForward(0, cuda.Ptr(0), cuda.Ptr(0), 1, 1, 0, 0); err == nil {
 		t.Error("dropout with p = 1 accepted")
 	}
 }

@@ -16,23 +16,24 @@ var fusedKernelNames = []string{"residual_layernorm_forward", "residual_rmsnorm_
 // LayerNormForward: out = (res − mean)·rstd·w + bias, keeping mean and
 // rstd (N) unless they are 0. res may alias x or y; out, mean and rstd
 // alias nothing. It equals ResidualForward then LayerNormForward.
-func (k *Kernels) ResidualLayerNormForward(s Stream, res, out, mean, rstd, x, y, w, bias Ptr, N, C int) error {
+func (k *Kernels) ResidualLayerNormForward(s Stream, res, out Buf, mean, rstd Ptr, x, y Buf, w, bias Ptr, N, C int) error {
 	if err := checkSizes("ResidualLayerNormForward", N, C); err != nil {
 		return err
 	}
 	if N == 0 || C == 0 {
 		return nil
 	}
-	vec := C%4 == 0 && aligned(16, res, out, x, y, w, bias)
+	p, bf := bufs(res, out, x, y)
+	vec := bf == 0 && C%4 == 0 && aligned(16, append(p, w, bias)...)
 	grid, block := LayerNormForwardGeometry(N)
-	return k.launch("residual_layernorm_forward", grid, block, 0, s, res, out, mean, rstd, x, y, w, bias, int32(N), int32(C), flag(vec))
+	return k.launch("residual_layernorm_forward", grid, block, 0, s, p[0], p[1], mean, rstd, p[2], p[3], w, bias, int32(N), int32(C), bf, flag(vec))
 }
 
 // ResidualRMSNormForward writes res (N,C) = x + y, then normalises it as
 // RMSNormForward: out = res·rstd·w, rstd = 1/√(mean(res²) + eps), keeping
 // rstd (N) unless it is 0. res may alias x or y; out and rstd alias
 // nothing. It equals ResidualForward then RMSNormForward.
-func (k *Kernels) ResidualRMSNormForward(s Stream, res, out, rstd, x, y, w Ptr, N, C int, eps float32) error {
+func (k *Kernels) ResidualRMSNormForward(s Stream, res, out Buf, rstd Ptr, x, y Buf, w Ptr, N, C int, eps float32) error {
 	if err := checkSizes("ResidualRMSNormForward", N, C); err != nil {
 		return err
 	}
@@ -42,9 +43,10 @@ func (k *Kernels) ResidualRMSNormForward(s Stream, res, out, rstd, x, y, w Ptr, 
 	if N == 0 || C == 0 {
 		return nil
 	}
-	vec := C%4 == 0 && aligned(16, res, out, x, y, w)
+	p, bf := bufs(res, out, x, y)
+	vec := bf == 0 && C%4 == 0 && aligned(16, append(p, w)...)
 	grid, block := LayerNormForwardGeometry(N)
-	return k.launch("residual_rmsnorm_forward", grid, block, 0, s, res, out, rstd, x, y, w, int32(N), int32(C), eps, flag(vec))
+	return k.launch("residual_rmsnorm_forward", grid, block, 0, s, p[0], p[1], rstd, p[2], p[3], w, int32(N), int32(C), eps, bf, flag(vec))
 }
 
 // ResidualLayerNormForward adds two streams and normalises their sum.

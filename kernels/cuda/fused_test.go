@@ -141,7 +141,8 @@ func TestResidualRMSNormForward(t *testing.T) {
 func TestResidualRMSNormEps(t *testing.T) {
 	_, k := machine(t)
 	for _, eps := range []float32{-1, float32(math.Inf(1)), float32(math.NaN())} {
-		if err := k.ResidualRMSNormForward(0, 0, 0, 0, 0, 0, 0, 1, 4, eps); err == nil {
+		var p cuda.Ptr
+		if err := k.ResidualRMSNormForward(0, p, p, p, p, p, p, 1, 4, eps); err == nil {
 			t.Errorf("eps %v: no error", eps)
 		}
 	}

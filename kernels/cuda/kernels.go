@@ -220,14 +220,14 @@ func (k *Kernels) elementwise(name string, s Stream, n int, vec bool, args ...an
 // EncoderForward writes out (B,T,C) = wte[inp[b,t]] + wpe[t], as
 // kernels/cpu: wte (V,C), wpe (maxT,C), inp (B,T) int32; a token ≥ V
 // contributes zeros.
-func (k *Kernels) EncoderForward(s Stream, out, inp, wte, wpe Ptr, B, T, C, V int) error {
+func (k *Kernels) EncoderForward(s Stream, out Buf, inp, wte, wpe Ptr, B, T, C, V int) error {
 	return k.EncoderShardForward(s, out, inp, wte, 0, V, wpe, B, T, C)
 }
 
 // EncoderShardForward is the vocabulary-parallel embedding: wte holds rows
 // vlo … vlo+rows−1 of the token embedding, a token outside them contributes
 // zeros; wpe may be 0 (no position embedding on this rank).
-func (k *Kernels) EncoderShardForward(s Stream, out, inp, wte Ptr, vlo, rows int, wpe Ptr, B, T, C int) error {
+func (k *Kernels) EncoderShardForward(s Stream, out Buf, inp, wte Ptr, vlo, rows int, wpe Ptr, B, T, C int) error {
 	if err := checkSizes("EncoderShardForward", B, T, C); err != nil {
 		return err
 	}
@@ -237,25 +237,26 @@ func (k *Kernels) EncoderShardForward(s Stream, out, inp, wte Ptr, vlo, rows int
 	if B*T*C == 0 {
 		return nil
 	}
-	vec := C%4 == 0 && aligned(16, out, wte, wpe)
+	p, bf := bufs(out)
+	vec := bf == 0 && C%4 == 0 && aligned(16, p[0], wte, wpe)
 	n := int64(B) * int64(T) * int64(C)
 	if vec {
 		n /= 4
 	}
 	grid, block := ElementwiseGeometry(n)
-	return k.launch("encoder_forward", grid, block, 0, s, out, inp, wte, int32(vlo), int32(rows), wpe, int32(B*T), int32(T), int32(C), flag(vec))
+	return k.launch("encoder_forward", grid, block, 0, s, p[0], inp, wte, int32(vlo), int32(rows), wpe, int32(B*T), int32(T), int32(C), bf, flag(vec))
 }
 
 // EncoderBackward accumulates dwte[inp[b,t]] += dout[b,t] (tokens < V) and
 // dwpe[t] += dout[b,t]. dwte's sums take atomics: their last bits may
 // differ from run to run.
-func (k *Kernels) EncoderBackward(s Stream, dwte, dwpe, dout, inp Ptr, B, T, C, V int) error {
+func (k *Kernels) EncoderBackward(s Stream, dwte, dwpe Ptr, dout Buf, inp Ptr, B, T, C, V int) error {
 	return k.EncoderShardBackward(s, dwte, 0, V, dwpe, dout, inp, B, T, C)
 }
 
 // EncoderShardBackward accumulates the gradients of EncoderShardForward:
 // dwte for the tokens in this rank's rows, and dwpe unless it is 0.
-func (k *Kernels) EncoderShardBackward(s Stream, dwte Ptr, vlo, rows int, dwpe, dout, inp Ptr, B, T, C int) error {
+func (k *Kernels) EncoderShardBackward(s Stream, dwte Ptr, vlo, rows int, dwpe Ptr, dout Buf, inp Ptr, B, T, C int) error {
 	if err := checkSizes("EncoderShardBackward", B, T, C); err != nil {
 		return err
 	}
@@ -266,28 +267,30 @@ func (k *Kernels) EncoderShardBackward(s Stream, dwte Ptr, vlo, rows int, dwpe, 
 		return nil
 	}
 	grid, block := ElementwiseGeometry(int64(T) * int64(C))
-	return k.launch("encoder_backward", grid, block, 0, s, dwte, int32(vlo), int32(rows), dwpe, dout, inp, int32(B), int32(T), int32(C))
+	p, bf := bufs(dout)
+	return k.launch("encoder_backward", grid, block, 0, s, dwte, int32(vlo), int32(rows), dwpe, p[0], inp, int32(B), int32(T), int32(C), bf)
 }
 
 // LayerNormForward normalises N rows of C: out = (inp − mean)·rstd·w +
 // bias, keeping mean and rstd (N) unless they are 0.
-func (k *Kernels) LayerNormForward(s Stream, out, mean, rstd, inp, w, bias Ptr, N, C int) error {
+func (k *Kernels) LayerNormForward(s Stream, out Buf, mean, rstd Ptr, inp Buf, w, bias Ptr, N, C int) error {
 	if err := checkSizes("LayerNormForward", N, C); err != nil {
 		return err
 	}
 	if N == 0 || C == 0 {
 		return nil
 	}
-	vec := C%4 == 0 && aligned(16, out, inp, w, bias)
+	p, bf := bufs(out, inp)
+	vec := bf == 0 && C%4 == 0 && aligned(16, p[0], p[1], w, bias)
 	grid, block := LayerNormForwardGeometry(N)
-	return k.launch("layernorm_forward", grid, block, 0, s, out, mean, rstd, inp, w, bias, int32(N), int32(C), flag(vec))
+	return k.launch("layernorm_forward", grid, block, 0, s, p[0], mean, rstd, p[1], w, bias, int32(N), int32(C), bf, flag(vec))
 }
 
 // LayerNormBackward accumulates dinp (N,C), dw and dbias (C) as
 // kernels/cpu. The dw and dbias sums take atomics: their last bits may
 // differ from run to run. It needs LayerNormBackwardShared(C) bytes of
 // dynamic shared memory, whose limit the backend raises above 48 KiB.
-func (k *Kernels) LayerNormBackward(s Stream, dinp, dw, dbias, dout, inp, w, mean, rstd Ptr, N, C int) error {
+func (k *Kernels) LayerNormBackward(s Stream, dinp Buf, dw, dbias Ptr, dout, inp Buf, w, mean, rstd Ptr, N, C int) error {
 	if err := checkSizes("LayerNormBackward", N, C); err != nil {
 		return err
 	}
@@ -295,7 +298,8 @@ func (k *Kernels) LayerNormBackward(s Stream, dinp, dw, dbias, dout, inp, w, mea
 		return nil
 	}
 	grid, block, shared := LayerNormBackwardGeometry(N, C)
-	return k.launch("layernorm_backward", grid, block, shared, s, dinp, dw, dbias, dout, inp, w, mean, rstd, int32(N), int32(C))
+	p, bf := bufs(dinp, dout, inp)
+	return k.launch("layernorm_backward", grid, block, shared, s, p[0], dw, dbias, p[1], p[2], w, mean, rstd, int32(N), int32(C), bf)
 }
 
 // BiasAdd adds bias (OC) to every row of out (N,OC), the bias of a GEMM
@@ -331,43 +335,48 @@ func (k *Kernels) BiasBackward(s Stream, dbias, dout Ptr, N, OC int) error {
 
 // GeluForward writes out = GELU(inp) (tanh approximation), n elements; out
 // may alias inp.
-func (k *Kernels) GeluForward(s Stream, out, inp Ptr, n int) error {
-	return k.elementwise("gelu_forward", s, n, aligned(16, out, inp), out, inp, int64(n))
+func (k *Kernels) GeluForward(s Stream, out, inp Buf, n int) error {
+	p, bf := bufs(out, inp)
+	return k.elementwise("gelu_forward", s, n, bf == 0 && aligned(16, p...), p[0], p[1], int64(n), bf)
 }
 
 // GeluBackward writes dinp = GELU'(inp)·dout (overwritten) from the forward
 // pass's inp and out, n elements; dinp may alias dout.
-func (k *Kernels) GeluBackward(s Stream, dinp, inp, out, dout Ptr, n int) error {
-	return k.elementwise("gelu_backward", s, n, aligned(16, dinp, inp, out, dout), dinp, inp, out, dout, int64(n))
+func (k *Kernels) GeluBackward(s Stream, dinp, inp, out, dout Buf, n int) error {
+	p, bf := bufs(dinp, inp, out, dout)
+	return k.elementwise("gelu_backward", s, n, bf == 0 && aligned(16, p...), p[0], p[1], p[2], p[3], int64(n), bf)
 }
 
 // ResidualForward writes out = a + b, n elements; out may alias a or b.
-func (k *Kernels) ResidualForward(s Stream, out, a, b Ptr, n int) error {
-	return k.elementwise("residual_forward", s, n, aligned(16, out, a, b), out, a, b, int64(n))
+func (k *Kernels) ResidualForward(s Stream, out, a, b Buf, n int) error {
+	p, bf := bufs(out, a, b)
+	return k.elementwise("residual_forward", s, n, bf == 0 && aligned(16, p...), p[0], p[1], p[2], int64(n), bf)
 }
 
 // Scale multiplies n elements of x by f.
-func (k *Kernels) Scale(s Stream, x Ptr, n int, f float32) error {
-	return k.elementwise("scale", s, n, aligned(16, x), x, int64(n), f)
+func (k *Kernels) Scale(s Stream, x Buf, n int, f float32) error {
+	p, bf := bufs(x)
+	return k.elementwise("scale", s, n, bf == 0 && aligned(16, p...), p[0], int64(n), f, bf)
 }
 
 // DropoutForward writes out[i] = in[i]·mask/(1−p) for n elements whose
 // stream indices start at off, the mask kernels/cpu's Dropout{P: p, Key:
 // key} draws, bit for bit; p = 0 copies (nothing when out == in). out may
 // alias in.
-func (k *Kernels) DropoutForward(s Stream, out, in Ptr, n int, p float32, key, off uint64) error {
+func (k *Kernels) DropoutForward(s Stream, out, in Buf, n int, p float32, key, off uint64) error {
 	if !(p >= 0 && p < 1) {
 		return fmt.Errorf("cuda: dropout probability %v: want 0 ≤ p < 1", p)
 	}
-	if p == 0 && out == in {
+	ps, bf := bufs(out, in)
+	if p == 0 && ps[0] == ps[1] {
 		return nil
 	}
-	return k.elementwise("dropout_forward", s, n, aligned(16, out, in), out, in, int64(n), p, 1/(1-p), key, off)
+	return k.elementwise("dropout_forward", s, n, bf == 0 && aligned(16, ps...), ps[0], ps[1], int64(n), p, 1/(1-p), key, off, bf)
 }
 
 // DropoutBackward is DropoutForward on the gradient: dinp = dout·mask/(1−p)
 // with the forward pass's p, key and off. dinp may alias dout.
-func (k *Kernels) DropoutBackward(s Stream, dinp, dout Ptr, n int, p float32, key, off uint64) error {
+func (k *Kernels) DropoutBackward(s Stream, dinp, dout Buf, n int, p float32, key, off uint64) error {
 	return k.DropoutForward(s, dinp, dout, n, p, key, off)
 }
 

@@ -123,6 +123,33 @@ __device__ __forceinline__ float f16_to_f32(f16_t h) {
 	return __uint_as_float(sign | ((113u - s) << 23) | ((m & 0x3ffu) << 13));
 }
 
+// ---- activations: float32, or bfloat16 under bf16 (kernels/activations.go) ----
+//
+// A kernel argument that may hold activations is a void* with a bit of the
+// kernel's `bf` mask (bit k for its k-th such argument, in the order the
+// kernel's comment lists them): set, its elements are bfloat16, read
+// widened to float and stored rounded to nearest even, as kernels/cpu
+// rounds what it stores; clear, float32. The arithmetic is float32 either
+// way, so a kernel stores the CPU's bits whenever its float32 result has
+// them. The float4 paths (`vec`) run only when bf is 0.
+
+// BF is whether argument k of the mask bf is bfloat16.
+#define BF(bf, k) (((bf) >> (k)) & 1)
+
+__device__ __forceinline__ float ldx(const void* p, long long i, int isbf) {
+	return isbf ? bf16_to_f32(((const bf16_t*)p)[i]) : ((const float*)p)[i];
+}
+
+__device__ __forceinline__ void stx(void* p, long long i, float v, int isbf) {
+	if (isbf)
+		((bf16_t*)p)[i] = f32_to_bf16(v);
+	else
+		((float*)p)[i] = v;
+}
+
+// stored is v as stx stores it: rounded to bfloat16 when isbf.
+__device__ __forceinline__ float stored(float v, int isbf) { return isbf ? bf16_to_f32(f32_to_bf16(v)) : v; }
+
 // ---- reductions ----
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -3,8 +3,9 @@
 // dropout_forward: out[i] = in[i]·keep(off+i)·pscale, n elements, where
 // keep draws the CPU backend's mask bit for bit and pscale = 1/(1−p); with
 // p = 0 a copy. out may alias in. Also the backward pass (dinp from dout).
-extern "C" __global__ void dropout_forward(float* out, const float* in, long long n, float p, float pscale,
-                                           unsigned long long key, unsigned long long off, int vec) {
+// bf: out, in.
+extern "C" __global__ void dropout_forward(void* out, const void* in, long long n, float p, float pscale,
+                                           unsigned long long key, unsigned long long off, int bf, int vec) {
 	long long n4 = vec ? n / 4 : 0;
 	GRID_STRIDE(i, n4) {
 		float4 v = ((const float4*)in)[i];
@@ -19,8 +20,8 @@ extern "C" __global__ void dropout_forward(float* out, const float* in, long lon
 	}
 	GRID_STRIDE(j, n - 4 * n4) {
 		long long i = 4 * n4 + j;
-		float v = in[i];
+		float v = ldx(in, i, BF(bf, 1));
 		if (p > 0.0f) v = dropout_keep(key, off + (unsigned long long)i, p) ? v * pscale : 0.0f;
-		out[i] = v;
+		stx(out, i, v, BF(bf, 0));
 	}
 }

@@ -11,21 +11,22 @@
 // order, so the results are residual_forward's then the norm's.
 // res may alias x or y (so none of the three is __restrict__); out, mean
 // and rstd alias nothing. vec: C % 4 == 0 and res, out, x, y, w (and bias)
-// 16-byte aligned.
+// 16-byte aligned. bf: res, out, x, y; the norm reads res as it is stored
+// (rounded to bfloat16 when res is), as the unfused pair would.
 
 // residual_layernorm_forward: res = x + y, then out = (res − mean)·rstd·w +
 // bias and mean, rstd (N) kept (either may be null), as layernorm_forward.
-extern "C" __global__ void residual_layernorm_forward(float* res, float* __restrict__ out, float* __restrict__ mean,
-                                                      float* __restrict__ rstd, const float* x, const float* y,
+extern "C" __global__ void residual_layernorm_forward(void* res, void* __restrict__ out, float* __restrict__ mean,
+                                                      float* __restrict__ rstd, const void* x, const void* y,
                                                       const float* __restrict__ w, const float* __restrict__ bias,
-                                                      int N, int C, int vec) {
+                                                      int N, int C, int bf, int vec) {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (row >= N) return; // the whole warp
 	long long base = (long long)row * C;
-	const float* xr = x + base;
-	const float* yr = y + base;
-	float* rr = res + base;
+	const float* xr = (const float*)x + base;
+	const float* yr = (const float*)y + base;
+	float* rr = (float*)res + base;
 	double s = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
@@ -40,26 +41,26 @@ extern "C" __global__ void residual_layernorm_forward(float* res, float* __restr
 		}
 	} else {
 		for (int i = lane; i < C; i += 32) {
-			float v = xr[i] + yr[i];
-			rr[i] = v;
+			float v = stored(ldx(x, base + i, BF(bf, 2)) + ldx(y, base + i, BF(bf, 3)), BF(bf, 0));
+			stx(res, base + i, v, BF(bf, 0));
 			s += (double)v;
 		}
 	}
-	layernorm_row(out + base, mean, rstd, rr, w, bias, s, row, C, vec, lane);
+	layernorm_row(out, mean, rstd, res, base, w, bias, s, row, C, vec, lane, BF(bf, 1), BF(bf, 0));
 }
 
 // residual_rmsnorm_forward: res = x + y, then out = res·rstd·w, rstd =
 // 1/√(mean(res²) + eps) kept (may be null), as rmsnorm_forward.
-extern "C" __global__ void residual_rmsnorm_forward(float* res, float* __restrict__ out, float* __restrict__ rstd,
-                                                    const float* x, const float* y, const float* __restrict__ w,
-                                                    int N, int C, float eps, int vec) {
+extern "C" __global__ void residual_rmsnorm_forward(void* res, void* __restrict__ out, float* __restrict__ rstd,
+                                                    const void* x, const void* y, const float* __restrict__ w, int N,
+                                                    int C, float eps, int bf, int vec) {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (row >= N) return; // the whole warp
 	long long base = (long long)row * C;
-	const float* xr = x + base;
-	const float* yr = y + base;
-	float* rr = res + base;
+	const float* xr = (const float*)x + base;
+	const float* yr = (const float*)y + base;
+	float* rr = (float*)res + base;
 	double q = 0.0;
 	if (vec) {
 		for (int i = lane; i < C / 4; i += 32) {
@@ -75,11 +76,11 @@ extern "C" __global__ void residual_rmsnorm_forward(float* res, float* __restric
 		}
 	} else {
 		for (int i = lane; i < C; i += 32) {
-			float v = xr[i] + yr[i];
-			rr[i] = v;
+			float v = stored(ldx(x, base + i, BF(bf, 2)) + ldx(y, base + i, BF(bf, 3)), BF(bf, 0));
+			stx(res, base + i, v, BF(bf, 0));
 			double a = v;
 			q += a * a;
 		}
 	}
-	rmsnorm_row(out + base, rstd, rr, w, q, row, C, eps, vec, lane);
+	rmsnorm_row(out, rstd, res, base, w, q, row, C, eps, vec, lane, BF(bf, 1), BF(bf, 0));
 }

@@ -21,8 +21,9 @@ __device__ __forceinline__ float gelu_grad(float v, float y, float g) {
 	return __fmul_rn(g, __fadd_rn(a, __fmul_rn(b, c)));
 }
 
-// gelu_forward: out = gelu(inp), n elements; out may alias inp.
-extern "C" __global__ void gelu_forward(float* out, const float* inp, long long n, int vec) {
+// gelu_forward: out = gelu(inp), n elements; out may alias inp. bf: out,
+// inp.
+extern "C" __global__ void gelu_forward(void* out, const void* inp, long long n, int bf, int vec) {
 	long long n4 = vec ? n / 4 : 0;
 	GRID_STRIDE(i, n4) {
 		float4 v = ((const float4*)inp)[i];
@@ -32,13 +33,16 @@ extern "C" __global__ void gelu_forward(float* out, const float* inp, long long 
 		v.w = gelu(v.w);
 		((float4*)out)[i] = v;
 	}
-	GRID_STRIDE(j, n - 4 * n4) out[4 * n4 + j] = gelu(inp[4 * n4 + j]);
+	GRID_STRIDE(j, n - 4 * n4) {
+		long long i = 4 * n4 + j;
+		stx(out, i, gelu(ldx(inp, i, BF(bf, 1))), BF(bf, 0));
+	}
 }
 
 // gelu_backward: dinp = gelu'(inp)·dout (overwritten), from the forward
-// output out; dinp may alias dout.
-extern "C" __global__ void gelu_backward(float* dinp, const float* inp, const float* out, const float* dout,
-                                         long long n, int vec) {
+// output out; dinp may alias dout. bf: dinp, inp, out, dout.
+extern "C" __global__ void gelu_backward(void* dinp, const void* inp, const void* out, const void* dout, long long n,
+                                         int bf, int vec) {
 	long long n4 = vec ? n / 4 : 0;
 	GRID_STRIDE(i, n4) {
 		float4 x = ((const float4*)inp)[i], y = ((const float4*)out)[i], g = ((const float4*)dout)[i];
@@ -51,6 +55,6 @@ extern "C" __global__ void gelu_backward(float* dinp, const float* inp, const fl
 	}
 	GRID_STRIDE(j, n - 4 * n4) {
 		long long i = 4 * n4 + j;
-		dinp[i] = gelu_grad(inp[i], out[i], dout[i]);
+		stx(dinp, i, gelu_grad(ldx(inp, i, BF(bf, 1)), ldx(out, i, BF(bf, 2)), ldx(dout, i, BF(bf, 3))), BF(bf, 0));
 	}
 }

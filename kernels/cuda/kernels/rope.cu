@@ -12,8 +12,9 @@
 //
 // and, when copy_rest is set (out is not inp), copies the other channels.
 // Grid-stride over the N·heads·hd/2 pairs, then over the copied channels.
-extern "C" __global__ void rope(float* out, const float* inp, const float* __restrict__ table, int N, int T,
-                                int C, int heads, int hd, int pos0, float sign, int copy_rest) {
+// bf: out, inp.
+extern "C" __global__ void rope(void* out, const void* inp, const float* __restrict__ table, int N, int T, int C,
+                                int heads, int hd, int pos0, float sign, int copy_rest, int bf) {
 	const int h = hd / 2;
 	const long long pairs = (long long)N * heads * h;
 	GRID_STRIDE(i, pairs) {
@@ -23,15 +24,15 @@ extern "C" __global__ void rope(float* out, const float* inp, const float* __res
 		const float* trow = table + (long long)(pos0 + (int)(r % T)) * hd;
 		const float c = trow[j], s = sign * trow[h + j];
 		const long long at = r * C + (long long)k * hd + j;
-		const float a = inp[at], b = inp[at + h];
-		out[at] = a * c - b * s;
-		out[at + h] = b * c + a * s;
+		const float a = ldx(inp, at, BF(bf, 1)), b = ldx(inp, at + h, BF(bf, 1));
+		stx(out, at, a * c - b * s, BF(bf, 0));
+		stx(out, at + h, b * c + a * s, BF(bf, 0));
 	}
 	if (!copy_rest) return;
 	const int rest = C - heads * hd;
 	GRID_STRIDE(i, (long long)N * rest) {
 		const long long r = i / rest;
 		const long long at = r * C + heads * hd + (i - r * rest);
-		out[at] = inp[at];
+		stx(out, at, ldx(inp, at, BF(bf, 1)), BF(bf, 0));
 	}
 }

@@ -4,9 +4,9 @@
 
 // swiglu_forward: out (N,F) = silu(g)·u, silu(g) = g/(1 + e⁻ᵍ). Grid-stride
 // over N·F, or over N·F/4 float4s when vec (F % 4 == 0, out and inp 16-byte
-// aligned).
-extern "C" __global__ void swiglu_forward(float* __restrict__ out, const float* __restrict__ inp, long long N,
-                                          int F, int vec) {
+// aligned). bf: out, inp.
+extern "C" __global__ void swiglu_forward(void* __restrict__ out, const void* __restrict__ inp, long long N, int F,
+                                          int bf, int vec) {
 	if (vec) {
 		const int F4 = F / 4;
 		GRID_STRIDE(i, N * F4) {
@@ -23,22 +23,22 @@ extern "C" __global__ void swiglu_forward(float* __restrict__ out, const float* 
 	}
 	GRID_STRIDE(i, N * F) {
 		const long long r = i / F, c = i - r * F;
-		const float g = inp[2 * r * F + c], u = inp[(2 * r + 1) * F + c];
-		out[i] = g / (1.0f + exp32(-g)) * u;
+		const float g = ldx(inp, 2 * r * F + c, BF(bf, 1)), u = ldx(inp, (2 * r + 1) * F + c, BF(bf, 1));
+		stx(out, i, g / (1.0f + exp32(-g)) * u, BF(bf, 0));
 	}
 }
 
 // swiglu_backward writes dinp (N,2F), overwritten, from dout (N,F) and inp:
 // σ = 1/(1 + e⁻ᵍ), dgate = dout·u·σ·(1 + g·(1 − σ)), dup = dout·g·σ.
-// Grid-stride over N·F.
-extern "C" __global__ void swiglu_backward(float* __restrict__ dinp, const float* __restrict__ inp,
-                                           const float* __restrict__ dout, long long N, int F) {
+// Grid-stride over N·F. bf: dinp, inp, dout.
+extern "C" __global__ void swiglu_backward(void* __restrict__ dinp, const void* __restrict__ inp,
+                                           const void* __restrict__ dout, long long N, int F, int bf) {
 	GRID_STRIDE(i, N * F) {
 		const long long r = i / F, c = i - r * F;
 		const long long gi = 2 * r * F + c, ui = gi + F;
-		const float g = inp[gi], u = inp[ui], d = dout[i];
+		const float g = ldx(inp, gi, BF(bf, 1)), u = ldx(inp, ui, BF(bf, 1)), d = ldx(dout, i, BF(bf, 2));
 		const float s = 1.0f / (1.0f + exp32(-g));
-		dinp[gi] = d * u * s * (1.0f + g * (1.0f - s));
-		dinp[ui] = d * g * s;
+		stx(dinp, gi, d * u * s * (1.0f + g * (1.0f - s)), BF(bf, 0));
+		stx(dinp, ui, d * g * s, BF(bf, 0));
 	}
 }

@@ -1,0 +1,275 @@
+package cuda_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/gptui/gptui/half"
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cpu"
+	"github.com/gptui/gptui/kernels/cuda"
+)
+
+// bfArg is an argument of a bf16 kernel case: its initial values, and
+// whether it may hold activations (a cuda.Buf: float32 or bfloat16).
+type bfArg struct {
+	x   []float32
+	act bool
+}
+
+// bf16Case is a kernel that takes activations, run on the CPU backend under
+// bf16 (kernels.Activations) and under the emulator on the same buffers.
+type bf16Case struct {
+	name  string
+	args  []bfArg
+	cpu   func(b kernels.Backend, x [][]float32)
+	gpu   func(k *cuda.Kernels, x []cuda.Buf) error
+	exact bool // the CPU's bits; otherwise within one bfloat16 step where either rounds
+}
+
+// TestKernelsBF16 runs each kernel that takes activations with them in
+// bfloat16 (cuda.BF16Ptr) against kernels/cpu under bf16, whose kernels
+// round what they store into kernels.Activations: all of its activation
+// arguments bfloat16, the first one float32 and the others bfloat16, and
+// the first one bfloat16 and the others float32 — so each argument's bit
+// of the kernel's mask is read. Elementwise kernels store the CPU's bits;
+// the others (reductions, and products a GPU may fuse) are within one
+// bfloat16 step of them.
+func TestKernelsBF16(t *testing.T) {
+	cb, err := cpu.Open(cpu.Options{BF16: true})
+	if err != nil {
+		t.Skipf("the CPU reference of bf16: %v", err)
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	const n = 1037 // odd: no float4 path, a tail
+	const B, T, C = 2, 5, 24
+	toks := make([]int32, B*T)
+	for i := range toks {
+		toks[i] = int32(r.IntN(40))
+	}
+	wte, wpe := randn(r, 30*C, 1), randn(r, T*C, 1)
+	d := kernels.Dropout{P: 0.25, Key: kernels.SiteKey(42, 3, 1, 5, 2)}
+	const heads, hd, Cr = 2, 8, 20 // RoPE: rows of 20 channels, two heads of 8 rotated, 4 copied
+	table := make([]float32, (T+3)*hd)
+	kernels.RoPE{Theta: 10000}.Table(table, T+3, hd)
+	const N, F = 7, 12
+	cases := []bf16Case{
+		{"EncoderShardForward", []bfArg{{make([]float32, B*T*C), true}}, func(b kernels.Backend, x [][]float32) {
+			b.EncoderShardForward(x[0], toks, wte, 10, wpe, B, T, C)
+		}, func(k *cuda.Kernels, x []cuda.Buf) error { return nil }, true},
+		{"EncoderShardBackward", []bfArg{{randn(r, B*T*C, 1), true}, {make([]float32, 30*C), false}, {make([]float32, T*C), false}}, func(b kernels.Backend, x [][]float32) {
+			b.EncoderShardBackward(x[1], 10, x[2], x[0], toks, B, T, C)
+		}, nil, false},
+		{"GeluForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 2), true}}, func(b kernels.Backend, x [][]float32) { b.GeluForward(x[0], x[1]) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.GeluForward(0, x[0], x[1], n) }, true},
+		{"GeluBackward", []bfArg{{make([]float32, n), true}, {randn(r, n, 2), true}, {randn(r, n, 2), true}, {randn(r, n, 1), true}},
+			func(b kernels.Backend, x [][]float32) { b.GeluBackward(x[0], x[1], x[2], x[3]) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.GeluBackward(0, x[0], x[1], x[2], x[3], n) }, true},
+		{"ResidualForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 1), true}, {randn(r, n, 1), true}},
+			func(b kernels.Backend, x [][]float32) { b.ResidualForward(x[0], x[1], x[2]) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.ResidualForward(0, x[0], x[1], x[2], n) }, true},
+		{"Scale", []bfArg{{randn(r, n, 1), true}}, func(b kernels.Backend, x [][]float32) { b.Scale(x[0], 0.37) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.Scale(0, x[0], n, 0.37) }, true},
+		{"DropoutForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 1), true}}, func(b kernels.Backend, x [][]float32) { b.DropoutForward(x[0], x[1], d, 99) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.DropoutForward(0, x[0], x[1], n, d.P, d.Key, 99) }, true},
+		{"SwiGLUForward", []bfArg{{make([]float32, N*F), true}, {randn(r, N*2*F, 2), true}}, func(b kernels.Backend, x [][]float32) { b.SwiGLUForward(x[0], x[1], N, F) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.SwiGLUForward(0, x[0], x[1], N, F) }, false},
+		{"SwiGLUBackward", []bfArg{{make([]float32, N*2*F), true}, {randn(r, N*2*F, 2), true}, {randn(r, N*F, 1), true}},
+			func(b kernels.Backend, x [][]float32) { b.SwiGLUBackward(x[0], x[1], x[2], N, F) },
+			func(k *cuda.Kernels, x []cuda.Buf) error { return k.SwiGLUBackward(0, x[0], x[1], x[2], N, F) }, false},
+		{"RoPEForward", []bfArg{{make([]float32, B*T*Cr), true}, {randn(r, B*T*Cr, 1), true}}, func(b kernels.Backend, x [][]float32) {
+			b.RoPEForward(x[0], x[1], table, B, T, Cr, heads, hd, 3)
+		}, nil, false},
+		{"RoPEBackward", []bfArg{{make([]float32, B*T*Cr), true}, {randn(r, B*T*Cr, 1), true}}, func(b kernels.Backend, x [][]float32) {
+			b.RoPEBackward(x[0], x[1], table, B, T, Cr, heads, hd, 3)
+		}, nil, false},
+	}
+	// The norms: rows of C, statistics from the CPU on the rounded input.
+	const Nn, Cn = 6, 40
+	lnIn := randn(r, Nn*Cn, 2)
+	kernels.RoundBF16(lnIn)
+	lnw, lnb := randn(r, Cn, 1), randn(r, Cn, 1)
+	mean, rstd, rrstd := make([]float32, Nn), make([]float32, Nn), make([]float32, Nn)
+	cb.LayerNormForward(make([]float32, Nn*Cn), mean, rstd, lnIn, lnw, lnb, Nn, Cn)
+	cb.RMSNormForward(make([]float32, Nn*Cn), rrstd, lnIn, lnw, Nn, Cn, 1e-5)
+	f32 := func(x []float32) bfArg { return bfArg{slices.Clone(x), false} }
+	act := func(x []float32) bfArg { return bfArg{slices.Clone(x), true} }
+	zero := func(n int) []float32 { return make([]float32, n) }
+	cases = append(cases,
+		bf16Case{"LayerNormForward", []bfArg{act(zero(Nn * Cn)), f32(zero(Nn)), f32(zero(Nn)), act(lnIn), f32(lnw), f32(lnb)},
+			func(b kernels.Backend, x [][]float32) { b.LayerNormForward(x[0], x[1], x[2], x[3], x[4], x[5], Nn, Cn) },
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.LayerNormForward(0, x[0], asPtr(x[1]), asPtr(x[2]), x[3], asPtr(x[4]), asPtr(x[5]), Nn, Cn)
+			}, false},
+		bf16Case{"LayerNormBackward", []bfArg{act(randn(r, Nn*Cn, 1)), f32(zero(Cn)), f32(zero(Cn)), act(randn(r, Nn*Cn, 1)), act(lnIn), f32(lnw), f32(mean), f32(rstd)},
+			func(b kernels.Backend, x [][]float32) {
+				b.LayerNormBackward(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], Nn, Cn)
+			},
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.LayerNormBackward(0, x[0], asPtr(x[1]), asPtr(x[2]), x[3], x[4], asPtr(x[5]), asPtr(x[6]), asPtr(x[7]), Nn, Cn)
+			}, false},
+		bf16Case{"RMSNormForward", []bfArg{act(zero(Nn * Cn)), f32(zero(Nn)), act(lnIn), f32(lnw)},
+			func(b kernels.Backend, x [][]float32) { b.RMSNormForward(x[0], x[1], x[2], x[3], Nn, Cn, 1e-5) },
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.RMSNormForward(0, x[0], asPtr(x[1]), x[2], asPtr(x[3]), Nn, Cn, 1e-5)
+			}, false},
+		bf16Case{"RMSNormBackward", []bfArg{act(randn(r, Nn*Cn, 1)), f32(zero(Cn)), act(randn(r, Nn*Cn, 1)), act(lnIn), f32(lnw), f32(rrstd)},
+			func(b kernels.Backend, x [][]float32) { b.RMSNormBackward(x[0], x[1], x[2], x[3], x[4], x[5], Nn, Cn) },
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.RMSNormBackward(0, x[0], asPtr(x[1]), x[2], x[3], asPtr(x[4]), asPtr(x[5]), Nn, Cn)
+			}, false},
+		bf16Case{"ResidualLayerNormForward", []bfArg{act(zero(Nn * Cn)), act(zero(Nn * Cn)), f32(zero(Nn)), f32(zero(Nn)), act(randn(r, Nn*Cn, 1)), act(randn(r, Nn*Cn, 1)), f32(lnw), f32(lnb)},
+			func(b kernels.Backend, x [][]float32) {
+				b.ResidualLayerNormForward(x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], Nn, Cn)
+			},
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.ResidualLayerNormForward(0, x[0], x[1], asPtr(x[2]), asPtr(x[3]), x[4], x[5], asPtr(x[6]), asPtr(x[7]), Nn, Cn)
+			}, false},
+		bf16Case{"ResidualRMSNormForward", []bfArg{act(zero(Nn * Cn)), act(zero(Nn * Cn)), f32(zero(Nn)), act(randn(r, Nn*Cn, 1)), act(randn(r, Nn*Cn, 1)), f32(lnw)},
+			func(b kernels.Backend, x [][]float32) {
+				b.ResidualRMSNormForward(x[0], x[1], x[2], x[3], x[4], x[5], Nn, Cn, 1e-5)
+			},
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.ResidualRMSNormForward(0, x[0], x[1], asPtr(x[2]), x[3], x[4], asPtr(x[5]), Nn, Cn, 1e-5)
+			}, false},
+	)
+	// The cases whose GPU call needs device copies of float32 operands.
+	var gwte, gwpe, gtok, gtable cuda.Ptr
+	for i := range cases {
+		c := &cases[i]
+		switch c.name {
+		case "EncoderShardForward":
+			c.gpu = func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.EncoderShardForward(0, x[0], gtok, gwte, 10, 30, gwpe, B, T, C)
+			}
+		case "EncoderShardBackward":
+			c.gpu = func(k *cuda.Kernels, x []cuda.Buf) error {
+				p1, _ := x[1].(cuda.Ptr)
+				p2, _ := x[2].(cuda.Ptr)
+				return k.EncoderShardBackward(0, p1, 10, 30, p2, x[0], gtok, B, T, C)
+			}
+		case "RoPEForward":
+			c.gpu = func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.RoPEForward(0, x[0], x[1], gtable, B, T, Cr, heads, hd, 3)
+			}
+		case "RoPEBackward":
+			c.gpu = func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.RoPEBackward(0, x[0], x[1], gtable, B, T, Cr, heads, hd, 3)
+			}
+		}
+	}
+	for _, c := range cases {
+		acts := 0
+		for _, a := range c.args {
+			if a.act {
+				acts++
+			}
+		}
+		variants := [][]bool{}
+		all := func(first, rest bool) []bool {
+			v, k := make([]bool, len(c.args)), 0
+			for i, a := range c.args {
+				if a.act {
+					v[i] = rest
+					if k == 0 {
+						v[i] = first
+					}
+					k++
+				}
+			}
+			return v
+		}
+		variants = append(variants, all(true, true))
+		if acts > 1 {
+			variants = append(variants, all(false, true), all(true, false))
+		}
+		for _, bf := range variants {
+			t.Run(fmt.Sprintf("%s/%v", c.name, bf), func(t *testing.T) {
+				m, k := machine(t)
+				gwte, gwpe, gtok, gtable = m.Float32s(wte), m.Float32s(wpe), m.Int32s(toks), m.Float32s(table)
+				host := make([][]float32, len(c.args))
+				dev := make([]cuda.Buf, len(c.args))
+				for i, a := range c.args {
+					x := slices.Clone(a.x)
+					if bf[i] {
+						kernels.RoundBF16(x)
+						host[i] = cb.Activations(len(x))
+						copy(host[i], x)
+						dev[i] = cuda.BF16Ptr(m.Uint16s(toBF16(x)))
+					} else {
+						host[i] = x
+						dev[i] = m.Float32s(slices.Clone(x))
+					}
+				}
+				c.cpu(cb, host)
+				must(t, c.gpu(k, dev))
+				run(t, m)
+				for i, a := range c.args {
+					want := host[i]
+					var got []float32
+					if p, ok := dev[i].(cuda.BF16Ptr); ok {
+						got = fromBF16(m.ReadUint16s(cuda.Ptr(p), len(want)))
+					} else {
+						got = m.ReadFloat32s(dev[i].(cuda.Ptr), len(want))
+					}
+					name := fmt.Sprintf("argument %d", i)
+					if !a.act {
+						checkClose(t, name, got, want, 1e-5) // float32 sums (atomics): the order differs
+						continue
+					}
+					switch {
+					case c.exact:
+						checkExact(t, name, got, want)
+					case bf[i]:
+						checkWithinBF16Step(t, name, got, want)
+					default:
+						checkClose(t, name, got, want, 1e-5) // the fp32 kernels' tolerance
+					}
+				}
+			})
+		}
+	}
+}
+
+// asPtr is a float32 argument of a case (never a BF16Ptr).
+func asPtr(b cuda.Buf) cuda.Ptr { return b.(cuda.Ptr) }
+
+func toBF16(x []float32) []uint16 {
+	h := make([]uint16, len(x))
+	for i, v := range x {
+		h[i] = half.F32ToBF16(v)
+	}
+	return h
+}
+
+func fromBF16(h []uint16) []float32 {
+	x := make([]float32, len(h))
+	for i, v := range h {
+		x[i] = half.BF16ToF32(v)
+	}
+	return x
+}
+
+// checkWithinBF16Step: every element of got within one bfloat16 step (2⁻⁷
+// of its magnitude) of want's, as a float32 result a few ulps from the
+// CPU's lands on the neighbouring bfloat16 now and then.
+func checkWithinBF16Step(t *testing.T, name string, got, want []float32) {
+	t.Helper()
+	diff := 0
+	for i, w := range want {
+		if got[i] == w {
+			continue
+		}
+		diff++
+		if d := math.Abs(float64(got[i] - w)); !(d <= math.Abs(float64(w))/128+1e-30) {
+			t.Errorf("%s[%d] = %v, want %v: more than one bfloat16 step apart", name, i, got[i], w)
+			return
+		}
+	}
+	if diff > len(want)/20 {
+		t.Errorf("%s: %d of %d elements differ from the CPU's", name, diff, len(want))
+	}
+}
