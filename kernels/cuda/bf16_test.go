@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -16,8 +17,9 @@ import (
 // bfArg is an argument of a bf16 kernel case: its initial values, and
 // whether it may hold activations (a cuda.Buf: float32 or bfloat16).
 type bfArg struct {
-	x   []float32
-	act bool
+	x       []float32
+	act     bool
+	scratch bool // the GPU's working memory, not compared
 }
 
 // bf16Case is a kernel that takes activations, run on the CPU backend under
@@ -57,33 +59,33 @@ func TestKernelsBF16(t *testing.T) {
 	kernels.RoPE{Theta: 10000}.Table(table, T+3, hd)
 	const N, F = 7, 12
 	cases := []bf16Case{
-		{"EncoderShardForward", []bfArg{{make([]float32, B*T*C), true}}, func(b kernels.Backend, x [][]float32) {
+		{"EncoderShardForward", []bfArg{{x: make([]float32, B*T*C), act: true}}, func(b kernels.Backend, x [][]float32) {
 			b.EncoderShardForward(x[0], toks, wte, 10, wpe, B, T, C)
 		}, func(k *cuda.Kernels, x []cuda.Buf) error { return nil }, true},
-		{"EncoderShardBackward", []bfArg{{randn(r, B*T*C, 1), true}, {make([]float32, 30*C), false}, {make([]float32, T*C), false}}, func(b kernels.Backend, x [][]float32) {
+		{"EncoderShardBackward", []bfArg{{x: randn(r, B*T*C, 1), act: true}, {x: make([]float32, 30*C), act: false}, {x: make([]float32, T*C), act: false}}, func(b kernels.Backend, x [][]float32) {
 			b.EncoderShardBackward(x[1], 10, x[2], x[0], toks, B, T, C)
 		}, nil, false},
-		{"GeluForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 2), true}}, func(b kernels.Backend, x [][]float32) { b.GeluForward(x[0], x[1]) },
+		{"GeluForward", []bfArg{{x: make([]float32, n), act: true}, {x: randn(r, n, 2), act: true}}, func(b kernels.Backend, x [][]float32) { b.GeluForward(x[0], x[1]) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.GeluForward(0, x[0], x[1], n) }, true},
-		{"GeluBackward", []bfArg{{make([]float32, n), true}, {randn(r, n, 2), true}, {randn(r, n, 2), true}, {randn(r, n, 1), true}},
+		{"GeluBackward", []bfArg{{x: make([]float32, n), act: true}, {x: randn(r, n, 2), act: true}, {x: randn(r, n, 2), act: true}, {x: randn(r, n, 1), act: true}},
 			func(b kernels.Backend, x [][]float32) { b.GeluBackward(x[0], x[1], x[2], x[3]) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.GeluBackward(0, x[0], x[1], x[2], x[3], n) }, true},
-		{"ResidualForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 1), true}, {randn(r, n, 1), true}},
+		{"ResidualForward", []bfArg{{x: make([]float32, n), act: true}, {x: randn(r, n, 1), act: true}, {x: randn(r, n, 1), act: true}},
 			func(b kernels.Backend, x [][]float32) { b.ResidualForward(x[0], x[1], x[2]) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.ResidualForward(0, x[0], x[1], x[2], n) }, true},
-		{"Scale", []bfArg{{randn(r, n, 1), true}}, func(b kernels.Backend, x [][]float32) { b.Scale(x[0], 0.37) },
+		{"Scale", []bfArg{{x: randn(r, n, 1), act: true}}, func(b kernels.Backend, x [][]float32) { b.Scale(x[0], 0.37) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.Scale(0, x[0], n, 0.37) }, true},
-		{"DropoutForward", []bfArg{{make([]float32, n), true}, {randn(r, n, 1), true}}, func(b kernels.Backend, x [][]float32) { b.DropoutForward(x[0], x[1], d, 99) },
+		{"DropoutForward", []bfArg{{x: make([]float32, n), act: true}, {x: randn(r, n, 1), act: true}}, func(b kernels.Backend, x [][]float32) { b.DropoutForward(x[0], x[1], d, 99) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.DropoutForward(0, x[0], x[1], n, d.P, d.Key, 99) }, true},
-		{"SwiGLUForward", []bfArg{{make([]float32, N*F), true}, {randn(r, N*2*F, 2), true}}, func(b kernels.Backend, x [][]float32) { b.SwiGLUForward(x[0], x[1], N, F) },
+		{"SwiGLUForward", []bfArg{{x: make([]float32, N*F), act: true}, {x: randn(r, N*2*F, 2), act: true}}, func(b kernels.Backend, x [][]float32) { b.SwiGLUForward(x[0], x[1], N, F) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.SwiGLUForward(0, x[0], x[1], N, F) }, false},
-		{"SwiGLUBackward", []bfArg{{make([]float32, N*2*F), true}, {randn(r, N*2*F, 2), true}, {randn(r, N*F, 1), true}},
+		{"SwiGLUBackward", []bfArg{{x: make([]float32, N*2*F), act: true}, {x: randn(r, N*2*F, 2), act: true}, {x: randn(r, N*F, 1), act: true}},
 			func(b kernels.Backend, x [][]float32) { b.SwiGLUBackward(x[0], x[1], x[2], N, F) },
 			func(k *cuda.Kernels, x []cuda.Buf) error { return k.SwiGLUBackward(0, x[0], x[1], x[2], N, F) }, false},
-		{"RoPEForward", []bfArg{{make([]float32, B*T*Cr), true}, {randn(r, B*T*Cr, 1), true}}, func(b kernels.Backend, x [][]float32) {
+		{"RoPEForward", []bfArg{{x: make([]float32, B*T*Cr), act: true}, {x: randn(r, B*T*Cr, 1), act: true}}, func(b kernels.Backend, x [][]float32) {
 			b.RoPEForward(x[0], x[1], table, B, T, Cr, heads, hd, 3)
 		}, nil, false},
-		{"RoPEBackward", []bfArg{{make([]float32, B*T*Cr), true}, {randn(r, B*T*Cr, 1), true}}, func(b kernels.Backend, x [][]float32) {
+		{"RoPEBackward", []bfArg{{x: make([]float32, B*T*Cr), act: true}, {x: randn(r, B*T*Cr, 1), act: true}}, func(b kernels.Backend, x [][]float32) {
 			b.RoPEBackward(x[0], x[1], table, B, T, Cr, heads, hd, 3)
 		}, nil, false},
 	}
@@ -95,8 +97,8 @@ func TestKernelsBF16(t *testing.T) {
 	mean, rstd, rrstd := make([]float32, Nn), make([]float32, Nn), make([]float32, Nn)
 	cb.LayerNormForward(make([]float32, Nn*Cn), mean, rstd, lnIn, lnw, lnb, Nn, Cn)
 	cb.RMSNormForward(make([]float32, Nn*Cn), rrstd, lnIn, lnw, Nn, Cn, 1e-5)
-	f32 := func(x []float32) bfArg { return bfArg{slices.Clone(x), false} }
-	act := func(x []float32) bfArg { return bfArg{slices.Clone(x), true} }
+	f32 := func(x []float32) bfArg { return bfArg{x: slices.Clone(x)} }
+	act := func(x []float32) bfArg { return bfArg{x: slices.Clone(x), act: true} }
 	zero := func(n int) []float32 { return make([]float32, n) }
 	cases = append(cases,
 		bf16Case{"LayerNormForward", []bfArg{act(zero(Nn * Cn)), f32(zero(Nn)), f32(zero(Nn)), act(lnIn), f32(lnw), f32(lnb)},
@@ -134,6 +136,33 @@ func TestKernelsBF16(t *testing.T) {
 			},
 			func(k *cuda.Kernels, x []cuda.Buf) error {
 				return k.ResidualRMSNormForward(0, x[0], x[1], asPtr(x[2]), x[3], x[4], asPtr(x[5]), Nn, Cn, 1e-5)
+			}, false},
+	)
+	// The classifier: logits (Nc,ldc), the first Vc columns real.
+	const Nc, Vc, ldc = 5, 37, 40
+	tgt := make([]int32, Nc)
+	for i := range tgt {
+		tgt[i] = int32(r.IntN(Vc))
+	}
+	var gtgt cuda.Ptr
+	logits := randn(r, Nc*ldc, 3)
+	cases = append(cases,
+		bf16Case{"CrossEntropy", []bfArg{f32(zero(Nc)), act(logits)},
+			func(b kernels.Backend, x [][]float32) { b.CrossEntropy(x[0], x[1], tgt, Nc, Vc, ldc, 0.5, true) },
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return k.CrossEntropy(0, asPtr(x[0]), x[1], gtgt, Nc, Vc, ldc, 0.5, true)
+			}, false},
+		bf16Case{"ClassifierMax+Exp+Finish", []bfArg{f32(zero(Nc)), f32(zero(Nc)), act(logits), {x: zero(4 * Nc), scratch: true}},
+			func(b kernels.Backend, x [][]float32) {
+				stats := make([]float64, 2*Nc)
+				b.ClassifierMax(x[1], x[2], Nc, Vc, ldc)
+				b.ClassifierExp(stats, x[2], tgt, x[1], Nc, Vc, ldc, 0)
+				b.ClassifierFinish(x[0], x[2], tgt, x[1], stats, Nc, Vc, ldc, 0, 0.5, true)
+			},
+			func(k *cuda.Kernels, x []cuda.Buf) error {
+				return errors.Join(k.ClassifierMax(0, asPtr(x[1]), x[2], Nc, Vc, ldc),
+					k.ClassifierExp(0, asPtr(x[3]), x[2], gtgt, asPtr(x[1]), Nc, Vc, ldc, 0),
+					k.ClassifierFinish(0, asPtr(x[0]), x[2], gtgt, asPtr(x[1]), asPtr(x[3]), Nc, Vc, ldc, 0, 0.5, true))
 			}, false},
 	)
 	// The cases whose GPU call needs device copies of float32 operands.
@@ -189,7 +218,7 @@ func TestKernelsBF16(t *testing.T) {
 		for _, bf := range variants {
 			t.Run(fmt.Sprintf("%s/%v", c.name, bf), func(t *testing.T) {
 				m, k := machine(t)
-				gwte, gwpe, gtok, gtable = m.Float32s(wte), m.Float32s(wpe), m.Int32s(toks), m.Float32s(table)
+				gwte, gwpe, gtok, gtable, gtgt = m.Float32s(wte), m.Float32s(wpe), m.Int32s(toks), m.Float32s(table), m.Int32s(tgt)
 				host := make([][]float32, len(c.args))
 				dev := make([]cuda.Buf, len(c.args))
 				for i, a := range c.args {
@@ -216,6 +245,9 @@ func TestKernelsBF16(t *testing.T) {
 						got = m.ReadFloat32s(dev[i].(cuda.Ptr), len(want))
 					}
 					name := fmt.Sprintf("argument %d", i)
+					if a.scratch {
+						continue
+					}
 					if !a.act {
 						checkClose(t, name, got, want, 1e-5) // float32 sums (atomics): the order differs
 						continue

@@ -403,7 +403,7 @@ func checkLogits(op string, N, V, ld int, more ...int) error {
 // (N) int32: losses (N) = −log softmax(logits[:, :V])[target], and when
 // grad the real columns overwritten by dscale·(softmax − onehot(target)),
 // the padding by 0. The padding enters neither the maximum nor the sum.
-func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V, ld int, dscale float32, grad bool) error {
+func (k *Kernels) CrossEntropy(s Stream, losses Ptr, logits Buf, targets Ptr, N, V, ld int, dscale float32, grad bool) error {
 	if err := checkLogits("CrossEntropy", N, V, ld); err != nil {
 		return err
 	}
@@ -414,13 +414,14 @@ func (k *Kernels) CrossEntropy(s Stream, losses, logits, targets Ptr, N, V, ld i
 		return fmt.Errorf("cuda: CrossEntropy over 0 columns")
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("cross_entropy", grid, block, 0, s, losses, logits, targets, int32(N), int32(V), int32(ld), dscale, flag(grad))
+	p, bf := bufs(logits)
+	return k.launch("cross_entropy", grid, block, 0, s, losses, p[0], targets, int32(N), int32(V), int32(ld), dscale, flag(grad), bf)
 }
 
 // ClassifierMax writes maxes (N) = each row's maximum of the V real
 // columns of logits (N,ld), −∞ for V = 0 (the vocabulary-parallel
 // classifier, see kernels/cpu).
-func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V, ld int) error {
+func (k *Kernels) ClassifierMax(s Stream, maxes Ptr, logits Buf, N, V, ld int) error {
 	if err := checkLogits("ClassifierMax", N, V, ld); err != nil {
 		return err
 	}
@@ -428,14 +429,15 @@ func (k *Kernels) ClassifierMax(s Stream, maxes, logits Ptr, N, V, ld int) error
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_max", grid, block, 0, s, maxes, logits, int32(N), int32(V), int32(ld))
+	p, bf := bufs(logits)
+	return k.launch("classifier_max", grid, block, 0, s, maxes, p[0], int32(N), int32(V), int32(ld), bf)
 }
 
 // ClassifierExp writes stats (N,2) float64 from the V real columns of
 // logits (N,ld) and maxes (N): each row's Σ e^(x−max) and its target
 // logit when this rank's columns vlo … vlo+V−1 hold the target, else 0.
 // The logits are only read.
-func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, V, ld, vlo int) error {
+func (k *Kernels) ClassifierExp(s Stream, stats Ptr, logits Buf, targets, maxes Ptr, N, V, ld, vlo int) error {
 	if err := checkLogits("ClassifierExp", N, V, ld, vlo); err != nil {
 		return err
 	}
@@ -443,7 +445,8 @@ func (k *Kernels) ClassifierExp(s Stream, stats, logits, targets, maxes Ptr, N, 
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_exp", grid, block, 0, s, stats, logits, targets, maxes, int32(N), int32(V), int32(ld), int32(vlo))
+	p, bf := bufs(logits)
+	return k.launch("classifier_exp", grid, block, 0, s, stats, p[0], targets, maxes, int32(N), int32(V), int32(ld), int32(vlo), bf)
 }
 
 // ClassifierGlobalMax writes maxes (N) = the largest over the MP ranks of
@@ -461,7 +464,7 @@ func (k *Kernels) ClassifierGlobalMax(s Stream, maxes, gmax Ptr, N, MP int) erro
 // ClassifierFinish writes losses (N) from the summed stats and, when grad,
 // turns the real columns of logits (N,ld) into the loss gradient,
 // e^(x−max) divided by the row's sum, and writes 0 over the padding.
-func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, stats Ptr, N, V, ld, vlo int, dscale float32, grad bool) error {
+func (k *Kernels) ClassifierFinish(s Stream, losses Ptr, logits Buf, targets, maxes, stats Ptr, N, V, ld, vlo int, dscale float32, grad bool) error {
 	if err := checkLogits("ClassifierFinish", N, V, ld, vlo); err != nil {
 		return err
 	}
@@ -469,7 +472,8 @@ func (k *Kernels) ClassifierFinish(s Stream, losses, logits, targets, maxes, sta
 		return nil
 	}
 	grid, block := ClassifierGeometry(N)
-	return k.launch("classifier_finish", grid, block, 0, s, losses, logits, targets, maxes, stats, int32(N), int32(V), int32(ld), int32(vlo), dscale, flag(grad))
+	p, bf := bufs(logits)
+	return k.launch("classifier_finish", grid, block, 0, s, losses, p[0], targets, maxes, stats, int32(N), int32(V), int32(ld), int32(vlo), dscale, flag(grad), bf)
 }
 
 // AdamW updates n parameters in place as kernels/cpu's AdamW (step is

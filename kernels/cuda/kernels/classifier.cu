@@ -14,29 +14,30 @@
 // classifier (ClassifierExp, ClassifierFinish) for a target no rank's
 // columns hold, its logit counts as 0 and the gradient has no one-hot.
 // Launched with 512 threads (kernels.go clsThreads), as are the three
-// kernels of the vocabulary-parallel classifier below.
+// kernels of the vocabulary-parallel classifier below. In all four, bf
+// says whether the logits are bfloat16 (bit 0).
 extern "C" __global__ void __launch_bounds__(512)
-    cross_entropy(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets, int N, int V,
-                  int ld, float dscale, int grad) {
+    cross_entropy(float* __restrict__ losses, void* __restrict__ logits, const int* __restrict__ targets, int N, int V,
+                  int ld, float dscale, int grad, int bf) {
 	int r = blockIdx.x;
-	float* x = logits + (long long)r * ld;
-	int t = targets[r];
-	float xt = (t >= 0 && t < V) ? x[t] : 0.0f; // before any thread overwrites it
+	long long x = (long long)r * ld; // the row's first element
+	int t = targets[r], lb = bf & 1;
+	float xt = (t >= 0 && t < V) ? ldx(logits, x + t, lb) : 0.0f; // before any thread overwrites it
 	float mx = -__int_as_float(0x7f800000);
-	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ldx(logits, x + i, lb));
 	mx = block_max(mx);
 	double s = 0.0;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(x[i] - mx);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(ldx(logits, x + i, lb) - mx);
 	s = block_sum_d(s);
 	if (threadIdx.x == 0) losses[r] = (float)((double)mx + log(s) - (double)xt);
 	if (!grad) return;
 	float sc = dscale * (float)(1.0 / s);
 	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float g = exp32(x[i] - mx) * sc;
+		float g = exp32(ldx(logits, x + i, lb) - mx) * sc;
 		if (i == t) g -= dscale;
-		x[i] = g;
+		stx(logits, x + i, g, lb);
 	}
-	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) x[i] = 0.0f;
+	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) stx(logits, x + i, 0.0f, lb);
 }
 
 // The vocabulary-parallel classifier in three kernels; each rank holds ld
@@ -46,11 +47,11 @@ extern "C" __global__ void __launch_bounds__(512)
 
 // classifier_max: maxes[r] = max of row r's real columns (−∞ for V = 0).
 extern "C" __global__ void __launch_bounds__(512)
-    classifier_max(float* __restrict__ maxes, const float* __restrict__ logits, int N, int V, int ld) {
+    classifier_max(float* __restrict__ maxes, const void* __restrict__ logits, int N, int V, int ld, int bf) {
 	int r = blockIdx.x;
-	const float* x = logits + (long long)r * ld;
+	long long x = (long long)r * ld;
 	float mx = -__int_as_float(0x7f800000);
-	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ldx(logits, x + i, bf & 1));
 	mx = block_max(mx);
 	if (threadIdx.x == 0) maxes[r] = mx;
 }
@@ -74,15 +75,15 @@ extern "C" __global__ void classifier_global_max(float* __restrict__ maxes, cons
 // (double), stats[2r+1] = the target's logit if this rank holds it, else 0.
 // The logits are only read: classifier_finish exponentiates them again.
 extern "C" __global__ void __launch_bounds__(512)
-    classifier_exp(double* __restrict__ stats, const float* __restrict__ logits, const int* __restrict__ targets,
-                   const float* __restrict__ maxes, int N, int V, int ld, int vlo) {
+    classifier_exp(double* __restrict__ stats, const void* __restrict__ logits, const int* __restrict__ targets,
+                   const float* __restrict__ maxes, int N, int V, int ld, int vlo, int bf) {
 	int r = blockIdx.x;
-	const float* x = logits + (long long)r * ld;
-	int t = targets[r] - vlo;
-	double xt = (t >= 0 && t < V) ? (double)x[t] : 0.0;
+	long long x = (long long)r * ld;
+	int t = targets[r] - vlo, lb = bf & 1;
+	double xt = (t >= 0 && t < V) ? (double)ldx(logits, x + t, lb) : 0.0;
 	float mx = maxes[r];
 	double s = 0.0;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(x[i] - mx);
+	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(ldx(logits, x + i, lb) - mx);
 	s = block_sum_d(s);
 	if (threadIdx.x == 0) {
 		stats[2 * (long long)r] = s;
@@ -94,20 +95,20 @@ extern "C" __global__ void __launch_bounds__(512)
 // stats and, when grad, real columns ← dscale·(e^(x−max)/Σ − onehot(target))
 // and the padding ← 0.
 extern "C" __global__ void __launch_bounds__(512)
-    classifier_finish(float* __restrict__ losses, float* __restrict__ logits, const int* __restrict__ targets,
+    classifier_finish(float* __restrict__ losses, void* __restrict__ logits, const int* __restrict__ targets,
                       const float* __restrict__ maxes, const double* __restrict__ stats, int N, int V, int ld, int vlo,
-                      float dscale, int grad) {
+                      float dscale, int grad, int bf) {
 	int r = blockIdx.x;
 	double s = stats[2 * (long long)r];
 	if (threadIdx.x == 0) losses[r] = (float)((double)maxes[r] + log(s) - stats[2 * (long long)r + 1]);
 	if (!grad) return;
-	float* x = logits + (long long)r * ld;
-	int t = targets[r] - vlo;
+	long long x = (long long)r * ld;
+	int t = targets[r] - vlo, lb = bf & 1;
 	float sc = dscale * (float)(1.0 / s), mx = maxes[r];
 	for (int i = threadIdx.x; i < V; i += blockDim.x) {
-		float g = exp32(x[i] - mx) * sc;
+		float g = exp32(ldx(logits, x + i, lb) - mx) * sc;
 		if (i == t) g -= dscale;
-		x[i] = g;
+		stx(logits, x + i, g, lb);
 	}
-	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) x[i] = 0.0f;
+	for (int i = V + threadIdx.x; i < ld; i += blockDim.x) stx(logits, x + i, 0.0f, lb);
 }
