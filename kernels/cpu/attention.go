@@ -87,13 +87,17 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 }
 
 // GQABackward computes dqkv (overwritten) from dout, the packed qkv and the
-// stored (or recomputed) probabilities att. out, the forward pass's output,
-// is unused here: a flash-style backward that keeps only each row's
-// log-sum-exp in att needs it for rowsum(dout ⊙ out).
+// stored (or recomputed) probabilities att.
 //
 //	P' = dropout(att);  dP' = dout · vᵀ;  dP = dropout(dP')
-//	dS = att ⊙ (dP − rowsum(att ⊙ dP)) / √hd      (softmax backward, causal rows)
+//	dS = att ⊙ (dP − D) / √hd      (softmax backward, causal rows)
 //	dq = dS · k;  dk = Σ_group dSᵀ · q;  dv = Σ_group P'ᵀ · dout
+//
+// D = rowsum(att ⊙ dP) in float32; when out, the forward pass's output, is
+// bfloat16 activations (kernels.Activations under bf16), D = rowsum(dout ⊙
+// out) instead, as the GPU's flash-style backward takes it (it keeps each
+// row's log-sum-exp, not att): the same sum, but for out's rounding, which
+// then shows in dS as it does on the GPU.
 //
 // In the same three phases per batch row as the forward pass. A key/value
 // head's gradients sum its group's query heads in head order (the first
@@ -104,6 +108,7 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 	ld, C, G := (NH+2*NKV)*hd, NH*hd, NH/NKV
 	kofs, vofs := NH*hd, (NH+NKV)*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
+	fromOut := b.isHalf(out)
 	dp := make([]float32, NH*T*T)
 	var pd []float32
 	if d.On() {
@@ -137,8 +142,18 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 					d.Apply(g[:t+1], g[:t+1], d.AttIndex(off, bb, NH, r, T))
 				}
 				var dot float32
-				for i, p := range row {
-					dot += p * g[i]
+				if fromOut {
+					h := r / T
+					o, gr := out[(bb*T+t)*C+h*hd:][:hd], dout[(bb*T+t)*C+h*hd:][:hd]
+					var sum float64
+					for i, v := range o {
+						sum += float64(gr[i]) * float64(v)
+					}
+					dot = float32(sum)
+				} else {
+					for i, p := range row {
+						dot += p * g[i]
+					}
 				}
 				for i, p := range row {
 					g[i] = p * (g[i] - dot) * scale

@@ -155,7 +155,7 @@ func TestAttention(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The backward pass reads the kernel's own out and lse.
-			if err := k.AttentionBackward(0, gdqkv, gdout, gout, gqkv, glse, B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off); err != nil {
+			if err := k.AttentionBackward(0, gdqkv, gdout, gout, gqkv, glse, 0, B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off); err != nil {
 				t.Fatal(err)
 			}
 			if err := m.Run(ctx); err != nil {
@@ -269,7 +269,7 @@ func TestAttentionArgs(t *testing.T) {
 			return k.AttentionForward(0, p, p, p, 1, 4, 10, 3, 0, 0, 0, 0, 0)
 		}},
 		{"head size above 128", "head size", func() error {
-			return k.AttentionBackward(0, p, p, p, p, p, 1, 4, 256, 1, 0, 0, 0, 0, 0)
+			return k.AttentionBackward(0, p, p, p, p, p, 0, 1, 4, 256, 1, 0, 0, 0, 0, 0)
 		}},
 		{"dropout 1", "dropout", func() error {
 			return k.AttentionForward(0, p, p, p, 1, 4, 64, 2, 1, 0, 0, 0, 0)

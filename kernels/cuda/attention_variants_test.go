@@ -176,7 +176,7 @@ func TestAttentionVariants(t *testing.T) {
 				gout, glse := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T)
 				gdqkv := m.Float32s(attRandom(r, B*T*ld)) // overwritten, not added to
 				must(t, k.GQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
-				must(t, k.GQABackward(0, gdqkv, gdout, gout, gqkv, glse, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
+				must(t, k.GQABackward(0, gdqkv, gdout, gout, gqkv, glse, 0, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
 				checks = append(checks, func() {
 					out, lse, dqkv := gqaRef64(qkv, dout, B, T, NH, NKV, hs, d, off)
 					attCheckClose(t, name+" out", m.ReadFloat32s(gout, B*T*C), out)
@@ -226,7 +226,7 @@ func TestAttentionVariantsAgree(t *testing.T) {
 		gqkv := m.Float32s(qkv)
 		gout, glse, gdqkv := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T), m.Alloc(4*B*T*ld)
 		must(t, k.GQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs, 0.2, 11, 0, 0, 0))
-		must(t, k.GQABackward(0, gdqkv, m.Float32s(dout), gout, gqkv, glse, B, T, NH, NKV, hs, 0.2, 11, 0, 0, 0))
+		must(t, k.GQABackward(0, gdqkv, m.Float32s(dout), gout, gqkv, glse, 0, B, T, NH, NKV, hs, 0.2, 11, 0, 0, 0))
 		run(t, m)
 		f, _ := v.Kernel("attention_forward_hs128")
 		bw, _ := v.Kernel("attention_backward_hs128")

@@ -694,7 +694,7 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d k
 // and the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NH, flashHS(C, NH), d) {
-		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
+		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), 0, B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
 

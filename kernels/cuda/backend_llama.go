@@ -80,7 +80,7 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 // the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NKV, hd, d) {
-		b.run("GQABackward", b.k.GQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
+		b.run("GQABackward", b.k.GQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), 0, B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
 

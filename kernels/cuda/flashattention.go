@@ -170,14 +170,15 @@ func (k *Kernels) flashCheck(B, T, NH, NKV, hs int) (FlashChoice, error) {
 
 // FlashGQAForward is GQAForward on tensor cores, without dropout: qkv
 // (B,T,(NH+2·NKV)·hs), out (B,T,NH·hs), lse (B,NH,T), for hs 64 or 128.
-func (k *Kernels) FlashGQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int) error {
+func (k *Kernels) FlashGQAForward(s Stream, out Buf, lse Ptr, qkv Buf, B, T, NH, NKV, hs int) error {
 	c, err := k.flashCheck(B, T, NH, NKV, hs)
 	if err != nil {
 		return err
 	}
+	b, bf := bufs(out, qkv)
 	grid, block := FlashForwardGeometry(B, T, NH, c.Forward.Tile)
 	return k.launch(c.Forward.Function, grid, block, c.Forward.Shared, s,
-		out, lse, qkv, int32(T), int32(NH), int32(NKV), attScale(hs))
+		b[0], lse, b[1], int32(T), int32(NH), int32(NKV), attScale(hs), bf)
 }
 
 // FlashGQABackward is GQABackward on tensor cores, without dropout: dqkv
@@ -186,20 +187,38 @@ func (k *Kernels) FlashGQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs
 // of FlashDeltaFloats(B, NH, T) floats. Two kernels on s:
 // flash_attn_prep (delta = rowsum(dout∘out), dq zeroed), then the
 // tiled kernel, which adds dq with atomics (its last bits may differ from
-// run to run) and writes dk and dv.
-func (k *Kernels) FlashGQABackward(s Stream, dqkv, dout, out, qkv, lse, delta Ptr, B, T, NH, NKV, hs int) error {
+// run to run) and writes dk and dv. dq accumulates in float32 as
+// GQABackward's: in dqkv when it is float32, else in dq, (B·T, NH·hs)
+// float32s, stored into dqkv rounded by a third kernel.
+func (k *Kernels) FlashGQABackward(s Stream, dqkv, dout, out, qkv Buf, lse, delta, dq Ptr, B, T, NH, NKV, hs int) error {
 	c, err := k.flashCheck(B, T, NH, NKV, hs)
 	if err != nil {
 		return err
 	}
-	pg, pb := FlashPrepGeometry(B*T, NH)
+	b, bf := bufs(dqkv, dout, out, qkv)
+	N, C, ld := B*T, NH*hs, (NH+2*NKV)*hs
+	acc, accld := b[0], ld
+	if bf&1 != 0 {
+		if dq == 0 {
+			return fmt.Errorf("cuda: FlashGQABackward into bfloat16 dqkv needs a float32 dq buffer")
+		}
+		acc, accld = dq, C
+	}
+	pg, pb := FlashPrepGeometry(N, NH)
 	if err := k.launch("flash_attn_prep", pg, pb, 0, s,
-		delta, dqkv, dout, out, int32(B*T), int32(T), int32(NH), int32(NKV), int32(hs)); err != nil {
+		delta, acc, int64(accld), b[1], b[2], int32(N), int32(T), int32(NH), int32(NKV), int32(hs), bf>>1&3); err != nil {
 		return err
 	}
 	grid, block := FlashBackwardGeometry(B, T, NKV, c.Backward.Tile)
-	return k.launch(c.Backward.Function, grid, block, c.Backward.Shared, s,
-		dqkv, dout, qkv, lse, delta, int32(T), int32(NH), int32(NKV), attScale(hs))
+	if err := k.launch(c.Backward.Function, grid, block, c.Backward.Shared, s,
+		b[0], b[1], b[3], lse, delta, int32(T), int32(NH), int32(NKV), attScale(hs), acc, int64(accld), bf&3|bf>>1&4); err != nil {
+		return err
+	}
+	if acc == b[0] {
+		return nil
+	}
+	zg, zb := attZeroGeometry(N, C)
+	return k.launch("attention_dq_store", zg, zb, 0, s, b[0], dq, int32(N), int32(C), int32(ld), bf&1)
 }
 
 // flashState is the Backend's use of the flash kernels, chosen at New.
@@ -308,6 +327,6 @@ func (b *Backend) flashBackward(dqkv, dout, out, qkv, att []float32, B, T, NH, N
 		}
 		b.flash.delta, b.flash.deltaN = p, n
 	}
-	b.run("attention backward (flash)", b.k.FlashGQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), b.flash.delta, B, T, NH, NKV, hs))
+	b.run("attention backward (flash)", b.k.FlashGQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), b.flash.delta, 0, B, T, NH, NKV, hs))
 	return true
 }

@@ -168,7 +168,7 @@ func TestFlashAttention(t *testing.T) {
 				gdelta := m.Alloc(4 * cuda.FlashDeltaFloats(B, NH, T))
 				gdqkv := m.Float32s(attRandom(r, B*T*ld)) // overwritten, not added to
 				must(t, k.FlashGQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs))
-				must(t, k.FlashGQABackward(0, gdqkv, gdout, gout, gqkv, glse, gdelta, B, T, NH, NKV, hs))
+				must(t, k.FlashGQABackward(0, gdqkv, gdout, gout, gqkv, glse, gdelta, 0, B, T, NH, NKV, hs))
 				checks = append(checks, func() {
 					out, lse, dqkv := gqaRef64(qkv, dout, B, T, NH, NKV, hs, kernels.Dropout{}, 0)
 					flashCheckClose(t, name+" out", m.ReadFloat32s(gout, B*T*C), out)
@@ -199,9 +199,9 @@ func TestFlashAttentionInterop(t *testing.T) {
 	fout, flse, aout, alse := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T), m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T)
 	d1, d2 := m.Alloc(4*B*T*ld), m.Alloc(4*B*T*ld)
 	must(t, k.FlashGQAForward(0, fout, flse, gqkv, B, T, NH, NKV, hs))
-	must(t, k.GQABackward(0, d1, gdout, fout, gqkv, flse, B, T, NH, NKV, hs, 0, 0, 0, 0, 0))
+	must(t, k.GQABackward(0, d1, gdout, fout, gqkv, flse, 0, B, T, NH, NKV, hs, 0, 0, 0, 0, 0))
 	must(t, k.GQAForward(0, aout, alse, gqkv, B, T, NH, NKV, hs, 0, 0, 0, 0, 0))
-	must(t, k.FlashGQABackward(0, d2, gdout, aout, gqkv, alse, m.Alloc(4*cuda.FlashDeltaFloats(B, NH, T)), B, T, NH, NKV, hs))
+	must(t, k.FlashGQABackward(0, d2, gdout, aout, gqkv, alse, m.Alloc(4*cuda.FlashDeltaFloats(B, NH, T)), 0, B, T, NH, NKV, hs))
 	run(t, m)
 	flashCheckClose(t, "flash out", m.ReadFloat32s(fout, B*T*C), out)
 	flashCheckClose(t, "flash lse", m.ReadFloat32s(flse, B*NH*T), lse)
@@ -421,6 +421,41 @@ func TestEmuWMMA(t *testing.T) {
 		err := m.Run(context.Background())
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s on %d threads: %v; want an error saying %q", tc.kernel, tc.threads, err, tc.want)
+		}
+	}
+}
+
+// TestFlashAttentionBF16: the flash kernels with bfloat16 activations —
+// qkv, out, dout and dqkv stored as bfloat16, dq accumulated in a float32
+// buffer and stored into dqkv once — against gqaRef64 on the same
+// (rounded) inputs, within the flash kernels' bf16 tolerance, at head
+// sizes 64 and 128 on an H100's tiles and an A100's; dqkv is overwritten.
+func TestFlashAttentionBF16(t *testing.T) {
+	const B, T, NH, NKV = 2, 80, 8, 2
+	for _, lim := range []struct {
+		name  string
+		attrs cuda.DeviceAttrs
+	}{{"H100", attrsH100}, {"A100", attrsA100}} {
+		for _, hs := range []int{64, 128} {
+			t.Run(fmt.Sprintf("%s/hs%d", lim.name, hs), func(t *testing.T) {
+				m, k, _ := variantMachine(t, lim.attrs)
+				ld, C := (NH+2*NKV)*hs, NH*hs
+				r := rand.New(rand.NewPCG(uint64(hs), 5))
+				qkv, dout := attRandom(r, B*T*ld), attRandom(r, B*T*C)
+				kernels.RoundBF16(qkv)
+				kernels.RoundBF16(dout)
+				bf := func(x []float32) cuda.BF16Ptr { return cuda.BF16Ptr(m.Uint16s(toBF16(x))) }
+				gqkv, gdout := bf(qkv), bf(dout)
+				gout, gdqkv := bf(make([]float32, B*T*C)), bf(attRandom(r, B*T*ld)) // dqkv overwritten
+				glse, gdelta, gdq := m.Alloc(4*B*NH*T), m.Alloc(4*cuda.FlashDeltaFloats(B, NH, T)), m.Alloc(4*B*T*C)
+				must(t, k.FlashGQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs))
+				must(t, k.FlashGQABackward(0, gdqkv, gdout, gout, gqkv, glse, gdelta, gdq, B, T, NH, NKV, hs))
+				run(t, m)
+				out, lse, dqkv := gqaRef64(qkv, dout, B, T, NH, NKV, hs, kernels.Dropout{}, 0)
+				flashCheckClose(t, "out", fromBF16(m.ReadUint16s(cuda.Ptr(gout), B*T*C)), out)
+				flashCheckClose(t, "lse", m.ReadFloat32s(glse, B*NH*T), lse)
+				flashCheckDQKV(t, "dqkv", fromBF16(m.ReadUint16s(cuda.Ptr(gdqkv), B*T*ld)), dqkv, B, T, NH, NKV, hs)
+			})
 		}
 	}
 }

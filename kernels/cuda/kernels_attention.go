@@ -29,7 +29,7 @@ func attentionKernelNames() []string {
 		names = append(names, "attention_forward_"+s, "attention_backward_"+s)
 	}
 	names = append(names, attVariantNames()...)
-	return append(names, "attention_zero_dq", "attention_decode")
+	return append(names, "attention_zero_dq", "attention_dq_store", "attention_decode")
 }
 
 func attSuffixes() []string {
@@ -156,7 +156,7 @@ func (k *Kernels) attVariant(name string, T int, backward bool) (KernelVariant, 
 //
 //	qkv (B,T,3C), out (B,T,C) as kernels/cpu
 //	lse (B,NH,T): each row's log Σ exp of its scaled causal scores
-func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+func (k *Kernels) AttentionForward(s Stream, out Buf, lse Ptr, qkv Buf, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
 	hs, err := mhaHeads(C, NH)
 	if err != nil {
 		return err
@@ -166,18 +166,18 @@ func (k *Kernels) AttentionForward(s Stream, out, lse, qkv Ptr, B, T, C, NH int,
 
 // AttentionBackward is GQABackward with NKV = NH and hs = C/NH: dqkv
 // (B,T,3C), overwritten, from dout (B,T,C), the forward pass's out and lse
-// and the packed qkv.
-func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
+// and the packed qkv; dq as GQABackward's.
+func (k *Kernels) AttentionBackward(s Stream, dqkv, dout, out, qkv Buf, lse, dq Ptr, B, T, C, NH int, p float32, key uint64, heads, head0 int, off uint64) error {
 	hs, err := mhaHeads(C, NH)
 	if err != nil {
 		return err
 	}
-	return k.GQABackward(s, dqkv, dout, out, qkv, lse, B, T, NH, NH, hs, p, key, heads, head0, off)
+	return k.GQABackward(s, dqkv, dout, out, qkv, lse, dq, B, T, NH, NH, hs, p, key, heads, head0, off)
 }
 
 // AttentionDecode is GQADecode with NKV = NH: q (B,C), kc and vc
 // (B,maxT,C), out (B,C).
-func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C, NH int) error {
+func (k *Kernels) AttentionDecode(s Stream, out, q Buf, kc, vc Ptr, B, pos, maxT, C, NH int) error {
 	hs, err := mhaHeads(C, NH)
 	if err != nil {
 		return err
@@ -196,7 +196,7 @@ func (k *Kernels) AttentionDecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, C,
 // Dropout with probability p under site key draws kernels/cpu's mask: off is
 // the stream index of the whole (B,heads,T,T) tensor's first element, of
 // whose query heads this call holds head0 … head0+NH−1 (heads = 0: all NH).
-func (k *Kernels) GQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
+func (k *Kernels) GQAForward(s Stream, out Buf, lse Ptr, qkv Buf, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
 	if err := attCheck(B, T, NH, NKV, hs); err != nil {
 		return err
 	}
@@ -211,9 +211,10 @@ func (k *Kernels) GQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int,
 	if err != nil {
 		return err
 	}
+	b, bf := bufs(out, qkv)
 	grid, block := AttentionGeometry(B, T, NH, kv.Tile.Q)
 	return k.launch(kv.Function, grid, block, kv.Tile.ForwardShared(hs), s,
-		out, lse, qkv, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+		b[0], lse, b[1], int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off, bf)
 }
 
 // GQABackward computes dqkv (B,T,(NH+2·NKV)·hs), overwritten, the gradients
@@ -223,8 +224,10 @@ func (k *Kernels) GQAForward(s Stream, out, lse, qkv Ptr, B, T, NH, NKV, hs int,
 // dq, then the tiled kernel, a block per key/value head and key tile, that
 // accumulates dq with atomics (so dq's last bits may differ from run to run)
 // and writes dk and dv, each summed over its group's query heads in a fixed
-// order.
-func (k *Kernels) GQABackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
+// order. dq accumulates in float32: in dqkv's query heads when dqkv is
+// float32 (dq unused), else in dq, (B·T, NH·hs) float32s, which a third
+// kernel then stores into dqkv rounded (the CPU rounds dq once, too).
+func (k *Kernels) GQABackward(s Stream, dqkv, dout, out, qkv Buf, lse, dq Ptr, B, T, NH, NKV, hs int, p float32, key uint64, heads, head0 int, off uint64) error {
 	if err := attCheck(B, T, NH, NKV, hs); err != nil {
 		return err
 	}
@@ -239,13 +242,28 @@ func (k *Kernels) GQABackward(s Stream, dqkv, dout, out, qkv, lse Ptr, B, T, NH,
 	if err != nil {
 		return err
 	}
-	zg, zb := attZeroGeometry(B*T, NH*hs)
-	if err := k.launch("attention_zero_dq", zg, zb, 0, s, dqkv, int32(B*T), int32(NH*hs), int32((NH+2*NKV)*hs)); err != nil {
+	b, bf := bufs(dqkv, dout, out, qkv)
+	N, C, ld := B*T, NH*hs, (NH+2*NKV)*hs
+	acc, accld := b[0], ld // dq in dqkv's query heads
+	if bf&1 != 0 {
+		if dq == 0 {
+			return fmt.Errorf("cuda: GQABackward into bfloat16 dqkv needs a float32 dq buffer")
+		}
+		acc, accld = dq, C
+	}
+	zg, zb := attZeroGeometry(N, C)
+	if err := k.launch("attention_zero_dq", zg, zb, 0, s, acc, int32(N), int32(C), int32(accld)); err != nil {
 		return err
 	}
 	grid, block := AttentionGeometry(B, T, NKV, kv.Tile.K)
-	return k.launch(kv.Function, grid, block, kv.Tile.BackwardShared(hs), s,
-		dqkv, dout, out, qkv, lse, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off)
+	if err := k.launch(kv.Function, grid, block, kv.Tile.BackwardShared(hs), s,
+		b[0], b[1], b[2], b[3], lse, int32(T), int32(NH), int32(NKV), int32(hs), attScale(hs), p, ps, key, hg, h0, off, acc, int64(accld), bf); err != nil {
+		return err
+	}
+	if acc == b[0] {
+		return nil
+	}
+	return k.launch("attention_dq_store", zg, zb, 0, s, b[0], dq, int32(N), int32(C), int32(ld), bf&1)
 }
 
 // attZeroGeometry is attention_zero_dq's grid-stride launch over N rows of C.
@@ -262,7 +280,7 @@ func attZeroGeometry(N, C int) (grid, block Dim3) {
 // against a key/value cache (kernels/cpu's GQADecode): q (B,NH·hs) at
 // position pos, kc and vc (B,maxT,NKV·hs) filled for rows 0 … pos, out
 // (B,NH·hs). One block of 8 warps per (query head, batch row).
-func (k *Kernels) GQADecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, NH, NKV, hs int) error {
+func (k *Kernels) GQADecode(s Stream, out, q Buf, kc, vc Ptr, B, pos, maxT, NH, NKV, hs int) error {
 	if err := attCheck(B, maxT, NH, NKV, hs); err != nil {
 		return err
 	}
@@ -272,6 +290,7 @@ func (k *Kernels) GQADecode(s Stream, out, q, kc, vc Ptr, B, pos, maxT, NH, NKV,
 	if pos < 0 || pos >= maxT {
 		return fmt.Errorf("cuda: attention decode at position %d of a %d-row cache", pos, maxT)
 	}
+	b, bf := bufs(out, q)
 	return k.launch("attention_decode", Dim3{uint32(NH), uint32(B), 1}, Dim3{attDecodeThreads, 1, 1}, 0, s,
-		out, q, kc, vc, int32(pos), int32(maxT), int32(NH), int32(NKV), int32(hs), attScale(hs))
+		b[0], b[1], kc, vc, int32(pos), int32(maxT), int32(NH), int32(NKV), int32(hs), attScale(hs), bf)
 }

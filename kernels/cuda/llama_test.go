@@ -176,7 +176,7 @@ func TestGQA(t *testing.T) {
 			gout, glse := m.Alloc(4*B*T*C), m.Alloc(4*B*NH*T)
 			gdqkv := m.Float32s(attRandom(r, B*T*ld)) // overwritten, not added to
 			must(t, k.GQAForward(0, gout, glse, gqkv, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
-			must(t, k.GQABackward(0, gdqkv, gdout, gout, gqkv, glse, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
+			must(t, k.GQABackward(0, gdqkv, gdout, gout, gqkv, glse, 0, B, T, NH, NKV, hs, d.P, d.Key, d.Heads, d.Head0, off))
 			if err := m.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -238,10 +238,10 @@ func TestLlamaArgs(t *testing.T) {
 			return k.GQAForward(0, p, p, p, 1, 4, 6, 4, 32, 0, 0, 0, 0, 0)
 		}},
 		{"no key/value heads", "at least 1", func() error {
-			return k.GQABackward(0, p, p, p, p, p, 1, 4, 4, 0, 32, 0, 0, 0, 0, 0)
+			return k.GQABackward(0, p, p, p, p, p, 0, 1, 4, 4, 0, 32, 0, 0, 0, 0, 0)
 		}},
 		{"GQA head size above 128", "head size", func() error {
-			return k.GQABackward(0, p, p, p, p, p, 1, 4, 4, 2, 256, 0, 0, 0, 0, 0)
+			return k.GQABackward(0, p, p, p, p, p, 0, 1, 4, 4, 2, 256, 0, 0, 0, 0, 0)
 		}},
 		{"decode NH not a multiple of NKV", "multiple", func() error {
 			return k.GQADecode(0, p, p, p, p, 1, 0, 8, 3, 2, 32)

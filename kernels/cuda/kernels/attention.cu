@@ -119,15 +119,16 @@ __device__ __forceinline__ int att_col(int tx, int c) {
     return (tx + 16 * (c / G::VW)) * G::VW + c % G::VW;
 }
 
-// att_load_rows copies rows r0 … r0+ROWS−1 of one head (hs columns at src,
-// row stride ld floats) into a shared tile of stride lds, zeros past row T.
+// att_load_rows copies rows r0 … r0+ROWS−1 of one head (hs columns from
+// element at of src, row stride ld elements; bfloat16 when bf) into a
+// shared tile of stride lds, zeros past row T.
 template <int ROWS>
-__device__ __forceinline__ void att_load_rows(float* dst, int lds, const float* __restrict__ src, long long ld,
-                                              int r0, int T, int hs) {
+__device__ __forceinline__ void att_load_rows(float* dst, int lds, const void* __restrict__ src, long long at, int bf,
+                                              long long ld, int r0, int T, int hs) {
     for (int i = threadIdx.x; i < ROWS * hs; i += ATT_THREADS) {
         int r = i / hs, d = i - r * hs;
         int t = r0 + r;
-        dst[r * lds + d] = t < T ? src[(long long)t * ld + d] : 0.0f;
+        dst[r * lds + d] = t < T ? ldx(src, at + (long long)t * ld + d, bf) : 0.0f;
     }
 }
 
@@ -253,10 +254,10 @@ __device__ __forceinline__ void att_col_times(float acc[RJ][AttGeom<HS>::NC], co
 // ⌈T/BQ⌉−1−z: blocks start in grid order, x fastest, so the longest rows
 // of every head start first and the short ones fill the tail.
 template <int HS, int BQ, int BK>
-__device__ __forceinline__ void att_forward(float* __restrict__ out, float* __restrict__ lse,
-                                            const float* __restrict__ qkv, int T, int NH, int NKV, int hs_arg,
+__device__ __forceinline__ void att_forward(void* __restrict__ out, float* __restrict__ lse,
+                                            const void* __restrict__ qkv, int T, int NH, int NKV, int hs_arg,
                                             float scale, float p, float pscale, unsigned long long key, int Hg,
-                                            int h0, unsigned long long off) {
+                                            int h0, unsigned long long off, int bf) {
     typedef AttGeom<HS> G;
     typedef AttTile<BQ, BK> W;
     constexpr int RI = W::RI, RJ = W::RJ, PLD = W::PLD;
@@ -271,9 +272,10 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     const int q0 = qt * BQ;
     const int klast = (min(q0 + BQ, T) - 1) / BK; // the last key tile a row of the tile sees
     const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
-    const float* base = qkv + (long long)b * T * ld3 + (long long)h * hs;
-    const float* kbase = qkv + (long long)b * T * ld3 + (long long)(NH + kvh) * hs;
-    const float* vbase = kbase + (long long)NKV * hs;
+    const long long base = (long long)b * T * ld3 + (long long)h * hs; // elements of qkv
+    const long long kbase = (long long)b * T * ld3 + (long long)(NH + kvh) * hs;
+    const long long vbase = kbase + (long long)NKV * hs;
+    const int qb = BF(bf, 1);
     float* qs = att_smem;
     float* ks = qs + BQ * ld;
     float* vs = ks + BK * ld;
@@ -281,7 +283,7 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     const bool drop = p > 0.0f;
     const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
 
-    att_load_rows<BQ>(qs, ld, base, ld3, q0, T, hs);
+    att_load_rows<BQ>(qs, ld, qkv, base, qb, ld3, q0, T, hs);
 
     float m[RI], l[RI], o[RI][G::NC];
 #pragma unroll
@@ -294,8 +296,8 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
     for (int kt = 0; kt <= klast; kt++) {
         const int k0 = kt * BK;
         __syncthreads(); // the previous tile's k, v and p are consumed
-        att_load_rows<BK>(ks, ld, kbase, ld3, k0, T, hs);
-        att_load_rows<BK>(vs, ld, vbase, ld3, k0, T, hs);
+        att_load_rows<BK>(ks, ld, qkv, kbase, qb, ld3, k0, T, hs);
+        att_load_rows<BK>(vs, ld, qkv, vbase, qb, ld3, k0, T, hs);
         __syncthreads();
 
         float s[RI][RJ];
@@ -341,11 +343,11 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
         const float sum = att_rowsum16(l[i]);
         if (t >= T) continue;
         const float inv = 1.0f / sum;
-        float* orow = out + ((long long)b * T + t) * C + (long long)h * hs;
+        const long long orow = ((long long)b * T + t) * C + (long long)h * hs;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) {
             const int col = att_col<HS>(tx, c);
-            if (col < hs) orow[col] = o[i][c] * inv;
+            if (col < hs) stx(out, orow + col, o[i][c] * inv, BF(bf, 0));
         }
         if (tx == 0) lse[((long long)b * NH + h) * T + t] = m[i] + logf(sum);
     }
@@ -359,17 +361,20 @@ __device__ __forceinline__ void att_forward(float* __restrict__ out, float* __re
 // k and v in shared memory and dk, dv in registers, walks, for each query
 // head of the group in turn, the query tiles from the one holding row
 // z·BK to ⌈T/BQ⌉−1 recomputing the probabilities from q, k and lse, and adds each
-// query tile's share of dq into dqkv with atomics (dq must be zero
-// beforehand: attention_zero_dq). dk and dv sum the group's heads in head
-// order in registers and are written once. D = rowsum(dout ⊙ out) is
-// computed here from out, the forward output, a 1/(2·64) share of a tile's
-// work.
+// query tile's share of dq into the float32 accumulator dqacc with atomics
+// (row stride dqld: dqkv itself when it is float32, else a buffer of
+// (B·T, NH·hs) that attention_dq_store rounds into dqkv; zero beforehand:
+// attention_zero_dq). dk and dv sum the group's heads in head order in
+// registers and are written once. D = rowsum(dout ⊙ out) is computed here
+// from out, the forward output, a 1/(2·64) share of a tile's work. bf:
+// dqkv, dout, out, qkv.
 template <int HS, int BQ, int BK>
-__device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const float* __restrict__ dout,
-                                             const float* __restrict__ out, const float* __restrict__ qkv,
+__device__ __forceinline__ void att_backward(void* __restrict__ dqkv, const void* __restrict__ dout,
+                                             const void* __restrict__ out, const void* __restrict__ qkv,
                                              const float* __restrict__ lse, int T, int NH, int NKV, int hs_arg,
                                              float scale, float p, float pscale, unsigned long long key, int Hg,
-                                             int h0, unsigned long long off) {
+                                             int h0, unsigned long long off, float* __restrict__ dqacc, long long dqld,
+                                             int bf) {
     typedef AttGeom<HS> G;
     typedef AttTile<BQ, BK> W;
     constexpr int RI = W::RI, RJ = W::RJ, PLD = W::PLD;
@@ -385,8 +390,9 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     const int qfirst = k0 / BQ; // the first query tile with a row that sees key k0
     const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
     const long long kofs = (long long)(NH + kvh) * hs, vofs = kofs + (long long)NKV * hs;
-    const float* row0 = qkv + (long long)b * T * ld3;
-    float* drow0 = dqkv + (long long)b * T * ld3;
+    const long long row0 = (long long)b * T * ld3; // elements of qkv and dqkv
+    float* dqrow0 = dqacc + (long long)b * T * dqld;
+    const int qb = BF(bf, 3);
     float* ks = att_smem;
     float* vs = ks + BK * ld;
     float* qs = vs + BK * ld;
@@ -395,8 +401,8 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     float* dss = ps + BQ * PLD;
     const bool drop = p > 0.0f;
 
-    att_load_rows<BK>(ks, ld, row0 + kofs, ld3, k0, T, hs);
-    att_load_rows<BK>(vs, ld, row0 + vofs, ld3, k0, T, hs);
+    att_load_rows<BK>(ks, ld, qkv, row0 + kofs, qb, ld3, k0, T, hs);
+    att_load_rows<BK>(vs, ld, qkv, row0 + vofs, qb, ld3, k0, T, hs);
 
     float dk[RJ][G::NC], dv[RJ][G::NC];
 #pragma unroll
@@ -405,17 +411,16 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
         for (int c = 0; c < G::NC; c++) dk[a][c] = 0.0f, dv[a][c] = 0.0f;
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const float* base = row0 + (long long)h * hs;
-        const float* gbase = dout + (long long)b * T * C + (long long)h * hs;
-        const float* obase = out + (long long)b * T * C + (long long)h * hs;
+        const long long base = row0 + (long long)h * hs;
+        const long long gbase = (long long)b * T * C + (long long)h * hs; // elements of dout and out
         const float* lrow = lse + ((long long)b * NH + h) * T;
-        float* dbase = drow0 + (long long)h * hs;
+        float* dbase = dqrow0 + (long long)h * hs;
         const unsigned long long hbase = off + (unsigned long long)(b * Hg + h0 + h) * T * T;
         for (int qt = qfirst; qt < nt; qt++) {
             const int q0 = qt * BQ;
             __syncthreads(); // the previous query tile is consumed
-            att_load_rows<BQ>(qs, ld, base, ld3, q0, T, hs);
-            att_load_rows<BQ>(gs, ld, gbase, (long long)C, q0, T, hs);
+            att_load_rows<BQ>(qs, ld, qkv, base, qb, ld3, q0, T, hs);
+            att_load_rows<BQ>(gs, ld, dout, gbase, BF(bf, 1), (long long)C, q0, T, hs);
             __syncthreads();
 
             // Each row's lse and D = dout·out.
@@ -425,8 +430,8 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
                 const int r = ty + 16 * i, t = q0 + r;
                 float d = 0.0f;
                 if (t < T) {
-                    const float* orow = obase + (long long)t * C;
-                    for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * orow[col];
+                    const long long orow = gbase + (long long)t * C;
+                    for (int col = tx; col < hs; col += 16) d += gs[r * ld + col] * ldx(out, orow + col, BF(bf, 2));
                 }
                 rd[i] = att_rowsum16(d);
                 rl[i] = t < T ? lrow[t] : 0.0f;
@@ -476,7 +481,7 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
             for (int i = 0; i < RI; i++) {
                 const int t = q0 + ty + 16 * i;
                 if (t >= T) continue;
-                float* drow = dbase + (long long)t * ld3;
+                float* drow = dbase + (long long)t * dqld;
 #pragma unroll
                 for (int c = 0; c < G::NC; c++) {
                     const int col = att_col<HS>(tx, c);
@@ -490,11 +495,11 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
     for (int a = 0; a < RJ; a++) {
         const int t = k0 + RJ * ty + a;
         if (t >= T) continue;
-        float* drow = drow0 + (long long)t * ld3;
+        const long long drow = row0 + (long long)t * ld3;
 #pragma unroll
         for (int c = 0; c < G::NC; c++) {
             const int col = att_col<HS>(tx, c);
-            if (col < hs) drow[kofs + col] = dk[a][c], drow[vofs + col] = dv[a][c];
+            if (col < hs) stx(dqkv, drow + kofs + col, dk[a][c], BF(bf, 0)), stx(dqkv, drow + vofs + col, dv[a][c], BF(bf, 0));
         }
     }
 }
@@ -504,19 +509,19 @@ __device__ __forceinline__ void att_backward(float* __restrict__ dqkv, const flo
 // attention_backward_NAME.
 #define ATT_FORWARD(NAME, HS, BQ, BK)                                                                           \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attention_forward_##NAME(float* out, float* lse, const float* qkv, int T, int NH, int NKV, int hs,    \
+        attention_forward_##NAME(void* out, float* lse, const void* qkv, int T, int NH, int NKV, int hs,      \
                                  float scale, float p, float pscale, unsigned long long key, int Hg, int h0,  \
-                                 unsigned long long off) {                                                     \
-        att_forward<HS, BQ, BK>(out, lse, qkv, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off);           \
+                                 unsigned long long off, int bf) {                                             \
+        att_forward<HS, BQ, BK>(out, lse, qkv, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0, off, bf);       \
     }
 #define ATT_BACKWARD(NAME, HS, BQ, BK)                                                                          \
     extern "C" __global__ void __launch_bounds__(ATT_THREADS)                                                  \
-        attention_backward_##NAME(float* dqkv, const float* dout, const float* out, const float* qkv,         \
+        attention_backward_##NAME(void* dqkv, const void* dout, const void* out, const void* qkv,             \
                                   const float* lse, int T, int NH, int NKV, int hs, float scale, float p,     \
                                   float pscale, unsigned long long key, int Hg, int h0,                       \
-                                  unsigned long long off) {                                                    \
+                                  unsigned long long off, float* dqacc, long long dqld, int bf) {              \
         att_backward<HS, BQ, BK>(dqkv, dout, out, qkv, lse, T, NH, NKV, hs, scale, p, pscale, key, Hg, h0,   \
-                                 off);                                                                         \
+                                 off, dqacc, dqld, bf);                                                        \
     }
 #define ATT_KERNELS(NAME, HS)                    \
     ATT_FORWARD(NAME, HS, ATT_TILE, ATT_TILE)   \
@@ -543,14 +548,26 @@ ATT_BACKWARD(hs128_q32k32, 128, 32, 32)
 ATT_BACKWARD(any_q32k32, 0, 32, 32)
 #endif
 
-// attention_zero_dq zeros the query heads of dqkv, the first C channels of
-// N = B·T rows of ld, which the backward kernels then accumulate into.
+// attention_zero_dq zeros the dq accumulator, the first C channels of N =
+// B·T rows of ld (the query heads of a float32 dqkv, or a float32 buffer of
+// rows of C), which the backward kernels then accumulate into.
 // Grid-stride over N·C.
 extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C, int ld) {
     const long long n = (long long)N * C;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const long long r = i / C, c = i - r * C;
         dqkv[r * ld + c] = 0.0f;
+    }
+}
+
+// attention_dq_store writes the float32 dq accumulator (N,C) into the query
+// heads of dqkv (N rows of ld), rounded to bfloat16 when bf (bit 0), once
+// the backward kernels have summed it. Grid-stride over N·C.
+extern "C" __global__ void attention_dq_store(void* dqkv, const float* dq, int N, int C, int ld, int bf) {
+    const long long n = (long long)N * C;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / C, c = i - r * C;
+        stx(dqkv, r * ld + c, dq[i], bf & 1);
     }
 }
 
@@ -562,22 +579,23 @@ extern "C" __global__ void attention_zero_dq(float* dqkv, int N, int C, int ld) 
 // (B,maxT,CKV), CKV = NKV·hs, filled for rows 0 … pos; out (B,C); query head
 // h reads cached head h/(NH/NKV). Grid (NH, B), block 32·ATT_DEC_WARPS. Warp
 // w walks the cached rows w, w+8, … with an online softmax (lane owns head
-// columns lane+32·c); the warps' partial results are merged at the end.
+// columns lane+32·c); the warps' partial results are merged at the end. bf:
+// out, q (the caches stay float32).
 extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
-    attention_decode(float* out, const float* q, const float* kc, const float* vc, int pos, int maxT, int NH,
-                     int NKV, int hs, float scale) {
+    attention_decode(void* out, const void* q, const float* kc, const float* vc, int pos, int maxT, int NH, int NKV,
+                     int hs, float scale, int bf) {
     __shared__ float dm[ATT_DEC_WARPS], dl[ATT_DEC_WARPS];
     __shared__ float dov[ATT_DEC_WARPS][32 * ATT_DEC_NC];
     const int h = blockIdx.x, b = blockIdx.y;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const long long C = (long long)NH * hs, CKV = (long long)NKV * hs;
     const long long kvofs = (long long)(h / (NH / NKV)) * hs;
-    const float* qrow = q + (long long)b * C + (long long)h * hs;
+    const long long qrow = (long long)b * C + (long long)h * hs;
     float qv[ATT_DEC_NC], o[ATT_DEC_NC];
 #pragma unroll
     for (int c = 0; c < ATT_DEC_NC; c++) {
         const int col = lane + 32 * c;
-        qv[c] = col < hs ? qrow[col] : 0.0f;
+        qv[c] = col < hs ? ldx(q, qrow + col, BF(bf, 1)) : 0.0f;
         o[c] = 0.0f;
     }
     float m = ATT_NEG, l = 0.0f;
@@ -614,10 +632,10 @@ extern "C" __global__ void __launch_bounds__(32 * ATT_DEC_WARPS)
     float sum = 0.0f;
     for (int i = 0; i < ATT_DEC_WARPS; i++) sum += dl[i] * expf(dm[i] - mx);
     const float inv = 1.0f / sum;
-    float* orow = out + (long long)b * C + (long long)h * hs;
+    const long long orow = (long long)b * C + (long long)h * hs;
     for (int col = threadIdx.x; col < hs; col += 32 * ATT_DEC_WARPS) {
         float acc = 0.0f;
         for (int i = 0; i < ATT_DEC_WARPS; i++) acc += dov[i][col] * expf(dm[i] - mx);
-        orow[col] = acc * inv;
+        stx(out, orow + col, acc * inv, BF(bf, 0));
     }
 }

@@ -206,22 +206,23 @@ struct FaBwd {
     static constexpr int SHARED = 2 * KV_BYTES + 2 * QD_BYTES + 2 * T_BYTES + X_BYTES + 2 * ROW_BYTES;
 };
 
-// fa_load_tile rounds rows r0 … r0+ROWS−1 of one head (HD floats at src,
-// row stride ld) to bf16 into a shared tile of stride LDH; rows at or past
-// T are zeros.
+// fa_load_tile rounds rows r0 … r0+ROWS−1 of one head (HD elements from
+// element at of src, row stride ld; float32, or bfloat16 when bf, which
+// rounding leaves as they are) to bf16 into a shared tile of stride LDH;
+// rows at or past T are zeros.
 template <int ROWS, int HD, int LDH, int THREADS>
-__device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const float* __restrict__ src, long long ld, int r0,
-                                             int T) {
+__device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const void* __restrict__ src, long long at, int bf,
+                                             long long ld, int r0, int T) {
     for (int i = threadIdx.x; i < ROWS * HD; i += THREADS) {
         const int r = i / HD, d = i - r * HD;
         const int t = r0 + r;
-        dst[r * LDH + d] = fa_to_bf16(t < T ? src[(long long)t * ld + d] : 0.0f);
+        dst[r * LDH + d] = fa_to_bf16(t < T ? ldx(src, at + (long long)t * ld + d, bf) : 0.0f);
     }
 }
 
 template <int HD, int BR, int BC>
-__device__ __forceinline__ void fa_forward(float* __restrict__ out, float* __restrict__ lse,
-                                           const float* __restrict__ qkv, int T, int NH, int NKV, float scale) {
+__device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __restrict__ lse,
+                                           const void* __restrict__ qkv, int T, int NH, int NKV, float scale, int bf) {
 #if FA_TC
     typedef FaFwd<HD, BR, BC> G;
     using namespace fa_wmma;
@@ -241,11 +242,12 @@ __device__ __forceinline__ void fa_forward(float* __restrict__ out, float* __res
     const int kvh = h / (NH / NKV);
     const int klast = (min(q0 + BR, T) - 1) / BC; // the last key tile a row of the tile sees
     const long long ld3 = (long long)(NH + 2 * NKV) * HD, C = (long long)NH * HD;
-    const float* qbase = qkv + (long long)b * T * ld3 + (long long)h * HD;
-    const float* kbase = qkv + (long long)b * T * ld3 + (long long)(NH + kvh) * HD;
-    const float* vbase = kbase + (long long)NKV * HD;
+    const long long qbase = (long long)b * T * ld3 + (long long)h * HD; // elements of qkv
+    const long long kbase = (long long)b * T * ld3 + (long long)(NH + kvh) * HD;
+    const long long vbase = kbase + (long long)NKV * HD;
+    const int qb = BF(bf, 1);
 
-    fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qbase, ld3, q0, T);
+    fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
 
     const int r0 = 16 * warp;        // the warp's first row of the tile
     const int rlast = q0 + r0 + 15;  // the position of its last row
@@ -264,8 +266,8 @@ __device__ __forceinline__ void fa_forward(float* __restrict__ out, float* __res
     for (int kt = 0; kt <= klast; kt++) {
         const int k0 = kt * BC;
         __syncthreads(); // the previous tile's k and v are consumed
-        fa_load_tile<BC, HD, LDH, G::THREADS>(ks, kbase, ld3, k0, T);
-        fa_load_tile<BC, HD, LDH, G::THREADS>(vs, vbase, ld3, k0, T);
+        fa_load_tile<BC, HD, LDH, G::THREADS>(ks, qkv, kbase, qb, ld3, k0, T);
+        fa_load_tile<BC, HD, LDH, G::THREADS>(vs, qkv, vbase, qb, ld3, k0, T);
         __syncthreads();
         if (!live || k0 > rlast) continue; // every key of the tile is past the warp's rows
 
@@ -359,18 +361,19 @@ __device__ __forceinline__ void fa_forward(float* __restrict__ out, float* __res
         const float sum = warp_sum(l[i]);
         if (t >= T) continue;
         const float inv = 1.0f / sum;
-        float* orow = out + ((long long)b * T + t) * C + (long long)h * HD;
+        const long long orow = ((long long)b * T + t) * C + (long long)h * HD;
 #pragma unroll
-        for (int c = 0; c < NC; c++) orow[lane + 32 * c] = o[i][c] * inv;
+        for (int c = 0; c < NC; c++) stx(out, orow + lane + 32 * c, o[i][c] * inv, BF(bf, 0));
         if (lane == 0) lse[((long long)b * NH + h) * T + t] = m[i] + logf(sum);
     }
 #endif
 }
 
 template <int HD, int BR, int BC>
-__device__ __forceinline__ void fa_backward(float* __restrict__ dqkv, const float* __restrict__ dout,
-                                            const float* __restrict__ qkv, const float* __restrict__ lse,
-                                            const float* __restrict__ delta, int T, int NH, int NKV, float scale) {
+__device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void* __restrict__ dout,
+                                            const void* __restrict__ qkv, const float* __restrict__ lse,
+                                            const float* __restrict__ delta, int T, int NH, int NKV, float scale,
+                                            float* __restrict__ dqacc, long long dqld, int bf) {
 #if FA_TC
     typedef FaBwd<HD, BR, BC> G;
     using namespace fa_wmma;
@@ -396,32 +399,33 @@ __device__ __forceinline__ void fa_backward(float* __restrict__ dqkv, const floa
     const int qfirst = k0 / BR; // the first query tile with a row that sees key k0
     const long long ld3 = (long long)(NH + 2 * NKV) * HD, C = (long long)NH * HD;
     const long long kofs = (long long)(NH + kvh) * HD, vofs = kofs + (long long)NKV * HD;
-    const float* row0 = qkv + (long long)b * T * ld3;
-    float* drow0 = dqkv + (long long)b * T * ld3;
+    const long long row0 = (long long)b * T * ld3; // elements of qkv and dqkv
+    float* dqrow0 = dqacc + (long long)b * T * dqld;
+    const int qb = BF(bf, 2);
 
     const int kb = warp % KB, part = warp / KB; // the warp's key block and part of the head columns
     const int key0 = k0 + 16 * kb;              // its first key
     const int c0 = part * HW;                   // its first head column of dk and dv
     float* wscr = xs + warp * 2 * 16 * LDW;     // its two 16×16 scratch blocks
 
-    fa_load_tile<BC, HD, LDH, G::THREADS>(ks, row0 + kofs, ld3, k0, T);
-    fa_load_tile<BC, HD, LDH, G::THREADS>(vs, row0 + vofs, ld3, k0, T);
+    fa_load_tile<BC, HD, LDH, G::THREADS>(ks, qkv, row0 + kofs, qb, ld3, k0, T);
+    fa_load_tile<BC, HD, LDH, G::THREADS>(vs, qkv, row0 + vofs, qb, ld3, k0, T);
 
     acc_t dk[HW / 16], dv[HW / 16];
 #pragma unroll
     for (int j = 0; j < HW / 16; j++) fill_fragment(dk[j], 0.0f), fill_fragment(dv[j], 0.0f);
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const float* qbase = row0 + (long long)h * HD;
-        const float* gbase = dout + (long long)b * T * C + (long long)h * HD;
+        const long long qbase = row0 + (long long)h * HD;
+        const long long gbase = (long long)b * T * C + (long long)h * HD; // elements of dout
         const float* lbase = lse + ((long long)b * NH + h) * T;
         const float* dbase = delta + ((long long)b * NH + h) * T;
-        float* dqbase = drow0 + (long long)h * HD;
+        float* dqbase = dqrow0 + (long long)h * HD;
         for (int qt = qfirst; qt < nt; qt++) {
             const int q0 = qt * BR;
             __syncthreads(); // the previous query tile is consumed
-            fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qbase, ld3, q0, T);
-            fa_load_tile<BR, HD, LDH, G::THREADS>(gs, gbase, C, q0, T);
+            fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
+            fa_load_tile<BR, HD, LDH, G::THREADS>(gs, dout, gbase, BF(bf, 1), C, q0, T);
             for (int r = tid; r < BR; r += G::THREADS) {
                 const int t = q0 + r;
                 lrow[r] = t < T ? lbase[t] : 0.0f;
@@ -508,7 +512,7 @@ __device__ __forceinline__ void fa_backward(float* __restrict__ dqkv, const floa
             for (int e = tid; e < BR * HD; e += G::THREADS) {
                 const int r = e / HD, c = e - r * HD;
                 const int t = q0 + r;
-                if (t >= k0 && t < T) atomicAdd(&dqbase[(long long)t * ld3 + c], xs[r * LDO + c]);
+                if (t >= k0 && t < T) atomicAdd(&dqbase[(long long)t * dqld + c], xs[r * LDO + c]);
             }
         }
     }
@@ -525,7 +529,7 @@ __device__ __forceinline__ void fa_backward(float* __restrict__ dqkv, const floa
             for (int e = lane; e < 256; e += 32) {
                 const int kr = e >> 4, c = e & 15;
                 const int t = key0 + kr;
-                if (t < T) drow0[(long long)t * ld3 + ofs + c] = wscr[kr * LDW + c];
+                if (t < T) stx(dqkv, row0 + (long long)t * ld3 + ofs + c, wscr[kr * LDW + c], BF(bf, 0));
             }
             __syncwarp();
         }
@@ -537,14 +541,14 @@ __device__ __forceinline__ void fa_backward(float* __restrict__ dqkv, const floa
 // BR×BC tiles (variants.go's sizes; flashattention.go chooses).
 #define FA_FORWARD(HD, BR, BC)                                                                                 \
     extern "C" __global__ void __launch_bounds__(2 * BR) flash_attn_forward_hs##HD##_q##BR##k##BC(       \
-        float* out, float* lse, const float* qkv, int T, int NH, int NKV, float scale) {                       \
-        fa_forward<HD, BR, BC>(out, lse, qkv, T, NH, NKV, scale);                                              \
+        void* out, float* lse, const void* qkv, int T, int NH, int NKV, float scale, int bf) {                 \
+        fa_forward<HD, BR, BC>(out, lse, qkv, T, NH, NKV, scale, bf);                                          \
     }
 #define FA_BACKWARD(HD, BR, BC)                                                                                \
     extern "C" __global__ void __launch_bounds__(256) flash_attn_backward_hs##HD##_q##BR##k##BC(         \
-        float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta, int T, int NH, \
-        int NKV, float scale) {                                                                                \
-        fa_backward<HD, BR, BC>(dqkv, dout, qkv, lse, delta, T, NH, NKV, scale);                               \
+        void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta, int T, int NH,   \
+        int NKV, float scale, float* dqacc, long long dqld, int bf) {                                          \
+        fa_backward<HD, BR, BC>(dqkv, dout, qkv, lse, delta, T, NH, NKV, scale, dqacc, dqld, bf);              \
     }
 
 FA_FORWARD(64, 128, 64)
@@ -564,24 +568,24 @@ static_assert(FaBwd<64, 64, 64>::SHARED == 76288 && FaBwd<128, 64, 64>::SHARED =
               "flashattention.go's FlashBackwardShared");
 
 // flash_attn_prep: delta (B,NH,T) = rowsum(dout∘out) per query row
-// and head, and the query heads of dqkv zeroed (the backward kernel adds
-// into them). A warp per (position n = b·T + t, head h), grid-stride; block
-// 256. N = B·T.
-extern "C" __global__ void flash_attn_prep(float* delta, float* dqkv, const float* dout, const float* out,
-                                                int N, int T, int NH, int NKV, int hs) {
-    const long long C = (long long)NH * hs, ld3 = (long long)(NH + 2 * NKV) * hs;
+// and head, and the float32 dq accumulator zeroed (the backward kernel adds
+// into it): dqkv's query heads (dqld its row stride) when dqkv is float32,
+// else a buffer of (N, NH·hs). A warp per (position n = b·T + t, head h),
+// grid-stride; block 256. N = B·T. bf: dout, out.
+extern "C" __global__ void flash_attn_prep(float* delta, float* dqacc, long long dqld, const void* dout,
+                                           const void* out, int N, int T, int NH, int NKV, int hs, int bf) {
+    const long long C = (long long)NH * hs;
     const int lane = threadIdx.x & 31;
     const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
     for (long long w = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); w < (long long)N * NH;
          w += warps) {
         const long long n = w / NH;
         const int h = (int)(w - n * NH);
-        const float* g = dout + n * C + (long long)h * hs;
-        const float* o = out + n * C + (long long)h * hs;
-        float* dq = dqkv + n * ld3 + (long long)h * hs;
+        const long long g = n * C + (long long)h * hs; // elements of dout and out
+        float* dq = dqacc + n * dqld + (long long)h * hs;
         float d = 0.0f;
         for (int c = lane; c < hs; c += 32) {
-            d += g[c] * o[c];
+            d += ldx(dout, g + c, BF(bf, 0)) * ldx(out, g + c, BF(bf, 1));
             dq[c] = 0.0f;
         }
         d = warp_sum(d);
