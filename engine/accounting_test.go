@@ -78,7 +78,7 @@ func heldScratch(tr *Trainer) int64 {
 		case *stage3:
 			par = p.parallel
 		case *contextParallel:
-			add(p.kv[0], p.kv[1], p.dkv[0], p.dkv[1], p.stats, p.delta, p.wpe, p.dwpe)
+			add(p.kv[0], p.kv[1], p.dkv[0], p.dkv[1], p.stats, p.delta, p.acc, p.dacc, p.wpe, p.dwpe)
 			par = p.parallel
 		case *sequenceParallel:
 			add(p.in, p.dout, p.out, p.din)

@@ -44,10 +44,13 @@ type contextParallel struct {
 
 	// The ring's buffers, sized at first use: two key/value blocks and
 	// their gradients (one computed with, one arriving), the online
-	// softmax's running max and sum, backward's Σ dout·out, and the rank's
-	// rows of wpe and of its gradient.
+	// softmax's running max and sum, backward's Σ dout·out, the float32
+	// sums the ring folds its steps into (the attention's output and qkv's
+	// gradient: out and dqkv may be bfloat16 activations, which would round
+	// every step), and the rank's rows of wpe and of its gradient.
 	kv, dkv      [2][]float32
 	stats, delta []float32
+	acc, dacc    []float32
 	wpe, dwpe    []float32
 }
 
@@ -87,43 +90,47 @@ func (cp *contextParallel) positions(T int) []int {
 func (cp *contextParallel) attentionFloats(B, T, NH int) int { return B * T * NH }
 
 // attention is the ring's forward pass over the rank's (B,T) rows
-// (T = 2c): out (B,T,NH·hd) and the log-sum-exps in att (B·T,NH).
+// (T = 2c): out (B,T,NH·hd) and the log-sum-exps in att (B·T,NH). The
+// steps fold into cp.acc, stored into out once.
 func (cp *contextParallel) attention(ps *pass, out, att, qkv []float32, B, T int, h attnShape, _ kernels.Dropout, _ uint64) {
 	be, rows, c := cp.be, B*T, T/2
 	cp.ensure(rows, h)
 	be.RingKV(cp.kv[0], qkv, rows, h.NH, h.NKV, h.hd)
 	for s := 0; s < cp.size; s++ {
 		kr := (cp.rank - s + cp.size) % cp.size // the block in hand: rank kr's
-		be.RingAttentionForward(out, cp.stats, qkv, cp.kv[s%2], B, c, h.NH, h.NKV, h.hd, cp.size, cp.rank, kr, s == 0)
+		be.RingAttentionForward(cp.acc, cp.stats, qkv, cp.kv[s%2], B, c, h.NH, h.NKV, h.hd, cp.size, cp.rank, kr, s == 0)
 		if s < cp.size-1 {
 			cp.pass(ps, "keys and values", cp.kv[s%2], cp.kv[(s+1)%2])
 		}
 	}
-	be.RingAttentionFinish(out, att, cp.stats, rows, h.NH, h.hd)
+	be.RingAttentionFinish(cp.acc, att, cp.stats, rows, h.NH, h.hd)
+	be.Copy(out, cp.acc)
 }
 
 // attentionBackward is the ring's backward pass: dqkv overwritten from
 // dout and what the forward pass returned (out, the log-sum-exps in att)
 // and read (qkv). Each block travels with the gradient of its keys and
-// values, which every rank adds to; after cp steps each is home.
+// values, which every rank adds to; after cp steps each is home. The
+// steps fold into cp.dacc, stored into dqkv once.
 func (cp *contextParallel) attentionBackward(ps *pass, dqkv, dout, out, qkv, att []float32, B, T int, h attnShape, _ kernels.Dropout, _ uint64) {
 	be, rows, c := cp.be, B*T, T/2
 	cp.ensure(rows, h)
-	be.Zero(dqkv)
+	be.Zero(cp.dacc)
 	be.RingAttentionDelta(cp.delta, dout, out, rows, h.NH, h.hd)
 	be.RingKV(cp.kv[0], qkv, rows, h.NH, h.NKV, h.hd)
 	be.Zero(cp.dkv[0])
 	for s := 0; s < cp.size; s++ {
 		kr := (cp.rank - s + cp.size) % cp.size
 		i, j := s%2, (s+1)%2
-		be.RingAttentionBackward(dqkv, cp.dkv[i], dout, qkv, cp.kv[i], att, cp.delta, B, c, h.NH, h.NKV, h.hd, cp.size, cp.rank, kr)
+		be.RingAttentionBackward(cp.dacc, cp.dkv[i], dout, qkv, cp.kv[i], att, cp.delta, B, c, h.NH, h.NKV, h.hd, cp.size, cp.rank, kr)
 		if s < cp.size-1 {
 			cp.pass(ps, "keys, values and their gradients", cp.kv[i], cp.kv[j], cp.dkv[i], cp.dkv[j])
 		} else {
 			cp.pass(ps, "key and value gradients", cp.dkv[i], cp.dkv[j])
 		}
 	}
-	be.RingKVGrad(dqkv, cp.dkv[cp.size%2], rows, h.NH, h.NKV, h.hd)
+	be.RingKVGrad(cp.dacc, cp.dkv[cp.size%2], rows, h.NH, h.NKV, h.hd)
+	be.Copy(dqkv, cp.dacc)
 }
 
 // pass sends each even-numbered buffer of bufs to the next rank of the
@@ -146,19 +153,22 @@ func (cp *contextParallel) pass(ps *pass, what string, bufs ...[]float32) {
 
 // ensure sizes the ring's buffers for rows rows of attention shape h.
 func (cp *contextParallel) ensure(rows int, h attnShape) {
-	kv, stats, delta := ringFloats(rows, h)
+	kv, stats, delta, acc, dacc := ringFloats(rows, h)
 	for _, b := range []*[]float32{&cp.kv[0], &cp.kv[1], &cp.dkv[0], &cp.dkv[1]} {
 		cp.resize(b, kv)
 	}
 	cp.resize(&cp.stats, stats)
 	cp.resize(&cp.delta, delta)
+	cp.resize(&cp.acc, acc)
+	cp.resize(&cp.dacc, dacc)
 }
 
 // ringFloats are the elements of the ring's buffers for rows rows of
 // attention shape h: each of the four key/value blocks (kv, dkv), the
-// online softmax's statistics, backward's Σ dout·out.
-func ringFloats(rows int, h attnShape) (kv, stats, delta int) {
-	return rows * 2 * h.NKV * h.hd, rows * h.NH * 2, rows * h.NH
+// online softmax's statistics, backward's Σ dout·out, the sums of the
+// output (rows, NH·hd) and of qkv's gradient (rows, (NH+2·NKV)·hd).
+func ringFloats(rows int, h attnShape) (kv, stats, delta, acc, dacc int) {
+	return rows * 2 * h.NKV * h.hd, rows * h.NH * 2, rows * h.NH, rows * h.NH * h.hd, rows * (h.NH + 2*h.NKV) * h.hd
 }
 
 // bufferBytes is the bytes of the ring's buffers once the passes of a
@@ -167,8 +177,8 @@ func ringFloats(rows int, h attnShape) (kv, stats, delta int) {
 // the rank's rows of wpe and of its gradient, (T,C) each (the account of
 // them: Trainer.memory).
 func (cp *contextParallel) bufferBytes(B, T, C int, h attnShape, wpe bool) int64 {
-	kv, stats, delta := ringFloats(B*T, h)
-	n := 4*kv + stats + delta
+	kv, stats, delta, acc, dacc := ringFloats(B*T, h)
+	n := 4*kv + stats + delta + acc + dacc
 	if wpe {
 		n += 2 * T * C
 	}

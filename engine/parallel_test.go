@@ -262,7 +262,7 @@ func parityCases() []parityCase {
 // bf16Parity are the layouts the matrix also runs with bf16 GEMMs on the
 // CPU (cpu.Options.BF16), against the single process in bf16: one of
 // each dimension of the Llama family's.
-var bf16Parity = []string{"llama dp2", "llama sharding2 stage3", "llama mp2 kv1 untied", "llama mp4 kv2", "llama pp2 1f1b untied", "llama pp2 interleaved vpp2"}
+var bf16Parity = []string{"llama dp2", "llama sharding2 stage3", "llama mp2 kv1 untied", "llama mp4 kv2", "llama pp2 1f1b untied", "llama pp2 interleaved vpp2", "cp2", "llama cp2 mp2 kv2 untied"}
 
 // cpuBF16Backend is the CPU backend with bf16 GEMMs and a fixed peak, or
 // nil where the CPU lacks the instructions (the error says which).

@@ -449,8 +449,10 @@ func attentionFloats(m Model, s Strategy, lse bool) int64 {
 //   - context parallelism's ring (engine/contextparallel.go): two
 //     key/value blocks and their gradients (N rows × both widths each),
 //     the online softmax's two statistics and backward's delta (per row
-//     and query head), and on a GPT-2's first stage the rank's rows of
-//     wpe and of its gradient;
+//     and query head), the float32 sums of the attention's output and of
+//     qkv's gradient (N rows of the query heads' width, and of qkv's),
+//     and on a GPT-2's first stage the rank's rows of wpe and of its
+//     gradient;
 //   - a pipeline stage that receives gradients (all but the last, every
 //     one when interleaved) a second residual-gradient buffer (Nr·C,
 //     engine/pipeline.go dnext).
@@ -476,7 +478,7 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	}
 	if cp := s.cp(); cp > 1 {
 		NHl := int64(m.NH / s.MP)
-		n += 4*N*2*m.kvWidthTP(s.MP) + 3*N*NHl
+		n += 4*N*2*m.kvWidthTP(s.MP) + 3*N*NHl + N*(C/t+w.qkv)
 		if st == 0 && !m.llama() {
 			n += 2 * int64(m.SeqLen/cp) * C // wpe's rows and their gradient
 		}
