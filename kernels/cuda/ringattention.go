@@ -63,7 +63,7 @@ func ringCheck(op string, B, c, NH, NKV, hd, cp, qr, kr int) error {
 
 // RingKV writes kv (rows, 2·NKV·hd) from the key and value heads of qkv
 // (rows, (NH+2·NKV)·hd).
-func (k *Kernels) RingKV(s Stream, kv, qkv Ptr, rows, NH, NKV, hd int) error {
+func (k *Kernels) RingKV(s Stream, kv Ptr, qkv Buf, rows, NH, NKV, hd int) error {
 	if err := ringHeads("RingKV", rows, NH, NKV, hd); err != nil {
 		return err
 	}
@@ -71,7 +71,8 @@ func (k *Kernels) RingKV(s Stream, kv, qkv Ptr, rows, NH, NKV, hd int) error {
 		return nil
 	}
 	grid, block := ElementwiseGeometry(int64(rows) * int64(2*NKV*hd))
-	return k.launch("ring_kv", grid, block, 0, s, kv, qkv, int32(rows), int32(NH), int32(NKV), int32(hd))
+	b, bf := bufs(qkv)
+	return k.launch("ring_kv", grid, block, 0, s, kv, b[0], int32(rows), int32(NH), int32(NKV), int32(hd), bf)
 }
 
 // RingKVGrad overwrites the key and value parts of dqkv (rows,
@@ -92,7 +93,7 @@ func (k *Kernels) RingKVGrad(s Stream, dqkv, dkv Ptr, rows, NH, NKV, hd int) err
 // NH·hd) unnormalised, stats (rows, NH, 2) each row and head's running max
 // m and sum l. first starts from out = 0, m = −∞, l = 0 without reading
 // them. One launch of ring_forward, a warp per query row and head.
-func (k *Kernels) RingAttentionForward(s Stream, out, stats, qkv, kv Ptr, B, c, NH, NKV, hd, cp, qr, kr int, first bool) error {
+func (k *Kernels) RingAttentionForward(s Stream, out, stats Ptr, qkv Buf, kv Ptr, B, c, NH, NKV, hd, cp, qr, kr int, first bool) error {
 	if err := ringCheck("RingAttentionForward", B, c, NH, NKV, hd, cp, qr, kr); err != nil {
 		return err
 	}
@@ -100,8 +101,9 @@ func (k *Kernels) RingAttentionForward(s Stream, out, stats, qkv, kv Ptr, B, c, 
 		return nil
 	}
 	grid, block := RingAttentionGeometry(2*B*c, NH)
-	return k.launch("ring_forward", grid, block, 0, s, out, stats, qkv, kv,
-		int32(B), int32(c), int32(NH), int32(NKV), int32(hd), int32(cp), int32(qr), int32(kr), attScale(hd), flag(first))
+	b, bf := bufs(qkv)
+	return k.launch("ring_forward", grid, block, 0, s, out, stats, b[0], kv,
+		int32(B), int32(c), int32(NH), int32(NKV), int32(hd), int32(cp), int32(qr), int32(kr), attScale(hd), flag(first), bf)
 }
 
 // RingAttentionFinish divides out (rows, NH·hd) by l and writes lse (rows,
@@ -121,7 +123,7 @@ func (k *Kernels) RingAttentionFinish(s Stream, out, lse, stats Ptr, rows, NH, h
 // RingAttentionDelta writes delta (rows, NH) = Σ over each head's hd
 // channels of dout·out, dout and out (rows, NH·hd): a warp per row and
 // head.
-func (k *Kernels) RingAttentionDelta(s Stream, delta, dout, out Ptr, rows, NH, hd int) error {
+func (k *Kernels) RingAttentionDelta(s Stream, delta Ptr, dout, out Buf, rows, NH, hd int) error {
 	if err := ringHeads("RingAttentionDelta", rows, NH, NH, hd); err != nil {
 		return err
 	}
@@ -130,7 +132,8 @@ func (k *Kernels) RingAttentionDelta(s Stream, delta, dout, out Ptr, rows, NH, h
 	}
 	n := int64(rows) * int64(NH)
 	blocks := min((n+ringWarps-1)/ringWarps, ewMaxBlocks)
-	return k.launch("ring_delta", Dim3{uint32(blocks), 1, 1}, Dim3{32 * ringWarps, 1, 1}, 0, s, delta, dout, out, int32(rows), int32(NH), int32(hd))
+	b, bf := bufs(dout, out)
+	return k.launch("ring_delta", Dim3{uint32(blocks), 1, 1}, Dim3{32 * ringWarps, 1, 1}, 0, s, delta, b[0], b[1], int32(rows), int32(NH), int32(hd), bf)
 }
 
 // RingAttentionBackward adds, for the key/value block kv of rank kr and rank
@@ -141,20 +144,21 @@ func (k *Kernels) RingAttentionDelta(s Stream, delta, dout, out Ptr, rows, NH, h
 // every run): ring_backward_dq, a warp per query row and head, and
 // ring_backward_dkv, a warp per key row and key/value head that sums its
 // group's query heads in head order. Both recompute the probabilities.
-func (k *Kernels) RingAttentionBackward(s Stream, dqkv, dkv, dout, qkv, kv, lse, delta Ptr, B, c, NH, NKV, hd, cp, qr, kr int) error {
+func (k *Kernels) RingAttentionBackward(s Stream, dqkv, dkv Ptr, dout, qkv Buf, kv, lse, delta Ptr, B, c, NH, NKV, hd, cp, qr, kr int) error {
 	if err := ringCheck("RingAttentionBackward", B, c, NH, NKV, hd, cp, qr, kr); err != nil {
 		return err
 	}
 	if B*c == 0 {
 		return nil
 	}
-	args := []any{int32(B), int32(c), int32(NH), int32(NKV), int32(hd), int32(cp), int32(qr), int32(kr), attScale(hd)}
+	b, bf := bufs(dout, qkv)
+	args := []any{int32(B), int32(c), int32(NH), int32(NKV), int32(hd), int32(cp), int32(qr), int32(kr), attScale(hd), bf}
 	grid, block := RingAttentionGeometry(2*B*c, NH)
-	if err := k.launch("ring_backward_dq", grid, block, 0, s, append([]any{dqkv, dout, qkv, kv, lse, delta}, args...)...); err != nil {
+	if err := k.launch("ring_backward_dq", grid, block, 0, s, append([]any{dqkv, b[0], b[1], kv, lse, delta}, args...)...); err != nil {
 		return err
 	}
 	grid, block = RingAttentionGeometry(2*B*c, NKV)
-	return k.launch("ring_backward_dkv", grid, block, 0, s, append([]any{dkv, dout, qkv, kv, lse, delta}, args...)...)
+	return k.launch("ring_backward_dkv", grid, block, 0, s, append([]any{dkv, b[0], b[1], kv, lse, delta}, args...)...)
 }
 
 // ---- kernels.Backend ----

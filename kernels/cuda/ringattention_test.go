@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cuda"
 )
 
@@ -120,34 +121,49 @@ func TestRingAttention(t *testing.T) {
 	type tcase struct {
 		cp, T int
 		shape
+		bf16 bool // qkv and dout bfloat16 activations (cuda.BF16Ptr)
 	}
 	var cases []tcase
 	for _, cp := range []int{1, 2, 4} {
 		for _, s := range []shape{{4, 4, 8}, {4, 2, 16}} {
-			cases = append(cases, tcase{cp, 8 * 3, s}) // c = 12, 6, 3
+			cases = append(cases, tcase{cp, 8 * 3, s, false}) // c = 12, 6, 3
 		}
 	}
 	// Chunks of more than 32 rows (the kernels walk 32 at a time) and a
 	// head of two columns a lane.
-	cases = append(cases, tcase{1, 80, shape{4, 2, 16}}, tcase{2, 80, shape{2, 1, 40}})
+	cases = append(cases, tcase{1, 80, shape{4, 2, 16}, false}, tcase{2, 80, shape{2, 1, 40}, false})
+	// bfloat16 qkv and dout: the kernels read them widened, as float32 of
+	// the same (rounded) values.
+	cases = append(cases, tcase{2, 24, shape{4, 2, 16}, true}, tcase{4, 80, shape{2, 1, 40}, true})
 
 	var worst [4]float64 // out, lse, dqkv, rotated out
 	for _, tc := range cases {
 		cp, T, NH, NKV, hd := tc.cp, tc.T, tc.NH, tc.NKV, tc.hd
-		t.Run(fmt.Sprintf("cp%d_T%d_NH%d_NKV%d_hd%d", cp, T, NH, NKV, hd), func(t *testing.T) {
+		t.Run(fmt.Sprintf("cp%d_T%d_NH%d_NKV%d_hd%d_bf16-%v", cp, T, NH, NKV, hd, tc.bf16), func(t *testing.T) {
 			const B = 2
 			c := T / (2 * cp)
 			rows := 2 * B * c
 			ld, ldkv, C := (NH+2*NKV)*hd, 2*NKV*hd, NH*hd
 			r := rand.New(rand.NewPCG(uint64(cp), uint64(T*NH*NKV*hd)))
 			qkv, dout := attRandom(r, B*T*ld), attRandom(r, B*T*C)
+			if tc.bf16 {
+				kernels.RoundBF16(qkv)
+				kernels.RoundBF16(dout)
+			}
 			rout, rlse, rdqkv := ringRef(qkv, dout, B, T, NH, NKV, hd)
 
 			m, k := machine(t)
-			var gqkv, gdout, gkv, gout, gstats, glse, gdelta, gdqkv, gdkv, gout2, gstats2, glse2 []cuda.Ptr
+			act := func(x []float32) cuda.Buf {
+				if tc.bf16 {
+					return cuda.BF16Ptr(m.Uint16s(toBF16(x)))
+				}
+				return m.Float32s(x)
+			}
+			var gqkv, gdout []cuda.Buf
+			var gkv, gout, gstats, glse, gdelta, gdqkv, gdkv, gout2, gstats2, glse2 []cuda.Ptr
 			for rk := 0; rk < cp; rk++ {
-				gqkv = append(gqkv, m.Float32s(ringGather(qkv, ld, rk, B, c, cp)))
-				gdout = append(gdout, m.Float32s(ringGather(dout, C, rk, B, c, cp)))
+				gqkv = append(gqkv, act(ringGather(qkv, ld, rk, B, c, cp)))
+				gdout = append(gdout, act(ringGather(dout, C, rk, B, c, cp)))
 				gkv = append(gkv, m.Float32s(attRandom(r, rows*ldkv))) // overwritten by RingKV
 				// out and stats hold garbage: first must not read them.
 				gout = append(gout, m.Float32s(attRandom(r, rows*C)))

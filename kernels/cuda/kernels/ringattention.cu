@@ -46,14 +46,22 @@ __device__ __forceinline__ float ra_dot(const float* a, const float* __restrict_
 	return s;
 }
 
+// ra_dotx is ra_dot with b the hd elements from element at of x (bfloat16
+// when bf).
+__device__ __forceinline__ float ra_dotx(const float* a, const void* __restrict__ x, long long at, int bf, int hd) {
+	float s = 0.0f;
+	for (int d = 0; d < hd; d++) s += a[d] * ldx(x, at + d, bf);
+	return s;
+}
+
 // ring_kv copies the key and value heads of qkv into kv: kv[r, j] =
 // qkv[r, NH·hd + j], j < 2·NKV·hd. Grid-stride over rows·2·NKV·hd.
-extern "C" __global__ void ring_kv(float* __restrict__ kv, const float* __restrict__ qkv, int rows, int NH, int NKV,
-                                   int hd) {
+extern "C" __global__ void ring_kv(float* __restrict__ kv, const void* __restrict__ qkv, int rows, int NH, int NKV,
+                                   int hd, int bf) {
 	const long long w = 2LL * NKV * hd, ld = (long long)(NH + 2 * NKV) * hd, q = (long long)NH * hd;
 	GRID_STRIDE(i, (long long)rows * w) {
 		const long long r = i / w, j = i - r * w;
-		kv[i] = qkv[r * ld + q + j];
+		kv[i] = ldx(qkv, r * ld + q + j, bf & 1);
 	}
 }
 
@@ -74,9 +82,9 @@ extern "C" __global__ void ring_kv_grad(float* __restrict__ dqkv, const float* _
 // out = 0, m = −∞, l = 0 instead of reading them. out stays unnormalised
 // (ring_finish divides by l).
 extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
-    ring_forward(float* __restrict__ out, float* __restrict__ stats, const float* __restrict__ qkv,
+    ring_forward(float* __restrict__ out, float* __restrict__ stats, const void* __restrict__ qkv,
                  const float* __restrict__ kv, int B, int c, int NH, int NKV, int hd, int cp, int qr, int kr,
-                 float scale, int first) {
+                 float scale, int first, int bf) {
 	__shared__ float qs[RA_WARPS][RA_MAXHD];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
 	const int h = blockIdx.y;
@@ -88,8 +96,8 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	const long long ld = (long long)(NH + 2 * NKV) * hd, ldkv = 2LL * NKV * hd;
 	const long long kofs = (long long)(h / (NH / NKV)) * hd, vofs = kofs + (long long)NKV * hd;
 
-	const float* qrow = qkv + i * ld + (long long)h * hd;
-	for (int d = lane; d < hd; d += 32) qs[w][d] = qrow[d];
+	const long long qrow = i * ld + (long long)h * hd;
+	for (int d = lane; d < hd; d += 32) qs[w][d] = ldx(qkv, qrow + d, bf & 1);
 	__syncwarp();
 
 	float* orow = out + i * (long long)NH * hd + (long long)h * hd;
@@ -154,16 +162,14 @@ extern "C" __global__ void ring_finish(float* __restrict__ out, float* __restric
 
 // ring_delta writes delta (rows, NH) = Σ over each head's hd channels of
 // dout·out. A warp per (row, head), RA_WARPS a block, grid-stride.
-extern "C" __global__ void ring_delta(float* __restrict__ delta, const float* __restrict__ dout,
-                                      const float* __restrict__ out, int rows, int NH, int hd) {
+extern "C" __global__ void ring_delta(float* __restrict__ delta, const void* __restrict__ dout,
+                                      const void* __restrict__ out, int rows, int NH, int hd, int bf) {
 	const int lane = threadIdx.x & 31;
 	const long long n = (long long)rows * NH;
 	const long long nw = (long long)gridDim.x * (blockDim.x >> 5);
 	for (long long rh = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); rh < n; rh += nw) {
-		const float* g = dout + rh * hd;
-		const float* o = out + rh * hd;
 		float s = 0.0f;
-		for (int d = lane; d < hd; d += 32) s += g[d] * o[d];
+		for (int d = lane; d < hd; d += 32) s += ldx(dout, rh * hd + d, BF(bf, 0)) * ldx(out, rh * hd + d, BF(bf, 1));
 		s = warp_sum(s);
 		if (lane == 0) delta[rh] = s;
 	}
@@ -174,9 +180,9 @@ extern "C" __global__ void ring_delta(float* __restrict__ delta, const float* __
 // P∘(dP − delta), P = exp(S − lse), dP = dout·v. Grid (⌈rows/RA_WARPS⌉,
 // NH), block 32·RA_WARPS, a warp per query row and head as ring_forward.
 extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
-    ring_backward_dq(float* __restrict__ dqkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+    ring_backward_dq(float* __restrict__ dqkv, const void* __restrict__ dout, const void* __restrict__ qkv,
                      const float* __restrict__ kv, const float* __restrict__ lse, const float* __restrict__ delta,
-                     int B, int c, int NH, int NKV, int hd, int cp, int qr, int kr, float scale) {
+                     int B, int c, int NH, int NKV, int hd, int cp, int qr, int kr, float scale, int bf) {
 	__shared__ float qs[RA_WARPS][RA_MAXHD];
 	__shared__ float gs[RA_WARPS][RA_MAXHD];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -189,9 +195,8 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 	const long long ld = (long long)(NH + 2 * NKV) * hd, ldkv = 2LL * NKV * hd;
 	const long long kofs = (long long)(h / (NH / NKV)) * hd, vofs = kofs + (long long)NKV * hd;
 
-	const float* qrow = qkv + i * ld + (long long)h * hd;
-	const float* grow = dout + i * (long long)NH * hd + (long long)h * hd;
-	for (int d = lane; d < hd; d += 32) qs[w][d] = qrow[d], gs[w][d] = grow[d];
+	const long long qrow = i * ld + (long long)h * hd, grow = i * (long long)NH * hd + (long long)h * hd;
+	for (int d = lane; d < hd; d += 32) qs[w][d] = ldx(qkv, qrow + d, BF(bf, 1)), gs[w][d] = ldx(dout, grow + d, BF(bf, 0));
 	__syncwarp();
 	const float rl = lse[i * NH + h], rd = delta[i * NH + h];
 
@@ -237,9 +242,9 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 // block 32·RA_WARPS: warp w of block (x, g) owns key row x·RA_WARPS + w of
 // key/value head g.
 extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
-    ring_backward_dkv(float* __restrict__ dkv, const float* __restrict__ dout, const float* __restrict__ qkv,
+    ring_backward_dkv(float* __restrict__ dkv, const void* __restrict__ dout, const void* __restrict__ qkv,
                       const float* __restrict__ kv, const float* __restrict__ lse, const float* __restrict__ delta,
-                      int B, int c, int NH, int NKV, int hd, int cp, int qr, int kr, float scale) {
+                      int B, int c, int NH, int NKV, int hd, int cp, int qr, int kr, float scale, int bf) {
 	__shared__ float ks[RA_WARPS][RA_MAXHD];
 	__shared__ float vs[RA_WARPS][RA_MAXHD];
 	const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
@@ -269,19 +274,19 @@ extern "C" __global__ void __launch_bounds__(32 * RA_WARPS)
 				float p = 0.0f, ds = 0.0f;
 				if (ti < c) {
 					const long long i = base + ti;
-					p = expf(ra_dot(ks[w], qkv + i * ld + (long long)h * hd, hd) * scale - lse[i * NH + h]);
-					ds = p * (ra_dot(vs[w], dout + i * C + (long long)h * hd, hd) - delta[i * NH + h]);
+					p = expf(ra_dotx(ks[w], qkv, i * ld + (long long)h * hd, BF(bf, 1), hd) * scale - lse[i * NH + h]);
+					ds = p * (ra_dotx(vs[w], dout, i * C + (long long)h * hd, BF(bf, 0), hd) - delta[i * NH + h]);
 				}
 				const int ni = c - i0 < 32 ? c - i0 : 32;
 				for (int ii = 0; ii < ni; ii++) {
 					const float pi = __shfl_sync(FULL_MASK, p, ii), dsi = __shfl_sync(FULL_MASK, ds, ii);
 					const long long i = base + i0 + ii;
-					const float* qrow = qkv + i * ld + (long long)h * hd;
-					const float* grow = dout + i * C + (long long)h * hd;
+					const long long qrow = i * ld + (long long)h * hd, grow = i * C + (long long)h * hd;
 #pragma unroll
 					for (int k = 0; k < RA_NC; k++) {
 						const int col = lane + 32 * k;
-						if (col < hd) dv[k] += pi * grow[col], dk[k] += dsi * qrow[col];
+						if (col < hd)
+							dv[k] += pi * ldx(dout, grow + col, BF(bf, 0)), dk[k] += dsi * ldx(qkv, qrow + col, BF(bf, 1));
 					}
 				}
 			}
