@@ -165,6 +165,15 @@ func TestKernelsBF16(t *testing.T) {
 					k.ClassifierFinish(0, asPtr(x[0]), x[2], gtgt, asPtr(x[1]), asPtr(x[3]), Nc, Vc, ldc, 0, 0.5, true))
 			}, false},
 	)
+	// The bias gradient of a GEMM whose dout is bfloat16.
+	const No, OCb = 300, 40 // more rows than one block's 256
+	cases = append(cases, bf16Case{"BiasBackward", []bfArg{act(randn(r, No*OCb, 1)), f32(randn(r, OCb, 1))},
+		func(b kernels.Backend, x [][]float32) {
+			// kernels/cpu's MatmulBackward sums dbias; with no dinp and a
+			// zero inp its dw stays 0.
+			b.MatmulBackward(nil, make([]float32, OCb), x[1], x[0], make([]float32, No), make([]float32, OCb), No, 1, OCb)
+		},
+		func(k *cuda.Kernels, x []cuda.Buf) error { return k.BiasBackward(0, asPtr(x[1]), x[0], No, OCb) }, false})
 	// The cases whose GPU call needs device copies of float32 operands.
 	var gwte, gwpe, gtok, gtable cuda.Ptr
 	for i := range cases {

@@ -322,7 +322,7 @@ func (k *Kernels) BiasAdd(s Stream, out, bias Ptr, N, OC int) error {
 
 // BiasBackward accumulates dbias (OC) += Σ_rows dout (N,OC), with one
 // atomic per column and 256 rows (the last bits may differ between runs).
-func (k *Kernels) BiasBackward(s Stream, dbias, dout Ptr, N, OC int) error {
+func (k *Kernels) BiasBackward(s Stream, dbias Ptr, dout Buf, N, OC int) error {
 	if err := checkSizes("BiasBackward", N, OC); err != nil {
 		return err
 	}
@@ -330,7 +330,8 @@ func (k *Kernels) BiasBackward(s Stream, dbias, dout Ptr, N, OC int) error {
 		return nil
 	}
 	grid, block := BiasBackwardGeometry(N, OC)
-	return k.launch("bias_backward", grid, block, 0, s, dbias, dout, int32(N), int32(OC))
+	b, bf := bufs(dout)
+	return k.launch("bias_backward", grid, block, 0, s, dbias, b[0], int32(N), int32(OC), bf)
 }
 
 // GeluForward writes out = GELU(inp) (tanh approximation), n elements; out

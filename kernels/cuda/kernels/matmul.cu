@@ -26,15 +26,16 @@ extern "C" __global__ void bias_add(float* __restrict__ out, const float* __rest
 // bias_backward: dbias (OC) += Σ_rows dout (N,OC). Block (32, 16): 32
 // columns, 16 threads down each, BB_ROWS rows per block; the 16 partial
 // sums meet in shared memory and one atomic per column and block adds them.
+// bf: dout.
 extern "C" __global__ void __launch_bounds__(32 * 16)
-    bias_backward(float* __restrict__ dbias, const float* __restrict__ dout, int N, int OC) {
+    bias_backward(float* __restrict__ dbias, const void* __restrict__ dout, int N, int OC, int bf) {
 	__shared__ float part[16][33];
 	int c = blockIdx.x * 32 + threadIdx.x;
 	int r0 = blockIdx.y * BB_ROWS;
 	int r1 = min(N, r0 + BB_ROWS);
 	float s = 0.0f;
 	if (c < OC)
-		for (int r = r0 + (int)threadIdx.y; r < r1; r += 16) s += dout[(long long)r * OC + c];
+		for (int r = r0 + (int)threadIdx.y; r < r1; r += 16) s += ldx(dout, (long long)r * OC + c, bf & 1);
 	part[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	if (threadIdx.y == 0 && c < OC) {
