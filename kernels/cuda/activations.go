@@ -2,12 +2,23 @@ package cuda
 
 // Activations in bfloat16 (kernels/activations.go): a kernel argument
 // that may hold activations is a [Buf], either a [Ptr] to float32s or a
-// [BF16Ptr] to bfloat16s; the kernel reads and stores each as its
-// type says, computing in float32 (common.cuh's ldx and stx, the `bf`
-// mask). The kernels that take Bufs so far: the encoder, GELU, the
-// residual add and scale, dropout, SwiGLU, RoPE, LayerNorm, RMSNorm and
-// the fused residual norms. The backend passes Ptrs only until every
-// kernel reading activations does, and then allocates bf16 activations.
+// [BF16Ptr] to bfloat16s; the kernel reads and stores each as its type
+// says, computing in float32 (common.cuh's ldx and stx, the `bf` mask).
+//
+// The kernels that take Bufs, each checked under the emulator against
+// kernels/cpu under bf16 (bf16_test.go, TestFlashAttentionBF16,
+// TestRingAttention): the encoder, GELU, the residual add and scale,
+// dropout, SwiGLU, RoPE, LayerNorm, RMSNorm and the fused residual norms,
+// the classifier, attention (tiled, flash and decoding; dq summed in a
+// float32 buffer and stored once), the ring attention kernels and the
+// bias gradient.
+//
+// Still to take bfloat16 before the backend allocates it (today every
+// argument the backend passes is a Ptr): the GEMMs' operands and outputs
+// (cuBLAS with bf16 A and B, a bf16 output with its bias added in float32
+// before the one rounding: cuBLASLt's bias epilogue, or a float32 product
+// and a store kernel), Copy, Zero, Upload and Download of bfloat16
+// buffers, and NCCL's operations on them (ncclBfloat16).
 
 // Buf is a kernel's argument that may hold activations: a [Ptr] (float32)
 // or a [BF16Ptr].
