@@ -12,11 +12,15 @@ import (
 	"github.com/gptui/gptui/units"
 )
 
-// Bounds of the replica copies: one copy, and how long the end of a job
-// waits for the copy in flight.
+// Bounds of the replica copies: one copy, how long the end of a job waits
+// for the copy in flight, and how often and how long the replicator looks
+// again for a node's part of a checkpoint that another node has reported
+// saved before this one's part shows (replicate).
 const (
 	replicaTimeout = 10 * time.Minute
 	replicaEndWait = 2 * time.Minute
+	replicaRetry   = 500 * time.Millisecond
+	replicaRetries = 60
 )
 
 // replicator keeps each new checkpoint of a running job on
@@ -26,6 +30,13 @@ const (
 // time, in the background. A save reported while a copy runs is taken up
 // after it; of several, only the newest. Each copy is a checkpoint event
 // on the receiving node: CheckpointReplicated, or CheckpointReplicaFailed.
+//
+// A save is reported by one rank, as soon as it has committed it; the
+// nodes' listings of their checkpoints (summaries) may show it, the
+// saving node's included, a moment later. While some node's newest
+// checkpoint is older than the one reported, the replicator looks again
+// every replicaRetry, replicaRetries times for that step, copying what
+// has shown.
 type replicator struct {
 	j        *Job
 	nodes    []*node
@@ -33,9 +44,17 @@ type replicator struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wake   chan int // the node that saved; buffered, newest wins
+	wake   chan save // buffered, newest wins
 	done   chan struct{}
+
+	mu      sync.Mutex
+	closed  bool // wake is closed: no more retries
+	step    int  // the step the retries are for
+	retries int  // looks again so far for step
 }
+
+// save is a checkpoint a node reported saved: the node, and the step.
+type save struct{ node, step int }
 
 // newReplicator starts a replicator for the job's nodes, or returns nil
 // when each checkpoint is to be kept on one node only.
@@ -44,20 +63,20 @@ func newReplicator(j *Job, nodes []*node) *replicator {
 	if n <= 1 {
 		return nil
 	}
-	r := &replicator{j: j, nodes: nodes, replicas: n, wake: make(chan int, 1), done: make(chan struct{})}
+	r := &replicator{j: j, nodes: nodes, replicas: n, wake: make(chan save, 1), done: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	go r.loop()
 	return r
 }
 
-// saved tells r that node src saved a checkpoint.
-func (r *replicator) saved(src int) {
+// saved tells r that node src saved the checkpoint of step.
+func (r *replicator) saved(src, step int) {
 	if r == nil {
 		return
 	}
 	for {
 		select {
-		case r.wake <- src:
+		case r.wake <- save{src, step}:
 			return
 		default:
 			select { // replace the older pending request
@@ -77,7 +96,10 @@ func (r *replicator) close(abort bool) {
 	if abort {
 		r.cancel()
 	}
+	r.mu.Lock()
+	r.closed = true
 	close(r.wake)
+	r.mu.Unlock()
 	t := time.AfterFunc(replicaEndWait, r.cancel)
 	<-r.done
 	t.Stop()
@@ -86,14 +108,40 @@ func (r *replicator) close(abort bool) {
 
 func (r *replicator) loop() {
 	defer close(r.done)
-	for src := range r.wake {
+	for s := range r.wake {
 		if r.ctx.Err() != nil {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, replicaTimeout)
-		r.replicate(ctx, src)
+		if r.replicate(ctx, s) {
+			r.again(s)
+		}
 		cancel()
 	}
+}
+
+// again asks for s to be replicated once more after replicaRetry, unless
+// that has been asked replicaRetries times for its step or r is closing.
+func (r *replicator) again(s save) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.step != s.step {
+		r.step, r.retries = s.step, 0
+	}
+	if r.retries >= replicaRetries {
+		return
+	}
+	r.retries++
+	time.AfterFunc(replicaRetry, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !r.closed {
+			select {
+			case r.wake <- s:
+			default: // a newer save is pending: it replicates as much
+			}
+		}
+	})
 }
 
 // replicate keeps the newest checkpoint, which node src reported saved,
@@ -101,17 +149,23 @@ func (r *replicator) loop() {
 // ranks', or all of them where one rank wrote them) is copied to the
 // replicas-1 nodes after it, each getting the files it does not hold
 // verified, so that a node's part survives the node. The copies into one
-// node run one after another (each merges into its part).
-func (r *replicator) replicate(ctx context.Context, src int) {
+// node run one after another (each merges into its part). It reports
+// whether some node's newest checkpoint is still older than s's step (its
+// part of it not yet there to copy).
+func (r *replicator) replicate(ctx context.Context, s save) (lag bool) {
 	sl := r.j.opts.Config.Engine.SaveLoad
+	src := s.node
 	all, err := r.j.summaries(ctx, r.nodes, sl.OutputDir)
 	if err != nil {
 		r.j.checkpointEvent(r.nodes[src].name, event.CheckpointReplicaFailed, nil, "no replica made: "+err.Error())
-		return
+		return false
+	}
+	for _, part := range all {
+		lag = lag || part.Step < s.step
 	}
 	want := all[src]
 	if want.Step < 0 {
-		return
+		return lag
 	}
 	same := func(s checkpoint.Summary) bool { return s.Step == want.Step && s.Manifest == want.Manifest }
 	type copyJob struct {
@@ -156,4 +210,5 @@ func (r *replicator) replicate(ctx context.Context, src int) {
 		})
 	}
 	wg.Wait()
+	return lag
 }

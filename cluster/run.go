@@ -509,7 +509,9 @@ func (g *gang) onMessage(m msg) {
 	case event.KindCheckpoint:
 		if e.State == event.CheckpointSaved {
 			g.saved = true
-			g.rep.saved(m.node)
+			if c := e.Checkpoint; c != nil {
+				g.rep.saved(m.node, c.Step)
+			}
 		}
 	case event.KindLog:
 		t := append(g.tails[e.Rank], e.Line)

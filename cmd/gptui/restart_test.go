@@ -217,7 +217,7 @@ func TestElasticNodeLostPerNodeCheckpoints(t *testing.T) {
 // replicated there (each node's ranks write their own files, and the
 // launcher copies them as the job runs) — and lets the first node's go
 // on: the second node's are for the test to lose with it.
-func (c *sshCluster) awaitReplica(t *testing.T, timeout time.Duration) {
+func (c *sshCluster) awaitReplica(t *testing.T, timeout time.Duration, stdout *syncBuffer) {
 	t.Helper()
 	pids := make([]int, 4)
 	for r := range pids {
@@ -236,7 +236,13 @@ func (c *sshCluster) awaitReplica(t *testing.T, timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s holds no whole checkpoint from step 10 on after %v: %v", out, timeout, err)
+			var lines []string
+			for _, l := range strings.Split(stdout.String(), "\n") {
+				if strings.Contains(l, "] replica: ") || strings.Contains(l, "[checkpoint] saved ") {
+					lines = append(lines, l)
+				}
+			}
+			t.Fatalf("%s holds no whole checkpoint from step 10 on after %v: %v\nthe job's saves and replicas:\n%s", out, timeout, err, strings.Join(lines, "\n"))
 		}
 	}
 }
@@ -250,7 +256,7 @@ func elasticNodeLost(t *testing.T, args []string) {
 	job := c.start(t, &stdout, &stderr, append([]string{"--max-restarts", "1", "--min-nodes", "1", "--show-ranks", "all"}, args...)...)
 	job.awaitLine(t, step12, "step 12", 120*time.Second)
 	if slices.Contains(args, "Engine.save_load.replicas=2") {
-		c.awaitReplica(t, 60*time.Second)
+		c.awaitReplica(t, 60*time.Second, &stdout)
 	}
 	killed := time.Now()
 	// The second node goes: its sshd first, so that the restart cannot
@@ -295,7 +301,11 @@ func elasticNodeLost(t *testing.T, args []string) {
 
 // resumedStep returns the step the restart line of out resumes from, which
 // must be the newest step rank 0 logged saving before that line, and at
-// least step 10 (the tests stop their jobs after step 12).
+// least step 10 (the tests stop their jobs after step 12) — or the step
+// of the launcher's correction that follows it, when the nodes left could
+// not all hold that newest one ("[restart] resuming from step N, not M:
+// no newer checkpoint can be held by every node": a save rank 0 made
+// as the node went, before its part could reach the other node).
 func resumedStep(t *testing.T, out string) int {
 	t.Helper()
 	m := regexp.MustCompile(`(?m)^\[restart\] 1/1: .*; resuming from step (\d+)$`).FindStringSubmatch(out)
@@ -305,6 +315,13 @@ func resumedStep(t *testing.T, out string) int {
 	step, _ := strconv.Atoi(m[1])
 	if !strings.Contains(out, fmt.Sprintf("/0] [checkpoint] saved step %d to ", step)) {
 		t.Errorf("the restart resumes from step %d, which rank 0 did not log saving", step)
+	}
+	if c := regexp.MustCompile(`(?m)^\[restart\] resuming from step (\d+), not (\d+): no newer checkpoint can be held by every node$`).FindStringSubmatch(out); c != nil {
+		older, _ := strconv.Atoi(c[1])
+		if c[2] != m[1] || older >= step || older < 10 {
+			t.Errorf("the restart resumes from step %d, then %q", step, c[0])
+		}
+		return older
 	}
 	newest := 0
 	for _, s := range regexp.MustCompile(`/0\] \[checkpoint\] saved step (\d+) to `).FindAllStringSubmatch(out[:strings.Index(out, m[0])], -1) {
