@@ -174,6 +174,16 @@ func TestKernelsBF16(t *testing.T) {
 			b.MatmulBackward(nil, make([]float32, OCb), x[1], x[0], make([]float32, No), make([]float32, OCb), No, 1, OCb)
 		},
 		func(k *cuda.Kernels, x []cuda.Buf) error { return k.BiasBackward(0, asPtr(x[1]), x[0], No, OCb) }, false})
+	// Decoding one position against a float32 key/value cache: q and out
+	// bfloat16.
+	const Bd, maxT, NHd, NKVd, hdd, pos = 2, 9, 4, 2, 16, 6
+	kc, vc := randn(r, Bd*maxT*NKVd*hdd, 1), randn(r, Bd*maxT*NKVd*hdd, 1)
+	var gkc, gvc cuda.Ptr
+	cases = append(cases, bf16Case{"GQADecode", []bfArg{act(zero(Bd * NHd * hdd)), act(randn(r, Bd*NHd*hdd, 1))},
+		func(b kernels.Backend, x [][]float32) { b.GQADecode(x[0], x[1], kc, vc, Bd, pos, maxT, NHd, NKVd, hdd) },
+		func(k *cuda.Kernels, x []cuda.Buf) error {
+			return k.GQADecode(0, x[0], x[1], gkc, gvc, Bd, pos, maxT, NHd, NKVd, hdd)
+		}, false})
 	// The cases whose GPU call needs device copies of float32 operands.
 	var gwte, gwpe, gtok, gtable cuda.Ptr
 	for i := range cases {
@@ -228,6 +238,7 @@ func TestKernelsBF16(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", c.name, bf), func(t *testing.T) {
 				m, k := machine(t)
 				gwte, gwpe, gtok, gtable, gtgt = m.Float32s(wte), m.Float32s(wpe), m.Int32s(toks), m.Float32s(table), m.Int32s(tgt)
+				gkc, gvc = m.Float32s(kc), m.Float32s(vc)
 				host := make([][]float32, len(c.args))
 				dev := make([]cuda.Buf, len(c.args))
 				for i, a := range c.args {
