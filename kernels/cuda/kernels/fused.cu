@@ -14,6 +14,40 @@
 // 16-byte aligned. bf: res, out, x, y; the norm reads res as it is stored
 // (rounded to bfloat16 when res is), as the unfused pair would.
 
+// residual_row stores row (elements base … base+C−1) of res = x + y, a
+// warp's lanes sharing it as the norms do, and returns the lane's share of
+// the row's sum (of the sum of squares when square) of res as stored, in
+// double, in the order of the norm it feeds (layernorm_forward's sum,
+// rmsnorm_forward's sum of squares).
+__device__ __forceinline__ double residual_row(void* res, const void* x, const void* y, long long base, int C, int bf,
+                                               int vec, int lane, int square) {
+	double s = 0.0;
+	if (vec) {
+		const float4* xr = (const float4*)((const float*)x + base);
+		const float4* yr = (const float4*)((const float*)y + base);
+		float4* rr = (float4*)((float*)res + base);
+		for (int i = lane; i < C / 4; i += 32) {
+			float4 a = xr[i], b = yr[i];
+			float4 v;
+			v.x = a.x + b.x;
+			v.y = a.y + b.y;
+			v.z = a.z + b.z;
+			v.w = a.w + b.w;
+			rr[i] = v;
+			double e = v.x, f = v.y, g = v.z, h = v.w;
+			s += square ? (e * e + f * f) + (g * g + h * h) : (e + f) + (g + h);
+		}
+	} else {
+		for (int i = lane; i < C; i += 32) {
+			float v = stored(ldx(x, base + i, BF(bf, 2)) + ldx(y, base + i, BF(bf, 3)), BF(bf, 0));
+			stx(res, base + i, v, BF(bf, 0));
+			double a = v;
+			s += square ? a * a : a;
+		}
+	}
+	return s;
+}
+
 // residual_layernorm_forward: res = x + y, then out = (res − mean)·rstd·w +
 // bias and mean, rstd (N) kept (either may be null), as layernorm_forward.
 extern "C" __global__ void residual_layernorm_forward(void* res, void* __restrict__ out, float* __restrict__ mean,
@@ -24,28 +58,7 @@ extern "C" __global__ void residual_layernorm_forward(void* res, void* __restric
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (row >= N) return; // the whole warp
 	long long base = (long long)row * C;
-	const float* xr = (const float*)x + base;
-	const float* yr = (const float*)y + base;
-	float* rr = (float*)res + base;
-	double s = 0.0;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 a = ((const float4*)xr)[i], b = ((const float4*)yr)[i];
-			float4 v;
-			v.x = a.x + b.x;
-			v.y = a.y + b.y;
-			v.z = a.z + b.z;
-			v.w = a.w + b.w;
-			((float4*)rr)[i] = v;
-			s += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) {
-			float v = stored(ldx(x, base + i, BF(bf, 2)) + ldx(y, base + i, BF(bf, 3)), BF(bf, 0));
-			stx(res, base + i, v, BF(bf, 0));
-			s += (double)v;
-		}
-	}
+	double s = residual_row(res, x, y, base, C, bf, vec, lane, 0);
 	layernorm_row(out, mean, rstd, res, base, w, bias, s, row, C, vec, lane, BF(bf, 1), BF(bf, 0));
 }
 
@@ -58,29 +71,6 @@ extern "C" __global__ void residual_rmsnorm_forward(void* res, void* __restrict_
 	int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
 	if (row >= N) return; // the whole warp
 	long long base = (long long)row * C;
-	const float* xr = (const float*)x + base;
-	const float* yr = (const float*)y + base;
-	float* rr = (float*)res + base;
-	double q = 0.0;
-	if (vec) {
-		for (int i = lane; i < C / 4; i += 32) {
-			float4 a = ((const float4*)xr)[i], b = ((const float4*)yr)[i];
-			float4 v;
-			v.x = a.x + b.x;
-			v.y = a.y + b.y;
-			v.z = a.z + b.z;
-			v.w = a.w + b.w;
-			((float4*)rr)[i] = v;
-			double e = v.x, f = v.y, g = v.z, h = v.w;
-			q += (e * e + f * f) + (g * g + h * h);
-		}
-	} else {
-		for (int i = lane; i < C; i += 32) {
-			float v = stored(ldx(x, base + i, BF(bf, 2)) + ldx(y, base + i, BF(bf, 3)), BF(bf, 0));
-			stx(res, base + i, v, BF(bf, 0));
-			double a = v;
-			q += a * a;
-		}
-	}
+	double q = residual_row(res, x, y, base, C, bf, vec, lane, 1);
 	rmsnorm_row(out, rstd, res, base, w, q, row, C, eps, vec, lane, BF(bf, 1), BF(bf, 0));
 }
