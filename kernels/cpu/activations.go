@@ -30,11 +30,9 @@ type halfSpan struct{ lo, hi uintptr }
 // kernels.Float32s's.
 func (b *Backend) Activations(n int) []float32 {
 	x := kernels.Float32s(b, n)
-	if b.bf16 == nil || n == 0 {
+	if !b.MarkActivations(x) || n == 0 {
 		return x
 	}
-	lo := uintptr(unsafe.Pointer(&x[0]))
-	b.halves.add(halfSpan{lo, lo + uintptr(4*n)})
 	// Once x is unreachable its span goes; a finalizer (not a cleanup)
 	// keeps the memory from being reused until then, so no later
 	// float32 buffer is ever taken for one of bfloat16s.
