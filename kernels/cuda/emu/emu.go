@@ -20,6 +20,11 @@
 //	err = m.Run(ctx)                    // runs every recorded launch
 //	got := m.ReadFloat32s(x, len(input))
 //
+// [BuildLibrary] compiles the same sources into a shared library instead
+// (src/library.cpp), which the stand-in libcuda.so.1 of internal/standin
+// loads in place of a CUBIN: package cuda's whole Backend then runs its
+// kernels here, launched as on a GPU.
+//
 // Building takes seconds, so a test package builds once (sync.Once), with
 // Options.CacheDir set so that later runs of the tests take the program
 // from the cache, and makes a Machine per test. Device pointers are fake addresses, (buffer+1)<<32
@@ -40,6 +45,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"math"
 	"os"
@@ -59,6 +65,9 @@ var header []byte
 //go:embed src/driver.cpp
 var driver []byte
 
+//go:embed src/library.cpp
+var library []byte
+
 // Options tune Build.
 type Options struct {
 	// Sanitize builds with AddressSanitizer and UBSan, so an out-of-bounds
@@ -72,6 +81,8 @@ type Options struct {
 	// takes the program from there instead of compiling it again, as Go's
 	// build cache does. [DefaultCacheDir] is the usual place.
 	CacheDir string
+
+	extra []string // BuildLibrary's flags
 }
 
 // contractFlags are g++'s flags that fuse a·b+c into one FMA as NVRTC does
@@ -135,30 +146,118 @@ func Compiler() (string, error) {
 // `extern "C" __global__` functions, found after preprocessing (so kernels
 // stamped out by macros count), numbered by Lookup in source order.
 func Build(ctx context.Context, dir, source string, opt Options) (*Program, error) {
-	gxx, err := Compiler()
+	gxx, args, cached, err := compileArgs(ctx, opt, driver, source)
 	if err != nil {
 		return nil, err
+	}
+	if cached != "" {
+		if p, err := loadProgram(cached); err == nil {
+			return p, nil
+		}
+	}
+	names, err := prepare(ctx, gxx, dir, source, "driver.cpp", driver)
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "driver")
+	cmd := exec.CommandContext(ctx, gxx, append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("emu: compiling the kernels: %w\n%s", err, out)
+	}
+	if cached != "" {
+		storeProgram(cached, bin, names) // a cache: a failed store costs the next Build a compile
+	}
+	index := map[string]int{}
+	for i, n := range names {
+		index[n] = i
+	}
+	return &Program{bin: bin, names: names, index: index}, nil
+}
+
+// LibraryName is the file BuildLibrary writes.
+const LibraryName = "libgptuiemu.so"
+
+// BuildLibrary compiles source with the emulator into a shared library,
+// dir/libgptuiemu.so (src/library.cpp says what it exports), and returns
+// its path: the kernels the stand-in libcuda.so.1 of internal/standin runs
+// when package cuda launches them, so that a whole Backend runs on the
+// CPU. It is cached as Build's programs are.
+func BuildLibrary(ctx context.Context, dir, source string, opt Options) (string, error) {
+	hash := fmt.Sprintf("-DGPTUI_EMU_SOURCE_HASH=%#xULL", SourceHash(source))
+	opt.extra = []string{"-fPIC", "-shared", hash}
+	gxx, args, cached, err := compileArgs(ctx, opt, library, source)
+	if err != nil {
+		return "", err
+	}
+	if cached != "" {
+		if p := filepath.Join(cached, LibraryName); fileExists(p) {
+			return p, nil
+		}
+	}
+	if _, err := prepare(ctx, gxx, dir, source, "library.cpp", library); err != nil {
+		return "", err
+	}
+	lib := filepath.Join(dir, LibraryName)
+	cmd := exec.CommandContext(ctx, gxx, append(args, "-o", lib, filepath.Join(dir, "library.cpp"))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("emu: compiling the kernels' library: %w\n%s", err, out)
+	}
+	if cached != "" {
+		storeFiles(cached, map[string]string{LibraryName: lib})
+		if p := filepath.Join(cached, LibraryName); fileExists(p) {
+			return p, nil
+		}
+	}
+	return lib, nil
+}
+
+// SourceHash is FNV-1a (64 bits) of source: what the stand-in libnvrtc
+// writes into its images and the library built from source returns.
+func SourceHash(source string) uint64 {
+	h := fnv.New64a()
+	io.WriteString(h, source)
+	return h.Sum64()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// compileArgs returns g++, its flags for opt, and the cache entry of a
+// build of main (the emulator's driver or library) with source ("" without
+// a cache).
+func compileArgs(ctx context.Context, opt Options, main []byte, source string) (gxx string, args []string, cached string, err error) {
+	gxx, err = Compiler()
+	if err != nil {
+		return "", nil, "", err
 	}
 	o := opt.Opt
 	if o == "" {
 		o = "-O1"
 	}
-	args := []string{"-std=c++20", o, "-pthread", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
+	args = []string{"-std=c++20", o, "-pthread", "-Wall", "-Wno-unused-function", "-Wno-unused-variable"}
 	args = append(args, contractFlags()...)
 	if opt.Sanitize {
 		args = append(args, "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer")
 	}
-	var cached string
+	args = append(args, opt.extra...)
 	if opt.CacheDir != "" {
 		version, err := exec.CommandContext(ctx, gxx, "--version").Output()
 		if err != nil {
-			return nil, fmt.Errorf("emu: %s --version: %w", gxx, err)
+			return "", nil, "", fmt.Errorf("emu: %s --version: %w", gxx, err)
 		}
-		cached = filepath.Join(opt.CacheDir, cacheKey(version, strings.Join(args, " "), header, driver, source))
-		if p, err := loadProgram(cached); err == nil {
-			return p, nil
-		}
+		cached = filepath.Join(opt.CacheDir, cacheKey(version, strings.Join(args, " "), header, main, source))
 	}
+	return gxx, args, cached, nil
+}
+
+// prepare writes into dir what g++ compiles: the kernels (source with its
+// dynamic shared memory rewritten), the emulator's header, main as
+// mainName and the registry of the kernels, registry.inc (one
+// EMU_ENTRY(name) a line, which main defines); it returns the kernels'
+// names in source order.
+func prepare(ctx context.Context, gxx, dir, source, mainName string, main []byte) ([]string, error) {
 	source = externSharedRE.ReplaceAllString(source, "$1* $2 = ($1*)emu::dynamic_shared();")
 	if err := os.WriteFile(filepath.Join(dir, "kernels.cu"), []byte(source), 0o644); err != nil {
 		return nil, fmt.Errorf("emu: %w", err)
@@ -169,19 +268,19 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 	}
 	var names []string
 	var reg strings.Builder
-	index := map[string]int{}
+	seen := map[string]bool{}
 	for _, m := range kernelRE.FindAllSubmatch(pre, -1) {
 		n := string(m[1])
-		if _, dup := index[n]; dup {
+		if seen[n] {
 			continue
 		}
-		index[n] = len(names)
+		seen[n] = true
 		names = append(names, n)
-		fmt.Fprintf(&reg, "emu::entry(%q, &%s),\n", n, n)
+		fmt.Fprintf(&reg, "EMU_ENTRY(%s)\n", n)
 	}
 	files := map[string][]byte{
 		"cuda_emu.h":   header,
-		"driver.cpp":   driver,
+		mainName:       main,
 		"registry.inc": []byte(reg.String()),
 	}
 	for name, b := range files {
@@ -189,15 +288,7 @@ func Build(ctx context.Context, dir, source string, opt Options) (*Program, erro
 			return nil, fmt.Errorf("emu: %w", err)
 		}
 	}
-	bin := filepath.Join(dir, "driver")
-	cmd := exec.CommandContext(ctx, gxx, append(args, "-o", bin, filepath.Join(dir, "driver.cpp"))...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("emu: compiling the kernels: %w\n%s", err, out)
-	}
-	if cached != "" {
-		storeProgram(cached, bin, names) // a cache: a failed store costs the next Build a compile
-	}
-	return &Program{bin: bin, names: names, index: index}, nil
+	return names, nil
 }
 
 // cacheKey is the hex SHA-256 of parts, each length-prefixed.
@@ -236,10 +327,24 @@ func loadProgram(dir string) (*Program, error) {
 	return p, nil
 }
 
-// storeProgram stores bin and names as the cache entry dir, written in a
-// directory of its own and renamed into place, so that a Build running
-// alongside sees the whole entry or none.
+// storeProgram stores bin and names as the cache entry dir.
 func storeProgram(dir, bin string, names []string) {
+	tmp, err := os.CreateTemp(filepath.Dir(bin), "names-")
+	if err != nil {
+		return
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(strings.Join(names, "\n") + "\n")
+	if tmp.Close() != nil || err != nil {
+		return
+	}
+	storeFiles(dir, map[string]string{"driver": bin, "names": tmp.Name()})
+}
+
+// storeFiles stores the files of from (name in the entry → path) as the
+// cache entry dir, written in a directory of its own and renamed into
+// place, so that a Build running alongside sees the whole entry or none.
+func storeFiles(dir string, from map[string]string) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return
 	}
@@ -248,16 +353,16 @@ func storeProgram(dir, bin string, names []string) {
 		return
 	}
 	defer os.RemoveAll(tmp)
-	b, err := os.ReadFile(bin)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(tmp, "driver"), b, 0o755)
+	for name, path := range from {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(tmp, name), b, 0o755)
+		}
+		if err != nil {
+			return
+		}
 	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(tmp, "names"), []byte(strings.Join(names, "\n")+"\n"), 0o644)
-	}
-	if err == nil {
-		os.Rename(tmp, dir)
-	}
+	os.Rename(tmp, dir)
 }
 
 // Names returns the kernels' names, in the order Lookup numbers them.

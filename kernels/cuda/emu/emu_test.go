@@ -5,10 +5,13 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
+	"github.com/ebitengine/purego"
 	"github.com/gptui/gptui/kernels/cuda"
 )
 
@@ -393,5 +396,52 @@ extern "C" __global__ void fused(float* out, const float* in) {
 	}
 	if two := a*b + c; got[1] != two || two != 0 {
 		t.Errorf("__fadd_rn(__fmul_rn(a, b), c) = %g, want %g: two roundings", got[1], two)
+	}
+}
+
+// TestBuildLibrary: the library holds testSource's kernels under their
+// names, runs one from an argument array as cuLaunchKernel gets it, and
+// answers the hash of the source it was built from.
+func TestBuildLibrary(t *testing.T) {
+	if _, err := Compiler(); err != nil {
+		t.Skip(err)
+	}
+	path, err := BuildLibrary(context.Background(), t.TempDir(), testSource, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		hash     func() uint64
+		function func(string) int32
+		pack     func(fn int32, params unsafe.Pointer) unsafe.Pointer
+		launch   func(fn int32, gx, gy, gz, bx, by, bz uint32, shared uint64, packed unsafe.Pointer)
+	)
+	purego.RegisterLibFunc(&hash, h, "gptuiEmuSourceHash")
+	purego.RegisterLibFunc(&function, h, "gptuiEmuFunction")
+	purego.RegisterLibFunc(&pack, h, "gptuiEmuPack")
+	purego.RegisterLibFunc(&launch, h, "gptuiEmuLaunch")
+	if got, want := hash(), SourceHash(testSource); got != want {
+		t.Errorf("gptuiEmuSourceHash = %#x, want %#x", got, want)
+	}
+	if fn := function("no_such_kernel"); fn != -1 {
+		t.Errorf("gptuiEmuFunction(no_such_kernel) = %d, want -1", fn)
+	}
+	fn := function("reverse")
+	if fn < 0 {
+		t.Fatal("no kernel reverse")
+	}
+	// reverse(float* x, int n) over 2 blocks of 4: each block's slice reversed.
+	x := []float32{0, 1, 2, 3, 4, 5, 6, 7}
+	xp, n := unsafe.Pointer(&x[0]), int32(len(x))
+	params := []unsafe.Pointer{unsafe.Pointer(&xp), unsafe.Pointer(&n)}
+	packed := pack(fn, unsafe.Pointer(&params[0]))
+	n = 0 // the arguments were copied at pack
+	launch(fn, 2, 1, 1, 4, 1, 1, 16, packed)
+	if want := []float32{3, 2, 1, 0, 7, 6, 5, 4}; !slices.Equal(x, want) {
+		t.Errorf("reverse: %v, want %v", x, want)
 	}
 }

@@ -122,9 +122,11 @@ Entry entry(const char* name, void (*f)(P...)) {
 
 }  // namespace emu
 
+#define EMU_ENTRY(n) emu::entry(#n, &n),
 static std::vector<emu::Entry> registry = {
 #include "registry.inc"
 };
+#undef EMU_ENTRY
 
 template <class T>
 static T get(std::FILE* f) {
