@@ -1,15 +1,18 @@
-// Package standin builds, for tests, the stand-in libcuda.so.1 and
-// libnccl.so.2 of gptui's NCCL path on machines without GPUs: C sources
-// (c/cuda.c, c/nccl.c) compiled with gcc into a test's temporary
-// directory, which the code under test loads through the same purego path
-// as NVIDIA's libraries when GPTUI_CUDA_LIBDIR names that directory.
+// Package standin builds, for tests, the stand-in libcuda.so.1,
+// libnccl.so.2, libcublas.so.12 and libcublasLt.so.12 of gptui's NCCL and
+// BLAS paths on machines without GPUs: C sources (c/cuda.c, c/nccl.c,
+// c/cublas.c) compiled with gcc into a test's temporary directory, which
+// the code under test loads through the same purego path as NVIDIA's
+// libraries when GPTUI_CUDA_LIBDIR names that directory.
 //
 // The stand-in libnccl runs NCCL's operations between the processes of a
 // job over shared memory (a segment in /dev/shm per unique id), with
 // NCCL's blocking semantics: a peer that never arrives leaves the others
 // waiting until they abort. The stand-in driver gives it streams (a
 // thread each), events and "device memory" (host memory it keeps a list
-// of); it runs no kernels. The comments at the top of the C files say
+// of); it runs no kernels. The stand-in cuBLAS and cuBLASLt (one source,
+// built twice) run their GEMMs and cuBLASLt's epilogues on the CPU, as
+// tasks of those streams. The comments at the top of the C files say
 // what each does, and where it fails like the real thing.
 package standin
 
@@ -23,7 +26,7 @@ import (
 	"testing"
 )
 
-//go:embed c/standin.h c/cuda.c c/nccl.c
+//go:embed c/standin.h c/cuda.c c/nccl.c c/cublas.c
 var sources embed.FS
 
 // The environment variables of the stand-in libnccl (see c/nccl.c).
@@ -53,8 +56,8 @@ const (
 const LibDirEnv = "GPTUI_CUDA_LIBDIR"
 
 // Build compiles the stand-ins with gcc into a new temporary directory of
-// t and returns it: dir/libcuda.so.1 and dir/libnccl.so.2. Without gcc it
-// skips t.
+// t and returns it: dir/libcuda.so.1, dir/libnccl.so.2, dir/libcublas.so.12
+// and dir/libcublasLt.so.12. Without gcc it skips t.
 func Build(t testing.TB) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
@@ -66,7 +69,7 @@ func Build(t testing.TB) string {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"standin.h", "cuda.c", "nccl.c"} {
+	for _, name := range []string{"standin.h", "cuda.c", "nccl.c", "cublas.c"} {
 		b, err := sources.ReadFile("c/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -75,11 +78,21 @@ func Build(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	for _, lib := range []struct{ soname, src string }{{"libcuda.so.1", "cuda.c"}, {"libnccl.so.2", "nccl.c"}} {
+	for _, lib := range []struct{ soname, src, define string }{
+		{"libcuda.so.1", "cuda.c", ""},
+		{"libnccl.so.2", "nccl.c", ""},
+		// cublas.c is cuBLAS, and with STANDIN_CUBLASLT cuBLASLt.
+		{"libcublas.so.12", "cublas.c", ""},
+		{"libcublasLt.so.12", "cublas.c", "-DSTANDIN_CUBLASLT"},
+	} {
 		// No -ffast-math: the sums must be IEEE float32 additions in the
 		// order the C says, as the TCP ring's are.
-		cmd := exec.Command(gcc, "-std=gnu11", "-O2", "-Wall", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden",
-			"-Wl,-soname,"+lib.soname, "-o", filepath.Join(dir, lib.soname), filepath.Join(src, lib.src), "-ldl", "-lrt")
+		args := []string{"-std=gnu11", "-O2", "-Wall", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden"}
+		if lib.define != "" {
+			args = append(args, lib.define)
+		}
+		args = append(args, "-Wl,-soname,"+lib.soname, "-o", filepath.Join(dir, lib.soname), filepath.Join(src, lib.src), "-ldl", "-lrt", "-lm")
+		cmd := exec.Command(gcc, args...)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("compiling the stand-in %s: %v\n%s", lib.soname, err, out)
 		}
