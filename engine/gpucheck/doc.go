@@ -13,5 +13,8 @@
 // the engine, which carry none of it; the device's own self-test, which
 // needs neither the CPU backend nor the engine, is kernels/cuda/cudacheck.
 // Without a GPU, as in CI, package cuda's tests run the same kernel
-// sources under its emulator (cuda/emu).
+// sources under its emulator (cuda/emu), and this package's tests run
+// CheckBackend and LossParity on a stand-in GPU: cuda.New over the
+// stand-in libraries of internal/standin, whose driver runs those
+// sources, compiled by the emulator, for every launch the backend makes.
 package gpucheck

@@ -1,16 +1,21 @@
 // Package standin builds, for tests, the stand-in libcuda.so.1,
-// libnccl.so.2, libcublas.so.12 and libcublasLt.so.12 of gptui's NCCL and
-// BLAS paths on machines without GPUs: C sources (c/cuda.c, c/nccl.c,
-// c/cublas.c) compiled with gcc into a test's temporary directory, which
-// the code under test loads through the same purego path as NVIDIA's
-// libraries when GPTUI_CUDA_LIBDIR names that directory.
+// libnccl.so.2, libcublas.so.12, libcublasLt.so.12 and libnvrtc.so.12 of
+// gptui's GPU path on machines without GPUs: C sources (c/cuda.c,
+// c/nccl.c, c/cublas.c, c/nvrtc.c) compiled with gcc into a test's
+// temporary directory, which the code under test loads through the same
+// purego path as NVIDIA's libraries when GPTUI_CUDA_LIBDIR names that
+// directory.
 //
 // The stand-in libnccl runs NCCL's operations between the processes of a
 // job over shared memory (a segment in /dev/shm per unique id), with
 // NCCL's blocking semantics: a peer that never arrives leaves the others
 // waiting until they abort. The stand-in driver gives it streams (a
 // thread each), events and "device memory" (host memory it keeps a list
-// of); it runs no kernels. The stand-in cuBLAS and cuBLASLt (one source,
+// of). It runs kernels from a library that package kernels/cuda/emu
+// builds of the kernel sources (emu.BuildLibrary), named by EmuLibEnv; the
+// stand-in NVRTC compiles nothing, and gives images the stand-in driver
+// loads only beside a library of the same sources. So package cuda's
+// whole Backend runs on the CPU. The stand-in cuBLAS and cuBLASLt (one source,
 // built twice) run their GEMMs and cuBLASLt's epilogues on the CPU, as
 // tasks of those streams. The comments at the top of the C files say
 // what each does, and where it fails like the real thing.
@@ -26,7 +31,7 @@ import (
 	"testing"
 )
 
-//go:embed c/standin.h c/cuda.c c/nccl.c c/cublas.c
+//go:embed c/standin.h c/cuda.c c/nccl.c c/cublas.c c/nvrtc.c
 var sources embed.FS
 
 // The environment variables of the stand-in libnccl (see c/nccl.c).
@@ -48,6 +53,9 @@ const (
 	// AllocTraceEnv, when set, logs every device allocation on stderr:
 	// "[standin] cuMemAlloc_v2 N".
 	AllocTraceEnv = "GPTUI_STANDIN_CUDA_TRACE"
+	// EmuLibEnv is the kernels' library (emu.BuildLibrary) that
+	// cuModuleLoadData loads.
+	EmuLibEnv = "GPTUI_STANDIN_EMU_LIB"
 )
 
 // LibDirEnv is kernels/cuda's variable naming the folder searched first
@@ -56,8 +64,9 @@ const (
 const LibDirEnv = "GPTUI_CUDA_LIBDIR"
 
 // Build compiles the stand-ins with gcc into a new temporary directory of
-// t and returns it: dir/libcuda.so.1, dir/libnccl.so.2, dir/libcublas.so.12
-// and dir/libcublasLt.so.12. Without gcc it skips t.
+// t and returns it: dir/libcuda.so.1, dir/libnccl.so.2,
+// dir/libcublas.so.12, dir/libcublasLt.so.12 and dir/libnvrtc.so.12.
+// Without gcc it skips t.
 func Build(t testing.TB) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
@@ -69,7 +78,7 @@ func Build(t testing.TB) string {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"standin.h", "cuda.c", "nccl.c", "cublas.c"} {
+	for _, name := range []string{"standin.h", "cuda.c", "nccl.c", "cublas.c", "nvrtc.c"} {
 		b, err := sources.ReadFile("c/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -84,6 +93,7 @@ func Build(t testing.TB) string {
 		// cublas.c is cuBLAS, and with STANDIN_CUBLASLT cuBLASLt.
 		{"libcublas.so.12", "cublas.c", ""},
 		{"libcublasLt.so.12", "cublas.c", "-DSTANDIN_CUBLASLT"},
+		{"libnvrtc.so.12", "nvrtc.c", ""},
 	} {
 		// No -ffast-math: the sums must be IEEE float32 additions in the
 		// order the C says, as the TCP ring's are.

@@ -222,9 +222,11 @@ type cacheCall struct {
 }
 
 // NewCache returns a cache in dir (DefaultCacheDir() when "") that
-// compiles with c.
+// compiles with c. Its key names c's version and where c was loaded from,
+// so that the images of the tests' stand-in NVRTC (of NVRTC's version,
+// but no CUBIN) never meet a GPU's driver.
 func (c *Compiler) NewCache(dir string) *Cache {
-	return &Cache{Dir: dir, Compile: c.Compile, Version: fmt.Sprintf("nvrtc %d.%d", c.major, c.minor)}
+	return &Cache{Dir: dir, Compile: c.Compile, Version: fmt.Sprintf("nvrtc %d.%d %s", c.major, c.minor, c.path)}
 }
 
 // cacheMagic starts every entry, followed by the image's SHA-256.

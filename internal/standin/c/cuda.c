@@ -1,9 +1,10 @@
 /*
- * cuda.c: a stand-in libcuda.so.1 for the tests of gptui's NCCL path on a
+ * cuda.c: a stand-in libcuda.so.1 for the tests of gptui's GPU path on a
  * machine without a GPU. It exports every function package kernels/cuda
  * binds (driver.go, event.go, staging.go), so that cuda.Open loads it through the
- * same purego path as the NVIDIA driver, and implements the part of the
- * driver API that the NCCL fabric (package comm/nccl) uses:
+ * same purego path as the NVIDIA driver, and implements what the NCCL
+ * fabric (package comm/nccl) and the GPU backend (kernels/cuda's Backend)
+ * use:
  *
  *   - 8 devices, "gptui stand-in (CPU)", compute capability 9.0; the
  *     primary context of each; cuCtxSetCurrent is per thread, and the
@@ -31,18 +32,33 @@
  *     stream's (the host waits, which the driver's legacy stream does
  *     not make it do).
  *
+ *   - kernels run on the CPU, from libgptuiemu.so (package
+ *     kernels/cuda/emu's BuildLibrary: the very kernel sources, compiled
+ *     with its emulator), which GPTUI_STANDIN_EMU_LIB names. An image
+ *     (cuModuleLoadData) is the stand-in libnvrtc's: "GPTUIEMU1 HASH",
+ *     HASH the FNV-1a of the source it was given, which must be the
+ *     library's (else CUDA_ERROR_INVALID_IMAGE, as for a CUBIN of
+ *     another GPU); a real CUBIN or PTX is refused alike.
+ *     cuLaunchKernel copies the arguments at the call, as the driver
+ *     does, checks the grid, the block and the dynamic shared memory
+ *     against the function's limit (48 KiB until cuFuncSetAttribute
+ *     raises it, at most 227 KiB), and queues the kernel on the stream.
+ *     Launches run one at a time in the process.
+ *
  * Where it differs from the driver, it fails rather than pretends:
  * there is no managed memory (cuMemAllocManaged, cuMemPrefetchAsync and
- * cuMemAdvise fail with CUDA_ERROR_NOT_SUPPORTED), and no kernel runs
- * (cuModuleLoadData, cuModuleGetFunction, cuFuncSetAttribute and
- * cuLaunchKernel fail with CUDA_ERROR_NOT_SUPPORTED): the GPU backend
- * cannot run on it, only what the fabric needs.
+ * cuMemAdvise fail with CUDA_ERROR_NOT_SUPPORTED); without
+ * GPTUI_STANDIN_EMU_LIB no module loads (CUDA_ERROR_NOT_SUPPORTED). A
+ * kernel that reads or writes outside its buffers is not caught (the
+ * emulator's sanitized builds of package cuda's tests do that).
  *
  * The stand-in libnccl.so.2 (nccl.c) queues its operations on these
  * streams through gptuiStandinEnqueue (standin.h).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,8 +83,11 @@ enum {
 	CUDA_ERROR_OUT_OF_MEMORY = 2,
 	CUDA_ERROR_NOT_INITIALIZED = 3,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_INVALID_IMAGE = 200,
 	CUDA_ERROR_INVALID_CONTEXT = 201,
+	CUDA_ERROR_FILE_NOT_FOUND = 301,
 	CUDA_ERROR_INVALID_HANDLE = 400,
+	CUDA_ERROR_NOT_FOUND = 500,
 	CUDA_ERROR_NOT_READY = 600,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 };
@@ -97,6 +116,12 @@ enum {
 };
 
 enum { CU_EVENT_DISABLE_TIMING = 0x2 };
+
+/* Function attributes (cuda.h, CUfunction_attribute). */
+enum { FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8 };
+
+/* The opt-in shared memory per block: H100's. */
+#define SHARED_OPTIN (227 << 10)
 
 #define NDEV 8
 #define DRIVER_VERSION 12080 /* CUDA 12.8 */
@@ -133,10 +158,13 @@ struct event {
 	struct timespec at;
 };
 
-/* alloc is one cuMemAlloc, or one cuMemAllocHost: [base, base+size). */
+/* alloc is one cuMemAlloc, one cuMemAllocHost, or one cuMemMap (vmm):
+ * [base, base+size). */
 struct alloc {
 	char *base;
 	size_t size;
+	int vmm;
+	void *handle; /* vmm: the struct handle mapped here */
 	struct alloc *next;
 };
 
@@ -175,10 +203,13 @@ static const struct {
 	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
 	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
 	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid (the stand-in loads only its libnvrtc's images, with a kernels library built from the same source)"},
 	{CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found (the stand-in's kernels library, GPTUI_STANDIN_EMU_LIB)"},
+	{CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
 	{CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
 	{CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
-	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported (the stand-in libcuda.so.1 runs no kernels and has no managed memory)"},
+	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported (the stand-in libcuda.so.1 has no managed memory, and runs kernels only from GPTUI_STANDIN_EMU_LIB)"},
 };
 
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s) {
@@ -265,7 +296,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	case ATTR_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
 	case ATTR_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
 	case ATTR_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = 228 << 10; break;
-	case ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 << 10; break;
+	case ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = SHARED_OPTIN; break;
 	case ATTR_MANAGED_MEMORY: *v = 0; break;
 	case ATTR_CONCURRENT_MANAGED_ACCESS: *v = 0; break;
 	default: *v = 0; break;
@@ -676,7 +707,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 	pthread_mutex_lock(&mu);
 	for (struct alloc **q = &allocs; *q != NULL; q = &(*q)->next) {
 		struct alloc *a = *q;
-		if ((uintptr_t)a->base == p) {
+		if ((uintptr_t)a->base == p && !a->vmm) {
 			*q = a->next;
 			allocated -= a->size;
 			pthread_mutex_unlock(&mu);
@@ -684,6 +715,220 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
 			free(a);
 			return CUDA_SUCCESS;
 		}
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Virtual memory management: address ranges (cuMemAddressReserve) with
+ * memory mapped into them (cuMemCreate, cuMemMap, cuMemSetAccess). A
+ * reserved range is host address space with no access (PROT_NONE); mapped
+ * memory becomes device memory (an alloc, vmm) at cuMemMap, readable and
+ * writable only after cuMemSetAccess, and filled with 0xff bytes (NaN as
+ * floats): cuMemCreate's memory is not zeroed. The granularity is 2 MiB,
+ * and sizes and addresses that are not multiples of it are refused, as
+ * the driver refuses them. */
+
+#define GRANULARITY ((size_t)2 << 20)
+
+struct reservation {
+	char *base;
+	size_t size;
+	struct reservation *next;
+};
+
+static struct reservation *reservations;
+
+/* CUmemAllocationProp's fields the stand-in reads. */
+struct alloc_prop {
+	int type, handle_types, loc_type, loc_id;
+};
+
+/* handle is a CUmemGenericAllocationHandle: the memory of one cuMemCreate. */
+struct handle {
+	size_t size;
+	char *mapped; /* where cuMemMap put it, or NULL */
+};
+
+static int good_prop(const struct alloc_prop *p) {
+	return p != NULL && p->type == 1 /* PINNED */ && p->loc_type == 1 /* DEVICE */ && p->loc_id >= 0 && p->loc_id < NDEV;
+}
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const struct alloc_prop *prop, int option) {
+	NEED_INIT();
+	if (g == NULL || !good_prop(prop) || (option != 0 && option != 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	*g = GRANULARITY;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags) {
+	NEED_INIT();
+	if (p == NULL || size == 0 || size % GRANULARITY != 0 || flags != 0 || (align != 0 && align % GRANULARITY != 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	(void)addr; /* a hint */
+	if (align < GRANULARITY)
+		align = GRANULARITY;
+	struct reservation *r = calloc(1, sizeof *r);
+	if (r == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Aligned: map size+align and trim both ends. */
+	char *m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		free(r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	char *base = (char *)(((uintptr_t)m + align - 1) / align * align);
+	if (base > m)
+		munmap(m, (size_t)(base - m));
+	if (base + size < m + size + align)
+		munmap(base + size, (size_t)(m + size + align - (base + size)));
+	r->base = base;
+	r->size = size;
+	pthread_mutex_lock(&mu);
+	r->next = reservations;
+	reservations = r;
+	pthread_mutex_unlock(&mu);
+	*p = (CUdeviceptr)(uintptr_t)base;
+	return CUDA_SUCCESS;
+}
+
+/* reservation_of returns the reservation holding [p, p+n), or NULL (under mu). */
+static struct reservation *reservation_of(const char *p, size_t n) {
+	for (struct reservation *r = reservations; r != NULL; r = r->next)
+		if (p >= r->base && p + n <= r->base + r->size && p + n >= p)
+			return r;
+	return NULL;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
+	NEED_INIT();
+	char *c = (char *)(uintptr_t)p;
+	pthread_mutex_lock(&mu);
+	for (struct reservation **q = &reservations; *q != NULL; q = &(*q)->next) {
+		struct reservation *r = *q;
+		if (r->base != c || r->size != size)
+			continue;
+		for (struct alloc *a = allocs; a != NULL; a = a->next)
+			if (a->vmm && a->base >= r->base && a->base < r->base + r->size) {
+				pthread_mutex_unlock(&mu);
+				return CUDA_ERROR_INVALID_VALUE; /* still mapped */
+			}
+		*q = r->next;
+		pthread_mutex_unlock(&mu);
+		munmap(r->base, r->size);
+		free(r);
+		return CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&mu);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemCreate(unsigned long long *h, size_t size, const struct alloc_prop *prop, unsigned long long flags) {
+	NEED_CTX();
+	if (h == NULL || size == 0 || size % GRANULARITY != 0 || !good_prop(prop) || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct handle *m = calloc(1, sizeof *m);
+	if (m == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	if (size > TOTAL_MEMORY - allocated) {
+		pthread_mutex_unlock(&mu);
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	allocated += size;
+	pthread_mutex_unlock(&mu);
+	m->size = size;
+	*h = (unsigned long long)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRelease(unsigned long long h) {
+	NEED_INIT();
+	struct handle *m = (struct handle *)(uintptr_t)h;
+	if (m == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (m->mapped != NULL)
+		return CUDA_ERROR_INVALID_VALUE; /* the driver defers this; the stand-in asks for cuMemUnmap first */
+	pthread_mutex_lock(&mu);
+	allocated -= m->size;
+	pthread_mutex_unlock(&mu);
+	free(m);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, unsigned long long h, unsigned long long flags) {
+	NEED_INIT();
+	struct handle *m = (struct handle *)(uintptr_t)h;
+	char *c = (char *)(uintptr_t)p;
+	if (m == NULL || m->mapped != NULL || offset != 0 || size != m->size || flags != 0 || (uintptr_t)c % GRANULARITY != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct alloc *a = calloc(1, sizeof *a);
+	if (a == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&mu);
+	int overlap = 0;
+	for (struct alloc *b = allocs; b != NULL; b = b->next)
+		if (b->vmm && c < b->base + b->size && b->base < c + size)
+			overlap = 1;
+	if (reservation_of(c, size) == NULL || overlap) {
+		pthread_mutex_unlock(&mu);
+		free(a);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	a->base = c;
+	a->size = size;
+	a->vmm = 1;
+	a->handle = m;
+	a->next = allocs;
+	allocs = a;
+	m->mapped = c;
+	pthread_mutex_unlock(&mu);
+	return CUDA_SUCCESS;
+}
+
+/* CUmemAccessDesc */
+struct access_desc {
+	int loc_type, loc_id, flags;
+};
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const struct access_desc *d, size_t count) {
+	NEED_INIT();
+	char *c = (char *)(uintptr_t)p;
+	if (d == NULL || count != 1 || d->loc_type != 1 || d->loc_id < 0 || d->loc_id >= NDEV || (d->flags != 3 && d->flags != 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	/* Every byte must be mapped: one mapping here (the backend's case). */
+	int ok = 0;
+	for (struct alloc *a = allocs; a != NULL; a = a->next)
+		if (a->vmm && c >= a->base && c + size <= a->base + a->size)
+			ok = 1;
+	pthread_mutex_unlock(&mu);
+	if (!ok)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (mprotect(c, size, d->flags == 3 ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (d->flags == 3)
+		memset(c, 0xff, size);
+	return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+	NEED_INIT();
+	char *c = (char *)(uintptr_t)p;
+	pthread_mutex_lock(&mu);
+	for (struct alloc **q = &allocs; *q != NULL; q = &(*q)->next) {
+		struct alloc *a = *q;
+		if (!a->vmm || a->base != c || a->size != size)
+			continue;
+		*q = a->next;
+		((struct handle *)a->handle)->mapped = NULL;
+		pthread_mutex_unlock(&mu);
+		/* Back to reserved addresses, the memory given back. */
+		mmap(c, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		free(a);
+		return CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&mu);
 	return CUDA_ERROR_INVALID_VALUE;
@@ -857,28 +1102,163 @@ EXPORT CUresult cuMemAdvise_v2(CUdeviceptr p, size_t n, int advice, CUmemLocatio
 	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-EXPORT CUresult cuModuleLoadData(void **m, const void *image) {
-	(void)m, (void)image;
-	return CUDA_ERROR_NOT_SUPPORTED;
+/* Modules and launches: the kernels of libgptuiemu.so (see the top). */
+
+/* image is the stand-in libnvrtc's: its first line "GPTUIEMU1 HASH ARCH". */
+#define IMAGE_MAGIC "GPTUIEMU1 "
+
+struct module {
+	void *lib;
+	int (*function)(const char *);
+	void *(*pack)(int, void **);
+	void (*launch)(int, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned long long, void *);
+	struct function *fns;
+};
+
+struct function {
+	struct module *m;
+	int fn;
+	int max_dynamic_shared; /* cuFuncSetAttribute's, 48 KiB until set */
+	struct function *next;
+};
+
+EXPORT CUresult cuModuleLoadData(void **out, const void *image) {
+	NEED_CTX();
+	if (out == NULL || image == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned long long hash;
+	if (strncmp(image, IMAGE_MAGIC, strlen(IMAGE_MAGIC)) != 0 ||
+	    sscanf((const char *)image + strlen(IMAGE_MAGIC), "%llx", &hash) != 1)
+		return CUDA_ERROR_INVALID_IMAGE; /* a real CUBIN or PTX: no kernels for the CPU */
+	const char *path = getenv("GPTUI_STANDIN_EMU_LIB");
+	if (path == NULL || *path == '\0')
+		return CUDA_ERROR_NOT_SUPPORTED;
+	void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (lib == NULL) {
+		fprintf(stderr, "[standin] %s\n", dlerror());
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	}
+	unsigned long long (*source)(void) = (unsigned long long (*)(void))dlsym(lib, "gptuiEmuSourceHash");
+	struct module *m = calloc(1, sizeof *m);
+	if (m == NULL) {
+		dlclose(lib);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->lib = lib;
+	m->function = (int (*)(const char *))dlsym(lib, "gptuiEmuFunction");
+	m->pack = (void *(*)(int, void **))dlsym(lib, "gptuiEmuPack");
+	m->launch = (void (*)(int, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned long long, void *))dlsym(lib, "gptuiEmuLaunch");
+	if (source == NULL || m->function == NULL || m->pack == NULL || m->launch == NULL || source() != hash) {
+		/* Kernels built from other sources than the image's. */
+		dlclose(lib);
+		free(m);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	*out = m;
+	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleUnload(void *m) {
-	(void)m;
-	return CUDA_ERROR_INVALID_HANDLE;
+EXPORT CUresult cuModuleUnload(void *mod) {
+	NEED_CTX();
+	struct module *m = mod;
+	if (m == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	pthread_mutex_lock(&mu);
+	drain(); /* no launch of its kernels is still queued */
+	pthread_mutex_unlock(&mu);
+	for (struct function *f = m->fns, *next; f != NULL; f = next) {
+		next = f->next;
+		free(f);
+	}
+	dlclose(m->lib);
+	free(m);
+	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
-	(void)f, (void)m, (void)name;
-	return CUDA_ERROR_NOT_SUPPORTED;
+EXPORT CUresult cuModuleGetFunction(void **out, void *mod, const char *name) {
+	NEED_CTX();
+	struct module *m = mod;
+	if (out == NULL || m == NULL || name == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	int fn = m->function(name);
+	if (fn < 0)
+		return CUDA_ERROR_NOT_FOUND;
+	/* One handle per kernel of a module, as the driver's: an attribute
+	 * set through one lookup holds for every other. */
+	pthread_mutex_lock(&mu);
+	for (struct function *g = m->fns; g != NULL; g = g->next)
+		if (g->fn == fn) {
+			pthread_mutex_unlock(&mu);
+			*out = g;
+			return CUDA_SUCCESS;
+		}
+	pthread_mutex_unlock(&mu);
+	struct function *f = calloc(1, sizeof *f);
+	if (f == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	f->m = m;
+	f->fn = fn;
+	f->max_dynamic_shared = 48 << 10;
+	pthread_mutex_lock(&mu);
+	f->next = m->fns;
+	m->fns = f;
+	pthread_mutex_unlock(&mu);
+	*out = f;
+	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuFuncSetAttribute(void *f, int attr, int v) {
-	(void)f, (void)attr, (void)v;
-	return CUDA_ERROR_NOT_SUPPORTED;
+/* cuFuncSetAttribute takes CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+ * up to the device's opt-in limit, as the driver does. */
+EXPORT CUresult cuFuncSetAttribute(void *fp, int attr, int v) {
+	NEED_CTX();
+	struct function *f = fp;
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (attr != FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (v < 0 || v > SHARED_OPTIN)
+		return CUDA_ERROR_INVALID_VALUE;
+	f->max_dynamic_shared = v;
+	return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+struct launch {
+	struct function *f;
+	unsigned g[3], b[3];
+	unsigned shared;
+	void *args;
+};
+
+static void run_launch(void *arg) {
+	struct launch *l = arg;
+	l->f->m->launch(l->f->fn, l->g[0], l->g[1], l->g[2], l->b[0], l->b[1], l->b[2], l->shared, l->args);
+	free(l);
+}
+
+/* cuLaunchKernel copies the arguments now, as the driver does, and queues
+ * the kernel on s. It refuses what the driver refuses: an empty or
+ * oversized grid or block, more dynamic shared memory than the function
+ * was allowed (cuFuncSetAttribute; 48 KiB without), arguments by extra. */
+EXPORT CUresult cuLaunchKernel(void *fp, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shared, CUstream s, void **params, void **extra) {
-	(void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shared, (void)s, (void)params, (void)extra;
-	return CUDA_ERROR_NOT_SUPPORTED;
+	NEED_CTX();
+	struct function *f = fp;
+	if (f == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	unsigned long long nt = (unsigned long long)bx * by * bz;
+	if (extra != NULL || nt == 0 || nt > 1024 || bx > 1024 || by > 1024 || bz > 64 || gx == 0 || gy == 0 || gz == 0 ||
+	    gx > 0x7fffffffu || gy > 65535 || gz > 65535)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((int)shared > f->max_dynamic_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct launch *l = malloc(sizeof *l);
+	if (l == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*l = (struct launch){f, {gx, gy, gz}, {bx, by, bz}, shared, f->m->pack(f->fn, params)};
+	pthread_mutex_lock(&mu);
+	CUresult r = enqueue(s, run_launch, l);
+	pthread_mutex_unlock(&mu);
+	if (r != CUDA_SUCCESS)
+		free(l); /* leaks the packed arguments: a bad stream is a bug in the caller */
+	return r;
 }

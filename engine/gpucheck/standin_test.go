@@ -1,0 +1,116 @@
+package gpucheck
+
+import (
+	"bytes"
+	"context"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/gptui/gptui/engine"
+	"github.com/gptui/gptui/internal/standin"
+	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/kernels/cuda/emu"
+	"github.com/gptui/gptui/presets"
+)
+
+// The GPU backend, whole, on this machine's CPU: cuda.New over the
+// stand-in libraries of internal/standin — the driver running the very
+// kernel sources, compiled by package emu's emulator into a library, and
+// stand-ins of NVRTC and cuBLAS — so that every launch goes through the
+// argument packing, the variants, the shared-memory limits, the streams,
+// the staging and the cuBLAS calls of a GPU run, and is checked against the
+// CPU backend by the checks 'gptui gpu check' runs on a GPU.
+
+// useStandin points the process at the stand-ins, and its kernel cache
+// at a folder of t's.
+func useStandin(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the stand-in GPU runs the emulator's kernels: not in -short")
+	}
+	dir := standin.Build(t)
+	if _, err := emu.Compiler(); err != nil {
+		t.Skip(err)
+	}
+	lib, err := emu.BuildLibrary(context.Background(), t.TempDir(), cuda.Source(), emu.Options{CacheDir: emu.DefaultCacheDir(), Opt: "-O2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(standin.LibDirEnv, dir)
+	t.Setenv(standin.EmuLibEnv, lib)
+	t.Setenv("GPTUI_CACHE_DIR", t.TempDir())
+	// 256 MiB: too little for the peak-FLOPS measurement's GEMMs, which
+	// would take hours on the CPU (no table knows the stand-in's peak).
+	t.Setenv(standin.MemoryEnv, "268435456")
+}
+
+// onStandin returns a Backend on the stand-ins.
+func onStandin(t *testing.T, prec cuda.Precision) *cuda.Backend {
+	t.Helper()
+	useStandin(t)
+	var log bytes.Buffer
+	g, err := cuda.New(cuda.Options{Precision: prec, Log: &log})
+	if err != nil {
+		t.Fatalf("cuda.New on the stand-ins: %v\n%s", err, log.String())
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	t.Logf("%s\n%s", g.Name(), log.String())
+	return g
+}
+
+// TestCheckBackendOnStandin runs CheckBackend, every kernels.Backend method
+// against the CPU backend, on the stand-in GPU, in fp32 and with bf16
+// GEMMs.
+func TestCheckBackendOnStandin(t *testing.T) {
+	for _, prec := range []cuda.Precision{cuda.PrecisionFP32, cuda.PrecisionBF16} {
+		t.Run(prec.String(), func(t *testing.T) {
+			g := onStandin(t, prec)
+			var out bytes.Buffer
+			err := CheckBackend(g, &out)
+			if err != nil || testing.Verbose() {
+				t.Log(out.String())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(out.String(), "PASS"); n < 30 {
+				t.Errorf("%d checks passed, want every one of at least 30", n)
+			}
+		})
+	}
+}
+
+// TestLossParityOnStandin trains a two-layer model for 3 steps on the CPU
+// and on the stand-in GPU in fp32, from the same start: the losses agree
+// to fp32's rounding, as they must on a GPU.
+func TestLossParityOnStandin(t *testing.T) {
+	useStandin(t)
+	load := func() (*presets.Config, error) {
+		return presets.Load("tiny", []string{"Engine.max_steps=3", "Engine.save_load.save_steps=0", "Engine.eval_freq=0",
+			"Model.vocab_size=96", "Data.Train.dataset.max_seq_len=32", "Engine.log_dir=" + t.TempDir()})
+	}
+	tokens := func() ([]uint16, error) {
+		r := rand.New(rand.NewPCG(1, 2))
+		toks := make([]uint16, 4000)
+		for i := 1; i < len(toks); i++ {
+			toks[i] = uint16((int(toks[i-1]) + 1 + r.IntN(3)) % 96)
+		}
+		return toks, nil
+	}
+	cpuL, gpuL, err := LossParity(context.Background(), load, engine.Options{Builtin: tokens}, cuda.PrecisionFP32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cpuL {
+		t.Logf("step %d: cpu %.7f gpu %.7f", i+1, cpuL[i], gpuL[i])
+		if d := math.Abs(float64(cpuL[i] - gpuL[i])); d > 1e-5*math.Abs(float64(cpuL[i])) || math.IsNaN(float64(gpuL[i])) {
+			t.Errorf("step %d: gpu loss %v, cpu %v", i+1, gpuL[i], cpuL[i])
+		}
+	}
+}
