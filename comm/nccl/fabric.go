@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/kernels/cuda"
@@ -40,6 +41,13 @@ type Options struct {
 	// and at the communicators' asynchronous errors; zero means
 	// DefaultPoll.
 	Poll time.Duration
+	// Halves, when set, finds the backend's bfloat16 activations among an
+	// operation's buffers (cuda.Backend.Half): the float32s the engine
+	// addresses at p (bytes of them) that are bfloat16s at the address it
+	// returns. Sends, receives and gathers move those as ncclBfloat16;
+	// sums refuse them (they stay float32, kernels/activations.go), as
+	// does a gather between a bfloat16 and a float32 buffer.
+	Halves func(p unsafe.Pointer, bytes int) (cuda.Ptr, bool)
 }
 
 // ErrClosed is the error of operations after [Fabric.Close].
@@ -69,6 +77,7 @@ func (e *OpError) Unwrap() error { return e.Err }
 // issued from one goroutine at a time.
 type Fabric struct {
 	lib           *Lib
+	halves        func(unsafe.Pointer, int) (cuda.Ptr, bool)
 	w             *comm.World
 	boot          *comm.Group // all ranks over TCP: the unique id, the declarations
 	compute, side cuda.Stream // side: the stream AllReduceAsync runs on
@@ -106,7 +115,7 @@ func New(ctx context.Context, w *comm.World, opts Options) (*Fabric, error) {
 		return nil, errors.New("nccl: New: no library")
 	}
 	f := &Fabric{
-		lib: opts.Lib, w: w, compute: opts.Stream,
+		lib: opts.Lib, halves: opts.Halves, w: w, compute: opts.Stream,
 		timeout: cmpOr(opts.Timeout, comm.DefaultTimeout), poll: cmpOr(opts.Poll, DefaultPoll),
 		initTimeout: cmpOr(opts.InitTimeout, cmpOr(opts.Timeout, comm.DefaultTimeout)),
 		dead:        make(chan struct{}), stop: make(chan struct{}), stopped: make(chan struct{}),

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/kernels/cuda"
@@ -225,4 +227,70 @@ func allRanks(n int) []int {
 		r[i] = i
 	}
 	return r
+}
+
+// TestHalves: a buffer the backend says holds bfloat16 activations
+// (Options.Halves) goes to NCCL at the address Halves gives, as BF16 —
+// the fake, which moves float32s only, refuses it by that type — and sums
+// of such buffers, and gathers between one and a float32 buffer, are
+// refused before NCCL is called, naming the operation.
+func TestHalves(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   func(c comm.Communicator, half, f32 []float32, r int) error
+		want string
+	}{
+		{"send", func(c comm.Communicator, half, _ []float32, r int) error {
+			if r == 0 {
+				return c.Send(context.Background(), half, 1)
+			}
+			return c.Recv(context.Background(), half, 0)
+		}, "fake ncclSend of bf16"},
+		{"all-reduce", func(c comm.Communicator, half, _ []float32, _ int) error {
+			return c.AllReduce(context.Background(), half)
+		}, "AllReduce of bfloat16 activations"},
+		{"all-gather into float32s", func(c comm.Communicator, half, f32 []float32, _ int) error {
+			return c.AllGather(context.Background(), half[:4], f32)
+		}, "AllGather from bf16 into f32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fk := newFake(t)
+			halves := make([][]float32, 2)
+			var mu sync.Mutex
+			o := Options{Timeout: 10 * time.Second, Halves: func(p unsafe.Pointer, n int) (cuda.Ptr, bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, h := range halves {
+					lo := uintptr(unsafe.Pointer(unsafe.SliceData(h)))
+					if h != nil && uintptr(p) >= lo && uintptr(p)+uintptr(n) <= lo+uintptr(4*len(h)) {
+						return cuda.Ptr(uintptr(p)), true
+					}
+				}
+				return 0, false
+			}}
+			rs := fabricsWith(t, fk, 2, o)
+			errs := onAll(2, func(r int) error {
+				c, err := rs[r].f.Communicator("mp", allRanks(2))
+				if err == nil {
+					err = rs[r].f.Ready(context.Background())
+				}
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				halves[r] = rs[r].Float32s(8)
+				h := halves[r]
+				mu.Unlock()
+				return tc.op(c, h, rs[r].Float32s(8), r)
+			})
+			for r, err := range errs {
+				if r == 1 && tc.name == "send" {
+					continue // the receiver fails with the fabric, or by the same check
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("rank %d: %v, want an error saying %q", r, err, tc.want)
+				}
+			}
+		})
+	}
 }

@@ -397,17 +397,23 @@ func (f *fake) lib(rank int) *Lib {
 		ReduceScatter: func(h Handle, send, recv cuda.Ptr, n int, s cuda.Stream) error {
 			return coll("ncclReduceScatter", h, collArgs{send, recv, n, cuda.F32}, s)
 		},
-		AllGather: func(h Handle, send, recv cuda.Ptr, n int, s cuda.Stream) error {
-			return coll("ncclAllGather", h, collArgs{send, recv, n, cuda.F32}, s)
+		AllGather: func(h Handle, send, recv cuda.Ptr, n int, t cuda.DataType, s cuda.Stream) error {
+			return coll("ncclAllGather", h, collArgs{send, recv, n, t}, s)
 		},
-		Send: func(h Handle, p cuda.Ptr, n, peer int, s cuda.Stream) error {
+		Send: func(h Handle, p cuda.Ptr, n int, t cuda.DataType, peer int, s cuda.Stream) error {
+			if t != cuda.F32 {
+				return fmt.Errorf("fake ncclSend of %s: the fake moves float32s", t)
+			}
 			fh, err := call("ncclSend", h)
 			if err != nil {
 				return err
 			}
 			return p2p(s, &p2pPart{send: true, p: p, count: n, peer: peer, h: fh})
 		},
-		Recv: func(h Handle, p cuda.Ptr, n, peer int, s cuda.Stream) error {
+		Recv: func(h Handle, p cuda.Ptr, n int, t cuda.DataType, peer int, s cuda.Stream) error {
+			if t != cuda.F32 {
+				return fmt.Errorf("fake ncclRecv of %s: the fake moves float32s", t)
+			}
 			fh, err := call("ncclRecv", h)
 			if err != nil {
 				return err

@@ -17,7 +17,8 @@ type Handle interface {
 // tests fill them with a fake that behaves like NCCL where the fabric
 // depends on it (collective creation, rendezvous, abort, asynchronous
 // errors). Buffers are device addresses of elements of type cuda.F32
-// (AllReduce: F32 or F64); reductions are sums. Calls on one communicator
+// (AllReduce: F32 or F64; AllGather, Send and Recv: F32 or BF16, the
+// backend's bfloat16 activations); reductions are sums. Calls on one communicator
 // come from one goroutine at a time, except Abort and AsyncError, which
 // the fabric's watchdog calls while an operation may block in NCCL.
 type Lib struct {
@@ -32,9 +33,9 @@ type Lib struct {
 
 	AllReduce     func(c Handle, send, recv cuda.Ptr, count int, t cuda.DataType, s cuda.Stream) error
 	ReduceScatter func(c Handle, send, recv cuda.Ptr, recvCount int, s cuda.Stream) error
-	AllGather     func(c Handle, send, recv cuda.Ptr, sendCount int, s cuda.Stream) error
-	Send          func(c Handle, buf cuda.Ptr, count, peer int, s cuda.Stream) error
-	Recv          func(c Handle, buf cuda.Ptr, count, peer int, s cuda.Stream) error
+	AllGather     func(c Handle, send, recv cuda.Ptr, sendCount int, t cuda.DataType, s cuda.Stream) error
+	Send          func(c Handle, buf cuda.Ptr, count int, t cuda.DataType, peer int, s cuda.Stream) error
+	Recv          func(c Handle, buf cuda.Ptr, count int, t cuda.DataType, peer int, s cuda.Stream) error
 
 	// The CUDA driver (cuda.h).
 	NewStream     func() (cuda.Stream, error)                             // cuStreamCreate
@@ -81,14 +82,14 @@ func Real(d *cuda.Device, n *cuda.NCCL) *Lib {
 		ReduceScatter: func(c Handle, send, recv cuda.Ptr, n int, s cuda.Stream) error {
 			return comm(c).ReduceScatter(send, recv, n, cuda.F32, cuda.Sum, s)
 		},
-		AllGather: func(c Handle, send, recv cuda.Ptr, n int, s cuda.Stream) error {
-			return comm(c).AllGather(send, recv, n, cuda.F32, s)
+		AllGather: func(c Handle, send, recv cuda.Ptr, n int, t cuda.DataType, s cuda.Stream) error {
+			return comm(c).AllGather(send, recv, n, t, s)
 		},
-		Send: func(c Handle, p cuda.Ptr, n, peer int, s cuda.Stream) error {
-			return comm(c).Send(p, n, cuda.F32, peer, s)
+		Send: func(c Handle, p cuda.Ptr, n int, t cuda.DataType, peer int, s cuda.Stream) error {
+			return comm(c).Send(p, n, t, peer, s)
 		},
-		Recv: func(c Handle, p cuda.Ptr, n, peer int, s cuda.Stream) error {
-			return comm(c).Recv(p, n, cuda.F32, peer, s)
+		Recv: func(c Handle, p cuda.Ptr, n int, t cuda.DataType, peer int, s cuda.Stream) error {
+			return comm(c).Recv(p, n, t, peer, s)
 		},
 		NewStream:     d.NewStream,
 		DestroyStream: d.DestroyStream,

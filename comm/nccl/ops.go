@@ -78,13 +78,33 @@ func (c *Comm) handle(name string) (Handle, error) {
 type buf struct {
 	host    unsafe.Pointer // where the caller's buffer is
 	bytes   int
-	in, out bool     // the operation reads it, writes it
-	staged  bool     // host memory, staged through the device
-	p       cuda.Ptr // the address the operation uses
+	in, out bool          // the operation reads it, writes it
+	t       cuda.DataType // its elements: F32, F64, or BF16 for the backend's bfloat16 activations
+	staged  bool          // host memory, staged through the device
+	p       cuda.Ptr      // the address the operation uses
 }
 
 func f32(b []float32, in, out bool) buf {
-	return buf{host: unsafe.Pointer(unsafe.SliceData(b)), bytes: 4 * len(b), in: in, out: out}
+	return buf{host: unsafe.Pointer(unsafe.SliceData(b)), bytes: 4 * len(b), in: in, out: out, t: cuda.F32}
+}
+
+// sum is the element type of a reduction over bufs: float32 (or float64);
+// bfloat16 activations are refused, as sums of them stay float32.
+func sum(name string, t []cuda.DataType) (cuda.DataType, error) {
+	for _, x := range t {
+		if x == cuda.BF16 {
+			return 0, fmt.Errorf("nccl: %s of bfloat16 activations: sums are float32 (give it float32 buffers)", name)
+		}
+	}
+	return t[0], nil
+}
+
+// same is the one element type of a gather's buffers.
+func same(name string, t []cuda.DataType) (cuda.DataType, error) {
+	if t[0] != t[1] {
+		return 0, fmt.Errorf("nccl: %s from %s into %s: both buffers must hold one type (bfloat16 activations, or float32s)", name, t[0], t[1])
+	}
+	return t[0], nil
 }
 
 // stageAlign aligns each buffer's place in the staging buffer.
@@ -93,7 +113,10 @@ const stageAlign = 256
 // do issues operation name of the communicator on bufs: issue queues its
 // NCCL calls on stream s with the buffers' device addresses. See [Comm]
 // for when it waits.
-func (c *Comm) do(ctx context.Context, name string, bufs []buf, issue func(h Handle, p []cuda.Ptr, s cuda.Stream) error) error {
+//
+// A buffer among the backend's bfloat16 activations (Options.Halves) is
+// passed at its bfloat16s' address, with type BF16 in t.
+func (c *Comm) do(ctx context.Context, name string, bufs []buf, issue func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error) error {
 	f := c.f
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("nccl: %s (%s): %w", name, c.name, context.Cause(ctx))
@@ -107,6 +130,12 @@ func (c *Comm) do(ctx context.Context, name string, bufs []buf, issue func(h Han
 		b := &bufs[i]
 		if b.bytes == 0 { // an empty transfer of an Exchange
 			continue
+		}
+		if f.halves != nil && b.t == cuda.F32 {
+			if p, ok := f.halves(b.host, b.bytes); ok {
+				b.p, b.t = p, cuda.BF16
+				continue
+			}
 		}
 		if f.lib.Reachable(b.host) {
 			b.p = cuda.Ptr(uintptr(b.host))
@@ -127,10 +156,11 @@ func (c *Comm) do(ctx context.Context, name string, bufs []buf, issue func(h Han
 		return err
 	}
 	p := make([]cuda.Ptr, len(bufs))
+	t := make([]cuda.DataType, len(bufs))
 	for i, b := range bufs {
-		p[i] = b.p
+		p[i], t[i] = b.p, b.t
 	}
-	if err := f.queue(o, f.compute, func() error { return issue(h, p, f.compute) }); err != nil {
+	if err := f.queue(o, f.compute, func() error { return issue(h, p, t, f.compute) }); err != nil {
 		return err
 	}
 	if !staged {
@@ -203,7 +233,10 @@ func (c *Comm) AllReduce(ctx context.Context, b []float32) error {
 	if n == 0 {
 		return nil
 	}
-	err := c.do(ctx, "AllReduce", []buf{f32(b, true, true)}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
+	err := c.do(ctx, "AllReduce", []buf{f32(b, true, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
+		if _, err := sum("AllReduce", t); err != nil {
+			return err
+		}
 		return c.f.lib.AllReduce(h, p[0], p[0], n, cuda.F32, s)
 	})
 	if err == nil {
@@ -218,8 +251,8 @@ func (c *Comm) AllReduce64(ctx context.Context, b []float64) error {
 	if n == 0 {
 		return nil
 	}
-	bb := buf{host: unsafe.Pointer(unsafe.SliceData(b)), bytes: 8 * n, in: true, out: true}
-	err := c.do(ctx, "AllReduce64", []buf{bb}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
+	bb := buf{host: unsafe.Pointer(unsafe.SliceData(b)), bytes: 8 * n, in: true, out: true, t: cuda.F64}
+	err := c.do(ctx, "AllReduce64", []buf{bb}, func(h Handle, p []cuda.Ptr, _ []cuda.DataType, s cuda.Stream) error {
 		return c.f.lib.AllReduce(h, p[0], p[0], n, cuda.F64, s)
 	})
 	if err == nil {
@@ -238,7 +271,10 @@ func (c *Comm) ReduceScatter(ctx context.Context, in, out []float32) error {
 	if n == 0 {
 		return nil
 	}
-	err := c.do(ctx, "ReduceScatter", []buf{f32(in, true, false), f32(out, false, true)}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
+	err := c.do(ctx, "ReduceScatter", []buf{f32(in, true, false), f32(out, false, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
+		if _, err := sum("ReduceScatter", t); err != nil {
+			return err
+		}
 		return c.f.lib.ReduceScatter(h, p[0], p[1], n, s)
 	})
 	if err == nil {
@@ -257,8 +293,12 @@ func (c *Comm) AllGather(ctx context.Context, in, out []float32) error {
 	if n == 0 {
 		return nil
 	}
-	err := c.do(ctx, "AllGather", []buf{f32(in, true, false), f32(out, false, true)}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
-		return c.f.lib.AllGather(h, p[0], p[1], n, s)
+	err := c.do(ctx, "AllGather", []buf{f32(in, true, false), f32(out, false, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
+		dt, err := same("AllGather", t)
+		if err != nil {
+			return err
+		}
+		return c.f.lib.AllGather(h, p[0], p[1], n, dt, s)
 	})
 	if err == nil {
 		c.count(c.ring(4*len(out)), c.ring(4*len(out)))
@@ -277,8 +317,8 @@ func (c *Comm) Send(ctx context.Context, b []float32, to int) error {
 	if n == 0 {
 		return nil
 	}
-	err := c.do(ctx, "Send", []buf{f32(b, true, false)}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
-		return c.f.lib.Send(h, p[0], n, to, s)
+	err := c.do(ctx, "Send", []buf{f32(b, true, false)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
+		return c.f.lib.Send(h, p[0], n, t[0], to, s)
 	})
 	if err == nil {
 		c.count(4*n, 0)
@@ -295,8 +335,8 @@ func (c *Comm) Recv(ctx context.Context, b []float32, from int) error {
 	if n == 0 {
 		return nil
 	}
-	err := c.do(ctx, "Recv", []buf{f32(b, false, true)}, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
-		return c.f.lib.Recv(h, p[0], n, from, s)
+	err := c.do(ctx, "Recv", []buf{f32(b, false, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
+		return c.f.lib.Recv(h, p[0], n, t[0], from, s)
 	})
 	if err == nil {
 		c.count(0, 4*n)
@@ -329,19 +369,19 @@ func (c *Comm) Exchange(ctx context.Context, sends, recvs []comm.Transfer) error
 		return nil
 	}
 	lib := c.f.lib
-	err := c.do(ctx, "Exchange", bufs, func(h Handle, p []cuda.Ptr, s cuda.Stream) error {
+	err := c.do(ctx, "Exchange", bufs, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
 		if err := lib.GroupStart(); err != nil {
 			return err
 		}
 		var errs []error
 		for i, x := range sends {
 			if len(x.Buf) > 0 {
-				errs = append(errs, lib.Send(h, p[i], len(x.Buf), x.Peer, s))
+				errs = append(errs, lib.Send(h, p[i], len(x.Buf), t[i], x.Peer, s))
 			}
 		}
 		for i, x := range recvs {
 			if len(x.Buf) > 0 {
-				errs = append(errs, lib.Recv(h, p[len(sends)+i], len(x.Buf), x.Peer, s))
+				errs = append(errs, lib.Recv(h, p[len(sends)+i], len(x.Buf), t[len(sends)+i], x.Peer, s))
 			}
 		}
 		return errors.Join(append(errs, lib.GroupEnd())...)
