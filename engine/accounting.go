@@ -39,8 +39,8 @@ func (tr *Trainer) memory() Memory {
 // being rebuilt, the attention's store), and the layout's own buffers,
 // which the layouts allocate at their first use and reuse, counted here
 // from the shapes they are sized from — sequence parallelism's gathered
-// and scattered rows, the vocabulary-parallel loss's exchange buffers on
-// the head's stage, context parallelism's ring, the pipeline's second
+// and scattered rows, the vocabulary-parallel embedding's sum on the
+// embedding's stage and loss's exchange buffers on the head's stage, context parallelism's ring, the pipeline's second
 // gradient buffer. The model's scratch must exist: allocated with the
 // activations (ActivationBytes, pipeline.activationBytes).
 func (tr *Trainer) scratchBytes(T int) int64 {
@@ -51,6 +51,9 @@ func (tr *Trainer) scratchBytes(T int) int64 {
 	}
 	N, C := tr.B*T, m.Cfg.C
 	if m.tp != nil {
+		if m.Part.Embed {
+			n += int64(4 * embedFloats(N, C))
+		}
 		if m.Part.SP {
 			_, nr := m.par.rows(N)
 			n += int64(4 * spBufferFloats(N, nr, C))

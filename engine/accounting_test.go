@@ -84,7 +84,7 @@ func heldScratch(tr *Trainer) int64 {
 			add(p.in, p.dout, p.out, p.din)
 			par = p.tensorParallel
 		case *tensorParallel:
-			add(p.maxes, p.gmax)
+			add(p.maxes, p.gmax, p.embed)
 			n += int64(8 * len(p.stats))
 			par = nil
 		default:

@@ -1,10 +1,6 @@
 package engine
 
-import (
-	"fmt"
-
-	"github.com/gptui/gptui/kernels"
-)
+import "fmt"
 
 // sequenceParallel is tensor parallelism with Megatron-LM's sequence
 // parallelism (Distributed.sequence_parallel): between the regions the
@@ -39,7 +35,10 @@ type sequenceParallel struct {
 // spBufferFloats is the elements of the hooks' own buffers once the
 // passes of a micro-batch of N rows of width C have used them, a rank
 // holding nr of the rows between the regions: in and dout all N rows, out
-// and din the rank's nr (the account of them: Trainer.memory).
+// and din the rank's nr (the account of them: Trainer.memory). in gathers
+// activations (the norms' outputs), and is activations
+// (kernels.Activations); dout gathers the branches' output gradients, and
+// out and din hold sums, float32s.
 func spBufferFloats(N, nr, C int) int { return 2*N*C + 2*nr*C }
 
 // rows are rank r's N/MP rows of N, from row r·N/MP.
@@ -51,7 +50,7 @@ func (sp *sequenceParallel) rows(N int) (first, n int) {
 // enterTP gathers x's rows from the group: the region's input, all N
 // rows.
 func (sp *sequenceParallel) enterTP(ps *pass, x []float32) []float32 {
-	all := sp.buf(&sp.in, len(x)*sp.size)
+	all := sp.actBuf(&sp.in, len(x)*sp.size)
 	sp.allGather(ps, x, all)
 	return all
 }
@@ -87,25 +86,23 @@ func (sp *sequenceParallel) sumRowShared(ps *pass, dw []float32) { sp.allReduce(
 // N positions (the first rank adding wpe) and keeps its rows of the
 // group's sum in out (N/MP rows).
 func (sp *sequenceParallel) embedForward(ps *pass, out []float32, inputs []int32, wte, wpe []float32, B, T, C int) {
-	all := sp.buf(&sp.in, B*T*C)
+	all := sp.buf(&sp.embed, embedFloats(B*T, C))
 	sp.be.EncoderShardForward(all, inputs, wte, sp.vlo, sp.rowBias(wpe), B, T, C)
-	sp.reduceScatter(ps, all, out)
+	mine := sp.buf(&sp.out, len(out))
+	sp.reduceScatter(ps, all, mine)
+	sp.be.Copy(out, mine) // the sum rounded once, as tensorParallel's
 }
 
 // embedBackward gathers dout's rows (N/MP a rank) and accumulates the
 // gradients of the rank's rows of wte and, on every rank alike, of wpe.
+//
+// dout is the residual stream's gradient, activations; the gather is of
+// float32s, as every other exitTPBackward's (a branch's output gradient),
+// so dout goes through out first, free between the regions.
 func (sp *sequenceParallel) embedBackward(ps *pass, dwte, dwpe, dout []float32, inputs []int32, B, T, C int) {
-	sp.be.EncoderShardBackward(dwte, sp.vlo, dwpe, sp.exitTPBackward(ps, dout), inputs, B, T, C)
-}
-
-// buf returns *b, allocated from the backend with n elements if it has
-// another size.
-func (sp *sequenceParallel) buf(b *[]float32, n int) []float32 {
-	if len(*b) != n {
-		kernels.Free(sp.be, *b)
-		*b = kernels.Float32s(sp.be, n)
-	}
-	return *b
+	dy := sp.buf(&sp.out, len(dout))
+	sp.be.Copy(dy, dout)
+	sp.be.EncoderShardBackward(dwte, sp.vlo, dwpe, sp.exitTPBackward(ps, dy), inputs, B, T, C)
 }
 
 // reduceScatter sums in (N rows) over the group and leaves this rank's

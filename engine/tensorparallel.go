@@ -29,6 +29,37 @@ type tensorParallel struct {
 	maxes []float32 // (N) this rank's row maxima, then the global ones
 	gmax  []float32 // (size,N) every rank's row maxima
 	stats []float64 // (N,2) Σ e^(x−max) and the target's logit
+
+	// embed (N,C) is the ranks' lookups summed in float32, on the
+	// embedding's stage: the sum is rounded once into the residual
+	// stream, as one process stores its embeddings (under bf16, the
+	// stream's activations are bfloat16, and sums stay float32:
+	// kernels/activations.go).
+	embed []float32
+}
+
+// embedFloats is the elements of the embedding's sum buffer (embed) for a
+// micro-batch of N rows of width C (the account of it: Trainer.memory).
+func embedFloats(N, C int) int { return N * C }
+
+// buf returns *b, allocated from the backend with n float32s if it has
+// another size.
+func (tp *tensorParallel) buf(b *[]float32, n int) []float32 {
+	if len(*b) != n {
+		kernels.Free(tp.be, *b)
+		*b = kernels.Float32s(tp.be, n)
+	}
+	return *b
+}
+
+// actBuf is buf for activations (kernels.Activations): what a hook
+// gathers of them is of their kind.
+func (tp *tensorParallel) actBuf(b *[]float32, n int) []float32 {
+	if len(*b) != n {
+		kernels.Free(tp.be, *b)
+		*b = kernels.Activations(tp.be, n)
+	}
+	return *b
 }
 
 // newTensorParallel returns the tensor-parallel layout of part, a slice
@@ -124,8 +155,10 @@ func (tp *tensorParallel) sumKVCopies(ps *pass, dw []float32) {
 // the tokens of its rows of wte (zeros for the others), the first adds
 // the positions (wpe, if not nil), and the group sums.
 func (tp *tensorParallel) embedForward(ps *pass, out []float32, inputs []int32, wte, wpe []float32, B, T, C int) {
-	tp.be.EncoderShardForward(out, inputs, wte, tp.vlo, tp.rowBias(wpe), B, T, C)
-	tp.exitTP(ps, out)
+	sum := tp.buf(&tp.embed, embedFloats(B*T, C))
+	tp.be.EncoderShardForward(sum, inputs, wte, tp.vlo, tp.rowBias(wpe), B, T, C)
+	tp.exitTP(ps, sum)
+	tp.be.Copy(out, sum)
 }
 
 // embedBackward accumulates the gradients of the rank's rows of wte and,

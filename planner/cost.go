@@ -443,6 +443,8 @@ func attentionFloats(m Model, s Strategy, lse bool) int64 {
 //     recompute the attention's store of one block (attentionFloats);
 //   - sequence parallelism's own buffers (engine/sequenceparallel.go):
 //     gathered rows (N·C) and a rank's rows of a sum (Nr·C), two of each;
+//   - on the first stage under tensor parallelism the vocabulary-parallel
+//     embedding's float32 sum (N·C, engine/tensorparallel.go);
 //   - on the last stage under tensor parallelism the vocabulary-parallel
 //     loss's exchange buffers (engine/tensorparallel.go): the row maxima
 //     and every rank's, and two float64 sums a row;
@@ -475,6 +477,9 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	}
 	if s.SP {
 		n += 2*N*C + 2*Nr*C
+	}
+	if s.MP > 1 && st == 0 {
+		n += N * C // the embedding's sum
 	}
 	if cp := s.cp(); cp > 1 {
 		NHl := int64(m.NH / s.MP)
