@@ -251,7 +251,8 @@ func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 // GEMMs of stage st (rankGEMMs): A the input (forward) or the output
 // gradient (backward, both products), n·max(in, out) elements; B the
 // weight (forward, input gradient) or the input (weight gradient),
-// max(out·in, n·in).
+// max(out·in, n·in). Under bf16, the scratch of bfloat16 activations too
+// (below).
 func cudaWorkspace(m Model, s Strategy, st int) int64 {
 	n := int64(cuda.WorkspaceBytes + cuda.SumScratch)
 	if !m.sixteenBit() {
@@ -265,7 +266,23 @@ func cudaWorkspace(m Model, s Strategy, st int) int64 {
 		a = max(a, g.n*max(g.in, g.out))
 		b = max(b, g.out*g.in, g.n*g.in)
 	}
-	return n + 2*(a+b)
+	n += 2 * (a + b)
+	if m.Dtype == "bf16" {
+		// bfloat16 activations (kernels/cuda activations.go): the float32
+		// product of a GEMM with a bias whose output is activations (qkv,
+		// fc), before BiasStore rounds it once; attention's dq summed in
+		// float32 beside a bfloat16 dqkv (not under context parallelism,
+		// whose ring sums in the engine's own float32 buffers).
+		N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
+		w := m.blockWidths(s.MP)
+		if !m.llama() {
+			n += 4 * N * max(w.qkv, w.fc)
+		}
+		if s.cp() == 1 {
+			n += 4 * N * int64(m.C/s.MP)
+		}
+	}
+	return n
 }
 
 // gemm is one linear layer of the engine on a rank: n rows of in features

@@ -122,7 +122,11 @@ func newFabric(ctx context.Context, world *comm.World, be kernels.Backend, timeo
 		fmt.Fprintf(stdout, "[comm] data path: NCCL %d.%d.%d (%s) with CPU compute, staged through device %d (%s) of %s (%s)\n",
 			v/10000, v/100%100, v%100, lib.Path(), d.Ordinal(), d.Name(), d.LibraryPath(), what)
 	}
-	f, err = nccl.New(ctx, world, nccl.Options{Lib: nccl.Real(d, lib), Stream: s, Timeout: timeout, InitTimeout: initTimeout})
+	opts := nccl.Options{Lib: nccl.Real(d, lib), Stream: s, Timeout: timeout, InitTimeout: initTimeout}
+	if gpu {
+		opts.Halves = gb.Half
+	}
+	f, err = nccl.New(ctx, world, opts)
 	if err != nil {
 		release()
 		return nil, func() {}, fmt.Errorf("rank %d: joining the job's NCCL communicator: %w", world.Rank(), err)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/internal/standin"
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/kernels/cuda/emu"
 	"github.com/gptui/gptui/presets"
@@ -95,15 +97,7 @@ func TestLossParityOnStandin(t *testing.T) {
 		return presets.Load("tiny", []string{"Engine.max_steps=3", "Engine.save_load.save_steps=0", "Engine.eval_freq=0",
 			"Model.vocab_size=96", "Data.Train.dataset.max_seq_len=32", "Engine.log_dir=" + t.TempDir()})
 	}
-	tokens := func() ([]uint16, error) {
-		r := rand.New(rand.NewPCG(1, 2))
-		toks := make([]uint16, 4000)
-		for i := 1; i < len(toks); i++ {
-			toks[i] = uint16((int(toks[i-1]) + 1 + r.IntN(3)) % 96)
-		}
-		return toks, nil
-	}
-	cpuL, gpuL, err := LossParity(context.Background(), load, engine.Options{Builtin: tokens}, cuda.PrecisionFP32)
+	cpuL, gpuL, err := LossParity(context.Background(), load, engine.Options{Builtin: walkTokens}, cuda.PrecisionFP32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,4 +107,81 @@ func TestLossParityOnStandin(t *testing.T) {
 			t.Errorf("step %d: gpu loss %v, cpu %v", i+1, gpuL[i], cpuL[i])
 		}
 	}
+}
+
+// TestBF16OnStandin trains the two-layer model in bf16 on the CPU backend
+// (the reference of the GPU's bf16 numerics) and on the stand-in GPU,
+// whose activations are then bfloat16 in device memory: the losses agree
+// within the rounding of summing in another order (cuBLAS's, the
+// tensor-core flash attention's), and the GPU holds its activations in
+// half the memory of an fp32 run.
+func TestBF16OnStandin(t *testing.T) {
+	useStandin(t)
+	cb, err := cpu.Open(cpu.Options{BF16: true})
+	if err != nil {
+		t.Skipf("the CPU reference of bf16: %v", err)
+	}
+	cfg := func(dtype string) *presets.Config {
+		c, err := presets.Load("tiny", []string{"Engine.max_steps=4", "Engine.save_load.save_steps=0", "Engine.eval_freq=0",
+			"Model.vocab_size=96", "Model.hidden_size=128", "Data.Train.dataset.max_seq_len=32", "Engine.mix_precision.dtype=" + dtype, "Engine.log_dir=" + t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	opts := engine.Options{Builtin: walkTokens}
+	train := func(be kernels.Backend, dtype string) []float32 {
+		tr, err := engine.NewTrainer(cfg(dtype), be, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Losses
+	}
+	// The device memory a trainer allocates, in each precision.
+	used := func(prec cuda.Precision, dtype string) (int64, []float32) {
+		g, err := cuda.New(cuda.Options{Precision: prec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		free0, _, _ := g.Device().MemInfo()
+		tr, err := engine.NewTrainer(cfg(dtype), g, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free1, _, _ := g.Device().MemInfo()
+		res, err := tr.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return free0 - free1, res.Losses
+	}
+	want := train(cb, "bf16")
+	fp32Bytes, _ := used(cuda.PrecisionFP32, "fp32")
+	bf16Bytes, got := used(cuda.PrecisionBF16, "bf16")
+	t.Logf("device memory of the trainer: fp32 %d bytes, bf16 %d bytes", fp32Bytes, bf16Bytes)
+	if fp32Bytes-bf16Bytes < 1<<20 {
+		t.Errorf("bf16 allocates %d bytes, fp32 %d: the activations (some 4 MiB in fp32) are not 16-bit", bf16Bytes, fp32Bytes)
+	}
+	for i := range want {
+		d := math.Abs(float64(got[i]-want[i])) / math.Abs(float64(want[i]))
+		t.Logf("step %d: cpu bf16 %.6f, gpu bf16 %.6f (%.1e)", i+1, want[i], got[i], d)
+		if !(d <= 2e-3) {
+			t.Errorf("step %d: gpu loss %v, cpu %v", i+1, got[i], want[i])
+		}
+	}
+}
+
+// walkTokens is a corpus for a 96-token vocabulary: a pseudo-random walk.
+func walkTokens() ([]uint16, error) {
+	r := rand.New(rand.NewPCG(1, 2))
+	toks := make([]uint16, 4000)
+	for i := 1; i < len(toks); i++ {
+		toks[i] = uint16((int(toks[i-1]) + 1 + r.IntN(3)) % 96)
+	}
+	return toks, nil
 }

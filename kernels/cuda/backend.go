@@ -14,10 +14,11 @@ import (
 	"github.com/gptui/gptui/units"
 )
 
-// Precision is the element type the GEMMs multiply in. Everything else —
-// parameters (the fp32 master weights), gradients, optimizer moments,
-// activations and every other kernel — stays fp32, and the GEMMs
-// accumulate in fp32.
+// Precision is the element type the GEMMs multiply in. Under bf16 the
+// activations are bfloat16 too (activations.go); everything else —
+// parameters (the fp32 master weights), gradients, optimizer moments —
+// stays fp32, every kernel computes in fp32, and the GEMMs accumulate in
+// fp32.
 type Precision int
 
 const (
@@ -110,7 +111,9 @@ func (e *MemoryError) Error() string {
 // host's): the engine re-slices them and passes them to kernels, Upload,
 // Download and NCCL as it does on the CPU, but the host cannot read or
 // write them — it copies in and out through Upload and Download, which
-// stage through pinned buffers (staging.go). There is no managed memory:
+// stage through pinned buffers (staging.go). Under bf16, Activations'
+// buffers are bfloat16s behind float32 addresses (activations.go). There
+// is no managed memory:
 // a layout that does not fit fails its allocation instead of paging to the
 // host. Every kernel runs on
 // one stream in call order. The interface's methods return nothing: the
@@ -129,16 +132,20 @@ type Backend struct {
 	prec Precision
 
 	mu     sync.Mutex
-	allocs map[uintptr]int // device allocations: base → bytes
-	spans  []span          // the same, sorted by base (for pointer checks)
-	err    error           // the first failure
+	allocs map[uintptr]int        // device allocations: base → bytes
+	halves map[uintptr]*halfArena // bfloat16 activations (Activations): buffer → its arena
+	arena  *halfArena             // the arena Activations carves from
+	spans  []span                 // both, sorted by base (for pointer checks)
+	err    error                  // the first failure
 
-	// Scratch for GEMM inputs rounded to 16 bits, and Sum's partials.
-	castA, castB Ptr
-	castN        [2]int // elements each holds
-	sumScratch   Ptr
-	shared       map[string]int
-	variants     *Variants // the kernels' variants for the device
+	// Scratch: GEMM inputs rounded to 16 bits (castA, castB), the float32
+	// product of a GEMM whose bias is added before its bfloat16 output is
+	// stored (product), attention's dq summed in float32 for a bfloat16
+	// dqkv (dq); and Sum's partials.
+	castA, castB, product, dq scratch
+	sumScratch                Ptr
+	shared                    map[string]int
+	variants                  *Variants // the kernels' variants for the device
 
 	flash flashState // the flash-attention kernels chosen (flashattention.go)
 
@@ -149,7 +156,18 @@ type Backend struct {
 	name     string
 }
 
-type span struct{ lo, hi uintptr }
+// span is an allocation's addresses as the engine sees them: a bfloat16
+// one (half) holds hi−lo float32s' addresses and half as many bytes.
+type span struct {
+	lo, hi uintptr
+	half   bool
+}
+
+// scratch is a device buffer the backend grows as calls need.
+type scratch struct {
+	p Ptr
+	n int // bytes
+}
 
 // New opens GPU opts.Ordinal, compiles (or finds in the cache) the kernels
 // for its architecture, and returns the Backend. The error says which
@@ -161,7 +179,7 @@ func New(opts Options) (*Backend, error) {
 		return nil, err
 	}
 	major, minor := dev.Arch()
-	b := &Backend{dev: dev, prec: PrecisionOn(opts.Precision, major), allocs: map[uintptr]int{}, shared: map[string]int{}, stage: stager{dev: dev}}
+	b := &Backend{dev: dev, prec: PrecisionOn(opts.Precision, major), allocs: map[uintptr]int{}, halves: map[uintptr]*halfArena{}, shared: map[string]int{}, stage: stager{dev: dev}}
 	fail := func(err error) (*Backend, error) {
 		b.Close()
 		return nil, err
@@ -269,7 +287,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.stage.close())
-	for _, p := range []Ptr{b.castA, b.castB, b.sumScratch, b.flash.delta} {
+	for _, p := range []Ptr{b.castA.p, b.castB.p, b.product.p, b.dq.p, b.sumScratch, b.flash.delta} {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
 		}
@@ -277,7 +295,17 @@ func (b *Backend) Close() error {
 	for p := range b.allocs {
 		errs = append(errs, b.dev.Free(Ptr(p)))
 	}
-	b.allocs, b.spans = map[uintptr]int{}, nil
+	arenas := map[*halfArena]bool{}
+	if b.arena != nil {
+		arenas[b.arena] = true
+	}
+	for _, a := range b.halves {
+		arenas[a] = true
+	}
+	for a := range arenas {
+		errs = append(errs, b.dev.Unreserve(a.r))
+	}
+	b.allocs, b.halves, b.arena, b.spans = map[uintptr]int{}, map[uintptr]*halfArena{}, nil, nil
 	if b.mod != nil {
 		errs = append(errs, b.mod.Close())
 	}
@@ -356,10 +384,15 @@ func (b *Backend) alloc(n int) unsafe.Pointer {
 	}
 	b.mu.Lock()
 	b.allocs[uintptr(p)] = n
-	i, _ := slices.BinarySearchFunc(b.spans, uintptr(p), func(s span, x uintptr) int { return cmp.Compare(s.lo, x) })
-	b.spans = slices.Insert(b.spans, i, span{uintptr(p), uintptr(p) + uintptr(n)})
+	b.addSpan(span{lo: uintptr(p), hi: uintptr(p) + uintptr(n)})
 	b.mu.Unlock()
 	return ptrOf(p)
+}
+
+// addSpan records s in the sorted spans (under mu).
+func (b *Backend) addSpan(s span) {
+	i, _ := slices.BinarySearchFunc(b.spans, s.lo, func(s span, x uintptr) int { return cmp.Compare(s.lo, x) })
+	b.spans = slices.Insert(b.spans, i, s)
 }
 
 // AllocError is what the backend panics with when the engine's memory
@@ -416,14 +449,17 @@ func (b *Backend) Free(x any) {
 	_, ok := b.allocs[p]
 	if ok {
 		delete(b.allocs, p)
-		if i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmp.Compare(s.lo, x) }); found {
-			b.spans = slices.Delete(b.spans, i, i+1)
-		}
+		b.dropSpan(p)
 	}
+	a := b.halves[p]
+	delete(b.halves, p)
 	b.mu.Unlock()
-	if ok {
+	switch {
+	case ok:
 		// Kernels queued on the stream may still use it.
 		b.fail("free", errors.Join(b.dev.Sync(b.s), b.dev.Free(Ptr(p))))
+	case a != nil:
+		b.fail("free", b.freeHalf(a))
 	}
 }
 
@@ -434,9 +470,17 @@ func (b *Backend) Free(x any) {
 // flight; src may be reused as soon as Upload returns.
 func (b *Backend) Upload(dst, src any) {
 	d, s, n := hostCopy("Upload", dst, src)
-	if b.ok() && n > 0 {
-		b.run("Upload", b.stage.upload(b.check(d, n), s, n, b.s))
+	if !b.ok() || n == 0 {
+		return
 	}
+	if sp := b.spanOf(d, n); sp.half {
+		// Rounded to bfloat16 on the host, as the buffer's kernels round
+		// what they store: half the bytes cross.
+		h := halfBits(src.([]float32))
+		b.run("Upload", b.stage.upload(sp.addr(d), unsafe.Pointer(unsafe.SliceData(h)), 2*len(h), b.s))
+		return
+	}
+	b.run("Upload", b.stage.upload(b.check(d, n), s, n, b.s))
 }
 
 // Download copies src (the backend's memory) into dst (host memory) once
@@ -446,9 +490,19 @@ func (b *Backend) Download(dst, src any) error {
 	if err := b.Sync(); err != nil {
 		return err
 	}
-	if n > 0 {
-		b.fail("Download", b.dev.CopyDtoH(s, b.check(d, n), n))
+	if n == 0 {
+		return b.Err()
 	}
+	if sp := b.spanOf(d, n); sp.half {
+		h := make([]uint16, n/4)
+		if err := b.dev.CopyDtoH(unsafe.Pointer(unsafe.SliceData(h)), sp.addr(d), 2*len(h)); err != nil {
+			b.fail("Download", err)
+			return b.Err()
+		}
+		widenBits(dst.([]float32), h)
+		return b.Err()
+	}
+	b.fail("Download", b.dev.CopyDtoH(s, b.check(d, n), n))
 	return b.Err()
 }
 
@@ -512,15 +566,52 @@ func (b *Backend) ptr64(x []float64) Ptr {
 }
 
 func (b *Backend) check(p uintptr, n int) Ptr {
+	if s := b.spanOf(p, n); s.half {
+		panic(fmt.Sprintf("cuda: a buffer of %d bytes at %#x holds bfloat16 activations, which this call does not take (a bug: give it float32s)", n, p))
+	}
+	return Ptr(p)
+}
+
+// spanOf returns the allocation holding the n bytes at p, as the engine
+// addresses them; it panics where there is none (a bug in the engine).
+func (b *Backend) spanOf(p uintptr, n int) span {
 	b.mu.Lock()
 	i, found := slices.BinarySearchFunc(b.spans, p, func(s span, x uintptr) int { return cmp.Compare(s.lo, x) })
 	if !found {
 		i--
 	}
 	in := i >= 0 && i < len(b.spans) && p >= b.spans[i].lo && p+uintptr(n) <= b.spans[i].hi
+	var s span
+	if in {
+		s = b.spans[i]
+	}
 	b.mu.Unlock()
 	if !in {
 		panic(fmt.Sprintf("cuda: a buffer of %d bytes at %#x is not GPU memory (allocate it with kernels.Float32s)", n, p))
+	}
+	return s
+}
+
+// addr is the device address of the element the engine addresses at p:
+// p itself, or in a bfloat16 span the element's 2 bytes.
+func (s span) addr(p uintptr) Ptr {
+	if s.half {
+		return Ptr(s.lo + (p-s.lo)/2)
+	}
+	return Ptr(p)
+}
+
+// buf returns x as a kernel's activation argument: a BF16Ptr to its
+// bfloat16s when x lies in Activations' memory, else a Ptr (nil or
+// empty: 0).
+func (b *Backend) buf(x []float32) Buf {
+	if len(x) == 0 {
+		return Ptr(0)
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(x)))
+	s := b.spanOf(p, 4*len(x))
+	if s.half {
+		return BF16Ptr(s.addr(p))
 	}
 	return Ptr(p)
 }
@@ -539,25 +630,54 @@ func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 	if !b.ok() {
 		return
 	}
-	b.run("Sgemm", b.rowMajor(PrecisionFP32, transA, transB, m, n, k, alpha, b.ptr(a), lda, b.ptr(bm), ldb, beta, b.ptr(c), ldc))
+	b.run("Sgemm", b.rowMajor(PrecisionFP32, transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, b.ptr(c), ldc))
 }
 
 // rowMajor computes, for row-major matrices, C(m,n) = alpha·op(A)·op(B) +
 // beta·C: to cuBLAS, which is column-major, that is Cᵀ = op(B)ᵀ·op(A)ᵀ,
-// the same call with A and B swapped. Under BF16/FP16, A and B are first
-// rounded into scratch buffers; C stays fp32.
-func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha float32, a Ptr, lda int, bm Ptr, ldb int, beta float32, c Ptr, ldc int) error {
+// the same call with A and B swapped. Under BF16/FP16, A and B are
+// multiplied in 16 bits: bfloat16 activations as they are, float32s
+// rounded first into scratch buffers. C is float32, or bfloat16
+// activations that cuBLAS rounds its float32 sum into once.
+func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int) error {
 	t := p.dataType()
-	if t != F32 {
-		var err error
-		if a, err = b.cast(0, a, extent(transA, m, k, lda), t); err != nil {
-			return err
-		}
-		if bm, err = b.cast(1, bm, extent(transB, k, n, ldb), t); err != nil {
-			return err
-		}
+	pa, err := b.operand(&b.castA, a, extent(transA, m, k, lda), t)
+	if err != nil {
+		return err
 	}
-	return b.blas.Gemm(transB, transA, n, m, k, alpha, bm, t, ldb, a, t, lda, beta, c, F32, ldc, p == PrecisionFP32)
+	pb, err := b.operand(&b.castB, bm, extent(transB, k, n, ldb), t)
+	if err != nil {
+		return err
+	}
+	pc, half := c.buf()
+	ct := F32
+	if half {
+		ct = BF16
+	}
+	return b.blas.Gemm(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, p == PrecisionFP32)
+}
+
+// operand returns the address of a GEMM input x of n elements in type t:
+// bfloat16 activations as they are (under bf16), float32s as they are for
+// fp32, else rounded to t into the scratch buffer sc.
+func (b *Backend) operand(sc *scratch, x []float32, n int, t DataType) (Ptr, error) {
+	p, half := b.buf(x).buf()
+	switch {
+	case half && t == BF16:
+		return p, nil
+	case half:
+		return 0, fmt.Errorf("cuda: a GEMM in %s of bfloat16 activations", t)
+	case t == F32:
+		return p, nil
+	}
+	buf, err := b.grow(sc, 2*n)
+	if err != nil {
+		return 0, err
+	}
+	if t == BF16 {
+		return buf, b.k.CastF32ToBF16(b.s, buf, p, n)
+	}
+	return buf, b.k.CastF32ToF16(b.s, buf, p, n)
 }
 
 // extent is the number of elements a row-major r×c operand (c×r when
@@ -572,63 +692,66 @@ func extent(trans bool, r, c, ld int) int {
 	return (r-1)*ld + c
 }
 
-// cast rounds n floats at x to t into scratch buffer i and returns it.
-func (b *Backend) cast(i int, x Ptr, n int, t DataType) (Ptr, error) {
-	buf := &b.castA
-	if i == 1 {
-		buf = &b.castB
-	}
-	if b.castN[i] < n {
-		if *buf != 0 {
-			if err := errors.Join(b.dev.Sync(b.s), b.dev.Free(*buf)); err != nil {
+// grow returns sc's buffer, first made at least bytes long (after the
+// work queued on the stream, which may still use the old one).
+func (b *Backend) grow(sc *scratch, bytes int) (Ptr, error) {
+	if sc.n < bytes {
+		if sc.p != 0 {
+			if err := errors.Join(b.dev.Sync(b.s), b.dev.Free(sc.p)); err != nil {
 				return 0, err
 			}
-			*buf, b.castN[i] = 0, 0
+			*sc = scratch{}
 		}
-		p, err := b.dev.Alloc(2 * n)
+		p, err := b.dev.Alloc(bytes)
 		if err != nil {
-			return 0, fmt.Errorf("cast buffer of %d elements (%s): %w", n, memString(b.dev), err)
+			return 0, fmt.Errorf("cuda: scratch of %d bytes (%s): %w", bytes, memString(b.dev), err)
 		}
-		*buf, b.castN[i] = p, n
+		*sc = scratch{p, bytes}
 	}
-	if t == BF16 {
-		return *buf, b.k.CastF32ToBF16(b.s, *buf, x, n)
+	return sc.p, nil
+}
+
+// dqFor is the float32 buffer attention sums dq in before storing it into
+// a bfloat16 dqkv (n floats), or 0 when dqkv is float32.
+func (b *Backend) dqFor(dqkv []float32, n int) (Ptr, error) {
+	if _, half := b.buf(dqkv).buf(); !half {
+		return 0, nil
 	}
-	return *buf, b.k.CastF32ToF16(b.s, *buf, x, n)
+	return b.grow(&b.dq, 4*n)
 }
 
 // EncoderForward: out (B,T,C) = wte[inp] + wpe[t].
 func (b *Backend) EncoderForward(out []float32, inp []int32, wte, wpe []float32, B, T, C int) {
 	if b.ok() {
-		b.run("EncoderForward", b.k.EncoderForward(b.s, b.ptr(out), b.ptr32(inp), b.ptr(wte), b.ptr(wpe), B, T, C, len(wte)/C))
+		b.run("EncoderForward", b.k.EncoderForward(b.s, b.buf(out), b.ptr32(inp), b.ptr(wte), b.ptr(wpe), B, T, C, len(wte)/C))
 	}
 }
 
 // EncoderBackward accumulates dwte and dwpe from dout.
 func (b *Backend) EncoderBackward(dwte, dwpe, dout []float32, inp []int32, B, T, C int) {
 	if b.ok() {
-		b.run("EncoderBackward", b.k.EncoderBackward(b.s, b.ptr(dwte), b.ptr(dwpe), b.ptr(dout), b.ptr32(inp), B, T, C, len(dwte)/C))
+		b.run("EncoderBackward", b.k.EncoderBackward(b.s, b.ptr(dwte), b.ptr(dwpe), b.buf(dout), b.ptr32(inp), B, T, C, len(dwte)/C))
 	}
 }
 
 // EncoderShardForward is the vocabulary-parallel embedding of kernels/cpu.
 func (b *Backend) EncoderShardForward(out []float32, inp []int32, wte []float32, vlo int, wpe []float32, B, T, C int) {
 	if b.ok() {
-		b.run("EncoderShardForward", b.k.EncoderShardForward(b.s, b.ptr(out), b.ptr32(inp), b.ptr(wte), vlo, len(wte)/C, b.ptr(wpe), B, T, C))
+		b.run("EncoderShardForward", b.k.EncoderShardForward(b.s, b.buf(out), b.ptr32(inp), b.ptr(wte), vlo, len(wte)/C, b.ptr(wpe), B, T, C))
 	}
 }
 
 // EncoderShardBackward is the vocabulary-parallel embedding's backward.
 func (b *Backend) EncoderShardBackward(dwte []float32, vlo int, dwpe, dout []float32, inp []int32, B, T, C int) {
 	if b.ok() {
-		b.run("EncoderShardBackward", b.k.EncoderShardBackward(b.s, b.ptr(dwte), vlo, len(dwte)/C, b.ptr(dwpe), b.ptr(dout), b.ptr32(inp), B, T, C))
+		b.run("EncoderShardBackward", b.k.EncoderShardBackward(b.s, b.ptr(dwte), vlo, len(dwte)/C, b.ptr(dwpe), b.buf(dout), b.ptr32(inp), B, T, C))
 	}
 }
 
 // LayerNormForward normalises N rows of C channels.
 func (b *Backend) LayerNormForward(out, mean, rstd, inp, w, bias []float32, N, C int) {
 	if b.ok() {
-		b.run("LayerNormForward", b.k.LayerNormForward(b.s, b.ptr(out), b.ptr(mean), b.ptr(rstd), b.ptr(inp), b.ptr(w), b.ptr(bias), N, C))
+		b.run("LayerNormForward", b.k.LayerNormForward(b.s, b.buf(out), b.ptr(mean), b.ptr(rstd), b.buf(inp), b.ptr(w), b.ptr(bias), N, C))
 	}
 }
 
@@ -642,21 +765,35 @@ func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []
 		b.run("LayerNormBackward", fmt.Errorf("C=%d (at most %d here): %w", C, ln, err))
 		return
 	}
-	b.run("LayerNormBackward", b.k.LayerNormBackward(b.s, b.ptr(dinp), b.ptr(dw), b.ptr(dbias), b.ptr(dout), b.ptr(inp), b.ptr(w), b.ptr(mean), b.ptr(rstd), N, C))
+	b.run("LayerNormBackward", b.k.LayerNormBackward(b.s, b.buf(dinp), b.ptr(dw), b.ptr(dbias), b.buf(dout), b.buf(inp), b.ptr(w), b.ptr(mean), b.ptr(rstd), N, C))
 }
 
-// MatmulForward: out (N,OC) = inp (N,IC) · wᵀ + bias, w (OC,IC).
+// MatmulForward: out (N,OC) = inp (N,IC) · wᵀ + bias, w (OC,IC). Into
+// bfloat16 activations with a bias, the product goes to a float32 scratch
+// buffer and BiasStore adds the bias and rounds the sum once, as
+// kernels/cpu does (cuBLASLt's bias epilogue would round the bias too).
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 	if !b.ok() {
 		return
 	}
-	po := b.ptr(out)
-	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, b.ptr(inp), IC, b.ptr(w), IC, 0, po, OC); err != nil {
+	o := b.buf(out)
+	if _, half := o.buf(); half && bias != nil {
+		prod, err := b.grow(&b.product, 4*N*OC)
+		if err == nil {
+			err = b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, prod, OC)
+		}
+		if err == nil {
+			err = b.k.BiasStore(b.s, o, prod, b.ptr(bias), N, OC)
+		}
+		b.run("MatmulForward", err)
+		return
+	}
+	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, o, OC); err != nil {
 		b.run("MatmulForward", err)
 		return
 	}
 	if bias != nil {
-		b.run("MatmulForward bias", b.k.BiasAdd(b.s, po, b.ptr(bias), N, OC))
+		b.run("MatmulForward bias", b.k.BiasAdd(b.s, b.ptr(out), b.ptr(bias), N, OC))
 	}
 }
 
@@ -666,19 +803,18 @@ func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC,
 	if !b.ok() {
 		return
 	}
-	pd := b.ptr(dout)
 	if dinp != nil {
-		if err := b.rowMajor(b.prec, false, false, N, IC, OC, 1, pd, OC, b.ptr(w), IC, 0, b.ptr(dinp), IC); err != nil {
+		if err := b.rowMajor(b.prec, false, false, N, IC, OC, 1, dout, OC, w, IC, 0, b.buf(dinp), IC); err != nil {
 			b.run("MatmulBackward dinp", err)
 			return
 		}
 	}
-	if err := b.rowMajor(b.prec, true, false, OC, IC, N, 1, pd, OC, b.ptr(inp), IC, 1, b.ptr(dw), IC); err != nil {
+	if err := b.rowMajor(b.prec, true, false, OC, IC, N, 1, dout, OC, inp, IC, 1, b.ptr(dw), IC); err != nil {
 		b.run("MatmulBackward dw", err)
 		return
 	}
 	if dbias != nil {
-		b.run("MatmulBackward dbias", b.k.BiasBackward(b.s, b.ptr(dbias), pd, N, OC))
+		b.run("MatmulBackward dbias", b.k.BiasBackward(b.s, b.ptr(dbias), b.buf(dout), N, OC))
 	}
 }
 
@@ -686,7 +822,7 @@ func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC,
 // log-sum-exp (AttentionFloats), not the probabilities.
 func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashForward(out, att, qkv, B, T, NH, NH, flashHS(C, NH), d) {
-		b.run("AttentionForward", b.k.AttentionForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
+		b.run("AttentionForward", b.k.AttentionForward(b.s, b.buf(out), b.ptr(att), b.buf(qkv), B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
 
@@ -694,49 +830,53 @@ func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d k
 // and the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) AttentionBackward(dqkv, dout, out, qkv, att []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NH, flashHS(C, NH), d) {
-		b.run("AttentionBackward", b.k.AttentionBackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), 0, B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off))
+		dq, err := b.dqFor(dqkv, B*T*C)
+		if err == nil {
+			err = b.k.AttentionBackward(b.s, b.buf(dqkv), b.buf(dout), b.buf(out), b.buf(qkv), b.ptr(att), dq, B, T, C, NH, d.P, d.Key, d.Heads, d.Head0, off)
+		}
+		b.run("AttentionBackward", err)
 	}
 }
 
 // AttentionDecode attends one new position per sequence to a KV cache.
 func (b *Backend) AttentionDecode(out, q, kc, vc []float32, B, pos, maxT, C, NH int) {
 	if b.ok() {
-		b.run("AttentionDecode", b.k.AttentionDecode(b.s, b.ptr(out), b.ptr(q), b.ptr(kc), b.ptr(vc), B, pos, maxT, C, NH))
+		b.run("AttentionDecode", b.k.AttentionDecode(b.s, b.buf(out), b.buf(q), b.ptr(kc), b.ptr(vc), B, pos, maxT, C, NH))
 	}
 }
 
 // GeluForward applies GELU (tanh approximation).
 func (b *Backend) GeluForward(out, inp []float32) {
 	if b.ok() {
-		b.run("GeluForward", b.k.GeluForward(b.s, b.ptr(out), b.ptr(inp), len(inp)))
+		b.run("GeluForward", b.k.GeluForward(b.s, b.buf(out), b.buf(inp), len(inp)))
 	}
 }
 
 // GeluBackward computes dinp (overwritten).
 func (b *Backend) GeluBackward(dinp, inp, out, dout []float32) {
 	if b.ok() {
-		b.run("GeluBackward", b.k.GeluBackward(b.s, b.ptr(dinp), b.ptr(inp), b.ptr(out), b.ptr(dout), len(inp)))
+		b.run("GeluBackward", b.k.GeluBackward(b.s, b.buf(dinp), b.buf(inp), b.buf(out), b.buf(dout), len(inp)))
 	}
 }
 
 // ResidualForward: out = a + c.
 func (b *Backend) ResidualForward(out, a, c []float32) {
 	if b.ok() {
-		b.run("ResidualForward", b.k.ResidualForward(b.s, b.ptr(out), b.ptr(a), b.ptr(c), len(a)))
+		b.run("ResidualForward", b.k.ResidualForward(b.s, b.buf(out), b.buf(a), b.buf(c), len(a)))
 	}
 }
 
 // DropoutForward draws the CPU backend's mask, element for element.
 func (b *Backend) DropoutForward(out, inp []float32, d kernels.Dropout, off uint64) {
 	if b.ok() {
-		b.run("DropoutForward", b.k.DropoutForward(b.s, b.ptr(out), b.ptr(inp), len(inp), d.P, d.Key, off))
+		b.run("DropoutForward", b.k.DropoutForward(b.s, b.buf(out), b.buf(inp), len(inp), d.P, d.Key, off))
 	}
 }
 
 // DropoutBackward applies the forward pass's mask to dout.
 func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off uint64) {
 	if b.ok() {
-		b.run("DropoutBackward", b.k.DropoutBackward(b.s, b.ptr(dinp), b.ptr(dout), len(dout), d.P, d.Key, off))
+		b.run("DropoutBackward", b.k.DropoutBackward(b.s, b.buf(dinp), b.buf(dout), len(dout), d.P, d.Key, off))
 	}
 }
 
@@ -744,14 +884,14 @@ func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off u
 // gradient (times dscale) in place.
 func (b *Backend) CrossEntropy(losses, logits []float32, targets []int32, N, V, ld int, dscale float32, grad bool) {
 	if b.ok() {
-		b.run("CrossEntropy", b.k.CrossEntropy(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), N, V, ld, dscale, grad))
+		b.run("CrossEntropy", b.k.CrossEntropy(b.s, b.ptr(losses), b.buf(logits), b.ptr32(targets), N, V, ld, dscale, grad))
 	}
 }
 
 // ClassifierMax writes each row's maximum logit.
 func (b *Backend) ClassifierMax(maxes, logits []float32, N, V, ld int) {
 	if b.ok() {
-		b.run("ClassifierMax", b.k.ClassifierMax(b.s, b.ptr(maxes), b.ptr(logits), N, V, ld))
+		b.run("ClassifierMax", b.k.ClassifierMax(b.s, b.ptr(maxes), b.buf(logits), N, V, ld))
 	}
 }
 
@@ -765,14 +905,14 @@ func (b *Backend) ClassifierGlobalMax(maxes, gmax []float32, N, MP int) {
 // ClassifierExp writes each row's Σ e^(x−max) and target logit.
 func (b *Backend) ClassifierExp(stats []float64, logits []float32, targets []int32, maxes []float32, N, V, ld, vlo int) {
 	if b.ok() {
-		b.run("ClassifierExp", b.k.ClassifierExp(b.s, b.ptr64(stats), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), N, V, ld, vlo))
+		b.run("ClassifierExp", b.k.ClassifierExp(b.s, b.ptr64(stats), b.buf(logits), b.ptr32(targets), b.ptr(maxes), N, V, ld, vlo))
 	}
 }
 
 // ClassifierFinish writes the losses and the logits' gradient.
 func (b *Backend) ClassifierFinish(losses, logits []float32, targets []int32, maxes []float32, stats []float64, N, V, ld, vlo int, dscale float32, grad bool) {
 	if b.ok() {
-		b.run("ClassifierFinish", b.k.ClassifierFinish(b.s, b.ptr(losses), b.ptr(logits), b.ptr32(targets), b.ptr(maxes), b.ptr64(stats), N, V, ld, vlo, dscale, grad))
+		b.run("ClassifierFinish", b.k.ClassifierFinish(b.s, b.ptr(losses), b.buf(logits), b.ptr32(targets), b.ptr(maxes), b.ptr64(stats), N, V, ld, vlo, dscale, grad))
 	}
 }
 
@@ -803,21 +943,38 @@ func (b *Backend) Copy(dst, src []float32) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("cuda: Copy of %d elements into %d", len(src), len(dst)))
 	}
-	if b.ok() && len(dst) > 0 {
-		b.run("Copy", b.dev.CopyDtoD(b.ptr(dst), b.ptr(src), 4*len(dst), b.s))
+	if !b.ok() || len(dst) == 0 {
+		return
+	}
+	dp, dh := b.buf(dst).buf()
+	sp, sh := b.buf(src).buf()
+	switch {
+	case dh && sh:
+		b.run("Copy", b.dev.CopyDtoD(dp, sp, 2*len(dst), b.s))
+	case dh:
+		b.run("Copy", b.k.CastF32ToBF16(b.s, dp, sp, len(dst)))
+	case sh:
+		b.run("Copy", b.k.CastBF16ToF32(b.s, dp, sp, len(dst)))
+	default:
+		b.run("Copy", b.dev.CopyDtoD(dp, sp, 4*len(dst), b.s))
 	}
 }
 
 // Zero clears x.
 func (b *Backend) Zero(x []float32) {
 	if b.ok() && len(x) > 0 {
-		b.run("Zero", b.dev.Memset(b.ptr(x), 4*len(x), b.s))
+		p, half := b.buf(x).buf()
+		n := 4 * len(x)
+		if half {
+			n = 2 * len(x)
+		}
+		b.run("Zero", b.dev.Memset(p, n, b.s))
 	}
 }
 
 // Scale multiplies x by s.
 func (b *Backend) Scale(x []float32, s float32) {
 	if b.ok() {
-		b.run("Scale", b.k.Scale(b.s, b.ptr(x), len(x), s))
+		b.run("Scale", b.k.Scale(b.s, b.buf(x), len(x), s))
 	}
 }

@@ -7,13 +7,13 @@ import (
 )
 
 // The Llama family's kernels.Backend methods: RMSNorm, rotary embeddings,
-// SwiGLU and grouped-query attention, all fp32 (as LayerNorm and attention
-// are: the precision applies to the GEMMs).
+// SwiGLU and grouped-query attention, computing in float32 on float32 or
+// bfloat16 activations (activations.go).
 
 // RMSNormForward normalises N rows of C channels by their root mean square.
 func (b *Backend) RMSNormForward(out, rstd, inp, w []float32, N, C int, eps float32) {
 	if b.ok() {
-		b.run("RMSNormForward", b.k.RMSNormForward(b.s, b.ptr(out), b.ptr(rstd), b.ptr(inp), b.ptr(w), N, C, eps))
+		b.run("RMSNormForward", b.k.RMSNormForward(b.s, b.buf(out), b.ptr(rstd), b.buf(inp), b.ptr(w), N, C, eps))
 	}
 }
 
@@ -27,20 +27,20 @@ func (b *Backend) RMSNormBackward(dinp, dw, dout, inp, w, rstd []float32, N, C i
 		b.run("RMSNormBackward", fmt.Errorf("C=%d (at most %d here): %w", C, rms, err))
 		return
 	}
-	b.run("RMSNormBackward", b.k.RMSNormBackward(b.s, b.ptr(dinp), b.ptr(dw), b.ptr(dout), b.ptr(inp), b.ptr(w), b.ptr(rstd), N, C))
+	b.run("RMSNormBackward", b.k.RMSNormBackward(b.s, b.buf(dinp), b.ptr(dw), b.buf(dout), b.buf(inp), b.ptr(w), b.ptr(rstd), N, C))
 }
 
 // RoPEForward rotates the query and key heads by their positions.
 func (b *Backend) RoPEForward(out, inp, table []float32, B, T, C, heads, hd, pos0 int) {
 	if b.ok() && b.ropeTable("RoPEForward", table, T, hd, pos0) {
-		b.run("RoPEForward", b.k.RoPEForward(b.s, b.ptr(out), b.ptr(inp), b.ptr(table), B, T, C, heads, hd, pos0))
+		b.run("RoPEForward", b.k.RoPEForward(b.s, b.buf(out), b.buf(inp), b.ptr(table), B, T, C, heads, hd, pos0))
 	}
 }
 
 // RoPEBackward is the inverse rotation on the gradient.
 func (b *Backend) RoPEBackward(dinp, dout, table []float32, B, T, C, heads, hd, pos0 int) {
 	if b.ok() && b.ropeTable("RoPEBackward", table, T, hd, pos0) {
-		b.run("RoPEBackward", b.k.RoPEBackward(b.s, b.ptr(dinp), b.ptr(dout), b.ptr(table), B, T, C, heads, hd, pos0))
+		b.run("RoPEBackward", b.k.RoPEBackward(b.s, b.buf(dinp), b.buf(dout), b.ptr(table), B, T, C, heads, hd, pos0))
 	}
 }
 
@@ -57,14 +57,14 @@ func (b *Backend) ropeTable(op string, table []float32, T, hd, pos0 int) bool {
 // SwiGLUForward: out = silu(gate)·up from the fused (N,2F) projections.
 func (b *Backend) SwiGLUForward(out, inp []float32, N, F int) {
 	if b.ok() {
-		b.run("SwiGLUForward", b.k.SwiGLUForward(b.s, b.ptr(out), b.ptr(inp), N, F))
+		b.run("SwiGLUForward", b.k.SwiGLUForward(b.s, b.buf(out), b.buf(inp), N, F))
 	}
 }
 
 // SwiGLUBackward writes dinp (N,2F), overwritten.
 func (b *Backend) SwiGLUBackward(dinp, inp, dout []float32, N, F int) {
 	if b.ok() {
-		b.run("SwiGLUBackward", b.k.SwiGLUBackward(b.s, b.ptr(dinp), b.ptr(inp), b.ptr(dout), N, F))
+		b.run("SwiGLUBackward", b.k.SwiGLUBackward(b.s, b.buf(dinp), b.buf(inp), b.buf(dout), N, F))
 	}
 }
 
@@ -72,7 +72,7 @@ func (b *Backend) SwiGLUBackward(dinp, inp, dout []float32, N, F int) {
 // log-sum-exp (AttentionFloats), not the probabilities.
 func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashForward(out, att, qkv, B, T, NH, NKV, hd, d) {
-		b.run("GQAForward", b.k.GQAForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
+		b.run("GQAForward", b.k.GQAForward(b.s, b.buf(out), b.ptr(att), b.buf(qkv), B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
 	}
 }
 
@@ -80,13 +80,17 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 // the log-sum-exps in att; out is the forward pass's output.
 func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV, hd int, d kernels.Dropout, off uint64) {
 	if b.ok() && !b.flashBackward(dqkv, dout, out, qkv, att, B, T, NH, NKV, hd, d) {
-		b.run("GQABackward", b.k.GQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), 0, B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off))
+		dq, err := b.dqFor(dqkv, B*T*NH*hd)
+		if err == nil {
+			err = b.k.GQABackward(b.s, b.buf(dqkv), b.buf(dout), b.buf(out), b.buf(qkv), b.ptr(att), dq, B, T, NH, NKV, hd, d.P, d.Key, d.Heads, d.Head0, off)
+		}
+		b.run("GQABackward", err)
 	}
 }
 
 // GQADecode attends one new position per sequence to a grouped KV cache.
 func (b *Backend) GQADecode(out, q, kc, vc []float32, B, pos, maxT, NH, NKV, hd int) {
 	if b.ok() {
-		b.run("GQADecode", b.k.GQADecode(b.s, b.ptr(out), b.ptr(q), b.ptr(kc), b.ptr(vc), B, pos, maxT, NH, NKV, hd))
+		b.run("GQADecode", b.k.GQADecode(b.s, b.buf(out), b.buf(q), b.ptr(kc), b.ptr(vc), B, pos, maxT, NH, NKV, hd))
 	}
 }

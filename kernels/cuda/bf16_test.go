@@ -411,3 +411,31 @@ func TestAttentionBF16(t *testing.T) {
 		})
 	}
 }
+
+// TestBiasStore: a GEMM's float32 product plus its bias, stored into
+// bfloat16 activations, is the sum rounded once (kernels.RoundBF16), and
+// into float32 the sum itself, in place too.
+func TestBiasStore(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const N, OC = 37, 29
+	in, bias := randn(r, N*OC, 2), randn(r, OC, 1)
+	want := make([]float32, N*OC)
+	for i := range want {
+		want[i] = in[i] + bias[i%OC]
+	}
+	rounded := slices.Clone(want)
+	kernels.RoundBF16(rounded)
+	m, k := machine(t)
+	gin, gbias := m.Float32s(in), m.Float32s(bias)
+	gout := cuda.BF16Ptr(m.Alloc(2 * N * OC))
+	inplace := m.Float32s(in)
+	must(t, k.BiasStore(0, gout, gin, gbias, N, OC))
+	must(t, k.BiasStore(0, inplace, inplace, gbias, N, OC))
+	run(t, m)
+	if got := fromBF16(m.ReadUint16s(cuda.Ptr(gout), N*OC)); !slices.Equal(got, rounded) {
+		t.Errorf("bfloat16 out: %v…, want %v…", got[:4], rounded[:4])
+	}
+	if got := m.ReadFloat32s(inplace, N*OC); !slices.Equal(got, want) {
+		t.Errorf("float32 out in place: %v…, want %v…", got[:4], want[:4])
+	}
+}

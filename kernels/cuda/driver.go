@@ -82,6 +82,7 @@ type driverAPI struct {
 
 	eventAPI   // event.go: event queries, stream waits, pointer attributes
 	stagingAPI // staging.go: pinned host memory, asynchronous uploads
+	reserveAPI // reserve.go: address ranges with memory behind part of them
 
 	// CUresult cuInit(unsigned int Flags);
 	init func(flags uint32) int32
@@ -256,6 +257,9 @@ func loadDriver() (*driverAPI, error) {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := a.stagingAPI.bind(h); err != nil {
+		return nil, fmt.Errorf("cuda: %w", err)
+	}
+	if err := a.reserveAPI.bind(h); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := a.check("cuInit", a.init(0)); err != nil {

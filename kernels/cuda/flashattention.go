@@ -298,7 +298,7 @@ func (b *Backend) flashForward(out, att, qkv []float32, B, T, NH, NKV, hs int, d
 	if _, ok := b.flashUse(hs, d); !ok {
 		return false
 	}
-	b.run("attention forward (flash)", b.k.FlashGQAForward(b.s, b.ptr(out), b.ptr(att), b.ptr(qkv), B, T, NH, NKV, hs))
+	b.run("attention forward (flash)", b.k.FlashGQAForward(b.s, b.buf(out), b.ptr(att), b.buf(qkv), B, T, NH, NKV, hs))
 	return true
 }
 
@@ -327,6 +327,10 @@ func (b *Backend) flashBackward(dqkv, dout, out, qkv, att []float32, B, T, NH, N
 		}
 		b.flash.delta, b.flash.deltaN = p, n
 	}
-	b.run("attention backward (flash)", b.k.FlashGQABackward(b.s, b.ptr(dqkv), b.ptr(dout), b.ptr(out), b.ptr(qkv), b.ptr(att), b.flash.delta, 0, B, T, NH, NKV, hs))
+	dq, err := b.dqFor(dqkv, B*T*NH*hs)
+	if err == nil {
+		err = b.k.FlashGQABackward(b.s, b.buf(dqkv), b.buf(dout), b.buf(out), b.buf(qkv), b.ptr(att), b.flash.delta, dq, B, T, NH, NKV, hs)
+	}
+	b.run("attention backward (flash)", err)
 	return true
 }

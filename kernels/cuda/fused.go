@@ -52,7 +52,7 @@ func (k *Kernels) ResidualRMSNormForward(s Stream, res, out Buf, rstd Ptr, x, y 
 // ResidualLayerNormForward adds two streams and normalises their sum.
 func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias []float32, N, C int) {
 	if b.ok() {
-		b.run("ResidualLayerNormForward", b.k.ResidualLayerNormForward(b.s, b.ptr(res), b.ptr(out), b.ptr(mean), b.ptr(rstd), b.ptr(x), b.ptr(y), b.ptr(w), b.ptr(bias), N, C))
+		b.run("ResidualLayerNormForward", b.k.ResidualLayerNormForward(b.s, b.buf(res), b.buf(out), b.ptr(mean), b.ptr(rstd), b.buf(x), b.buf(y), b.ptr(w), b.ptr(bias), N, C))
 	}
 }
 
@@ -60,6 +60,6 @@ func (b *Backend) ResidualLayerNormForward(res, out, mean, rstd, x, y, w, bias [
 // root mean square.
 func (b *Backend) ResidualRMSNormForward(res, out, rstd, x, y, w []float32, N, C int, eps float32) {
 	if b.ok() {
-		b.run("ResidualRMSNormForward", b.k.ResidualRMSNormForward(b.s, b.ptr(res), b.ptr(out), b.ptr(rstd), b.ptr(x), b.ptr(y), b.ptr(w), N, C, eps))
+		b.run("ResidualRMSNormForward", b.k.ResidualRMSNormForward(b.s, b.buf(res), b.buf(out), b.ptr(rstd), b.buf(x), b.buf(y), b.ptr(w), N, C, eps))
 	}
 }

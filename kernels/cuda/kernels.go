@@ -320,6 +320,21 @@ func (k *Kernels) BiasAdd(s Stream, out, bias Ptr, N, OC int) error {
 	return k.launch("bias_add", grid, block, 0, s, out, bias, int32(N), int32(OC), flag(vec))
 }
 
+// BiasStore writes out (N,OC) = in (N,OC) + bias (OC): a GEMM's float32
+// product and its bias, rounded once into out when out is bfloat16
+// activations.
+func (k *Kernels) BiasStore(s Stream, out Buf, in, bias Ptr, N, OC int) error {
+	if err := checkSizes("BiasStore", N, OC); err != nil {
+		return err
+	}
+	if N == 0 || OC == 0 {
+		return nil
+	}
+	grid, block := ElementwiseGeometry(int64(N) * int64(OC))
+	p, bf := bufs(out)
+	return k.launch("bias_store", grid, block, 0, s, p[0], in, bias, int32(N), int32(OC), bf)
+}
+
 // BiasBackward accumulates dbias (OC) += Σ_rows dout (N,OC), with one
 // atomic per column and 256 rows (the last bits may differ between runs).
 func (k *Kernels) BiasBackward(s Stream, dbias Ptr, dout Buf, N, OC int) error {

@@ -178,7 +178,7 @@ func (b *Backend) ringLens(op string, bufs [][]float32, need []int) bool {
 // RingKV writes kv from the key and value heads of qkv.
 func (b *Backend) RingKV(kv, qkv []float32, rows, NH, NKV, hd int) {
 	if b.ok() && b.ringLens("RingKV", [][]float32{kv, qkv}, []int{rows * 2 * NKV * hd, rows * (NH + 2*NKV) * hd}) {
-		b.run("RingKV", b.k.RingKV(b.s, b.ptr(kv), b.ptr(qkv), rows, NH, NKV, hd))
+		b.run("RingKV", b.k.RingKV(b.s, b.ptr(kv), b.buf(qkv), rows, NH, NKV, hd))
 	}
 }
 
@@ -188,7 +188,7 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 	rows := 2 * B * c
 	if b.ok() && b.ringLens("RingAttentionForward", [][]float32{out, stats, qkv, kv},
 		[]int{rows * NH * hd, rows * NH * 2, rows * (NH + 2*NKV) * hd, rows * 2 * NKV * hd}) {
-		b.run("RingAttentionForward", b.k.RingAttentionForward(b.s, b.ptr(out), b.ptr(stats), b.ptr(qkv), b.ptr(kv), B, c, NH, NKV, hd, cp, qr, kr, first))
+		b.run("RingAttentionForward", b.k.RingAttentionForward(b.s, b.ptr(out), b.ptr(stats), b.buf(qkv), b.ptr(kv), B, c, NH, NKV, hd, cp, qr, kr, first))
 	}
 }
 
@@ -203,7 +203,7 @@ func (b *Backend) RingAttentionFinish(out, lse, stats []float32, rows, NH, hd in
 // dout·out.
 func (b *Backend) RingAttentionDelta(delta, dout, out []float32, rows, NH, hd int) {
 	if b.ok() && b.ringLens("RingAttentionDelta", [][]float32{delta, dout, out}, []int{rows * NH, rows * NH * hd, rows * NH * hd}) {
-		b.run("RingAttentionDelta", b.k.RingAttentionDelta(b.s, b.ptr(delta), b.ptr(dout), b.ptr(out), rows, NH, hd))
+		b.run("RingAttentionDelta", b.k.RingAttentionDelta(b.s, b.ptr(delta), b.buf(dout), b.buf(out), rows, NH, hd))
 	}
 }
 
@@ -214,7 +214,7 @@ func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []f
 	ld, ldkv := (NH+2*NKV)*hd, 2*NKV*hd
 	if b.ok() && b.ringLens("RingAttentionBackward", [][]float32{dqkv, dkv, dout, qkv, kv, lse, delta},
 		[]int{rows * ld, rows * ldkv, rows * NH * hd, rows * ld, rows * ldkv, rows * NH, rows * NH}) {
-		b.run("RingAttentionBackward", b.k.RingAttentionBackward(b.s, b.ptr(dqkv), b.ptr(dkv), b.ptr(dout), b.ptr(qkv), b.ptr(kv), b.ptr(lse), b.ptr(delta), B, c, NH, NKV, hd, cp, qr, kr))
+		b.run("RingAttentionBackward", b.k.RingAttentionBackward(b.s, b.ptr(dqkv), b.ptr(dkv), b.buf(dout), b.buf(qkv), b.ptr(kv), b.ptr(lse), b.ptr(delta), B, c, NH, NKV, hd, cp, qr, kr))
 	}
 }
 

@@ -659,8 +659,28 @@ static struct alloc *findIn(struct alloc *list, const void *p, size_t n) {
 	return NULL;
 }
 
-/* find returns the device allocation holding [p, p+n), or NULL (under mu). */
-static struct alloc *find(const void *p, size_t n) { return findIn(allocs, p, n); }
+/* find returns the device allocation holding [p, p+n), or NULL (under mu).
+ * A range across mappings that cuMemMap placed end to end is device
+ * memory too, as on the GPU: the first of them is returned. */
+static struct alloc *find(const void *p, size_t n) {
+	struct alloc *a = findIn(allocs, p, n);
+	if (a != NULL || n == 0)
+		return a;
+	const char *c = p, *end = c + n;
+	struct alloc *first = NULL;
+	while (c < end) {
+		struct alloc *m = NULL;
+		for (struct alloc *b = allocs; b != NULL; b = b->next)
+			if (b->vmm && c >= b->base && c < b->base + b->size)
+				m = b;
+		if (m == NULL)
+			return NULL;
+		if (first == NULL)
+			first = m;
+		c = m->base + m->size;
+	}
+	return first;
+}
 
 EXPORT int gptuiStandinIsDevice(const void *p, size_t n) {
 	pthread_mutex_lock(&mu);

@@ -1,5 +1,5 @@
-// matmul.cu: what the GEMMs (cuBLAS) leave to kernels: the bias add and
-// the bias gradient (kernels/cpu/matmul.go), and the dtype casts of mixed
+// matmul.cu: what the GEMMs (cuBLAS) leave to kernels: the bias add (and
+// store into bfloat16 activations) and the bias gradient (kernels/cpu/matmul.go), and the dtype casts of mixed
 // precision.
 
 // bias_add: out (N,OC) += bias (OC) on every row. vec: OC % 4 == 0 and both
@@ -19,6 +19,14 @@ extern "C" __global__ void bias_add(float* __restrict__ out, const float* __rest
 		return;
 	}
 	GRID_STRIDE(i, (long long)N * OC) out[i] += bias[i % OC];
+}
+
+// bias_store: out (N,OC) = in (N,OC) + bias (OC), in the float32 product
+// of a GEMM whose output is bfloat16 activations, so that the bias is
+// added in float32 and the sum rounded once, as kernels/cpu rounds it.
+// bf: out. out may alias in when both are float32.
+extern "C" __global__ void bias_store(void* out, const float* in, const float* __restrict__ bias, int N, int OC, int bf) {
+	GRID_STRIDE(i, (long long)N * OC) stx(out, i, in[i] + bias[i % OC], bf & 1);
 }
 
 #define BB_ROWS 256 // rows per block of bias_backward
