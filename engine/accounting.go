@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/gptui/gptui/presets"
+import (
+	"github.com/gptui/gptui/kernels"
+	"github.com/gptui/gptui/presets"
+)
 
 // memory is the engine's account of the bytes this rank holds: parameters,
 // gradients, optimizer state, the activations of the micro-batches in
@@ -45,10 +48,7 @@ func (tr *Trainer) memory() Memory {
 // activations (ActivationBytes, pipeline.activationBytes).
 func (tr *Trainer) scratchBytes(T int) int64 {
 	m := tr.Model
-	var n int64
-	for _, b := range m.scratch.bufs {
-		n += int64(4 * len(b.([]float32)))
-	}
+	n := m.scratch.bytes
 	N, C := tr.B*T, m.Cfg.C
 	if m.tp != nil {
 		if m.Part.Embed {
@@ -56,7 +56,7 @@ func (tr *Trainer) scratchBytes(T int) int64 {
 		}
 		if m.Part.SP {
 			_, nr := m.par.rows(N)
-			n += int64(4 * spBufferFloats(N, nr, C))
+			n += spBufferBytes(N, nr, C, kernels.ActivationBytes(tr.be))
 		}
 		if m.Part.Head {
 			n += m.tp.crossEntropyBytes(N)

@@ -186,7 +186,8 @@ type scratch struct {
 	layer  layerActs // full recompute: the block being rebuilt
 	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
 
-	bufs []any // every buffer above, to give back
+	bufs  []any // every buffer above, to give back
+	bytes int64 // their memory (kernels.ActivationBytes for the activations)
 }
 
 // newLayerActs allocates the activations of one block of N rows, Nr of
@@ -209,8 +210,20 @@ func (m *Model) newScratch(B, T int) *scratch {
 	N, C := B*T, c.C
 	_, Nr := m.par.rows(N)
 	var bufs []any
-	f := func(n int) []float32 { x := kernels.Float32s(m.be, n); bufs = append(bufs, x); return x }
-	h := func(n int) []float32 { x := kernels.Activations(m.be, n); bufs = append(bufs, x); return x }
+	var bytes int64
+	ab := int64(kernels.ActivationBytes(m.be))
+	f := func(n int) []float32 {
+		x := kernels.Float32s(m.be, n)
+		bufs = append(bufs, x)
+		bytes += 4 * int64(n)
+		return x
+	}
+	h := func(n int) []float32 {
+		x := kernels.Activations(m.be, n)
+		bufs = append(bufs, x)
+		bytes += ab * int64(n)
+		return x
+	}
 	// The activations' gradients are activations (bf16 under bf16), but
 	// for proj and dln, which tensor parallelism sums across ranks: a
 	// row-parallel GEMM's output and a column-parallel one's input
@@ -231,7 +244,7 @@ func (m *Model) newScratch(B, T int) *scratch {
 	if m.recompute != RecomputeNone {
 		sc.att = f(m.par.attentionFloats(B, T, d.NHl))
 	}
-	sc.bufs = bufs
+	sc.bufs, sc.bytes = bufs, bytes
 	return sc
 }
 
@@ -250,15 +263,15 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 	N := B * T
 	_, Nr := m.par.rows(N)
 	a := &activations{B: B, T: T}
-	keep := func(alloc func(kernels.Backend, int) []float32) func(int) []float32 {
+	keep := func(alloc func(kernels.Backend, int) []float32, size int) func(int) []float32 {
 		return func(n int) []float32 {
-			a.stored += 4 * n // 4 bytes each: no backend stores bf16 activations in 16 bits yet (kernels/activations.go)
+			a.stored += size * n
 			x := alloc(m.be, n)
 			a.bufs = append(a.bufs, x)
 			return x
 		}
 	}
-	h, f := keep(kernels.Activations), keep(kernels.Float32s)
+	h, f := keep(kernels.Activations, kernels.ActivationBytes(m.be)), keep(kernels.Float32s, 4)
 	a.resid = make([][]float32, Ll+1)
 	for l := lo; l <= hi; l++ {
 		a.resid[l] = h(Nr * C)

@@ -350,7 +350,7 @@ func (p *pipeline) dnextBytes(m *Model) int64 {
 	for _, e := range p.ex {
 		for _, x := range e.recvs {
 			if x.grad {
-				return 4 * int64(len(m.scratch.dresid))
+				return int64(kernels.ActivationBytes(m.be) * len(m.scratch.dresid)) // as dresid
 			}
 		}
 	}

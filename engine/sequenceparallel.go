@@ -32,14 +32,14 @@ type sequenceParallel struct {
 	in, dout, out, din []float32
 }
 
-// spBufferFloats is the elements of the hooks' own buffers once the
-// passes of a micro-batch of N rows of width C have used them, a rank
-// holding nr of the rows between the regions: in and dout all N rows, out
-// and din the rank's nr (the account of them: Trainer.memory). in gathers
+// spBufferBytes is the memory of the hooks' own buffers once the passes
+// of a micro-batch of N rows of width C have used them, a rank holding nr
+// of the rows between the regions: in and dout all N rows, out and din
+// the rank's nr (the account of them: Trainer.memory). in gathers
 // activations (the norms' outputs), and is activations
-// (kernels.Activations); dout gathers the branches' output gradients, and
-// out and din hold sums, float32s.
-func spBufferFloats(N, nr, C int) int { return 2*N*C + 2*nr*C }
+// (kernels.Activations, ab bytes each); dout gathers the branches' output
+// gradients, and out and din hold sums, float32s.
+func spBufferBytes(N, nr, C, ab int) int64 { return int64(ab*N*C + 4*(N*C+2*nr*C)) }
 
 // rows are rank r's N/MP rows of N, from row r·N/MP.
 func (sp *sequenceParallel) rows(N int) (first, n int) {

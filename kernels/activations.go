@@ -51,6 +51,17 @@ func Activations(be Backend, n int) []float32 {
 	return Float32s(be, n)
 }
 
+// ActivationBytes is the memory each of be's activations takes: 2 on a
+// backend that stores them in 16 bits (the GPU's, under bf16), else 4
+// (float32s, or the CPU's float32s rounded to bfloat16). The engine's
+// account of its memory counts them so.
+func ActivationBytes(be Backend) int {
+	if a, ok := be.(interface{ ActivationBytes() int }); ok {
+		return a.ActivationBytes()
+	}
+	return 4
+}
+
 // RoundBF16 rounds every element of x to the nearest bfloat16, ties to
 // even, as CUDA's __float2bfloat16_rn stores it: denormals are kept, a NaN
 // stays a NaN, values past the largest bfloat16 become ±Inf.

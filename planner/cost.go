@@ -388,23 +388,39 @@ func engineInterleaved(m Model, s Strategy, st int, lse bool) int64 {
 // regions (the stream itself, the norms' outputs and statistics, res2),
 // all N inside them (qkv, the attention output, the MLP's tensors, the
 // logits). What the attention keeps: attentionFloats.
+//
+// The layers' outputs are activations, actBytes each; the statistics, the
+// attention's store and the losses float32s.
 func engineActivations(m Model, s Strategy, st int, lse bool) int64 {
 	C, t := int64(m.C), int64(s.MP)
 	L := int64(m.L / s.PP)
 	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
-	n := (L + 1) * Nr * C // resid: block inputs and the stage's output
+	act, f32 := (L+1)*Nr*C, int64(0) // resid: block inputs and the stage's output
 	if s.Recompute != RecomputeFull {
-		n += L * blockFloats(m, s)
+		a, f := blockFloats(m, s)
+		act, f32 = act+L*a, f32+L*f
 	}
 	if s.Recompute == RecomputeNone {
-		n += L * attentionFloats(m, s, lse)
+		f32 += L * attentionFloats(m, s, lse)
 	}
 	if st == s.PP-1 {
-		Vpl := int64(m.Vp) / t             // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
-		n += Nr*C + w.stats*Nr + N*Vpl + N // final norm, logits, losses
+		Vpl := int64(m.Vp) / t // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
+		act += Nr*C + N*Vpl    // final norm, logits
+		f32 += w.stats*Nr + N  // its statistics, the losses
 	}
-	return 4 * n
+	return actBytes(m, lse)*act + 4*f32
+}
+
+// actBytes is the memory of one of the engine's activations
+// (kernels.ActivationBytes): 2 on the GPU under bf16, whose backend stores
+// them in 16 bits (lse: the CUDA backend's accounting), else 4 — the
+// CPU's bf16 activations are float32s rounded to bfloat16.
+func actBytes(m Model, lse bool) int64 {
+	if lse && m.Dtype == "bf16" {
+		return 2
+	}
+	return 4
 }
 
 // rankRows are the rows of a micro-batch a rank holds: N = B·T/cp (a
@@ -421,14 +437,14 @@ func rankRows(m Model, s Strategy) (N, Nr int64) {
 }
 
 // blockFloats is what one block keeps for its backward pass but the
-// attention's store (engine/gpt2.go newLayerActs): ln1, res2, ln2 (Nr
-// rows of C) and the norms' statistics; qkv, the attention output, the
-// MLP's two tensors (N rows, split over mp).
-func blockFloats(m Model, s Strategy) int64 {
+// attention's store (engine/gpt2.go newLayerActs): activations — ln1,
+// res2, ln2 (Nr rows of C); qkv, the attention output, the MLP's two
+// tensors (N rows, split over mp) — and float32s, the norms' statistics.
+func blockFloats(m Model, s Strategy) (act, f32 int64) {
 	C, t := int64(m.C), int64(s.MP)
 	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
-	return 3*Nr*C + 2*w.stats*Nr + N*(w.qkv+C/t+w.fc+w.act)
+	return 3*Nr*C + N*(w.qkv+C/t+w.fc+w.act), 2 * w.stats * Nr
 }
 
 // attentionFloats is what one block's attention keeps
@@ -448,7 +464,8 @@ func attentionFloats(m Model, s Strategy, lse bool) int64 {
 
 // engineScratch is the bytes of the buffers the engine's passes of every
 // micro-batch share on a rank of stage st (engine.Trainer.Memory's
-// Scratch), as the engine allocates them, in fp32:
+// Scratch), as the engine allocates them — float32s, and activations
+// (their gradients, gathered norm outputs) at actBytes:
 //
 //   - the model's scratch (engine/gpt2.go newScratch): a branch output
 //     and a region's input gradient (N rows of C), the residual stream's
@@ -479,7 +496,9 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	C, t := int64(m.C), int64(s.MP)
 	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
-	n := 2*N*C + Nr*C + N*(w.qkv+C/t+w.fc+w.act) // proj, dln; dresid; dqkv, datty, dfch, dfchG
+	// act: activations (actBytes each); n: float32s.
+	act := Nr*C + N*(w.qkv+C/t+w.fc+w.act) // dresid; dqkv, datty, dfch, dfchG
+	n := 2 * N * C                         // proj, dln
 	if m.kvCopies(s.MP) > 1 {
 		n += w.qkv * C // dqkvw
 	}
@@ -487,13 +506,15 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 		n += 4 * C // dnorm
 	}
 	if s.Recompute == RecomputeFull {
-		n += blockFloats(m, s)
+		a, f := blockFloats(m, s)
+		act, n = act+a, n+f
 	}
 	if s.Recompute != RecomputeNone {
 		n += attentionFloats(m, s, lse)
 	}
 	if s.SP {
-		n += 2*N*C + 2*Nr*C
+		act += N * C      // gathered norm outputs
+		n += N*C + 2*Nr*C // gathered output gradients; a rank's rows of two sums
 	}
 	if s.MP > 1 && st == 0 {
 		n += N * C // the embedding's sum
@@ -506,9 +527,9 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 		}
 	}
 	if s.PP > 1 && (s.VPP > 1 || st < s.PP-1) {
-		n += Nr * C
+		act += Nr * C // dnext, as dresid
 	}
-	b := 4 * n
+	b := actBytes(m, lse)*act + 4*n
 	if s.MP > 1 && st == s.PP-1 {
 		b += 4*N*(1+t) + 8*2*N // maxima, every rank's, the sums
 	}

@@ -13,19 +13,25 @@ import (
 	"github.com/gptui/gptui/presets"
 )
 
-// flashCPU is the CPU backend with the CUDA backend's attention store:
-// its att buffers are as long as kernels/cuda's (one log-sum-exp per row
-// and query head, cuda.Backend.AttentionFloats, which reads nothing of
-// the backend), so the engine allocates on it what it allocates on a GPU.
-// It only builds trainers: the CPU's attention kernels would overrun so
-// short a buffer.
-type flashCPU struct{ *cpu.Backend }
+// flashCPU is the CPU backend with the CUDA backend's attention store and
+// activation size: its att buffers are as long as kernels/cuda's (one
+// log-sum-exp per row and query head, cuda.Backend.AttentionFloats, which
+// reads nothing of the backend), and its activations count ab bytes each
+// (kernels.ActivationBytes: 2 under bf16, as the GPU stores them), so the
+// engine accounts on it what it allocates on a GPU. It only builds
+// trainers: the CPU's attention kernels would overrun so short a buffer.
+type flashCPU struct {
+	*cpu.Backend
+	ab int
+}
 
 var _ kernels.AttentionStore = flashCPU{}
 
 func (flashCPU) AttentionFloats(B, NH, T int) int {
 	return (*cuda.Backend)(nil).AttentionFloats(B, NH, T)
 }
+
+func (f flashCPU) ActivationBytes() int { return f.ab }
 
 // presetCluster is the cluster 'gptui plan -c preset' plans for without
 // --nodes, --devices-per-node or --hosts (cmd/gptui plan.go): the devices
@@ -170,7 +176,11 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 	mr := ModelOf(mustLoad(t, preset, o...))
 	newBackend := func() kernels.Backend { return cpu.New() }
 	if gpu {
-		newBackend = func() kernels.Backend { return flashCPU{cpu.New()} }
+		ab := 4
+		if mr.Dtype == "bf16" {
+			ab = 2
+		}
+		newBackend = func() kernels.Backend { return flashCPU{cpu.New(), ab} }
 	}
 	ranks, err := measureRanks(t, preset, world, o, newBackend)
 	if err != nil {
@@ -227,7 +237,8 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 
 // TestGPUMemoryIsTheEngines: on a GPU the planner counts the engine's
 // buffers as on the CPU but for the attention (a log-sum-exp per row and
-// head instead of the probabilities), and the CUDA backend's own
+// head instead of the probabilities) and, under bf16, the activations (2
+// bytes each, not 4), and the CUDA backend's own
 // allocations beside them: its cuBLAS workspace and Sum's partials, and
 // with 16-bit GEMMs the two operand buffers as large as the largest
 // operands — for GPT-2 124M at B16 T1024 the logits' gradient (N × Vp)
@@ -244,8 +255,14 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 	if gpu.Params != host.Params || gpu.Grads != host.Grads || gpu.Optimizer != host.Optimizer {
 		t.Errorf("model states: GPU %+v, CPU %+v", gpu, host)
 	}
-	if d := host.Activations - gpu.Activations; d != probs-lse {
-		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, %d", gpu.Activations, host.Activations, d, probs-lse)
+	// The layers' outputs, 2 bytes each on the GPU: the residual stream,
+	// each block's ln1, res2, ln2, qkv, attention output and the MLP's
+	// two tensors, the final norm and the logits.
+	C, F, Vp := int64(m.C), int64(m.F), int64(m.Vp)
+	acts := (L+1)*N*C + L*N*(3*C+3*C+C+2*F) + N*C + N*Vp
+	if d := host.Activations - gpu.Activations; d != probs-lse+2*acts {
+		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
+			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)
 	}
 	casts := 2 * (N*int64(m.Vp) + N*int64(m.F))
 	halves := 4*N*int64(m.F) + 4*N*int64(m.C) // the MLP's float32 product before its bias, attention's dq

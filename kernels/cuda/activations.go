@@ -70,6 +70,15 @@ func (b *Backend) Activations(n int) []float32 {
 	return unsafe.Slice((*float32)(ptrOf(p)), n)
 }
 
+// ActivationBytes is the memory each activation takes (see
+// kernels.ActivationBytes): 2 under bf16, else 4.
+func (b *Backend) ActivationBytes() int {
+	if b.prec == PrecisionBF16 {
+		return 2
+	}
+	return 4
+}
+
 // carve returns the address (as the engine sees it) of n zeroed
 // activations from the current arena, or a new one.
 func (b *Backend) carve(n int) (Ptr, error) {
