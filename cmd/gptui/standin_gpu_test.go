@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/gptui/gptui/internal/standin"
@@ -29,11 +32,7 @@ func TestStandinGPUJob(t *testing.T) {
 	if _, err := cpu.Open(cpu.Options{BF16: true}); err != nil {
 		t.Skipf("the CPU reference of bf16: %v", err)
 	}
-	libs := standin.Build(t)
-	kernels, err := emu.BuildLibrary(context.Background(), t.TempDir(), cuda.Source(), emu.Options{CacheDir: emu.DefaultCacheDir(), Opt: "-O2"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	libs, kernels := standinGPU(t)
 	exe := builtGPTUI(t)
 	for _, l := range []struct {
 		name string
@@ -50,8 +49,7 @@ func TestStandinGPUJob(t *testing.T) {
 			if code := wait(); code != 0 {
 				t.Fatalf("on the CPU: exit %d\n%s", code, ref.output())
 			}
-			env := append(standin.Env(libs, standin.Tag(t)), standin.EmuLibEnv+"="+kernels, "GPTUI_CACHE_DIR="+t.TempDir(),
-				standin.MemoryEnv+"=268435456") // too small for the peak-FLOPS measurement, hours on the CPU
+			env := standinGPUEnv(t, libs, kernels)
 			gpu, wait := startStandinJob(t, exe, env, append(o, "Global.device=gpu")...)
 			if code := wait(); code != 0 {
 				t.Fatalf("on the stand-in GPUs: exit %d\n%s", code, gpu.output())
@@ -74,5 +72,52 @@ func TestStandinGPUJob(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// standinGPU builds the stand-in libraries and the emulator's library of
+// the kernel sources, or skips t where there is no g++ or gcc.
+func standinGPU(t *testing.T) (libs, kernels string) {
+	t.Helper()
+	if _, err := emu.Compiler(); err != nil {
+		t.Skip(err)
+	}
+	libs = standin.Build(t)
+	kernels, err := emu.BuildLibrary(context.Background(), t.TempDir(), cuda.Source(), emu.Options{CacheDir: emu.DefaultCacheDir(), Opt: "-O2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return libs, kernels
+}
+
+// standinGPUEnv is the environment of a process on the stand-in GPUs: the
+// libraries, the kernels, a kernel cache of t's, and 256 MiB a device —
+// too little for the peak-FLOPS measurement's GEMMs, hours on the CPU.
+func standinGPUEnv(t *testing.T, libs, kernels string) []string {
+	return append(standin.Env(libs, standin.Tag(t)), standin.EmuLibEnv+"="+kernels, "GPTUI_CACHE_DIR="+t.TempDir(),
+		standin.MemoryEnv+"=268435456")
+}
+
+// TestGPUCheckOnStandin rehearses 'gptui gpu check', the command the
+// device script runs first on a lent GPU, on the stand-in GPU: the kernel
+// checks against the CPU in fp32 and bf16, and the NCCL fabric's every
+// operation on device memory, which the check reaches only through
+// Upload and Download (device memory is not the host's on a GPU; a host
+// write there would fault, and on the stand-in lands before the
+// allocation's queued zeroing).
+func TestGPUCheckOnStandin(t *testing.T) {
+	long(t)
+	libs, kernels := standinGPU(t)
+	cmd := exec.Command(builtGPTUI(t), "gpu", "check", "--only", "kernels-fp32,kernels-bf16,nccl")
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), standinGPUEnv(t, libs, kernels)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gptui gpu check on the stand-in GPU: %v\n%s", err, out)
+	}
+	for _, want := range []string{"PASS  kernels fp32 vs CPU", "PASS  kernels bf16 vs CPU", "PASS  NCCL fabric dp: every operation", "PASS  NCCL fabric tied: every operation"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
 	}
 }

@@ -8,18 +8,21 @@ import (
 )
 
 // Memory is what [Check] needs of a rank's compute backend: buffers the
-// device reaches, and the Sync after which the host reads them
-// (kernels.Memory has both; cuda.Backend is one).
+// device reaches, which the host fills and reads only through Upload and
+// Download (a GPU's device memory is not the host's to touch), and Sync
+// (kernels.Memory has them all; cuda.Backend is one).
 type Memory interface {
 	Float32s(n int) []float32
 	Float64s(n int) []float64
+	Upload(dst, src any)
+	Download(dst, src any) error
 	Sync() error
 }
 
 // Check runs every operation of comm.Communicator on c, which every
 // member runs at once, and compares each result with what the members'
-// inputs make it: once on buffers from m (device memory: queued, read
-// after m.Sync) and once on Go slices (host memory). The inputs are small
+// inputs make it: once on buffers from m (device memory: filled by
+// m.Upload, read by m.Download) and once on Go slices (host memory). The inputs are small
 // integers, so every sum is exact in any order and a result must match
 // bit for bit: the TCP ring and NCCL give the same. On one rank it is the
 // device check of NCCL's path (gptui gpu nccl); on several, with a fake
@@ -63,6 +66,13 @@ func check(ctx context.Context, c comm.Communicator, m Memory, dev bool) error {
 		if err := read(); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
 		}
+		if dev {
+			h := make([]float32, len(got))
+			if err := m.Download(h, got); err != nil {
+				return fmt.Errorf("%s: %w", op, err)
+			}
+			got = h
+		}
 		for i, g := range got {
 			if w := want(i); g != w {
 				return fmt.Errorf("%s on %d members: rank %d's element %d is %g, want %g", op, S, me, i, g, w)
@@ -71,8 +81,15 @@ func check(ctx context.Context, c comm.Communicator, m Memory, dev bool) error {
 		return nil
 	}
 	fill := func(b []float32, r, off int) []float32 {
-		for i := range b {
-			b[i] = value(r, off+i)
+		h := b
+		if dev {
+			h = make([]float32, len(b))
+		}
+		for i := range h {
+			h[i] = value(r, off+i)
+		}
+		if dev {
+			m.Upload(b, h)
 		}
 		return b
 	}
@@ -103,14 +120,14 @@ func check(ctx context.Context, c comm.Communicator, m Memory, dev bool) error {
 	}
 
 	// AllReduce64.
-	var s64 []float64
+	h64 := make([]float64, 3)
+	for i := range h64 {
+		h64[i] = float64(me) + 0.5*float64(i)
+	}
+	s64 := h64
 	if dev {
 		s64 = m.Float64s(3)
-	} else {
-		s64 = make([]float64, 3)
-	}
-	for i := range s64 {
-		s64[i] = float64(me) + 0.5*float64(i)
+		m.Upload(s64, h64)
 	}
 	if err := c.AllReduce64(ctx, s64); err != nil {
 		return fmt.Errorf("AllReduce64: %w", err)
@@ -118,7 +135,12 @@ func check(ctx context.Context, c comm.Communicator, m Memory, dev bool) error {
 	if err := read(); err != nil {
 		return err
 	}
-	for i, g := range s64 {
+	if dev {
+		if err := m.Download(h64, s64); err != nil {
+			return fmt.Errorf("AllReduce64: %w", err)
+		}
+	}
+	for i, g := range h64 {
 		if w := float64(S*(S-1)/2) + 0.5*float64(i*S); g != w {
 			return fmt.Errorf("AllReduce64 on %d members: rank %d's element %d is %g, want %g", S, me, i, g, w)
 		}

@@ -94,6 +94,35 @@ func (r *rank) Float32s(n int) []float32 { return r.fake.float32s(n) }
 func (r *rank) Float64s(n int) []float64 { return r.fake.float64s(n) }
 func (r *rank) Sync() error              { return r.fake.syncStream(r.lib, r.stream) }
 
+// Upload and Download copy between host memory and the fake's device
+// memory once the stream's work is done, as kernels.Memory orders them.
+func (r *rank) Upload(dst, src any) {
+	if err := r.Sync(); err != nil {
+		panic(err)
+	}
+	copyAny(dst, src)
+}
+
+func (r *rank) Download(dst, src any) error {
+	if err := r.Sync(); err != nil {
+		return err
+	}
+	copyAny(dst, src)
+	return nil
+}
+
+// copyAny copies src into dst, slices of one element type.
+func copyAny(dst, src any) {
+	switch d := dst.(type) {
+	case []float32:
+		copy(d, src.([]float32))
+	case []float64:
+		copy(d, src.([]float64))
+	default:
+		panic(fmt.Sprintf("copy into a %T", dst))
+	}
+}
+
 // fabrics connects size ranks and makes each one's fabric on fk.
 func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
 	t.Helper()
@@ -220,6 +249,11 @@ type hostMemory struct{}
 func (hostMemory) Float32s(n int) []float32 { return make([]float32, n) }
 func (hostMemory) Float64s(n int) []float64 { return make([]float64, n) }
 func (hostMemory) Sync() error              { return nil }
+func (hostMemory) Upload(dst, src any)      { copyAny(dst, src) }
+func (hostMemory) Download(dst, src any) error {
+	copyAny(dst, src)
+	return nil
+}
 
 func allRanks(n int) []int {
 	r := make([]int, n)

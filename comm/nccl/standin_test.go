@@ -106,6 +106,23 @@ func (m deviceMemory) Float32s(n int) []float32 { return unsafe.Slice((*float32)
 func (m deviceMemory) Float64s(n int) []float64 { return unsafe.Slice((*float64)(m.alloc(8*n)), n) }
 func (m deviceMemory) Sync() error              { return m.d.Sync(m.s) }
 
+// Upload and Download copy after the stream's work, as kernels.Memory
+// orders them (the stand-in's device memory is the host's).
+func (m deviceMemory) Upload(dst, src any) {
+	if err := m.Sync(); err != nil {
+		panic(err)
+	}
+	copyAny(dst, src)
+}
+
+func (m deviceMemory) Download(dst, src any) error {
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	copyAny(dst, src)
+	return nil
+}
+
 // standinRank is one rank of TestStandin's job.
 func standinRank(t *testing.T) {
 	cfg, err := comm.ConfigFromEnv()
