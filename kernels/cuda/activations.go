@@ -34,9 +34,14 @@ import (
 // Zero, Upload and Download convert where one side is bfloat16 (Upload
 // rounds on the host to nearest even, as the kernels do).
 //
-// Not yet: NCCL's operations on bfloat16 activations (ncclBfloat16, for
-// the pipeline's sends and sequence parallelism's gathers), and a bfloat16
-// copy of the weights kept across the step in place of the cast per GEMM.
+// NCCL moves bfloat16 activations as ncclBfloat16 (the pipeline's sends,
+// sequence parallelism's gathers) at the address Half gives
+// (nccl.Options.Halves); sums across ranks stay float32.
+//
+// Not yet: a bfloat16 copy of the weights kept across the step in place
+// of the cast per GEMM, and cuBLASLt's bias epilogue with a float32 bias
+// into a bfloat16 output (in place of the float32 product and
+// BiasStore), which a GPU must confirm cuBLASLt takes.
 
 // halfArena is a reservation that bfloat16 activations are carved from,
 // one after another: the buffer the engine addresses at Base+o (o bytes of
