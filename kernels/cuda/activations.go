@@ -10,12 +10,12 @@ import (
 )
 
 // Activations in bfloat16 (kernels/activations.go). Under bf16 the
-// backend stores activations in 16 bits: [Backend.Activations] reserves
+// backend stores activations in 16 bits: [Backend.Activations] hands out
 // the addresses of n float32s, which the engine indexes and slices as
-// float32s, with n bfloat16s of device memory behind their first half
-// (reserve.go). A buffer's element i, which the engine addresses at
-// base+4i, is at base+2i. The backend translates the addresses it is given
-// (span.addr): a kernel argument that may hold activations is a [Buf], a
+// float32s, from a reserved range (reserve.go, halfArena) whose memory
+// holds n bfloat16s at half their offset: the element the engine
+// addresses at base+o is at base+o/2. The backend translates the
+// addresses it is given (span.addr): a kernel argument that may hold activations is a [Buf], a
 // [Ptr] to float32s or a [BF16Ptr] to bfloat16s, and the kernel reads and
 // stores each as its type says, computing in float32 (common.cuh's ldx
 // and stx, the `bf` mask). An argument that takes only float32s panics on
@@ -120,9 +120,8 @@ func (b *Backend) carve(n int) (Ptr, error) {
 	return Ptr(p), nil
 }
 
-// freeHalf gives back the activations at p of arena a: an arena with no
-// buffers left is given back whole, or, the current one, reused from its
-// start.
+// freeHalf gives back one buffer of arena a: an arena with no buffers
+// left is given back whole, or, the current one, reused from its start.
 func (b *Backend) freeHalf(a *halfArena) error {
 	b.mu.Lock()
 	a.live--
