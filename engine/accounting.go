@@ -43,8 +43,8 @@ func (tr *Trainer) memory() Memory {
 // which the layouts allocate at their first use and reuse, counted here
 // from the shapes they are sized from — sequence parallelism's gathered
 // and scattered rows, the vocabulary-parallel embedding's sum on the
-// embedding's stage and loss's exchange buffers on the head's stage, context parallelism's ring, the pipeline's second
-// gradient buffer. The model's scratch must exist: allocated with the
+// embedding's stage and loss's exchange buffers on the head's stage,
+// context parallelism's ring, the pipeline's second gradient buffer. The model's scratch must exist: allocated with the
 // activations (ActivationBytes, pipeline.activationBytes).
 func (tr *Trainer) scratchBytes(T int) int64 {
 	m := tr.Model

@@ -88,15 +88,15 @@ func f32(b []float32, in, out bool) buf {
 	return buf{host: unsafe.Pointer(unsafe.SliceData(b)), bytes: 4 * len(b), in: in, out: out, t: cuda.F32}
 }
 
-// sum is the element type of a reduction over bufs: float32 (or float64);
-// bfloat16 activations are refused, as sums of them stay float32.
-func sum(name string, t []cuda.DataType) (cuda.DataType, error) {
+// noHalves refuses a reduction over bfloat16 activations (of element
+// types t): sums stay float32 (kernels/activations.go).
+func noHalves(name string, t []cuda.DataType) error {
 	for _, x := range t {
 		if x == cuda.BF16 {
-			return 0, fmt.Errorf("nccl: %s of bfloat16 activations: sums are float32 (give it float32 buffers)", name)
+			return fmt.Errorf("nccl: %s of bfloat16 activations: sums are float32 (give it float32 buffers)", name)
 		}
 	}
-	return t[0], nil
+	return nil
 }
 
 // same is the one element type of a gather's buffers.
@@ -234,7 +234,7 @@ func (c *Comm) AllReduce(ctx context.Context, b []float32) error {
 		return nil
 	}
 	err := c.do(ctx, "AllReduce", []buf{f32(b, true, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
-		if _, err := sum("AllReduce", t); err != nil {
+		if err := noHalves("AllReduce", t); err != nil {
 			return err
 		}
 		return c.f.lib.AllReduce(h, p[0], p[0], n, cuda.F32, s)
@@ -272,7 +272,7 @@ func (c *Comm) ReduceScatter(ctx context.Context, in, out []float32) error {
 		return nil
 	}
 	err := c.do(ctx, "ReduceScatter", []buf{f32(in, true, false), f32(out, false, true)}, func(h Handle, p []cuda.Ptr, t []cuda.DataType, s cuda.Stream) error {
-		if _, err := sum("ReduceScatter", t); err != nil {
+		if err := noHalves("ReduceScatter", t); err != nil {
 			return err
 		}
 		return c.f.lib.ReduceScatter(h, p[0], p[1], n, s)

@@ -32,6 +32,10 @@
  *     stream's (the host waits, which the driver's legacy stream does
  *     not make it do).
  *
+ *   - address ranges (cuMemAddressReserve) with memory mapped into them
+ *     (cuMemCreate, cuMemMap, cuMemSetAccess): the new memory is 0xff
+ *     bytes, the rest of a range faults (see "Virtual memory
+ *     management" below);
  *   - kernels run on the CPU, from libgptuiemu.so (package
  *     kernels/cuda/emu's BuildLibrary: the very kernel sources, compiled
  *     with its emulator), which GPTUI_STANDIN_EMU_LIB names. An image
