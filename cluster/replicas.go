@@ -33,7 +33,9 @@ const (
 //
 // A save is reported by one rank, as soon as it has committed it; the
 // nodes' listings of their checkpoints (summaries) may show it, the
-// saving node's included, a moment later. While some node's newest
+// saving node's included, a moment later, and a node may already list its
+// part of a newer one (the replicator then asks it for its part of the
+// reported one). While some node's newest
 // checkpoint is older than the one reported, the replicator looks again
 // every replicaRetry, replicaRetries times for that step, copying what
 // has shown.
@@ -166,6 +168,16 @@ func (r *replicator) replicate(ctx context.Context, s save) (lag bool) {
 	want := all[src]
 	if want.Step < 0 {
 		return lag
+	}
+	// A node already past want's step (its part of a newer checkpoint
+	// written, the others' not yet: a job stopped mid-save) still holds
+	// its part of want's: that is the part to copy.
+	for i, part := range all {
+		if part.Step > want.Step {
+			if s, err := summary(ctx, r.nodes[i], sl.OutputDir, want.Step, sl.Run); err == nil && s.Step == want.Step {
+				all[i] = s
+			}
+		}
 	}
 	same := func(s checkpoint.Summary) bool { return s.Step == want.Step && s.Manifest == want.Manifest }
 	type copyJob struct {
