@@ -28,7 +28,10 @@ import (
 //     transfer in reports, TOKEN 64 hex digits (32 random bytes) that the
 //     launcher gave the receiving node too (on its SSH session, never on
 //     a command line), PATH the file, absolute or relative to the
-//     directory ServeFiles runs in.
+//     directory ServeFiles runs in. ServeFiles answers "granted ID" once
+//     the grant is in force; the launcher gives the receiver its token
+//     only after that line, so that a receiver never connects before its
+//     grant is known (a fast receiver was refused, and read 0 bytes).
 //   - The receiver connects and sends TOKEN and a newline. A connection
 //     that does not present a granted token within RelayHelloTimeout is
 //     closed without a byte sent; a grant is used once, and lapses after
@@ -178,6 +181,7 @@ func (s *relayServer) readGrants(in io.Reader) error {
 		}
 		s.grants = append(kept, relayGrant{id: f[1], token: []byte(f[2]), path: f[3], expires: now.Add(RelayGrantTTL)})
 		s.mu.Unlock()
+		s.report("granted %s", f[1])
 	}
 	return sc.Err()
 }

@@ -112,6 +112,9 @@ func TestServeFiles(t *testing.T) {
 	r := startRelay(t)
 	tok := testToken()
 	fmt.Fprintf(r.in, "grant 7 %s %s\n", tok, file)
+	if l := r.next(t); l != "granted 7" {
+		t.Errorf("report %q, want granted 7", l)
+	}
 
 	if got := r.fetch(t, testToken()); len(got) != 0 {
 		t.Errorf("a token not granted got %d bytes", len(got))
@@ -142,6 +145,9 @@ func TestServeFiles(t *testing.T) {
 	// and the failure is reported.
 	tok = testToken()
 	fmt.Fprintf(r.in, "grant 8 %s %s\n", tok, filepath.Join(dir, "missing"))
+	if l := r.next(t); l != "granted 8" {
+		t.Errorf("report %q, want granted 8", l)
+	}
 	if got := r.fetch(t, tok); len(got) != 0 {
 		t.Errorf("a missing file sent %d bytes", len(got))
 	}

@@ -48,7 +48,8 @@ import (
 // all the files it serves; see package agent's ServeFiles for the
 // protocol), which prints the port it listens on; for each transfer it
 // makes a 256-bit random token, grants it to the source on that
-// session's standard input (with the file's path), and gives it to the
+// session's standard input (with the file's path), waits for the source
+// to say the grant is in force, and only then gives the token to the
 // destination on the standard input of the fetch: relayFetchScript, run
 // by bash (`/dev/tcp`), so that a node without gptui yet can fetch gptui
 // itself. The fetch connects to the source at the address this machine
@@ -421,6 +422,11 @@ func (d *distributor) relay1(ctx context.Context, sp *spread, h *holder, n *node
 	if err := srv.grant(id, tok, loginPath(h.remote)); err != nil {
 		return &relayError{source: true, err: err}
 	}
+	// The destination gets the token once the grant is in force: one
+	// that connected sooner would be refused.
+	if err := awaitGrant(ctx, srv, lines, id); err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithTimeoutCause(ctx, relayTimeout(sp.size), fmt.Errorf("the transfer took over %v", relayTimeout(sp.size)))
 	defer cancel()
@@ -478,6 +484,27 @@ func (d *distributor) relay1(ctx context.Context, sp *spread, h *holder, n *node
 		return fmt.Errorf("fetch on %s: %w", n.name, context.Cause(ctx))
 	}
 	return fetchError(code, msg, n.name, h.n.name)
+}
+
+// awaitGrant waits for srv's "granted id" on lines, its reports of
+// transfer id: for at most relayStall, and not past the server's end.
+func awaitGrant(ctx context.Context, srv *relayServer, lines <-chan string, id string) error {
+	stall := time.NewTimer(relayStall)
+	defer stall.Stop()
+	for {
+		select {
+		case l := <-lines:
+			if l == "granted "+id {
+				return nil
+			}
+		case <-stall.C:
+			return &relayError{source: true, err: fmt.Errorf("%s did not take the grant within %v", srv.n.name, relayStall)}
+		case <-srv.down:
+			return &relayError{source: true, err: fmt.Errorf("the server on %s ended: %v", srv.n.name, srv.err())}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
 }
 
 // fetchError is the error of relayFetchScript's exit status code, with
