@@ -42,6 +42,21 @@ func zombie(pid int) bool {
 	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
 
+// describeProcess names pid for a failure's log: its parent, state,
+// executable and arguments, as /proc gives them.
+func describeProcess(pid int) string {
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	state, ppid := "?", "?"
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 {
+		if f := bytes.Fields(stat[i+1:]); len(f) >= 2 {
+			state, ppid = string(f[0]), string(f[1])
+		}
+	}
+	return fmt.Sprintf("pid %d (parent %s, state %s) %s: %q", pid, ppid, state, exe, bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0}))
+}
+
 // rankWorker returns the worker of rank among pids: the process training
 // with RANK=rank in its environment. It fails the test if there is none.
 func rankWorker(t *testing.T, pids []int, rank int) int {
@@ -70,6 +85,7 @@ func awaitNone(t *testing.T, what string, list func() []int, since time.Time, li
 		if time.Since(since) > limit {
 			t.Errorf("%d %s remain %v after: %v", len(left), what, limit, left)
 			for _, pid := range left {
+				t.Logf("killing %s", describeProcess(pid))
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 			return time.Since(since)
