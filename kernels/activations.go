@@ -20,7 +20,9 @@ import "math"
 //     sum is rounded once, where the kernel after it stores it, whatever
 //     the layout, rather than each rank's part;
 //   - parameters, their gradients and the optimizer's moments (fp32
-//     master weights; the GEMMs read the weights rounded to bf16).
+//     master weights; the GEMMs read the weights rounded to bf16, and a
+//     GEMM whose output is bfloat16 activations reads its bias rounded
+//     too: cuBLASLt's bias epilogue reads a bias of its output's type).
 //
 // A kernel computes in float32 from what it reads, and rounds what it
 // stores into such a buffer to the nearest bfloat16, ties to even

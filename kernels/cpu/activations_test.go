@@ -12,7 +12,8 @@ import (
 
 // TestActivationsStoreBF16: under bf16, what a kernel stores into buffers
 // from Activations is its float32 result rounded to bfloat16 — once, at
-// the end (an accumulated output too, a GEMM's bias after the product) —
+// the end (an accumulated output too, a GEMM's bias after the product,
+// read rounded) —
 // while float32 buffers keep the float32 result; the fused residual norms
 // equal the unfused pair, whose norm reads the rounded sum; in fp32,
 // Activations are plain float32s. A buffer's span goes once it is
@@ -54,14 +55,17 @@ func TestActivationsStoreBF16(t *testing.T) {
 		t.Fatal("LayerNormBackward: the accumulated activations gradient is not the float32 sum rounded")
 	}
 
-	// A GEMM with a bias: rounded once, after the bias (not after the product).
+	// A GEMM with a bias: rounded once, after the bias (not after the
+	// product), the bias read as a bfloat16 (as cuBLASLt's bias epilogue
+	// reads it) into activations, as it is into float32.
 	const OC = 40
 	wm := rnd(0.77)[:OC*C]
-	mh, mf := b.Activations(N*OC), make([]float32, N*OC)
+	mh, mf, mr := b.Activations(N*OC), make([]float32, N*OC), make([]float32, N*OC)
 	b.MatmulForward(mh, x, wm, y[:OC], N, C, OC)
 	b.MatmulForward(mf, x, wm, y[:OC], N, C, OC)
-	if !slices.Equal(mh, rounded(mf)) {
-		t.Fatal("MatmulForward: the activations are not the float32 result rounded once")
+	b.MatmulForward(mr, x, wm, rounded(y[:OC]), N, C, OC)
+	if !slices.Equal(mh, rounded(mr)) || slices.Equal(mh, rounded(mf)) {
+		t.Fatal("MatmulForward: the activations are not the float32 result with the bias rounded, rounded once")
 	}
 
 	// Fused = unfused, the norm reading the rounded sum.

@@ -1,5 +1,11 @@
 package cpu
 
+import (
+	"slices"
+
+	"github.com/gptui/gptui/kernels"
+)
+
 // MatmulForward is a linear layer.
 //
 //	out  (N,OC) = inp (N,IC) · wᵀ + bias
@@ -7,10 +13,17 @@ package cpu
 //	bias (OC) or nil
 //
 // With Options.BF16 the product's inputs are rounded to bf16 and it
-// accumulates in fp32; the bias is added in fp32.
+// accumulates in fp32; the bias is added to the fp32 sum, read as a
+// bfloat16 when out is bfloat16 activations (as cuBLASLt's bias epilogue
+// reads a bias of its output's type; see kernels/activations.go), and
+// the sum is rounded once.
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 	defer b.store(out)
 	b.matmulGemm(false, true, N, OC, IC, inp, IC, w, IC, 0, out, OC)
+	if bias != nil && b.isHalf(out) {
+		bias = slices.Clone(bias)
+		kernels.RoundBF16(bias)
+	}
 	if bias != nil {
 		b.ParallelFor(N, 16, func(lo, hi int) {
 			for r := lo; r < hi; r++ {

@@ -413,8 +413,9 @@ func TestAttentionBF16(t *testing.T) {
 }
 
 // TestBiasStore: a GEMM's float32 product plus its bias, stored into
-// bfloat16 activations, is the sum rounded once (kernels.RoundBF16), and
-// into float32 the sum itself, in place too.
+// bfloat16 activations, is the sum with the bias rounded to bfloat16,
+// rounded once (kernels.RoundBF16), and into float32 the sum itself, in
+// place too.
 func TestBiasStore(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const N, OC = 37, 29
@@ -423,7 +424,14 @@ func TestBiasStore(t *testing.T) {
 	for i := range want {
 		want[i] = in[i] + bias[i%OC]
 	}
-	rounded := slices.Clone(want)
+	// Into bfloat16, the bias is read as a bfloat16 too, as cuBLASLt's
+	// bias epilogue and kernels/cpu read it.
+	hbias := slices.Clone(bias)
+	kernels.RoundBF16(hbias)
+	rounded := make([]float32, N*OC)
+	for i := range rounded {
+		rounded[i] = in[i] + hbias[i%OC]
+	}
 	kernels.RoundBF16(rounded)
 	m, k := machine(t)
 	gin, gbias := m.Float32s(in), m.Float32s(bias)

@@ -22,11 +22,13 @@ extern "C" __global__ void bias_add(float* __restrict__ out, const float* __rest
 }
 
 // bias_store: out (N,OC) = in (N,OC) + bias (OC), in the float32 product
-// of a GEMM whose output is bfloat16 activations, so that the bias is
-// added in float32 and the sum rounded once, as kernels/cpu rounds it.
-// bf: out. out may alias in when both are float32.
+// of a GEMM whose output is bfloat16 activations when cuBLASLt's bias
+// epilogue is not to be had: as the epilogue and kernels/cpu do, the bias
+// is read as a bfloat16 (rounded), added in float32, and the sum rounded
+// once. bf: out. out may alias in when both are float32 (the bias then
+// added as it is).
 extern "C" __global__ void bias_store(void* out, const float* in, const float* __restrict__ bias, int N, int OC, int bf) {
-	GRID_STRIDE(i, (long long)N * OC) stx(out, i, in[i] + bias[i % OC], bf & 1);
+	GRID_STRIDE(i, (long long)N * OC) stx(out, i, in[i] + stored(bias[i % OC], bf & 1), bf & 1);
 }
 
 #define BB_ROWS 256 // rows per block of bias_backward
