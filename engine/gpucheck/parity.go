@@ -101,6 +101,11 @@ func GradParity(ctx context.Context, w io.Writer, cfg *presets.Config, toks []ui
 		return err
 	}
 	fmt.Fprintf(w, "loss: gpu %.6f cpu %.6f\n", lgot, lref)
+	if err := g.BiasEpilogue(); err != nil {
+		fmt.Fprintf(w, "the GEMMs into bfloat16 activations add their bias themselves (float32 product, bias_store): cuBLASLt's bias epilogue refused: %v\n", err)
+	} else {
+		fmt.Fprintln(w, "the GEMMs into bfloat16 activations add their bias in cuBLASLt's epilogue")
+	}
 	var bad []string
 	for _, t := range ts {
 		r, x := ref[t.Offset:t.Offset+t.Size], got[t.Offset:t.Offset+t.Size]

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +115,10 @@ func TestLossParityOnStandin(t *testing.T) {
 // whose activations are then bfloat16 in device memory: the losses agree
 // within the rounding of summing in another order (cuBLAS's, the
 // tensor-core flash attention's), and the GPU holds its activations in
-// half the memory of an fp32 run.
+// half the memory of an fp32 run. Its GEMMs into activations add their
+// bias in cuBLASLt's epilogue; where the stand-in cuBLASLt has no
+// algorithm for it (NoBiasEpilogueEnv), the backend's own bias kernel
+// gives the same losses, bit for bit.
 func TestBF16OnStandin(t *testing.T) {
 	useStandin(t)
 	cb, err := cpu.Open(cpu.Options{BF16: true})
@@ -141,8 +145,10 @@ func TestBF16OnStandin(t *testing.T) {
 		}
 		return res.Losses
 	}
-	// The device memory a trainer allocates, in each precision.
-	used := func(prec cuda.Precision, dtype string) (int64, []float32) {
+	// The device memory a trainer allocates, in each precision, and
+	// whether the GEMMs into activations added their bias in cuBLASLt's
+	// epilogue (nil) or not (why).
+	used := func(prec cuda.Precision, dtype string) (int64, []float32, error) {
 		g, err := cuda.New(cuda.Options{Precision: prec})
 		if err != nil {
 			t.Fatal(err)
@@ -158,14 +164,29 @@ func TestBF16OnStandin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return free0 - free1, res.Losses
+		return free0 - free1, res.Losses, g.BiasEpilogue()
 	}
 	want := train(cb, "bf16")
-	fp32Bytes, _ := used(cuda.PrecisionFP32, "fp32")
-	bf16Bytes, got := used(cuda.PrecisionBF16, "bf16")
+	fp32Bytes, _, _ := used(cuda.PrecisionFP32, "fp32")
+	bf16Bytes, got, noEpilogue := used(cuda.PrecisionBF16, "bf16")
 	t.Logf("device memory of the trainer: fp32 %d bytes, bf16 %d bytes", fp32Bytes, bf16Bytes)
 	if fp32Bytes-bf16Bytes < 1<<20 {
 		t.Errorf("bf16 allocates %d bytes, fp32 %d: the activations (some 4 MiB in fp32) are not 16-bit", bf16Bytes, fp32Bytes)
+	}
+	if noEpilogue != nil {
+		t.Errorf("the GEMMs into bfloat16 activations did not add their bias in cuBLASLt's epilogue: %v", noEpilogue)
+	}
+	// Where cuBLASLt has no algorithm for the bias epilogue, the backend
+	// adds the bias itself (the float32 product and BiasStore), with the
+	// same numerics: the losses are the epilogue's, bit for bit.
+	t.Setenv(standin.NoBiasEpilogueEnv, "1")
+	_, fallback, noEpilogue := used(cuda.PrecisionBF16, "bf16")
+	if noEpilogue == nil {
+		t.Errorf("with %s set, the backend says the bias epilogue served", standin.NoBiasEpilogueEnv)
+	}
+	t.Logf("without the bias epilogue (%v): losses %v", noEpilogue, fallback)
+	if !slices.Equal(fallback, got) {
+		t.Errorf("losses without the bias epilogue %v, with it %v", fallback, got)
 	}
 	for i := range want {
 		d := math.Abs(float64(got[i]-want[i])) / math.Abs(float64(want[i]))

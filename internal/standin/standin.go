@@ -46,6 +46,11 @@ const (
 	TraceEnv = "GPTUI_STANDIN_NCCL_TRACE"
 )
 
+// NoBiasEpilogueEnv, when set, makes the stand-in cuBLASLt's heuristic find
+// no algorithm for an epilogue with a bias (see c/cublas.c), as a library
+// without such a kernel for the shape answers.
+const NoBiasEpilogueEnv = "GPTUI_STANDIN_CUBLASLT_NO_BIAS"
+
 // The environment variables of the stand-in libcuda (see c/cuda.c).
 const (
 	// MemoryEnv is each device's memory in bytes (16 GiB if unset).

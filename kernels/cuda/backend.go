@@ -138,11 +138,14 @@ type Backend struct {
 	spans  []span                 // both, sorted by base (for pointer checks)
 	err    error                  // the first failure
 
-	// Scratch: GEMM inputs rounded to 16 bits (castA, castB), the float32
-	// product of a GEMM whose bias is added before its bfloat16 output is
-	// stored (product), attention's dq summed in float32 for a bfloat16
-	// dqkv (dq); and Sum's partials.
-	castA, castB, product, dq scratch
+	// Scratch: GEMM inputs rounded to 16 bits (castA, castB), the bias of
+	// a GEMM into bfloat16 activations rounded for cuBLASLt's bias
+	// epilogue (biasHalf), or where cuBLASLt refused that epilogue
+	// (noBiasEpilogue, its first refusal) the float32 product the bias is
+	// added to before the output is stored (product); attention's dq
+	// summed in float32 for a bfloat16 dqkv (dq); and Sum's partials.
+	castA, castB, biasHalf, product, dq scratch
+	noBiasEpilogue                      error
 	sumScratch                Ptr
 	shared                    map[string]int
 	variants                  *Variants // the kernels' variants for the device
@@ -287,7 +290,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.stage.close())
-	for _, p := range []Ptr{b.castA.p, b.castB.p, b.product.p, b.dq.p, b.sumScratch, b.flash.delta} {
+	for _, p := range []Ptr{b.castA.p, b.castB.p, b.biasHalf.p, b.product.p, b.dq.p, b.sumScratch, b.flash.delta} {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
 		}
@@ -640,6 +643,13 @@ func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 // rounded first into scratch buffers. C is float32, or bfloat16
 // activations that cuBLAS rounds its float32 sum into once.
 func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int) error {
+	return b.rowMajorEpilogue(p, transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc, EpilogueNone, 0)
+}
+
+// rowMajorEpilogue is rowMajor followed by cuBLASLt's epilogue ep (its
+// bias vector, of C's type, one element per column of the row-major C),
+// through cuBLASLt's Matmul; EpilogueNone goes through cuBLAS's GEMM.
+func (b *Backend) rowMajorEpilogue(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int, ep Epilogue, bias Ptr) error {
 	t := p.dataType()
 	pa, err := b.operand(&b.castA, a, extent(transA, m, k, lda), t)
 	if err != nil {
@@ -653,6 +663,9 @@ func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha 
 	ct := F32
 	if half {
 		ct = BF16
+	}
+	if ep != EpilogueNone {
+		return b.blas.Matmul(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, ep, bias)
 	}
 	return b.blas.Gemm(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, p == PrecisionFP32)
 }
@@ -769,23 +782,14 @@ func (b *Backend) LayerNormBackward(dinp, dw, dbias, dout, inp, w, mean, rstd []
 }
 
 // MatmulForward: out (N,OC) = inp (N,IC) · wᵀ + bias, w (OC,IC). Into
-// bfloat16 activations with a bias, the product goes to a float32 scratch
-// buffer and BiasStore adds the bias and rounds the sum once, as
-// kernels/cpu does (cuBLASLt's bias epilogue would round the bias too).
+// bfloat16 activations with a bias, see matmulBiasHalf.
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 	if !b.ok() {
 		return
 	}
 	o := b.buf(out)
 	if _, half := o.buf(); half && bias != nil {
-		prod, err := b.grow(&b.product, 4*N*OC)
-		if err == nil {
-			err = b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, prod, OC)
-		}
-		if err == nil {
-			err = b.k.BiasStore(b.s, o, prod, b.ptr(bias), N, OC)
-		}
-		b.run("MatmulForward", err)
+		b.run("MatmulForward", b.matmulBiasHalf(o, inp, w, bias, N, IC, OC))
 		return
 	}
 	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, o, OC); err != nil {
@@ -796,6 +800,57 @@ func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 		b.run("MatmulForward bias", b.k.BiasAdd(b.s, b.ptr(out), b.ptr(bias), N, OC))
 	}
 }
+
+// matmulBiasHalf is MatmulForward into bfloat16 activations out with a
+// bias, which is read as a bfloat16 (kernels/activations.go): cuBLASLt's
+// bias epilogue adds the bias, rounded into biasHalf, to the float32 sum
+// and rounds once into out. Where cuBLASLt refuses that epilogue (no
+// algorithm for it; nothing was launched), the backend stops asking
+// (noBiasEpilogue) and computes the product into float32 scratch, which
+// BiasStore adds the rounded bias to and stores, as the epilogue would.
+func (b *Backend) matmulBiasHalf(out Buf, inp, w, bias []float32, N, IC, OC int) error {
+	if b.noBiasEpilogue == nil {
+		hb, err := b.grow(&b.biasHalf, 2*OC)
+		if err != nil {
+			return err
+		}
+		if err := b.k.CastF32ToBF16(b.s, hb, b.ptr(bias), OC); err != nil {
+			return err
+		}
+		err = b.rowMajorEpilogue(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, out, OC, EpilogueBias, hb)
+		if err == nil || !matmulRefused(err) {
+			return err
+		}
+		b.noBiasEpilogue = err
+	}
+	prod, err := b.grow(&b.product, 4*N*OC)
+	if err != nil {
+		return err
+	}
+	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, prod, OC); err != nil {
+		return err
+	}
+	return b.k.BiasStore(b.s, out, prod, b.ptr(bias), N, OC)
+}
+
+// WorkspaceBytes is the device memory the backend holds beside the
+// engine's buffers, as it stands: cuBLAS's and cuBLASLt's workspace
+// (WorkspaceBytes), Sum's partials (SumScratch), the flash attention's
+// backward scratch and the GEMMs' and attention's scratch buffers, which
+// grow as the calls need. The planner's account of a GPU's memory
+// (planner's cudaWorkspace) is checked against it.
+func (b *Backend) WorkspaceBytes() int64 {
+	n := int64(WorkspaceBytes+SumScratch) + 4*int64(b.flash.deltaN)
+	for _, sc := range []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq} {
+		n += int64(sc.n)
+	}
+	return n
+}
+
+// BiasEpilogue reports whether the GEMMs into bfloat16 activations add
+// their bias in cuBLASLt's epilogue: nil, or why not (cuBLASLt's first
+// refusal), for `gptui gpu check` to say.
+func (b *Backend) BiasEpilogue() error { return b.noBiasEpilogue }
 
 // MatmulBackward: dinp = dout·w (overwritten, skipped when nil),
 // dw += doutᵀ·inp, dbias += Σ rows of dout (skipped when nil).

@@ -680,11 +680,27 @@ func (b *BLAS) plan(key ltKey) (*ltPlan, error) {
 	}
 	if got == 0 || res.State != cublasStatusSuccess {
 		p.destroy(a)
-		return nil, fmt.Errorf("cuBLASLt has no algorithm for this matmul (alignment of the pointers or leading dimensions?)")
+		return nil, errNoAlgorithm
 	}
 	p.algo = res.Algo
 	b.plans[key] = p
 	return p, nil
+}
+
+// errNoAlgorithm is a Matmul that cuBLASLt's heuristic has no algorithm
+// for.
+var errNoAlgorithm = errors.New("cuBLASLt has no algorithm for this matmul (alignment of the pointers or leading dimensions?)")
+
+// cublasStatusNotSupported is CUBLAS_STATUS_NOT_SUPPORTED.
+const cublasStatusNotSupported = 15
+
+// matmulRefused reports whether err is a Matmul that cuBLASLt refused
+// before it launched anything: no algorithm for it, or a combination of
+// types or an epilogue it does not support. The caller may do the work
+// another way.
+func matmulRefused(err error) bool {
+	var e *Error
+	return errors.Is(err, errNoAlgorithm) || errors.As(err, &e) && e.Code == cublasStatusNotSupported
 }
 
 // Matmul computes D = alpha·op(A)·op(B) + beta·C with cuBLASLt, then the

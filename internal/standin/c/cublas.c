@@ -55,7 +55,10 @@
  *     default) and assumes the pointers of A, B, C and D aligned as the
  *     preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES say (256 by
  *     default), and the bias as the pointer set when it was asked; none
- *     (a count of 0) for a preference below an operand's element size.
+ *     (a count of 0) for a preference below an operand's element size,
+ *     and none for an epilogue with a bias while the environment has
+ *     GPTUI_STANDIN_CUBLASLT_NO_BIAS (standin.NoBiasEpilogueEnv), as a
+ *     library without such a kernel for the shape answers.
  *
  * Where it fails, it fails as cuBLAS documents, at the call:
  * CUBLAS_STATUS_NOT_INITIALIZED for a handle that cublasCreate_v2 (or
@@ -1130,6 +1133,8 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(struct obj *h, struct desc 
 	if (r != ST_SUCCESS)
 		return r;
 	*returned = 0;
+	if (pr.bias && getenv("GPTUI_STANDIN_CUBLASLT_NO_BIAS") != NULL)
+		return ST_SUCCESS; /* as a library without such a kernel answers */
 	const int types[4] = {la->type, lb->type, (lc == NULL ? ld : lc)->type, ld->type};
 	for (int i = 0; i < 4; i++)
 		if (p->align[i] < typeSize(types[i]))
