@@ -231,10 +231,10 @@ func engineMemory(m Model, s Strategy, st int, lse bool) Memory {
 // allocates beside them (cudaWorkspace) and the runtime's reserve (the
 // CUDA context, NCCL's buffers: Device.ReservedBytes).
 //
-// The engine keeps parameters, gradients, AdamW moments and activations
-// in fp32 on a GPU as on the CPU (kernels/cuda's Precision: only the
-// GEMMs' inputs are rounded to 16 bits), so the model states are 4 + 4 +
-// 8 bytes a parameter, divided by sharding exactly as on the CPU.
+// The engine keeps parameters, gradients and AdamW moments in fp32 on a
+// GPU as on the CPU, so the model states are 4 + 4 + 8 bytes a
+// parameter, divided by sharding exactly as on the CPU; under bf16 the
+// activations are 2 bytes each (kernels.ActivationBytes).
 func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 	mm := engineMemory(m, s, st, true)
 	mm.Other = c.Device.ReservedBytes + cudaWorkspace(m, s, st)
@@ -243,44 +243,57 @@ func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 }
 
 // cudaWorkspace is the device memory the CUDA backend allocates beyond
-// the engine's buffers (kernels/cuda/backend.go): the cuBLAS and cuBLASLt
-// workspace (cuda.WorkspaceBytes), Sum's partials (cuda.SumScratch), and,
-// when the GEMMs multiply in 16 bits, the two scratch buffers each GEMM's
-// operands are rounded into (Backend.cast): 2 bytes an element, each as
-// large as the largest operand it has held (they only grow), over the
-// GEMMs of stage st (rankGEMMs): A the input (forward) or the output
-// gradient (backward, both products), n·max(in, out) elements; B the
-// weight (forward, input gradient) or the input (weight gradient),
-// max(out·in, n·in). Under bf16, the scratch of bfloat16 activations too
-// (below).
+// the engine's buffers (kernels/cuda/backend.go, Backend.WorkspaceBytes):
+// the cuBLAS and cuBLASLt workspace (cuda.WorkspaceBytes), Sum's partials
+// (cuda.SumScratch), and, when the GEMMs multiply in 16 bits, the scratch
+// buffers their float32 operands are rounded into (Backend.operand),
+// 2 bytes an element, each as large as the largest operand it has held
+// (they only grow), over the GEMMs of stage st (rankGEMMs):
+//
+//   - fp16, whose activations are float32: A the input (forward) or the
+//     output gradient (backward, both products), n·max(in, out)
+//     elements; B the weight (forward, input gradient) or the input
+//     (weight gradient), max(out·in, n·in);
+//   - bf16, whose activations are bfloat16 and read as they are: B the
+//     weights only, out·in; A the row-parallel GEMMs' output gradient
+//     backward (n·C), which is float32 (the engine's scratch proj, or
+//     under sequence parallelism its gathered rows). Besides, the bias of a GEMM into activations
+//     rounded for cuBLASLt's bias epilogue (qkv and fc, a GPT-2's: its
+//     width), attention's dq summed in float32 beside a bfloat16 dqkv
+//     (n·C/mp; not under context parallelism, whose ring sums in the
+//     engine's own float32 buffers) and the flash kernels' backward
+//     scratch (delta, a float per row and head).
+//
+// Where cuBLASLt refuses the bias epilogue, the backend's float32 product
+// of those GEMMs, n·max(qkv, fc) floats, comes on top (gpu check says so).
 func cudaWorkspace(m Model, s Strategy, st int) int64 {
 	n := int64(cuda.WorkspaceBytes + cuda.SumScratch)
 	if !m.sixteenBit() {
 		return n // fp32 GEMMs: no rounding, no cast buffers
 	}
-	if m.flash(s) { // the tensor-core attention's backward scratch: delta, a float per row and head
+	gs := rankGEMMs(m, s, st)
+	var a, b int64
+	if m.Dtype != "bf16" {
+		for _, g := range gs {
+			a = max(a, g.n*max(g.in, g.out))
+			b = max(b, g.out*g.in, g.n*g.in)
+		}
+		return n + 2*(a+b)
+	}
+	for _, g := range gs {
+		b = max(b, g.out*g.in)
+	}
+	N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
+	a = N * int64(m.C)
+	n += 2 * (a + b)
+	if m.flash(s) {
 		n += 4 * int64(cuda.FlashDeltaFloats(s.MicroBatch, m.NH/s.MP, m.SeqLen))
 	}
-	var a, b int64
-	for _, g := range rankGEMMs(m, s, st) {
-		a = max(a, g.n*max(g.in, g.out))
-		b = max(b, g.out*g.in, g.n*g.in)
+	if w := m.blockWidths(s.MP); !m.llama() {
+		n += 2 * max(w.qkv, w.fc)
 	}
-	n += 2 * (a + b)
-	if m.Dtype == "bf16" {
-		// bfloat16 activations (kernels/cuda activations.go): the float32
-		// product of a GEMM with a bias whose output is activations (qkv,
-		// fc), before BiasStore rounds it once; attention's dq summed in
-		// float32 beside a bfloat16 dqkv (not under context parallelism,
-		// whose ring sums in the engine's own float32 buffers).
-		N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
-		w := m.blockWidths(s.MP)
-		if !m.llama() {
-			n += 4 * N * max(w.qkv, w.fc)
-		}
-		if s.cp() == 1 {
-			n += 4 * N * int64(m.C/s.MP)
-		}
+	if s.cp() == 1 {
+		n += 4 * N * int64(m.C/s.MP)
 	}
 	return n
 }
@@ -582,28 +595,41 @@ func measuredPass(m Model, c Cluster, s Strategy) passTime {
 // the engine's CUDA backend, each kernel priced by the roofline: the
 // larger of its FLOPs at the data sheet's peak and the bytes it moves at
 // the memory bandwidth (Device.MemBW), kernels one after another on one
-// stream. The dtypes are the engine's today (kernels/cuda/backend.go):
+// stream. The dtypes are the engine's (kernels/activations.go,
+// kernels/cuda/backend.go): under bf16 the activations and their
+// gradients are bfloat16 (ab, 2 bytes), but for the row-parallel GEMMs'
+// output (proj) and its gradient backward and the column-parallel GEMMs'
+// input gradient (dln), which stay float32; under fp16 and fp32 every
+// activation is float32.
 //
 //   - GEMMs (rankGEMMs; forward, and backward the input's gradient and
-//     the weight's, accumulated): with a 16-bit dtype, each operand is
-//     first rounded into a scratch buffer by a cast kernel (reads 4 bytes
-//     an element, writes 2), the GEMM reads the 16-bit operands at the
-//     tensor-core peak (PeakFLOPS) and writes fp32 (the weight gradient
-//     read and written: β = 1); fp32 GEMMs read fp32 at the CUDA cores'
-//     FP32FLOPS, without casts. Biases are kernels of their own (add:
-//     read and write the output; backward: read its gradient).
+//     the weight's, accumulated) multiply at the tensor cores' peak
+//     (PeakFLOPS) with 16-bit dtypes, reading 2 bytes an operand element:
+//     a bfloat16 activation as it is, any float32 operand (the weights;
+//     under fp16 every operand) first rounded into scratch by a cast
+//     kernel of its own (reads 4 bytes, writes 2). They store their
+//     output at its dtype's size (the weight gradient float32, read and
+//     written: β = 1). fp32 GEMMs read and write 4 bytes at the CUDA
+//     cores' FP32FLOPS, without casts.
+//   - Biases (a GPT-2's): into bfloat16 activations (qkv, fc) in
+//     cuBLASLt's epilogue, free; into float32 (proj, and every GEMM under
+//     fp16 and fp32) a kernel of its own, reading and writing the output;
+//     backward, a kernel reading the output's gradient.
 //   - Attention: the backend's flash-style kernels, causal, 4·B·T²·C/2
 //     FLOPs forward a block (over tp ranks of the heads, and cp of the
 //     rows), 2.5 times that backward: on the tensor cores (PeakFLOPS)
 //     where the backend runs its flash kernels (bf16, head size 64 or
 //     128, no attention dropout, no context parallelism: Model.flash),
 //     else in fp32 on the CUDA cores (FP32FLOPS); their bytes are qkv,
-//     the output, the log-sum-exps and, backward, the gradients.
-//   - Elementwise kernels, bytes at the bandwidth, fp32 (each argument
-//     read or written once): the norms (read the input, write the output;
-//     backward read the gradient and input, accumulate into the input's
-//     gradient), the fused residual add and norm, the residual add,
-//     GELU or SwiGLU, a Llama's rotary embedding on q and k, dropout
+//     the output (ab each), the log-sum-exps (4) and, backward, the
+//     gradients.
+//   - Elementwise kernels, by their bytes, each argument read or written
+//     once at the activations' size (ab; the float32 branch output that
+//     the residual adds read is counted at ab too, an underestimate of 2
+//     bytes an element under bf16): the norms (read the input, write the
+//     output; backward read the gradient and input, accumulate into the
+//     input's gradient), the fused residual add and norm, the residual
+//     add, GELU or SwiGLU, a Llama's rotary embedding on q and k, dropout
 //     where the model has it.
 //   - The classifier: the fused softmax cross-entropy reads the logits
 //     and writes their gradient in place (the vocabulary-parallel one
@@ -618,74 +644,103 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	if s.SP {
 		Nr = N / tp
 	}
-	peak, e, cast := d.PeakFLOPS, 2.0, 6.0 // 16-bit operands, each cast from fp32 first
-	if !m.sixteenBit() {
-		peak, e, cast = d.FP32FLOPS, 4, 0
+	sixteen, bf16 := m.sixteenBit(), m.Dtype == "bf16"
+	peak, e := d.PeakFLOPS, 2.0 // the bytes a GEMM reads of an operand element
+	if !sixteen {
+		peak, e = d.FP32FLOPS, 4
+	}
+	ab := 4.0 // the bytes of an activation
+	if bf16 {
+		ab = 2
+	}
+	// cast is the bytes of rounding x float32 elements to 16 bits; half
+	// says that they are bfloat16 activations already.
+	cast := func(x float64, half bool) float64 {
+		if !sixteen || half {
+			return 0
+		}
+		return 6 * x
+	}
+	// out is the bytes of storing x outputs: 2 into bfloat16 activations.
+	out := func(x float64, half bool) float64 {
+		if half {
+			return 2 * x
+		}
+		return 4 * x
 	}
 	roof := func(flops, bytes, rate float64) float64 { return math.Max(flops/rate, bytes/bw) }
-	pair := func(g gemm) (fwd, bwd float64) {
-		n, in, out := float64(g.n), float64(g.in), float64(g.out)
-		f := 2 * n * in * out
-		fwd = roof(f, e*(n*in+out*in)+4*n*out, peak) + cast*(n*in+out*in)/bw
-		bwd = roof(f, e*(n*out+out*in)+4*n*in, peak) + cast*(n*out+out*in)/bw + // input gradient
-			roof(f, e*(n*out+n*in)+8*out*in, peak) + cast*(n*out+n*in)/bw // weight gradient, accumulated
+	// pair prices a GEMM forward and backward. col: column-parallel (qkv,
+	// fc) or the logits, whose input, output and output gradient are
+	// activations and input gradient float32; else row-parallel (proj),
+	// whose input and input gradient are activations and output and
+	// output gradient float32.
+	pair := func(g gemm, col bool) (fwd, bwd float64) {
+		n, in, o := float64(g.n), float64(g.in), float64(g.out)
+		f := 2 * n * in * o
+		inH, outH := bf16, bf16 && col // the input; the output and its gradient
+		dinH := bf16 && !col           // the input's gradient
+		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH), peak) + (cast(n*in, inH)+cast(o*in, false))/bw
+		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, outH)+cast(o*in, false))/bw + // input gradient
+			roof(f, e*(n*o+n*in)+8*o*in, peak) + (cast(n*o, outH)+cast(n*in, inH))/bw // weight gradient, accumulated
 		if g.bias {
-			fwd += 8 * n * out / bw
-			bwd += 4 * n * out / bw
+			if !outH { // else cuBLASLt's epilogue
+				fwd += 8 * n * o / bw
+			}
+			bwd += out(n*o, outH) / bw // the bias gradient reads the output's
 		}
 		return fwd, bwd
 	}
 	var p passTime
 	gs := rankGEMMs(m, s, s.PP-1)
-	for _, g := range gs[:4] {
-		f, b := pair(g)
+	for i, g := range gs[:4] {
+		f, b := pair(g, i%2 == 0) // qkv and fc column-parallel, the projections row-parallel
 		p.layerFwd += f
 		p.layerBwd += b
 	}
-	p.headFwd, p.headBwd = pair(gs[4])
+	p.headFwd, p.headBwd = pair(gs[4], true)
 
-	// Elementwise kernels of a block, in bytes.
+	// Elementwise kernels of a block, in elements read or written.
 	w := m.blockWidths(s.MP)
 	F := float64(w.act) // the MLP's activation width on this rank
-	norm, normBwd := 8*Nr*C, 16*Nr*C
-	fwd := norm + 16*Nr*C + 12*Nr*C // the first norm; the residual add fused with the second (two in, two out); the last residual add
+	norm, normBwd := 2*Nr*C, 4*Nr*C
+	fwd := norm + 4*Nr*C + 3*Nr*C // the first norm; the residual add fused with the second (two in, two out); the last residual add
 	bwd := 2 * normBwd
 	if m.llama() {
-		rope := 8 * N * (C/tp + float64(m.kvWidthTP(s.MP))) // q and k, read and written
-		fwd += 12*N*F + rope                                // SwiGLU: gate and up in, the product out
-		bwd += 20*N*F + rope
+		rope := 2 * N * (C/tp + float64(m.kvWidthTP(s.MP))) // q and k, read and written
+		fwd += 3*N*F + rope                                // SwiGLU: gate and up in, the product out
+		bwd += 5*N*F + rope
 	} else {
-		fwd += 8 * N * F // GELU
-		bwd += 16 * N * F
+		fwd += 2 * N * F // GELU
+		bwd += 4 * N * F
 	}
 	if m.Dropout {
-		fwd += 2 * 8 * Nr * C // the two branches' dropouts
-		bwd += 2 * 8 * Nr * C
+		fwd += 2 * 2 * Nr * C // the two branches' dropouts
+		bwd += 2 * 2 * Nr * C
 	}
-	p.layerFwd += fwd / bw
-	p.layerBwd += bwd / bw
+	p.layerFwd += ab * fwd / bw
+	p.layerBwd += ab * bwd / bw
 
 	// Attention: the flash-style kernels, on the tensor cores where the
 	// backend runs its flash kernels (Model.flash), else in fp32.
 	NH := float64(m.NH)
-	qkv, out, lse := float64(w.qkv), C/tp, NH/tp
+	qkv, ao, lse := float64(w.qkv), C/tp, NH/tp
 	af := 2 * B * T * T * C / (tp * cp) // 4·B·T²·(C/tp)/2, causal, over cp
 	rate := d.FP32FLOPS
 	if m.flash(s) {
 		rate = d.PeakFLOPS
 	}
-	p.attnFwd = roof(af, 4*N*(qkv+out+lse), rate)
-	p.attnBwd = roof(2.5*af, 4*N*(2*qkv+2*out+lse), rate)
+	p.attnFwd = roof(af, N*(ab*(qkv+ao)+4*lse), rate)
+	p.attnBwd = roof(2.5*af, N*(ab*(2*qkv+2*ao)+4*lse), rate)
 
 	// The head: the final norm, and the classifier over the rank's
 	// padded vocabulary.
-	p.headFwd += norm / bw
-	p.headBwd += normBwd / bw
+	p.headFwd += ab * norm / bw
+	p.headBwd += ab * normBwd / bw
 	logits := N * float64(m.Vp) / tp
 	if s.MP > 1 {
-		p.classifier = 16 * logits / bw
+		p.classifier = 4 * ab * logits / bw
 	} else {
-		p.classifier = 8 * logits / bw
+		p.classifier = 2 * ab * logits / bw
 	}
 	return p
 }

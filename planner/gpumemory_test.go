@@ -240,11 +240,12 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 // head instead of the probabilities) and, under bf16, the activations (2
 // bytes each, not 4), and the CUDA backend's own
 // allocations beside them: its cuBLAS workspace and Sum's partials, and
-// with 16-bit GEMMs the two operand buffers as large as the largest
-// operands — for GPT-2 124M at B16 T1024 the logits' gradient (N × Vp)
-// and the input of the MLP's projection (N × F) — and, with bfloat16
-// activations, the float32 product of the MLP's first GEMM (N × F) before
-// its bias is added and attention's dq (N × C); none of them in fp32.
+// with 16-bit GEMMs the two buffers its float32 operands are rounded
+// into, as large as the largest — under bf16, whose activations are read
+// as they are, for GPT-2 124M at B16 T1024 the row-parallel GEMMs' output
+// gradient (N × C) and the largest weight (wte, Vp × C) — and, with
+// bfloat16 activations, the MLP's bias rounded for cuBLASLt's epilogue
+// (F) and attention's dq (N × C); none of them in fp32.
 func TestGPUMemoryIsTheEngines(t *testing.T) {
 	m := ModelOf(mustLoad(t, "gpt2-124m", "Engine.mix_precision.dtype=bf16"))
 	s := Strategy{MicroBatch: 16}.normalize()
@@ -264,8 +265,11 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
 			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)
 	}
-	casts := 2 * (N*int64(m.Vp) + N*int64(m.F))
-	halves := 4*N*int64(m.F) + 4*N*int64(m.C) // the MLP's float32 product before its bias, attention's dq
+	casts := 2 * (N*int64(m.C) + Vp*C) // the row-parallel GEMMs' float32 output gradient, the largest weight (wte)
+	halves := 2*int64(m.F) + 4*N*int64(m.C) // the MLP's bias rounded for cuBLASLt's epilogue, attention's dq
+	if m.flash(s) {
+		halves += 4 * int64(cuda.FlashDeltaFloats(16, m.NH, 1024))
+	}
 	if want := h100.Device.ReservedBytes + cuda.WorkspaceBytes + cuda.SumScratch + casts + halves; gpu.Other != want {
 		t.Errorf("other: %d bytes, want the reserve, the workspaces, %d of cast buffers and %d of bfloat16 activations' scratch, %d", gpu.Other, casts, halves, want)
 	}

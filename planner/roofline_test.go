@@ -14,9 +14,10 @@ import (
 // and compute-bound at the CUDA cores' fp32 rate with attention dropout
 // on; the classifier
 // is bandwidth-bound, the logits read and their gradient written once
-// (8 bytes a logit); a block's GEMMs take at least their FLOPs at the
-// tensor-core peak and more than that (their casts and the elementwise
-// kernels move bytes too). On an H200 (the same peaks, 4.8 TB/s against
+// (4 bytes a bfloat16 logit); a block's GEMMs take at least their FLOPs
+// at the tensor-core peak and more than that (their weights' casts and
+// the elementwise kernels move bytes too), and less than under fp16,
+// whose float32 activations are cast before each GEMM. On an H200 (the same peaks, 4.8 TB/s against
 // 3.35) the step is faster and the attention the same; in fp32 the
 // GEMMs run at the CUDA cores' rate and the step is slower.
 func TestRoofline(t *testing.T) {
@@ -32,7 +33,7 @@ func TestRoofline(t *testing.T) {
 	// log-sum-exps (and backward their gradients) at the bandwidth bound
 	// it.
 	af, NH := 2*B*T*T*C, float64(m.NH)
-	fwd, bwd := math.Max(af/d.PeakFLOPS, 4*N*(4*C+NH)/d.MemBW), math.Max(2.5*af/d.PeakFLOPS, 4*N*(8*C+NH)/d.MemBW)
+	fwd, bwd := math.Max(af/d.PeakFLOPS, N*(2*4*C+4*NH)/d.MemBW), math.Max(2.5*af/d.PeakFLOPS, N*(2*8*C+4*NH)/d.MemBW)
 	if !near(p.attnFwd, fwd) || !near(p.attnBwd, bwd) {
 		t.Errorf("attention: %.3g s forward, %.3g s backward; want %.3g and %.3g (bf16 peak, or bytes)", p.attnFwd, p.attnBwd, fwd, bwd)
 	}
@@ -41,12 +42,20 @@ func TestRoofline(t *testing.T) {
 	if q := rooflinePass(dropped, h100, s); !near(q.attnFwd, af/d.FP32FLOPS) || !near(q.attnBwd, 2.5*af/d.FP32FLOPS) {
 		t.Errorf("attention with dropout: %.3g s forward, %.3g s backward; want %.3g and %.3g (fp32 peak)", q.attnFwd, q.attnBwd, af/d.FP32FLOPS, 2.5*af/d.FP32FLOPS)
 	}
-	if want := 8 * N * float64(m.Vp) / d.MemBW; !near(p.classifier, want) {
-		t.Errorf("classifier: %.3g s, want %.3g (8 bytes a logit at the bandwidth)", p.classifier, want)
+	if want := 4 * N * float64(m.Vp) / d.MemBW; !near(p.classifier, want) {
+		t.Errorf("classifier: %.3g s, want %.3g (4 bytes a bfloat16 logit at the bandwidth)", p.classifier, want)
 	}
 	gemm := 2 * N * float64(m.layerMatmulTP(1)) / d.PeakFLOPS
 	if p.layerFwd <= gemm || p.layerBwd <= 2*gemm {
 		t.Errorf("a block: %.3g s forward, %.3g s backward; its GEMMs alone take %.3g and %.3g at the peak", p.layerFwd, p.layerBwd, gemm, 2*gemm)
+	}
+	// fp16 multiplies at the same peak, but its activations are float32,
+	// cast before each GEMM: more bytes.
+	fp16 := m
+	fp16.Dtype = "fp16"
+	if q := rooflinePass(fp16, h100, s); q.layerFwd <= p.layerFwd || q.layerBwd <= p.layerBwd || !near(q.classifier, 2*p.classifier) {
+		t.Errorf("fp16: a block %.3g s forward, %.3g s backward, the classifier %.3g s; bf16 %.3g, %.3g, %.3g: want more, and the classifier twice",
+			q.layerFwd, q.layerBwd, q.classifier, p.layerFwd, p.layerBwd, p.classifier)
 	}
 	e := Estimate(m, h100, s)
 	h200 := Estimate(m, Cluster{Nodes: 1, DevicesPerNode: 1, Device: device(t, "H200-141G")}, s)

@@ -15,6 +15,7 @@ import (
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/kernels/cuda/emu"
+	"github.com/gptui/gptui/planner"
 	"github.com/gptui/gptui/presets"
 )
 
@@ -148,6 +149,9 @@ func TestBF16OnStandin(t *testing.T) {
 	// The device memory a trainer allocates, in each precision, and
 	// whether the GEMMs into activations added their bias in cuBLASLt's
 	// epilogue (nil) or not (why).
+	// The backend's workspace after the run is the planner's account of
+	// it (cudaWorkspace: the Other of its memory, less the runtime's
+	// reserve), to the byte.
 	used := func(prec cuda.Precision, dtype string) (int64, []float32, error) {
 		g, err := cuda.New(cuda.Options{Precision: prec})
 		if err != nil {
@@ -155,7 +159,8 @@ func TestBF16OnStandin(t *testing.T) {
 		}
 		defer g.Close()
 		free0, _, _ := g.Device().MemInfo()
-		tr, err := engine.NewTrainer(cfg(dtype), g, opts)
+		c := cfg(dtype)
+		tr, err := engine.NewTrainer(c, g, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,6 +168,20 @@ func TestBF16OnStandin(t *testing.T) {
 		res, err := tr.Run(context.Background())
 		if err != nil {
 			t.Fatal(err)
+		}
+		dev, err := planner.LookupDevice("H100-80G")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := planner.Estimate(planner.ModelOf(c), planner.Cluster{Nodes: 1, DevicesPerNode: 1, Device: dev}, planner.StrategyOf(c))
+		want, got := p.Mem.Other-dev.ReservedBytes, g.WorkspaceBytes()
+		switch {
+		case g.BiasEpilogue() != nil:
+			// The planner's account is the epilogue's: without it, the
+			// float32 product of qkv and fc comes on top.
+			t.Logf("%s without the bias epilogue: the backend's workspace is %d bytes, the planner's account (with it) %d", dtype, got, want)
+		case got != want:
+			t.Errorf("%s: the backend's workspace is %d bytes, the planner's account %d", dtype, got, want)
 		}
 		return free0 - free1, res.Losses, g.BiasEpilogue()
 	}
