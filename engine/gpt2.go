@@ -174,8 +174,9 @@ type activations struct {
 // scratch is what the passes of every micro-batch share: the buffers of
 // backward, and what is recomputed rather than kept.
 type scratch struct {
-	proj   []float32 // (B,T,C) a branch output before dropout (its first Nr rows: its gradient)
+	proj   []float32 // (B,T,C) a branch output before dropout
 	dresid []float32 // (Nr,C) gradient of the residual stream
+	dy     []float32 // (Nr,C) a branch output's gradient, dresid through its dropout's backward (nil without hidden dropout: dresid is it)
 	dln    []float32 // (B,T,C) a region's input gradient
 	dqkv   []float32 // (B,T,3Cl)
 	datty  []float32 // (B,T,Cl)
@@ -225,12 +226,16 @@ func (m *Model) newScratch(B, T int) *scratch {
 		return x
 	}
 	// The activations' gradients are activations (bf16 under bf16), but
-	// for proj and dln, which tensor parallelism sums across ranks: a
-	// row-parallel GEMM's output and a column-parallel one's input
-	// gradient stay float32 until the kernel after the sum stores them.
+	// for dln, which tensor parallelism sums across ranks: a
+	// column-parallel GEMM's input gradient stays float32 until the
+	// kernel after the sum stores it, as a row-parallel GEMM's output
+	// (proj) does.
 	sc := &scratch{
 		proj: f(N * C), dresid: h(Nr * C), dln: f(N * C), dqkv: h(N * w.qkv), datty: h(N * w.att),
 		dfch: h(N * w.fc), dfchG: h(N * w.act),
+	}
+	if c.HiddenDropout > 0 {
+		sc.dy = h(Nr * C)
 	}
 	if d.kvCopies > 1 {
 		sc.dqkvw = f(w.qkv * C)
@@ -643,10 +648,10 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
 	dropAttn := m.attnDropout(ad, ps.DropoutKey, l)
 	ng := m.normGrads(bg.ln1w, bg.ln1b, bg.ln2w, bg.ln2b)
-	dy := sc.proj[:Nr*C]
+	dy := m.branchGrad(hd) // each branch's output gradient, dresid through its dropout
 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	m.dropoutBackward(dy, hd, ps.DropoutKey, l, siteMLPOut, off)
 	dyAll := m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, dyAll, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
@@ -655,7 +660,7 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	be.LayerNormBackward(sc.dresid, ng[2], ng[3], dx, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, Nr, C)
 
 	// res2 = x + drop(attproj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	m.dropoutBackward(dy, hd, ps.DropoutKey, l, siteAttnOut, off)
 	dyAll = m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.datty, bg.attprojw, bg.attprojb, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {
@@ -666,6 +671,26 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	dx = m.par.enterTPBackward(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, ng[0], ng[1], dx, a.resid[li], bp.ln1w, la.ln1Mean, la.ln1Rstd, Nr, C)
 	m.addNormGrads(ps, ng, [][]float32{bg.ln1w, bg.ln1b, bg.ln2w, bg.ln2b})
+}
+
+// branchGrad is the buffer a block's branches' output gradient is in
+// backward, at hidden dropout hd: sc.dy, which dropoutBackward fills from
+// the residual stream's gradient; without dropout that gradient itself,
+// read where it is.
+func (m *Model) branchGrad(hd float32) []float32 {
+	if hd > 0 {
+		return m.scratch.dy
+	}
+	return m.scratch.dresid
+}
+
+// dropoutBackward fills dy (branchGrad) with the gradient through the
+// dropout of a branch's output at site of layer l: nothing to do without
+// dropout.
+func (m *Model) dropoutBackward(dy []float32, hd float32, key DropoutKey, l, site int, off uint64) {
+	if hd > 0 {
+		m.be.DropoutBackward(dy, m.scratch.dresid, m.dropout(hd, key, l, site), off)
+	}
 }
 
 // blockViews returns the views of local block li's parameters and

@@ -236,10 +236,10 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 	attOff := uint64(ps.Sample) * uint64(c.NH*T*T)
 	dropAttn := m.attnDropout(ad, ps.DropoutKey, l)
 	ng := m.normGrads(bg.ln1w, bg.ln2w)
-	dy := sc.proj[:Nr*C]
+	dy := m.branchGrad(hd) // each branch's output gradient, dresid through its dropout
 
 	// out = res2 + drop(down(...)): dres2 = dout (the same buffer, dresid).
-	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
+	m.dropoutBackward(dy, hd, ps.DropoutKey, l, siteMLPOut, off)
 	dyAll := m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.dfchG, bg.fcprojw, nil, dyAll, la.fchGelu, bp.fcprojw, N, Fl, C)
 	be.SwiGLUBackward(sc.dfch, la.fch, sc.dfchG, N, Fl)
@@ -248,7 +248,7 @@ func (m *Model) llamaBlockBackward(a *activations, li int, ps *pass, hd, ad floa
 	be.RMSNormBackward(sc.dresid, ng[1], dx, la.res2, bp.ln2w, la.ln2Rstd, Nr, C)
 
 	// res2 = x + drop(o_proj(...)): dx = dres2 (still dresid).
-	be.DropoutBackward(dy, sc.dresid, m.dropout(hd, ps.DropoutKey, l, siteAttnOut), off)
+	m.dropoutBackward(dy, hd, ps.DropoutKey, l, siteAttnOut, off)
 	dyAll = m.par.exitTPBackward(ps, dy)
 	be.MatmulBackward(sc.datty, bg.attprojw, nil, dyAll, la.atty, bp.attprojw, N, Cl, C)
 	if m.recompute == RecomputeOnlyAttn {

@@ -36,10 +36,10 @@ type sequenceParallel struct {
 // of a micro-batch of N rows of width C have used them, a rank holding nr
 // of the rows between the regions: in and dout all N rows, out and din
 // the rank's nr (the account of them: Trainer.memory). in gathers
-// activations (the norms' outputs), and is activations
-// (kernels.Activations, ab bytes each); dout gathers the branches' output
-// gradients, and out and din hold sums, float32s.
-func spBufferBytes(N, nr, C, ab int) int64 { return int64(ab*N*C + 4*(N*C+2*nr*C)) }
+// activations (the norms' outputs) and dout the branches' output
+// gradients, activations too (kernels.Activations, ab bytes each); out
+// and din hold sums, float32s.
+func spBufferBytes(N, nr, C, ab int) int64 { return int64(2*ab*N*C + 4*2*nr*C) }
 
 // rows are rank r's N/MP rows of N, from row r·N/MP.
 func (sp *sequenceParallel) rows(N int) (first, n int) {
@@ -74,7 +74,7 @@ func (sp *sequenceParallel) exitTP(ps *pass, y []float32) []float32 {
 // exitTPBackward gathers the output gradient's rows: all N of them, as
 // the row-parallel GEMM's backward reads them.
 func (sp *sequenceParallel) exitTPBackward(ps *pass, dy []float32) []float32 {
-	all := sp.buf(&sp.dout, len(dy)*sp.size)
+	all := sp.actBuf(&sp.dout, len(dy)*sp.size)
 	sp.allGather(ps, dy, all)
 	return all
 }
@@ -93,16 +93,12 @@ func (sp *sequenceParallel) embedForward(ps *pass, out []float32, inputs []int32
 	sp.be.Copy(out, mine) // the sum rounded once, as tensorParallel's
 }
 
-// embedBackward gathers dout's rows (N/MP a rank) and accumulates the
-// gradients of the rank's rows of wte and, on every rank alike, of wpe.
-//
-// dout is the residual stream's gradient, activations; the gather is of
-// float32s, as every other exitTPBackward's (a branch's output gradient),
-// so dout goes through out first, free between the regions.
+// embedBackward gathers dout's rows (N/MP a rank), the residual
+// stream's gradient, activations as every exitTPBackward's, and
+// accumulates the gradients of the rank's rows of wte and, on every rank
+// alike, of wpe.
 func (sp *sequenceParallel) embedBackward(ps *pass, dwte, dwpe, dout []float32, inputs []int32, B, T, C int) {
-	dy := sp.buf(&sp.out, len(dout))
-	sp.be.Copy(dy, dout)
-	sp.be.EncoderShardBackward(dwte, sp.vlo, dwpe, sp.exitTPBackward(ps, dy), inputs, B, T, C)
+	sp.be.EncoderShardBackward(dwte, sp.vlo, dwpe, sp.exitTPBackward(ps, dout), inputs, B, T, C)
 }
 
 // reduceScatter sums in (N rows) over the group and leaves this rank's

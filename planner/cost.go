@@ -255,9 +255,7 @@ func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 //     elements; B the weight (forward, input gradient) or the input
 //     (weight gradient), max(out·in, n·in);
 //   - bf16, whose activations are bfloat16 and read as they are: B the
-//     weights only, out·in; A the row-parallel GEMMs' output gradient
-//     backward (n·C), which is float32 (the engine's scratch proj, or
-//     under sequence parallelism its gathered rows). Besides, the bias of a GEMM into activations
+//     weights only, out·in, and no A. Besides, the bias of a GEMM into activations
 //     rounded for cuBLASLt's bias epilogue (qkv and fc, a GPT-2's: its
 //     width), attention's dq summed in float32 beside a bfloat16 dqkv
 //     (n·C/mp; not under context parallelism, whose ring sums in the
@@ -284,8 +282,7 @@ func cudaWorkspace(m Model, s Strategy, st int) int64 {
 		b = max(b, g.out*g.in)
 	}
 	N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
-	a = N * int64(m.C)
-	n += 2 * (a + b)
+	n += 2 * b
 	if m.flash(s) {
 		n += 4 * int64(cuda.FlashDeltaFloats(s.MicroBatch, m.NH/s.MP, m.SeqLen))
 	}
@@ -512,6 +509,9 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	// act: activations (actBytes each); n: float32s.
 	act := Nr*C + N*(w.qkv+C/t+w.fc+w.act) // dresid; dqkv, datty, dfch, dfchG
 	n := 2 * N * C                         // proj, dln
+	if m.HiddenDropout {
+		act += Nr * C // dy
+	}
 	if m.kvCopies(s.MP) > 1 {
 		n += w.qkv * C // dqkvw
 	}
@@ -526,8 +526,8 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 		n += attentionFloats(m, s, lse)
 	}
 	if s.SP {
-		act += N * C      // gathered norm outputs
-		n += N*C + 2*Nr*C // gathered output gradients; a rank's rows of two sums
+		act += 2 * N * C // gathered norm outputs and output gradients
+		n += 2 * Nr * C  // a rank's rows of two sums
 	}
 	if s.MP > 1 && st == 0 {
 		n += N * C // the embedding's sum
@@ -598,9 +598,8 @@ func measuredPass(m Model, c Cluster, s Strategy) passTime {
 // stream. The dtypes are the engine's (kernels/activations.go,
 // kernels/cuda/backend.go): under bf16 the activations and their
 // gradients are bfloat16 (ab, 2 bytes), but for the row-parallel GEMMs'
-// output (proj) and its gradient backward and the column-parallel GEMMs'
-// input gradient (dln), which stay float32; under fp16 and fp32 every
-// activation is float32.
+// output (proj) and the column-parallel GEMMs' input gradient (dln),
+// which stay float32; under fp16 and fp32 every activation is float32.
 //
 //   - GEMMs (rankGEMMs; forward, and backward the input's gradient and
 //     the weight's, accumulated) multiply at the tensor cores' peak
@@ -672,21 +671,20 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	// pair prices a GEMM forward and backward. col: column-parallel (qkv,
 	// fc) or the logits, whose input, output and output gradient are
 	// activations and input gradient float32; else row-parallel (proj),
-	// whose input and input gradient are activations and output and
-	// output gradient float32.
+	// whose input and both gradients are activations and output float32.
 	pair := func(g gemm, col bool) (fwd, bwd float64) {
 		n, in, o := float64(g.n), float64(g.in), float64(g.out)
 		f := 2 * n * in * o
-		inH, outH := bf16, bf16 && col // the input; the output and its gradient
-		dinH := bf16 && !col           // the input's gradient
+		inH, outH, doutH := bf16, bf16 && col, bf16 // the input; the output; its gradient
+		dinH := bf16 && !col                        // the input's gradient
 		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH), peak) + (cast(n*in, inH)+cast(o*in, false))/bw
-		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, outH)+cast(o*in, false))/bw + // input gradient
-			roof(f, e*(n*o+n*in)+8*o*in, peak) + (cast(n*o, outH)+cast(n*in, inH))/bw // weight gradient, accumulated
+		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, doutH)+cast(o*in, false))/bw + // input gradient
+			roof(f, e*(n*o+n*in)+8*o*in, peak) + (cast(n*o, doutH)+cast(n*in, inH))/bw // weight gradient, accumulated
 		if g.bias {
 			if !outH { // else cuBLASLt's epilogue
 				fwd += 8 * n * o / bw
 			}
-			bwd += out(n*o, outH) / bw // the bias gradient reads the output's
+			bwd += out(n*o, doutH) / bw // the bias gradient reads the output's
 		}
 		return fwd, bwd
 	}
@@ -713,7 +711,7 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 		fwd += 2 * N * F // GELU
 		bwd += 4 * N * F
 	}
-	if m.Dropout {
+	if m.HiddenDropout {
 		fwd += 2 * 2 * Nr * C // the two branches' dropouts
 		bwd += 2 * 2 * Nr * C
 	}

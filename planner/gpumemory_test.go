@@ -242,8 +242,8 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 // allocations beside them: its cuBLAS workspace and Sum's partials, and
 // with 16-bit GEMMs the two buffers its float32 operands are rounded
 // into, as large as the largest — under bf16, whose activations are read
-// as they are, for GPT-2 124M at B16 T1024 the row-parallel GEMMs' output
-// gradient (N × C) and the largest weight (wte, Vp × C) — and, with
+// as they are, only the weights: for GPT-2 124M the largest, wte (Vp × C)
+// — and, with
 // bfloat16 activations, the MLP's bias rounded for cuBLASLt's epilogue
 // (F) and attention's dq (N × C); none of them in fp32.
 func TestGPUMemoryIsTheEngines(t *testing.T) {
@@ -265,7 +265,7 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
 			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)
 	}
-	casts := 2 * (N*int64(m.C) + Vp*C) // the row-parallel GEMMs' float32 output gradient, the largest weight (wte)
+	casts := 2 * Vp * C // the largest weight (wte)
 	halves := 2*int64(m.F) + 4*N*int64(m.C) // the MLP's bias rounded for cuBLASLt's epilogue, attention's dq
 	if m.flash(s) {
 		halves += 4 * int64(cuda.FlashDeltaFloats(16, m.NH, 1024))

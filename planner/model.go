@@ -19,15 +19,17 @@ type Model struct {
 	// Dropout is whether the model trains with dropout (hidden or
 	// attention): context parallelism runs without it, and the config
 	// refuses cp_degree > 1 with it. AttnDropout is the attention's alone,
-	// which the GPU's tensor-core attention does not draw (flash).
-	Dropout, AttnDropout bool
+	// which the GPU's tensor-core attention does not draw (flash);
+	// HiddenDropout the residual branches' and the embedding's, whose
+	// backward needs a buffer of its own (the engine's scratch dy).
+	Dropout, AttnDropout, HiddenDropout bool
 }
 
 // ModelOf returns the model and batch of cfg.
 func ModelOf(cfg *presets.Config) Model {
 	return Model{Shape: cfg.Shape(), SeqLen: cfg.Data.Train.Dataset.MaxSeqLen, GlobalBatch: cfg.Global.GlobalBatchSize,
 		Dtype: cfg.Engine.MixPrecision.Dtype, Dropout: cfg.Model.HiddenDropoutProb > 0 || cfg.Model.AttentionProbsDropoutProb > 0,
-		AttnDropout: cfg.Model.AttentionProbsDropoutProb > 0}
+		AttnDropout: cfg.Model.AttentionProbsDropoutProb > 0, HiddenDropout: cfg.Model.HiddenDropoutProb > 0}
 }
 
 // String describes the model in one line.
