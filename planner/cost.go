@@ -705,7 +705,7 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	bwd := 2 * normBwd
 	if m.llama() {
 		rope := 2 * N * (C/tp + float64(m.kvWidthTP(s.MP))) // q and k, read and written
-		fwd += 3*N*F + rope                                // SwiGLU: gate and up in, the product out
+		fwd += 3*N*F + rope                                 // SwiGLU: gate and up in, the product out
 		bwd += 5*N*F + rope
 	} else {
 		fwd += 2 * N * F // GELU

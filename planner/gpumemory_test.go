@@ -265,7 +265,7 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
 			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)
 	}
-	casts := 2 * Vp * C // the largest weight (wte)
+	casts := 2 * Vp * C                     // the largest weight (wte)
 	halves := 2*int64(m.F) + 4*N*int64(m.C) // the MLP's bias rounded for cuBLASLt's epilogue, attention's dq
 	if m.flash(s) {
 		halves += 4 * int64(cuda.FlashDeltaFloats(16, m.NH, 1024))

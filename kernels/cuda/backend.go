@@ -143,12 +143,13 @@ type Backend struct {
 	// epilogue (biasHalf), or where cuBLASLt refused that epilogue
 	// (noBiasEpilogue, its first refusal) the float32 product the bias is
 	// added to before the output is stored (product); attention's dq
-	// summed in float32 for a bfloat16 dqkv (dq); and Sum's partials.
+	// summed in float32 for a bfloat16 dqkv (dq).
 	castA, castB, biasHalf, product, dq scratch
 	noBiasEpilogue                      error
-	sumScratch                Ptr
-	shared                    map[string]int
-	variants                  *Variants // the kernels' variants for the device
+
+	sumScratch Ptr // Sum's partials
+	shared     map[string]int
+	variants   *Variants // the kernels' variants for the device
 
 	flash flashState // the flash-attention kernels chosen (flashattention.go)
 
