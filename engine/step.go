@@ -8,7 +8,9 @@ import (
 )
 
 // One training step, as llm.c's train loop reads: the batch, the forward
-// and backward passes of this rank's micro-batches, the gradients reduced
+// and backward passes of this rank's micro-batches (over which the
+// weights hold still: the backend may keep a 16-bit copy of them for its
+// GEMMs, copyWeights), the gradients reduced
 // across the ranks that share them, the loss and the gradient norm read
 // back once, the update. Each parallel dimension takes part through a
 // hook of its own file, a no-op where the dimension is not in use:
@@ -48,7 +50,10 @@ func (tr *Trainer) trainStep(ctx context.Context, step int, lr float64, b *batch
 	if err != nil {
 		return 0, 0, reader, err
 	}
-	if err := tr.forwardBackward(ctx, step, b); err != nil {
+	drop := tr.copyWeights()
+	err = tr.forwardBackward(ctx, step, b)
+	drop()
+	if err != nil {
 		return 0, 0, reader, err
 	}
 	if err := tr.reduceGrads(ctx, outer); err != nil {
@@ -81,6 +86,19 @@ func (tr *Trainer) beginStep(ctx context.Context) (*pass, error) {
 	}
 	m.ZeroGrad()
 	return outer, nil
+}
+
+// copyWeights has the backend keep a 16-bit copy of the weights for its
+// GEMMs (kernels.CopyWeights) while they hold still — a step's forward and
+// backward passes, an evaluation — and returns the function that ends its
+// use. Under sharding stage 3 the GEMMs read the weights from the gather
+// buffers, which change block by block: no copy.
+func (tr *Trainer) copyWeights() (drop func()) {
+	if tr.Model.stage3 != nil {
+		return func() {}
+	}
+	kernels.CopyWeights(tr.be, tr.Model.Params)
+	return func() { kernels.DropWeights(tr.be) }
 }
 
 // forwardBackward runs the forward and backward passes of this rank's

@@ -601,6 +601,7 @@ func (tr *Trainer) Evaluate(ctx context.Context) (float64, error) {
 	kernels.Upload(tr.be, tr.sums[:1], []float64{0})
 	ps := &pass{ctx: ctx, loss: tr.sums[:1]} // an evaluation: no dropout, no gradient
 	m.stage3.gather(ps, 0)
+	defer tr.copyWeights()()
 	for i := 0; i < n; i++ {
 		tr.eval.Next(inputs, targets)
 		lin, ltg := tr.localRows(inputs), tr.localRows(targets)

@@ -254,8 +254,11 @@ func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 //     output gradient (backward, both products), n·max(in, out)
 //     elements; B the weight (forward, input gradient) or the input
 //     (weight gradient), max(out·in, n·in);
-//   - bf16, whose activations are bfloat16 and read as they are: B the
-//     weights only, out·in, and no A. Besides, the bias of a GEMM into activations
+//   - bf16, whose activations are bfloat16 and read as they are: no A,
+//     and no B either but under sharding stage 3, whose GEMMs read the
+//     weights from gather buffers (B the weights, out·in): elsewhere the
+//     backend rounds the stage's parameters once into a copy of 2 bytes
+//     each (kernels.CopyWeights), which the GEMMs read. Besides, the bias of a GEMM into activations
 //     rounded for cuBLASLt's bias epilogue (qkv and fc, a GPT-2's: its
 //     width), attention's dq summed in float32 beside a bfloat16 dqkv
 //     (n·C/mp; not under context parallelism, whose ring sums in the
@@ -278,11 +281,15 @@ func cudaWorkspace(m Model, s Strategy, st int) int64 {
 		}
 		return n + 2*(a+b)
 	}
-	for _, g := range gs {
-		b = max(b, g.out*g.in)
+	if s.ShardingStage == 3 && s.ShardingDegree > 1 {
+		for _, g := range gs {
+			b = max(b, g.out*g.in)
+		}
+		n += 2 * b
+	} else {
+		n += 2 * stageParams(m, s, st)
 	}
 	N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
-	n += 2 * b
 	if m.flash(s) {
 		n += 4 * int64(cuda.FlashDeltaFloats(s.MicroBatch, m.NH/s.MP, m.SeqLen))
 	}
@@ -604,9 +611,10 @@ func measuredPass(m Model, c Cluster, s Strategy) passTime {
 //   - GEMMs (rankGEMMs; forward, and backward the input's gradient and
 //     the weight's, accumulated) multiply at the tensor cores' peak
 //     (PeakFLOPS) with 16-bit dtypes, reading 2 bytes an operand element:
-//     a bfloat16 activation as it is, any float32 operand (the weights;
-//     under fp16 every operand) first rounded into scratch by a cast
-//     kernel of its own (reads 4 bytes, writes 2). They store their
+//     a bfloat16 activation as it is, a weight under bf16 from the copy
+//     made once a step (but under sharding stage 3), any other float32
+//     operand (under fp16 every operand) first rounded into scratch by a
+//     cast kernel of its own (reads 4 bytes, writes 2). They store their
 //     output at its dtype's size (the weight gradient float32, read and
 //     written: β = 1). fp32 GEMMs read and write 4 bytes at the CUDA
 //     cores' FP32FLOPS, without casts.
@@ -660,6 +668,10 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 		}
 		return 6 * x
 	}
+	// copied says that the GEMMs read the weights from the bfloat16 copy
+	// made once a step (kernels.CopyWeights; its cost: stepTime), not
+	// each cast first: under bf16 but for sharding stage 3.
+	copied := bf16 && !(s.ShardingStage == 3 && s.ShardingDegree > 1)
 	// out is the bytes of storing x outputs: 2 into bfloat16 activations.
 	out := func(x float64, half bool) float64 {
 		if half {
@@ -677,8 +689,8 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 		f := 2 * n * in * o
 		inH, outH, doutH := bf16, bf16 && col, bf16 // the input; the output; its gradient
 		dinH := bf16 && !col                        // the input's gradient
-		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH), peak) + (cast(n*in, inH)+cast(o*in, false))/bw
-		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, doutH)+cast(o*in, false))/bw + // input gradient
+		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH), peak) + (cast(n*in, inH)+cast(o*in, copied))/bw
+		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, doutH)+cast(o*in, copied))/bw + // input gradient
 			roof(f, e*(n*o+n*in)+8*o*in, peak) + (cast(n*o, doutH)+cast(n*in, inH))/bw // weight gradient, accumulated
 		if g.bias {
 			if !outH { // else cuBLASLt's epilogue
@@ -941,5 +953,11 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	// AdamW over the shard, then a read (norm) and a write (zeroing) of
 	// the gradients at about 1/7 of AdamW's 28 bytes per parameter each.
 	t.Optimizer = opt/rate + (normN+zeroN)/(7*rate)
+	if bw := c.Device.MemBW; bw > 0 && m.Dtype == "bf16" && !(s.ShardingStage == 3 && S > 1) {
+		// The weights' bfloat16 copy for the next step's GEMMs
+		// (kernels.CopyWeights): each parameter read, and written in 16
+		// bits.
+		t.Optimizer += 6 * P / bw
+	}
 	return t, sent
 }

@@ -242,8 +242,8 @@ func checkLayout(t *testing.T, preset string, cfg *presets.Config, m Model, c Cl
 // allocations beside them: its cuBLAS workspace and Sum's partials, and
 // with 16-bit GEMMs the two buffers its float32 operands are rounded
 // into, as large as the largest — under bf16, whose activations are read
-// as they are, only the weights: for GPT-2 124M the largest, wte (Vp × C)
-// — and, with
+// as they are, none: the weights are rounded once into a copy of them all,
+// 2 bytes a parameter — and, with
 // bfloat16 activations, the MLP's bias rounded for cuBLASLt's epilogue
 // (F) and attention's dq (N × C); none of them in fp32.
 func TestGPUMemoryIsTheEngines(t *testing.T) {
@@ -265,7 +265,7 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
 			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)
 	}
-	casts := 2 * Vp * C                     // the largest weight (wte)
+	casts := 2 * stageParams(m, s, 0)       // the weights' bfloat16 copy
 	halves := 2*int64(m.F) + 4*N*int64(m.C) // the MLP's bias rounded for cuBLASLt's epilogue, attention's dq
 	if m.flash(s) {
 		halves += 4 * int64(cuda.FlashDeltaFloats(16, m.NH, 1024))
@@ -278,6 +278,6 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 	if got, want := stageMemory(fp32, h100, s, 0).Other, h100.Device.ReservedBytes+cuda.WorkspaceBytes+cuda.SumScratch; got != want {
 		t.Errorf("fp32: other %d bytes, want %d: no cast buffers", got, want)
 	}
-	t.Logf("124M B16 T1024 on an H100: states %.2f GB, activations %.2f GB (the CPU's %.2f GB), other %.2f GB (cast buffers %.2f GB)",
+	t.Logf("124M B16 T1024 on an H100: states %.2f GB, activations %.2f GB (the CPU's %.2f GB), other %.2f GB (the weights' copy %.2f GB)",
 		gbf(gpu.Params+gpu.Grads+gpu.Optimizer), gbf(gpu.Activations), gbf(host.Activations), gbf(gpu.Other), gbf(casts))
 }

@@ -41,9 +41,12 @@ import (
 // sequence parallelism's gathers) at the address Half gives
 // (nccl.Options.Halves); sums across ranks stay float32.
 //
-// Not yet: a bfloat16 copy of the weights kept across the step in place
-// of the cast per GEMM (the casts are some 2% of a 124M step at B16 T1024
-// by the planner's roofline), and GELU in cuBLASLt's epilogue.
+// The weights are float32 (the master weights): the GEMMs read them from
+// the bfloat16 copy CopyWeights makes for a step (kernels/weights.go), or
+// rounded into scratch where there is none (sharding stage 3's gather
+// buffers, generation).
+//
+// Not yet: GELU in cuBLASLt's epilogue.
 
 // halfArena is a reservation that bfloat16 activations are carved from,
 // one after another: the buffer the engine addresses at Base+o (o bytes of

@@ -147,6 +147,11 @@ type Backend struct {
 	castA, castB, biasHalf, product, dq scratch
 	noBiasEpilogue                      error
 
+	// The bfloat16 copy of the weights (CopyWeights), and the addresses of
+	// the float32s it copies while it is in use (0 and 0 when not).
+	weights  scratch
+	wlo, whi uintptr
+
 	sumScratch Ptr // Sum's partials
 	shared     map[string]int
 	variants   *Variants // the kernels' variants for the device
@@ -291,7 +296,7 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.stage.close())
-	for _, p := range []Ptr{b.castA.p, b.castB.p, b.biasHalf.p, b.product.p, b.dq.p, b.sumScratch, b.flash.delta} {
+	for _, p := range []Ptr{b.castA.p, b.castB.p, b.biasHalf.p, b.product.p, b.dq.p, b.weights.p, b.sumScratch, b.flash.delta} {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
 		}
@@ -673,7 +678,8 @@ func (b *Backend) rowMajorEpilogue(p Precision, transA, transB bool, m, n, k int
 
 // operand returns the address of a GEMM input x of n elements in type t:
 // bfloat16 activations as they are (under bf16), float32s as they are for
-// fp32, else rounded to t into the scratch buffer sc.
+// fp32, weights in the copy CopyWeights made while it is in use, else
+// rounded to t into the scratch buffer sc.
 func (b *Backend) operand(sc *scratch, x []float32, n int, t DataType) (Ptr, error) {
 	p, half := b.buf(x).buf()
 	switch {
@@ -683,6 +689,8 @@ func (b *Backend) operand(sc *scratch, x []float32, n int, t DataType) (Ptr, err
 		return 0, fmt.Errorf("cuda: a GEMM in %s of bfloat16 activations", t)
 	case t == F32:
 		return p, nil
+	case t == BF16 && b.whi != 0 && uintptr(p) >= b.wlo && uintptr(p)+4*uintptr(n) <= b.whi:
+		return b.weights.p + Ptr((uintptr(p)-b.wlo)/2), nil
 	}
 	buf, err := b.grow(sc, 2*n)
 	if err != nil {
@@ -834,15 +842,39 @@ func (b *Backend) matmulBiasHalf(out Buf, inp, w, bias []float32, N, IC, OC int)
 	return b.k.BiasStore(b.s, out, prod, b.ptr(bias), N, OC)
 }
 
+// CopyWeights keeps a bfloat16 copy of w, the model's parameters, for
+// the GEMMs under bf16 until DropWeights (kernels.WeightCopier): one cast
+// of them all, in place of a cast of each weight before each GEMM that
+// reads it. In the other precisions it does nothing.
+func (b *Backend) CopyWeights(w []float32) {
+	if b.prec != PrecisionBF16 || len(w) == 0 || !b.ok() {
+		return
+	}
+	p := b.ptr(w)
+	dst, err := b.grow(&b.weights, 2*len(w))
+	if err == nil {
+		err = b.k.CastF32ToBF16(b.s, dst, p, len(w))
+	}
+	if err != nil {
+		b.run("CopyWeights", err)
+		return
+	}
+	b.wlo, b.whi = uintptr(p), uintptr(p)+4*uintptr(len(w))
+}
+
+// DropWeights ends the use of the copy CopyWeights made: the GEMMs round
+// the weights they read again. The copy's memory is kept for the next.
+func (b *Backend) DropWeights() { b.wlo, b.whi = 0, 0 }
+
 // WorkspaceBytes is the device memory the backend holds beside the
 // engine's buffers, as it stands: cuBLAS's and cuBLASLt's workspace
 // (WorkspaceBytes), Sum's partials (SumScratch), the flash attention's
-// backward scratch and the GEMMs' and attention's scratch buffers, which
-// grow as the calls need. The planner's account of a GPU's memory
+// backward scratch, the copy of the weights (CopyWeights) and the GEMMs'
+// and attention's scratch buffers, which grow as the calls need. The planner's account of a GPU's memory
 // (planner's cudaWorkspace) is checked against it.
 func (b *Backend) WorkspaceBytes() int64 {
 	n := int64(WorkspaceBytes+SumScratch) + 4*int64(b.flash.deltaN)
-	for _, sc := range []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq} {
+	for _, sc := range []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq, b.weights} {
 		n += int64(sc.n)
 	}
 	return n
