@@ -119,7 +119,9 @@ func TestLossParityOnStandin(t *testing.T) {
 // half the memory of an fp32 run. Its GEMMs into activations add their
 // bias in cuBLASLt's epilogue; where the stand-in cuBLASLt has no
 // algorithm for it (NoBiasEpilogueEnv), the backend's own bias kernel
-// gives the same losses, bit for bit.
+// gives the same losses, bit for bit. The backend's own device memory
+// after each run (the weights' bfloat16 copy, and no GEMM's cast buffer)
+// is the planner's account of it, to the byte.
 func TestBF16OnStandin(t *testing.T) {
 	useStandin(t)
 	cb, err := cpu.Open(cpu.Options{BF16: true})
@@ -148,10 +150,9 @@ func TestBF16OnStandin(t *testing.T) {
 	}
 	// The device memory a trainer allocates, in each precision, and
 	// whether the GEMMs into activations added their bias in cuBLASLt's
-	// epilogue (nil) or not (why).
-	// The backend's workspace after the run is the planner's account of
-	// it (cudaWorkspace: the Other of its memory, less the runtime's
-	// reserve), to the byte.
+	// epilogue (nil) or not (why); the backend's workspace after the run
+	// is the planner's account of it (cudaWorkspace: the Other of its
+	// memory, less the runtime's reserve), to the byte.
 	used := func(prec cuda.Precision, dtype string) (int64, []float32, error) {
 		g, err := cuda.New(cuda.Options{Precision: prec})
 		if err != nil {
