@@ -296,7 +296,11 @@ func (b *Backend) Close() error {
 		errs = append(errs, b.blas.Close())
 	}
 	errs = append(errs, b.stage.close())
-	for _, p := range []Ptr{b.castA.p, b.castB.p, b.biasHalf.p, b.product.p, b.dq.p, b.weights.p, b.sumScratch, b.flash.delta} {
+	ps := []Ptr{b.sumScratch, b.flash.delta}
+	for _, sc := range b.scratches() {
+		ps = append(ps, sc.p)
+	}
+	for _, p := range ps {
 		if p != 0 {
 			errs = append(errs, b.dev.Free(p))
 		}
@@ -874,10 +878,16 @@ func (b *Backend) DropWeights() { b.wlo, b.whi = 0, 0 }
 // (planner's cudaWorkspace) is checked against it.
 func (b *Backend) WorkspaceBytes() int64 {
 	n := int64(WorkspaceBytes+SumScratch) + 4*int64(b.flash.deltaN)
-	for _, sc := range []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq, b.weights} {
+	for _, sc := range b.scratches() {
 		n += int64(sc.n)
 	}
 	return n
+}
+
+// scratches are the scratch buffers the backend grows (grow), for Close
+// to free and WorkspaceBytes to count.
+func (b *Backend) scratches() []scratch {
+	return []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq, b.weights}
 }
 
 // BiasEpilogue reports whether the GEMMs into bfloat16 activations add
