@@ -281,7 +281,7 @@ func cudaWorkspace(m Model, s Strategy, st int) int64 {
 		}
 		return n + 2*(a+b)
 	}
-	if s.ShardingStage == 3 && s.ShardingDegree > 1 {
+	if !m.weightCopy(s) {
 		for _, g := range gs {
 			b = max(b, g.out*g.in)
 		}
@@ -356,6 +356,14 @@ func (m Model) blockWidths(t int) widths {
 // sixteenBit reports whether the GEMMs multiply in 16 bits (bf16, or fp16
 // where there is no bf16): every dtype but fp32.
 func (m Model) sixteenBit() bool { return m.Dtype != "fp32" && m.Dtype != "float32" }
+
+// weightCopy reports whether the GPU backend's GEMMs read the weights of
+// m under s from the bfloat16 copy made once a step (kernels.CopyWeights,
+// engine Trainer.copyWeights): under bf16, but for sharding stage 3, whose
+// GEMMs read the blocks' gather buffers.
+func (m Model) weightCopy(s Strategy) bool {
+	return m.Dtype == "bf16" && !(s.ShardingStage == 3 && s.ShardingDegree > 1)
+}
 
 // flash reports whether the GPU backend runs the attention of m under s
 // on its tensor-core kernels (kernels/cuda flashattention.go): bf16
@@ -671,7 +679,7 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	// copied says that the GEMMs read the weights from the bfloat16 copy
 	// made once a step (kernels.CopyWeights; its cost: stepTime), not
 	// each cast first: under bf16 but for sharding stage 3.
-	copied := bf16 && !(s.ShardingStage == 3 && s.ShardingDegree > 1)
+	copied := m.weightCopy(s)
 	// out is the bytes of storing x outputs: 2 into bfloat16 activations.
 	out := func(x float64, half bool) float64 {
 		if half {
@@ -953,7 +961,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	// AdamW over the shard, then a read (norm) and a write (zeroing) of
 	// the gradients at about 1/7 of AdamW's 28 bytes per parameter each.
 	t.Optimizer = opt/rate + (normN+zeroN)/(7*rate)
-	if bw := c.Device.MemBW; bw > 0 && m.Dtype == "bf16" && !(s.ShardingStage == 3 && S > 1) {
+	if bw := c.Device.MemBW; bw > 0 && m.weightCopy(s) {
 		// The weights' bfloat16 copy for the next step's GEMMs
 		// (kernels.CopyWeights): each parameter read, and written in 16
 		// bits.
