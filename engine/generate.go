@@ -156,8 +156,7 @@ func (m *Model) decodeStep(kv *kvCache, a *decodeActs, pos int) {
 		be.MatmulForward(a.proj, a.atty, layer(p.attprojw, l, C*C), layer(p.attprojb, l, C), B, C, C)
 		be.ResidualForward(a.res2, a.x, a.proj)
 		be.LayerNormForward(a.ln, a.mean, a.rstd, a.res2, layer(p.ln2w, l, C), layer(p.ln2b, l, C), B, C)
-		be.MatmulForward(a.fch, a.ln, layer(p.fcw, l, F*C), layer(p.fcb, l, F), B, C, F)
-		be.GeluForward(a.fchG, a.fch)
+		be.MatmulGeluForward(a.fchG, a.fch, a.ln, layer(p.fcw, l, F*C), layer(p.fcb, l, F), B, C, F)
 		be.MatmulForward(a.proj, a.fchG, layer(p.fcprojw, l, C*F), layer(p.fcprojb, l, C), B, F, C)
 		be.ResidualForward(a.x, a.res2, a.proj)
 	}

@@ -181,7 +181,7 @@ type scratch struct {
 	dqkv   []float32 // (B,T,3Cl)
 	datty  []float32 // (B,T,Cl)
 	dfch   []float32 // (B,T,Fl)
-	dfchG  []float32 // (B,T,Fl)
+	dfchG  []float32 // (B,T,Fl) a Llama's, SwiGLU's output gradient (GPT-2's GELU backward is fcproj's epilogue)
 	dqkvw  []float32 // a Llama's qkvw gradient of one block, when its key/value heads have copies (sumKVCopies)
 	dnorm  []float32 // the norms' weight gradients of one block, under sequence parallelism (normGrads)
 	layer  layerActs // full recompute: the block being rebuilt
@@ -232,7 +232,10 @@ func (m *Model) newScratch(B, T int) *scratch {
 	// (proj) does.
 	sc := &scratch{
 		proj: f(N * C), dresid: h(Nr * C), dln: f(N * C), dqkv: h(N * w.qkv), datty: h(N * w.att),
-		dfch: h(N * w.fc), dfchG: h(N * w.act),
+		dfch: h(N * w.fc),
+	}
+	if c.llama() {
+		sc.dfchG = h(N * w.act)
 	}
 	if c.HiddenDropout > 0 {
 		sc.dy = h(Nr * C)
@@ -621,8 +624,7 @@ func (m *Model) blockForward(a *activations, li int, ps *pass, hd, ad float32) {
 	// kernel (llm.c's fused_residual_forward), after y's dropout.
 	be.ResidualLayerNormForward(la.res2, la.ln2, la.ln2Mean, la.ln2Rstd, a.resid[li], y, bp.ln2w, bp.ln2b, Nr, C)
 	x = m.par.enterTP(ps, la.ln2)
-	be.MatmulForward(la.fch, x, bp.fcw, bp.fcb, N, C, Fl)
-	be.GeluForward(la.fchGelu, la.fch)
+	be.MatmulGeluForward(la.fchGelu, la.fch, x, bp.fcw, bp.fcb, N, C, Fl) // fch = fc(x), fchGelu = gelu(fch)
 	be.MatmulForward(sc.proj, la.fchGelu, bp.fcprojw, m.par.rowBias(bp.fcprojb), N, Fl, C)
 	y = m.par.exitTP(ps, sc.proj)
 	be.DropoutForward(y, y, m.dropout(hd, ps.DropoutKey, l, siteMLPOut), off)
@@ -653,8 +655,7 @@ func (m *Model) blockBackward(a *activations, li int, ps *pass, hd, ad float32) 
 	// out = res2 + drop(fcproj(...)): dres2 = dout (the same buffer, dresid).
 	m.dropoutBackward(dy, hd, ps.DropoutKey, l, siteMLPOut, off)
 	dyAll := m.par.exitTPBackward(ps, dy)
-	be.MatmulBackward(sc.dfchG, bg.fcprojw, bg.fcprojb, dyAll, la.fchGelu, bp.fcprojw, N, Fl, C)
-	be.GeluBackward(sc.dfch, la.fch, la.fchGelu, sc.dfchG)
+	be.MatmulBackwardGelu(sc.dfch, bg.fcprojw, bg.fcprojb, dyAll, la.fchGelu, la.fch, bp.fcprojw, N, Fl, C) // through the GELU
 	be.MatmulBackward(sc.dln, bg.fcw, bg.fcb, sc.dfch, m.par.enterTP(ps, la.ln2), bp.fcw, N, C, Fl)
 	dx := m.par.enterTPBackward(ps, sc.dln)
 	be.LayerNormBackward(sc.dresid, ng[2], ng[3], dx, la.res2, bp.ln2w, la.ln2Mean, la.ln2Rstd, Nr, C)

@@ -78,6 +78,19 @@ type Backend interface {
 	// when nil); it accumulates dw (OC,IC) += doutᵀ·inp and dbias (OC) +=
 	// the column sums of dout (skipped when nil).
 	MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC, OC int)
+	// MatmulGeluForward is GPT-2's fc with its GELU in the GEMM's
+	// epilogue (cuBLASLt's GELU_AUX_BIAS): with v = inp·wᵀ + bias, the
+	// float32 sum, it stores pre = v (N,OC), for the backward pass, and
+	// out = GELU(v) (N,OC), GELU taken of the sum before pre is stored
+	// (under bfloat16 activations both are rounded once, from v).
+	MatmulGeluForward(out, pre, inp, w, bias []float32, N, IC, OC int)
+	// MatmulBackwardGelu is MatmulBackward of the GEMM after a GELU whose
+	// input was pre (N,IC), with GELU's backward in the input gradient's
+	// epilogue (cuBLASLt's DGELU): dinp = (dout·w) ∘ GELU'(pre), the
+	// product in float32 and the derivative of pre alone, rounded once;
+	// dw and dbias as MatmulBackward's (inp, GELU's output, is what the
+	// GEMM read).
+	MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float32, N, IC, OC int)
 
 	// AttentionForward is causal multi-head attention over qkv (B,T,3C),
 	// queries, keys and values side by side: out (B,T,C), with att the

@@ -495,7 +495,8 @@ func attentionFloats(m Model, s Strategy, lse bool) int64 {
 //   - the model's scratch (engine/gpt2.go newScratch): a branch output
 //     and a region's input gradient (N rows of C), the residual stream's
 //     gradient (Nr rows), the gradients of qkv, of the attention output
-//     and of the MLP's two tensors (N rows, split); a Llama's qkv weight
+//     and of fc's output (N rows, split), and a Llama's of SwiGLU's
+//     output (GPT-2's GELU backward is fcproj's epilogue); a Llama's qkv weight
 //     gradient of one block where its key/value heads are replicated;
 //     under sequence parallelism the norms' weight gradients (4·C); under
 //     recompute `full` the block being rebuilt (blockFloats), under either
@@ -522,8 +523,11 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
 	// act: activations (actBytes each); n: float32s.
-	act := Nr*C + N*(w.qkv+C/t+w.fc+w.act) // dresid; dqkv, datty, dfch, dfchG
-	n := 2 * N * C                         // proj, dln
+	act := Nr*C + N*(w.qkv+C/t+w.fc) // dresid; dqkv, datty, dfch
+	if m.llama() {
+		act += N * w.act // dfchG, SwiGLU's output gradient (GPT-2's GELU backward is a GEMM's epilogue)
+	}
+	n := 2 * N * C // proj, dln
 	if m.HiddenDropout {
 		act += Nr * C // dy
 	}
@@ -630,6 +634,12 @@ func measuredPass(m Model, c Cluster, s Strategy) passTime {
 //     cuBLASLt's epilogue, free; into float32 (proj, and every GEMM under
 //     fp16 and fp32) a kernel of its own, reading and writing the output;
 //     backward, a kernel reading the output's gradient.
+//   - A GPT-2's GELU under bf16: in fc's epilogue (cuBLASLt's
+//     GELU_AUX_BIAS), which stores GELU's input beside its output, and
+//     backward in the epilogue of fcproj's input gradient (DGELU), which
+//     reads that input: no kernel of its own. Under fp16 and fp32 a
+//     kernel forward (read, write) and backward in place over the input
+//     gradient (read it and GELU's input, write).
 //   - Attention: the backend's flash-style kernels, causal, 4·B·T²·C/2
 //     FLOPs forward a block (over tp ranks of the heads, and cp of the
 //     rows), 2.5 times that backward: on the tensor cores (PeakFLOPS)
@@ -692,13 +702,16 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	// fc) or the logits, whose input, output and output gradient are
 	// activations and input gradient float32; else row-parallel (proj),
 	// whose input and both gradients are activations and output float32.
-	pair := func(g gemm, col bool) (fwd, bwd float64) {
+	// auxFwd and auxBwd are the bytes of an epilogue's auxiliary matrix
+	// (GELU's input) that the forward GEMM writes and the input
+	// gradient's reads.
+	pair := func(g gemm, col bool, auxFwd, auxBwd float64) (fwd, bwd float64) {
 		n, in, o := float64(g.n), float64(g.in), float64(g.out)
 		f := 2 * n * in * o
 		inH, outH, doutH := bf16, bf16 && col, bf16 // the input; the output; its gradient
 		dinH := bf16 && !col                        // the input's gradient
-		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH), peak) + (cast(n*in, inH)+cast(o*in, copied))/bw
-		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH), peak) + (cast(n*o, doutH)+cast(o*in, copied))/bw + // input gradient
+		fwd = roof(f, e*(n*in+o*in)+out(n*o, outH)+auxFwd, peak) + (cast(n*in, inH)+cast(o*in, copied))/bw
+		bwd = roof(f, e*(n*o+o*in)+out(n*in, dinH)+auxBwd, peak) + (cast(n*o, doutH)+cast(o*in, copied))/bw + // input gradient
 			roof(f, e*(n*o+n*in)+8*o*in, peak) + (cast(n*o, doutH)+cast(n*in, inH))/bw // weight gradient, accumulated
 		if g.bias {
 			if !outH { // else cuBLASLt's epilogue
@@ -710,12 +723,20 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 	}
 	var p passTime
 	gs := rankGEMMs(m, s, s.PP-1)
+	geluEpilogue := bf16 && !m.llama() // GELU in fc's and fcproj's epilogues
 	for i, g := range gs[:4] {
-		f, b := pair(g, i%2 == 0) // qkv and fc column-parallel, the projections row-parallel
+		var auxFwd, auxBwd float64
+		switch {
+		case geluEpilogue && i == 2: // fc stores GELU's input
+			auxFwd = 2 * float64(g.n*g.out)
+		case geluEpilogue && i == 3: // fcproj's input gradient reads it
+			auxBwd = 2 * float64(g.n*g.in)
+		}
+		f, b := pair(g, i%2 == 0, auxFwd, auxBwd) // qkv and fc column-parallel, the projections row-parallel
 		p.layerFwd += f
 		p.layerBwd += b
 	}
-	p.headFwd, p.headBwd = pair(gs[4], true)
+	p.headFwd, p.headBwd = pair(gs[4], true, 0, 0)
 
 	// Elementwise kernels of a block, in elements read or written.
 	w := m.blockWidths(s.MP)
@@ -727,9 +748,9 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 		rope := 2 * N * (C/tp + float64(m.kvWidthTP(s.MP))) // q and k, read and written
 		fwd += 3*N*F + rope                                 // SwiGLU: gate and up in, the product out
 		bwd += 5*N*F + rope
-	} else {
+	} else if !geluEpilogue {
 		fwd += 2 * N * F // GELU
-		bwd += 4 * N * F
+		bwd += 3 * N * F // in place over fcproj's input gradient, from GELU's input
 	}
 	if m.HiddenDropout {
 		fwd += 2 * 2 * Nr * C // the two branches' dropouts

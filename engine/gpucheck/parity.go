@@ -101,11 +101,7 @@ func GradParity(ctx context.Context, w io.Writer, cfg *presets.Config, toks []ui
 		return err
 	}
 	fmt.Fprintf(w, "loss: gpu %.6f cpu %.6f\n", lgot, lref)
-	if err := g.BiasEpilogue(); err != nil {
-		fmt.Fprintf(w, "the GEMMs into bfloat16 activations add their bias themselves (float32 product, bias_store): cuBLASLt's bias epilogue refused: %v\n", err)
-	} else {
-		fmt.Fprintln(w, "the GEMMs into bfloat16 activations add their bias in cuBLASLt's epilogue")
-	}
+	epilogues(w, g)
 	var bad []string
 	for _, t := range ts {
 		r, x := ref[t.Offset:t.Offset+t.Size], got[t.Offset:t.Offset+t.Size]
@@ -134,4 +130,23 @@ func GradParity(ctx context.Context, w io.Writer, cfg *presets.Config, toks []ui
 		return fmt.Errorf("gradients out of tolerance: %s", strings.Join(bad, ", "))
 	}
 	return nil
+}
+
+// epilogues says which of cuBLASLt's epilogues the GEMMs into bfloat16
+// activations ran, and which the backend's own kernels stood in for.
+func epilogues(w io.Writer, g *cuda.Backend) {
+	for _, e := range []struct {
+		ep        cuda.Epilogue
+		what, own string
+	}{
+		{cuda.EpilogueBias, "the bias of qkv and fc", "bias_store"},
+		{cuda.EpilogueGeluAuxBias, "fc's GELU", "bias_gelu_store"},
+		{cuda.EpilogueDGelu, "GELU's backward in fcproj's input gradient", "gelu_backward"},
+	} {
+		if err := g.EpilogueRefused(e.ep); err != nil {
+			fmt.Fprintf(w, "%s: the backend's own kernel (float32 product, %s); cuBLASLt's %s epilogue refused: %v\n", e.what, e.own, e.ep, err)
+		} else {
+			fmt.Fprintf(w, "%s: cuBLASLt's %s epilogue\n", e.what, e.ep)
+		}
+	}
 }

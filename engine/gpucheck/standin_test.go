@@ -3,9 +3,9 @@ package gpucheck
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
@@ -117,11 +117,13 @@ func TestLossParityOnStandin(t *testing.T) {
 // within the rounding of summing in another order (cuBLAS's, the
 // tensor-core flash attention's), and the GPU holds its activations in
 // half the memory of an fp32 run. Its GEMMs into activations add their
-// bias in cuBLASLt's epilogue; where the stand-in cuBLASLt has no
-// algorithm for it (NoBiasEpilogueEnv), the backend's own bias kernel
-// gives the same losses, bit for bit. The backend's own device memory
-// after each run (the weights' bfloat16 copy, and no GEMM's cast buffer)
-// is the planner's account of it, to the byte.
+// bias, fc's GELU and fcproj's input gradient's GELU backward in
+// cuBLASLt's epilogues; where the stand-in cuBLASLt has no algorithm for
+// them (NoBiasEpilogueEnv, NoAuxEpilogueEnv), the backend's own kernels
+// give the same losses, but for GELU's own rounding (the stand-in's GELU
+// is float's tanhf, the backend's kernels' the CPU's). The backend's own
+// device memory after each run (the weights' bfloat16 copy, and no GEMM's
+// cast buffer) is the planner's account of it, to the byte.
 func TestBF16OnStandin(t *testing.T) {
 	useStandin(t)
 	cb, err := cpu.Open(cpu.Options{BF16: true})
@@ -149,10 +151,11 @@ func TestBF16OnStandin(t *testing.T) {
 		return res.Losses
 	}
 	// The device memory a trainer allocates, in each precision, and
-	// whether the GEMMs into activations added their bias in cuBLASLt's
-	// epilogue (nil) or not (why); the backend's workspace after the run
-	// is the planner's account of it (cudaWorkspace: the Other of its
-	// memory, less the runtime's reserve), to the byte.
+	// which of cuBLASLt's epilogues the GEMMs into activations were
+	// refused (none: nil); the backend's workspace after the run is the
+	// planner's account of it (cudaWorkspace: the Other of its memory,
+	// less the runtime's reserve), to the byte.
+	eps := []cuda.Epilogue{cuda.EpilogueBias, cuda.EpilogueGeluAuxBias, cuda.EpilogueDGelu}
 	used := func(prec cuda.Precision, dtype string) (int64, []float32, error) {
 		g, err := cuda.New(cuda.Options{Precision: prec})
 		if err != nil {
@@ -176,15 +179,21 @@ func TestBF16OnStandin(t *testing.T) {
 		}
 		p := planner.Estimate(planner.ModelOf(c), planner.Cluster{Nodes: 1, DevicesPerNode: 1, Device: dev}, planner.StrategyOf(c))
 		want, got := p.Mem.Other-dev.ReservedBytes, g.WorkspaceBytes()
+		var refused []error
+		for _, ep := range eps {
+			if err := g.EpilogueRefused(ep); err != nil {
+				refused = append(refused, err)
+			}
+		}
 		switch {
-		case g.BiasEpilogue() != nil:
-			// The planner's account is the epilogue's: without it, the
-			// float32 product of qkv and fc comes on top.
-			t.Logf("%s without the bias epilogue: the backend's workspace is %d bytes, the planner's account (with it) %d", dtype, got, want)
+		case refused != nil:
+			// The planner's account is the epilogues': without them, the
+			// float32 product of a GEMM comes on top.
+			t.Logf("%s without %d epilogues: the backend's workspace is %d bytes, the planner's account (with them) %d", dtype, len(refused), got, want)
 		case got != want:
 			t.Errorf("%s: the backend's workspace is %d bytes, the planner's account %d", dtype, got, want)
 		}
-		return free0 - free1, res.Losses, g.BiasEpilogue()
+		return free0 - free1, res.Losses, errors.Join(refused...)
 	}
 	want := train(cb, "bf16")
 	fp32Bytes, _, _ := used(cuda.PrecisionFP32, "fp32")
@@ -194,19 +203,24 @@ func TestBF16OnStandin(t *testing.T) {
 		t.Errorf("bf16 allocates %d bytes, fp32 %d: the activations (some 4 MiB in fp32) are not 16-bit", bf16Bytes, fp32Bytes)
 	}
 	if noEpilogue != nil {
-		t.Errorf("the GEMMs into bfloat16 activations did not add their bias in cuBLASLt's epilogue: %v", noEpilogue)
+		t.Errorf("the GEMMs into bfloat16 activations did not take cuBLASLt's epilogues: %v", noEpilogue)
 	}
-	// Where cuBLASLt has no algorithm for the bias epilogue, the backend
-	// adds the bias itself (the float32 product and BiasStore), with the
-	// same numerics: the losses are the epilogue's, bit for bit.
-	t.Setenv(standin.NoBiasEpilogueEnv, "1")
-	_, fallback, noEpilogue := used(cuda.PrecisionBF16, "bf16")
-	if noEpilogue == nil {
-		t.Errorf("with %s set, the backend says the bias epilogue served", standin.NoBiasEpilogueEnv)
-	}
-	t.Logf("without the bias epilogue (%v): losses %v", noEpilogue, fallback)
-	if !slices.Equal(fallback, got) {
-		t.Errorf("losses without the bias epilogue %v, with it %v", fallback, got)
+	// Where cuBLASLt has no algorithm for an epilogue, the backend does
+	// its work itself (the float32 product, then BiasStore,
+	// BiasGeluStore or GeluBackward), with the same numerics but GELU's
+	// own: the losses are the epilogues' to GELU's rounding.
+	for _, env := range []string{standin.NoAuxEpilogueEnv, standin.NoBiasEpilogueEnv} {
+		t.Setenv(env, "1")
+		_, fallback, noEpilogue := used(cuda.PrecisionBF16, "bf16")
+		if noEpilogue == nil {
+			t.Errorf("with %s set, the backend says the epilogues served", env)
+		}
+		t.Logf("with %s (%v): losses %v", env, noEpilogue, fallback)
+		for i := range got {
+			if d := math.Abs(float64(fallback[i]-got[i])) / math.Abs(float64(got[i])); !(d <= 1e-4) {
+				t.Errorf("with %s, step %d: loss %v, with the epilogues %v (%.1e)", env, i+1, fallback[i], got[i], d)
+			}
+		}
 	}
 	for i := range want {
 		d := math.Abs(float64(got[i]-want[i])) / math.Abs(float64(want[i]))

@@ -51,6 +51,11 @@ const (
 // without such a kernel for the shape answers.
 const NoBiasEpilogueEnv = "GPTUI_STANDIN_CUBLASLT_NO_BIAS"
 
+// NoAuxEpilogueEnv, when set, makes the stand-in cuBLASLt's heuristic find
+// no algorithm for an epilogue with an auxiliary matrix (GELU_AUX_BIAS,
+// DGELU), as NoBiasEpilogueEnv does for the bias.
+const NoAuxEpilogueEnv = "GPTUI_STANDIN_CUBLASLT_NO_AUX"
+
 // The environment variables of the stand-in libcuda (see c/cuda.c).
 const (
 	// MemoryEnv is each device's memory in bytes (16 GiB if unset).

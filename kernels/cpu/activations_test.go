@@ -68,6 +68,32 @@ func TestActivationsStoreBF16(t *testing.T) {
 		t.Fatal("MatmulForward: the activations are not the float32 result with the bias rounded, rounded once")
 	}
 
+	// GELU in the GEMM's epilogue: the pre-activation and GELU's output
+	// each rounded once from the float32 sum (GELU not of the rounded
+	// pre-activation); GELU's backward in the input gradient's epilogue:
+	// the float32 product times the derivative at the stored
+	// pre-activation, rounded once.
+	pre, gl := b.Activations(N*OC), b.Activations(N*OC)
+	b.MatmulGeluForward(gl, pre, x, wm, y[:OC], N, C, OC)
+	gf, gr := make([]float32, N*OC), make([]float32, N*OC)
+	b.GeluForward(gf, mr)
+	b.GeluForward(gr, rounded(mr))
+	if !slices.Equal(pre, rounded(mr)) || !slices.Equal(gl, rounded(gf)) || slices.Equal(gl, rounded(gr)) {
+		t.Fatal("MatmulGeluForward: pre and out are not each rounded once from the float32 sum")
+	}
+	dpre, dw2, db2 := b.Activations(N*OC), make([]float32, C*OC), make([]float32, C)
+	b.MatmulBackwardGelu(dpre, dw2, db2, x, gl, pre, wm, N, OC, C)
+	prod := make([]float32, N*OC)
+	b.MatmulBackward(prod, make([]float32, C*OC), nil, x, gl, wm, N, OC, C)
+	th := make([]float32, N*OC)
+	geluTanh(th, pre)
+	for i := range prod {
+		prod[i] *= geluGrad(pre[i], th[i])
+	}
+	if !slices.Equal(dpre, rounded(prod)) {
+		t.Fatal("MatmulBackwardGelu: the input gradient is not the float32 product times GELU' rounded once")
+	}
+
 	// Fused = unfused, the norm reading the rounded sum.
 	res1, res2 := b.Activations(N*C), b.Activations(N*C)
 	o1, o2 := b.Activations(N*C), b.Activations(N*C)

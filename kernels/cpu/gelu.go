@@ -12,20 +12,40 @@ func (b *Backend) GeluForward(out, inp []float32) {
 	defer b.store(out)
 	b.ParallelFor(len(inp), 4096, func(lo, hi int) {
 		x, o := inp[lo:hi], out[lo:hi]
-		o = o[:len(x)]
-		for i, v := range x {
-			u := geluK * (v + 0.044715*v*v*v)
-			// tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp32's polynomial, written
-			// out so that it inlines; |u| ≤ 9 keeps tanh exact in float32.
-			e2 := 2 * min(max(u, -9), 9)
-			t := e2*1.44269504088896341 + 12582912
-			kf := t - 12582912
-			r := e2 - kf*0.693359375 + kf*2.12194440e-4
-			p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
-			th := 1 - 2/(p*math.Float32frombits(uint32(int32(math.Float32bits(t))-0x4b400000+127)<<23)+1)
-			o[i] = 0.5 * v * (1 + th)
+		var th [256]float32
+		for len(x) > 0 {
+			n := min(len(x), len(th))
+			geluTanh(th[:n], x[:n])
+			for i, v := range x[:n] {
+				o[i] = 0.5 * v * (1 + th[i])
+			}
+			x, o = x[n:], o[n:]
 		}
 	})
+}
+
+// geluTanh writes th[i] = tanh u, u = √(2/π)·(x + 0.044715·x³), of each
+// x[i]: tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp32's polynomial, written out
+// so that the loop stays tight; |u| ≤ 9 keeps tanh exact in float32.
+// kernels/cuda's gelu.cu computes it in this order.
+func geluTanh(th, x []float32) {
+	th = th[:len(x)]
+	for i, v := range x {
+		u := geluK * (v + 0.044715*v*v*v)
+		e2 := 2 * min(max(u, -9), 9)
+		t := e2*1.44269504088896341 + 12582912
+		kf := t - 12582912
+		r := e2 - kf*0.693359375 + kf*2.12194440e-4
+		p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
+		th[i] = 1 - 2/(p*math.Float32frombits(uint32(int32(math.Float32bits(t))-0x4b400000+127)<<23)+1)
+	}
+}
+
+// geluGrad is GELU's derivative at x from th = tanh u:
+//
+//	0.5·(1+th) + 0.5·x·(1−th²)·√(2/π)·(1 + 3·0.044715·x²)
+func geluGrad(v, th float32) float32 {
+	return 0.5*(1+th) + 0.5*v*(1-th*th)*geluK*(1+3*0.044715*v*v)
 }
 
 // GeluBackward computes dinp (overwritten) from the pre-activation inp and
@@ -46,7 +66,49 @@ func (b *Backend) GeluBackward(dinp, inp, out, dout []float32) {
 			} else {
 				th = geluK * v
 			}
-			d[i] = g[i] * (0.5*(1+th) + 0.5*v*(1-th*th)*geluK*(1+3*0.044715*v*v))
+			d[i] = g[i] * geluGrad(v, th)
 		}
 	})
+}
+
+// MatmulGeluForward is MatmulForward with GELU in its epilogue:
+//
+//	pre (N,OC) = v = inp (N,IC) · wᵀ + bias
+//	out (N,OC) = GELU(v)
+//
+// GELU of the float32 sum v, before pre is stored: under Options.BF16
+// pre and out are each rounded once from v (the bias read as a bfloat16,
+// as MatmulForward's), as cuBLASLt's GELU_AUX_BIAS epilogue does.
+func (b *Backend) MatmulGeluForward(out, pre, inp, w, bias []float32, N, IC, OC int) {
+	defer b.store(pre)
+	b.matmulGemm(false, true, N, OC, IC, inp, IC, w, IC, 0, pre, OC)
+	b.addBias(pre, bias, N, OC)
+	b.GeluForward(out, pre)
+}
+
+// MatmulBackwardGelu is MatmulBackward with GELU's backward in the input
+// gradient's epilogue:
+//
+//	dinp (N,IC) = (dout (N,OC) · w) ∘ GELU'(pre)
+//
+// the product in float32 and the derivative from pre alone (tanh u
+// computed, not recovered from GELU's output as GeluBackward does),
+// rounded once under Options.BF16, as cuBLASLt's DGELU epilogue does. dw
+// and dbias are MatmulBackward's.
+func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float32, N, IC, OC int) {
+	defer b.store(dinp)
+	b.matmulGemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
+	b.ParallelFor(N*IC, 4096, func(lo, hi int) {
+		x, d := pre[lo:hi], dinp[lo:hi]
+		var th [256]float32
+		for len(x) > 0 {
+			n := min(len(x), len(th))
+			geluTanh(th[:n], x[:n])
+			for i, v := range x[:n] {
+				d[i] *= geluGrad(v, th[i])
+			}
+			x, d = x[n:], d[n:]
+		}
+	})
+	b.MatmulBackward(nil, dw, dbias, dout, inp, w, N, IC, OC)
 }

@@ -165,6 +165,43 @@ func TestGeluGrad(t *testing.T) {
 	checkErr(t, "dinp", dx, ref.NumGrad(phi, x64, 1e-5), gradTol)
 }
 
+// TestMatmulGeluGrad: GPT-2's MLP with GELU in its GEMMs' epilogues.
+// MatmulGeluForward equals MatmulForward then GeluForward bit for bit
+// (in fp32 the stored pre-activation is the sum GELU reads), and
+// MatmulBackwardGelu's gradients are those of pre → GELU → linear layer.
+func TestMatmulGeluGrad(t *testing.T) {
+	for name, be := range newTestBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(13, 14))
+			N, IC, OC := 9, 7, 12
+			inp, w, bias := randn(r, N*IC, 1), randn(r, OC*IC, 1), randn(r, OC, 1)
+			pre, out := make([]float32, N*OC), make([]float32, N*OC)
+			be.MatmulGeluForward(out, pre, inp, w, bias, N, IC, OC)
+			pre2, out2 := make([]float32, N*OC), make([]float32, N*OC)
+			be.MatmulForward(pre2, inp, w, bias, N, IC, OC)
+			be.GeluForward(out2, pre2)
+			if !slices.Equal(pre, pre2) || !slices.Equal(out, out2) {
+				t.Fatal("MatmulGeluForward differs from MatmulForward then GeluForward")
+			}
+
+			// The GEMM after the GELU: y (N,C2) = GELU(pre)·w2ᵀ + b2.
+			C2 := 5
+			w2, b2 := randn(r, C2*OC, 1), randn(r, C2, 1)
+			G := ref.To64(randn(r, N*C2, 1))
+			dpre, dw, db := make([]float32, N*OC), make([]float32, C2*OC), make([]float32, C2)
+			for i := range dpre {
+				dpre[i] = 123 // overwritten, not accumulated
+			}
+			be.MatmulBackwardGelu(dpre, dw, db, toF32(G), out, pre, w2, N, OC, C2)
+			p64, w64, b64 := ref.To64(pre), ref.To64(w2), ref.To64(b2)
+			phi := func() float64 { return ref.Dot(G, ref.Matmul(ref.Gelu(p64), w64, b64, N, OC, C2)) }
+			checkErr(t, "dpre", dpre, ref.NumGrad(phi, p64, 1e-5), gradTol)
+			checkErr(t, "dw", dw, ref.NumGrad(phi, w64, 1e-5), gradTol)
+			checkErr(t, "dbias", db, ref.NumGrad(phi, b64, 1e-5), gradTol)
+		})
+	}
+}
+
 func TestCrossEntropyGrad(t *testing.T) {
 	be := New()
 	r := rand.New(rand.NewPCG(11, 12))

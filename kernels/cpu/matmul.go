@@ -20,20 +20,28 @@ import (
 func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 	defer b.store(out)
 	b.matmulGemm(false, true, N, OC, IC, inp, IC, w, IC, 0, out, OC)
-	if bias != nil && b.isHalf(out) {
+	b.addBias(out, bias, N, OC)
+}
+
+// addBias adds bias (OC), when not nil, to every row of out (N,OC), the
+// float32 sums of a GEMM; into bfloat16 activations the bias is read as
+// a bfloat16 (MatmulForward).
+func (b *Backend) addBias(out, bias []float32, N, OC int) {
+	if bias == nil {
+		return
+	}
+	if b.isHalf(out) {
 		bias = slices.Clone(bias)
 		kernels.RoundBF16(bias)
 	}
-	if bias != nil {
-		b.ParallelFor(N, 16, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				o := out[r*OC : (r+1)*OC]
-				for i := range o {
-					o[i] += bias[i]
-				}
+	b.ParallelFor(N, 16, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			o := out[r*OC : (r+1)*OC]
+			for i := range o {
+				o[i] += bias[i]
 			}
-		})
-	}
+		}
+	})
 }
 
 // MatmulBackward computes the input gradient (overwritten) and accumulates

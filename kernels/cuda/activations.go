@@ -27,13 +27,19 @@ import (
 // dropout, SwiGLU, RoPE, LayerNorm, RMSNorm and the fused residual norms,
 // the classifier, attention (tiled, flash and decoding; dq summed in a
 // float32 buffer and stored once), the ring attention kernels, the bias
-// gradient and BiasStore. The GEMMs read bfloat16 activations as cuBLAS's
+// gradient, BiasStore and BiasGeluStore. The GEMMs read bfloat16 activations as cuBLAS's
 // bf16 operands (no cast) and store into them (C in bf16, cuBLAS's float32
 // sum rounded once); with a bias, read as a bfloat16 (as kernels/cpu
 // reads it), cuBLASLt's bias epilogue adds it to the float32 sum before
 // the one rounding — or, where cuBLASLt has no algorithm for that, the
 // product goes to float32 scratch and BiasStore adds the rounded bias and
-// rounds once (Backend.matmulBiasHalf). Copy,
+// rounds once (Backend.matmulBiasHalf). GPT-2's fc takes its GELU in
+// cuBLASLt's GELU_AUX_BIAS epilogue (GELU of the float32 sum; the sum
+// kept for the backward pass), fcproj's input gradient GELU's backward in
+// the DGELU epilogue (the float32 product times the derivative at the
+// kept sum), each rounded once (Backend.MatmulGeluForward,
+// MatmulBackwardGelu); where cuBLASLt refuses them, BiasGeluStore and
+// GeluBackward do the same from the float32 product in scratch. Copy,
 // Zero, Upload and Download convert where one side is bfloat16 (Upload
 // rounds on the host to nearest even, as the kernels do).
 //
@@ -45,8 +51,6 @@ import (
 // the bfloat16 copy CopyWeights makes for a step (kernels/weights.go), or
 // rounded into scratch where there is none (sharding stage 3's gather
 // buffers, generation).
-//
-// Not yet: GELU in cuBLASLt's epilogue.
 
 // halfArena is a reservation that bfloat16 activations are carved from,
 // one after another: the buffer the engine addresses at Base+o (o bytes of

@@ -139,13 +139,13 @@ type Backend struct {
 	err    error                  // the first failure
 
 	// Scratch: GEMM inputs rounded to 16 bits (castA, castB), the bias of
-	// a GEMM into bfloat16 activations rounded for cuBLASLt's bias
-	// epilogue (biasHalf), or where cuBLASLt refused that epilogue
-	// (noBiasEpilogue, its first refusal) the float32 product the bias is
-	// added to before the output is stored (product); attention's dq
-	// summed in float32 for a bfloat16 dqkv (dq).
+	// a GEMM into bfloat16 activations rounded for cuBLASLt's epilogue
+	// (biasHalf), or where cuBLASLt refused an epilogue (refused, its
+	// first refusal of each) the float32 product that the backend's own
+	// kernel finishes (product); attention's dq summed in float32 for a
+	// bfloat16 dqkv (dq).
 	castA, castB, biasHalf, product, dq scratch
-	noBiasEpilogue                      error
+	refused                             map[Epilogue]error
 
 	// The bfloat16 copy of the weights (CopyWeights), and the addresses of
 	// the float32s it copies while it is in use (0 and 0 when not).
@@ -653,13 +653,14 @@ func (b *Backend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []flo
 // rounded first into scratch buffers. C is float32, or bfloat16
 // activations that cuBLAS rounds its float32 sum into once.
 func (b *Backend) rowMajor(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int) error {
-	return b.rowMajorEpilogue(p, transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc, EpilogueNone, 0)
+	return b.rowMajorEpilogue(p, transA, transB, m, n, k, alpha, a, lda, bm, ldb, beta, c, ldc, EpilogueNone, 0, 0)
 }
 
 // rowMajorEpilogue is rowMajor followed by cuBLASLt's epilogue ep (its
-// bias vector, of C's type, one element per column of the row-major C),
-// through cuBLASLt's Matmul; EpilogueNone goes through cuBLAS's GEMM.
-func (b *Backend) rowMajorEpilogue(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int, ep Epilogue, bias Ptr) error {
+// bias vector, of C's type, one element per column of the row-major C;
+// its auxiliary matrix, of C's type and layout), through cuBLASLt's
+// Matmul; EpilogueNone goes through cuBLAS's GEMM.
+func (b *Backend) rowMajorEpilogue(p Precision, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, bm []float32, ldb int, beta float32, c Buf, ldc int, ep Epilogue, bias, aux Ptr) error {
 	t := p.dataType()
 	pa, err := b.operand(&b.castA, a, extent(transA, m, k, lda), t)
 	if err != nil {
@@ -675,7 +676,7 @@ func (b *Backend) rowMajorEpilogue(p Precision, transA, transB bool, m, n, k int
 		ct = BF16
 	}
 	if ep != EpilogueNone {
-		return b.blas.Matmul(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, ep, bias)
+		return b.blas.Matmul(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, ep, bias, aux)
 	}
 	return b.blas.Gemm(transB, transA, n, m, k, alpha, pb, t, ldb, pa, t, lda, beta, pc, ct, ldc, p == PrecisionFP32)
 }
@@ -817,33 +818,152 @@ func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // matmulBiasHalf is MatmulForward into bfloat16 activations out with a
 // bias, which is read as a bfloat16 (kernels/activations.go): cuBLASLt's
 // bias epilogue adds the bias, rounded into biasHalf, to the float32 sum
-// and rounds once into out. Where cuBLASLt refuses that epilogue (no
-// algorithm for it; nothing was launched), the backend stops asking
-// (noBiasEpilogue) and computes the product into float32 scratch, which
-// BiasStore adds the rounded bias to and stores, as the epilogue would.
+// and rounds once into out. Where cuBLASLt refuses that epilogue
+// (epilogue), the product goes to float32 scratch, which BiasStore adds
+// the rounded bias to and stores, as the epilogue would.
 func (b *Backend) matmulBiasHalf(out Buf, inp, w, bias []float32, N, IC, OC int) error {
-	if b.noBiasEpilogue == nil {
-		hb, err := b.grow(&b.biasHalf, 2*OC)
-		if err != nil {
-			return err
-		}
-		if err := b.k.CastF32ToBF16(b.s, hb, b.ptr(bias), OC); err != nil {
-			return err
-		}
-		err = b.rowMajorEpilogue(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, out, OC, EpilogueBias, hb)
-		if err == nil || !matmulRefused(err) {
-			return err
-		}
-		b.noBiasEpilogue = err
-	}
-	prod, err := b.grow(&b.product, 4*N*OC)
+	hb, err := b.halfBias(bias)
 	if err != nil {
 		return err
 	}
-	if err := b.rowMajor(b.prec, false, true, N, OC, IC, 1, inp, IC, w, IC, 0, prod, OC); err != nil {
+	if done, err := b.epilogue(EpilogueBias, N, OC, IC, inp, w, out, hb, 0); done {
+		return err
+	}
+	prod, err := b.productOf(inp, w, N, IC, OC)
+	if err != nil {
 		return err
 	}
 	return b.k.BiasStore(b.s, out, prod, b.ptr(bias), N, OC)
+}
+
+// MatmulGeluForward is GPT-2's fc with its GELU: into bfloat16
+// activations (pre and out) cuBLASLt's GELU_AUX_BIAS epilogue, which
+// stores the sum into pre and its GELU into out, each rounded once from
+// the float32 sum, or where cuBLASLt refuses it (or there is no bias) the
+// product into float32 scratch and BiasGeluStore, with the same numerics
+// but GELU's own; into float32 MatmulForward then GeluForward, which is
+// the same.
+func (b *Backend) MatmulGeluForward(out, pre, inp, w, bias []float32, N, IC, OC int) {
+	if !b.ok() {
+		return
+	}
+	o, p := b.buf(out), b.buf(pre)
+	_, oh := o.buf()
+	pp, ph := p.buf()
+	if !oh || !ph {
+		b.MatmulForward(pre, inp, w, bias, N, IC, OC)
+		b.GeluForward(out, pre)
+		return
+	}
+	b.run("MatmulGeluForward", func() error {
+		if bias != nil {
+			hb, err := b.halfBias(bias)
+			if err != nil {
+				return err
+			}
+			if done, err := b.epilogue(EpilogueGeluAuxBias, N, OC, IC, inp, w, o, hb, pp); done {
+				return err
+			}
+		}
+		prod, err := b.productOf(inp, w, N, IC, OC)
+		if err != nil {
+			return err
+		}
+		return b.k.BiasGeluStore(b.s, o, p, prod, b.ptr(bias), N, OC)
+	}())
+}
+
+// MatmulBackwardGelu is MatmulBackward after a GELU whose input was pre:
+// into a bfloat16 dinp, cuBLASLt's DGELU epilogue multiplies the float32
+// product by GELU's derivative at pre and rounds once, or where cuBLASLt
+// refuses it the product goes to float32 scratch and GeluBackward (the
+// derivative from pre alone) stores it; into float32, the product and
+// GeluBackward in place.
+func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float32, N, IC, OC int) {
+	if !b.ok() {
+		return
+	}
+	d, p := b.buf(dinp), b.buf(pre)
+	pp, _ := p.buf()
+	err := func() error {
+		if _, half := d.buf(); !half {
+			if err := b.rowMajor(b.prec, false, false, N, IC, OC, 1, dout, OC, w, IC, 0, d, IC); err != nil {
+				return err
+			}
+			return b.k.GeluBackward(b.s, d, p, nil, d, N*IC)
+		}
+		if done, err := b.epilogue(EpilogueDGelu, N, IC, OC, dout, w, d, 0, pp); done {
+			return err
+		}
+		prod, err := b.rowMajorProduct(false, false, N, IC, OC, dout, OC, w, IC)
+		if err != nil {
+			return err
+		}
+		return b.k.GeluBackward(b.s, d, p, nil, prod, N*IC)
+	}()
+	if err != nil {
+		b.run("MatmulBackwardGelu dinp", err)
+		return
+	}
+	b.MatmulBackward(nil, dw, dbias, dout, inp, w, N, IC, OC)
+}
+
+// epilogue runs a linear layer's GEMM with cuBLASLt's epilogue ep unless
+// cuBLASLt has refused ep before: out (rows,cols) = a (rows,k) · op(w) with
+// the epilogue's bias and auxiliary matrix (of out's layout), op(w) = wᵀ
+// for the forward epilogues, w for DGELU (an input gradient). done is
+// false, with nothing launched, where cuBLASLt refuses ep (now or
+// before): the caller then does the work with its own kernels. The first
+// refusal of each epilogue is kept (EpilogueRefused).
+func (b *Backend) epilogue(ep Epilogue, rows, cols, k int, a, w []float32, out Buf, bias, aux Ptr) (done bool, err error) {
+	if b.refused[ep] != nil {
+		return false, nil
+	}
+	transW := ep != EpilogueDGelu
+	err = b.rowMajorEpilogue(b.prec, false, transW, rows, cols, k, 1, a, k, w, ldw(transW, k, cols), 0, out, cols, ep, bias, aux)
+	if err == nil || !matmulRefused(err) {
+		return true, err
+	}
+	if b.refused == nil {
+		b.refused = map[Epilogue]error{}
+	}
+	b.refused[ep] = err
+	return false, nil
+}
+
+// ldw is the leading dimension of a row-major weight read as op(w):
+// (cols,k) transposed, or (k,cols).
+func ldw(trans bool, k, cols int) int {
+	if trans {
+		return k
+	}
+	return cols
+}
+
+// halfBias rounds bias into biasHalf, the bfloat16 bias cuBLASLt's
+// epilogues read into bfloat16 activations.
+func (b *Backend) halfBias(bias []float32) (Ptr, error) {
+	hb, err := b.grow(&b.biasHalf, 2*len(bias))
+	if err != nil {
+		return 0, err
+	}
+	return hb, b.k.CastF32ToBF16(b.s, hb, b.ptr(bias), len(bias))
+}
+
+// productOf is the float32 product inp (N,IC)·wᵀ, (N,OC), in the product
+// scratch, for a GEMM into bfloat16 activations whose epilogue the
+// backend's own kernel applies.
+func (b *Backend) productOf(inp, w []float32, N, IC, OC int) (Ptr, error) {
+	return b.rowMajorProduct(false, true, N, OC, IC, inp, IC, w, IC)
+}
+
+// rowMajorProduct is rowMajor into the float32 product scratch (m,n).
+func (b *Backend) rowMajorProduct(transA, transB bool, m, n, k int, a []float32, lda int, bm []float32, ldb int) (Ptr, error) {
+	prod, err := b.grow(&b.product, 4*m*n)
+	if err != nil {
+		return 0, err
+	}
+	return prod, b.rowMajor(b.prec, transA, transB, m, n, k, 1, a, lda, bm, ldb, 0, prod, n)
 }
 
 // CopyWeights keeps a bfloat16 copy of w, the model's parameters, for
@@ -890,10 +1010,12 @@ func (b *Backend) scratches() []scratch {
 	return []scratch{b.castA, b.castB, b.biasHalf, b.product, b.dq, b.weights}
 }
 
-// BiasEpilogue reports whether the GEMMs into bfloat16 activations add
-// their bias in cuBLASLt's epilogue: nil, or why not (cuBLASLt's first
-// refusal), for `gptui gpu check` to say.
-func (b *Backend) BiasEpilogue() error { return b.noBiasEpilogue }
+// EpilogueRefused reports whether the GEMMs that would take cuBLASLt's
+// epilogue ep (EpilogueBias, EpilogueGeluAuxBias, EpilogueDGelu: the
+// GEMMs into bfloat16 activations) have had it: nil, or why not
+// (cuBLASLt's first refusal, after which the backend's own kernels do
+// its work), for `gptui gpu check` to say.
+func (b *Backend) EpilogueRefused(ep Epilogue) error { return b.refused[ep] }
 
 // MatmulBackward: dinp = dout·w (overwritten, skipped when nil),
 // dw += doutᵀ·inp, dbias += Σ rows of dout (skipped when nil).

@@ -447,3 +447,47 @@ func TestBiasStore(t *testing.T) {
 		t.Errorf("float32 out in place: %v…, want %v…", got[:4], want[:4])
 	}
 }
+
+// TestBiasGeluStore: a GEMM's float32 product plus its bias, and GELU of
+// that sum, stored as cuBLASLt's GELU_AUX_BIAS epilogue stores them: into
+// bfloat16 activations the sum (its bias read as a bfloat16) and GELU of
+// the unrounded sum, each rounded once, as kernels/cpu's
+// MatmulGeluForward; into float32 the sum and its GELU themselves.
+func TestBiasGeluStore(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const N, OC = 37, 29
+	in, bias := randn(r, N*OC, 2), randn(r, OC, 1)
+	sum := func(b []float32) (pre, out []float32) {
+		pre, out = make([]float32, N*OC), make([]float32, N*OC)
+		for i := range pre {
+			pre[i] = in[i] + b[i%OC]
+		}
+		cpuBackend.GeluForward(out, pre)
+		return pre, out
+	}
+	pre32, out32 := sum(bias)
+	hbias := slices.Clone(bias)
+	kernels.RoundBF16(hbias)
+	pre16, out16 := sum(hbias)
+	kernels.RoundBF16(pre16)
+	kernels.RoundBF16(out16)
+	m, k := machine(t)
+	gin, gbias := m.Float32s(in), m.Float32s(bias)
+	gpre, gout := cuda.BF16Ptr(m.Alloc(2*N*OC)), cuda.BF16Ptr(m.Alloc(2*N*OC))
+	fpre, fout := m.Alloc(4*N*OC), m.Alloc(4*N*OC)
+	must(t, k.BiasGeluStore(0, gout, gpre, gin, gbias, N, OC))
+	must(t, k.BiasGeluStore(0, fout, fpre, gin, gbias, N, OC))
+	run(t, m)
+	if got := fromBF16(m.ReadUint16s(cuda.Ptr(gpre), N*OC)); !slices.Equal(got, pre16) {
+		t.Errorf("bfloat16 pre: %v…, want %v…", got[:4], pre16[:4])
+	}
+	if got := fromBF16(m.ReadUint16s(cuda.Ptr(gout), N*OC)); !slices.Equal(got, out16) {
+		t.Errorf("bfloat16 out: %v…, want %v…", got[:4], out16[:4])
+	}
+	if got := m.ReadFloat32s(fpre, N*OC); !slices.Equal(got, pre32) {
+		t.Errorf("float32 pre: %v…, want %v…", got[:4], pre32[:4])
+	}
+	if got := m.ReadFloat32s(fout, N*OC); !slices.Equal(got, out32) {
+		t.Errorf("float32 out: %v…, want %v…", got[:4], out32[:4])
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -298,6 +299,13 @@ func sbGeluTanh(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
+// sbDGeluTanh is sbGeluTanh's derivative.
+func sbDGeluTanh(x float64) float64 {
+	k := math.Sqrt(2 / math.Pi)
+	th := math.Tanh(k * (x + 0.044715*x*x*x))
+	return 0.5*(1+th) + 0.5*x*(1-th*th)*k*(1+3*0.044715*x*x)
+}
+
 // sbCompare checks got (an m×n matrix with leading dimension ld) against
 // want (m×n, packed): |got−want| ≤ acc·scale + rounding into t.
 func sbCompare(t *testing.T, what string, got []float64, ld int, want, scale []float64, m, n int, acc float64, ot DataType) {
@@ -465,18 +473,33 @@ func sbStrided(t *testing.T, h *sbDev, b *BLAS) {
 // sbMatmul: cuBLASLt through BLAS.Matmul, each epilogue, each combination
 // of types, each transpose. The bias has D's type (cuBLASLt's default
 // CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), m elements for BIAS and for
-// BGRADA's sums over k of op(A), n for BGRADB's of op(B).
+// BGRADA's sums over k of op(A), n for BGRADB's of op(B). The auxiliary
+// matrix of GELU_AUX_BIAS (the sum GELU reads, stored) and DGELU (the
+// point of GELU's derivative) has D's type and layout, its leading
+// dimension a multiple of 8 (AuxAlign; Matmul refuses another).
 func sbMatmul(t *testing.T, h *sbDev, b *BLAS) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for _, ep := range []Epilogue{EpilogueNone, EpilogueBias, EpilogueGelu, EpilogueGeluBias, EpilogueBiasGrad, EpilogueBiasGradA} {
+	for _, ep := range []Epilogue{EpilogueNone, EpilogueBias, EpilogueGelu, EpilogueGeluBias, EpilogueBiasGrad, EpilogueBiasGradA, EpilogueGeluAuxBias, EpilogueDGelu} {
+		pad := 4
+		if ep.usesAux() {
+			pad = 8
+		}
 		for _, ty := range []struct{ in, out DataType }{{F32, F32}, {BF16, BF16}, {BF16, F32}, {F16, F16}, {F16, F32}} {
 			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 				c := sbGemmCase{name: fmt.Sprintf("%s %s→%s %s", ep, ty.in, ty.out, sbTrans(tr[0], tr[1])), ta: tr[0], tb: tr[1],
-					m: 24, n: 20, k: 40, in: ty.in, out: ty.out, pad: 4, ep: ep}
+					m: 24, n: 20, k: 40, in: ty.in, out: ty.out, pad: pad, ep: ep}
 				t.Run(c.name, func(t *testing.T) { sbRunMatmul(t, h.on(t), b, r, c) })
 			}
 		}
 	}
+	t.Run("an auxiliary matrix's leading dimension not a multiple of 8", func(t *testing.T) {
+		h := h.on(t)
+		A, B, C := h.alloc(4*24*40), h.alloc(4*40*20), h.alloc(4*28*20)
+		err := b.Matmul(false, false, 24, 20, 40, 1, A, F32, 24, B, F32, 40, 0, C, F32, 28, EpilogueDGelu, 0, h.alloc(4*28*20))
+		if !matmulRefused(err) {
+			t.Fatalf("DGELU with ldc 28: %v, want a refusal the backend does without", err)
+		}
+	})
 	t.Run("gelu+bias f32 tf32 TN", func(t *testing.T) {
 		b.AllowTF32(true)
 		defer b.AllowTF32(false)
@@ -490,10 +513,13 @@ func sbRunMatmul(t *testing.T, h *sbDev, b *BLAS, r *rand.Rand, c sbGemmCase) {
 	B := h.random(r, ldb*colsB, c.in)
 	C := h.random(r, ldc*c.n, c.out)
 	alpha, beta := float32(1.25), float32(0.5)
-	var bias sbOperand
+	var bias, aux sbOperand
 	nbias := c.m
+	if c.ep.usesAux() {
+		aux = h.random(r, ldc*c.n, c.out)
+	}
 	switch c.ep {
-	case EpilogueBias, EpilogueGeluBias:
+	case EpilogueBias, EpilogueGeluBias, EpilogueGeluAuxBias:
 		bias = h.random(r, c.m, c.out)
 	case EpilogueBiasGrad, EpilogueBiasGradA:
 		// cuBLASLt documents the bias gradient as the sums alone; the
@@ -519,7 +545,19 @@ func sbRunMatmul(t *testing.T, h *sbDev, b *BLAS, r *rand.Rand, c sbGemmCase) {
 			}
 		}
 	}
-	if c.ep == EpilogueGelu || c.ep == EpilogueGeluBias {
+	sum, sumScale := slices.Clone(want), slices.Clone(scale)
+	if c.ep == EpilogueDGelu {
+		for j := range c.n {
+			for i := range c.m {
+				// The derivative's error, of float's tanh and products,
+				// on top of the product's (a slope of at most 1.13).
+				dg := sbDGeluTanh(aux.vals[i+j*ldc])
+				want[i+j*c.m] *= dg
+				scale[i+j*c.m] = 1.2*scale[i+j*c.m] + 1e-6*(math.Abs(want[i+j*c.m])+1)/acc
+			}
+		}
+	}
+	if c.ep == EpilogueGelu || c.ep == EpilogueGeluBias || c.ep == EpilogueGeluAuxBias {
 		for i, x := range want {
 			// GELU's slope is at most 1.13: the error of x carries over
 			// at most 1.2 times, plus float's tanh and products.
@@ -527,7 +565,7 @@ func sbRunMatmul(t *testing.T, h *sbDev, b *BLAS, r *rand.Rand, c sbGemmCase) {
 			scale[i] = 1.2*scale[i] + 1e-6*(math.Abs(x)+1)/acc
 		}
 	}
-	if err := b.Matmul(c.ta, c.tb, c.m, c.n, c.k, alpha, A.p, c.in, lda, B.p, c.in, ldb, beta, C.p, c.out, ldc, c.ep, bias.p); err != nil {
+	if err := b.Matmul(c.ta, c.tb, c.m, c.n, c.k, alpha, A.p, c.in, lda, B.p, c.in, ldb, beta, C.p, c.out, ldc, c.ep, bias.p, aux.p); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.d.Sync(b.Stream()); err != nil {
@@ -535,6 +573,9 @@ func sbRunMatmul(t *testing.T, h *sbDev, b *BLAS, r *rand.Rand, c sbGemmCase) {
 	}
 	got := sbDecode(h.get(C.p, ldc*c.n*c.out.Size()), c.out)
 	sbCompare(t, "D", got, ldc, want, scale, c.m, c.n, acc, c.out)
+	if c.ep == EpilogueGeluAuxBias {
+		sbCompare(t, "the auxiliary matrix (GELU's input)", sbDecode(h.get(aux.p, ldc*c.n*c.out.Size()), c.out), ldc, sum, sumScale, c.m, c.n, acc, c.out)
+	}
 	if c.ep == EpilogueBiasGrad || c.ep == EpilogueBiasGradA {
 		gotBias := sbDecode(h.get(bias.p, nbias*c.out.Size()), c.out)
 		wantBias, biasScale := make([]float64, nbias), make([]float64, nbias)
@@ -711,7 +752,7 @@ func sbStreamOrder(t *testing.T, h *sbDev, b *BLAS) {
 				case "GemmStridedBatched":
 					err = b.GemmStridedBatched(false, false, m, n, k, 1, A.p, F32, m, 0, B.p, F32, k, 0, 1, C.p, F32, m, 0, 1, true)
 				default:
-					err = b.Matmul(false, false, m, n, k, 1, A.p, F32, m, B.p, F32, k, 1, C.p, F32, m, EpilogueNone, 0)
+					err = b.Matmul(false, false, m, n, k, 1, A.p, F32, m, B.p, F32, k, 1, C.p, F32, m, EpilogueNone, 0, 0)
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -995,7 +1036,7 @@ func sbStatuses(t *testing.T, h *sbDev, b *BLAS) {
 	}{
 		{"Gemm, A in host memory", b.Gemm(false, false, m, n, k, 1, Ptr(hostP), F32, m, B, F32, k, 0, C, F32, m, true)},
 		{"GemmStridedBatched, C past its allocation", b.GemmStridedBatched(false, false, m, n, k, 1, A, F32, m, 0, B, F32, k, 0, 0, small, F32, m, 0, 1, true)},
-		{"Matmul, a bias in host memory", b.Matmul(false, false, m, n, k, 1, A, F32, m, B, F32, k, 0, C, F32, m, EpilogueBias, Ptr(hostP))},
+		{"Matmul, a bias in host memory", b.Matmul(false, false, m, n, k, 1, A, F32, m, B, F32, k, 0, C, F32, m, EpilogueBias, Ptr(hostP), 0)},
 	} {
 		var e *Error
 		if !errors.As(c.err, &e) || e.Code != 7 || e.Name != "CUBLAS_STATUS_INVALID_VALUE" || e.Msg == "" {

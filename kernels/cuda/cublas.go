@@ -66,22 +66,26 @@ const (
 
 	cublasGemmDefault = -1 // CUBLAS_GEMM_DEFAULT = -1
 
-	ltDescTransA       = 3 // CUBLASLT_MATMUL_DESC_TRANSA = 3 (int32_t, cublasOperation_t)
-	ltDescTransB       = 4 // CUBLASLT_MATMUL_DESC_TRANSB = 4 (int32_t)
-	ltDescEpilogue     = 7 // CUBLASLT_MATMUL_DESC_EPILOGUE = 7 (uint32_t)
-	ltDescBiasPointer  = 8 // CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 (void *)
-	ltPrefMaxWorkspace = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 (uint64_t)
-	ltPrefMinAlignA    = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5 (uint32_t, default 256)
-	ltPrefMinAlignB    = 6 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6
-	ltPrefMinAlignC    = 7 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7
-	ltPrefMinAlignD    = 8 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
+	ltDescTransA       = 3  // CUBLASLT_MATMUL_DESC_TRANSA = 3 (int32_t, cublasOperation_t)
+	ltDescTransB       = 4  // CUBLASLT_MATMUL_DESC_TRANSB = 4 (int32_t)
+	ltDescEpilogue     = 7  // CUBLASLT_MATMUL_DESC_EPILOGUE = 7 (uint32_t)
+	ltDescBiasPointer  = 8  // CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 (void *)
+	ltDescAuxPointer   = 11 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11 (void *)
+	ltDescAuxLD        = 12 // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 (int64_t)
+	ltPrefMaxWorkspace = 1  // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 (uint64_t)
+	ltPrefMinAlignA    = 5  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5 (uint32_t, default 256)
+	ltPrefMinAlignB    = 6  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6
+	ltPrefMinAlignC    = 7  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7
+	ltPrefMinAlignD    = 8  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8
 
-	ltEpilogueDefault  = 1   // CUBLASLT_EPILOGUE_DEFAULT = 1
-	ltEpilogueBias     = 4   // CUBLASLT_EPILOGUE_BIAS = 4
-	ltEpilogueGelu     = 32  // CUBLASLT_EPILOGUE_GELU = 32
-	ltEpilogueGeluBias = 36  // CUBLASLT_EPILOGUE_GELU_BIAS = CUBLASLT_EPILOGUE_GELU | CUBLASLT_EPILOGUE_BIAS
-	ltEpilogueBGradA   = 256 // CUBLASLT_EPILOGUE_BGRADA = 256
-	ltEpilogueBGradB   = 512 // CUBLASLT_EPILOGUE_BGRADB = 512
+	ltEpilogueDefault     = 1   // CUBLASLT_EPILOGUE_DEFAULT = 1
+	ltEpilogueBias        = 4   // CUBLASLT_EPILOGUE_BIAS = 4
+	ltEpilogueGelu        = 32  // CUBLASLT_EPILOGUE_GELU = 32
+	ltEpilogueGeluBias    = 36  // CUBLASLT_EPILOGUE_GELU_BIAS = CUBLASLT_EPILOGUE_GELU | CUBLASLT_EPILOGUE_BIAS
+	ltEpilogueGeluAuxBias = 164 // CUBLASLT_EPILOGUE_GELU_AUX_BIAS = (CUBLASLT_EPILOGUE_GELU | 128) | CUBLASLT_EPILOGUE_BIAS
+	ltEpilogueDGelu       = 192 // CUBLASLT_EPILOGUE_DGELU = 64 | 128
+	ltEpilogueBGradA      = 256 // CUBLASLT_EPILOGUE_BGRADA = 256
+	ltEpilogueBGradB      = 512 // CUBLASLT_EPILOGUE_BGRADB = 512
 )
 
 // WorkspaceBytes is the workspace a BLAS gives cuBLAS and cuBLASLt.
@@ -514,7 +518,20 @@ const (
 	// EpilogueBiasGradA writes to bias the sums over k of op(A): one per
 	// row of D (CUBLASLT_EPILOGUE_BGRADA), for the transposed layout.
 	EpilogueBiasGradA
+	// EpilogueGeluAuxBias adds the bias, stores the sum into the
+	// auxiliary matrix (GELU's input, for the backward pass), then
+	// applies GELU into D (CUBLASLT_EPILOGUE_GELU_AUX_BIAS).
+	EpilogueGeluAuxBias
+	// EpilogueDGelu multiplies the product by GELU's derivative at the
+	// auxiliary matrix, GELU's input of the forward pass
+	// (CUBLASLT_EPILOGUE_DGELU).
+	EpilogueDGelu
 )
+
+// AuxAlign is the multiple of elements an auxiliary matrix's leading
+// dimension has to be (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: "must be
+// divisible by 8" for GELU's input).
+const AuxAlign = 8
 
 // lt returns cuBLASLt's cublasLtEpilogue_t for e.
 func (e Epilogue) lt() (uint32, bool) {
@@ -531,12 +548,21 @@ func (e Epilogue) lt() (uint32, bool) {
 		return ltEpilogueBGradB, true
 	case EpilogueBiasGradA:
 		return ltEpilogueBGradA, true
+	case EpilogueGeluAuxBias:
+		return ltEpilogueGeluAuxBias, true
+	case EpilogueDGelu:
+		return ltEpilogueDGelu, true
 	}
 	return 0, false
 }
 
 // usesBias reports whether e reads or writes the bias vector.
-func (e Epilogue) usesBias() bool { return e != EpilogueNone && e != EpilogueGelu }
+func (e Epilogue) usesBias() bool {
+	return e != EpilogueNone && e != EpilogueGelu && e != EpilogueDGelu
+}
+
+// usesAux reports whether e writes or reads the auxiliary matrix.
+func (e Epilogue) usesAux() bool { return e == EpilogueGeluAuxBias || e == EpilogueDGelu }
 
 // String names the epilogue.
 func (e Epilogue) String() string {
@@ -553,6 +579,10 @@ func (e Epilogue) String() string {
 		return "bgradb"
 	case EpilogueBiasGradA:
 		return "bgrada"
+	case EpilogueGeluAuxBias:
+		return "gelu_aux+bias"
+	case EpilogueDGelu:
+		return "dgelu"
 	}
 	return fmt.Sprintf("Epilogue(%d)", int(e))
 }
@@ -566,7 +596,7 @@ type ltKey struct {
 	lda, ldb, ldc  int
 	ep             Epilogue
 	compute        int32
-	align          [4]uint32 // of A, B, C and the bias, in bytes (at most 256)
+	align          [5]uint32 // of A, B, C, the bias and the auxiliary matrix, in bytes (at most 256)
 }
 
 // alignment returns the largest power of two up to 256 that divides p,
@@ -660,6 +690,17 @@ func (b *BLAS) plan(key ltKey) (*ltPlan, error) {
 			return fail("cublasLtMatmulDescSetAttribute", r)
 		}
 	}
+	if key.ep.usesAux() {
+		// The auxiliary matrix has D's layout; its pointer, like the
+		// bias's, stands in by its alignment.
+		dummy, ld := uint64(b.ws)+uint64(key.align[4]%256), int64(key.ldc)
+		if r := a.ltDescSetAttr(p.desc, ltDescAuxPointer, unsafe.Pointer(&dummy), 8); r != cublasStatusSuccess {
+			return fail("cublasLtMatmulDescSetAttribute", r)
+		}
+		if r := a.ltDescSetAttr(p.desc, ltDescAuxLD, unsafe.Pointer(&ld), 8); r != cublasStatusSuccess {
+			return fail("cublasLtMatmulDescSetAttribute", r)
+		}
+	}
 	if r := a.ltPrefCreate(&p.pref); r != cublasStatusSuccess {
 		return fail("cublasLtMatmulPreferenceCreate", r)
 	}
@@ -706,10 +747,12 @@ func matmulRefused(err error) bool {
 // Matmul computes D = alpha·op(A)·op(B) + beta·C with cuBLASLt, then the
 // epilogue, in the column-major terms of Gemm; D is stored over C (C and
 // D are the same matrix, of type ct). bias is the epilogue's vector (of
-// type ct), 0 when the epilogue has none. For fp32 inputs the product is
+// type ct), 0 when the epilogue has none; aux its auxiliary matrix, of
+// D's type and layout (leading dimension ldc, a multiple of AuxAlign),
+// 0 when it has none. For fp32 inputs the product is
 // IEEE fp32 unless AllowTF32 is on. Each distinct shape is planned once
 // (descriptors and cuBLASLt's heuristic) and reused.
-func (b *BLAS) Matmul(transA, transB bool, m, n, k int, alpha float32, a Ptr, at DataType, lda int, bm Ptr, bt DataType, ldb int, beta float32, c Ptr, ct DataType, ldc int, ep Epilogue, bias Ptr) error {
+func (b *BLAS) Matmul(transA, transB bool, m, n, k int, alpha float32, a Ptr, at DataType, lda int, bm Ptr, bt DataType, ldb int, beta float32, c Ptr, ct DataType, ldc int, ep Epilogue, bias, aux Ptr) error {
 	if err := checkGemm(transA, transB, m, n, k, at, lda, bt, ldb, ct, ldc); err != nil {
 		return err
 	}
@@ -719,14 +762,25 @@ func (b *BLAS) Matmul(transA, transB bool, m, n, k int, alpha float32, a Ptr, at
 	if ep.usesBias() && bias == 0 {
 		return fmt.Errorf("cuda: matmul epilogue %s needs a bias vector", ep)
 	}
+	if ep.usesAux() && aux == 0 {
+		return fmt.Errorf("cuda: matmul epilogue %s needs an auxiliary matrix", ep)
+	}
+	if ep.usesAux() && ldc%AuxAlign != 0 {
+		// cuBLASLt takes no other; the caller may do the work another way.
+		return fmt.Errorf("cuda: matmul %d×%d×%d (%s): %w: the auxiliary matrix's leading dimension %d is not a multiple of %d",
+			m, n, k, ep, errNoAlgorithm, ldc, AuxAlign)
+	}
 	compute := int32(cublasCompute32F)
 	if at == F32 && b.tf32 {
 		compute = cublasCompute32FFastTF32
 	}
 	key := ltKey{transA, transB, m, n, k, at, bt, ct, lda, ldb, ldc, ep, compute,
-		[4]uint32{alignment(a), alignment(bm), alignment(c), 256}}
+		[5]uint32{alignment(a), alignment(bm), alignment(c), 256, 256}}
 	if ep.usesBias() {
 		key.align[3] = alignment(bias)
+	}
+	if ep.usesAux() {
+		key.align[4] = alignment(aux)
 	}
 	defer runtime.UnlockOSThread()
 	if err := b.d.enter(); err != nil {
@@ -740,6 +794,12 @@ func (b *BLAS) Matmul(transA, transB bool, m, n, k int, alpha float32, a Ptr, at
 		bp := uint64(bias)
 		if r := b.api.ltDescSetAttr(p.desc, ltDescBiasPointer, unsafe.Pointer(&bp), 8); r != cublasStatusSuccess {
 			return fmt.Errorf("cuda: matmul bias: %w", b.api.check("cublasLtMatmulDescSetAttribute", r))
+		}
+	}
+	if ep.usesAux() {
+		ap := uint64(aux)
+		if r := b.api.ltDescSetAttr(p.desc, ltDescAuxPointer, unsafe.Pointer(&ap), 8); r != cublasStatusSuccess {
+			return fmt.Errorf("cuda: matmul auxiliary matrix: %w", b.api.check("cublasLtMatmulDescSetAttribute", r))
 		}
 	}
 	r := b.api.ltMatmul(b.lt, p.desc, unsafe.Pointer(&alpha), uintptr(a), p.aL, uintptr(bm), p.bL,

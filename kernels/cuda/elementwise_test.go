@@ -58,13 +58,20 @@ func TestGelu(t *testing.T) {
 				cpuBackend.GeluBackward(dinp, inp, out, dout)
 				gin, gout := place(m, inp, off), place(m, make([]float32, n), off)
 				gdout, gdinp := place(m, dout, off), place(m, make([]float32, n), off)
+				// Without out, the derivative of inp alone, tanh u computed
+				// (MatmulBackwardGelu's): the CPU's, through a 1×1 identity GEMM.
+				dx := make([]float32, n)
+				cpuBackend.MatmulBackwardGelu(dx, make([]float32, 1), nil, dout, make([]float32, n), inp, []float32{1}, n, 1, 1)
+				gdx := place(m, make([]float32, n), off)
 				must(t, k.GeluForward(0, gout, gin, n))
 				must(t, k.GeluBackward(0, gdinp, gin, gout, gdout, n))
+				must(t, k.GeluBackward(0, gdx, gin, nil, gdout, n))
 				run(t, m)
 				checkClose(t, "out", m.ReadFloat32s(gout, n), out, 1e-5)
 				checkClose(t, "dinp", m.ReadFloat32s(gdinp, n), dinp, 1e-5)
 				checkExact(t, "out", m.ReadFloat32s(gout, n), out)
 				checkExact(t, "dinp", m.ReadFloat32s(gdinp, n), dinp)
+				checkExact(t, "dinp of inp alone", m.ReadFloat32s(gdx, n), dx)
 			})
 		}
 	}

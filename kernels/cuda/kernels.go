@@ -76,8 +76,8 @@ func (k *Kernels) launch(name string, grid, block Dim3, shared int, s Stream, ar
 var kernelNames = []string{
 	"encoder_forward", "encoder_backward",
 	"layernorm_forward", "layernorm_backward",
-	"bias_add", "bias_backward", "cast_f32_bf16", "cast_f32_f16", "cast_bf16_f32", "cast_f16_f32",
-	"gelu_forward", "gelu_backward",
+	"bias_add", "bias_store", "bias_backward", "cast_f32_bf16", "cast_f32_f16", "cast_bf16_f32", "cast_f16_f32",
+	"gelu_forward", "gelu_backward", "bias_gelu_store",
 	"residual_forward", "scale",
 	"dropout_forward",
 	"cross_entropy", "classifier_max", "classifier_global_max", "classifier_exp", "classifier_finish",
@@ -357,10 +357,29 @@ func (k *Kernels) GeluForward(s Stream, out, inp Buf, n int) error {
 }
 
 // GeluBackward writes dinp = GELU'(inp)·dout (overwritten) from the forward
-// pass's inp and out, n elements; dinp may alias dout.
+// pass's inp and out, n elements; dinp may alias dout. With out nil, the
+// derivative is computed from inp alone (MatmulBackwardGelu's, as
+// cuBLASLt's DGELU epilogue computes it), not recovered from out.
 func (k *Kernels) GeluBackward(s Stream, dinp, inp, out, dout Buf, n int) error {
 	p, bf := bufs(dinp, inp, out, dout)
 	return k.elementwise("gelu_backward", s, n, bf == 0 && aligned(16, p...), p[0], p[1], p[2], p[3], int64(n), bf)
+}
+
+// BiasGeluStore writes pre (N,OC) = v = in (N,OC) + bias (OC) and out
+// (N,OC) = GELU(v): a GEMM's float32 product, its bias (none when 0) and
+// GELU, as cuBLASLt's GELU_AUX_BIAS epilogue does (GELU of the float32
+// sum; pre and out rounded once each when bfloat16 activations, the bias
+// then read as a bfloat16).
+func (k *Kernels) BiasGeluStore(s Stream, out, pre Buf, in, bias Ptr, N, OC int) error {
+	if err := checkSizes("BiasGeluStore", N, OC); err != nil {
+		return err
+	}
+	if N == 0 || OC == 0 {
+		return nil
+	}
+	grid, block := ElementwiseGeometry(int64(N) * int64(OC))
+	p, bf := bufs(out, pre)
+	return k.launch("bias_gelu_store", grid, block, 0, s, p[0], p[1], in, bias, int32(N), int32(OC), bf)
 }
 
 // ResidualForward writes out = a + b, n elements; out may alias a or b.

@@ -74,6 +74,22 @@ func (b *Backend) MatmulBackward(dinp, dw, dbias, dout, inp, w []float32, N, IC,
 		outs{dinp, dw, dbias}, ins{dout, inp, w})
 }
 
+// MatmulGeluForward queues the inner backend's MatmulGeluForward.
+func (b *Backend) MatmulGeluForward(out, pre, inp, w, bias []float32, N, IC, OC int) {
+	b.enqueue("MatmulGeluForward", func() {
+		b.inner.MatmulGeluForward(dev(b, out), dev(b, pre), dev(b, inp), dev(b, w), dev(b, bias), N, IC, OC)
+	},
+		outs{out, pre}, ins{inp, w, bias})
+}
+
+// MatmulBackwardGelu queues the inner backend's MatmulBackwardGelu.
+func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float32, N, IC, OC int) {
+	b.enqueue("MatmulBackwardGelu", func() {
+		b.inner.MatmulBackwardGelu(dev(b, dinp), dev(b, dw), dev(b, dbias), dev(b, dout), dev(b, inp), dev(b, pre), dev(b, w), N, IC, OC)
+	},
+		outs{dinp, dw, dbias}, ins{dout, inp, pre, w})
+}
+
 // AttentionForward queues the inner backend's AttentionForward.
 func (b *Backend) AttentionForward(out, att, qkv []float32, B, T, C, NH int, d kernels.Dropout, off uint64) {
 	b.enqueue("AttentionForward", func() { b.inner.AttentionForward(dev(b, out), dev(b, att), dev(b, qkv), B, T, C, NH, d, off) }, outs{out, att}, ins{qkv})

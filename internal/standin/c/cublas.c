@@ -41,6 +41,19 @@
  *     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, whose default (-1) is D's type,
  *     as the documentation says; this stand-in takes only D's type (other
  *     types are CUBLAS_STATUS_NOT_SUPPORTED);
+ *   - the GELU epilogues with an auxiliary matrix, per the same pages:
+ *     GELU_AUX_BIAS (GELU_AUX without the bias) stores the sum, bias
+ *     added, into the auxiliary matrix ("GELU input matrix") and GELU of
+ *     it into D; DGELU multiplies the product by GELU's derivative at the
+ *     auxiliary matrix (the forward pass's GELU input), the derivative of
+ *     the tanh form above, 0.5(1+t) + 0.5x(1-t²)·sqrt(2/pi)(1+3·0.044715x²)
+ *     with t = tanh(sqrt(2/pi)(x+0.044715x³)), in float. The auxiliary
+ *     matrix is CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, of D's shape,
+ *     its leading dimension CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD ("must be
+ *     divisible by 8 and be no less than the number of rows in the output
+ *     matrix": CUBLAS_STATUS_INVALID_VALUE otherwise), its type
+ *     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, D's by default (the
+ *     only one taken here); it is stored, or read, as D is;
  *   - the work runs on the handle's stream (cublasSetStream_v2) or, for
  *     cublasLtMatmul, on the stream argument, after the work queued there
  *     before it, through the stand-in libcuda.so.1's gptuiStandinEnqueue
@@ -54,11 +67,14 @@
  *     preference allows (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, 0 by
  *     default) and assumes the pointers of A, B, C and D aligned as the
  *     preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES say (256 by
- *     default), and the bias as the pointer set when it was asked; none
- *     (a count of 0) for a preference below an operand's element size,
- *     and none for an epilogue with a bias while the environment has
- *     GPTUI_STANDIN_CUBLASLT_NO_BIAS (standin.NoBiasEpilogueEnv), as a
- *     library without such a kernel for the shape answers.
+ *     default), and the bias and auxiliary matrix as the pointers set when
+ *     it was asked; none (a count of 0) for a preference below an
+ *     operand's element size, none for an epilogue with a bias while the
+ *     environment has GPTUI_STANDIN_CUBLASLT_NO_BIAS
+ *     (standin.NoBiasEpilogueEnv), and none for one with an auxiliary
+ *     matrix while it has GPTUI_STANDIN_CUBLASLT_NO_AUX
+ *     (standin.NoAuxEpilogueEnv), as a library without such a kernel for
+ *     the shape answers.
  *
  * Where it fails, it fails as cuBLAS documents, at the call:
  * CUBLAS_STATUS_NOT_INITIALIZED for a handle that cublasCreate_v2 (or
@@ -87,7 +103,7 @@
  *
  * What it does not do: the other compute types (16F, 32I, 64F) and types
  * (fp64, int8, fp8, complex), CUBLASLT_POINTER_MODE other than host,
- * TRANSC, the auxiliary, ReLU and dGELU epilogues, scale pointers and
+ * TRANSC, the ReLU epilogues, DGELU_BGRAD, scale pointers and
  * batched cuBLASLt layouts (CUBLAS_STATUS_NOT_SUPPORTED). It is not fast:
  * a plain triple loop on the stream's thread.
  */
@@ -177,6 +193,9 @@ enum {
 	DESC_FILL_MODE = 6,
 	DESC_EPILOGUE = 7,
 	DESC_BIAS_POINTER = 8,
+	DESC_AUX_POINTER = 11,
+	DESC_AUX_LD = 12,
+	DESC_AUX_DATA_TYPE = 22,
 	DESC_BIAS_DATA_TYPE = 26,
 	DESC_MAX = 38,
 };
@@ -309,6 +328,9 @@ struct desc {
 	uint32_t epilogue;
 	const void *bias;
 	int32_t biasType;
+	const void *aux;
+	int64_t auxLd;
+	int32_t auxType;
 	uint64_t unsupported; /* attributes set to what the stand-in does not do, a bit each */
 };
 
@@ -461,8 +483,13 @@ static void store(char *p, int t, int64_t i, float v) {
 	}
 }
 
-/* The GELU of the cuBLAS documentation's cublasLtEpilogue_t. */
+/* The GELU of the cuBLAS documentation's cublasLtEpilogue_t, and its
+ * derivative. */
 static float gelu(float x) { return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x))); }
+static float dgelu(float x) {
+	float t = tanhf(0.7978845608f * (x + 0.044715f * x * x * x));
+	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 /* ---- the work ---- */
 
@@ -486,6 +513,8 @@ struct job {
 	uint32_t epi;
 	char *bias;
 	int biasType;
+	char *aux;
+	int64_t auxLd;
 	float *opA, *opB; /* scratch: op(A) by rows, op(B) by columns, k floats each */
 };
 
@@ -539,9 +568,13 @@ static void runJob(void *arg) {
 				}
 				if (j->beta != 0)
 					v += j->beta * load(cb, j->c.type, i + c * j->c.ld);
-				if (j->epi == EPI_BIAS || j->epi == EPI_GELU_BIAS)
+				if (j->epi == EPI_BIAS || j->epi == EPI_GELU_BIAS || j->epi == EPI_GELU_AUX_BIAS)
 					v += load(j->bias, j->biasType, i);
-				if (j->epi == EPI_GELU || j->epi == EPI_GELU_BIAS)
+				if (j->epi == EPI_GELU_AUX || j->epi == EPI_GELU_AUX_BIAS)
+					store(j->aux, j->d.type, i + c * j->auxLd, v);
+				if (j->epi == EPI_DGELU)
+					v *= dgelu(load(j->aux, j->d.type, i + c * j->auxLd));
+				if (j->epi == EPI_GELU || j->epi == EPI_GELU_BIAS || j->epi == EPI_GELU_AUX || j->epi == EPI_GELU_AUX_BIAS)
 					v = gelu(v);
 				store(db, j->d.type, i + c * j->d.ld, v);
 			}
@@ -880,6 +913,7 @@ EXPORT cublasStatus_t cublasLtMatmulDescCreate(struct desc **out, int compute, i
 	d->scale = scale;
 	d->epilogue = EPI_DEFAULT;
 	d->biasType = -1;
+	d->auxType = -1;
 	*out = d;
 	return ST_SUCCESS;
 }
@@ -946,12 +980,19 @@ EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(struct desc *d, int attr, c
 	case DESC_BIAS_DATA_TYPE:
 		d->biasType = i32;
 		break;
+	case DESC_AUX_POINTER:
+		d->aux = (const void *)(uintptr_t)u64;
+		break;
+	case DESC_AUX_LD:
+		d->auxLd = (int64_t)u64;
+		break;
+	case DESC_AUX_DATA_TYPE:
+		d->auxType = i32;
+		break;
 	case DESC_FILL_MODE: /* not read by a GEMM */
-	case 10:             /* BIAS_BATCH_STRIDE, ALPHA_VECTOR_BATCH_STRIDE, */
-	case 14:             /* the auxiliary output's ld, stride and type: read */
-	case 12:             /* only with batches, vector alpha or auxiliary */
-	case 13:             /* epilogues, which the stand-in does not do */
-	case 22:
+	case 10: /* BIAS_BATCH_STRIDE, ALPHA_VECTOR_BATCH_STRIDE and the */
+	case 14: /* auxiliary matrix's batch stride: read only with batches */
+	case 13: /* or vector alpha, which the stand-in does not do */
 	case 15: /* SM_COUNT_TARGET: a hint */
 	case 25: /* FAST_ACCUM: fp8 only */
 		break;
@@ -1032,6 +1073,7 @@ struct problem {
 	struct job j;
 	int bias;     /* the epilogue reads or writes the bias */
 	int64_t nbias; /* its elements */
+	int aux;      /* … the auxiliary matrix */
 	const struct layout *la, *lb, *lc, *ld;
 };
 
@@ -1045,6 +1087,9 @@ static cublasStatus_t epilogueOK(uint32_t e) {
 	case EPI_GELU_BIAS:
 	case EPI_BGRADA:
 	case EPI_BGRADB:
+	case EPI_GELU_AUX:
+	case EPI_GELU_AUX_BIAS:
+	case EPI_DGELU:
 		return ST_SUCCESS;
 	case EPI_RELU:
 	case EPI_RELU_BIAS:
@@ -1052,9 +1097,6 @@ static cublasStatus_t epilogueOK(uint32_t e) {
 	case EPI_RELU_AUX_BIAS:
 	case EPI_DRELU:
 	case EPI_DRELU_BGRAD:
-	case EPI_GELU_AUX:
-	case EPI_GELU_AUX_BIAS:
-	case EPI_DGELU:
 	case EPI_DGELU_BGRAD:
 		return ST_NOT_SUPPORTED;
 	}
@@ -1106,7 +1148,15 @@ static cublasStatus_t describe(const struct desc *d, const struct layout *la, co
 	j->b = (struct mat){NULL, lb->type, lb->ld, 0};
 	j->c = (struct mat){NULL, lc->type, lc->ld, 0};
 	j->d = (struct mat){NULL, ld->type, ld->ld, 0};
-	pr->bias = j->epi != EPI_DEFAULT && j->epi != EPI_GELU;
+	pr->bias = j->epi != EPI_DEFAULT && j->epi != EPI_GELU && j->epi != EPI_GELU_AUX && j->epi != EPI_DGELU;
+	pr->aux = j->epi == EPI_GELU_AUX || j->epi == EPI_GELU_AUX_BIAS || j->epi == EPI_DGELU;
+	if (pr->aux) {
+		if ((d->auxType != -1 && d->auxType != ld->type))
+			return ST_NOT_SUPPORTED;
+		if (d->auxLd < (int64_t)ld->rows || d->auxLd % 8 != 0)
+			return ST_INVALID_VALUE;
+		j->auxLd = d->auxLd;
+	}
 	pr->nbias = j->epi == EPI_BGRADB ? j->n : j->m;
 	j->biasType = d->biasType == -1 ? ld->type : d->biasType;
 	if (pr->bias && j->biasType != ld->type)
@@ -1135,6 +1185,8 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(struct obj *h, struct desc 
 	*returned = 0;
 	if (pr.bias && getenv("GPTUI_STANDIN_CUBLASLT_NO_BIAS") != NULL)
 		return ST_SUCCESS; /* as a library without such a kernel answers */
+	if (pr.aux && getenv("GPTUI_STANDIN_CUBLASLT_NO_AUX") != NULL)
+		return ST_SUCCESS;
 	const int types[4] = {la->type, lb->type, (lc == NULL ? ld : lc)->type, ld->type};
 	for (int i = 0; i < 4; i++)
 		if (p->align[i] < typeSize(types[i]))
@@ -1146,6 +1198,7 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(struct obj *h, struct desc 
 	for (int i = 0; i < 4; i++)
 		res->algo.data[2] |= (uint64_t)(p->align[i] > 256 ? 256 : p->align[i]) << (16 * i);
 	res->algo.data[3] = pr.bias && d->bias != NULL ? alignOf(d->bias) : 0;
+	res->algo.data[4] = pr.aux && d->aux != NULL ? alignOf(d->aux) : 0;
 	res->workspaceSize = p->maxWorkspace;
 	res->state = ST_SUCCESS;
 	res->wavesCount = 1.0f;
@@ -1168,7 +1221,7 @@ EXPORT cublasStatus_t cublasLtMatmul(struct obj *h, struct desc *d, const float 
 	 * chosen for (an implicit heuristic, for a NULL algo, takes no
 	 * workspace and the pointers as they are). */
 	uint64_t need = 0;
-	uint32_t align[4] = {0, 0, 0, 0}, biasAlign = 0;
+	uint32_t align[4] = {0, 0, 0, 0}, biasAlign = 0, auxAlign = 0;
 	if (algo != NULL) {
 		if (algo->data[0] != ALGO_MAGIC)
 			return ST_INVALID_VALUE;
@@ -1176,6 +1229,7 @@ EXPORT cublasStatus_t cublasLtMatmul(struct obj *h, struct desc *d, const float 
 		for (int i = 0; i < 4; i++)
 			align[i] = (uint32_t)(algo->data[2] >> (16 * i)) & 0xffff;
 		biasAlign = (uint32_t)algo->data[3];
+		auxAlign = (uint32_t)algo->data[4];
 	}
 	if (wsBytes < need)
 		return ST_INVALID_VALUE;
@@ -1198,6 +1252,8 @@ EXPORT cublasStatus_t cublasLtMatmul(struct obj *h, struct desc *d, const float 
 		return ST_INVALID_VALUE;
 	if (pr.bias && !onDevice(d->bias, j->biasType, pr.nbias, 1, pr.nbias, 0, 1, biasAlign))
 		return ST_INVALID_VALUE;
+	if (pr.aux && !onDevice(d->aux, ld->type, (int64_t)ld->rows, (int64_t)ld->cols, d->auxLd, 0, 1, auxAlign))
+		return ST_INVALID_VALUE;
 	struct job *q = malloc(sizeof *q);
 	if (q == NULL)
 		return ST_ALLOC_FAILED;
@@ -1205,6 +1261,7 @@ EXPORT cublasStatus_t cublasLtMatmul(struct obj *h, struct desc *d, const float 
 	q->alpha = al, q->beta = be;
 	q->a.p = A, q->b.p = B, q->c.p = be != 0 ? Cp : NULL, q->d.p = D;
 	q->bias = pr.bias ? (char *)d->bias : NULL;
+	q->aux = pr.aux ? (char *)d->aux : NULL;
 	q->opA = q->opB = NULL;
 	return launch(q, stream);
 }

@@ -490,6 +490,14 @@ func geluTanh(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
 }
 
+// dgeluTanh is geluTanh's derivative, what cuBLASLt's DGELU epilogue
+// multiplies the product by.
+func dgeluTanh(x float64) float64 {
+	k := math.Sqrt(2 / math.Pi)
+	th := math.Tanh(k * (x + 0.044715*x*x*x))
+	return 0.5*(1+th) + 0.5*x*(1-th*th)*k*(1+3*0.044715*x*x)
+}
+
 // operand is a GEMM input on the host and the device.
 type operand struct {
 	vals []float64 // the values as the device sees them (after rounding)
@@ -607,6 +615,9 @@ func (t *selfTest) blas(d *cuda.Device) {
 		{name: "Matmul f32 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-3, lt: true, ep: cuda.EpilogueGeluBias},
 		{name: "Matmul f32 gelu 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-3, lt: true, ep: cuda.EpilogueGelu},
 		{name: "Matmul bf16 gelu(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.BF16, tol: 1e-2, lt: true, ep: cuda.EpilogueGeluBias},
+		// GPT-2's fc and fcproj's input gradient under bf16 (MatmulGeluForward, MatmulBackwardGelu).
+		{name: "Matmul bf16 gelu_aux(+bias) 256×128×64", transA: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.BF16, tol: 1e-2, lt: true, ep: cuda.EpilogueGeluAuxBias},
+		{name: "Matmul bf16 dgelu 256×128×64", m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.BF16, tol: 1e-2, lt: true, ep: cuda.EpilogueDGelu},
 		{name: "Matmul f32 bias-grad (BGRADB) 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.F32, out: cuda.F32, tol: 1e-5, lt: true, ep: cuda.EpilogueBiasGrad},
 		{name: "Matmul bf16→f32 bias-grad 256×128×64", transB: true, m: 256, n: 128, k: 64, in: cuda.BF16, out: cuda.F32, tol: 1e-2, lt: true, ep: cuda.EpilogueBiasGrad},
 	} {
@@ -671,10 +682,18 @@ func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (strin
 	for i := range batch {
 		refGemm(gc.transA, gc.transB, gc.m, gc.n, gc.k, float64(alpha), A.vals[i*sa:], lda, B.vals[i*sb:], ldb, float64(beta), want[i*sc:], ldc)
 	}
-	var bias operand
-	var wantBias []float64
+	var bias, aux operand
+	var wantBias, wantAux []float64
+	if gc.ep == cuda.EpilogueGeluAuxBias || gc.ep == cuda.EpilogueDGelu {
+		// The auxiliary matrix has D's layout: GELU's input, written by
+		// GELU_AUX_BIAS, read by DGELU.
+		if aux, err = randOperand(d, r, sc, gc.out); err != nil {
+			return "", err
+		}
+		defer d.Free(aux.p)
+	}
 	switch gc.ep {
-	case cuda.EpilogueBias, cuda.EpilogueGeluBias:
+	case cuda.EpilogueBias, cuda.EpilogueGeluBias, cuda.EpilogueGeluAuxBias:
 		if bias, err = randOperand(d, r, gc.m, gc.out); err != nil {
 			return "", err
 		}
@@ -701,8 +720,16 @@ func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (strin
 			}
 		}
 	}
+	if gc.ep == cuda.EpilogueGeluAuxBias {
+		wantAux = slices.Clone(want)
+	}
+	if gc.ep == cuda.EpilogueDGelu {
+		for i := range want {
+			want[i] *= dgeluTanh(aux.vals[i])
+		}
+	}
 	var wantErf []float64 // GELU's erf form, to tell which one cuBLASLt computes
-	if gc.ep == cuda.EpilogueGelu || gc.ep == cuda.EpilogueGeluBias {
+	if gc.ep == cuda.EpilogueGelu || gc.ep == cuda.EpilogueGeluBias || gc.ep == cuda.EpilogueGeluAuxBias {
 		wantErf = make([]float64, len(want))
 		for i, x := range want {
 			want[i] = geluTanh(x)
@@ -711,7 +738,7 @@ func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (strin
 	}
 	switch {
 	case gc.lt:
-		err = b.Matmul(gc.transA, gc.transB, gc.m, gc.n, gc.k, alpha, A.p, gc.in, lda, B.p, gc.in, ldb, beta, C.p, gc.out, ldc, gc.ep, bias.p)
+		err = b.Matmul(gc.transA, gc.transB, gc.m, gc.n, gc.k, alpha, A.p, gc.in, lda, B.p, gc.in, ldb, beta, C.p, gc.out, ldc, gc.ep, bias.p, aux.p)
 	case batch > 1:
 		err = b.GemmStridedBatched(gc.transA, gc.transB, gc.m, gc.n, gc.k, alpha, A.p, gc.in, lda, int64(sa), B.p, gc.in, ldb, int64(sb), beta, C.p, gc.out, ldc, int64(sc), batch, gc.exact)
 	default:
@@ -734,6 +761,17 @@ func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (strin
 	}
 	if e > gc.tol {
 		return "", fmt.Errorf("%s", detail)
+	}
+	if wantAux != nil {
+		gotAux, err := fetch(d, aux.p, sc, gc.out)
+		if err != nil {
+			return "", err
+		}
+		ae := relErr(gotAux, wantAux)
+		detail += fmt.Sprintf(", GELU's input (auxiliary) %.2e", ae)
+		if ae > gc.tol {
+			return "", fmt.Errorf("the auxiliary matrix (GELU's input) max rel err %.2e (tolerance %.0e)", ae, gc.tol)
+		}
 	}
 	if wantBias != nil {
 		gotBias, err := fetch(d, bias.p, gc.n, gc.out)
