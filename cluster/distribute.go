@@ -424,7 +424,7 @@ func (d *distributor) relay1(ctx context.Context, sp *spread, h *holder, n *node
 	}
 	// The destination gets the token once the grant is in force: one
 	// that connected sooner would be refused.
-	if err := awaitGrant(ctx, srv, lines, id); err != nil {
+	if err := awaitGrant(ctx, srv, lines, id, relayStall); err != nil {
 		return err
 	}
 
@@ -487,9 +487,10 @@ func (d *distributor) relay1(ctx context.Context, sp *spread, h *holder, n *node
 }
 
 // awaitGrant waits for srv's "granted id" on lines, its reports of
-// transfer id: for at most relayStall, and not past the server's end.
-func awaitGrant(ctx context.Context, srv *relayServer, lines <-chan string, id string) error {
-	stall := time.NewTimer(relayStall)
+// transfer id: for at most within (relayStall), and not past the
+// server's end.
+func awaitGrant(ctx context.Context, srv *relayServer, lines <-chan string, id string, within time.Duration) error {
+	stall := time.NewTimer(within)
 	defer stall.Stop()
 	for {
 		select {
@@ -498,7 +499,7 @@ func awaitGrant(ctx context.Context, srv *relayServer, lines <-chan string, id s
 				return nil
 			}
 		case <-stall.C:
-			return &relayError{source: true, err: fmt.Errorf("%s did not take the grant within %v", srv.n.name, relayStall)}
+			return &relayError{source: true, err: fmt.Errorf("%s did not take the grant within %v", srv.n.name, within)}
 		case <-srv.down:
 			return &relayError{source: true, err: fmt.Errorf("the server on %s ended: %v", srv.n.name, srv.err())}
 		case <-ctx.Done():

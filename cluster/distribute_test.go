@@ -264,3 +264,53 @@ func TestRelayFetchScript(t *testing.T) {
 		t.Errorf("mode %v, want 0755", fi.Mode().Perm())
 	}
 }
+
+// TestAwaitGrant: the destination gets its token only once the source's
+// server says the grant is in force ("granted ID"); a server that ends,
+// or takes no grant in time, is the source's failure (a relayError the
+// distributor retries from another holder), and a cancelled push ends
+// the wait with its cause.
+func TestAwaitGrant(t *testing.T) {
+	cancelled := errors.New("the push was cancelled")
+	for _, tc := range []struct {
+		name   string
+		lines  []string // what the server reports before the wait
+		down   bool     // the server has ended
+		cancel bool     // the push's context is cancelled
+		want   string   // "" for nil, else in the error
+		source bool     // a relayError of the source
+	}{
+		{"granted", []string{"granted 7"}, false, false, "", false},
+		{"another transfer's grant first", []string{"granted 70", "progress 7 100", "granted 7"}, false, false, "", false},
+		{"the server ended", []string{"granted 6"}, true, false, "the server on src ended: killed", true},
+		{"no grant in time", nil, false, false, "src did not take the grant within 20ms", true},
+		{"cancelled", nil, false, true, cancelled.Error(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := &relayServer{n: &node{name: "src"}, down: make(chan struct{})}
+			lines := make(chan string, len(tc.lines))
+			for _, l := range tc.lines {
+				lines <- l
+			}
+			if tc.down {
+				srv.endErr = errors.New("killed")
+				close(srv.down)
+			}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			defer cancel(nil)
+			if tc.cancel {
+				cancel(cancelled)
+			}
+			err := awaitGrant(ctx, srv, lines, "7", 20*time.Millisecond)
+			var re *relayError
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("awaitGrant: %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("awaitGrant: %v, want an error with %q", err, tc.want)
+			case tc.source != (errors.As(err, &re) && re.source):
+				t.Fatalf("awaitGrant: %v (%T): the source's failure %v, want %v", err, err, !tc.source, tc.source)
+			}
+		})
+	}
+}
