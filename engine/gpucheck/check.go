@@ -88,6 +88,19 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 	c.compare("MatmulBackward", gemmTol, func(be kernels.Backend, a args) {
 		be.MatmulBackward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N, C, F)
 	}, outs{c.zeros(N * C), c.randn(F*C, 0.1), c.randn(F, 0.1)}, ins{dmm, xin, wm})
+	// GPT-2's fc with GELU in its epilogue, and the GEMM after the GELU
+	// with GELU's backward in its input gradient's (here in fp32: the
+	// GEMM, then GELU's kernels; the backward's derivative from GELU's
+	// input alone).
+	c.compare("MatmulGeluForward", gemmTol, func(be kernels.Backend, a args) {
+		be.MatmulGeluForward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), N, C, F)
+	}, outs{c.zeros(N * F), c.zeros(N * F)}, ins{xin, wm, bias})
+	pre := c.randn(N*F, 2)
+	gl := make([]float32, N*F)
+	c.c.GeluForward(gl, pre)
+	c.compare("MatmulBackwardGelu", gemmTol, func(be kernels.Backend, a args) {
+		be.MatmulBackwardGelu(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), a.f(6), N, F, C)
+	}, outs{c.zeros(N * F), c.randn(C*F, 0.1), c.randn(C, 0.1)}, ins{x, gl, pre, wm})
 	c.compare("Sgemm", 1e-5, func(be kernels.Backend, a args) {
 		be.Sgemm(true, false, 70, 90, 50, 0.5, a.f(1), 70, a.f(2), 90, 1, a.f(0), 90)
 	}, outs{c.randn(70*90, 1)}, ins{c.randn(50*70, 1), c.randn(50*90, 1)})
