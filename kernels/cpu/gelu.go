@@ -11,16 +11,12 @@ const geluK = 0.7978845608028654
 func (b *Backend) GeluForward(out, inp []float32) {
 	defer b.store(out)
 	b.ParallelFor(len(inp), 4096, func(lo, hi int) {
-		x, o := inp[lo:hi], out[lo:hi]
-		var th [256]float32
-		for len(x) > 0 {
-			n := min(len(x), len(th))
-			geluTanh(th[:n], x[:n])
-			for i, v := range x[:n] {
-				o[i] = 0.5 * v * (1 + th[i])
+		eachGeluTanh(inp[lo:hi], func(i int, x, th []float32) {
+			o := out[lo+i:]
+			for k, v := range x {
+				o[k] = 0.5 * v * (1 + th[k])
 			}
-			x, o = x[n:], o[n:]
-		}
+		})
 	})
 }
 
@@ -38,6 +34,17 @@ func geluTanh(th, x []float32) {
 		r := e2 - kf*0.693359375 + kf*2.12194440e-4
 		p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
 		th[i] = 1 - 2/(p*math.Float32frombits(uint32(int32(math.Float32bits(t))-0x4b400000+127)<<23)+1)
+	}
+}
+
+// eachGeluTanh calls f(i, c, th) for each chunk c = x[i:i+len(c)] of at
+// most 256 elements, th[k] = tanh u of c[k] (geluTanh).
+func eachGeluTanh(x []float32, f func(i int, c, th []float32)) {
+	var th [256]float32
+	for i := 0; i < len(x); i += len(th) {
+		c := x[i:min(i+len(th), len(x))]
+		geluTanh(th[:len(c)], c)
+		f(i, c, th[:len(c)])
 	}
 }
 
@@ -99,16 +106,12 @@ func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float3
 	defer b.store(dinp)
 	b.matmulGemm(false, false, N, IC, OC, dout, OC, w, IC, 0, dinp, IC)
 	b.ParallelFor(N*IC, 4096, func(lo, hi int) {
-		x, d := pre[lo:hi], dinp[lo:hi]
-		var th [256]float32
-		for len(x) > 0 {
-			n := min(len(x), len(th))
-			geluTanh(th[:n], x[:n])
-			for i, v := range x[:n] {
-				d[i] *= geluGrad(v, th[i])
+		eachGeluTanh(pre[lo:hi], func(i int, x, th []float32) {
+			d := dinp[lo+i:]
+			for k, v := range x {
+				d[k] *= geluGrad(v, th[k])
 			}
-			x, d = x[n:], d[n:]
-		}
+		})
 	})
 	b.MatmulBackward(nil, dw, dbias, dout, inp, w, N, IC, OC)
 }
