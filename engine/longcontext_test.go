@@ -14,7 +14,8 @@ import (
 // 4096-token sequence of the 345M model (the engine's own account,
 // Model.ActivationBytes: what newActivations allocates), under one
 // process, mp2 and mp4 without and with sequence parallelism, cp2 and cp2 × mp2 with
-// sequence parallelism, with and without attention recompute. It
+// sequence parallelism, without recompute, with attention recompute and
+// with full recompute. It
 // allocates tens of GB of address space (untouched), so it runs only with
 // GPTUI_LONG_CONTEXT=1. It checks context parallelism's bound from issue
 // 36 (cp2 ≤ 0.55 × one process) and logs the rest.
@@ -33,7 +34,7 @@ func TestLongContextActivations(t *testing.T) {
 		mp, cp int
 		sp     bool
 	}{{"one process", 1, 1, false}, {"mp2", 2, 1, false}, {"mp2 sp", 2, 1, true}, {"mp4", 4, 1, false}, {"mp4 sp", 4, 1, true}, {"cp2", 1, 2, false}, {"cp2 mp2 sp", 2, 2, true}}
-	for _, rc := range []Recompute{RecomputeNone, RecomputeOnlyAttn} {
+	for _, rc := range []Recompute{RecomputeNone, RecomputeOnlyAttn, RecomputeFull} {
 		got := map[string]float64{}
 		for _, l := range layouts {
 			p := WholePart(shape)
