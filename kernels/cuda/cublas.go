@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -732,16 +733,26 @@ func (b *BLAS) plan(key ltKey) (*ltPlan, error) {
 // for.
 var errNoAlgorithm = errors.New("cuBLASLt has no algorithm for this matmul (alignment of the pointers or leading dimensions?)")
 
-// cublasStatusNotSupported is CUBLAS_STATUS_NOT_SUPPORTED.
-const cublasStatusNotSupported = 15
+const (
+	cublasStatusInvalidValue = 7  // CUBLAS_STATUS_INVALID_VALUE
+	cublasStatusNotSupported = 15 // CUBLAS_STATUS_NOT_SUPPORTED
+)
 
 // matmulRefused reports whether err is a Matmul that cuBLASLt refused
-// before it launched anything: no algorithm for it, or a combination of
-// types or an epilogue it does not support. The caller may do the work
-// another way.
+// before it launched anything: no algorithm for it, a combination of
+// types or an epilogue it does not support, or arguments it takes as
+// invalid (a version checking an epilogue's attributes more strictly
+// than the documentation says) — its calls answer those synchronously,
+// before they queue work. The caller may do the work another way; the
+// stand-in cuBLASLt's tests, which refuse nothing, catch arguments of
+// gptui's that are wrong (TestBF16OnStandin).
 func matmulRefused(err error) bool {
 	var e *Error
-	return errors.Is(err, errNoAlgorithm) || errors.As(err, &e) && e.Code == cublasStatusNotSupported
+	if errors.Is(err, errNoAlgorithm) {
+		return true
+	}
+	return errors.As(err, &e) && strings.HasPrefix(e.Op, "cublasLt") &&
+		(e.Code == cublasStatusNotSupported || e.Code == cublasStatusInvalidValue)
 }
 
 // Matmul computes D = alpha·op(A)·op(B) + beta·C with cuBLASLt, then the

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
@@ -131,6 +133,30 @@ func TestCStructSizes(t *testing.T) {
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s is %d bytes, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestMatmulRefused: the backend does an epilogue's work itself only for
+// what cuBLASLt answered before it queued anything — no algorithm, a
+// combination it does not support, arguments it takes as invalid — and
+// never for a failure of the driver or a kernel.
+func TestMatmulRefused(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("cuda: matmul 8×8×8 (dgelu): %w", errNoAlgorithm), true},
+		{&Error{Op: "cublasLtMatmulAlgoGetHeuristic", Code: cublasStatusNotSupported}, true},
+		{fmt.Errorf("cuda: matmul: %w", &Error{Op: "cublasLtMatmul", Code: cublasStatusInvalidValue}), true},
+		{&Error{Op: "cublasLtMatmul", Code: 13}, false},                      // CUBLAS_STATUS_EXECUTION_FAILED
+		{&Error{Op: "cuMemAlloc_v2", Code: cublasStatusInvalidValue}, false}, // CUDA_ERROR_... 7, the driver's
+		{&Error{Op: "cublasGemmEx", Code: cublasStatusNotSupported}, false},  // not cuBLASLt's
+		{errors.New("cuda: launching cast_f32_bf16: too many resources"), false},
+		{nil, false},
+	} {
+		if got := matmulRefused(tc.err); got != tc.want {
+			t.Errorf("matmulRefused(%v) = %v, want %v", tc.err, got, tc.want)
 		}
 	}
 }
