@@ -22,6 +22,8 @@
 //	kernels*.go   Kernels: each kernel's launch geometry and arguments
 //	emu/          a CPU emulator of CUDA that runs the sources in tests
 //	backend.go    kernels.Backend on the GPU, mixed precision
+//	matmul.go     its linear layers: GEMMs, cuBLASLt's epilogues, the
+//	              weights' bfloat16 copy
 //	activations.go bfloat16 activations behind float32 addresses
 //	reserve.go    address ranges with memory mapped behind them
 //	cudacheck/    the device self-test (gptui gpu check), apart from the
