@@ -119,7 +119,8 @@ func TestLossParityOnStandin(t *testing.T) {
 // half the memory of an fp32 run. Its GEMMs into activations add their
 // bias, fc's GELU and fcproj's input gradient's GELU backward in
 // cuBLASLt's epilogues; where the stand-in cuBLASLt has no algorithm for
-// them (NoBiasEpilogueEnv, NoAuxEpilogueEnv), the backend's own kernels
+// them (NoAuxEpilogueEnv), or the backend is told not to ask
+// (cuda.EpiloguesEnv=off), the backend's own kernels
 // give the same losses, but for GELU's own rounding (the stand-in's GELU
 // is float's tanhf, the backend's kernels' the CPU's). The backend's own
 // device memory after each run (the weights' bfloat16 copy, and no GEMM's
@@ -209,16 +210,19 @@ func TestBF16OnStandin(t *testing.T) {
 	// its work itself (the float32 product, then BiasStore,
 	// BiasGeluStore or GeluBackward), with the same numerics but GELU's
 	// own: the losses are the epilogues' to GELU's rounding.
-	for _, env := range []string{standin.NoAuxEpilogueEnv, standin.NoBiasEpilogueEnv} {
-		t.Setenv(env, "1")
+	// First every epilogue declined by the backend (EpiloguesEnv=off),
+	// then the aux ones refused by the library.
+	for _, env := range []struct{ name, value string }{{cuda.EpiloguesEnv, "off"}, {standin.NoAuxEpilogueEnv, "1"}} {
+		t.Setenv(cuda.EpiloguesEnv, "")
+		t.Setenv(env.name, env.value)
 		_, fallback, noEpilogue := used(cuda.PrecisionBF16, "bf16")
-		if noEpilogue == nil {
-			t.Errorf("with %s set, the backend says the epilogues served", env)
+		if noEpilogue == nil || env.name == cuda.EpiloguesEnv && !strings.Contains(noEpilogue.Error(), cuda.EpiloguesEnv+"=off") {
+			t.Errorf("with %s=%s, the backend says the epilogues served, or not why: %v", env.name, env.value, noEpilogue)
 		}
-		t.Logf("with %s (%v): losses %v", env, noEpilogue, fallback)
+		t.Logf("with %s=%s (%v): losses %v", env.name, env.value, noEpilogue, fallback)
 		for i := range got {
 			if d := math.Abs(float64(fallback[i]-got[i])) / math.Abs(float64(got[i])); !(d <= 1e-4) {
-				t.Errorf("with %s, step %d: loss %v, with the epilogues %v (%.1e)", env, i+1, fallback[i], got[i], d)
+				t.Errorf("with %s=%s, step %d: loss %v, with the epilogues %v (%.1e)", env.name, env.value, i+1, fallback[i], got[i], d)
 			}
 		}
 	}

@@ -46,14 +46,10 @@ const (
 	TraceEnv = "GPTUI_STANDIN_NCCL_TRACE"
 )
 
-// NoBiasEpilogueEnv, when set, makes the stand-in cuBLASLt's heuristic find
-// no algorithm for an epilogue with a bias (see c/cublas.c), as a library
-// without such a kernel for the shape answers.
-const NoBiasEpilogueEnv = "GPTUI_STANDIN_CUBLASLT_NO_BIAS"
-
 // NoAuxEpilogueEnv, when set, makes the stand-in cuBLASLt's heuristic find
 // no algorithm for an epilogue with an auxiliary matrix (GELU_AUX_BIAS,
-// DGELU), as NoBiasEpilogueEnv does for the bias.
+// DGELU; see c/cublas.c), as a library without such a kernel for the
+// shape answers.
 const NoAuxEpilogueEnv = "GPTUI_STANDIN_CUBLASLT_NO_AUX"
 
 // The environment variables of the stand-in libcuda (see c/cuda.c).

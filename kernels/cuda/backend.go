@@ -246,6 +246,7 @@ func New(opts Options) (*Backend, error) {
 	if err := b.flashInit(opts.Log); err != nil {
 		return fail(err)
 	}
+	b.epiloguesInit(opts.Log)
 	if b.s, err = dev.NewStream(); err != nil {
 		return fail(err)
 	}

@@ -1,6 +1,11 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
 
 // matmul.go: the linear layers and the plain GEMM of the Backend — cuBLAS's
 // GEMMs and cuBLASLt's Matmul with its epilogues (the bias, GPT-2's GELU
@@ -285,6 +290,26 @@ func (b *Backend) CopyWeights(w []float32) {
 // DropWeights ends the use of the copy CopyWeights made: the GEMMs round
 // the weights they read again. The copy's memory is kept for the next.
 func (b *Backend) DropWeights() { b.wlo, b.whi = 0, 0 }
+
+// EpiloguesEnv, set to "off", keeps the backend from asking cuBLASLt for
+// any epilogue: its own kernels do their work from the float32 product,
+// as where cuBLASLt refuses one — to compare the two on a GPU, or to do
+// without a library's epilogues, as GPTUI_FLASH_ATTENTION=off does
+// without the flash kernels.
+const EpiloguesEnv = "GPTUI_CUBLASLT_EPILOGUES"
+
+// epiloguesInit marks every epilogue refused under EpiloguesEnv=off, and
+// says so in log.
+func (b *Backend) epiloguesInit(log io.Writer) {
+	if !strings.EqualFold(os.Getenv(EpiloguesEnv), "off") {
+		return
+	}
+	off := fmt.Errorf("%s=off", EpiloguesEnv)
+	b.refused = map[Epilogue]error{EpilogueBias: off, EpilogueGeluAuxBias: off, EpilogueDGelu: off}
+	if log != nil {
+		fmt.Fprintf(log, "cuda: %s=off: no cuBLASLt epilogues; the backend's own kernels add the biases and GELU\n", EpiloguesEnv)
+	}
+}
 
 // EpilogueRefused reports whether the GEMMs that would take cuBLASLt's
 // epilogue ep (EpilogueBias, EpilogueGeluAuxBias, EpilogueDGelu: the

@@ -69,10 +69,8 @@
  *     preference's CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES say (256 by
  *     default), and the bias and auxiliary matrix as the pointers set when
  *     it was asked; none (a count of 0) for a preference below an
- *     operand's element size, none for an epilogue with a bias while the
- *     environment has GPTUI_STANDIN_CUBLASLT_NO_BIAS
- *     (standin.NoBiasEpilogueEnv), and none for one with an auxiliary
- *     matrix while it has GPTUI_STANDIN_CUBLASLT_NO_AUX
+ *     operand's element size, and none for an epilogue with an auxiliary
+ *     matrix while the environment has GPTUI_STANDIN_CUBLASLT_NO_AUX
  *     (standin.NoAuxEpilogueEnv), as a library without such a kernel for
  *     the shape answers.
  *
@@ -1183,10 +1181,8 @@ EXPORT cublasStatus_t cublasLtMatmulAlgoGetHeuristic(struct obj *h, struct desc 
 	if (r != ST_SUCCESS)
 		return r;
 	*returned = 0;
-	if (pr.bias && getenv("GPTUI_STANDIN_CUBLASLT_NO_BIAS") != NULL)
-		return ST_SUCCESS; /* as a library without such a kernel answers */
 	if (pr.aux && getenv("GPTUI_STANDIN_CUBLASLT_NO_AUX") != NULL)
-		return ST_SUCCESS;
+		return ST_SUCCESS; /* as a library without such a kernel answers */
 	const int types[4] = {la->type, lb->type, (lc == NULL ? ld : lc)->type, ld->type};
 	for (int i = 0; i < 4; i++)
 		if (p->align[i] < typeSize(types[i]))
