@@ -48,9 +48,9 @@ func eachGeluTanh(x []float32, f func(i int, c, th []float32)) {
 	}
 }
 
-// geluGrad is GELU's derivative at x from th = tanh u:
+// geluGrad is GELU's derivative at v from th = tanh u:
 //
-//	0.5·(1+th) + 0.5·x·(1−th²)·√(2/π)·(1 + 3·0.044715·x²)
+//	0.5·(1+th) + 0.5·v·(1−th²)·√(2/π)·(1 + 3·0.044715·v²)
 func geluGrad(v, th float32) float32 {
 	return 0.5*(1+th) + 0.5*v*(1-th*th)*geluK*(1+3*0.044715*v*v)
 }
