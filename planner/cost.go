@@ -265,8 +265,9 @@ func gpuMemory(m Model, c Cluster, s Strategy, st int) Memory {
 //     engine's own float32 buffers) and the flash kernels' backward
 //     scratch (delta, a float per row and head).
 //
-// Where cuBLASLt refuses the bias epilogue, the backend's float32 product
-// of those GEMMs, n·max(qkv, fc) floats, comes on top (gpu check says so).
+// Where cuBLASLt refuses an epilogue (or GPTUI_CUBLASLT_EPILOGUES=off),
+// the backend's float32 product of the GEMM, at most n·max(qkv, fc)
+// floats, comes on top (gpu check says so).
 func cudaWorkspace(m Model, s Strategy, st int) int64 {
 	n := int64(cuda.WorkspaceBytes + cuda.SumScratch)
 	if !m.sixteenBit() {

@@ -123,11 +123,7 @@ func (b *Backend) MatmulForward(out, inp, w, bias []float32, N, IC, OC int) {
 // (epilogue), the product goes to float32 scratch, which BiasStore adds
 // the rounded bias to and stores, as the epilogue would.
 func (b *Backend) matmulBiasHalf(out Buf, inp, w, bias []float32, N, IC, OC int) error {
-	hb, err := b.halfBias(bias)
-	if err != nil {
-		return err
-	}
-	if done, err := b.epilogue(EpilogueBias, N, OC, IC, inp, w, out, hb, 0); done {
+	if done, err := b.epilogue(EpilogueBias, N, OC, IC, inp, w, out, bias, 0); done {
 		return err
 	}
 	prod, err := b.productOf(inp, w, N, IC, OC)
@@ -158,11 +154,7 @@ func (b *Backend) MatmulGeluForward(out, pre, inp, w, bias []float32, N, IC, OC 
 	}
 	b.run("MatmulGeluForward", func() error {
 		if bias != nil {
-			hb, err := b.halfBias(bias)
-			if err != nil {
-				return err
-			}
-			if done, err := b.epilogue(EpilogueGeluAuxBias, N, OC, IC, inp, w, o, hb, pp); done {
+			if done, err := b.epilogue(EpilogueGeluAuxBias, N, OC, IC, inp, w, o, bias, pp); done {
 				return err
 			}
 		}
@@ -193,7 +185,7 @@ func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float3
 			}
 			return b.k.GeluBackward(b.s, d, p, nil, d, N*IC)
 		}
-		if done, err := b.epilogue(EpilogueDGelu, N, IC, OC, dout, w, d, 0, pp); done {
+		if done, err := b.epilogue(EpilogueDGelu, N, IC, OC, dout, w, d, nil, pp); done {
 			return err
 		}
 		prod, err := b.rowMajorProduct(false, false, N, IC, OC, dout, OC, w, IC)
@@ -211,17 +203,24 @@ func (b *Backend) MatmulBackwardGelu(dinp, dw, dbias, dout, inp, pre, w []float3
 
 // epilogue runs a linear layer's GEMM with cuBLASLt's epilogue ep unless
 // cuBLASLt has refused ep before: out (rows,cols) = a (rows,k) · op(w) with
-// the epilogue's bias and auxiliary matrix (of out's layout), op(w) = wᵀ
-// for the forward epilogues, w for DGELU (an input gradient). done is
-// false, with nothing launched, where cuBLASLt refuses ep (now or
-// before): the caller then does the work with its own kernels. The first
-// refusal of each epilogue is kept (EpilogueRefused).
-func (b *Backend) epilogue(ep Epilogue, rows, cols, k int, a, w []float32, out Buf, bias, aux Ptr) (done bool, err error) {
+// the epilogue's bias (rounded into biasHalf: the epilogue reads it in
+// out's type) and auxiliary matrix (of out's layout), op(w) = wᵀ for the
+// forward epilogues, w for DGELU (an input gradient). done is false, with
+// no GEMM launched, where cuBLASLt refuses ep (now or before): the caller
+// then does the work with its own kernels. The first refusal of each
+// epilogue is kept (EpilogueRefused).
+func (b *Backend) epilogue(ep Epilogue, rows, cols, k int, a, w []float32, out Buf, bias []float32, aux Ptr) (done bool, err error) {
 	if b.refused[ep] != nil {
 		return false, nil
 	}
+	var hb Ptr
+	if ep.usesBias() {
+		if hb, err = b.halfBias(bias); err != nil {
+			return true, err
+		}
+	}
 	transW := ep != EpilogueDGelu
-	err = b.rowMajorEpilogue(b.prec, false, transW, rows, cols, k, 1, a, k, w, ldw(transW, k, cols), 0, out, cols, ep, bias, aux)
+	err = b.rowMajorEpilogue(b.prec, false, transW, rows, cols, k, 1, a, k, w, ldw(transW, k, cols), 0, out, cols, ep, hb, aux)
 	if err == nil || !matmulRefused(err) {
 		return true, err
 	}
