@@ -762,26 +762,27 @@ func runGemmCase(d *cuda.Device, b *cuda.BLAS, r *rand.Rand, gc gemmCase) (strin
 	if e > gc.tol {
 		return "", fmt.Errorf("%s", detail)
 	}
-	if wantAux != nil {
-		gotAux, err := fetch(d, aux.p, sc, gc.out)
+	// The epilogue's other outputs.
+	for _, x := range []struct {
+		what string
+		p    cuda.Ptr
+		n    int
+		want []float64
+	}{
+		{"the auxiliary matrix (GELU's input)", aux.p, sc, wantAux},
+		{"the bias gradient (sums over k of op(B))", bias.p, gc.n, wantBias},
+	} {
+		if x.want == nil {
+			continue
+		}
+		got, err := fetch(d, x.p, x.n, gc.out)
 		if err != nil {
 			return "", err
 		}
-		ae := relErr(gotAux, wantAux)
-		detail += fmt.Sprintf(", GELU's input (auxiliary) %.2e", ae)
-		if ae > gc.tol {
-			return "", fmt.Errorf("the auxiliary matrix (GELU's input) max rel err %.2e (tolerance %.0e)", ae, gc.tol)
-		}
-	}
-	if wantBias != nil {
-		gotBias, err := fetch(d, bias.p, gc.n, gc.out)
-		if err != nil {
-			return "", err
-		}
-		be := relErr(gotBias, wantBias)
-		detail += fmt.Sprintf(", bias gradient %.2e", be)
-		if be > gc.tol {
-			return "", fmt.Errorf("bias gradient (sums over k of op(B)) max rel err %.2e (tolerance %.0e)", be, gc.tol)
+		e := relErr(got, x.want)
+		detail += fmt.Sprintf(", %s %.2e", x.what, e)
+		if e > gc.tol {
+			return "", fmt.Errorf("%s max rel err %.2e (tolerance %.0e)", x.what, e, gc.tol)
 		}
 	}
 	return detail, nil
