@@ -288,7 +288,7 @@ func (m *dashModel) onMetrics(ev event.Event) {
 		return
 	}
 	mt := *ev.Metrics
-	again := m.from > 0 && mt.Step <= m.from
+	again := m.from > 0 && mt.Step < m.from
 	h := m.history(ev.Rank)
 	if mt.EvalLoss != 0 {
 		addNew(h.evals, sampleOf(mt, ev.Time), again)

@@ -325,8 +325,10 @@ func lostNode(t testing.TB, w, h int) *Model {
 }
 
 // restartedJob is a 4-rank job killed at step 60 (rank 3, SIGKILL),
-// restarted by the launcher from step 55 and 8 steps into its second
-// attempt, its agents having sent steps 1–55 again at its start.
+// restarted by the launcher from step 55 (55 steps done) and 8 steps into
+// its second attempt, its agents having sent the records of steps 0–54
+// again at its start; the attempt's first step is step 55 (a record's
+// step is 0-based, as the engine's: the record of step k is the (k+1)-th).
 func restartedJob(t testing.TB, w, h int) *Model {
 	m := trainingJobOn(t, 4, 60, w, h, twoNodes)
 	feed(m,
@@ -351,21 +353,21 @@ func restartedJob(t testing.TB, w, h int) *Model {
 		}))
 	}
 	for r := range 4 { // the resumed run's metrics files, read again from the start
-		for s := 1; s <= 55; s++ {
+		for s := 0; s < 55; s++ {
 			evs = append(evs, ev(event.KindMetrics, 66, func(e *event.Event) {
 				e.Node, e.Rank = twoNodes(r), r
 				e.Metrics = &event.Metrics{Step: s, Loss: 9, LR: 1e-3, StepTimeS: 0.25, CommS: 0.1, TokensPerS: 12345}
 			}))
 		}
 	}
-	for s := 56; s <= 63; s++ {
+	for s := 55; s < 63; s++ {
 		for r := range 4 {
-			evs = append(evs, ev(event.KindMetrics, 66+2*float64(s-55), func(e *event.Event) {
+			evs = append(evs, ev(event.KindMetrics, 68+2*float64(s-55), func(e *event.Event) {
 				e.Node, e.Rank = twoNodes(r), r
 				e.Metrics = &event.Metrics{Step: s, Loss: 4.5, LR: 1e-3, GradNorm: 0.4, StepTimeS: 1.9, CommS: 1.7, TokensPerS: 1620, MFU: 0.002}
-			}), progress(66+2*float64(s-55), twoNodes(r), r, s+1))
+			}), progress(68+2*float64(s-55), twoNodes(r), r, s+1))
 		}
-		if s == 60 {
+		if s == 59 {
 			for r := range 4 {
 				evs = append(evs, ev(event.KindMemory, 78, func(e *event.Event) {
 					e.Node, e.Rank, e.Device, e.Used, e.Total = twoNodes(r), r, -1, int64(300+10*r)<<20, 64<<30

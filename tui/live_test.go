@@ -71,7 +71,9 @@ func eta(m *Model) float64 {
 
 // TestETAAfterRestart: a 200-step job at a second a step is killed at step
 // 40 and restarted from the checkpoint of step 35; the new attempt's
-// agents send steps 1–35 again at its start, in one burst. The header
+// agents send the records of steps 0–34 again at its start, in one burst
+// (a record's step is 0-based, as the engine's), and its first step is
+// step 35. The header
 // stays at step 35 (it never goes back to step 1), and from the new
 // attempt's first step on its ETA is within 25% of the time actually left
 // (the old dashboard said 5 s at step 36, with 163 s left); the
@@ -94,7 +96,7 @@ func TestETAAfterRestart(t *testing.T) {
 		}),
 		ev(event.KindJob, 45, func(e *event.Event) { e.State = event.JobStarted }))
 	var replay []event.Event
-	for s := 1; s <= 35; s++ {
+	for s := 0; s < 35; s++ {
 		replay = append(replay, stepOf(46, s, 1, one)...)
 	}
 	feed(m, replay...)
@@ -103,9 +105,9 @@ func TestETAAfterRestart(t *testing.T) {
 		strings.Contains(out, "no checkpoint yet") || !strings.Contains(out, "checkpoint step 35") {
 		t.Errorf("after the burst of old records, the header is not at step 35, resumed from its checkpoint:\n%s", out)
 	}
-	const end = 46 + 199 - 35 // the last step, at a second a step from the new attempt's start
-	for s := 36; s <= 60; s++ {
-		sec := 46 + float64(s-35)
+	const end = 46 + 199 - 34 // the last step (199), at a second a step from the new attempt's start
+	for s := 35; s < 60; s++ {
+		sec := 46 + float64(s-34)
 		feed(m, stepOf(sec, s, 1, one)...)
 		clock(m, sec)
 		left := end - sec
