@@ -43,7 +43,8 @@ func (tr *Trainer) memory() Memory {
 // which the layouts allocate at their first use and reuse, counted here
 // from the shapes they are sized from — sequence parallelism's gathered
 // and scattered rows, the vocabulary-parallel embedding's sum on the
-// embedding's stage and loss's exchange buffers on the head's stage,
+// embedding's stage and the loss's exchange buffers for a chunk of the
+// head's rows on the head's stage,
 // context parallelism's ring, the pipeline's second gradient buffer. The model's scratch must exist: allocated with the
 // activations (ActivationBytes, pipeline.activationBytes).
 func (tr *Trainer) scratchBytes(T int) int64 {
@@ -59,7 +60,7 @@ func (tr *Trainer) scratchBytes(T int) int64 {
 			n += spBufferBytes(N, nr, C, kernels.ActivationBytes(tr.be))
 		}
 		if m.Part.Head {
-			n += m.tp.crossEntropyBytes(N)
+			n += m.tp.crossEntropyBytes(m.scratch.headRows)
 		}
 	}
 	if m.cp != nil {

@@ -24,9 +24,12 @@
 //  2. forward: embedding, the blocks, the final LayerNorm, the tied head
 //     and the cross-entropy (gpt2.go: embedForward, blockForward,
 //     headForward), keeping what backward needs;
-//  3. loss: the logits' gradient is left in place, scaled so that the
-//     accumulated gradient is that of the mean loss of the global batch;
-//     the mean losses add up on the device;
+//  3. loss: the head computes the logits a chunk of rows at a time
+//     (classify), and, training, their gradient, scaled so that the
+//     accumulated gradient is that of the mean loss of the global batch,
+//     and its products with the head's weights and input at once, so that
+//     no more logits are kept than a block keeps activations; the mean
+//     losses add up on the device;
 //  4. backward: headBackward, blockBackward from the last block down,
 //     embedBackward, accumulating into the gradient buffer;
 //  5. reduce: the gradients are summed over the replicas (dataparallel.go),

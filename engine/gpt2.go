@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/kernels"
 )
 
@@ -51,6 +52,10 @@ type Model struct {
 	fam      passes    // the family's layer passes (familyPasses)
 	rope     []float32 // a Llama's rotary table (T,hd) for the longest sequence yet (ensureRope); nil for GPT-2
 	ropeRows int       // under context parallelism, the rows per sequence rope was built for (ensureRope)
+
+	// maxHeadRows, if > 0, caps the rows of the head's chunks
+	// (headChunk): a test's, to cut a small batch into chunks.
+	maxHeadRows int
 }
 
 // dims are the sizes of the slices of a block a tensor-parallel rank
@@ -162,7 +167,7 @@ type activations struct {
 	lnf     []float32   // (Nr,C)         head only
 	lnfMean []float32   // (Nr)
 	lnfRstd []float32   // (Nr)
-	logits  []float32   // (B,T,Vpl): the rank's padded vocabulary, the first Vl columns real; gradient in place (0 in the padding)
+	dlnf    []float32   // (B,T,C) float32: dL/d lnf, this rank's part (the head's backward runs in the forward pass: classify)
 	losses  []float32   // (B,T)
 	inputs  []int32     // (B,T) copy of the batch, read by backward
 	targets []int32     // (B,T)
@@ -186,6 +191,9 @@ type scratch struct {
 	dnorm  []float32 // the norms' weight gradients of one block, under sequence parallelism (normGrads)
 	layer  layerActs // full recompute: the block being rebuilt
 	att    []float32 // (B,NHl,T,T) recompute: the probabilities being rebuilt
+	logits []float32 // (headRows,Vpl) the head's: one chunk of rows' logits, then their gradient (classify)
+
+	headRows int // the rows of each chunk of the head's (arch.HeadRows)
 
 	bufs  []any // every buffer above, to give back
 	bytes int64 // their memory (kernels.ActivationBytes for the activations)
@@ -252,8 +260,34 @@ func (m *Model) newScratch(B, T int) *scratch {
 	if m.recompute != RecomputeNone {
 		sc.att = f(m.par.attentionFloats(B, T, d.NHl))
 	}
+	if m.Part.Head {
+		sc.headRows = arch.HeadRows(N, m.blockBytes(B, T), ab*int64(d.Vpl))
+		sc.logits = h(sc.headRows * d.Vpl)
+	}
 	sc.bufs, sc.bytes = bufs, bytes
 	return sc
+}
+
+// blockBytes is what one block keeps of a (B,T) micro-batch between its
+// forward and backward pass under the recompute policy, as
+// newActivations allocates it: its input, and, unless the block is
+// recomputed whole, its layers' outputs and statistics (newLayerActs),
+// and, unless attention is recomputed, the attention's store.
+func (m *Model) blockBytes(B, T int) int64 {
+	N, C := B*T, m.Cfg.C
+	_, Nr := m.par.rows(N)
+	ab := int64(kernels.ActivationBytes(m.be))
+	n := ab * int64(Nr*C)
+	count := func(size int64) func(int) []float32 {
+		return func(k int) []float32 { n += size * int64(k); return nil }
+	}
+	if m.recompute != RecomputeFull {
+		newLayerActs(count(ab), count(4), N, Nr, C, m.blockWidths())
+	}
+	if m.recompute == RecomputeNone {
+		n += 4 * int64(m.par.attentionFloats(B, T, m.dims.NHl))
+	}
+	return n
 }
 
 // newActivations allocates the activations of one (B,T) micro-batch for
@@ -303,7 +337,7 @@ func (m *Model) newActivations(B, T, lo, hi int) *activations {
 		if w.mean {
 			a.lnfMean = f(Nr)
 		}
-		a.logits, a.losses = h(N*d.Vpl), f(N)
+		a.dlnf, a.losses = f(N*C), f(N)
 	}
 	a.inputs, a.targets = kernels.Int32s(m.be, N), kernels.Int32s(m.be, N)
 	a.bufs = append(a.bufs, a.inputs, a.targets)
@@ -373,9 +407,11 @@ func (m *Model) streamOff(ps *pass, B, T int) uint64 {
 }
 
 // Forward runs a training pass of the model on inputs (B,T): dropout on,
-// and the gradient of dscale·Σ losses with respect to the logits left in
-// place for Backward (dscale = 1/(B·T·accumulation) makes the accumulated
-// gradient that of the mean loss). It returns the mean cross-entropy
+// and the gradient of dscale·Σ losses taken through the head at once —
+// accumulated into the head's weights' gradient in Grads, and with
+// respect to the head's input kept for Backward (dscale =
+// 1/(B·T·accumulation) makes the accumulated gradient that of the mean
+// loss): the head keeps no logits (classify). It returns the mean cross-entropy
 // against targets (B,T). The model must hold the embeddings and the head
 // (no pipeline parallelism); under tensor parallelism every rank of the
 // group calls it, and a failure of the group's communication under ctx is
@@ -412,17 +448,23 @@ func (m *Model) Logits(ctx context.Context, inputs []int32, B, T int) ([]float32
 	if _, err := m.Loss(ctx, inputs, make([]int32, B*T), B, T); err != nil {
 		return nil, err
 	}
-	// The logits (B·T,Vp), row stride Vp, downloaded whole and compacted
-	// to their first V columns on the host.
-	V, Vp := m.Cfg.V, m.dims.Vpl
-	out := make([]float32, B*T*Vp)
-	if err := kernels.Download(m.be, out, m.acts.logits); err != nil {
+	// The head computes the logits a chunk of rows at a time and keeps
+	// none (classify): they are computed again from the final norm's
+	// output, whole, into a buffer of their own, (B·T,Vp) with row stride
+	// Vp, downloaded and compacted to their first V columns on the host.
+	N, C, V, Vp := B*T, m.Cfg.C, m.Cfg.V, m.dims.Vpl
+	w, _ := m.headWeights()
+	logits := kernels.Activations(m.be, N*Vp)
+	defer kernels.Free(m.be, logits)
+	m.be.MatmulForward(logits, m.acts.lnf, w[:Vp*C], nil, N, C, Vp)
+	out := make([]float32, N*Vp)
+	if err := kernels.Download(m.be, out, logits); err != nil {
 		return nil, err
 	}
-	for r := 1; r < B*T; r++ {
+	for r := 1; r < N; r++ {
 		copy(out[r*V:(r+1)*V], out[r*Vp:r*Vp+V])
 	}
-	return out[:B*T*V], nil
+	return out[:N*V], nil
 }
 
 // meanLoss runs forward pass p and reads its mean loss back from the
@@ -527,17 +569,18 @@ func (m *Model) blocksBackward(a *activations, lo, hi int, ps *pass) {
 
 // headForward runs the final LayerNorm, the tied head and the loss on
 // resid[Ll], and adds the mean of the losses of the B·T positions to
-// ps.loss, on the device.
+// ps.loss, on the device; training, it runs the head's backward pass too
+// (classify).
 //
 //	logits (N,Vpl) = lnf(x) · wte[:Vpl]ᵀ     (this rank's padded vocabulary columns)
 //
 // Vocabulary-parallel, the softmax's row maxima and sums cross the group,
 // never the logits (par.crossEntropy); the padding is masked in the loss.
 func (m *Model) headForward(a *activations, ps *pass) {
-	be, c, p := m.be, m.Cfg, m.param
+	be, c, p, g := m.be, m.Cfg, m.param, m.grad
 	_, Nr := m.par.rows(a.B * a.T)
 	be.LayerNormForward(a.lnf, a.lnfMean, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, p.lnfb, Nr, c.C)
-	m.classify(a, ps, p.wte)
+	m.classify(a, ps, p.wte, g.wte)
 }
 
 // classify is the head's classifier on a.lnf: the logits (N,Vpl) of this
@@ -545,44 +588,71 @@ func (m *Model) headForward(a *activations, ps *pass) {
 // Llama's lm_head), as llm.c computes them over Vp (a row stride of a
 // multiple of 128 rather than an odd V), and the cross-entropy of each
 // position over the first Vl, the real ones, whose mean it adds to ps.loss
-// on the device; training, the logits' gradient is left in place, 0 in the
-// padding. A rank holding only padding computes its logits too, all
+// on the device. A rank holding only padding computes its logits too, all
 // masked.
-func (m *Model) classify(a *activations, ps *pass, w []float32) {
-	be, c, d := m.be, m.Cfg, m.dims
+//
+// The logits are never kept whole: classify computes them headChunk()
+// rows at a time into sc.logits (arch.HeadRows), and, training, turns
+// each chunk into its gradient in place (the loss's gradient needs only
+// the logits and the targets, 0 in the padding) and takes it through the
+// GEMM at once — w's gradient accumulated into gw, this rank's part of
+// dL/d lnf into a.dlnf — so the head's backward pass (classifyBackward)
+// has only the tensor-parallel sum left. The chunks cut the sum over the
+// rows of gw's product into partial sums, one per chunk, added in order:
+// the same on every rank of a layout, and one chunk where the logits
+// take no more memory than a block.
+//
+//	for each chunk r of rows:
+//	  logits (r,Vpl) = x[r] · w[:Vpl]ᵀ
+//	  losses[r], dlogits (r,Vpl) in place = cross-entropy(logits, targets[r]) · dscale
+//	  dx[r] (r,C) = dlogits · w[:Vpl];   gw[:Vpl] += dlogitsᵀ · x[r]
+func (m *Model) classify(a *activations, ps *pass, w, gw []float32) {
+	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
 	N, C := a.B*a.T, c.C
-	x := m.par.enterTP(ps, a.lnf)
-	be.MatmulForward(a.logits, x, w[:d.Vpl*C], nil, N, C, d.Vpl)
-	// The padding columns never score (masked in the loss).
-	m.par.crossEntropy(ps, a.losses, a.logits, a.targets, N, d.Vl, d.Vpl)
+	x, w, rows := m.par.enterTP(ps, a.lnf), w[:d.Vpl*C], m.headChunk()
+	for r := 0; r < N; r += rows {
+		n := min(rows, N-r)
+		xr, logits := x[r*C:(r+n)*C], sc.logits[:n*d.Vpl]
+		be.MatmulForward(logits, xr, w, nil, n, C, d.Vpl)
+		// The padding columns never score (masked in the loss).
+		m.par.crossEntropy(ps, a.losses[r:r+n], logits, a.targets[r:r+n], n, d.Vl, d.Vpl)
+		if ps.train {
+			be.MatmulBackward(a.dlnf[r*C:(r+n)*C], gw[:d.Vpl*C], nil, logits, xr, w, n, C, d.Vpl)
+		}
+	}
 	if ps.loss != nil {
 		be.Sum(ps.loss, a.losses, m.lossWeight(N))
 	}
 }
 
-// headBackward starts the backward pass: from the logits' gradient to
-// sc.dresid = dL/d resid[Ll].
+// headChunk is the rows of each chunk of the head's (classify):
+// sc.headRows, or fewer in a test (maxHeadRows).
+func (m *Model) headChunk() int {
+	if m.maxHeadRows > 0 {
+		return min(m.scratch.headRows, m.maxHeadRows)
+	}
+	return m.scratch.headRows
+}
+
+// headBackward starts the backward pass: from the head's input gradient
+// (classify) to sc.dresid = dL/d resid[Ll].
 func (m *Model) headBackward(a *activations, ps *pass) {
 	be, c, p, g, sc := m.be, m.Cfg, m.param, m.grad, m.scratch
 	_, Nr := m.par.rows(a.B * a.T)
-	dx := m.classifyBackward(a, ps, p.wte, g.wte)
+	dx := m.classifyBackward(a, ps)
 	be.Zero(sc.dresid)
 	ng := m.normGrads(g.lnfw, g.lnfb)
 	be.LayerNormBackward(sc.dresid, ng[0], ng[1], dx, a.resid[m.numLayers()], p.lnfw, a.lnfMean, a.lnfRstd, Nr, c.C)
 	m.addNormGrads(ps, ng, [][]float32{g.lnfw, g.lnfb})
 }
 
-// classifyBackward takes the logits' gradient back through the
-// classifier of weights w, accumulating w's gradient into gw, and returns
-// dL/d lnf: this rank's rows of it, summed over the tensor-parallel group.
-// The padding columns' gradient is 0 (crossEntropy), so the padded rows of
-// gw gain nothing and dL/d lnf nothing from them.
-func (m *Model) classifyBackward(a *activations, ps *pass, w, gw []float32) []float32 {
-	be, c, d, sc := m.be, m.Cfg, m.dims, m.scratch
-	N, C := a.B*a.T, c.C
-	x := m.par.enterTP(ps, a.lnf)
-	be.MatmulBackward(sc.dln, gw[:d.Vpl*C], nil, a.logits, x, w[:d.Vpl*C], N, C, d.Vpl)
-	return m.par.enterTPBackward(ps, sc.dln)
+// classifyBackward is what is left of the classifier's backward pass
+// after classify: dL/d lnf, this rank's rows of it, summed over the
+// tensor-parallel group. The padding columns' gradient was 0, so the
+// padded rows of the weights' gradient gained nothing and dL/d lnf
+// nothing from them.
+func (m *Model) classifyBackward(a *activations, ps *pass) []float32 {
+	return m.par.enterTPBackward(ps, a.dlnf)
 }
 
 // attnDropout is the dropout of the attention probabilities of block l,

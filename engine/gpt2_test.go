@@ -2,11 +2,12 @@ package engine
 
 import (
 	"context"
-	"github.com/gptui/gptui/arch"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
+	"github.com/gptui/gptui/kernels"
 	"github.com/gptui/gptui/kernels/cpu"
 	"github.com/gptui/gptui/kernels/ref"
 )
@@ -120,7 +121,9 @@ func TestModelGradient(t *testing.T) {
 }
 
 // TestRecomputeIsExact: with dropout on, every recompute policy gives the
-// same loss and the same gradients, bit for bit, and keeps fewer bytes.
+// same loss and the same gradients, bit for bit, and keeps fewer bytes —
+// where the head computes its logits in one chunk under each, as it does
+// at this size (the chunks follow the policy: TestHeadChunks).
 func TestRecomputeIsExact(t *testing.T) {
 	shape := testShape
 	shape.HiddenDropout, shape.AttnDropout = 0.1, 0.1
@@ -246,4 +249,48 @@ func trainPass(t testing.TB, m *Model, in, tg []int32, B, T int, ps DropoutKey, 
 		t.Fatal(err)
 	}
 	return loss
+}
+
+// TestHeadChunks: the head cut into chunks of rows (classify) gives the
+// loss of one chunk bit for bit — each row's loss is its own — and the
+// gradients within fp32 rounding of it (the weights' product is summed
+// chunk by chunk), for GPT-2 and an untied Llama, with a chunk that
+// divides the rows and one that does not.
+func TestHeadChunks(t *testing.T) {
+	llama := ModelConfig{Shape: arch.Shape{MaxT: 16, V: 97, Vp: 128, L: 2, NH: 4, C: 32, F: 48, Family: arch.Llama, NKV: 2, Untied: true}, NormEps: 1e-5, RoPE: kernels.RoPE{Theta: 10000}}
+	for _, tc := range []struct {
+		name  string
+		shape ModelConfig
+	}{{"gpt2", testShape}, {"llama untied", llama}} {
+		B, T := 3, 8
+		in, tg := randomBatch(rand.New(rand.NewPCG(4, 4)), B*T, tc.shape.V)
+		do := func(rows int) (float32, []float32, int) {
+			m, err := NewModel(cpu.New(), tc.shape, 0.02, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.maxHeadRows = rows
+			m.ZeroGrad()
+			loss := trainPass(t, m, in, tg, B, T, DropoutKey{Step: 1}, 1/float32(B*T))
+			return loss, slices.Clone(m.Grads), m.headChunk()
+		}
+		lw, gw, n := do(0)
+		if n != B*T {
+			t.Fatalf("%s: %d rows a chunk for %d rows: want one chunk", tc.name, n, B*T)
+		}
+		for _, rows := range []int{6, 5, 1} {
+			l, g, n := do(rows)
+			if n != rows {
+				t.Fatalf("%s: %d rows a chunk, want %d", tc.name, n, rows)
+			}
+			if l != lw {
+				t.Errorf("%s, chunks of %d rows: loss %v, one chunk's %v", tc.name, rows, l, lw)
+			}
+			if e := ref.RelErr(g, ref.To64(gw)); e > 1e-6 {
+				t.Errorf("%s, chunks of %d rows: gradients %.3g from one chunk's (relative L2), want within 1e-6", tc.name, rows, e)
+			} else {
+				t.Logf("%s, chunks of %d rows: gradients %.3g from one chunk's", tc.name, rows, e)
+			}
+		}
+	}
 }

@@ -281,17 +281,16 @@ func (m *Model) llamaHeadForward(a *activations, ps *pass) {
 	be, c, p := m.be, m.Cfg, m.param
 	_, Nr := m.par.rows(a.B * a.T)
 	be.RMSNormForward(a.lnf, a.lnfRstd, a.resid[m.numLayers()], p.lnfw, Nr, c.C, c.NormEps)
-	w, _ := m.headWeights()
-	m.classify(a, ps, w)
+	w, gw := m.headWeights()
+	m.classify(a, ps, w, gw)
 }
 
-// llamaHeadBackward starts the backward pass: from the logits' gradient
+// llamaHeadBackward starts the backward pass: from the head's input gradient
 // to sc.dresid = dL/d resid[Ll].
 func (m *Model) llamaHeadBackward(a *activations, ps *pass) {
 	be, c, p, g, sc := m.be, m.Cfg, m.param, m.grad, m.scratch
 	_, Nr := m.par.rows(a.B * a.T)
-	w, gw := m.headWeights()
-	dx := m.classifyBackward(a, ps, w, gw)
+	dx := m.classifyBackward(a, ps)
 	be.Zero(sc.dresid)
 	ng := m.normGrads(g.lnfw)
 	be.RMSNormBackward(sc.dresid, ng[0], dx, a.resid[m.numLayers()], p.lnfw, a.lnfRstd, Nr, c.C)

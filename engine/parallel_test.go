@@ -679,10 +679,11 @@ func TestCrossStrategyResume(t *testing.T) {
 // sends one (B,T,C) tensor per micro-batch across its boundary (activations
 // from the first stage, gradients from the last), within 1%. With sequence
 // parallelism each all-reduce is a reduce-scatter and an all-gather, half
-// its volume each, and the backward pass gathers each region's input
-// again (per block two, and the head's): 10 halves per block and 5 for
-// the embedding and the head (mp2: 8 and 4); and the norms' weight
-// gradients are all-reduced (4C per block, 2C for the head).
+// its volume each, and the backward pass gathers each block region's
+// input again (two per block; the head's backward ran in its forward
+// pass, classify): 10 halves per block and 4 for the embedding and the
+// head; and the norms' weight gradients are all-reduced (4C per block,
+// 2C for the head).
 func TestModelParallelTraffic(t *testing.T) {
 	const B, T, C, L, accum = 4, 32, 32, 2, 2
 	N := float64(B * T)
@@ -696,7 +697,7 @@ func TestModelParallelTraffic(t *testing.T) {
 		{"mp2", []string{"Distributed.mp_degree=2"}, "mp",
 			accum * ((4*L+2)*act*2*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N)},
 		{"mp2 sp", []string{"Distributed.mp_degree=2", "Distributed.sequence_parallel=true"}, "mp",
-			accum * ((10*L+5)*act*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N + 4*(4*C*L+2*C)*2*(2-1)/2)},
+			accum * ((10*L+4)*act*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N + 4*(4*C*L+2*C)*2*(2-1)/2)},
 		{"pp2", []string{"Distributed.pp_degree=2"}, "pp", accum * act},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -818,5 +819,33 @@ func checkResumed(t *testing.T, name string, got, straight []float32, from int) 
 		if d := math.Abs(float64(l-want)) / float64(want); d > 1e-5 {
 			t.Errorf("%s: step %d loss %.7f, uninterrupted %.7f", name, from+i, l, want)
 		}
+	}
+}
+
+// TestHeadChunksParity: with the head cut into chunks of 7 rows — the
+// vocabulary-parallel loss's exchange once a chunk, sequence
+// parallelism's gathered rows, a context-parallel rank's chunks of the
+// sequences, a pipeline's last stage, stage 3's gathered head — the
+// layouts still give the single process's (one chunk) losses and weights
+// within the matrix's tolerances, on the poisoning backend.
+func TestHeadChunksParity(t *testing.T) {
+	const rows = 7
+	names := []string{"mp2 sp", "llama mp4 kv2 sp untied", "cp2", "pp2 1f1b", "sharding2 stage3 mp2 sp"}
+	if testing.Short() {
+		names = names[:1]
+	}
+	singles := parityReference{}
+	for _, tc := range parityCases() {
+		if !slices.Contains(names, tc.name) {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			r := checkParity(t, tc, singles, rankOptions{backend: deferredBackend, edit: func(tr *Trainer) { tr.Model.maxHeadRows = rows }})
+			for k, tr := range r.trs {
+				if m := tr.Model; m.Part.Head && m.headChunk() != rows {
+					t.Errorf("rank %d: %d rows a chunk, want %d", k, m.headChunk(), rows)
+				}
+			}
+		})
 	}
 }

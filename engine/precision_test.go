@@ -157,9 +157,9 @@ func TestBF16Activations(t *testing.T) {
 			m := tr.Model
 			a, sc, la := m.acts, m.scratch, m.acts.layers[0]
 			halves := map[string][]float32{"resid[0]": a.resid[0], "resid[L]": a.resid[m.numLayers()], "ln1": la.ln1, "qkv": la.qkv, "atty": la.atty,
-				"res2": la.res2, "ln2": la.ln2, "fch": la.fch, "fchGelu": la.fchGelu, "lnf": a.lnf, "logits": a.logits,
+				"res2": la.res2, "ln2": la.ln2, "fch": la.fch, "fchGelu": la.fchGelu, "lnf": a.lnf, "logits": sc.logits,
 				"dresid": sc.dresid, "dqkv": sc.dqkv, "datty": sc.datty, "dfch": sc.dfch, "dfchG": sc.dfchG}
-			floats := map[string][]float32{"ln1Rstd": la.ln1Rstd, "lnfRstd": a.lnfRstd, "losses": a.losses, "dln": sc.dln}
+			floats := map[string][]float32{"ln1Rstd": la.ln1Rstd, "lnfRstd": a.lnfRstd, "losses": a.losses, "dln": sc.dln, "dlnf": a.dlnf}
 			for name, x := range halves {
 				if len(x) == 0 {
 					continue // dfchG: a Llama's only

@@ -177,22 +177,24 @@ func (tp *tensorParallel) embedBackward(ps *pass, dwte, dwpe, dout []float32, in
 // the padding), as oneProcess.crossEntropy.
 func (tp *tensorParallel) crossEntropy(ps *pass, losses, logits []float32, targets []int32, N, V, ld int) {
 	be := tp.be
-	if len(tp.maxes) != N {
+	if len(tp.maxes) < N {
 		kernels.Free(be, tp.maxes)
 		kernels.Free(be, tp.gmax)
 		kernels.Free(be, tp.stats)
 		tp.maxes, tp.gmax, tp.stats = kernels.Float32s(be, N), kernels.Float32s(be, N*tp.size), kernels.Float64s(be, 2*N)
 	}
-	be.ClassifierMax(tp.maxes, logits, N, V, ld)
-	tp.allGather(ps, tp.maxes, tp.gmax)
-	be.ClassifierGlobalMax(tp.maxes, tp.gmax, N, tp.size)
-	be.ClassifierExp(tp.stats, logits, targets, tp.maxes, N, V, ld, tp.vlo)
-	tp.allReduce64(ps, tp.stats)
-	be.ClassifierFinish(losses, logits, targets, tp.maxes, tp.stats, N, V, ld, tp.vlo, ps.dscale, ps.train)
+	// The head's chunks of rows (classify) use the first N of each.
+	maxes, gmax, stats := tp.maxes[:N], tp.gmax[:N*tp.size], tp.stats[:2*N]
+	be.ClassifierMax(maxes, logits, N, V, ld)
+	tp.allGather(ps, maxes, gmax)
+	be.ClassifierGlobalMax(maxes, gmax, N, tp.size)
+	be.ClassifierExp(stats, logits, targets, maxes, N, V, ld, tp.vlo)
+	tp.allReduce64(ps, stats)
+	be.ClassifierFinish(losses, logits, targets, maxes, stats, N, V, ld, tp.vlo, ps.dscale, ps.train)
 }
 
 // crossEntropyBytes is the bytes of the cross-entropy's exchange buffers
-// for N rows, as crossEntropy allocates them: the maxima (N) and every
+// for chunks of N rows, as crossEntropy allocates them: the maxima (N) and every
 // rank's (size·N) in float32, the sums (2·N) in float64 (the account of
 // them: Trainer.memory).
 func (tp *tensorParallel) crossEntropyBytes(N int) int64 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/kernels/cuda"
 	"github.com/gptui/gptui/layout"
 	"github.com/gptui/gptui/units"
@@ -316,7 +317,8 @@ type gemm struct {
 // micro-batch (engine/gpt2.go and llama.go blockForward, classify): N =
 // B·T/cp rows (all of them under sequence parallelism, whose regions
 // gather them), the widths of blockWidths; the last element is the
-// logits' when st is the last stage.
+// logits' when st is the last stage, of one chunk of the head's rows
+// (headRows, on the GPU).
 func rankGEMMs(m Model, s Strategy, st int) []gemm {
 	N := int64(s.MicroBatch) * int64(m.SeqLen) / int64(s.cp())
 	C, t := int64(m.C), int64(s.MP)
@@ -329,7 +331,7 @@ func rankGEMMs(m Model, s Strategy, st int) []gemm {
 		{N, w.act, C, bias}, // fcproj, or down_proj (row-parallel)
 	}
 	if st == s.PP-1 {
-		g = append(g, gemm{N, C, int64(m.Vp) / t, false}) // logits over the rank's padded vocabulary
+		g = append(g, gemm{headRows(m, s, true), C, int64(m.Vp) / t, false}) // logits over the rank's padded vocabulary
 	}
 	return g
 }
@@ -404,8 +406,9 @@ func engineInterleaved(m Model, s Strategy, st int, lse bool) int64 {
 // between the forward and backward pass of one micro-batch on stage st
 // (engine/gpt2.go newActivations: the residual stream, each block's norm
 // outputs and statistics, qkv, attention output, the MLP's two tensors,
-// what the attention keeps, the final norm, the logits over the rank's
-// padded vocabulary and the losses), with the family's widths
+// what the attention keeps, the final norm, the head's input gradient
+// and the losses; the head's logits are scratch, a chunk of rows at a
+// time: engineScratch), with the family's widths
 // (blockWidths).
 //
 // The rows (rankRows): a context-parallel rank holds N = B·T/cp of them
@@ -413,12 +416,12 @@ func engineInterleaved(m Model, s Strategy, st int, lse bool) int64 {
 // Nr = N/mp rows of the residual stream between the tensor-parallel
 // regions (the stream itself, the norms' outputs and statistics, res2),
 // all N inside them (qkv, the attention output, the MLP's tensors, the
-// logits). What the attention keeps: attentionFloats.
+// head's input gradient). What the attention keeps: attentionFloats.
 //
 // The layers' outputs are activations, actBytes each; the statistics, the
-// attention's store and the losses float32s.
+// attention's store, the losses and the head's input gradient float32s.
 func engineActivations(m Model, s Strategy, st int, lse bool) int64 {
-	C, t := int64(m.C), int64(s.MP)
+	C := int64(m.C)
 	L := int64(m.L / s.PP)
 	N, Nr := rankRows(m, s)
 	w := m.blockWidths(s.MP)
@@ -431,11 +434,37 @@ func engineActivations(m Model, s Strategy, st int, lse bool) int64 {
 		f32 += L * attentionFloats(m, s, lse)
 	}
 	if st == s.PP-1 {
-		Vpl := int64(m.Vp) / t // logits over the rank's rows of the padded vocabulary (engine dims.Vpl)
-		act += Nr*C + N*Vpl    // final norm, logits
-		f32 += w.stats*Nr + N  // its statistics, the losses
+		act += Nr * C               // final norm
+		f32 += w.stats*Nr + N + N*C // its statistics, the losses, the head's input gradient
 	}
 	return actBytes(m, lse)*act + 4*f32
+}
+
+// blockBytes is what one block keeps of a micro-batch between its
+// forward and backward pass under the strategy's recompute (engine
+// Model.blockBytes): its input, unless it is recomputed whole its layers'
+// outputs and statistics (blockFloats), unless attention is recomputed
+// the attention's store.
+func blockBytes(m Model, s Strategy, lse bool) int64 {
+	C := int64(m.C)
+	_, Nr := rankRows(m, s)
+	act, f32 := Nr*C, int64(0)
+	if s.Recompute != RecomputeFull {
+		a, f := blockFloats(m, s)
+		act, f32 = act+a, f
+	}
+	if s.Recompute == RecomputeNone {
+		f32 += attentionFloats(m, s, lse)
+	}
+	return actBytes(m, lse)*act + 4*f32
+}
+
+// headRows is the rows of each chunk of the head's logits on the last
+// stage (arch.HeadRows): no more logits than a block keeps.
+func headRows(m Model, s Strategy, lse bool) int64 {
+	N, _ := rankRows(m, s)
+	Vpl := int64(m.Vp) / int64(s.MP) // the rank's columns of the padded vocabulary (engine dims.Vpl)
+	return int64(arch.HeadRows(int(N), blockBytes(m, s, lse), actBytes(m, lse)*Vpl))
 }
 
 // actBytes is the memory of one of the engine's activations
@@ -506,9 +535,11 @@ func attentionFloats(m Model, s Strategy, lse bool) int64 {
 //     gathered rows (N·C) and a rank's rows of a sum (Nr·C), two of each;
 //   - on the first stage under tensor parallelism the vocabulary-parallel
 //     embedding's float32 sum (N·C, engine/tensorparallel.go);
-//   - on the last stage under tensor parallelism the vocabulary-parallel
-//     loss's exchange buffers (engine/tensorparallel.go): the row maxima
-//     and every rank's, and two float64 sums a row;
+//   - on the last stage one chunk of the head's logits (headRows rows of
+//     the rank's padded vocabulary), and under tensor parallelism the
+//     vocabulary-parallel loss's exchange buffers for a chunk
+//     (engine/tensorparallel.go): the row maxima and every rank's, and two
+//     float64 sums a row;
 //   - context parallelism's ring (engine/contextparallel.go): two
 //     key/value blocks and their gradients (N rows × both widths each),
 //     the online softmax's two statistics and backward's delta (per row
@@ -562,9 +593,13 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	if s.PP > 1 && (s.VPP > 1 || st < s.PP-1) {
 		act += Nr * C // dnext, as dresid
 	}
+	if st == s.PP-1 {
+		act += headRows(m, s, lse) * int64(m.Vp) / t // one chunk of the head's logits
+	}
 	b := actBytes(m, lse)*act + 4*n
 	if s.MP > 1 && st == s.PP-1 {
-		b += 4*N*(1+t) + 8*2*N // maxima, every rank's, the sums
+		r := headRows(m, s, lse)
+		b += 4*r*(1+t) + 8*2*r // a chunk's maxima, every rank's, the sums
 	}
 	return b
 }
@@ -737,7 +772,16 @@ func rooflinePass(m Model, c Cluster, s Strategy) passTime {
 		p.layerFwd += f
 		p.layerBwd += b
 	}
-	p.headFwd, p.headBwd = pair(gs[4], true, 0, 0)
+	// The head multiplies its rows a chunk at a time (engine classify):
+	// each chunk reads the weights and accumulates their gradient again.
+	head := gs[4]
+	for r, rows := int64(0), head.n; r < int64(N); r += rows {
+		g := head
+		g.n = min(rows, int64(N)-r)
+		f, b := pair(g, true, 0, 0)
+		p.headFwd += f
+		p.headBwd += b
+	}
 
 	// Elementwise kernels of a block, in elements read or written.
 	w := m.blockWidths(s.MP)
@@ -823,7 +867,9 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	// GEMM's input again in the backward pass, 10; a recomputed block
 	// repeats its forward's 4. The embedding adds an all-reduce (the first
 	// stage), the head's input gradient another (the last; with sequence
-	// parallelism its input's gather again, 3 halves), and the loss its
+	// parallelism its input's gather and its gradient's reduce-scatter, 2
+	// halves still: the head's backward runs in its forward pass, on the
+	// rows it gathered), and the loss its
 	// row maxima (all-gathered) and sums (two float64s a row,
 	// all-reduced). Sequence parallelism all-reduces the norms' weight
 	// gradients too, every micro-batch.
@@ -835,7 +881,7 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	if s.MP > 1 {
 		halves, outer := 8.0, 2.0 // a block's, the head's
 		if s.SP {
-			halves, outer = 10, 3
+			halves, outer = 10, 2
 		}
 		if s.Recompute == RecomputeFull {
 			halves += 4

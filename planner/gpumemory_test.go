@@ -258,9 +258,10 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 	}
 	// The layers' outputs, 2 bytes each on the GPU: the residual stream,
 	// each block's ln1, res2, ln2, qkv, attention output and the MLP's
-	// two tensors, the final norm and the logits.
-	C, F, Vp := int64(m.C), int64(m.F), int64(m.Vp)
-	acts := (L+1)*N*C + L*N*(3*C+3*C+C+2*F) + N*C + N*Vp
+	// two tensors, the final norm (the logits are scratch, a chunk of rows
+	// at a time).
+	C, F := int64(m.C), int64(m.F)
+	acts := (L+1)*N*C + L*N*(3*C+3*C+C+2*F) + N*C
 	if d := host.Activations - gpu.Activations; d != probs-lse+2*acts {
 		t.Errorf("activations: GPU %d bytes, CPU %d: differ by %d, want the probabilities less the log-sum-exps, and 2 bytes of each of %d activations, %d",
 			gpu.Activations, host.Activations, d, acts, probs-lse+2*acts)

@@ -191,7 +191,7 @@ func TestContextParallelMemory(t *testing.T) {
 // its parity model: B 4, T 32, C 32, 2 layers, 2 micro-batches): a tensor-
 // parallel rank the ring volume of 8 halves of a (B,T,C) all-reduce per
 // layer and 4 for the embedding and the head, or with sequence parallelism
-// 10 and 5 and the norms' weight gradients, plus the loss's row statistics;
+// 10 and 4 and the norms' weight gradients, plus the loss's row statistics;
 // a context-parallel rank the ring's key/value blocks, cp − 1 forward and
 // cp − 1 with cp gradient blocks backward per layer, and the gradients'
 // all-reduce over the ring.
@@ -211,7 +211,7 @@ func TestParallelTrafficMatchesEngineCount(t *testing.T) {
 		want float64
 	}{
 		{Strategy{MP: 2, MicroBatch: B}, accum * ((4*L+2)*act*2*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N)},
-		{Strategy{MP: 2, SP: true, MicroBatch: B}, accum * ((10*L+5)*act*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N + 4*(4*C*L+2*C)*2*(2-1)/2)},
+		{Strategy{MP: 2, SP: true, MicroBatch: B}, accum * ((10*L+4)*act*(2-1)/2 + (2-1)*4*N + (2-1)*8*2*N + 4*(4*C*L+2*C)*2*(2-1)/2)},
 		{Strategy{CP: 2, MicroBatch: B}, accum*L*((2-1)+(2-1)+2)*(N/2)*kv*4 + 2*(2-1)/2.0*4*P},
 	} {
 		p := Estimate(m, c, tc.s)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gptui/gptui/arch"
 	"github.com/gptui/gptui/engine"
 	"github.com/gptui/gptui/internal/standin"
 	"github.com/gptui/gptui/kernels"
@@ -243,4 +244,37 @@ func walkTokens() ([]uint16, error) {
 		toks[i] = uint16((int(toks[i-1]) + 1 + r.IntN(3)) % 96)
 	}
 	return toks, nil
+}
+
+// TestHeadChunksOnStandin runs GradParity — one pass's gradients on the
+// stand-in GPU in bf16 against the CPU's in fp32, llm.c's tolerance — on
+// a model whose head computes its logits in chunks of rows on both
+// backends: 2,048 rows of a 2,048-wide vocabulary over a hidden size of
+// 32, so a chunk is arch.MinHeadRows rows (arch.HeadRows), and the
+// backend's kernels read the targets, losses and gradients at an offset
+// into their buffers.
+func TestHeadChunksOnStandin(t *testing.T) {
+	useStandin(t)
+	const B, T, C, NH, V = 32, 64, 32, 4, 2048
+	// A block keeps at most 4·(16·C + NH·T) bytes a row (its input, its
+	// layers' outputs, statistics, the attention's probabilities), a
+	// chunk's row of logits at least 2·V.
+	if n := arch.HeadRows(B*T, 4*B*T*(16*C+NH*T), 2*V); n != arch.MinHeadRows {
+		t.Fatalf("a chunk of %d rows: the premise of two chunks fails", n)
+	}
+	cfg, err := presets.Load("tiny", []string{"Model.vocab_size=2048", "Model.hidden_size=32", "Model.num_layers=1",
+		"Data.Train.dataset.max_seq_len=64", "Model.max_position_embeddings=64", "Global.micro_batch_size=32", "Global.local_batch_size=32", "Global.global_batch_size=32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks := make([]uint16, B*T+1)
+	for i := range toks {
+		toks[i] = uint16(i * 2654435761 % V)
+	}
+	var out bytes.Buffer
+	err = GradParity(context.Background(), &out, cfg, toks)
+	t.Logf("%s", out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
 }
