@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gptui/gptui/half"
 )
 
 // exactValue is member r's element i in the tests that compare exactly: a
@@ -291,6 +293,80 @@ func TestAllReduceBits(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAllReduceBF16: the bfloat16 all-reduce of 2, 3 and 4 members, in
+// pieces small enough that the buffer streams, gives every member the
+// same bits, and those of adding each chunk along the ring — chunk c from
+// member c+1 round to member c — rounding each sum to bfloat16, as NCCL's
+// bfloat16 ring does; a member issuing AllReduce against another's
+// AllReduceBF16 is a mismatch.
+func TestAllReduceBF16(t *testing.T) {
+	ctx := context.Background()
+	bf16 := func(v float32) float32 { return half.BF16ToF32(half.F32ToBF16(v)) }
+	input := func(r, n int) []float32 {
+		b := randomInput(r, n)
+		for i, v := range b {
+			b[i] = bf16(v)
+		}
+		return b
+	}
+	for _, s := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("size=%d", s), func(t *testing.T) {
+			ws := connectWorlds(t, s, func(c *Config) { c.chunkBytes = 4 << 10 })
+			gs := groups(t, ws, allRanks(s))
+			const n = 10_007
+			bufs := make([][]float32, s)
+			for r := range s {
+				bufs[r] = input(r, n)
+			}
+			mustAll(t, s, func(r int) error { return gs[r].AllReduceBF16Async(bufs[r]).Wait(ctx) })
+			for r := 1; r < s; r++ {
+				if i := firstDiff(bufs[r], bufs[0]); i >= 0 {
+					t.Fatalf("member %d differs from member 0 at %d", r, i)
+				}
+			}
+			ins := make([][]float32, s)
+			for r := range s {
+				ins[r] = input(r, n)
+			}
+			rounded := 0
+			for c := range s {
+				for i := c * n / s; i < (c+1)*n/s; i++ {
+					sum := ins[(c+1)%s][i]
+					for k := 2; k <= s; k++ {
+						sum = bf16(sum + ins[(c+k)%s][i])
+					}
+					if bufs[0][i] != sum {
+						t.Fatalf("element %d (chunk %d): %v, want %v", i, c, bufs[0][i], sum)
+					}
+					var exact float32
+					for r := range s {
+						exact += ins[r][i]
+					}
+					if exact != sum {
+						rounded++
+					}
+				}
+			}
+			if rounded == 0 {
+				t.Error("no sum was rounded: the test does not tell bfloat16 sums from float32 ones")
+			}
+		})
+	}
+	t.Run("mismatch", func(t *testing.T) {
+		ws := connectWorlds(t, 2, func(c *Config) { c.Timeout = 10 * time.Second })
+		gs := groups(t, ws, allRanks(2))
+		errs := onAll(2, func(r int) error {
+			if r == 0 {
+				return gs[r].AllReduce(ctx, make([]float32, 10))
+			}
+			return gs[r].AllReduceBF16Async(make([]float32, 10)).Wait(ctx)
+		})
+		if !errors.Is(errors.Join(errs...), ErrMismatch) {
+			t.Errorf("AllReduce against AllReduceBF16: %v, want ErrMismatch", errs)
+		}
+	})
 }
 
 // TestSubgroups splits a world of 4 into pairs in two ways, plus a group

@@ -34,7 +34,9 @@
 // # Operations
 //
 // Buffers are []float32 (plus a small []float64 all-reduce for scalars such
-// as loss sums), and every operation exists in a form that blocks until it
+// as loss sums, and an all-reduce of bfloat16 values held in float32s whose
+// every sum is rounded to bfloat16, as NCCL's bfloat16 all-reduce makes
+// them), and every operation exists in a form that blocks until it
 // is done; all-reduce, reduce-scatter and all-gather also have asynchronous
 // forms that return a [Request] to Wait on, for overlapping communication
 // with computation. The operations of one group run one after another in
@@ -79,6 +81,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/gptui/gptui/half"
 )
 
 // ErrClosed is the error of operations issued on (or pending in) a World
@@ -179,6 +183,14 @@ func addF32Go(dst, src []float32) {
 	}
 	for ; i < len(dst); i++ {
 		dst[i] += src[i]
+	}
+}
+
+// roundBF16 rounds every element of x to the nearest bfloat16, ties to
+// even (half's rule, as the kernels store bfloat16 activations).
+func roundBF16(x []float32) {
+	for i, v := range x {
+		x[i] = half.BF16ToF32(half.F32ToBF16(v))
 	}
 }
 

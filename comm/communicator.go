@@ -49,6 +49,13 @@ type Communicator interface {
 	AllReduce(ctx context.Context, buf []float32) error
 	// AllReduceAsync starts AllReduce and returns at once.
 	AllReduceAsync(buf []float32) Request
+	// AllReduceBF16Async starts an all-reduce of buf, the backend's
+	// bfloat16 activations (kernels.Activations under bf16), in
+	// bfloat16, and returns at once: each partial sum is rounded to the
+	// nearest bfloat16 as it is made, as NCCL's ncclBfloat16 all-reduce
+	// does. NCCL moves half AllReduce's bytes; the TCP ring, whose CPU
+	// backend keeps bfloat16 activations in float32s, the same.
+	AllReduceBF16Async(buf []float32) Request
 	// AllReduce64 sums a few float64s (loss sums, softmax statistics)
 	// over the members, in rank order.
 	AllReduce64(ctx context.Context, buf []float64) error
@@ -183,6 +190,13 @@ func (c *streamGroup) AllReduceAsync(buf []float32) Request {
 		return failed("AllReduce", err)
 	}
 	return c.g.AllReduceAsync(buf)
+}
+
+func (c *streamGroup) AllReduceBF16Async(buf []float32) Request {
+	if err := c.s.Sync(); err != nil {
+		return failed("AllReduceBF16", err)
+	}
+	return c.g.AllReduceBF16Async(buf)
 }
 
 func (c *streamGroup) AllReduce64(ctx context.Context, buf []float64) error {

@@ -55,6 +55,7 @@ const (
 	opBroadcast
 	opBarrier
 	opSendRecv
+	opAllReduceBF16
 )
 
 // opName names an operation code for messages.
@@ -74,6 +75,8 @@ func opName(op byte) string {
 		return "Barrier"
 	case opSendRecv:
 		return "Send/Recv"
+	case opAllReduceBF16:
+		return "AllReduceBF16"
 	}
 	return fmt.Sprintf("operation %d", op)
 }
@@ -129,6 +132,7 @@ const (
 type recvItem struct {
 	dst   []byte
 	add   bool
+	round bool // with add: each sum rounded to bfloat16 (AllReduceBF16)
 	op    byte
 	seq   uint32
 	index uint32
@@ -155,6 +159,9 @@ func (it *recvItem) apply(h header, b []byte) error {
 	}
 	if it.add {
 		addF32(bytesF32(it.dst), bytesF32(b))
+		if it.round {
+			roundBF16(bytesF32(it.dst))
+		}
 	} else {
 		copy(it.dst, b)
 	}
@@ -565,6 +572,9 @@ func (c *conn) fill(ib *inbox, it *recvItem, h header, r io.Reader) error {
 			s := c.scratch[:min(len(c.scratch), len(dst)-off)]
 			if _, err = io.ReadFull(r, f32Bytes(s)); err == nil {
 				addF32(dst[off:off+len(s)], s)
+				if it.round {
+					roundBF16(dst[off : off+len(s)])
+				}
 			}
 		}
 	} else {

@@ -237,12 +237,23 @@ func checkLen(name string, ok bool, format string, args ...any) error {
 // all-gather) in pieces of about 1 MiB, so that large buffers stream: each
 // member sends and receives 2(s−1)/s·4·len(buf) bytes.
 func (g *Group) AllReduce(ctx context.Context, buf []float32) error {
-	return g.do(ctx, "AllReduce", func(p *runner) error { return p.allReduce(buf) })
+	return g.do(ctx, "AllReduce", func(p *runner) error { return p.allReduce(buf, false) })
 }
 
 // AllReduceAsync starts AllReduce and returns at once.
 func (g *Group) AllReduceAsync(buf []float32) Request {
-	return g.issue(context.Background(), "AllReduce", func(p *runner) error { return p.allReduce(buf) })
+	return g.issue(context.Background(), "AllReduce", func(p *runner) error { return p.allReduce(buf, false) })
+}
+
+// AllReduceBF16Async starts an all-reduce of buf, whose elements are
+// bfloat16 values (a CPU backend's bfloat16 activations: float32s
+// rounded to bfloat16), and returns at once: as AllReduce, but each sum
+// the ring makes is rounded to the nearest bfloat16, ties to even, as
+// NCCL's bfloat16 all-reduce adds in float32 and stores each partial sum
+// in bfloat16 — so buf holds bfloat16 values again. The elements travel
+// as float32s: the same bytes as AllReduce.
+func (g *Group) AllReduceBF16Async(buf []float32) Request {
+	return g.issue(context.Background(), "AllReduceBF16", func(p *runner) error { return p.allReduce(buf, true) })
 }
 
 // AllReduce64 replaces buf, on every member, with the element-wise sum of

@@ -231,6 +231,7 @@ func (p *runner) fail(name string, err error) error {
 type step struct {
 	dst, src []byte
 	add, fwd bool
+	round    bool // with add: the sum rounded to bfloat16
 	gate     int
 }
 
@@ -258,7 +259,7 @@ func (p *runner) ring(from, to int, first [][]byte, steps []step) error {
 	items := make([]recvItem, len(steps))
 	for i := range steps {
 		st, it := &steps[i], &items[i]
-		it.dst, it.add, it.op, it.seq, it.index = st.dst, st.add, p.op, p.seq, uint32(i)
+		it.dst, it.add, it.round, it.op, it.seq, it.index = st.dst, st.add, st.round, p.op, p.seq, uint32(i)
 		if st.fwd {
 			it.fwd = next
 			it.fwdH = header{op: p.op, group: p.g.id, seq: p.seq, index: uint32(len(first) + len(fwdStep))}
@@ -345,9 +346,14 @@ func f32Span(b []float32, off int, s span) []byte { return f32Bytes(b[off+s.lo :
 // r, which it passes on at once as all-gather step 0. In all-gather step k
 // it receives the finished chunk r−k−1 and passes it on. Every element is
 // thus added along the ring in one fixed order and then copied, so all
-// members end with the same bits.
-func (p *runner) allReduce(buf []float32) error {
-	p.start(opAllReduce)
+// members end with the same bits. With round, buf holds bfloat16 values
+// and each sum is rounded to bfloat16 as it is made (AllReduceBF16).
+func (p *runner) allReduce(buf []float32, round bool) error {
+	if round {
+		p.start(opAllReduceBF16)
+	} else {
+		p.start(opAllReduce)
+	}
 	s, r, n := p.g.Size(), p.g.rank, len(buf)
 	if s == 1 || n == 0 {
 		return nil
@@ -370,7 +376,7 @@ func (p *runner) allReduce(buf []float32) error {
 	for k := range s - 1 {
 		c := p.mod(r - k - 2)
 		for j, sp := range segs[c] {
-			steps = append(steps, step{dst: f32Span(buf, 0, sp), add: true, fwd: true, gate: -1})
+			steps = append(steps, step{dst: f32Span(buf, 0, sp), add: true, round: round, fwd: true, gate: -1})
 			last[c][j] = nsend
 			nsend++
 		}

@@ -44,9 +44,10 @@ type Options struct {
 	// Halves, when set, finds the backend's bfloat16 activations among an
 	// operation's buffers (cuda.Backend.Half): the float32s the engine
 	// addresses at p (bytes of them) that are bfloat16s at the address it
-	// returns. Sends, receives and gathers move those as ncclBfloat16;
-	// sums refuse them (they stay float32, kernels/activations.go), as
-	// does a gather between a bfloat16 and a float32 buffer.
+	// returns. Sends, receives and gathers move those as ncclBfloat16,
+	// and AllReduceBF16Async sums them so; the other sums refuse them
+	// (they stay float32, kernels/activations.go), as does a gather
+	// between a bfloat16 and a float32 buffer.
 	Halves func(p unsafe.Pointer, bytes int) (cuda.Ptr, bool)
 }
 

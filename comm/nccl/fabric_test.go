@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/kernels/cuda"
 )
 
@@ -261,6 +262,76 @@ func allRanks(n int) []int {
 		r[i] = i
 	}
 	return r
+}
+
+// TestAllReduceBF16: AllReduceBF16Async hands NCCL the backend's
+// bfloat16 activations at their bfloat16s' address as ncclBfloat16 — the
+// fake adds in float32 and stores each sum in bfloat16, as NCCL does —
+// counts half AllReduce's bytes, and refuses a buffer of float32s.
+func TestAllReduceBF16(t *testing.T) {
+	fk := newFake(t)
+	const n = 8
+	// Each rank's "activations": a float32 buffer whose first 2n bytes
+	// hold n bfloat16s, Halves giving that same address.
+	halves := make([][]float32, 2)
+	var mu sync.Mutex
+	o := Options{Timeout: 10 * time.Second, Halves: func(p unsafe.Pointer, bytes int) (cuda.Ptr, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range halves {
+			if h != nil && p == unsafe.Pointer(unsafe.SliceData(h)) && bytes == 4*len(h) {
+				return cuda.Ptr(uintptr(p)), true
+			}
+		}
+		return 0, false
+	}}
+	rs := fabricsWith(t, fk, 2, o)
+	value := func(r, i int) float32 { return half.BF16ToF32(half.F32ToBF16(1 + float32(i)/3 + float32(r)/7)) }
+	bf16s := func(h []float32) []uint16 { return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(h))), n) }
+	cs := make([]comm.Communicator, 2)
+	errs := onAll(2, func(r int) error {
+		c, err := rs[r].f.Communicator("dp", allRanks(2))
+		if err == nil {
+			err = rs[r].f.Ready(context.Background())
+		}
+		if err != nil {
+			return err
+		}
+		cs[r] = c
+		h := rs[r].Float32s(n)
+		for i := range n {
+			bf16s(h)[i] = half.F32ToBF16(value(r, i))
+		}
+		mu.Lock()
+		halves[r] = h
+		mu.Unlock()
+		if err := c.AllReduceBF16Async(h).Wait(context.Background()); err != nil {
+			return err
+		}
+		return rs[r].Sync()
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := range 2 {
+		for i, b := range bf16s(halves[r]) {
+			want := half.BF16ToF32(half.F32ToBF16(value(0, i) + value(1, i)))
+			if got := half.BF16ToF32(b); got != want {
+				t.Errorf("rank %d, element %d: %v, want %v", r, i, got, want)
+			}
+		}
+	}
+	if got, want := cs[0].Traffic().SentBytes, int64(2*n); got != want {
+		t.Errorf("%d bytes counted sent, want %d (half of a float32 all-reduce's)", got, want)
+	}
+	refused := onAll(2, func(r int) error { return cs[r].AllReduceBF16Async(rs[r].Float32s(n)).Wait(context.Background()) })
+	for r, err := range refused {
+		if err == nil || !strings.Contains(err.Error(), "not the backend's bfloat16 activations") {
+			t.Errorf("rank %d: AllReduceBF16Async of float32s: %v, want a refusal", r, err)
+		}
+	}
 }
 
 // TestHalves: a buffer the backend says holds bfloat16 activations

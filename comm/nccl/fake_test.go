@@ -10,6 +10,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/kernels/cuda"
 )
 
@@ -688,8 +689,11 @@ func (f *fake) compute(s *collSlot) error {
 	n := len(s.args)
 	a0 := s.args[0]
 	size := 4
-	if a0.t == cuda.F64 {
+	switch {
+	case a0.t == cuda.F64:
 		size = 8
+	case a0.t == cuda.BF16 && s.kind == "ncclAllReduce":
+		size = 2 // bfloat16 sums (AllReduceBF16Async)
 	}
 	for _, a := range s.args {
 		if a.count != a0.count || a.t != a0.t {
@@ -697,15 +701,21 @@ func (f *fake) compute(s *collSlot) error {
 		}
 	}
 	get := func(b []byte, i int) float64 {
-		if size == 8 {
+		switch size {
+		case 8:
 			return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+		case 2:
+			return float64(half.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:])))
 		}
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 	}
 	put := func(b []byte, i int, v float64) {
-		if size == 8 {
+		switch size {
+		case 8:
 			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-		} else {
+		case 2:
+			binary.LittleEndian.PutUint16(b[2*i:], half.F32ToBF16(float32(v)))
+		default:
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
 		}
 	}
@@ -733,10 +743,13 @@ func (f *fake) compute(s *collSlot) error {
 			var v float64
 			switch s.kind {
 			case "ncclAllReduce":
-				for m := range n { // in float32 for F32, as a GPU adds
-					if size == 4 {
+				for m := range n { // in float32 for F32, as a GPU adds; BF16 each sum stored in bfloat16
+					switch size {
+					case 4:
 						v = float64(float32(v) + float32(get(sends[m], i)))
-					} else {
+					case 2:
+						v = float64(half.BF16ToF32(half.F32ToBF16(float32(v) + float32(get(sends[m], i)))))
+					default:
 						v += get(sends[m], i)
 					}
 				}

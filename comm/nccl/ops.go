@@ -407,19 +407,44 @@ func (c *Comm) checkPeer(name string, peer int, self bool) error {
 // kernels queued so far on the compute stream, and returns at once. A
 // buffer in host memory is reduced before it returns.
 func (c *Comm) AllReduceAsync(b []float32) comm.Request {
-	f, n := c.f, len(b)
-	if n == 0 {
+	bb := f32(b, true, true)
+	if len(b) > 0 && !c.f.lib.Reachable(bb.host) {
+		return &request{err: c.AllReduce(context.Background(), b)}
+	}
+	return c.allReduceAsync("AllReduce", len(b), cuda.Ptr(uintptr(bb.host)), cuda.F32)
+}
+
+// AllReduceBF16Async queues an all-reduce of b, the backend's bfloat16
+// activations (Options.Halves), as ncclBfloat16 — NCCL adds in float32
+// and stores each partial sum in bfloat16 — on the communication stream,
+// as AllReduceAsync does: half its bytes. A buffer that is not bfloat16
+// activations is refused.
+func (c *Comm) AllReduceBF16Async(b []float32) comm.Request {
+	if len(b) == 0 {
 		return &request{}
 	}
 	bb := f32(b, true, true)
-	if !f.lib.Reachable(bb.host) {
-		return &request{err: c.AllReduce(context.Background(), b)}
+	if c.f.halves != nil {
+		if p, ok := c.f.halves(bb.host, bb.bytes); ok {
+			return c.allReduceAsync("AllReduceBF16", len(b), p, cuda.BF16)
+		}
 	}
-	h, err := c.handle("AllReduce")
+	return &request{err: fmt.Errorf("nccl: AllReduceBF16 (%s) of %d float32s: the buffer is not the backend's bfloat16 activations", c.name, len(b))}
+}
+
+// allReduceAsync queues the all-reduce of the n elements of type t at p,
+// in place, on the communication stream after the compute stream's
+// kernels so far.
+func (c *Comm) allReduceAsync(name string, n int, p cuda.Ptr, t cuda.DataType) comm.Request {
+	f := c.f
+	if n == 0 {
+		return &request{}
+	}
+	h, err := c.handle(name)
 	if err != nil {
 		return &request{err: err}
 	}
-	o, err := f.begin(c, "AllReduce", nil)
+	o, err := f.begin(c, name, nil)
 	if err != nil {
 		return &request{err: err}
 	}
@@ -436,11 +461,14 @@ func (c *Comm) AllReduceAsync(b []float32) comm.Request {
 	if err != nil {
 		return &request{err: f.opFailed(o, err)}
 	}
-	p := cuda.Ptr(uintptr(bb.host))
-	if err := f.queue(o, f.side, func() error { return f.lib.AllReduce(h, p, p, n, cuda.F32, f.side) }); err != nil {
+	if err := f.queue(o, f.side, func() error { return f.lib.AllReduce(h, p, p, n, t, f.side) }); err != nil {
 		return &request{err: err}
 	}
-	c.count(2*c.ring(4*n), 2*c.ring(4*n))
+	size := 4
+	if t == cuda.BF16 {
+		size = 2
+	}
+	c.count(2*c.ring(size*n), 2*c.ring(size*n))
 	return &request{c: c, o: o}
 }
 

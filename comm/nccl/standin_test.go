@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/half"
 	"github.com/gptui/gptui/internal/standin"
 	"github.com/gptui/gptui/kernels/cuda"
 )
@@ -151,7 +152,17 @@ func standinRank(t *testing.T) {
 	}
 	defer d.DestroyStream(s)
 	const timeout = time.Second
-	f, err := New(ctx, w, Options{Lib: Real(d, n), Stream: s, Timeout: timeout})
+	// halves is the one buffer of "bfloat16 activations" the bfloat16
+	// all-reduce below uses: n float32s of device memory whose first 2n
+	// bytes hold n bfloat16s, Halves giving that same address.
+	var halves []float32
+	isHalves := func(p unsafe.Pointer, bytes int) (cuda.Ptr, bool) {
+		if halves != nil && p == unsafe.Pointer(unsafe.SliceData(halves)) && bytes == 4*len(halves) {
+			return cuda.Ptr(uintptr(p)), true
+		}
+		return 0, false
+	}
+	f, err := New(ctx, w, Options{Lib: Real(d, n), Stream: s, Timeout: timeout, Halves: isHalves})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +201,32 @@ func standinRank(t *testing.T) {
 	}
 	if p := f.Progress(); p.Done < 20 || len(p.InFlight) != 0 {
 		t.Errorf("after the checks: %+v", p)
+	}
+	// A bfloat16 all-reduce over the three: each chunk added along the
+	// ring from member c+1, each sum rounded, as the TCP ring's.
+	const nb = 1001
+	value := func(r, i int) float32 { return half.BF16ToF32(half.F32ToBF16(float32(i%37)/7 - 2 + float32(r)/3)) }
+	halves = mem.Float32s(nb)
+	bits := unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(halves))), nb)
+	for i := range nb {
+		bits[i] = half.F32ToBF16(value(cfg.Rank, i))
+	}
+	if err := all.AllReduceBF16Async(halves).Wait(ctx); err != nil {
+		t.Fatalf("AllReduceBF16Async: %v", err)
+	}
+	if err := mem.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	for c := range 3 {
+		for i := c * nb / 3; i < (c+1)*nb/3; i++ {
+			want := value((c+1)%3, i)
+			for k := 2; k <= 3; k++ {
+				want = half.BF16ToF32(half.F32ToBF16(want + value((c+k)%3, i)))
+			}
+			if got := half.BF16ToF32(bits[i]); got != want {
+				t.Fatalf("AllReduceBF16Async: element %d is %v, want %v", i, got, want)
+			}
+		}
 	}
 
 	// Two members that each send first: both wait on their streams.

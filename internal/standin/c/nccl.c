@@ -54,8 +54,13 @@
  * losses bit for bit. Real NCCL's order depends on its algorithm,
  * protocol and sizes: on GPUs the losses agree to rounding only.
  *
+ * An all-reduce of ncclBfloat16 adds in that order in float and rounds
+ * each sum to bfloat16, to nearest even, as NCCL stores each partial sum
+ * (and as the TCP ring's AllReduceBF16 does).
+ *
  * What it does not do: reductions other than ncclSum, of types other
- * than ncclFloat32 and ncclFloat64 (ncclInvalidArgument); collectives
+ * than ncclFloat32 and ncclFloat64 (and ncclBfloat16 all-reduces)
+ * (ncclInvalidArgument); collectives
  * inside a group, and a group across the streams or the unique ids of
  * several communicators (ncclInvalidUsage); more than 64 ranks. It is
  * not fast: data moves through the segment in pieces of 32 KiB, with
@@ -116,7 +121,7 @@ typedef struct comm *ncclComm_t;
 #define NCCL_VERSION_CODE 21805 /* the API of NCCL 2.18 */
 
 /* ncclDataType_t values and sizes. */
-enum { ncclFloat32 = 7, ncclFloat64 = 8 };
+enum { ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 };
 static const size_t typeSize[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 enum { ncclSum = 0 };
 
@@ -945,6 +950,23 @@ static void post(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
 	}
 }
 
+/* bf16Float widens bfloat16 bits; bf16Round rounds a float to bfloat16
+ * bits, to nearest even (a NaN stays a NaN, made quiet). */
+static float bf16Float(uint16_t h) {
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static uint16_t bf16Round(float f) {
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)(u >> 16) | 0x40;
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 /* compute writes this member's result for the piece [lo, lo+len) from
  * the members' slots. */
 static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
@@ -968,6 +990,23 @@ static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
 				for (int q = 1; q < s; q++)
 					v += ((double *)slotOf(c, q))[k];
 				out[k] = v;
+			}
+			return;
+		}
+		if (t->d.type == ncclBfloat16) {
+			uint16_t *out = (uint16_t *)t->recv;
+			uint64_t i = lo, end = lo + len;
+			for (int ch = chunkOf(lo, n, s); i < end; ch++) {
+				uint64_t hi = (uint64_t)(ch + 1) * n / (uint64_t)s;
+				if (hi > end)
+					hi = end;
+				int first = (ch + 1) % s;
+				for (; i < hi; i++) {
+					uint16_t v = ((uint16_t *)slotOf(c, first))[i - lo];
+					for (int q = 1; q < s; q++)
+						v = bf16Round(bf16Float(v) + bf16Float(((uint16_t *)slotOf(c, (first + q) % s))[i - lo]));
+					out[i] = v;
+				}
 			}
 			return;
 		}
@@ -1080,8 +1119,8 @@ static ncclResult_t coll(int kind, const void *send, void *recv, size_t count, i
 		return fail(ncclInvalidUsage, "%s inside ncclGroupStart/End: the stand-in groups only sends and receives", name);
 	if (type < 0 || type >= (int)(sizeof typeSize / sizeof typeSize[0]))
 		return fail(ncclInvalidArgument, "%s: type %d", name, type);
-	if ((kind == ALLREDUCE || kind == REDUCESCATTER) && ((type != ncclFloat32 && type != ncclFloat64) || op != ncclSum))
-		return fail(ncclInvalidArgument, "%s: the stand-in sums ncclFloat32 and ncclFloat64 only (type %d, op %d)", name, type, op);
+	if ((kind == ALLREDUCE || kind == REDUCESCATTER) && ((type != ncclFloat32 && type != ncclFloat64 && !(kind == ALLREDUCE && type == ncclBfloat16)) || op != ncclSum))
+		return fail(ncclInvalidArgument, "%s: the stand-in sums ncclFloat32 and ncclFloat64 (and all-reduces ncclBfloat16) only (type %d, op %d)", name, type, op);
 	if (kind == BROADCAST && (root < 0 || root >= c->nranks))
 		return fail(ncclInvalidArgument, "%s: root %d of %d", name, root, c->nranks);
 	size_t es = typeSize[type], in = count * es, out = count * es;
