@@ -26,6 +26,9 @@ func (tr *Trainer) memory() Memory {
 	if tr.topo.Stage >= 2 {
 		mem.Grads += int64(4 * len(tr.dp.grads)) // the reduced shard, beside the full buffer backward accumulates into
 	}
+	if tr.dp != nil {
+		mem.Grads += int64(kernels.ActivationBytes(tr.be) * len(tr.dp.half)) // the bfloat16 copy the buckets are summed in
+	}
 	if z := m.stage3; z != nil {
 		// Stage 3 holds its shard and the gather buffers of the outer
 		// tensors and of one block, and the same of the gradients.

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/gptui/gptui/comm"
+	"github.com/gptui/gptui/kernels"
 )
 
 // bucketBytes is the size the gradient all-reduce's buckets are cut to:
@@ -40,6 +41,14 @@ const bucketBytes = 25 << 20
 // Stage 3 does the reduce-scatter unit by unit during the backward pass
 // (sharding.go) and the same all-reduce at the end.
 //
+// Under Engine.mix_precision.reduce_dtype bf16 the buckets are summed in
+// bfloat16 (reduceInBF16): each bucket's gradients are rounded into a
+// bfloat16 copy (half) as it is launched, all-reduced there with every sum
+// rounded to bfloat16 (comm's AllReduceBF16Async: NCCL's ncclBfloat16,
+// half the bytes), and widened back into the float32 gradients once
+// waited for, before the optimizer. Sharding stages 2 and 3 reduce-scatter
+// in float32 whatever it says: their shard's sum is what the moments read.
+//
 // Every buffer the communicators are given is the backend's memory; the
 // checkpoints' gathering of the shards is the control plane's (ctl, a TCP
 // group, in host memory).
@@ -61,6 +70,9 @@ type dataParallel struct {
 	// window on the ordering of communication and kernels
 	// (dataparallel_test.go). nil in training.
 	observe func(bucketEvent)
+	// half is the gradients' bfloat16 copy the buckets are all-reduced
+	// in, as long as Model.Grads (reduceInBF16); nil: in float32.
+	half    []float32
 	lo, hi  int       // stages 1 and 2: this rank's chunk of the padded flat buffers
 	padded  int       // stages 1 and 2: the flat buffers' length padded to sharding_degree chunks
 	spans   [][]Span  // each sharding group member's shard (stage 3: stage3.spans)
@@ -237,14 +249,32 @@ func (d *dataParallel) rearm() {
 	}
 }
 
-// launch starts bucket k's all-reduce.
+// reduceInBF16 has the buckets summed in bfloat16 (reduce_dtype bf16):
+// a no-op without replicas to sum with, and under sharding stages 2 and
+// 3, which reduce-scatter in float32.
+func (d *dataParallel) reduceInBF16(m *Model) {
+	if d == nil || d.topo.Stage >= 2 || d.dp.Size() == 1 || d.half != nil {
+		return
+	}
+	d.half = kernels.Activations(m.be, len(m.Grads))
+}
+
+// launch starts bucket k's all-reduce: of its gradients, or of their
+// bfloat16 copy (half), rounded into it first.
 func (d *dataParallel) launch(m *Model, k int) {
 	b := &d.buckets[k]
 	b.launched = true
 	if d.observe != nil {
 		d.observe(bucketEvent{bucket: k})
 	}
-	d.pending = append(d.pending, inflight{d.dp.AllReduceAsync(m.Grads[b.start:b.end]), k})
+	g := m.Grads[b.start:b.end]
+	if d.half == nil {
+		d.pending = append(d.pending, inflight{d.dp.AllReduceAsync(g), k})
+		return
+	}
+	h := d.half[b.start:b.end]
+	m.be.Copy(h, g) // rounded to bfloat16
+	d.pending = append(d.pending, inflight{d.dp.AllReduceBF16Async(h), k})
 }
 
 // hook returns the onGrads of a pass that starts the all-reduce of every
@@ -304,6 +334,9 @@ func (d *dataParallel) finish(ctx context.Context, m *Model) error {
 		}
 		if err := p.req.Wait(ctx); err != nil {
 			errs = append(errs, err)
+		} else if d.half != nil {
+			b := d.buckets[p.bucket]
+			m.be.Copy(m.Grads[b.start:b.end], d.half[b.start:b.end]) // after the all-reduce, on the stream
 		}
 	}
 	d.pending = d.pending[:0]

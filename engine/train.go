@@ -182,6 +182,9 @@ func NewTrainer(cfg *presets.Config, be kernels.Backend, opts Options) (*Trainer
 	if tr.groups, err = newGroups(opts.World, opts.Fabric, topo, m, tr.Accum, opts.Stop); err != nil {
 		return nil, err
 	}
+	if cfg.Engine.MixPrecision.ReduceDtype == "bf16" {
+		tr.dp.reduceInBF16(m)
+	}
 	o := cfg.Optimizer
 	spans := []Span{{0, 0, m.NumParams()}}
 	if tr.dp != nil {

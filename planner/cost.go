@@ -215,6 +215,9 @@ func engineMemory(m Model, s Strategy, st int, lse bool) Memory {
 			mm.Params, mm.Grads = work, work
 		}
 	}
+	if m.ReduceBF16 && s.Replicas()*s.cp() > 1 && (S == 1 || s.ShardingStage == 1) {
+		mm.Grads += actBytes(m, lse) * P // the bfloat16 copy the buckets are summed in (engine dataParallel.half)
+	}
 	if s.PP > 1 && s.VPP > 1 {
 		mm.Activations = engineInterleaved(m, s, st, lse)
 	} else {
@@ -985,7 +988,11 @@ func stepTime(m Model, c Cluster, s Strategy) (Time, float64) {
 	case R == 1:
 		opt = P
 	case s.ShardingDegree == 1 || s.ShardingStage == 1:
-		v := 2 * (R - 1) / R * gb
+		rb := pb // the bytes of a summed gradient: bfloat16 on NCCL under reduce_dtype bf16
+		if m.ReduceBF16 && c.Device.Accounting == AccountingEngineGPU {
+			rb = 2
+		}
+		v := 2 * (R - 1) / R * rb * P
 		t.Comm += hide(v/c.bandwidth(replicaSpan), gb)
 		sent += v
 		opt = P

@@ -116,6 +116,7 @@ func TestMemoryMatchesEngine(t *testing.T) {
 	small := []string{"Engine.eval_freq=0", "Engine.log_dir=" + t.TempDir()}
 	wide := append([]string{"Model.hidden_size=128", "Model.num_layers=4", "Data.Train.dataset.max_seq_len=128"}, small...)
 	deep := append([]string{"Model.num_layers=8"}, small...)
+	reduceBF16 := append([]string{"Engine.mix_precision.dtype=bf16", "Engine.mix_precision.reduce_dtype=bf16"}, small...)
 	cases := []memoryCase{
 		{"single mb8", 1, small, Strategy{MicroBatch: 8}},
 		{"single mb2 accumulate 4", 1, small, Strategy{MicroBatch: 2}},
@@ -151,10 +152,16 @@ func TestMemoryMatchesEngine(t *testing.T) {
 		{"mp2 sp cp2", 4, small, Strategy{MP: 2, SP: true, CP: 2, MicroBatch: 4}},
 		{"mp2 cp2 only_attn", 4, wide, Strategy{MP: 2, CP: 2, MicroBatch: 2, Recompute: RecomputeOnlyAttn}},
 		{"cp2 pp2", 4, small, Strategy{CP: 2, PP: 2, MicroBatch: 2}},
+		// Gradients summed in bfloat16: a copy of them where the buckets
+		// are all-reduced, none where stage 2 reduce-scatters.
+		{"dp2 reduce bf16", 2, reduceBF16, Strategy{DP: 2, MicroBatch: 4}},
+		{"sharding2 stage1 reduce bf16", 2, reduceBF16, Strategy{ShardingDegree: 2, ShardingStage: 1, MicroBatch: 4}},
+		{"sharding2 stage2 reduce bf16", 2, reduceBF16, Strategy{ShardingDegree: 2, ShardingStage: 2, MicroBatch: 2}},
+		{"dp2 cp2 reduce bf16", 4, reduceBF16, Strategy{DP: 2, CP: 2, MicroBatch: 2}},
 	}
 	// -short: one row of each dimension, one with accumulation and one
 	// with recompute.
-	short := []string{"single mb2 accumulate 4", "dp2 mb4", "sharding2 stage2", "mp2", "dp2 mp2 full", "pp2 1F1B", "sharding2 stage3", "mp2 sp", "mp2 pp2 sp full", "cp2", "mp2 sp cp2"}
+	short := []string{"single mb2 accumulate 4", "dp2 mb4", "sharding2 stage2", "mp2", "dp2 mp2 full", "pp2 1F1B", "sharding2 stage3", "mp2 sp", "mp2 pp2 sp full", "cp2", "mp2 sp cp2", "dp2 reduce bf16"}
 	checkMemory(t, "tiny", cases, short)
 }
 

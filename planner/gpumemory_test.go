@@ -282,3 +282,45 @@ func TestGPUMemoryIsTheEngines(t *testing.T) {
 	t.Logf("124M B16 T1024 on an H100: states %.2f GB, activations %.2f GB (the CPU's %.2f GB), other %.2f GB (the weights' copy %.2f GB)",
 		gbf(gpu.Params+gpu.Grads+gpu.Optimizer), gbf(gpu.Activations), gbf(host.Activations), gbf(gpu.Other), gbf(casts))
 }
+
+// TestReduceBF16: under Engine.mix_precision.reduce_dtype bf16, a GPU's
+// data-parallel all-reduce moves bfloat16 gradients — half the bytes of
+// float32 ones — from a bfloat16 copy of them (2 bytes a parameter, under
+// Grads), while a CPU worker's TCP ring moves the same float32s from a
+// copy of 4 bytes a parameter; sharding stage 2 reduce-scatters float32
+// either way.
+func TestReduceBF16(t *testing.T) {
+	fp32 := ModelOf(mustLoad(t, "gpt2-124m", "Engine.mix_precision.dtype=bf16", "Global.global_batch_size=16"))
+	bf16 := fp32
+	bf16.ReduceBF16 = true
+	P := float64(fp32.Params())
+	for _, tc := range []struct {
+		device     string
+		s          Strategy
+		bytes      float64 // of the gradients' all-reduce, sent per step
+		copyPerPar int64
+	}{
+		{"H100-80G", Strategy{DP: 2, MicroBatch: 2}, 2 * 0.5 * 2 * P, 2},
+		{"cpu", Strategy{DP: 2, MicroBatch: 2}, 2 * 0.5 * 4 * P, 4},
+		{"H100-80G", Strategy{ShardingDegree: 2, ShardingStage: 2, MicroBatch: 2}, 0, 0},
+	} {
+		c := Cluster{Nodes: 1, DevicesPerNode: 2, Device: device(t, tc.device)}
+		s := tc.s.normalize()
+		a, b := Estimate(fp32, c, s), Estimate(bf16, c, s)
+		if !a.Feasible || !b.Feasible {
+			t.Fatalf("%s on %s: %s %s", s, tc.device, a.Reason, b.Reason)
+		}
+		if got, want := b.Mem.Grads-a.Mem.Grads, tc.copyPerPar*fp32.Params(); got != want {
+			t.Errorf("%s on %s: the bfloat16 copy takes %d bytes, want %d", s, tc.device, got, want)
+		}
+		if tc.bytes == 0 {
+			if b.CommBytes != a.CommBytes {
+				t.Errorf("%s on %s: %.0f bytes sent with reduce_dtype bf16, %.0f without: stage 2 reduces in float32", s, tc.device, b.CommBytes, a.CommBytes)
+			}
+			continue
+		}
+		if got := b.CommBytes - a.CommBytes + 2*0.5*4*P; math.Abs(got-tc.bytes) > 1 {
+			t.Errorf("%s on %s: the all-reduce sends %.0f bytes, want %.0f", s, tc.device, got, tc.bytes)
+		}
+	}
+}

@@ -16,6 +16,12 @@ type Model struct {
 	SeqLen      int    // sequence length, s
 	GlobalBatch int    // sequences per optimizer step
 	Dtype       string // "fp32", "fp16" or "bf16"
+	// ReduceBF16 is Engine.mix_precision.reduce_dtype bf16: data
+	// parallelism and sharding stage 1 sum the gradients in bfloat16, in
+	// a bfloat16 copy of them (2 bytes a parameter on a GPU, 4 on the
+	// CPU, whose bfloat16 activations are float32s), with half the bytes
+	// on NCCL (the TCP ring moves the CPU's float32s).
+	ReduceBF16 bool
 	// Dropout is whether the model trains with dropout (hidden or
 	// attention): context parallelism runs without it, and the config
 	// refuses cp_degree > 1 with it. AttnDropout is the attention's alone,
@@ -28,7 +34,7 @@ type Model struct {
 // ModelOf returns the model and batch of cfg.
 func ModelOf(cfg *presets.Config) Model {
 	return Model{Shape: cfg.Shape(), SeqLen: cfg.Data.Train.Dataset.MaxSeqLen, GlobalBatch: cfg.Global.GlobalBatchSize,
-		Dtype: cfg.Engine.MixPrecision.Dtype, Dropout: cfg.Model.HiddenDropoutProb > 0 || cfg.Model.AttentionProbsDropoutProb > 0,
+		Dtype: cfg.Engine.MixPrecision.Dtype, ReduceBF16: cfg.Engine.MixPrecision.ReduceDtype == "bf16", Dropout: cfg.Model.HiddenDropoutProb > 0 || cfg.Model.AttentionProbsDropoutProb > 0,
 		AttnDropout: cfg.Model.AttentionProbsDropoutProb > 0, HiddenDropout: cfg.Model.HiddenDropoutProb > 0}
 }
 

@@ -110,6 +110,12 @@ type MixPrecision struct {
 	// UsePureFP16 is the seeds' spelling of Dtype == "fp16"; after
 	// loading it always agrees with Dtype.
 	UsePureFP16 bool `yaml:"use_pure_fp16"`
+	// ReduceDtype is the precision the replicas' gradients are summed in
+	// by data parallelism and sharding stage 1: "fp32" (the default, as
+	// Megatron-LM's and torchtitan's), or "bf16" (needs Dtype "bf16"):
+	// each bucket is rounded to bfloat16 and summed in bfloat16, half
+	// the bytes on NCCL. Stages 2 and 3 reduce-scatter in float32.
+	ReduceDtype string `yaml:"reduce_dtype"`
 }
 
 // SaveLoad controls checkpoints.

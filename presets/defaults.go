@@ -149,6 +149,11 @@ func applyDefaults(c *Config, set map[string]pos) {
 	if unset("Engine.mix_precision.use_pure_fp16") {
 		mp.UsePureFP16 = mp.Dtype == "fp16"
 	}
+	if unset("Engine.mix_precision.reduce_dtype") {
+		mp.ReduceDtype = "fp32"
+	} else {
+		mp.ReduceDtype = normalizeDtype(mp.ReduceDtype)
+	}
 	if unset("Engine.mix_precision.scale_loss") {
 		mp.ScaleLoss = 1
 		if mp.Dtype == "fp16" {

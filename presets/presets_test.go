@@ -180,7 +180,11 @@ func TestOverrides(t *testing.T) {
 			mp := c.Engine.MixPrecision
 			return mp.Dtype == "fp16" && mp.UsePureFP16 && mp.ScaleLoss == 32768
 		}},
-		{"Engine.mix_precision.dtype=bf16", func(c *Config) bool { return c.Engine.MixPrecision.Dtype == "bf16" }},
+		{"Engine.mix_precision.dtype=bf16", func(c *Config) bool {
+			mp := c.Engine.MixPrecision
+			return mp.Dtype == "bf16" && mp.ReduceDtype == "fp32"
+		}},
+		{"Engine.mix_precision={dtype: bf16, reduce_dtype: bfloat16}", func(c *Config) bool { return c.Engine.MixPrecision.ReduceDtype == "bf16" }},
 		{"Global.micro_batch_size=2", func(c *Config) bool { return c.AccumulateSteps() == 4 }},
 		{"Global.seed=-7", func(c *Config) bool { return c.Global.Seed == -7 }},
 		{"Engine.max_steps=1e3", func(c *Config) bool { return c.Engine.MaxSteps == 1000 }},
@@ -233,6 +237,8 @@ func TestOverrideErrors(t *testing.T) {
 		{"Data.Train.dataset.split=[1,2]", "Data.Train.dataset.split", "got a list of 2"},
 		{"Model=3", "Model", "want a mapping"},
 		{"Engine.mix_precision.use_pure_fp16=true", "Engine.mix_precision.use_pure_fp16", "contradicts"},
+		{"Engine.mix_precision.reduce_dtype=fp16", "Engine.mix_precision.reduce_dtype", "set it to one of"},
+		{"Engine.mix_precision.reduce_dtype=bf16", "Engine.mix_precision.reduce_dtype", "set dtype to bf16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.override, func(t *testing.T) {
@@ -496,7 +502,7 @@ func TestDefaults(t *testing.T) {
 	want := Config{
 		Global: Global{Seed: 1234, GlobalBatchSize: 8, LocalBatchSize: 8, MicroBatchSize: 8, Device: "cpu"},
 		Engine: Engine{MaxSteps: 1000, LoggingFreq: 1, EvalFreq: 0, EvalIters: 10, LogDir: "log",
-			RecomputeGranularity: "full", MixPrecision: MixPrecision{Dtype: "fp32", ScaleLoss: 1},
+			RecomputeGranularity: "full", MixPrecision: MixPrecision{Dtype: "fp32", ScaleLoss: 1, ReduceDtype: "fp32"},
 			SaveLoad: SaveLoad{OutputDir: "output", KeepLast: 3, Replicas: 1}},
 		Model: Model{Family: "gpt2", VocabSize: 50257, HiddenSize: 48, NumLayers: 2, NumAttentionHeads: 3, FFNHiddenSize: 192,
 			HiddenDropoutProb: 0.1, AttentionProbsDropoutProb: 0.1, MaxPositionEmbeddings: 1024, InitializerRange: 0.02,

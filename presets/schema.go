@@ -32,6 +32,7 @@ func fields() []field {
 		{"Engine.mix_precision.dtype", func(c *Config) any { return &c.Engine.MixPrecision.Dtype }},
 		{"Engine.mix_precision.scale_loss", func(c *Config) any { return &c.Engine.MixPrecision.ScaleLoss }},
 		{"Engine.mix_precision.use_pure_fp16", func(c *Config) any { return &c.Engine.MixPrecision.UsePureFP16 }},
+		{"Engine.mix_precision.reduce_dtype", func(c *Config) any { return &c.Engine.MixPrecision.ReduceDtype }},
 		{"Engine.save_load.save_steps", func(c *Config) any { return &c.Engine.SaveLoad.SaveSteps }},
 		{"Engine.save_load.output_dir", func(c *Config) any { return &c.Engine.SaveLoad.OutputDir }},
 		{"Engine.save_load.ckpt_dir", func(c *Config) any { return &c.Engine.SaveLoad.CkptDir }},

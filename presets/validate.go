@@ -181,6 +181,14 @@ func checks() []check {
 			return "", ""
 		},
 		finiteAtLeast("Engine.mix_precision.scale_loss", 0, true, func(c *Config) float64 { return c.Engine.MixPrecision.ScaleLoss }),
+		oneOf("Engine.mix_precision.reduce_dtype", func(c *Config) string { return c.Engine.MixPrecision.ReduceDtype }, "fp32", "bf16"),
+		func(c *Config) (string, string) {
+			if mp := c.Engine.MixPrecision; mp.ReduceDtype == "bf16" && mp.Dtype != "bf16" {
+				return "Engine.mix_precision.reduce_dtype", fmt.Sprintf(
+					"bf16 sums the gradients as bfloat16 activations, which dtype %q does not have; set dtype to bf16, or reduce_dtype to fp32", mp.Dtype)
+			}
+			return "", ""
+		},
 		nonNegative("Engine.save_load.save_steps", "never save", func(c *Config) int { return c.Engine.SaveLoad.SaveSteps }),
 		func(c *Config) (string, string) {
 			if c.Engine.SaveLoad.OutputDir == "" {

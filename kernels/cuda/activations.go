@@ -45,7 +45,9 @@ import (
 //
 // NCCL moves bfloat16 activations as ncclBfloat16 (the pipeline's sends,
 // sequence parallelism's gathers) at the address Half gives
-// (nccl.Options.Halves); sums across ranks stay float32.
+// (nccl.Options.Halves); sums across ranks stay float32, but for the
+// gradients' bfloat16 copy that Engine.mix_precision.reduce_dtype bf16
+// all-reduces (comm's AllReduceBF16Async).
 //
 // The weights are float32 (the master weights): the GEMMs read them from
 // the bfloat16 copy CopyWeights makes for a step (kernels/weights.go), or
