@@ -21,7 +21,10 @@ import (
 // compiled by the emulator, in bf16 (activations bfloat16 in device
 // memory) with tensor and pipeline parallelism over the stand-in NCCL —
 // the pipeline's sends and receives of bfloat16 activations as
-// ncclBfloat16. The losses agree with the same layout's on the CPU in bf16
+// ncclBfloat16 — and with context parallelism, whose ring's gradients
+// are summed in bfloat16 (Engine.mix_precision.reduce_dtype bf16: the
+// buckets' ncclBfloat16 all-reduce at the addresses the backend's Half
+// gives, the TCP ring's rounded sums on the CPU). The losses agree with the same layout's on the CPU in bf16
 // over TCP to the rounding of summing in other orders (cuBLAS's, the
 // GPU's kernels').
 func TestStandinGPUJob(t *testing.T) {
@@ -40,7 +43,7 @@ func TestStandinGPUJob(t *testing.T) {
 	}{
 		{"mp2 pp2", []string{"Distributed.mp_degree=2", "Distributed.pp_degree=2"}},
 		{"cp2 mp2 sp", []string{"Distributed.cp_degree=2", "Distributed.mp_degree=2", "Distributed.sequence_parallel=true",
-			"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"}},
+			"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0", "Engine.mix_precision.reduce_dtype=bf16"}},
 	} {
 		t.Run(l.name, func(t *testing.T) {
 			o := append([]string{"Engine.max_steps=3", "Engine.mix_precision.dtype=bf16", "Global.local_batch_size=8", "Global.micro_batch_size=4",
