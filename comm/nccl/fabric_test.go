@@ -264,6 +264,23 @@ func allRanks(n int) []int {
 	return r
 }
 
+// halvesIn is an Options.Halves that takes the buffers of bufs (read
+// under mu) for the backend's bfloat16 activations, at their own address:
+// the fake reads and writes a BF16 buffer's first half as bfloat16s.
+func halvesIn(mu *sync.Mutex, bufs [][]float32) func(unsafe.Pointer, int) (cuda.Ptr, bool) {
+	return func(p unsafe.Pointer, n int) (cuda.Ptr, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range bufs {
+			lo := uintptr(unsafe.Pointer(unsafe.SliceData(h)))
+			if h != nil && uintptr(p) >= lo && uintptr(p)+uintptr(n) <= lo+uintptr(4*len(h)) {
+				return cuda.Ptr(uintptr(p)), true
+			}
+		}
+		return 0, false
+	}
+}
+
 // TestAllReduceBF16: AllReduceBF16Async hands NCCL the backend's
 // bfloat16 activations at their bfloat16s' address as ncclBfloat16 — the
 // fake adds in float32 and stores each sum in bfloat16, as NCCL does —
@@ -275,17 +292,7 @@ func TestAllReduceBF16(t *testing.T) {
 	// hold n bfloat16s, Halves giving that same address.
 	halves := make([][]float32, 2)
 	var mu sync.Mutex
-	o := Options{Timeout: 10 * time.Second, Halves: func(p unsafe.Pointer, bytes int) (cuda.Ptr, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, h := range halves {
-			if h != nil && p == unsafe.Pointer(unsafe.SliceData(h)) && bytes == 4*len(h) {
-				return cuda.Ptr(uintptr(p)), true
-			}
-		}
-		return 0, false
-	}}
-	rs := fabricsWith(t, fk, 2, o)
+	rs := fabricsWith(t, fk, 2, Options{Timeout: 10 * time.Second, Halves: halvesIn(&mu, halves)})
 	value := func(r, i int) float32 { return half.BF16ToF32(half.F32ToBF16(1 + float32(i)/3 + float32(r)/7)) }
 	bf16s := func(h []float32) []uint16 { return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(h))), n) }
 	cs := make([]comm.Communicator, 2)
@@ -362,18 +369,7 @@ func TestHalves(t *testing.T) {
 			fk := newFake(t)
 			halves := make([][]float32, 2)
 			var mu sync.Mutex
-			o := Options{Timeout: 10 * time.Second, Halves: func(p unsafe.Pointer, n int) (cuda.Ptr, bool) {
-				mu.Lock()
-				defer mu.Unlock()
-				for _, h := range halves {
-					lo := uintptr(unsafe.Pointer(unsafe.SliceData(h)))
-					if h != nil && uintptr(p) >= lo && uintptr(p)+uintptr(n) <= lo+uintptr(4*len(h)) {
-						return cuda.Ptr(uintptr(p)), true
-					}
-				}
-				return 0, false
-			}}
-			rs := fabricsWith(t, fk, 2, o)
+			rs := fabricsWith(t, fk, 2, Options{Timeout: 10 * time.Second, Halves: halvesIn(&mu, halves)})
 			errs := onAll(2, func(r int) error {
 				c, err := rs[r].f.Communicator("mp", allRanks(2))
 				if err == nil {

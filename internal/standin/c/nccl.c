@@ -967,6 +967,22 @@ static uint16_t bf16Round(float f) {
 	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* ringSum is element k of the members' slots added along the ring from
+ * member first, ((x[first] + x[first+1]) + …), in float: each sum rounded
+ * to bfloat16 for ncclBfloat16, whose slots hold bfloat16s. */
+static float ringSum(struct comm *c, int first, uint64_t k, int type) {
+	int s = c->nranks;
+	float v = 0;
+	for (int q = 0; q < s; q++) {
+		void *slot = slotOf(c, (first + q) % s);
+		float x = type == ncclBfloat16 ? bf16Float(((uint16_t *)slot)[k]) : ((float *)slot)[k];
+		v = q == 0 ? x : v + x;
+		if (type == ncclBfloat16)
+			v = bf16Float(bf16Round(v));
+	}
+	return v;
+}
+
 /* compute writes this member's result for the piece [lo, lo+len) from
  * the members' slots. */
 static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
@@ -993,25 +1009,7 @@ static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
 			}
 			return;
 		}
-		if (t->d.type == ncclBfloat16) {
-			uint16_t *out = (uint16_t *)t->recv;
-			uint64_t i = lo, end = lo + len;
-			for (int ch = chunkOf(lo, n, s); i < end; ch++) {
-				uint64_t hi = (uint64_t)(ch + 1) * n / (uint64_t)s;
-				if (hi > end)
-					hi = end;
-				int first = (ch + 1) % s;
-				for (; i < hi; i++) {
-					uint16_t v = ((uint16_t *)slotOf(c, first))[i - lo];
-					for (int q = 1; q < s; q++)
-						v = bf16Round(bf16Float(v) + bf16Float(((uint16_t *)slotOf(c, (first + q) % s))[i - lo]));
-					out[i] = v;
-				}
-			}
-			return;
-		}
 		{
-			float *out = (float *)t->recv;
 			uint64_t i = lo, end = lo + len;
 			for (int ch = chunkOf(lo, n, s); i < end; ch++) {
 				uint64_t hi = (uint64_t)(ch + 1) * n / (uint64_t)s;
@@ -1019,10 +1017,11 @@ static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
 					hi = end;
 				int first = (ch + 1) % s;
 				for (; i < hi; i++) {
-					float v = ((float *)slotOf(c, first))[i - lo];
-					for (int q = 1; q < s; q++)
-						v += ((float *)slotOf(c, (first + q) % s))[i - lo];
-					out[i] = v;
+					float v = ringSum(c, first, i - lo, t->d.type);
+					if (t->d.type == ncclBfloat16)
+						((uint16_t *)t->recv)[i] = bf16Round(v);
+					else
+						((float *)t->recv)[i] = v;
 				}
 			}
 		}
@@ -1040,13 +1039,8 @@ static void compute(struct coll *t, uint64_t lo, uint64_t len, uint64_t per) {
 			return;
 		}
 		float *out = (float *)t->recv + lo;
-		int first = (me + 1) % s;
-		for (uint64_t k = 0; k < len; k++) {
-			float v = ((float *)slotOf(c, first))[off + k];
-			for (int q = 1; q < s; q++)
-				v += ((float *)slotOf(c, (first + q) % s))[off + k];
-			out[k] = v;
-		}
+		for (uint64_t k = 0; k < len; k++)
+			out[k] = ringSum(c, (me + 1) % s, off + k, ncclFloat32);
 		return;
 	}
 	}
