@@ -596,12 +596,13 @@ func engineScratch(m Model, s Strategy, st int, lse bool) int64 {
 	if s.PP > 1 && (s.VPP > 1 || st < s.PP-1) {
 		act += Nr * C // dnext, as dresid
 	}
+	var r int64 // the head's rows a chunk, on the last stage
 	if st == s.PP-1 {
-		act += headRows(m, s, lse) * int64(m.Vp) / t // one chunk of the head's logits
+		r = headRows(m, s, lse)
+		act += r * int64(m.Vp) / t // one chunk of the head's logits
 	}
 	b := actBytes(m, lse)*act + 4*n
 	if s.MP > 1 && st == s.PP-1 {
-		r := headRows(m, s, lse)
 		b += 4*r*(1+t) + 8*2*r // a chunk's maxima, every rank's, the sums
 	}
 	return b
