@@ -43,10 +43,12 @@ func detachArgs(t *testing.T) string {
 }
 
 // gptuiIn runs exe with args in dir with env and returns its exit status,
-// standard output and error.
-func gptuiIn(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
+// standard output and error. A parallel test passes its own exe
+// (ownGPTUI): the processes a command starts (a supervisor from gptui
+// restart) run the same file, which tells them from other tests'.
+func gptuiIn(t *testing.T, exe, dir string, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(builtGPTUI(t), args...)
+	cmd := exec.Command(exe, args...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	var out, errb strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -54,11 +56,11 @@ func gptuiIn(t *testing.T, dir string, env []string, args ...string) (int, strin
 	return exitStatus(err), out.String(), errb.String()
 }
 
-// jobState returns the state 'gptui jobs' in dir gives the job id, and
-// its row.
-func jobState(t *testing.T, dir, id string) (string, string) {
+// jobState returns the state 'gptui jobs' (run by exe in dir) gives the
+// job id, and its row.
+func jobState(t *testing.T, exe, dir, id string) (string, string) {
 	t.Helper()
-	code, out, errs := gptuiIn(t, dir, nil, "jobs")
+	code, out, errs := gptuiIn(t, exe, dir, nil, "jobs")
 	if code != 0 {
 		t.Fatalf("gptui jobs: exit %d: %s", code, errs)
 	}
@@ -117,10 +119,10 @@ func killSupervisors(t *testing.T, dir string) {
 }
 
 // detachScenario is the test of a detached job whose output lives in
-// dir, started by the shell line start (in dir, with env), whose rank 0
-// writes its metrics to metrics and its checkpoints to outputDir on node.
-func detachScenario(t *testing.T, dir string, env []string, start, metrics, node, outputDir string) {
-	exe := builtGPTUI(t)
+// dir, started by the shell line start (in dir, with env) that runs exe,
+// whose rank 0 writes its metrics to metrics and its checkpoints to
+// outputDir on node.
+func detachScenario(t *testing.T, exe, dir string, env []string, start, metrics, node, outputDir string) {
 	killSupervisors(t, dir)
 	var shellEnv []string // env for a shell line
 	for _, kv := range env {
@@ -141,7 +143,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	}
 	term.kill()
 	t.Logf("%s started detached in %v; its terminal closed", id, time.Since(t0).Round(10*time.Millisecond))
-	if st, row := jobState(t, dir, id); st != "starting" && st != "running" {
+	if st, row := jobState(t, exe, dir, id); st != "starting" && st != "running" {
 		t.Errorf("gptui jobs, just started: %q", row)
 	}
 
@@ -153,7 +155,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	running := regexp.MustCompile(`^` + id + ` +running +\d+/100000 +\d+\.\d{4} +` + regexp.QuoteMeta(node) + `[ ,]`)
 	var row string
 	for deadline := time.Now().Add(2*jobdir.SummaryEvery + time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, row = jobState(t, dir, id); running.MatchString(row) || time.Now().After(deadline) {
+		if _, row = jobState(t, exe, dir, id); running.MatchString(row) || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -177,14 +179,14 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 		t.Errorf("q, enter: exit %s:\n%s", code, scr)
 	}
 	step = awaitSteps(t, metrics, metricsStep(metrics), 5, 60*time.Second)
-	if st, row := jobState(t, dir, id); st != "running" {
+	if st, row := jobState(t, exe, dir, id); st != "running" {
 		t.Errorf("after q detached: %q", row)
 	}
 	t.Logf("detached from the dashboard; the job at step %d", step)
 
 	// gptui stop: a checkpoint, the job stopped, nothing left running.
 	t1 := time.Now()
-	code, out, errs := gptuiIn(t, dir, env, "stop", id)
+	code, out, errs := gptuiIn(t, exe, dir, env, "stop", id)
 	t.Logf("gptui stop in %v:\n%s%s", time.Since(t1).Round(10*time.Millisecond), out, errs)
 	m := regexp.MustCompile(`(?m)^job ` + id + ` stopped\nthe newest checkpoint: ` + regexp.QuoteMeta(node) + `:(output/step_(\d+)) \(step (\d+)\)$`).FindStringSubmatch(out)
 	if code != 0 || m == nil {
@@ -196,7 +198,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	if _, err := checkpoint.Load(filepath.Join(outputDir, filepath.Base(m[1]))); err != nil {
 		t.Errorf("the stop's checkpoint does not load: %v", err)
 	}
-	if st, row := jobState(t, dir, id); st != "stopped" {
+	if st, row := jobState(t, exe, dir, id); st != "stopped" {
 		t.Errorf("after gptui stop: %q", row)
 	}
 	awaitNoProcess(t, exe, 20*time.Second, os.Getpid())
@@ -207,7 +209,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	if strings.Contains(scr, "failed") {
 		t.Errorf("the stopped job shows a failure:\n%s", scr)
 	}
-	sameDone(t, dir, id, scr)
+	sameDone(t, exe, dir, id, scr)
 
 	// gptui restart from another terminal: the open attach follows the
 	// job into its new attempt, showing it running within 2 s of its
@@ -218,7 +220,7 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 		t.Fatal(err)
 	}
 	t2 := time.Now()
-	if code, out, errs := gptuiIn(t, dir, env, "restart", id); code != 0 {
+	if code, out, errs := gptuiIn(t, exe, dir, env, "restart", id); code != 0 {
 		t.Fatalf("gptui restart: exit %d:\n%s%s", code, out, errs)
 	}
 	again := []*regexp.Regexp{regexp.MustCompile(`job running`), regexp.MustCompile(`ranks: 2 running`),
@@ -247,11 +249,11 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 	default:
 		t.Logf("restarted in %v; the open attach showed it running %v after its event log", runs.Sub(t2).Round(10*time.Millisecond), lag.Round(10*time.Millisecond))
 	}
-	if code, out, errs := gptuiIn(t, dir, env, "stop", id); code != 0 {
+	if code, out, errs := gptuiIn(t, exe, dir, env, "stop", id); code != 0 {
 		t.Fatalf("the second gptui stop: exit %d:\n%s%s", code, out, errs)
 	}
 	scr = ui.await(regexp.MustCompile(`(?s)job stopped.*ranks: 2 stopped`), 30*time.Second)
-	sameDone(t, dir, id, scr)
+	sameDone(t, exe, dir, id, scr)
 	ui.keys("q") // nothing runs: no question
 	if scr = ui.await(exitRE, 10*time.Second); exitRE.FindStringSubmatch(scr)[1] != "0" {
 		t.Errorf("q on an ended job:\n%s", scr)
@@ -263,11 +265,11 @@ func detachScenario(t *testing.T, dir string, env []string, start, metrics, node
 // doneRE reads the steps done of the total on the dashboard's header.
 var doneRE = regexp.MustCompile(`step (\d+/\d+)`)
 
-// sameDone checks that the dashboard's screen scr and 'gptui jobs' in dir
-// give the job id the same steps done of the same total.
-func sameDone(t *testing.T, dir, id, scr string) {
+// sameDone checks that the dashboard's screen scr and 'gptui jobs' (run
+// by exe in dir) give the job id the same steps done of the same total.
+func sameDone(t *testing.T, exe, dir, id, scr string) {
 	t.Helper()
-	state, row := jobState(t, dir, id)
+	state, row := jobState(t, exe, dir, id)
 	m := doneRE.FindStringSubmatch(scr)
 	if f := strings.Fields(row); m == nil || len(f) < 3 || f[2] != m[1] {
 		t.Errorf("the job %s: gptui jobs says %q, the dashboard:\n%s", state, row, scr)
@@ -306,7 +308,7 @@ func TestDetachLocal(t *testing.T) {
 	dir := t.TempDir()
 	exe := ownGPTUI(t)
 	start := "GPTUI_THREADS=1 " + shellQuoteTest(exe) + " run --detach --nproc 2 " + detachArgs(t)
-	detachScenario(t, dir, nil, start, event.MetricsFile(filepath.Join(dir, "log"), 0), "localhost", filepath.Join(dir, "output"))
+	detachScenario(t, exe, dir, nil, start, event.MetricsFile(filepath.Join(dir, "log"), 0), "localhost", filepath.Join(dir, "output"))
 }
 
 // TestDetachHosts: the same for a job on two sshd nodes with workdirs of
@@ -320,7 +322,7 @@ func TestDetachHosts(t *testing.T) {
 	c := newSSHCluster(t, "cpu:1")
 	env := []string{"HOME=" + c.home, "SSH_AUTH_SOCK=", "GPTUI_THREADS=1"}
 	start := shellQuoteTest(exe) + " run --detach --hosts " + shellQuoteTest(c.hosts) + " " + detachArgs(t)
-	detachScenario(t, dir, env, start, event.MetricsFile(filepath.Join(c.workdirs[0], "log"), 0), "127.0.0.2", filepath.Join(c.workdirs[0], "output"))
+	detachScenario(t, exe, dir, env, start, event.MetricsFile(filepath.Join(c.workdirs[0], "log"), 0), "127.0.0.2", filepath.Join(c.workdirs[0], "output"))
 	c.awaitGone(t, time.Now(), 10*time.Second)
 }
 
@@ -352,7 +354,7 @@ func TestDoneOnBothScreens(t *testing.T) {
 	awaitState := func(id, want string) {
 		t.Helper()
 		for deadline := time.Now().Add(120 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			st, row := jobState(t, dir, id)
+			st, row := jobState(t, exe, dir, id)
 			if st == want {
 				return
 			}
@@ -364,7 +366,7 @@ func TestDoneOnBothScreens(t *testing.T) {
 	attach := func(id, state string) {
 		t.Helper()
 		ui := startTmux(t, dir, 120, 32, "NO_COLOR=1 "+shellQuoteTest(exe)+" attach "+id)
-		sameDone(t, dir, id, ui.await(regexp.MustCompile(`(?s)job `+state+`.*step \d+/\d+`), 30*time.Second))
+		sameDone(t, exe, dir, id, ui.await(regexp.MustCompile(`(?s)job `+state+`.*step \d+/\d+`), 30*time.Second))
 		ui.keys("q")
 		ui.await(exitRE, 10*time.Second)
 	}

@@ -20,14 +20,14 @@ import (
 func TestRestartResumesOwnRun(t *testing.T) {
 	long(t)
 	t.Parallel() // the job runs in processes of its own
-	dir := t.TempDir()
+	dir, exe := t.TempDir(), ownGPTUI(t)
 	env := []string{"GPTUI_THREADS=1"}
 	common := []string{"-c", "tiny", "-o", "Engine.eval_freq=0", "-o", "Engine.logging_freq=1", "-o", "Data.Train.dataset.max_seq_len=16",
 		"-o", "Global.global_batch_size=2", "-o", "Global.local_batch_size=2", "-o", "Global.micro_batch_size=2"}
-	if code, out, errs := gptuiIn(t, dir, env, append([]string{"run", "--no-tui", "--nproc", "1", "-o", "Engine.max_steps=10", "-o", "Engine.save_load.save_steps=10"}, common...)...); code != 0 {
+	if code, out, errs := gptuiIn(t, exe, dir, env, append([]string{"run", "--no-tui", "--nproc", "1", "-o", "Engine.max_steps=10", "-o", "Engine.save_load.save_steps=10"}, common...)...); code != 0 {
 		t.Fatalf("the earlier run: exit %d\n%s%s", code, out, errs)
 	}
-	code, out, errs := gptuiIn(t, dir, env, append([]string{"run", "--detach", "--force", "--nproc", "1", "-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=2"}, common...)...)
+	code, out, errs := gptuiIn(t, exe, dir, env, append([]string{"run", "--detach", "--force", "--nproc", "1", "-o", "Engine.max_steps=100000", "-o", "Engine.save_load.save_steps=2"}, common...)...)
 	id := strings.TrimSpace(out)
 	if code != 0 || !jobIDRE.MatchString(id) {
 		t.Fatalf("run --detach --force: exit %d, stdout %q, stderr %q", code, out, errs)
@@ -42,7 +42,7 @@ func TestRestartResumesOwnRun(t *testing.T) {
 			t.Fatalf("job %s saved no step 4 in 60 s", id)
 		}
 	}
-	if code, out, errs := gptuiIn(t, dir, env, "stop", id); code != 0 {
+	if code, out, errs := gptuiIn(t, exe, dir, env, "stop", id); code != 0 {
 		t.Fatalf("stop: exit %d\n%s%s", code, out, errs)
 	}
 	j, err := jobdir.Read(jobdir.Path(dir, id))
@@ -53,7 +53,7 @@ func TestRestartResumesOwnRun(t *testing.T) {
 	if own >= 10 {
 		t.Fatalf("the job saved step %d before its stop: the test wants it below the earlier run's 10", own)
 	}
-	if code, out, errs := gptuiIn(t, dir, env, "restart", id); code != 0 || strings.TrimSpace(out) != id {
+	if code, out, errs := gptuiIn(t, exe, dir, env, "restart", id); code != 0 || strings.TrimSpace(out) != id {
 		t.Fatalf("restart: exit %d\n%s%s", code, out, errs)
 	}
 	// Rank 0's log says where it resumed from.
@@ -71,7 +71,7 @@ func TestRestartResumesOwnRun(t *testing.T) {
 	if step, _ := strconv.Atoi(m[2]); step != own {
 		t.Errorf("the restart resumed from step_%s at step %s; want the job's own newest, step %d, not the earlier run's 10", m[1], m[2], own)
 	}
-	if code, out, errs := gptuiIn(t, dir, env, "stop", id); code != 0 {
+	if code, out, errs := gptuiIn(t, exe, dir, env, "stop", id); code != 0 {
 		t.Errorf("the final stop: exit %d\n%s%s", code, out, errs)
 	}
 }
