@@ -249,8 +249,14 @@ func detachScenario(t *testing.T, exe, dir string, env []string, start, metrics,
 	default:
 		t.Logf("restarted in %v; the open attach showed it running %v after its event log", runs.Sub(t2).Round(10*time.Millisecond), lag.Round(10*time.Millisecond))
 	}
+	t3 := time.Now()
 	if code, out, errs := gptuiIn(t, exe, dir, env, "stop", id); code != 0 {
 		t.Fatalf("the second gptui stop: exit %d:\n%s%s", code, out, errs)
+	}
+	// Workers stop at their next step: a stop that takes the launcher's
+	// kill grace (launch.DefaultInterruptGrace) lost the interrupt.
+	if took := time.Since(t3); took > 30*time.Second {
+		t.Errorf("the second gptui stop took %v; the job's log:\n%s", took.Round(time.Second), jobLogs(filepath.Dir(events)))
 	}
 	scr = ui.await(regexp.MustCompile(`(?s)job stopped.*ranks: 2 stopped`), 30*time.Second)
 	sameDone(t, exe, dir, id, scr)
@@ -260,6 +266,16 @@ func detachScenario(t *testing.T, exe, dir string, env []string, start, metrics,
 	}
 	awaitNoProcess(t, exe, 20*time.Second, os.Getpid())
 	t.Logf("the whole scenario took %v", time.Since(t0).Round(100*time.Millisecond))
+}
+
+// jobLogs returns a job's event log and output, for a failure's message.
+func jobLogs(jobDir string) string {
+	var b strings.Builder
+	for _, name := range []string{jobdir.EventsFile, jobdir.OutputFile} {
+		data, _ := os.ReadFile(filepath.Join(jobDir, name))
+		fmt.Fprintf(&b, "--- %s\n%s", name, data)
+	}
+	return b.String()
 }
 
 // doneRE reads the steps done of the total on the dashboard's header.
