@@ -55,6 +55,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define EMU_ASAN 1
 #endif
@@ -248,8 +249,6 @@ struct Launch {
 	const std::function<void()>* kernel = nullptr;
 	Context sched;          // the scheduler's context
 	Fiber* cur = nullptr;   // the fiber running
-	char* stacks = nullptr; // one mapping: per fiber a guard page, then its stack
-	size_t mapped = 0;
 #ifdef EMU_ASAN
 	const void* main_bottom = nullptr;
 	size_t main_size = 0;
@@ -264,6 +263,45 @@ struct Launch {
 		if (shared) std::memset(dyn.get(), 0xff, shared);
 	}
 };
+
+// Stacks are the fibers' stacks, one mapping of a guard page and a stack
+// per fiber, kept from launch to launch and grown to the largest block
+// launched: mapping, guarding, faulting in and unmapping them at every
+// launch cost more time in the kernel than most kernels take to run.
+// Like a GPU's locals, a fiber's stack starts with what the last launch
+// left there.
+struct Stacks {
+	char* base = nullptr;
+	size_t mapped = 0, per = 0;
+	int n = 0;
+
+	// reserve makes n stacks and returns the lowest usable byte of the
+	// first; stack t's is per bytes above it.
+	char* reserve(int want) {
+		size_t page = (size_t)sysconf(_SC_PAGESIZE);
+		if (want > n) {
+			if (base) munmap(base, mapped);
+			per = page + kStack;
+			mapped = per * (size_t)want;
+			void* m = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+			if (m == MAP_FAILED) {
+				std::fprintf(stderr, "emu: cannot map %d fiber stacks\n", want);
+				std::_Exit(3);
+			}
+			base = (char*)m;
+			n = want;
+			for (int t = 0; t < n; t++) mprotect(base + per * (size_t)t, page, PROT_NONE);
+		}
+#ifdef EMU_ASAN
+		// The last launch's fibers ended without returning from their
+		// first frames: their redzones are still poisoned.
+		for (int t = 0; t < want; t++) __asan_unpoison_memory_region(base + per * (size_t)t + page, kStack);
+#endif
+		return base + page;
+	}
+};
+
+inline Stacks stacks;  // launches run one at a time (current)
 
 inline int tl_tid;  // the running fiber's thread index in the block
 
@@ -380,22 +418,13 @@ inline void launch(dim3 grid, dim3 block, size_t shared, const std::function<voi
 		l.warps.push_back(std::make_unique<Warp>());
 		l.warps.back()->size = std::min<int>(32, (int)n - w * 32);
 	}
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), per = page + kStack;
-	l.mapped = per * (size_t)n;
-	void* m = mmap(nullptr, l.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED) {
-		std::fprintf(stderr, "emu: cannot map %lld fiber stacks\n", n);
-		std::_Exit(3);
-	}
-	l.stacks = (char*)m;
+	char* stack = stacks.reserve((int)n);
 	l.fibers.resize(n);
 	for (int t = 0; t < n; t++) {
-		char* guard = l.stacks + per * (size_t)t;
-		mprotect(guard, page, PROT_NONE);
 		Fiber& f = l.fibers[t];
 		f.tid = t;
 		f.idx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-		f.stack = guard + page;
+		f.stack = stack + stacks.per * (size_t)t;
 	}
 	current = &l;
 	blockDim = block;
@@ -407,7 +436,6 @@ inline void launch(dim3 grid, dim3 block, size_t shared, const std::function<voi
 				l.arm();
 				run(l);
 			}
-	munmap(l.stacks, l.mapped);
 	current = nullptr;
 }
 
