@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gptui/gptui/comm"
 	"github.com/gptui/gptui/engine/checkpoint"
 )
 
@@ -245,4 +247,74 @@ func TestTrainHangupSaves(t *testing.T) {
 		t.Errorf("no background save of step %d reported:\n%s", step, stdout.String())
 	}
 	checkResume(t, dir, step, ckpt, stepLosses(stdout.String()))
+}
+
+// TestInterruptWhileJoining: a worker still joining its job — rank 0
+// waiting for a rank that never comes, rank 1 for a master that accepts
+// its connection and never answers — ends at the first SIGTERM, exit 143,
+// as it has no finished step to save; it used to wait out the join's
+// timeout, and under a launcher its stop's 120 s grace.
+func TestInterruptWhileJoining(t *testing.T) {
+	t.Parallel() // one process, of its own
+	for _, tc := range []struct {
+		name string
+		rank int
+	}{{"rank 0 without its peer", 0}, {"rank 1 without an answer", 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, joined := 0, make(chan struct{})
+			if tc.rank == 0 {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				port = ln.Addr().(*net.TCPAddr).Port
+				ln.Close() // rank 0 listens there
+			} else {
+				ln, err := net.Listen("tcp", "127.0.0.1:0") // the master that never answers
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { ln.Close() })
+				port = ln.Addr().(*net.TCPAddr).Port
+				go func() {
+					if c, err := ln.Accept(); err == nil {
+						t.Cleanup(func() { c.Close() })
+						close(joined)
+					}
+				}()
+			}
+			var stdout, stderr syncBuffer
+			cmd := exec.Command(builtGPTUI(t), "train", "-c", "tiny", "-o", "Distributed.dp_degree=2", "-o", "Engine.max_steps=2",
+				"-o", "Engine.save_load.output_dir="+filepath.Join(t.TempDir(), "out"), "-o", "Engine.log_dir="+filepath.Join(t.TempDir(), "log"))
+			cmd.Env = append(os.Environ(), "GPTUI_THREADS=1", "WORLD_SIZE=2", fmt.Sprintf("RANK=%d", tc.rank), fmt.Sprintf("LOCAL_RANK=%d", tc.rank),
+				"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), comm.SecretEnv+"=0123456789abcdef0123456789abcdef",
+				"GPTUI_COMM_INIT_TIMEOUT=300s")
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			run := startJob(t, cmd, &stdout, &stderr, nil)
+			// Joining: rank 0 listens, rank 1 has connected.
+			for deadline := time.Now().Add(60 * time.Second); tc.rank == 0; time.Sleep(20 * time.Millisecond) {
+				if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+					c.Close()
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("rank 0 does not listen on its port after 60 s:\n%s", stderr.String())
+				}
+			}
+			if tc.rank == 1 {
+				select {
+				case <-joined:
+				case <-time.After(60 * time.Second):
+					t.Fatalf("rank 1 has not connected to its master after 60 s:\n%s", stderr.String())
+				}
+			}
+			sent := time.Now()
+			cmd.Process.Signal(syscall.SIGTERM)
+			err := run.wait(t, 10*time.Second, "SIGTERM")
+			t.Logf("exit %d %v after SIGTERM", exitStatus(err), time.Since(sent).Round(time.Millisecond))
+			if code := exitStatus(err); code != 143 || !strings.Contains(stderr.String(), "interrupted") {
+				t.Errorf("exit %d, want 143; stderr:\n%s", code, stderr.String())
+			}
+		})
+	}
 }

@@ -95,6 +95,11 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	}
 	// An interrupt (ctx) stops the run at a step boundary the ranks agree
 	// on, after saving; only a second one (hard) abandons its collectives.
+	// Joining the job (soft) has nothing to save: the first interrupt
+	// abandons it, or a peer that never comes would hold this rank until
+	// the launcher's kill, a stop's grace (launch.DefaultInterruptGrace)
+	// later.
+	soft := ctx
 	stop, ctx := ctx.Done(), hardContext(ctx)
 	// A worker of a parallel job (started by 'gptui run') finds its peers
 	// through torchrun's variables.
@@ -109,7 +114,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 		if cc.WorldSize > 1 {
 			// Peers that fail the job's authentication are dropped; say so.
 			cc.Logf = func(format string, args ...any) { fmt.Fprintf(stderr, "[comm] "+format+"\n", args...) }
-			if world, err = comm.Connect(ctx, cc); err != nil {
+			if world, err = comm.Connect(soft, cc); err != nil {
 				return fmt.Errorf("rank %d: joining the job: %w", cc.Rank, err)
 			}
 			defer world.Close()
@@ -142,7 +147,7 @@ func cmdTrain(ctx context.Context, args []string, stdout, stderr io.Writer) (err
 	// A GPU job's gradients and activations go over NCCL, the rest over
 	// the World; a CPU job's all over the World (over NCCL with
 	// GPTUI_FABRIC=nccl, for tests).
-	fabric, releaseFabric, err := newFabric(ctx, world, be, commTimeout, commInit, stdout)
+	fabric, releaseFabric, err := newFabric(soft, world, be, commTimeout, commInit, stdout)
 	if err != nil {
 		return err
 	}
