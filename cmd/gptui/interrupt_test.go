@@ -261,7 +261,7 @@ func TestInterruptWhileJoining(t *testing.T) {
 		rank int
 	}{{"rank 0 without its peer", 0}, {"rank 1 without an answer", 1}} {
 		t.Run(tc.name, func(t *testing.T) {
-			port, joined := 0, make(chan struct{})
+			port, joined := 0, make(chan net.Conn, 1)
 			if tc.rank == 0 {
 				ln, err := net.Listen("tcp", "127.0.0.1:0")
 				if err != nil {
@@ -278,8 +278,7 @@ func TestInterruptWhileJoining(t *testing.T) {
 				port = ln.Addr().(*net.TCPAddr).Port
 				go func() {
 					if c, err := ln.Accept(); err == nil {
-						t.Cleanup(func() { c.Close() })
-						close(joined)
+						joined <- c
 					}
 				}()
 			}
@@ -303,7 +302,8 @@ func TestInterruptWhileJoining(t *testing.T) {
 			}
 			if tc.rank == 1 {
 				select {
-				case <-joined:
+				case c := <-joined:
+					defer c.Close()
 				case <-time.After(60 * time.Second):
 					t.Fatalf("rank 1 has not connected to its master after 60 s:\n%s", stderr.String())
 				}
