@@ -275,8 +275,8 @@ struct Stacks {
 	size_t mapped = 0, per = 0;
 	int n = 0;
 
-	// reserve makes n stacks and returns the lowest usable byte of the
-	// first; stack t's is per bytes above it.
+	// reserve makes at least want stacks and returns the lowest usable
+	// byte of the first; stack t's is per bytes above it.
 	char* reserve(int want) {
 		size_t page = (size_t)sysconf(_SC_PAGESIZE);
 		if (want > n) {
