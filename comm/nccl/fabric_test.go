@@ -295,16 +295,8 @@ func TestAllReduceBF16(t *testing.T) {
 	rs := fabricsWith(t, fk, 2, Options{Timeout: 10 * time.Second, Halves: halvesIn(&mu, halves)})
 	value := func(r, i int) float32 { return half.BF16ToF32(half.F32ToBF16(1 + float32(i)/3 + float32(r)/7)) }
 	bf16s := func(h []float32) []uint16 { return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(h))), n) }
-	cs := make([]comm.Communicator, 2)
+	cs := ready(t, rs, "dp")
 	errs := onAll(2, func(r int) error {
-		c, err := rs[r].f.Communicator("dp", allRanks(2))
-		if err == nil {
-			err = rs[r].f.Ready(context.Background())
-		}
-		if err != nil {
-			return err
-		}
-		cs[r] = c
 		h := rs[r].Float32s(n)
 		for i := range n {
 			bf16s(h)[i] = half.F32ToBF16(value(r, i))
@@ -312,7 +304,7 @@ func TestAllReduceBF16(t *testing.T) {
 		mu.Lock()
 		halves[r] = h
 		mu.Unlock()
-		if err := c.AllReduceBF16Async(h).Wait(context.Background()); err != nil {
+		if err := cs[r].AllReduceBF16Async(h).Wait(context.Background()); err != nil {
 			return err
 		}
 		return rs[r].Sync()
