@@ -259,8 +259,13 @@ func TestPlan(t *testing.T) {
 					}
 				}
 			}
-			if _, err := os.Stat(filepath.Join(tc.workdirs[i], "jobs", p.JobID, "config.yaml")); err != nil {
-				t.Errorf("config not pushed: %v", err)
+			// The config, whole, and no temporary file beside it.
+			jobDir := filepath.Join(tc.workdirs[i], "jobs", p.JobID)
+			if b, err := os.ReadFile(filepath.Join(jobDir, "config.yaml")); err != nil || !bytes.Equal(b, j.opts.Config.YAML()) {
+				t.Errorf("node %s: config not pushed whole (%v): %q", n.Name, err, b)
+			}
+			if left, _ := os.ReadDir(jobDir); len(left) != 1 {
+				t.Errorf("node %s: %s holds %v, want the config alone", n.Name, jobDir, left)
 			}
 		}
 		var states []string

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -111,57 +112,84 @@ func (n *node) gptui(ctx context.Context, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// missingPaths returns those of paths (relative ones to the workdir) that
-// do not exist on the SSH node n.
-func (n *node) missingPaths(ctx context.Context, paths []string) ([]string, error) {
-	if len(paths) == 0 {
-		return nil, nil
+// The exit statuses of prepare's script, besides 0.
+const (
+	prepareNoDir  = 81 // no workdir to cd into
+	prepareConfig = 82 // the config not written
+	prepareProbe  = 83 // gptui agent --probe failed
+)
+
+// missingMarker is the line between the probe's output and the missing
+// paths in prepare's standard output.
+const missingMarker = "gptui-missing-paths:"
+
+// prepare is an SSH node's part of the job's set-up once its lock is
+// held, in one session, since each costs the node a shell or more and a
+// round trip or more behind a login host: the config written to rel
+// under the workdir (unless config is nil: a dry run writes nothing),
+// through a temporary file renamed into place once all its bytes are
+// there, gptui's probe, and those of paths (relative ones to the workdir)
+// that do not exist there. It returns the probe's output and the missing
+// paths; an error names the step that failed.
+func (n *node) prepare(ctx context.Context, rel string, config []byte, paths []string) (probe []byte, missing []string, err error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "cd %s || exit %d\n", n.shellDir(), prepareNoDir)
+	if config != nil {
+		tmp := shellQuote(rel + ".tmp-" + strings.ToLower(rand.Text()[:12]))
+		fmt.Fprintf(&b, "umask 022\n"+
+			"mkdir -p -- %s && cat > %s && [ \"$(wc -c < %s)\" -eq %d ] && mv -f -- %s %s || { rm -f -- %s; exit %d; }\n",
+			shellQuote(path.Dir(rel)), tmp, tmp, len(config), tmp, shellQuote(rel), tmp, prepareConfig)
 	}
-	var quoted []string
-	for _, p := range paths {
-		quoted = append(quoted, shellQuote(p))
+	fmt.Fprintf(&b, "./gptui agent --probe || { echo $?; exit %d; }\n", prepareProbe)
+	fmt.Fprintf(&b, "printf '%%s\\n' %s\n", missingMarker)
+	if len(paths) > 0 {
+		var quoted []string
+		for _, p := range paths {
+			quoted = append(quoted, shellQuote(p))
+		}
+		b.WriteString("for p in " + strings.Join(quoted, " ") + `; do [ -e "$p" ] || printf '%s\n' "$p"; done` + "\n")
 	}
-	cmd := "cd " + n.shellDir() + " && for p in " + strings.Join(quoted, " ") + `; do [ -e "$p" ] || printf '%s\n' "$p"; done`
+	var stdin io.Reader
+	if config != nil {
+		stdin = bytes.NewReader(config)
+	}
 	var stdout, stderr bytes.Buffer
-	code, err := n.client.Run(ctx, cmd, &stdout, &stderr)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
+	code, err := n.client.RunInput(ctx, b.String(), stdin, &stdout, &stderr)
+	msg := strings.TrimSpace(stderr.String())
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("node %s: setting up: %w: %s", n.name, err, msg)
+	case code == prepareNoDir:
+		return nil, nil, fmt.Errorf("node %s: no workdir %s: %s", n.name, n.dir, msg)
+	case code == prepareConfig:
+		return nil, nil, fmt.Errorf("node %s: config: writing %s under %s failed: %s", n.name, rel, n.dir, msg)
+	case code == prepareProbe: // the last line of stdout is the probe's exit status
+		status := strings.TrimSpace(stdout.String())
+		status = status[strings.LastIndexByte(status, '\n')+1:]
+		return nil, nil, fmt.Errorf("node %s: probe: ./gptui agent --probe: exit status %s: %s", n.name, status, msg)
+	case code != 0:
+		return nil, nil, fmt.Errorf("node %s: setting up: exit status %d: %s", n.name, code, msg)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("checking data paths on %s: %w", n.name, err)
+	probe, rest, ok := bytes.Cut(stdout.Bytes(), []byte(missingMarker+"\n"))
+	if !ok {
+		return nil, nil, fmt.Errorf("node %s: setting up: no %q line in the output %q", n.name, missingMarker, stdout.String())
 	}
-	var missing []string
-	for _, l := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+	for _, l := range strings.Split(string(rest), "\n") {
 		if l != "" {
 			missing = append(missing, l)
 		}
 	}
-	return missing, nil
+	return probe, missing, nil
 }
 
-// put writes content to the node's workdir under rel (slash-separated),
-// through a local temporary file for an SSH node, and reports the push.
-func (n *node) put(ctx context.Context, rel string, content []byte) (skipped bool, err error) {
-	if n.local() {
-		p := filepath.Join(n.dir, filepath.FromSlash(rel))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return false, err
-		}
-		return false, os.WriteFile(p, content, 0o644)
+// put writes content to this machine's node n's workdir under rel
+// (slash-separated).
+func (n *node) put(rel string, content []byte) error {
+	p := filepath.Join(n.dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
 	}
-	f, err := os.CreateTemp("", "gptui-push-*")
-	if err != nil {
-		return false, err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(content); err != nil {
-		f.Close()
-		return false, err
-	}
-	if err := f.Close(); err != nil {
-		return false, err
-	}
-	return n.client.Push(ctx, f.Name(), path.Join(n.dir, rel), 0o644)
+	return os.WriteFile(p, content, 0o644)
 }
 
 // agentProc is a running agent: its standard streams, and ways to wait

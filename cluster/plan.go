@@ -253,22 +253,37 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 			}
 		}
 	}
-	if !o.DryRun {
+	// The config, the probe, and on an SSH node which data paths it lacks.
+	var out []byte
+	var missing []string
+	if n.local() {
+		if !o.DryRun {
+			start := time.Now()
+			if err := n.put(configRel, configYAML); err != nil {
+				return n, fmt.Errorf("node %s: config: %w", name, err)
+			}
+			np.Pushes = append(np.Pushes, Push{File: path.Join(n.dir, configRel), Bytes: int64(len(configYAML)), Took: time.Since(start)})
+		}
+		var err error
+		if out, err = n.gptui(ctx, "agent", "--probe"); err != nil {
+			return n, fmt.Errorf("node %s: probe: %w", name, err)
+		}
+	} else {
+		var config []byte
+		if !o.DryRun {
+			config = configYAML
+		}
 		start := time.Now()
-		skipped, err := n.put(ctx, configRel, configYAML)
-		if err != nil {
-			return n, fmt.Errorf("node %s: config: %w", name, err)
+		var err error
+		if out, missing, err = n.prepare(ctx, configRel, config, dataPaths(o)); err != nil {
+			return n, err
 		}
-		ps := Push{File: path.Join(n.dir, configRel), Bytes: int64(len(configYAML)), Skipped: skipped, Took: time.Since(start)}
-		np.Pushes = append(np.Pushes, ps)
-		if !n.local() {
-			j.nodeEvent(name, event.NodePushing, ps.String())
+		if config != nil {
+			// One session wrote it and probed the node: its time is both's.
+			ps := Push{File: path.Join(n.dir, configRel), Bytes: int64(len(config)), Took: time.Since(start)}
+			np.Pushes = append(np.Pushes, ps)
+			j.nodeEvent(name, event.NodePushing, ps.String()+", one session with the probe")
 		}
-	}
-
-	out, err := n.gptui(ctx, "agent", "--probe")
-	if err != nil {
-		return n, fmt.Errorf("node %s: probe: %w", name, err)
 	}
 	e, err := event.NewReader(strings.NewReader(string(out))).Next()
 	if err != nil || e.Kind != event.KindProbe || e.Probe == nil {
@@ -285,10 +300,6 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 		// 'gptui train' does, and say which in their last lines (exit
 		// status 2): there is no other machine whose files could differ.
 		return n, nil
-	}
-	missing, err := n.missingPaths(ctx, dataPaths(o))
-	if err != nil {
-		return n, err
 	}
 	if len(missing) > 0 && !o.NoStaging {
 		if missing, err = j.stageData(ctx, n, missing); err != nil {

@@ -66,6 +66,15 @@ const (
 // the session and returns, without waiting for the command's output.
 // Nothing is written to stdout or stderr after Run returns.
 func (c *Client) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) (exitCode int, err error) {
+	return c.RunInput(ctx, cmd, nil, stdout, stderr)
+}
+
+// RunInput is Run with stdin copied to the command's standard input,
+// which then ends (EOF); a nil stdin is Run's, an empty one. The copy is
+// part of the command: a command that exits with status 0 before taking
+// all of stdin is an error, so stdin is for input the command reads to its
+// end.
+func (c *Client) RunInput(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (exitCode int, err error) {
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("run %q on %s: %w", cmd, c.addr, err)
 	}
@@ -85,7 +94,7 @@ func (c *Client) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) 
 	}
 	defer release()
 	defer s.Close()
-	s.Stdout = out
+	s.Stdin, s.Stdout = stdin, out
 	rawStderr, err := s.StderrPipe()
 	if err != nil {
 		return -1, fmt.Errorf("run %q on %s: %w", cmd, c.addr, err)
