@@ -1,10 +1,10 @@
 // Package standin builds, for tests, the stand-in libcuda.so.1,
 // libnccl.so.2, libcublas.so.12, libcublasLt.so.12 and libnvrtc.so.12 of
 // gptui's GPU path on machines without GPUs: C sources (c/cuda.c,
-// c/nccl.c, c/cublas.c, c/nvrtc.c) compiled with gcc into a test's
-// temporary directory, which the code under test loads through the same
-// purego path as NVIDIA's libraries when GPTUI_CUDA_LIBDIR names that
-// directory.
+// c/nccl.c, c/cublas.c, c/nvrtc.c) compiled with gcc (once: Build keeps
+// them) and copied into a test's temporary directory, which the code
+// under test loads through the same purego path as NVIDIA's libraries
+// when GPTUI_CUDA_LIBDIR names that directory.
 //
 // The stand-in libnccl runs NCCL's operations between the processes of a
 // job over shared memory (a segment in /dev/shm per unique id), with
@@ -22,11 +22,14 @@
 package standin
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -69,22 +72,110 @@ const (
 // does not load package cuda).
 const LibDirEnv = "GPTUI_CUDA_LIBDIR"
 
-// Build compiles the stand-ins with gcc into a new temporary directory of
-// t and returns it: dir/libcuda.so.1, dir/libnccl.so.2,
-// dir/libcublas.so.12, dir/libcublasLt.so.12 and dir/libnvrtc.so.12.
-// Without gcc it skips t.
+// Build returns a new temporary directory of t holding the stand-ins:
+// dir/libcuda.so.1, dir/libnccl.so.2, dir/libcublas.so.12,
+// dir/libcublasLt.so.12 and dir/libnvrtc.so.12, compiled with gcc. The
+// compiled libraries are kept under the user's cache directory
+// (gptui/standin), named by the SHA-256 of gcc's version, its flags and
+// the sources, and copied from there: the tests of a run, and the next
+// run, compile them once. Without gcc it skips t.
 func Build(t testing.TB) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Skip("the stand-in libcuda.so.1 and libnccl.so.2 need gcc, which is not installed (.ci/run installs it)")
 	}
+	version, err := exec.Command(gcc, "--version").Output()
+	if err != nil {
+		t.Fatalf("gcc --version: %v", err)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%d:%s", len(version), version)
+	for _, lib := range libs {
+		a := strings.Join(lib.args(), " ")
+		fmt.Fprintf(h, "%d:%s", len(a), a)
+	}
+	for _, name := range sourceNames {
+		b, err := sources.ReadFile("c/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(h, "%d:%s", len(b), b)
+	}
 	dir := t.TempDir()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		compile(t, gcc, dir)
+		return dir
+	}
+	built := filepath.Join(cache, "gptui", "standin", hex.EncodeToString(h.Sum(nil)))
+	if _, err := os.Stat(built); err != nil {
+		// Compiled beside it and renamed into place whole; a test process
+		// that got there first leaves its copy, the same.
+		if err := os.MkdirAll(filepath.Dir(built), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tmp, err := os.MkdirTemp(filepath.Dir(built), ".tmp-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(tmp)
+		compile(t, gcc, tmp)
+		os.RemoveAll(filepath.Join(tmp, "src"))
+		if err := os.Rename(tmp, built); err != nil {
+			if _, serr := os.Stat(built); serr != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, lib := range libs {
+		b, err := os.ReadFile(filepath.Join(built, lib.soname))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, lib.soname), b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// sourceNames are the files of c/ the libraries are compiled from.
+var sourceNames = []string{"standin.h", "cuda.c", "nccl.c", "cublas.c", "nvrtc.c"}
+
+// lib is one stand-in library: its soname, its source and a -D flag.
+type lib struct{ soname, src, define string }
+
+// libs are the stand-ins Build makes.
+var libs = []lib{
+	{"libcuda.so.1", "cuda.c", ""},
+	{"libnccl.so.2", "nccl.c", ""},
+	// cublas.c is cuBLAS, and with STANDIN_CUBLASLT cuBLASLt.
+	{"libcublas.so.12", "cublas.c", ""},
+	{"libcublasLt.so.12", "cublas.c", "-DSTANDIN_CUBLASLT"},
+	{"libnvrtc.so.12", "nvrtc.c", ""},
+}
+
+// args are gcc's flags for l, but for its output and source files. No
+// -ffast-math: the sums must be IEEE float32 additions in the order the C
+// says, as the TCP ring's are.
+func (l lib) args() []string {
+	args := []string{"-std=gnu11", "-O2", "-Wall", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden"}
+	if l.define != "" {
+		args = append(args, l.define)
+	}
+	return append(args, "-Wl,-soname,"+l.soname)
+}
+
+// compile compiles the stand-ins with gcc into dir (their sources into
+// dir/src).
+func compile(t testing.TB, gcc, dir string) {
+	t.Helper()
 	src := filepath.Join(dir, "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"standin.h", "cuda.c", "nccl.c", "cublas.c", "nvrtc.c"} {
+	for _, name := range sourceNames {
 		b, err := sources.ReadFile("c/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -93,27 +184,12 @@ func Build(t testing.TB) string {
 			t.Fatal(err)
 		}
 	}
-	for _, lib := range []struct{ soname, src, define string }{
-		{"libcuda.so.1", "cuda.c", ""},
-		{"libnccl.so.2", "nccl.c", ""},
-		// cublas.c is cuBLAS, and with STANDIN_CUBLASLT cuBLASLt.
-		{"libcublas.so.12", "cublas.c", ""},
-		{"libcublasLt.so.12", "cublas.c", "-DSTANDIN_CUBLASLT"},
-		{"libnvrtc.so.12", "nvrtc.c", ""},
-	} {
-		// No -ffast-math: the sums must be IEEE float32 additions in the
-		// order the C says, as the TCP ring's are.
-		args := []string{"-std=gnu11", "-O2", "-Wall", "-fPIC", "-shared", "-pthread", "-fvisibility=hidden"}
-		if lib.define != "" {
-			args = append(args, lib.define)
-		}
-		args = append(args, "-Wl,-soname,"+lib.soname, "-o", filepath.Join(dir, lib.soname), filepath.Join(src, lib.src), "-ldl", "-lrt", "-lm")
-		cmd := exec.Command(gcc, args...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("compiling the stand-in %s: %v\n%s", lib.soname, err, out)
+	for _, l := range libs {
+		args := append(l.args(), "-o", filepath.Join(dir, l.soname), filepath.Join(src, l.src), "-ldl", "-lrt", "-lm")
+		if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+			t.Fatalf("compiling the stand-in %s: %v\n%s", l.soname, err, out)
 		}
 	}
-	return dir
 }
 
 var tags atomic.Int64
