@@ -269,20 +269,21 @@ func (n *node) shell(ctx context.Context, cmd string) ([]byte, error) {
 	var stdout, stderr limitedBuffer
 	stdout.max, stderr.max = 1<<20, 4096
 	code, err := n.client.Run(ctx, cmd, &stdout, &stderr)
+	if stdout.over { // the copy stopped there, failing Run
+		return nil, fmt.Errorf("%s: more than %d bytes of output from %q", n.name, stdout.max, cmd)
+	}
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit status %d: %s", code, strings.TrimSpace(stderr.String()))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", n.name, err)
 	}
-	if stdout.over {
-		return nil, fmt.Errorf("%s: more than %d bytes of output from %q", n.name, stdout.max, cmd)
-	}
 	return stdout.Bytes(), nil
 }
 
-// limitedBuffer keeps the first max bytes written to it and drops the
-// rest, noting that it did: what a node sends cannot grow the launcher.
+// limitedBuffer keeps the first max bytes written to it and refuses the
+// rest with a short write, which ends the copy into it, noting that it
+// did (over): what a node sends cannot grow the launcher.
 type limitedBuffer struct {
 	bytes.Buffer
 	max  int

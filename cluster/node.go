@@ -153,10 +153,13 @@ func (n *node) prepare(ctx context.Context, rel string, config []byte, paths []s
 	if config != nil {
 		stdin = bytes.NewReader(config)
 	}
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = 1<<20, 4096
 	code, err := n.client.RunInput(ctx, b.String(), stdin, &stdout, &stderr)
 	msg := strings.TrimSpace(stderr.String())
 	switch {
+	case stdout.over: // the copy stopped there, failing Run
+		return nil, nil, fmt.Errorf("node %s: setting up: more than %d bytes of output", n.name, stdout.max)
 	case err != nil:
 		return nil, nil, fmt.Errorf("node %s: setting up: %w: %s", n.name, err, msg)
 	case code == prepareNoDir:

@@ -12,13 +12,19 @@ import (
 // TestPrepareFails: the one session that writes an SSH node's config,
 // probes it and lists its missing data names the step that failed, with
 // the node's own words: a workdir where the config cannot be written (its
-// jobs folder a file), and a gptui whose probe fails.
+// jobs folder a file), and a gptui whose probe fails; and a node that
+// answers with more than a MiB is refused, no more of it kept.
 func TestPrepareFails(t *testing.T) {
 	tc := newCluster(t, "cpu:1")
 	real := buildGPTUI(t)
 	failingProbe := filepath.Join(t.TempDir(), "gptui")
 	script := fmt.Sprintf("#!/bin/sh\nif [ \"$1 $2\" = \"agent --probe\" ]; then\n  echo 'no probe here' >&2\n  exit 3\nfi\nexec %s \"$@\"\n", real)
 	if err := os.WriteFile(failingProbe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	chatty := filepath.Join(t.TempDir(), "gptui")
+	script = fmt.Sprintf("#!/bin/sh\nif [ \"$1 $2\" = \"agent --probe\" ]; then\n  head -c 2000000 /dev/zero\n  exit 0\nfi\nexec %s \"$@\"\n", real)
+	if err := os.WriteFile(chatty, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for _, tt := range []struct {
@@ -38,6 +44,7 @@ func TestPrepareFails(t *testing.T) {
 			t.Cleanup(func() { os.Remove(jobs) })
 		}, `^node 127\.0\.0\.3: config: writing jobs/[^ ]+/config\.yaml under .+/node1 failed: mkdir: .*jobs.*`},
 		{"probe", failingProbe, func(*testing.T) {}, `^node 127\.0\.0\.[23]: probe: \./gptui agent --probe: exit status 3: no probe here$`},
+		{"output", chatty, func(*testing.T) {}, `^node 127\.0\.0\.[23]: setting up: more than 1048576 bytes of output$`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.setUp(t)
