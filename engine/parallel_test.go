@@ -394,23 +394,29 @@ var fp32Parity = parityTol{loss: 1e-5, weights: 1e-5}
 // bound is half of that.
 var bf16ParityTol = parityTol{loss: 4e-3, weights: 5e-2}
 
-// cpParity is the tolerance of context parallelism's weights: its ring
-// attention recomputes the probabilities in the backward pass from a
-// float32 log-sum-exp (FlashAttention's way) where one process keeps
-// them, so its gradients differ from one process's by about 2.5e-7
-// (relative L2, TestContextParallelGradients; data parallel's by 5e-8),
-// and AdamW, which divides each gradient by its own size, turns that into
-// 2.1e-5 of the weights after 5 steps (the Llama with one key/value
-// head); the losses stay within fp32's 1e-5.
-var cpParity = parityTol{loss: 1e-5, weights: 5e-5}
+// cpMQAParity is the tolerance of the weights of context parallelism with
+// one key/value head (multi-query attention); every other context-parallel
+// layout keeps fp32's. The ring attention recomputes the probabilities in
+// the backward pass from a float32 log-sum-exp (FlashAttention's way)
+// where one process keeps them, so its gradients differ from one
+// process's by about 2.5e-7 (relative L2, TestContextParallelGradients;
+// data parallel's by 5e-8 to 3e-7), and AdamW, which divides each
+// gradient by its own size, turns that into weights 5e-6 to 6.5e-6 apart
+// after 5 steps — and, with one key/value head, 2.1e-5. That figure is
+// chaos, not a fault: recomputing the probabilities as one process
+// computes them (its row maximum and sum, no log-sum-exp) left the
+// gradients as close and put the weights 3.3e-5 apart. The losses stay
+// within fp32's 1e-5.
+var cpMQAParity = parityTol{loss: 1e-5, weights: 5e-5}
 
 // parityTolerance is the tolerance of a case with the overrides o.
 func parityTolerance(o []string) parityTol {
 	if slices.Contains(o, "Engine.mix_precision.dtype=bf16") {
 		return bf16ParityTol
 	}
-	if slices.ContainsFunc(o, func(s string) bool { return strings.HasPrefix(s, "Distributed.cp_degree=") }) {
-		return cpParity
+	cp := slices.ContainsFunc(o, func(s string) bool { return strings.HasPrefix(s, "Distributed.cp_degree=") })
+	if cp && slices.Contains(o, "Model.num_key_value_heads=1") {
+		return cpMQAParity
 	}
 	return fp32Parity
 }
