@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/gptui/gptui/jobdir"
@@ -261,14 +262,14 @@ func (n *node) startAgent(ctx context.Context) (*agentProc, error) {
 // jobIDPattern matches the job ids New and a Supervisor make, such as
 // 20250102-150405-1a2b3c and its restarts 20250102-150405-1a2b3c-r1:
 // only such directories are ever pruned.
-var jobIDPattern = regexp.MustCompile(`^` + jobdir.IDPattern + `(-r[0-9]+)?$`)
+var jobIDPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + jobdir.IDPattern + `(-r[0-9]+)?$`) })
 
 // oldJobs returns the names of names that look like job ids, but for the
 // newest keep of them (the ids sort by time), in order.
 func oldJobs(names []string, keep int) []string {
 	var ids []string
 	for _, name := range names {
-		if jobIDPattern.MatchString(name) {
+		if jobIDPattern().MatchString(name) {
 			ids = append(ids, name)
 		}
 	}

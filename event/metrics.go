@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 )
 
 // Metrics is one record of a worker's metrics file (MetricsFile): one
@@ -94,7 +95,7 @@ func MetricsFile(dir string, rank int) string {
 }
 
 // metricsName matches the name MetricsFile gives, capturing the rank.
-var metricsName = regexp.MustCompile(`^metrics\.(\d+)\.jsonl$`)
+var metricsName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^metrics\.(\d+)\.jsonl$`) })
 
 // MetricsFiles returns the ranks whose metrics files are in dir, and their
 // paths, by ascending rank.
@@ -105,7 +106,7 @@ func MetricsFiles(dir string) (map[int]string, error) {
 	}
 	out := map[int]string{}
 	for _, de := range des {
-		m := metricsName.FindStringSubmatch(de.Name())
+		m := metricsName().FindStringSubmatch(de.Name())
 		if m == nil || de.IsDir() {
 			continue
 		}

@@ -38,6 +38,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -125,10 +126,10 @@ const idTime = "20060102-150405"
 // node's prune removes.
 const IDPattern = `[0-9]{8}-[0-9]{6}-[0-9a-f]{6}`
 
-var idRE = regexp.MustCompile(`^` + IDPattern + `$`)
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^` + IDPattern + `$`) })
 
 // ValidID reports whether id is a job id.
-func ValidID(id string) bool { return idRE.MatchString(id) }
+func ValidID(id string) bool { return idRE().MatchString(id) }
 
 // Path returns the folder of the job id under the directory base.
 func Path(base, id string) string { return filepath.Join(base, Root, id) }

@@ -120,3 +120,27 @@ func TestCommitRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestBeginSaveRefusesTokens: a token that is not 8 to 64 lowercase hex
+// digits, which would become part of a directory name, is refused.
+func TestBeginSaveRefusesTokens(t *testing.T) {
+	out := t.TempDir()
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{
+		{"0123abcd", true},
+		{strings.Repeat("f", 64), true},
+		{"0123abc", false},
+		{strings.Repeat("f", 65), false},
+		{"0123ABCD", false},
+		{"0123abcg", false},
+		{"../01234567", false},
+		{"", false},
+	} {
+		_, err := BeginSave(out, 1, tc.token)
+		if (err == nil) != tc.ok {
+			t.Errorf("BeginSave with token %q: %v, want ok %v", tc.token, err, tc.ok)
+		}
+	}
+}
