@@ -70,10 +70,10 @@ func (c *Client) Run(ctx context.Context, cmd string, stdout, stderr io.Writer) 
 }
 
 // RunInput is Run with stdin copied to the command's standard input,
-// which then ends (EOF); a nil stdin is Run's, an empty one. The copy is
-// part of the command: a command that exits with status 0 before taking
-// all of stdin is an error, so stdin is for input the command reads to its
-// end.
+// which then ends (EOF); a nil stdin is Run's, an empty one. RunInput
+// returns once the copy has ended too: a copy the node stops taking fails,
+// and unless the command exited with a non-zero status RunInput returns
+// that error. stdin is for input the command reads to its end.
 func (c *Client) RunInput(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (exitCode int, err error) {
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("run %q on %s: %w", cmd, c.addr, err)

@@ -61,6 +61,28 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunInput: the command reads RunInput's stdin to its end (EOF
+// after it), and without stdin it reads nothing.
+func TestRunInput(t *testing.T) {
+	t.Parallel()
+	srv, cfg := startNode(t, "127.0.0.2")
+	c := dial(t, srv, cfg)
+	in := strings.Repeat("a line of input\n", 1000)
+	for _, tc := range []struct {
+		stdin io.Reader
+		want  string
+	}{
+		{strings.NewReader(in), fmt.Sprintf("%d\n", len(in))},
+		{nil, "0\n"},
+	} {
+		var out strings.Builder
+		code, err := c.RunInput(context.Background(), "wc -c", tc.stdin, &out, nil)
+		if code != 0 || err != nil || strings.TrimLeft(out.String(), " ") != tc.want {
+			t.Errorf("RunInput(wc -c) = %d, %v, printed %q; want %q", code, err, out.String(), tc.want)
+		}
+	}
+}
+
 // TestRunConcurrent runs more commands at once on one connection than
 // sshd allows sessions (10 by default): the extra ones wait their turn.
 func TestRunConcurrent(t *testing.T) {
