@@ -52,12 +52,13 @@ func presetCluster(t testing.TB, cfg *presets.Config, dev string) (Cluster, Capa
 
 // reduced are the overrides that shrink preset's model for the engine to
 // build every rank of layout s here, keeping what the layout needs of it:
-// the heads (of 4 channels: each rank's parameters are drawn, 32 ranks
-// of 13b-4node at 8 channels took 6 s) and key/value heads; 2 blocks a pipeline
-// chunk (1 where the model has fewer); a sequence of 64 (2·cp and, with
-// sequence parallelism, mp dividing a rank's part of it for every cp and
-// mp the searches choose here); a vocabulary of 256 tokens (the shards in
-// dir); no evaluation. The batch is the layout's (Overrides).
+// the heads (of 4 channels: each rank's parameters are drawn, and at 8
+// channels the 32 ranks of 13b-4node's layouts took 6 s) and key/value
+// heads; 2 blocks a pipeline chunk (1 where the model has fewer); a
+// sequence of 64 (2·cp and, with sequence parallelism, mp dividing a
+// rank's part of it for every cp and mp the searches choose here); a
+// vocabulary of 256 tokens (the shards in dir); no evaluation. The batch
+// is the layout's (Overrides).
 func reduced(t *testing.T, cfg *presets.Config, s Strategy, dir string) []string {
 	nh := cfg.Model.NumAttentionHeads
 	chunks := s.PP * s.VPP
