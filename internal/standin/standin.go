@@ -22,9 +22,7 @@
 package standin
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,6 +30,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/gptui/gptui/internal/filecache"
 )
 
 //go:embed c/standin.h c/cuda.c c/nccl.c c/cublas.c c/nvrtc.c
@@ -76,9 +76,9 @@ const LibDirEnv = "GPTUI_CUDA_LIBDIR"
 // dir/libcuda.so.1, dir/libnccl.so.2, dir/libcublas.so.12,
 // dir/libcublasLt.so.12 and dir/libnvrtc.so.12, compiled with gcc. The
 // compiled libraries are kept under the user's cache directory
-// (gptui/standin), named by the SHA-256 of gcc's version, its flags and
-// the sources, and copied from there: the tests of a run, and the next
-// run, compile them once. Without gcc it skips t.
+// (package filecache's entry "standin", keyed by gcc's version, its flags
+// and the sources) and copied from there: the tests of a run, and the
+// next run, compile them once. Without gcc it skips t.
 func Build(t testing.TB) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
@@ -89,49 +89,38 @@ func Build(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("gcc --version: %v", err)
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%d:%s", len(version), version)
-	for _, lib := range libs {
-		a := strings.Join(lib.args(), " ")
-		fmt.Fprintf(h, "%d:%s", len(a), a)
+	dir := t.TempDir()
+	cache := filecache.Dir("standin")
+	if cache == "" {
+		compile(t, gcc, dir)
+		return dir
+	}
+	parts := []any{version}
+	for _, l := range libs {
+		parts = append(parts, strings.Join(l.args(), " "))
 	}
 	for _, name := range sourceNames {
 		b, err := sources.ReadFile("c/" + name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		fmt.Fprintf(h, "%d:%s", len(b), b)
+		parts = append(parts, b)
 	}
-	dir := t.TempDir()
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		compile(t, gcc, dir)
-		return dir
+	entry := filepath.Join(cache, filecache.Key(parts...))
+	from := entry // where the libraries are copied from
+	if _, err := os.Stat(entry); err != nil {
+		from = t.TempDir()
+		compile(t, gcc, from)
+		built := make(map[string]string)
+		for _, l := range libs {
+			built[l.soname] = filepath.Join(from, l.soname)
+		}
+		_ = filecache.Store(entry, built) // a cache not written is only slower
 	}
-	built := filepath.Join(cache, "gptui", "standin", hex.EncodeToString(h.Sum(nil)))
-	if _, err := os.Stat(built); err != nil {
-		// Compiled beside it and renamed into place whole; a test process
-		// that got there first leaves its copy, the same.
-		if err := os.MkdirAll(filepath.Dir(built), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(built), ".tmp-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		compile(t, gcc, tmp)
-		os.RemoveAll(filepath.Join(tmp, "src"))
-		if err := os.Rename(tmp, built); err != nil {
-			if _, serr := os.Stat(built); serr != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	for _, lib := range libs {
-		b, err := os.ReadFile(filepath.Join(built, lib.soname))
+	for _, l := range libs {
+		b, err := os.ReadFile(filepath.Join(from, l.soname))
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, lib.soname), b, 0o755)
+			err = os.WriteFile(filepath.Join(dir, l.soname), b, 0o755)
 		}
 		if err != nil {
 			t.Fatal(err)

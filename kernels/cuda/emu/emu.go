@@ -39,10 +39,8 @@ package emu
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -55,6 +53,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/gptui/gptui/internal/filecache"
 	"github.com/gptui/gptui/kernels/cuda"
 	"golang.org/x/sys/cpu"
 )
@@ -109,13 +108,7 @@ func Contracts() bool { return contractFlags()[0] == "-ffp-contract=fast" }
 
 // DefaultCacheDir is gptui/emu under the user's cache directory, or "" (no
 // cache) where there is none.
-func DefaultCacheDir() string {
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(d, "gptui", "emu")
-}
+func DefaultCacheDir() string { return filecache.Dir("emu") }
 
 // kernelRE matches a kernel's definition in preprocessed source.
 var kernelRE = regexp.MustCompile(`extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(`)
@@ -203,7 +196,7 @@ func BuildLibrary(ctx context.Context, dir, source string, opt Options) (string,
 		return "", fmt.Errorf("emu: compiling the kernels' library: %w\n%s", err, out)
 	}
 	if cached != "" {
-		storeFiles(cached, map[string]string{LibraryName: lib})
+		_ = filecache.Store(cached, map[string]string{LibraryName: lib}) // a cache not written is only slower
 		if p := filepath.Join(cached, LibraryName); fileExists(p) {
 			return p, nil
 		}
@@ -247,7 +240,7 @@ func compileArgs(ctx context.Context, opt Options, main []byte, source string) (
 		if err != nil {
 			return "", nil, "", fmt.Errorf("emu: %s --version: %w", gxx, err)
 		}
-		cached = filepath.Join(opt.CacheDir, cacheKey(version, strings.Join(args, " "), header, main, source))
+		cached = filepath.Join(opt.CacheDir, filecache.Key(version, strings.Join(args, " "), header, main, source))
 	}
 	return gxx, args, cached, nil
 }
@@ -291,23 +284,6 @@ func prepare(ctx context.Context, gxx, dir, source, mainName string, main []byte
 	return names, nil
 }
 
-// cacheKey is the hex SHA-256 of parts, each length-prefixed.
-func cacheKey(parts ...any) string {
-	h := sha256.New()
-	for _, p := range parts {
-		var b []byte
-		switch p := p.(type) {
-		case string:
-			b = []byte(p)
-		case []byte:
-			b = p
-		}
-		fmt.Fprintf(h, "%d:", len(b))
-		h.Write(b)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // loadProgram returns the program stored in the cache entry dir: its
 // binary, driver, and its kernels' names, one a line in names.
 func loadProgram(dir string) (*Program, error) {
@@ -338,31 +314,7 @@ func storeProgram(dir, bin string, names []string) {
 	if tmp.Close() != nil || err != nil {
 		return
 	}
-	storeFiles(dir, map[string]string{"driver": bin, "names": tmp.Name()})
-}
-
-// storeFiles stores the files of from (name in the entry → path) as the
-// cache entry dir, written in a directory of its own and renamed into
-// place, so that a Build running alongside sees the whole entry or none.
-func storeFiles(dir string, from map[string]string) {
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".tmp-")
-	if err != nil {
-		return
-	}
-	defer os.RemoveAll(tmp)
-	for name, path := range from {
-		b, err := os.ReadFile(path)
-		if err == nil {
-			err = os.WriteFile(filepath.Join(tmp, name), b, 0o755)
-		}
-		if err != nil {
-			return
-		}
-	}
-	os.Rename(tmp, dir)
+	_ = filecache.Store(dir, map[string]string{"driver": bin, "names": tmp.Name()}) // a cache not written is only slower
 }
 
 // Names returns the kernels' names, in the order Lookup numbers them.

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"github.com/gptui/gptui/internal/filecache"
 	"github.com/gptui/gptui/kernels/cuda"
 )
 
@@ -319,12 +320,12 @@ func TestBuildCache(t *testing.T) {
 		t.Errorf("the cached program computed %v, want [2 4 6]", got)
 	}
 	// Any other input is another entry.
-	key := cacheKey("g++ 12", "-O0", header, driver, src)
+	key := filecache.Key("g++ 12", "-O0", header, driver, src)
 	for i, other := range []string{
-		cacheKey("g++ 13", "-O0", header, driver, src),
-		cacheKey("g++ 12", "-O1", header, driver, src),
-		cacheKey("g++ 12", "-O0", header, driver, src+"\n"),
-		cacheKey("g++ 12", "-O0"+string(header), "", driver, src),
+		filecache.Key("g++ 13", "-O0", header, driver, src),
+		filecache.Key("g++ 12", "-O1", header, driver, src),
+		filecache.Key("g++ 12", "-O0", header, driver, src+"\n"),
+		filecache.Key("g++ 12", "-O0"+string(header), "", driver, src),
 	} {
 		if other == key {
 			t.Errorf("change %d: the same key", i)
