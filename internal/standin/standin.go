@@ -31,7 +31,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gptui/gptui/internal/filecache"
+	"github.com/gptui/gptui/kernels/cuda/emu/filecache"
 )
 
 //go:embed c/standin.h c/cuda.c c/nccl.c c/cublas.c c/nvrtc.c

@@ -53,8 +53,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/gptui/gptui/internal/filecache"
 	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/kernels/cuda/emu/filecache"
 	"golang.org/x/sys/cpu"
 )
 

@@ -12,8 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
-	"github.com/gptui/gptui/internal/filecache"
 	"github.com/gptui/gptui/kernels/cuda"
+	"github.com/gptui/gptui/kernels/cuda/emu/filecache"
 )
 
 // testSource exercises what the emulator provides: shared memory, warp
