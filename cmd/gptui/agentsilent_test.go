@@ -14,8 +14,9 @@ import (
 )
 
 // TestFrozenAgent: two sshd nodes, small as dp4; the second node's agent
-// is frozen (SIGSTOP) for 13 s, past the 10 s agent timeout, while its
-// workers train on. The node is shown with a silent agent whose ranks
+// is frozen (SIGSTOP) for 8 s, past the 5 s agent timeout the job is
+// given (not the default 10 s: every worker trains flat out while the
+// test waits), while its workers train on. The node is shown with a silent agent whose ranks
 // train on (the first node's ranks, in step with them, keep advancing),
 // never lost, in the headless lines and on the dashboard of 'gptui
 // attach' in a terminal; once the agent answers again (SIGCONT) the
@@ -26,7 +27,8 @@ func TestFrozenAgent(t *testing.T) {
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
 	c := newSSHCluster(t, "cpu:2")
 	var stdout, stderr syncBuffer
-	args := append([]string{"--show-ranks", "0"}, restartArgs(t, "output")...)
+	const timeout, freeze = 5 * time.Second, 8 * time.Second
+	args := append([]string{"--show-ranks", "0", "--agent-timeout", timeout.String()}, restartArgs(t, "output")...)
 	args = append(args, "-o", "Engine.max_steps=1000000", "-o", "Engine.save_load.save_steps=0", "-o", "Engine.logging_freq=10")
 	job := c.start(t, &stdout, &stderr, args...)
 	job.awaitLine(t, stdout.await("/0] [train] epoch: 0 step: 20 "), "step 20", 120*time.Second)
@@ -64,10 +66,10 @@ func TestFrozenAgent(t *testing.T) {
 	// four running, none silent or lost — and the steps going on.
 	scr := ui.await(regexp.MustCompile(`agent silent: its ranks train on`), 10*time.Second)
 	before := headerStep(scr)
-	time.Sleep(time.Until(frozen.Add(13 * time.Second)))
+	time.Sleep(time.Until(frozen.Add(freeze)))
 	scr = ui.screen()
 	if !strings.Contains(scr, "ranks: 4 running") || strings.Contains(scr, "lost") || headerStep(scr) <= before {
-		t.Errorf("13 s into the agent's freeze, the dashboard (step %d before):\n%s", before, scr)
+		t.Errorf("%v into the agent's freeze (timeout %v), the dashboard (step %d before):\n%s", freeze, timeout, before, scr)
 	}
 	syscall.Kill(agent, syscall.SIGCONT)
 	waitFor("agent back", "[127.0.0.3] agent-back: its agent answers again, after ", 10*time.Second)
