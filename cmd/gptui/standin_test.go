@@ -268,6 +268,7 @@ var (
 // it).
 func TestStandinNCCLStoppedRank(t *testing.T) {
 	long(t)
+	t.Parallel() // its processes are its own (ownGPTUI); most of it is waiting
 	const initTimeout, timeout = 5 * time.Second, 20 * time.Second
 	libs := standin.Build(t)
 	exe := ownGPTUI(t)

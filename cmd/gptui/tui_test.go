@@ -365,7 +365,8 @@ func TestTUILocalStraggler(t *testing.T) {
 // failed job.
 func TestTUILocalHang(t *testing.T) {
 	long(t)
-	exe := builtGPTUI(t)
+	t.Parallel() // its processes are its own (ownGPTUI); most of it is waiting
+	exe := ownGPTUI(t)
 	s := startTmux(t, t.TempDir(), 120, 32, localCommand(exe, "-o Engine.logging_freq=1 --hang-timeout 10s"))
 	s.await(regexp.MustCompile(`rank table: 2 ✓`), 30*time.Second)
 	s.keys("Enter")
