@@ -184,8 +184,19 @@ func TestPlan(t *testing.T) {
 		t.Skip("-short: cmd/gptui's TestRestartWorkerKilled runs the launcher end to end")
 	}
 	tc := newCluster(t, "cpu:2")
-	var took [2][]time.Duration
-	for round := range 2 {
+	// Round 0 pushes the binary to both nodes; round 1 finds it there
+	// (the nodes' first command says its SHA-256); before round 2 node 0's
+	// copy loses its execute permission (its content is kept, the mode
+	// corrected) and node 1's has 16 bytes flipped (it is pushed again).
+	skipped := [3][2]bool{{false, false}, {true, true}, {true, false}}
+	var took [3][]time.Duration
+	for round := range 3 {
+		if round == 2 {
+			if err := os.Chmod(filepath.Join(tc.workdirs[0], "gptui"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			flip(t, filepath.Join(tc.workdirs[1], "gptui"))
+		}
 		j := New(tc.options(t, dp4...))
 		events := collect(j)
 		p, err := j.Plan(context.Background())
@@ -241,8 +252,11 @@ func TestPlan(t *testing.T) {
 			if len(n.Pushes) != 2 || !strings.HasSuffix(n.Pushes[0].File, "/gptui") {
 				t.Fatalf("node %s pushes %+v", n.Name, n.Pushes)
 			}
-			if n.Pushes[0].Skipped != (round == 1) {
+			if n.Pushes[0].Skipped != skipped[round][i] {
 				t.Errorf("round %d: node %s: binary push skipped=%v", round, n.Name, n.Pushes[0].Skipped)
+			}
+			if fi, err := os.Stat(filepath.Join(tc.workdirs[i], "gptui")); err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("round %d: node %s: the binary's mode %v (%v), want 0755", round, n.Name, fi.Mode(), err)
 			}
 			took[round] = append(took[round], n.Pushes[0].Took)
 			if n.Probe.Cores < 1 {
@@ -278,7 +292,27 @@ func TestPlan(t *testing.T) {
 			t.Errorf("node events of 127.0.0.2: %s", got)
 		}
 	}
-	t.Logf("binary push per node: first %v, second (skipped) %v", took[0], took[1])
+	t.Logf("binary push per node: first %v, second (skipped) %v, third %v", took[0], took[1], took[2])
+}
+
+// flip inverts 16 bytes in the middle of the file p, its size kept.
+func flip(t *testing.T, p string) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 16 {
+		b[len(b)/2+i] ^= 0xff
+	}
+	// A new file: p may be a link to the binary the test runs.
+	tmp := p + ".flip"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestHostKeys: a node the known_hosts file does not know, or whose key

@@ -314,8 +314,12 @@ func (d *distributor) serverDownLocked(n *node) bool {
 
 // push puts the local file on the SSH node n at remote (as Push takes
 // it) with mode, relayed from a node that holds it where one can, and
-// returns what happened, with notes on the relays that failed.
-func (d *distributor) push(ctx context.Context, n *node, local, remote string, mode os.FileMode) (Push, []string, error) {
+// returns what happened, with notes on the relays that failed. have is
+// the hex SHA-256 of the file n holds at remote, as n said in its answer
+// to an earlier command (hello, which says it of an executable file
+// only); "" when not known. A file with the local file's sum is left as it
+// is, its mode included, and costs no session.
+func (d *distributor) push(ctx context.Context, n *node, local, remote string, mode os.FileMode, have string) (Push, []string, error) {
 	start := time.Now()
 	ps := Push{File: remote, From: local}
 	direct := func() (Push, error) {
@@ -325,6 +329,17 @@ func (d *distributor) push(ctx context.Context, n *node, local, remote string, m
 	}
 	if fi, err := os.Stat(local); err == nil {
 		ps.Bytes = fi.Size()
+	}
+	if have != "" {
+		sp, err := d.spreadOf(ctx, local)
+		if err != nil {
+			return ps, nil, err
+		}
+		if sp.sum == have {
+			d.add(sp, n, remote)
+			ps.Bytes, ps.Skipped, ps.Took = sp.size, true, time.Since(start)
+			return ps, nil, nil
+		}
 	}
 	d.mu.Lock()
 	relaying := d.relayingLocked()

@@ -276,7 +276,7 @@ func TestRelayBenchmark32(t *testing.T) {
 			var viaMu sync.Mutex
 			direct := 0
 			errs := sshexec.ForEach(ctx, n, DefaultParallel, func(ctx context.Context, i int) error {
-				ps, notes, err := d.push(ctx, nodes[i], exe, path.Join(nodes[i].dir, "gptui"), 0o755)
+				ps, notes, err := d.push(ctx, nodes[i], exe, path.Join(nodes[i].dir, "gptui"), 0o755, "")
 				if len(notes) > 0 {
 					t.Logf("%s: %s", nodes[i].name, relayNotes(notes))
 				}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -205,23 +206,42 @@ func (j *Job) lockVerdict(n *node, h *agent.Holder, err error) error {
 type nodeHello struct {
 	uname    string        // `uname -sm`: "Linux x86_64"
 	platform string        // uname as GOOS/GOARCH: "linux/amd64"
+	binSum   string        // the hex SHA-256 of the executable gptui in its workdir; "" for none or not known
 	holder   *agent.Holder // the live holder of its workdir's lock; nil for none or unchecked
+}
+
+// isSHA256Hex reports whether s is a SHA-256 as sha256sum prints it: 64
+// lower-case hex digits.
+func isSHA256Hex(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // unameCmd is the first line of hello's command.
 const unameCmd = "uname -sm\n"
 
 // hello runs the first command on the SSH node n, before anything is
-// pushed: it asks the node its platform (`uname -sm`) and, with lock,
-// reads its workdir's lock: the lock file and what the node says of the
-// process that the file names (a live holder is returned). Both come in
-// one round trip. The command, which changes nothing, is let finish when
-// ctx ends (another node's setup failed): that is quicker than killing it
-// through another session.
+// pushed: it asks the node its platform (`uname -sm`), the SHA-256 of the
+// gptui its workdir holds (where it is executable and the node has
+// sha256sum; the push then needs no session of its own to find it
+// unchanged) and, with lock, reads its workdir's lock: the lock file and
+// what the node says of the process that the file names (a live holder is
+// returned). All come in one round trip. The command, which changes
+// nothing, is let finish when ctx ends (another node's setup failed): that
+// is quicker than killing it through another session.
 func (n *node) hello(ctx context.Context, lock bool) (nodeHello, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockTimeout)
 	defer cancel()
-	cmd := unameCmd
+	cmd := unameCmd +
+		"s=$(cd " + n.shellDir() + " 2>/dev/null && [ -f gptui ] && [ -x gptui ] && sha256sum -- gptui 2>/dev/null)\n" +
+		`s=${s#\\}; printf '%s\n' "${s%% *}"` + "\n"
 	if lock {
 		// Shell builtins only: a process started on a loaded node costs
 		// tens of milliseconds. The file is one line; the pid is its
@@ -244,6 +264,10 @@ func (n *node) hello(ctx context.Context, lock bool) (nodeHello, error) {
 	hi.uname = strings.TrimSpace(uname)
 	if hi.platform, err = unamePlatform(hi.uname); err != nil {
 		return nodeHello{}, fmt.Errorf("%s: %w", n.name, err)
+	}
+	sum, rest, _ := strings.Cut(rest, "\n")
+	if isSHA256Hex(sum) {
+		hi.binSum = sum
 	}
 	if rest == "" {
 		return hi, nil

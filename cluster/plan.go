@@ -235,7 +235,7 @@ func (j *Job) setUp(ctx context.Context, i int, name, exe, exePlat, configRel st
 		if err != nil {
 			return n, fmt.Errorf("cluster: %w", err)
 		}
-		ps, notes, err := j.dist.push(ctx, n, bin, path.Join(n.dir, "gptui"), 0o755)
+		ps, notes, err := j.dist.push(ctx, n, bin, path.Join(n.dir, "gptui"), 0o755, hi.binSum)
 		if err != nil {
 			return n, fmt.Errorf("node %s: %w", name, err)
 		}

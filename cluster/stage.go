@@ -102,7 +102,7 @@ func (j *Job) stageData(ctx context.Context, n *node, missing []string) (left []
 		var sent int64
 		skipped := 0
 		for i, f := range files {
-			ps, notes, err := j.dist.push(ctx, n, f.local, f.remote, 0o644)
+			ps, notes, err := j.dist.push(ctx, n, f.local, f.remote, 0o644, "")
 			if err != nil {
 				return nil, fmt.Errorf("node %s: staging %s: %w", n.name, p, err)
 			}
