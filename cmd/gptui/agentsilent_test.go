@@ -16,12 +16,12 @@ import (
 // TestFrozenAgent: two sshd nodes, small as dp4; the second node's agent
 // is frozen (SIGSTOP) for 8 s, past the 5 s agent timeout the job is
 // given (not the default 10 s: every worker trains flat out while the
-// test waits), while its workers train on. The node is shown with a silent agent whose ranks
-// train on (the first node's ranks, in step with them, keep advancing),
-// never lost, in the headless lines and on the dashboard of 'gptui
-// attach' in a terminal; once the agent answers again (SIGCONT) the
-// dashboard says so no more, and the job goes on and ends when stopped,
-// not failed.
+// test waits), while its workers train on. The node is shown with a
+// silent agent whose ranks train on (the first node's ranks, in step with
+// them, keep advancing), never lost, in the headless lines and on the
+// dashboard of 'gptui attach' in a terminal; once the agent answers again
+// (SIGCONT) the dashboard says so no more, and the job goes on and ends
+// when stopped, not failed.
 func TestFrozenAgent(t *testing.T) {
 	long(t)
 	t.Parallel() // its processes are those of its own workdirs (c.jobProcesses)
