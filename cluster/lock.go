@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -210,20 +211,6 @@ type nodeHello struct {
 	holder   *agent.Holder // the live holder of its workdir's lock; nil for none or unchecked
 }
 
-// isSHA256Hex reports whether s is a SHA-256 as sha256sum prints it: 64
-// lower-case hex digits.
-func isSHA256Hex(s string) bool {
-	if len(s) != 2*sha256.Size {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // unameCmd is the first line of hello's command.
 const unameCmd = "uname -sm\n"
 
@@ -266,8 +253,8 @@ func (n *node) hello(ctx context.Context, lock bool) (nodeHello, error) {
 		return nodeHello{}, fmt.Errorf("%s: %w", n.name, err)
 	}
 	sum, rest, _ := strings.Cut(rest, "\n")
-	if isSHA256Hex(sum) {
-		hi.binSum = sum
+	if b, err := hex.DecodeString(sum); err == nil && len(b) == sha256.Size {
+		hi.binSum = hex.EncodeToString(b) // as spreadOf writes it
 	}
 	if rest == "" {
 		return hi, nil
