@@ -2,6 +2,7 @@ package comm
 
 import (
 	"context"
+	"unsafe"
 )
 
 // Communicator is a group of ranks and the data-path operations the
@@ -104,17 +105,17 @@ type Stream interface {
 	Sync() error
 }
 
-// DeviceStream is a Stream whose memory the host may touch only on the
-// device's behalf (kernels/deferred's sealed test double, which models
-// device memory the host cannot address): the TCP ring runs each
-// operation — its reads and writes of the operation's buffers, by the
-// group's worker and its connections' readers and writers — inside
-// Device, as a GPU's copy engine would move the data.
+// DeviceStream is a Stream whose memory the host cannot address
+// (kernels/deferred's sealed test double, which models device memory):
+// the TCP ring reads and writes an operation's buffers — by the group's
+// worker and its connections' readers and writers — at the addresses
+// Alias gives, as a GPU's copy engine or NCCL's kernels address memory
+// the host cannot.
 type DeviceStream interface {
 	Stream
-	// Device runs f with the stream's memory open to the calling
-	// process, from any goroutine, until f returns.
-	Device(f func())
+	// Alias returns where the ring may read and write the memory at p:
+	// the device's address of it when p is the stream's memory, else p.
+	Alias(p unsafe.Pointer) unsafe.Pointer
 }
 
 // Fabric makes the communicators of one rank of a job.
@@ -145,7 +146,7 @@ type CollectiveFabric interface {
 // ring. With s not nil, every operation first waits for s (the host can
 // only hand the ring memory the device has finished writing); with s nil
 // the kernels are assumed to have finished when they return. A
-// [DeviceStream]'s memory is touched inside its Device.
+// [DeviceStream]'s memory is touched at its Alias.
 func (w *World) Fabric(s Stream) Fabric { return tcpFabric{w, s} }
 
 type tcpFabric struct {
@@ -161,17 +162,36 @@ func (f tcpFabric) Communicator(name string, ranks []int) (Communicator, error) 
 	if err != nil || f.s == nil {
 		return g, err
 	}
-	if d, ok := f.s.(DeviceStream); ok {
-		g.device = d.Device // before any operation is issued: g.mu orders it
-	}
-	return &streamGroup{g, f.s}, nil
+	d, _ := f.s.(DeviceStream)
+	return &streamGroup{g, f.s, d}, nil
 }
 
 // streamGroup is a Group whose operations wait for the stream before the
-// ring touches their buffers.
+// ring touches their buffers, and touch a device's at its Alias.
 type streamGroup struct {
 	g *Group
 	s Stream
+	d DeviceStream // s, when its memory is a device's; else nil
+}
+
+// alias returns buf at the address where the ring may touch it.
+func alias[T any](d DeviceStream, buf []T) []T {
+	if d == nil || len(buf) == 0 {
+		return buf
+	}
+	return unsafe.Slice((*T)(d.Alias(unsafe.Pointer(unsafe.SliceData(buf)))), len(buf))
+}
+
+// aliases returns ts with their buffers at their Alias.
+func aliases(d DeviceStream, ts []Transfer) []Transfer {
+	if d == nil {
+		return ts
+	}
+	out := make([]Transfer, len(ts))
+	for i, t := range ts {
+		out[i] = Transfer{Peer: t.Peer, Buf: alias(d, t.Buf)}
+	}
+	return out
 }
 
 func (c *streamGroup) Rank() int        { return c.g.Rank() }
@@ -182,63 +202,63 @@ func (c *streamGroup) AllReduce(ctx context.Context, buf []float32) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.AllReduce(ctx, buf)
+	return c.g.AllReduce(ctx, alias(c.d, buf))
 }
 
 func (c *streamGroup) AllReduceAsync(buf []float32) Request {
 	if err := c.s.Sync(); err != nil {
 		return failed("AllReduce", err)
 	}
-	return c.g.AllReduceAsync(buf)
+	return c.g.AllReduceAsync(alias(c.d, buf))
 }
 
 func (c *streamGroup) AllReduceBF16Async(buf []float32) Request {
 	if err := c.s.Sync(); err != nil {
 		return failed("AllReduceBF16", err)
 	}
-	return c.g.AllReduceBF16Async(buf)
+	return c.g.AllReduceBF16Async(alias(c.d, buf))
 }
 
 func (c *streamGroup) AllReduce64(ctx context.Context, buf []float64) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.AllReduce64(ctx, buf)
+	return c.g.AllReduce64(ctx, alias(c.d, buf))
 }
 
 func (c *streamGroup) ReduceScatter(ctx context.Context, in, out []float32) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.ReduceScatter(ctx, in, out)
+	return c.g.ReduceScatter(ctx, alias(c.d, in), alias(c.d, out))
 }
 
 func (c *streamGroup) AllGather(ctx context.Context, in, out []float32) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.AllGather(ctx, in, out)
+	return c.g.AllGather(ctx, alias(c.d, in), alias(c.d, out))
 }
 
 func (c *streamGroup) Send(ctx context.Context, buf []float32, to int) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.Send(ctx, buf, to)
+	return c.g.Send(ctx, alias(c.d, buf), to)
 }
 
 func (c *streamGroup) Recv(ctx context.Context, buf []float32, from int) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.Recv(ctx, buf, from)
+	return c.g.Recv(ctx, alias(c.d, buf), from)
 }
 
 func (c *streamGroup) Exchange(ctx context.Context, sends, recvs []Transfer) error {
 	if err := c.s.Sync(); err != nil {
 		return err
 	}
-	return c.g.Exchange(ctx, sends, recvs)
+	return c.g.Exchange(ctx, aliases(c.d, sends), aliases(c.d, recvs))
 }
 
 // Both implementations satisfy the interface.

@@ -44,10 +44,6 @@ type Group struct {
 	opSeq            int64 // operations run, for Progress
 
 	sent, recvd atomic.Int64
-
-	// device, when set, runs each operation (and its unwinding) as the
-	// device of a DeviceStream: the buffers are its memory.
-	device func(func())
 }
 
 func newGroup(w *World, id uint64, name string, ranks []int, self int) *Group {
@@ -202,25 +198,13 @@ func (g *Group) work() {
 		p.reset(r.ctx)
 		g.opSeq++
 		g.w.progress.start(g, r.name, g.opSeq)
-		var err error
-		g.asDevice(func() {
-			err = r.run(p)
-			g.w.progress.finish(g)
-			if err != nil {
-				err = p.fail(r.name, err)
-			}
-		})
+		err := r.run(p)
+		g.w.progress.finish(g)
+		if err != nil {
+			err = p.fail(r.name, err)
+		}
 		r.finish(err)
 	}
-}
-
-// asDevice runs f, inside the device's Device when the group has one.
-func (g *Group) asDevice(f func()) {
-	if g.device == nil {
-		f()
-		return
-	}
-	g.device(f)
 }
 
 // checkLen returns an error for a call whose arguments fail the check ok.

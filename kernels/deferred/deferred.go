@@ -31,20 +31,19 @@
 // mapped twice: the buffers the engine gets are addresses in the host's
 // view, which is PROT_NONE; the kernels, Upload, Download and the
 // double's own poisoning work on the device's view of the same pages,
-// which is the host's only inside [Backend.Device] — where a communicator
-// tied to the backend as its stream moves a buffer's data (comm's
-// DeviceStream), as a GPU's copy engine or NCCL's kernels would. Any
-// other read or write of a buffer — an engine that reads a loss out of
-// the backend's memory after a Sync instead of downloading it, or fills
-// weights with a host loop instead of an upload — faults: the process
-// dies with "unexpected fault address" and the stack of the line that
-// touched it (in a goroutine that has called
+// which [Backend.Alias] gives — where a communicator tied to the backend
+// as its stream moves a buffer's data (comm's DeviceStream), as a GPU's
+// copy engine or NCCL's kernels would. Any other read or write of a
+// buffer — an engine that reads a loss out of the backend's memory after
+// a Sync instead of downloading it, or fills weights with a host loop
+// instead of an upload, even while a communicator's operation is in
+// flight — faults: the process dies with "unexpected fault address" and
+// the stack of the line that touched it (in a goroutine that has called
 // runtime/debug.SetPanicOnFault, it panics instead with a runtime.Error
 // whose Addr is the address). Slicing a buffer, taking its length or
 // passing it to a kernel does not touch its memory and stays allowed.
-// The check has one gap: while a communicator's operation is in flight,
-// the host's view is open to every goroutine, and a host access then
-// passes unnoticed. Sealing needs Linux (memfd, mmap, mprotect); on other
+// The host's view is never opened, so sealing costs no system call once
+// the memory is mapped. Sealing needs Linux (memfd, mmap); on other
 // systems NewSealed's buffers are Go memory and [Backend.Sealed] reports
 // false.
 //
@@ -147,17 +146,12 @@ func NewSealed(inner kernels.Backend) *Backend {
 // NewSealed, on Linux.
 func (b *Backend) Sealed() bool { return b.mem != nil }
 
-// Device runs f as the device: on a sealed backend, with every buffer
-// readable and writable at its address, from any goroutine, until f
-// returns (calls nest). A communicator tied to the backend as its stream
-// (comm.DeviceStream) moves a buffer's data inside Device, as a GPU's copy
-// engine or NCCL's kernels would; nothing else should call it. On a
-// backend that is not sealed it just calls f.
-func (b *Backend) Device(f func()) {
-	b.mem.open()
-	defer b.mem.close()
-	f()
-}
+// Alias returns the device's address of the host's address p, where the
+// double's kernels and copies touch a sealed buffer; p itself when p is
+// not a sealed buffer's. A communicator tied to the backend as its stream
+// (comm.DeviceStream) moves a buffer's data there, as a GPU's copy engine
+// or NCCL's kernels would; nothing else should read or write through it.
+func (b *Backend) Alias(p unsafe.Pointer) unsafe.Pointer { return b.mem.dev(p) }
 
 // Name is the inner backend's, marked deferred.
 func (b *Backend) Name() string { return "deferred " + b.inner.Name() }

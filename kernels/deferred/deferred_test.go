@@ -242,12 +242,21 @@ func TestSealedFaults(t *testing.T) {
 	if got := download(t, d, out); !slices.Equal(got, []float32{2, 4, 6, 8}) {
 		t.Errorf("downloaded %v, want [2 4 6 8]", got)
 	}
-	var seen float32
-	if _, ok := faultAt(func() { d.Device(func() { seen = out[3] }) }); ok || seen != 8 {
-		t.Errorf("inside Device: faulted %v, read %v; want 8", ok, seen)
+	// A communicator reads and writes at the buffer's Alias; the host's
+	// address still faults meanwhile.
+	dev := (*[4]float32)(d.Alias(unsafe.Pointer(&out[0])))
+	if dev[3] != 8 {
+		t.Errorf("at Alias: read %v, want 8", dev[3])
 	}
+	dev[1] = 5
 	if _, ok := faultAt(func() { sink = out[0] }); !ok {
-		t.Errorf("a host read after Device returned did not fault")
+		t.Errorf("a host read while the Alias is in use did not fault")
+	}
+	if got := download(t, d, out); !slices.Equal(got, []float32{2, 5, 6, 8}) {
+		t.Errorf("after a write at Alias, downloaded %v, want [2 5 6 8]", got)
+	}
+	if p := unsafe.Pointer(&sink); d.Alias(p) != p {
+		t.Errorf("Alias moved an address outside the backend's memory")
 	}
 	// The memory grows past its first mapping, and stays sealed.
 	big := d.Float32s(1 << 20)

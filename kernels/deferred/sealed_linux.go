@@ -10,17 +10,16 @@ import (
 )
 
 // arena is the memory of a sealed Backend: chunks of shared memory, each
-// mapped twice — the host's view, whose addresses the buffers have, kept
-// PROT_NONE so that a host read or write faults except while the device
-// holds it open; and the device's view, always readable and writable,
-// where the double's kernels, copies and poisoning work. Chunks are
+// mapped twice — the host's view, whose addresses the buffers have,
+// PROT_NONE so that a host read or write faults; and the device's view,
+// readable and writable, where the double's kernels, copies and
+// poisoning work, and a communicator through Backend.Alias. Chunks are
 // allocated from in turn and never reused; a chunk is twice the size of
 // the one before, and the arena is unmapped when its Backend is garbage.
 type arena struct {
 	mu     sync.Mutex
 	chunks []chunk // the last one is allocated from
 	used   int     // bytes of the last chunk handed out
-	opens  int     // Device holds: the host's views are open while > 0
 }
 
 // chunk is one memfd mapped twice, at host and at dev.
@@ -74,7 +73,7 @@ func (a *arena) mapChunk(size int) (chunk, error) {
 	if err != nil {
 		return chunk{}, err
 	}
-	host, err := unix.Mmap(fd, 0, size, a.prot(), unix.MAP_SHARED)
+	host, err := unix.Mmap(fd, 0, size, unix.PROT_NONE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Munmap(dev)
 		return chunk{}, err
@@ -97,47 +96,6 @@ func (a *arena) dev(p unsafe.Pointer) unsafe.Pointer {
 		}
 	}
 	return p
-}
-
-// prot is the protection of the host's views now.
-func (a *arena) prot() int {
-	if a.opens > 0 {
-		return unix.PROT_READ | unix.PROT_WRITE
-	}
-	return unix.PROT_NONE
-}
-
-// open makes the host's views readable and writable until the matching
-// close; opens nest, from any goroutines.
-func (a *arena) open() {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.opens++; a.opens == 1 {
-		a.protect()
-	}
-}
-
-// close ends an open; the last one seals the host's views again.
-func (a *arena) close() {
-	if a == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.opens--; a.opens == 0 {
-		a.protect()
-	}
-}
-
-func (a *arena) protect() {
-	for _, c := range a.chunks {
-		if err := unix.Mprotect(c.host, a.prot()); err != nil {
-			panic(fmt.Sprintf("deferred: protecting sealed memory: %v", err))
-		}
-	}
 }
 
 // release unmaps the arena.

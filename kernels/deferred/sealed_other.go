@@ -5,7 +5,7 @@ package deferred
 import "unsafe"
 
 // arena is the memory of a sealed Backend, which needs Linux (memfd,
-// mmap, mprotect): elsewhere NewSealed's buffers are Go memory, as New's,
+// mmap): elsewhere NewSealed's buffers are Go memory, as New's,
 // and Sealed reports false.
 type arena struct{}
 
@@ -13,5 +13,3 @@ func seal(b *Backend) {}
 
 func (a *arena) alloc(n int) unsafe.Pointer          { panic("deferred: no sealed memory on this system") }
 func (a *arena) dev(p unsafe.Pointer) unsafe.Pointer { return p }
-func (a *arena) open()                               {}
-func (a *arena) close()                              {}
