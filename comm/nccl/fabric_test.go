@@ -124,6 +124,10 @@ func copyAny(dst, src any) {
 	}
 }
 
+// worldTimeout is the least timeout of the TCP World under a test's
+// fabrics (fabricsWith).
+const worldTimeout = 5 * time.Second
+
 // fabrics connects size ranks and makes each one's fabric on fk.
 func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
 	t.Helper()
@@ -131,11 +135,13 @@ func fabrics(t testing.TB, fk *fake, size int, timeout time.Duration) []*rank {
 }
 
 // fabricsWith is fabrics with the options o (its Lib and Stream set per
-// rank).
+// rank). The TCP World under the fabrics gets o.Timeout but at least
+// worldTimeout: the tests time the fabric's watchdog, and a World with
+// their sub-second timeouts declares a member gone when a loaded machine
+// leaves its heartbeats unscheduled for half of that.
 func fabricsWith(t testing.TB, fk *fake, size int, o Options) []*rank {
 	t.Helper()
-	timeout := o.Timeout
-	worlds := connect(t, size, timeout)
+	worlds := connect(t, size, max(o.Timeout, worldTimeout))
 	rs := make([]*rank, size)
 	mustAll(t, size, func(r int) error {
 		lib := fk.lib(r)
