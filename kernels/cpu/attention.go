@@ -71,8 +71,9 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 					causal[i] *= inv
 				}
 				clear(row[t+1:])
-				if pd != nil {
-					d.Apply(pd[r*T:(r+1)*T], row, d.AttIndex(off, bb, NH, r, T))
+				if pd != nil { // the row's zeros stay zeros
+					dropApply(d, pd[r*T:r*T+t+1], causal, d.AttIndex(off, bb, NH, r, T))
+					clear(pd[r*T+t+1 : (r+1)*T])
 				}
 			}
 		})
@@ -118,8 +119,10 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 		base := bb * T * ld
 		if pd != nil {
 			b.ParallelFor(NH*T, 16, func(lo, hi int) {
-				for r := lo; r < hi; r++ {
-					d.Apply(pd[r*T:(r+1)*T], att[(bb*NH*T+r)*T:(bb*NH*T+r+1)*T], d.AttIndex(off, bb, NH, r, T))
+				for r := lo; r < hi; r++ { // the causal part: the rest of the row is zeros
+					t := r % T
+					dropApply(d, pd[r*T:r*T+t+1], att[(bb*NH*T+r)*T:(bb*NH*T+r)*T+t+1], d.AttIndex(off, bb, NH, r, T))
+					clear(pd[r*T+t+1 : (r+1)*T])
 				}
 			})
 		}
@@ -139,7 +142,7 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 				row := att[(bb*NH*T+r)*T : (bb*NH*T+r)*T+t+1]
 				g := dp[r*T : (r+1)*T]
 				if d.On() {
-					d.Apply(g[:t+1], g[:t+1], d.AttIndex(off, bb, NH, r, T))
+					dropApply(d, g[:t+1], g[:t+1], d.AttIndex(off, bb, NH, r, T))
 				}
 				var dot float32
 				if fromOut {

@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/gptui/gptui/kernels"
+import (
+	"math"
+
+	"github.com/gptui/gptui/kernels"
+)
 
 // DropoutForward: out[i] = inp[i]·mask[i]/(1-P), for i in [0, n), element
 // indices offset by off. With P = 0 it copies. out may alias inp.
@@ -11,11 +15,30 @@ func (b *Backend) DropoutForward(out, inp []float32, d kernels.Dropout, off uint
 		copy(out[:n], inp)
 		return
 	}
-	b.ParallelFor(n, 4096, func(lo, hi int) { d.Apply(out[lo:hi], inp[lo:hi], off+uint64(lo)) })
+	b.ParallelFor(n, 4096, func(lo, hi int) { dropApply(d, out[lo:hi], inp[lo:hi], off+uint64(lo)) })
 }
 
 // DropoutBackward: dinp[i] = dout[i]·mask[i]/(1-P). dinp may alias dout.
 func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off uint64) {
 	defer b.store(dinp)
 	b.DropoutForward(dinp, dout, d, off)
+}
+
+// dropApply is d.Apply(out, in, first), a vector kernel doing what it can
+// (dropVec): the same mask, so the same bits.
+func dropApply(d kernels.Dropout, out, in []float32, first uint64) {
+	n := dropVecN(len(in))
+	if n > 0 && d.P > 0 && d.P < 1 {
+		dropVec(out, in, n, d.Key, first, keepThreshold(d.P), d.Scale())
+	} else {
+		n = 0
+	}
+	d.Apply(out[n:len(in)], in[n:], first+uint64(n))
+}
+
+// keepThreshold restates Dropout.Keep's test for 0 < p < 1 on the hash's
+// top 24 bits h: Keep compares u = h·2⁻²⁴ with p, both exact in float32,
+// so u ≥ p exactly when h ≥ p·2²⁴, that is h ≥ ⌈p·2²⁴⌉.
+func keepThreshold(p float32) uint64 {
+	return uint64(math.Ceil(float64(p) * (1 << 24)))
 }
