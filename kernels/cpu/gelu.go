@@ -2,8 +2,12 @@ package cpu
 
 import "math"
 
-// geluK is sqrt(2/π), the constant of GPT-2's tanh approximation of GELU.
-const geluK = 0.7978845608028654
+// geluK is sqrt(2/π) and geluA the cube's coefficient in GPT-2's tanh
+// approximation of GELU.
+const (
+	geluK = 0.7978845608028654
+	geluA = 0.044715
+)
 
 // GeluForward applies GELU (tanh approximation) elementwise.
 //
@@ -20,20 +24,23 @@ func (b *Backend) GeluForward(out, inp []float32) {
 	})
 }
 
-// geluTanh writes th[i] = tanh u, u = √(2/π)·(x + 0.044715·x³), of each
+// geluTanh writes th[i] = tanh u, u = √(2/π)·(x + geluA·x³), of each
 // x[i]: tanh u = 1 − 2/(e²ᵘ + 1), e²ᵘ by exp32's polynomial, written out
 // so that the loop stays tight; |u| ≤ 9 keeps tanh exact in float32.
-// kernels/cuda's gelu.cu computes it in this order.
+// kernels/cuda's gelu.cu computes it in this order, and so does the vector
+// loop (geluTanhVec), to the bit.
 func geluTanh(th, x []float32) {
 	th = th[:len(x)]
-	for i, v := range x {
-		u := geluK * (v + 0.044715*v*v*v)
+	n := geluTanhVec(th, x)
+	for i, v := range x[n:] {
+		u := geluK * (v + geluA*v*v*v)
 		e2 := 2 * min(max(u, -9), 9)
-		t := e2*1.44269504088896341 + 12582912
-		kf := t - 12582912
-		r := e2 - kf*0.693359375 + kf*2.12194440e-4
+		t := e2*expLog2e + expMagic
+		kf := t - expMagic
+		r := e2 - kf*expLn2hi - kf*expLn2lo
 		p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
-		th[i] = 1 - 2/(p*math.Float32frombits(uint32(int32(math.Float32bits(t))-0x4b400000+127)<<23)+1)
+		k := int32(math.Float32bits(t)) - int32(math.Float32bits(expMagic))
+		th[n+i] = 1 - 2/(p*math.Float32frombits(uint32(k+127)<<23)+1)
 	}
 }
 
@@ -52,7 +59,7 @@ func eachGeluTanh(x []float32, f func(i int, c, th []float32)) {
 //
 //	0.5·(1+th) + 0.5·v·(1−th²)·√(2/π)·(1 + 3·0.044715·v²)
 func geluGrad(v, th float32) float32 {
-	return 0.5*(1+th) + 0.5*v*(1-th*th)*geluK*(1+3*0.044715*v*v)
+	return 0.5*(1+th) + 0.5*v*(1-th*th)*geluK*(1+3*geluA*v*v)
 }
 
 // GeluBackward computes dinp (overwritten) from the pre-activation inp and
