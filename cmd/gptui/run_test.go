@@ -62,12 +62,18 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// await returns a channel closed once the buffer holds s.
+// await returns a channel closed once the buffer holds s (at once if it
+// does already).
 func (b *syncBuffer) await(s string) <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.watch, b.seen = s, make(chan struct{})
-	return b.seen
+	seen := b.seen
+	if strings.Contains(b.buf.String(), s) {
+		close(b.seen)
+		b.seen = nil
+	}
+	return seen
 }
 
 func TestRunArgs(t *testing.T) {
