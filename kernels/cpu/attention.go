@@ -52,7 +52,9 @@ func (b *Backend) GQAForward(out, att, qkv []float32, B, T, NH, NKV, hd int, d k
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	var pd []float32 // dropout(att) of one batch row, when dropout is on
 	if d.On() {
-		pd = make([]float32, NH*T*T)
+		var done func()
+		pd, done = b.scratch(NH * T * T)
+		defer done()
 	}
 	for bb := 0; bb < B; bb++ {
 		base := bb * T * ld
@@ -110,10 +112,12 @@ func (b *Backend) GQABackward(dqkv, dout, out, qkv, att []float32, B, T, NH, NKV
 	kofs, vofs := NH*hd, (NH+NKV)*hd
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	fromOut := b.isHalf(out)
-	dp := make([]float32, NH*T*T)
+	dp, done := b.scratch(NH * T * T) // each head's written whole by its first product
+	defer done()
 	var pd []float32
 	if d.On() {
-		pd = make([]float32, NH*T*T)
+		pd, done = b.scratch(NH * T * T)
+		defer done()
 	}
 	for bb := 0; bb < B; bb++ {
 		base := bb * T * ld

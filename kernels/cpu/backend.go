@@ -39,9 +39,15 @@ type Backend struct {
 
 	// gemmPool pools *gemmBufs for the built-in GEMM.
 	gemmPool sync.Pool
+	// scratchPool pools *[]float32, the kernels' working buffers
+	// (scratch).
+	scratchPool sync.Pool
 
 	// scalarAdamW turns the vector AdamW loop off (tests compare the two).
 	scalarAdamW bool
+	// poisonScratch fills each buffer scratch returns with NaNs (tests: a
+	// kernel that reads what it has not written there fails them).
+	poisonScratch bool
 
 	// halves are the buffers of bfloat16 activations (activations.go).
 	halves halfSpans
@@ -49,6 +55,27 @@ type Backend struct {
 	// peak caches the measured peak (see PeakFLOPS).
 	peakOnce sync.Once
 	peak     float64
+}
+
+// scratch returns a working buffer of n float32s whose contents are
+// undefined (the caller writes every element before it reads one) and the
+// function that gives it back. The buffers are pooled so that a kernel's
+// working memory (attention's probabilities and their gradients: NH·T²
+// floats, 48 MB a call at T=1024) costs the next call neither fresh pages
+// nor zeroing.
+func (b *Backend) scratch(n int) ([]float32, func()) {
+	p, _ := b.scratchPool.Get().(*[]float32)
+	if p == nil || cap(*p) < n {
+		p = new([]float32)
+		*p = make([]float32, n)
+	}
+	s := (*p)[:n]
+	if b.poisonScratch {
+		for i := range s {
+			s[i] = float32(math.NaN())
+		}
+	}
+	return s, func() { b.scratchPool.Put(p) }
 }
 
 // Options are the settings of [Open] that do not come from the

@@ -253,6 +253,7 @@ var gqaCases = []struct {
 
 func TestGQAGrad(t *testing.T) {
 	be := New()
+	be.poisonScratch = true // nothing reads a working buffer before writing it
 	for _, c := range gqaCases {
 		name := fmt.Sprintf("B%d_T%d_NH%d_NKV%d_hd%d_p%g", c.B, c.T, c.NH, c.NKV, c.hd, c.p)
 		t.Run(name, func(t *testing.T) {

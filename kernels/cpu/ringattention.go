@@ -106,7 +106,8 @@ func (b *Backend) RingAttentionForward(out, stats, qkv, kv []float32, B, c, NH, 
 	ld, ldkv, G := (NH+2*NKV)*hd, 2*NKV*hd, NH/NKV
 	vofs := NKV * hd // the value heads in a kv row
 	sc := float32(1 / math.Sqrt(float64(hd)))
-	s := make([]float32, NH*c*c)
+	s, done := b.scratch(NH * c * c) // written whole by each pair's products
+	defer done()
 	for _, p := range pairs {
 		for bb := 0; bb < B; bb++ {
 			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c) // the chunks' first rows
@@ -193,7 +194,10 @@ func (b *Backend) RingAttentionBackward(dqkv, dkv, dout, qkv, kv, lse, delta []f
 	ld, ldkv, C, G := (NH+2*NKV)*hd, 2*NKV*hd, NH*hd, NH/NKV
 	vofs := NKV * hd
 	sc := float32(1 / math.Sqrt(float64(hd)))
-	s, dp := make([]float32, NH*c*c), make([]float32, NH*c*c)
+	s, done := b.scratch(NH * c * c) // both written whole by each pair's products
+	defer done()
+	dp, done := b.scratch(NH * c * c)
+	defer done()
 	for _, p := range pairs {
 		for bb := 0; bb < B; bb++ {
 			q0, k0 := ringRow0(bb, p.qh, c), ringRow0(bb, p.kh, c)
