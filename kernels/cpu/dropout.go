@@ -27,13 +27,14 @@ func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off u
 // dropApply is d.Apply(out, in, first), a vector kernel doing what it can
 // (dropVec): the same mask, so the same bits.
 func dropApply(d kernels.Dropout, out, in []float32, first uint64) {
+	out = out[:len(in)] // the vector kernel's bounds: a short out panics, as in Apply
 	n := dropVecN(len(in))
 	if n > 0 && d.P > 0 && d.P < 1 {
 		dropVec(out, in, n, d.Key, first, keepThreshold(d.P), d.Scale())
 	} else {
 		n = 0
 	}
-	d.Apply(out[n:len(in)], in[n:], first+uint64(n))
+	d.Apply(out[n:], in[n:], first+uint64(n))
 }
 
 // keepThreshold restates Dropout.Keep's test for 0 < p < 1 on the hash's

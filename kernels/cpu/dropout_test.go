@@ -117,3 +117,30 @@ func BenchmarkDropout(b *testing.B) {
 		})
 	}
 }
+
+// TestDropoutShortOut: an out whose capacity is short of in's length
+// panics before the vector kernel writes past it, as Apply does: the
+// memory beyond out's capacity keeps its values.
+func TestDropoutShortOut(t *testing.T) {
+	backing := make([]float32, 16)
+	for i := range backing {
+		backing[i] = 7
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("no panic")
+			}
+		}()
+		in := make([]float32, 16)
+		for i := range in {
+			in[i] = 1
+		}
+		dropApply(kernels.Dropout{P: 0.1, Key: 1}, backing[:8:8], in, 0)
+	}()
+	for i, v := range backing[8:] {
+		if v != 7 {
+			t.Fatalf("element %d past out's capacity was written: %v", 8+i, v)
+		}
+	}
+}
