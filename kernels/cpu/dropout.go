@@ -28,12 +28,7 @@ func (b *Backend) DropoutBackward(dinp, dout []float32, d kernels.Dropout, off u
 // (dropVec): the same mask, so the same bits.
 func dropApply(d kernels.Dropout, out, in []float32, first uint64) {
 	out = out[:len(in)] // the vector kernel's bounds: a short out panics, as in Apply
-	n := dropVecN(len(in))
-	if n > 0 && d.P > 0 && d.P < 1 {
-		dropVec(out, in, n, d.Key, first, keepThreshold(d.P), d.Scale())
-	} else {
-		n = 0
-	}
+	n := dropVec(d, out, in, first)
 	d.Apply(out[n:], in[n:], first+uint64(n))
 }
 

@@ -1,6 +1,10 @@
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/gptui/gptui/kernels"
+)
 
 // dropoutAVX512 runs dropVec's loop on n elements, n a multiple of 8
 // (dropout_amd64.s).
@@ -12,17 +16,14 @@ func dropoutAVX512(out, in *float32, n int, key, first, th uint64, scale float32
 // masks on ymm registers (AVX512VL).
 var hasDropVec = cpu.X86.HasAVX512F && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL
 
-// dropVecN is the vector kernel's share of n elements: a multiple of 8,
-// or 0 where the CPU has no kernel.
-func dropVecN(n int) int {
-	if !hasDropVec {
+// dropVec applies d to the first len(in) &^ 7 elements with AVX-512
+// (out at least as long as in) and returns how many it did: 0 without
+// AVX-512F, DQ and VL, or for a P outside (0, 1).
+func dropVec(d kernels.Dropout, out, in []float32, first uint64) int {
+	n := len(in) &^ 7
+	if !hasDropVec || n == 0 || !(d.P > 0 && d.P < 1) {
 		return 0
 	}
-	return n &^ 7
-}
-
-// dropVec applies dropout to the first n elements with AVX-512, n from
-// dropVecN (not 0).
-func dropVec(out, in []float32, n int, key, first, th uint64, scale float32) {
-	dropoutAVX512(&out[0], &in[0], n, key, first, th, scale)
+	dropoutAVX512(&out[0], &in[0], n, d.Key, first, keepThreshold(d.P), d.Scale())
+	return n
 }

@@ -2,10 +2,8 @@
 
 package cpu
 
-// dropVecN is 0 where there is no vector kernel: kernels.Dropout.Apply
-// does every element.
-func dropVecN(n int) int { return 0 }
+import "github.com/gptui/gptui/kernels"
 
-func dropVec(out, in []float32, n int, key, first, th uint64, scale float32) {
-	panic("cpu: no vector dropout on this architecture")
-}
+// dropVec does nothing where there is no vector kernel: Apply does every
+// element.
+func dropVec(d kernels.Dropout, out, in []float32, first uint64) int { return 0 }
