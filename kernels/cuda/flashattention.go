@@ -40,14 +40,14 @@ type flashKernel struct {
 // flashKernels lists the kernels as flashattention.cu stamps them out. The
 // bytes of shared memory (FlashForwardShared, FlashBackwardShared):
 //
-//	forward  hs64  128×64:  90,112 (fits every device: 96 KiB and up)
-//	forward  hs128 128×64: 155,648 (A100, H100); 64×64: 95,232 (96, 99 KiB)
+//	forward  hs64  128×64:  36,864 (fits every device: 96 KiB and up)
+//	forward  hs128 128×64:  69,632 (every device)
 //	backward hs64   64×64:  76,288 (every device)
 //	backward hs128  64×64: 122,368 (A100, H100); 32×64: 83,200 (96, 99 KiB)
 func flashKernels() []flashKernel {
 	return []flashKernel{
 		{"flash_attn_forward_hs64", 64, false, []AttTile{{128, 64}}},
-		{"flash_attn_forward_hs128", 128, false, []AttTile{{128, 64}, {64, 64}}},
+		{"flash_attn_forward_hs128", 128, false, []AttTile{{128, 64}}},
 		{"flash_attn_backward_hs64", 64, true, []AttTile{{64, 64}}},
 		{"flash_attn_backward_hs128", 128, true, []AttTile{{64, 64}, {32, 64}}},
 	}
@@ -77,11 +77,11 @@ func flashRound(n int) int { return (n + 127) / 128 * 128 }
 
 // FlashForwardShared is the dynamic shared memory, in bytes, of the flash
 // forward kernel of head size hs on tile t (flashattention.cu's FaFwd):
-// the q tile and k and v tiles in bf16 (rows of hs+8), a slab of fp32 rows
-// for the scores and the P·V products, and the probabilities in bf16.
+// the q tile and k and v tiles in bf16 (rows of hs+8); the scores,
+// probabilities and output stay in registers.
 func FlashForwardShared(hs int, t AttTile) int {
-	ldh, lds, ldo, ldp := hs+8, t.K+4, hs+4, t.K+8
-	return flashRound(t.Q*ldh*2) + 2*flashRound(t.K*ldh*2) + flashRound(t.Q*max(lds, ldo)*4) + flashRound(t.Q*ldp*2)
+	ldh := hs + 8
+	return flashRound(t.Q*ldh*2) + 2*flashRound(t.K*ldh*2)
 }
 
 // FlashBackwardShared is the dynamic shared memory, in bytes, of the flash

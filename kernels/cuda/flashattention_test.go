@@ -64,7 +64,7 @@ func flashCheckDQKV(t *testing.T, name string, got, want []float32, B, T, NH, NK
 // the largest that fits, and every one fitting its limit.
 func TestFlashVariants(t *testing.T) {
 	sizes := map[string]int{
-		"fwd hs64 128×64": 90112, "fwd hs128 128×64": 155648, "fwd hs128 64×64": 95232,
+		"fwd hs64 128×64": 36864, "fwd hs128 128×64": 69632,
 		"bwd hs64 64×64": 76288, "bwd hs128 64×64": 122368, "bwd hs128 32×64": 83200,
 	}
 	for k, want := range sizes {
@@ -80,8 +80,8 @@ func TestFlashVariants(t *testing.T) {
 		}
 	}
 	want := map[string][2]string{ // by limit: hs 64's forward and backward functions, then hs 128's
-		"96KiB_V100":  {"q128k64 q64k64", "q64k64 q32k64"},
-		"99KiB_L40S":  {"q128k64 q64k64", "q64k64 q32k64"},
+		"96KiB_V100":  {"q128k64 q64k64", "q128k64 q32k64"},
+		"99KiB_L40S":  {"q128k64 q64k64", "q128k64 q32k64"},
 		"163KiB_A100": {"q128k64 q64k64", "q128k64 q64k64"},
 		"227KiB_H100": {"q128k64 q64k64", "q128k64 q64k64"},
 	}
@@ -212,8 +212,9 @@ func TestFlashAttentionInterop(t *testing.T) {
 
 // wmmaSource exercises the emulator's nvcuda::wmma (emu/src/cuda_emu.h):
 // D = A·B + C on one warp for every pair of operand layouts, in bf16 and
-// fp16, with operand rows padded (ldm 24) and D stored column-major; and
-// the misuses the emulator must refuse or expose.
+// fp16, with operand rows padded (ldm 24) and D stored column-major; its
+// mma.m16n8k16 in PTX's fragment layout; and the misuses the emulator
+// must refuse or expose.
 const wmmaSource = `
 using namespace nvcuda::wmma;
 
@@ -277,6 +278,38 @@ extern "C" __global__ void misaligned(float* out) {
 	out[threadIdx.x] = f.x[0];
 }
 
+// mma16816: d (16×8, row-major) = a (16×16, row-major) · b (16×8,
+// row-major) + c (16×8) through emu_mma_m16n8k16_bf16, each lane placing
+// its elements by the PTX ISA's fragment table, element by element
+// (the emulator finds them lane by lane): a's element i of 8 at row
+// g + 8·((i / 2) % 2), column 2t + i % 2 + 8·(i / 4); b's element i of 4
+// at row 2t + i % 2 + 8·(i / 2), column g; d's element i at row
+// g + 8·(i / 2), column 2t + i % 2. d is written back the same way.
+extern "C" __global__ void mma16816(float* d, const float* a, const float* b, const float* c) {
+	const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
+	unsigned af[4] = {0, 0, 0, 0}, bf[2] = {0, 0};
+	for (int i = 0; i < 8; i++) {
+		const int r = g + 8 * ((i / 2) % 2), k = 2 * t + i % 2 + 8 * (i / 4);
+		af[i / 2] |= (unsigned)__float2bfloat16(a[r * 16 + k]).__x << (16 * (i % 2));
+	}
+	for (int i = 0; i < 4; i++) {
+		const int k = 2 * t + i % 2 + 8 * (i / 2);
+		bf[i / 2] |= (unsigned)__float2bfloat16(b[k * 8 + g]).__x << (16 * (i % 2));
+	}
+	float acc[4];
+	for (int i = 0; i < 4; i++) acc[i] = c[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2];
+	emu_mma_m16n8k16_bf16(acc, af, bf[0], bf[1]);
+	for (int i = 0; i < 4; i++) d[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = acc[i];
+}
+
+// mma_partial: emu_mma_m16n8k16_bf16 by half a warp.
+extern "C" __global__ void mma_partial(float* out) {
+	float acc[4] = {0, 0, 0, 0};
+	const unsigned a[4] = {0, 0, 0, 0};
+	emu_mma_m16n8k16_bf16(acc, a, 0u, 0u);
+	out[threadIdx.x] = acc[0];
+}
+
 // cvt: float → bf16 and fp16 → float, round to nearest even.
 extern "C" __global__ void cvt(float* bf, float* hf, const float* x, int n) {
 	for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -304,7 +337,8 @@ func roundF16(x float32) float32 {
 
 // TestEmuWMMA checks the emulator's WMMA against float64: each layout
 // pair's D = round(A)·round(B) + C (the products exact, the sums in fp32:
-// within 1e-6 of the sum's magnitude), the round-to-nearest-even
+// within 1e-6 of the sum's magnitude), the same for mma.m16n8k16 with
+// its fragments placed by PTX's table, the round-to-nearest-even
 // conversions, and that it refuses lanes with different arguments, a
 // misaligned tile and a partial warp, and exposes a read of a stored tile
 // without __syncwarp.
@@ -370,6 +404,37 @@ func TestEmuWMMA(t *testing.T) {
 		}
 	}
 
+	// mma.m16n8k16 (bf16) in the PTX fragment layout: 16×8 of d against
+	// float64, the products exact, the sums in fp32.
+	{
+		m := prog.NewMachine()
+		f, err := m.Lookup("mma16816")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b8, c8 := B[:128], C[:128]
+		d := m.Alloc(4 * 128)
+		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, 0, d, m.Float32s(A), m.Float32s(b8), m.Float32s(c8)))
+		run(t, m)
+		got := m.ReadFloat32s(d, 128)
+		var worst float64
+		for i := 0; i < 16; i++ {
+			for j := 0; j < 8; j++ {
+				want, mag := float64(c8[i*8+j]), math.Abs(float64(c8[i*8+j]))
+				for k := 0; k < 16; k++ {
+					p := float64(roundBF16(A[i*16+k])) * float64(roundBF16(b8[k*8+j]))
+					want += p
+					mag += math.Abs(p)
+				}
+				worst = max(worst, math.Abs(float64(got[i*8+j])-want)/mag)
+			}
+		}
+		t.Logf("mma.m16n8k16 bf16: largest error %.3g of the terms' magnitude", worst)
+		if !(worst <= 1e-6) {
+			t.Errorf("mma.m16n8k16 bf16: error %.3g of the terms' magnitude, want ≤ 1e-6", worst)
+		}
+	}
+
 	// Conversions: ties to even, and past the last bits.
 	x := []float32{1, 1 + 1.0/256, 1 + 3.0/256, 1 + 1.0/256 + 1.0/65536, -2.5e-3, 65504, 1e-7, 3.14159265}
 	m := prog.NewMachine()
@@ -414,6 +479,7 @@ func TestEmuWMMA(t *testing.T) {
 		{"divergent", 32, "different arguments"},
 		{"misaligned", 32, "256-bit"},
 		{"divergent", 16, "16 of the warp's 32 lanes"},
+		{"mma_partial", 16, "16 of the warp's 32 lanes"},
 	} {
 		m := prog.NewMachine()
 		f, _ := m.Lookup(tc.kernel)

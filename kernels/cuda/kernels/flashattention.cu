@@ -162,25 +162,20 @@ __host__ __device__ constexpr int fa_round(int n) { return (n + 127) / 128 * 128
 __host__ __device__ constexpr int fa_max(int a, int b) { return a > b ? a : b; }
 
 // FaFwd is the forward kernel's shape: BR query rows (16 a warp) against
-// BC keys, head size HD. Row strides are padded (bf16 rows by 8, fp32 by
-// 4) so the 16 rows a fragment load reads start in different banks; every
-// stride is a multiple of 16 bytes, as WMMA requires. The warp's rows of
-// scores (stride LDS) and of P·V (stride LDO) share one slab of SO floats a
-// row. kernels/cuda/flashattention.go's FlashForwardShared is SHARED.
+// BC keys, head size HD. The q, k and v tiles are bf16 rows padded by 8
+// elements (16 bytes), so that the eight rows a fragment's 32-bit loads
+// touch fall in different banks (a row is 4 banks apart from the last),
+// and every row starts 16-byte aligned for the tiles' 16-byte copies.
+// Scores, probabilities and the output stay in registers.
+// kernels/cuda/flashattention.go's FlashForwardShared is SHARED.
 template <int HD, int BR, int BC>
 struct FaFwd {
-    static_assert(HD % 32 == 0 && BR % 16 == 0 && BC % 32 == 0, "tile shape");
+    static_assert(HD % 16 == 0 && BR % 16 == 0 && BC % 16 == 0, "tile shape");
     static constexpr int WARPS = BR / 16, THREADS = 32 * WARPS;
-    static constexpr int LDH = HD + 8;  // bf16 rows of q, k, v
-    static constexpr int LDS = BC + 4;  // fp32 rows of scores
-    static constexpr int LDO = HD + 4;  // fp32 rows of a P·V product
-    static constexpr int LDP = BC + 8;  // bf16 rows of probabilities
-    static constexpr int SO = fa_max(LDS, LDO);
+    static constexpr int LDH = HD + 8; // bf16 rows of q, k, v
     static constexpr int Q_BYTES = fa_round(BR * LDH * 2);
     static constexpr int KV_BYTES = fa_round(BC * LDH * 2);
-    static constexpr int S_BYTES = fa_round(BR * SO * 4);
-    static constexpr int P_BYTES = fa_round(BR * LDP * 2);
-    static constexpr int SHARED = Q_BYTES + 2 * KV_BYTES + S_BYTES + P_BYTES;
+    static constexpr int SHARED = Q_BYTES + 2 * KV_BYTES;
 };
 
 // FaBwd is the backward kernel's shape: BC keys per block against BR query
@@ -213,6 +208,20 @@ struct FaBwd {
 template <int ROWS, int HD, int LDH, int THREADS>
 __device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const void* __restrict__ src, long long at, int bf,
                                              long long ld, int r0, int T) {
+    // bf16 rows that start 16-byte aligned are copied 16 bytes at a time
+    // (the same bits: rounding leaves bf16 values as they are).
+    if (bf && (((unsigned long long)src + 2ull * (unsigned long long)at) & 15) == 0 && (ld & 7) == 0) {
+        constexpr int V = HD / 8; // 16-byte pieces a row
+        const bf16_t* s = reinterpret_cast<const bf16_t*>(src) + at;
+        for (int i = threadIdx.x; i < ROWS * V; i += THREADS) {
+            const int r = i / V, c = i - r * V;
+            const int t = r0 + r;
+            uint4 x = {0u, 0u, 0u, 0u};
+            if (t < T) x = *reinterpret_cast<const uint4*>(s + (long long)t * ld + 8 * c);
+            *reinterpret_cast<uint4*>(dst + r * LDH + 8 * c) = x;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < ROWS * HD; i += THREADS) {
         const int r = i / HD, d = i - r * HD;
         const int t = r0 + r;
@@ -220,22 +229,70 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const void* __restric
     }
 }
 
+// fa_u32 reads two adjacent bf16 elements of shared memory, the lower
+// index in the lower half (an mma fragment register).
+__device__ __forceinline__ unsigned fa_u32(const fa_bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+// fa_u32x2 packs two bf16 elements that are not adjacent, lo in the lower half.
+__device__ __forceinline__ unsigned fa_u32x2(const fa_bf16* lo, const fa_bf16* hi) {
+    return (unsigned)*reinterpret_cast<const unsigned short*>(lo) |
+           ((unsigned)*reinterpret_cast<const unsigned short*>(hi) << 16);
+}
+
+// fa_pack rounds lo and hi to bf16 (to nearest even) and packs them, lo in
+// the lower half.
+__device__ __forceinline__ unsigned fa_pack(float lo, float hi) {
+#if defined(__CUDACC_RTC__) && FA_TC
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (unsigned)f32_to_bf16(lo) | ((unsigned)f32_to_bf16(hi) << 16);
+#endif
+}
+
+// fa_mma is D += A·B for one warp on a 16×8×16 block, bf16 operands and
+// fp32 accumulators (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32),
+// in PTX's fragment layout: lane 4g+t holds a[0] = A[g][2t,2t+1], a[1] =
+// A[g+8][2t,2t+1], a[2] = A[g][2t+8,2t+9], a[3] = A[g+8][2t+8,2t+9];
+// b0 = B[2t,2t+1][g], b1 = B[2t+8,2t+9][g]; d[0], d[1] = D[g][2t,2t+1],
+// d[2], d[3] = D[g+8][2t,2t+1]. The emulator's emu_mma_m16n8k16_bf16 is
+// the same operation.
+__device__ __forceinline__ void fa_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+#else
+    emu_mma_m16n8k16_bf16(d, a, b0, b1);
+#endif
+}
+
+// fa_forward: see the file's comment. Warp w owns the tile's rows 16w …
+// 16w+15; lane 4g+t of it holds, in PTX's accumulator layout, rows g and
+// g+8 of its scores (columns 8j+2t, 8j+2t+1 of key block j) and of its
+// output (columns 8d+2t, 8d+2t+1). The probabilities go from the score
+// registers into the A fragments of P·V without leaving registers (an
+// accumulator pair of key blocks 2k and 2k+1 is the A fragment of keys
+// 16k … 16k+15). Each row's running max m (in log2 units) is the same on
+// the four lanes of a group; each lane sums its own share of the row's
+// probabilities, and the four shares are added at the end.
 template <int HD, int BR, int BC>
 __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __restrict__ lse,
                                            const void* __restrict__ qkv, int T, int NH, int NKV, float scale, int bf) {
 #if FA_TC
     typedef FaFwd<HD, BR, BC> G;
-    using namespace fa_wmma;
-    typedef fragment<accumulator, 16, 16, 16, float> acc_t;
-    constexpr int LDH = G::LDH, LDS = G::LDS, LDO = G::LDO, LDP = G::LDP, NC = HD / 32;
+    constexpr int LDH = G::LDH, NJ = BC / 8, ND = HD / 8, NK = HD / 16;
     extern __shared__ __align__(128) float fa_smem[];
     fa_bf16* qs = reinterpret_cast<fa_bf16*>(fa_smem);
     fa_bf16* ks = reinterpret_cast<fa_bf16*>(reinterpret_cast<char*>(fa_smem) + G::Q_BYTES);
     fa_bf16* vs = reinterpret_cast<fa_bf16*>(reinterpret_cast<char*>(ks) + G::KV_BYTES);
-    float* ss = reinterpret_cast<float*>(reinterpret_cast<char*>(vs) + G::KV_BYTES);
-    fa_bf16* ps = reinterpret_cast<fa_bf16*>(reinterpret_cast<char*>(ss) + G::S_BYTES);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, tg = lane & 3;
     const int nt = (T + BR - 1) / BR;
     const int q0 = (nt - 1 - (int)blockIdx.z) * BR;
     const int h = blockIdx.x, b = blockIdx.y;
@@ -246,22 +303,31 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
     const long long kbase = (long long)b * T * ld3 + (long long)(NH + kvh) * HD;
     const long long vbase = kbase + (long long)NKV * HD;
     const int qb = BF(bf, 1);
+    const float sl2 = scale * 1.4426950408889634f; // scores to log2 units
 
     fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
+    __syncthreads();
 
-    const int r0 = 16 * warp;        // the warp's first row of the tile
-    const int rlast = q0 + r0 + 15;  // the position of its last row
-    const bool live = q0 + r0 < T;   // some of its rows are positions
-    float* sw = ss + r0 * G::SO;     // its rows of scores (stride LDS), then of P·V (stride LDO)
-    fa_bf16* pw = ps + r0 * LDP;     // its rows of probabilities
+    const int r0 = 16 * warp;           // the warp's first row of the tile
+    const int rlast = q0 + r0 + 15;     // the position of its last row
+    const bool live = q0 + r0 < T;      // some of its rows are positions
+    const int t0 = q0 + r0 + g, t1 = t0 + 8; // the positions of the lane's two rows
 
-    float m[16], l[16], o[16][NC];
+    // The warp's rows of q as A fragments, loaded once.
+    unsigned qf[NK][4];
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-        m[i] = FA_NEG, l[i] = 0.0f;
-#pragma unroll
-        for (int c = 0; c < NC; c++) o[i][c] = 0.0f;
+    for (int kk = 0; kk < NK; kk++) {
+        const fa_bf16* p = qs + (r0 + g) * LDH + 16 * kk + 2 * tg;
+        qf[kk][0] = fa_u32(p);
+        qf[kk][1] = fa_u32(p + 8 * LDH);
+        qf[kk][2] = fa_u32(p + 8);
+        qf[kk][3] = fa_u32(p + 8 * LDH + 8);
     }
+
+    float m0 = FA_NEG, m1 = FA_NEG, l0 = 0.0f, l1 = 0.0f;
+    float o[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
 
     for (int kt = 0; kt <= klast; kt++) {
         const int k0 = kt * BC;
@@ -271,100 +337,83 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
         __syncthreads();
         if (!live || k0 > rlast) continue; // every key of the tile is past the warp's rows
 
-        // The key blocks with a key some row of the warp sees.
-        const int kb = min(BC / 16, (rlast - k0) / 16 + 1);
-
-        // S = Q·Kᵀ on the warp's rows.
-        {
-            acc_t acc[BC / 16];
+        // S = Q·Kᵀ on the warp's rows; key blocks wholly past its last row
+        // stay 0 and are masked below.
+        float s[NJ][4];
 #pragma unroll
-            for (int j = 0; j < BC / 16; j++) fill_fragment(acc[j], 0.0f);
+        for (int j = 0; j < NJ; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            if (k0 + 8 * j <= rlast) {
+                const fa_bf16* kp = ks + (8 * j + g) * LDH + 2 * tg;
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++) {
-                fragment<matrix_a, 16, 16, 16, fa_bf16, row_major> a;
-                load_matrix_sync(a, qs + r0 * LDH + 16 * kk, LDH);
-#pragma unroll
-                for (int j = 0; j < BC / 16; j++) {
-                    if (j < kb) {
-                        fragment<matrix_b, 16, 16, 16, fa_bf16, col_major> bk;
-                        load_matrix_sync(bk, ks + 16 * j * LDH + 16 * kk, LDH);
-                        mma_sync(acc[j], a, bk, acc[j]);
-                    }
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < BC / 16; j++)
-                if (j < kb) store_matrix_sync(sw + 16 * j, acc[j], LDS, mem_row_major);
-        }
-        __syncwarp();
-
-        // The online softmax, row by row: lane owns columns lane + 32c.
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            const int t = q0 + r0 + i;
-            float s[BC / 32], mx = FA_NEG;
-#pragma unroll
-            for (int c = 0; c < BC / 32; c++) {
-                const int col = lane + 32 * c;
-                s[c] = k0 + col <= t ? sw[i * LDS + col] * scale : FA_NEG;
-                mx = fmaxf(mx, s[c]);
-            }
-            mx = warp_max(mx);
-            const float mnew = fmaxf(m[i], mx);
-            const float corr = expf(m[i] - mnew);
-            m[i] = mnew;
-            l[i] *= corr;
-#pragma unroll
-            for (int c = 0; c < BC / 32; c++) {
-                const int col = lane + 32 * c;
-                const float p = k0 + col <= t ? expf(s[c] - mnew) : 0.0f;
-                l[i] += p;
-                pw[i * LDP + col] = fa_to_bf16(p);
-            }
-#pragma unroll
-            for (int c = 0; c < NC; c++) o[i][c] *= corr;
-        }
-        __syncwarp();
-
-        // P·V on the warp's rows, into its slab, then added to o.
-        {
-            fragment<matrix_a, 16, 16, 16, fa_bf16, row_major> pa[BC / 16];
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++)
-                if (kk < kb) load_matrix_sync(pa[kk], pw + 16 * kk, LDP);
-#pragma unroll
-            for (int j = 0; j < HD / 16; j++) {
-                acc_t acc;
-                fill_fragment(acc, 0.0f);
-#pragma unroll
-                for (int kk = 0; kk < BC / 16; kk++) {
-                    if (kk < kb) {
-                        fragment<matrix_b, 16, 16, 16, fa_bf16, row_major> bv;
-                        load_matrix_sync(bv, vs + 16 * kk * LDH + 16 * j, LDH);
-                        mma_sync(acc, pa[kk], bv, acc);
-                    }
-                }
-                store_matrix_sync(sw + 16 * j, acc, LDO, mem_row_major);
+                for (int kk = 0; kk < NK; kk++) fa_mma(s[j], qf[kk], fa_u32(kp + 16 * kk), fa_u32(kp + 16 * kk + 8));
             }
         }
-        __syncwarp();
+
+        // The online softmax of the lane's two rows.
+        const bool diag = k0 + BC - 1 > q0 + r0; // some key of the tile is past some row of the warp
+        float mx0 = m0, mx1 = m1;
 #pragma unroll
-        for (int i = 0; i < 16; i++)
+        for (int j = 0; j < NJ; j++) {
 #pragma unroll
-            for (int c = 0; c < NC; c++) o[i][c] += sw[i * LDO + lane + 32 * c];
+            for (int e = 0; e < 2; e++) {
+                const int key = k0 + 8 * j + 2 * tg + e;
+                s[j][e] = diag && key > t0 ? FA_NEG : s[j][e] * sl2;
+                s[j][2 + e] = diag && key > t1 ? FA_NEG : s[j][2 + e] * sl2;
+                mx0 = fmaxf(mx0, s[j][e]);
+                mx1 = fmaxf(mx1, s[j][2 + e]);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float c0 = exp2f(m0 - mx0), c1 = exp2f(m1 - mx1);
+        m0 = mx0, m1 = mx1;
+        l0 *= c0, l1 *= c1;
+#pragma unroll
+        for (int d = 0; d < ND; d++) o[d][0] *= c0, o[d][1] *= c0, o[d][2] *= c1, o[d][3] *= c1;
+        unsigned pf[NJ / 2][4];
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            // A masked score is FA_NEG: exp2 of it less the max is 0.
+            const float p0 = exp2f(s[j][0] - m0), p1 = exp2f(s[j][1] - m0);
+            const float p2 = exp2f(s[j][2] - m1), p3 = exp2f(s[j][3] - m1);
+            l0 += p0 + p1, l1 += p2 + p3;
+            pf[j / 2][2 * (j & 1)] = fa_pack(p0, p1);
+            pf[j / 2][2 * (j & 1) + 1] = fa_pack(p2, p3);
+        }
+
+        // O += P·V: B = V[keys][columns], rows 2t, 2t+1 (and +8) of a key block.
+#pragma unroll
+        for (int kk = 0; kk < NJ / 2; kk++) {
+            if (k0 + 16 * kk > rlast) continue; // probabilities all 0
+            const fa_bf16* vp = vs + (16 * kk + 2 * tg) * LDH + g;
+#pragma unroll
+            for (int d = 0; d < ND; d++)
+                fa_mma(o[d], pf[kk], fa_u32x2(vp + 8 * d, vp + LDH + 8 * d),
+                       fa_u32x2(vp + 8 * LDH + 8 * d, vp + 9 * LDH + 8 * d));
+        }
     }
 
     if (!live) return;
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const int ob = BF(bf, 0);
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-        const int t = q0 + r0 + i;
-        const float sum = warp_sum(l[i]);
+    for (int half = 0; half < 2; half++) {
+        const int t = half ? t1 : t0;
         if (t >= T) continue;
-        const float inv = 1.0f / sum;
-        const long long orow = ((long long)b * T + t) * C + (long long)h * HD;
+        const float l = half ? l1 : l0, inv = 1.0f / l;
+        const long long orow = ((long long)b * T + t) * C + (long long)h * HD + 2 * tg;
 #pragma unroll
-        for (int c = 0; c < NC; c++) stx(out, orow + lane + 32 * c, o[i][c] * inv, BF(bf, 0));
-        if (lane == 0) lse[((long long)b * NH + h) * T + t] = m[i] + logf(sum);
+        for (int d = 0; d < ND; d++) {
+            stx(out, orow + 8 * d, o[d][2 * half] * inv, ob);
+            stx(out, orow + 8 * d + 1, o[d][2 * half + 1] * inv, ob);
+        }
+        if (tg == 0) lse[((long long)b * NH + h) * T + t] = ((half ? m1 : m0) + log2f(l)) * 0.6931471805599453f;
     }
 #endif
 }
@@ -553,15 +602,13 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
 
 FA_FORWARD(64, 128, 64)
 FA_FORWARD(128, 128, 64)
-FA_FORWARD(128, 64, 64)
 FA_BACKWARD(64, 64, 64)
 FA_BACKWARD(128, 64, 64)
 FA_BACKWARD(128, 32, 64)
 
 // The bytes flashattention.go's FlashForwardShared and FlashBackwardShared
 // give (and its comment lists): the launch must ask for what the kernel uses.
-static_assert(FaFwd<64, 128, 64>::SHARED == 90112 && FaFwd<128, 128, 64>::SHARED == 155648 &&
-                  FaFwd<128, 64, 64>::SHARED == 95232,
+static_assert(FaFwd<64, 128, 64>::SHARED == 36864 && FaFwd<128, 128, 64>::SHARED == 69632,
               "flashattention.go's FlashForwardShared");
 static_assert(FaBwd<64, 64, 64>::SHARED == 76288 && FaBwd<128, 64, 64>::SHARED == 122368 &&
                   FaBwd<128, 32, 64>::SHARED == 83200,

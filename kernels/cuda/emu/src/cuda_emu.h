@@ -229,6 +229,8 @@ struct Warp {
 	unsigned long long wmma_arg[32];
 	unsigned wmma_calls[32];
 	float wmma_d[256];
+	// emu_mma_m16n8k16_bf16's: each lane's A and B registers.
+	unsigned mma_ab[32][6];
 };
 
 inline constexpr size_t kStack = 256 << 10;
@@ -714,7 +716,7 @@ struct fragment {
 
 namespace emu {
 
-enum { wmma_load = 1, wmma_store = 2, wmma_mma = 3, wmma_load_c = 4 };
+enum { wmma_load = 1, wmma_store = 2, wmma_mma = 3, wmma_load_c = 4, mma_m16n8k16 = 5 };
 
 [[noreturn]] inline void wmma_fail(const char* op, const char* what) {
 	std::fprintf(stderr, "emu: block (%u,%u,%u) thread %d: wmma %s: %s\n", blockIdx.x, blockIdx.y, blockIdx.z, tl_tid, op, what);
@@ -727,6 +729,7 @@ inline const char* wmma_name(int op) {
 	case wmma_load: return "load_matrix_sync";
 	case wmma_load_c: return "load_matrix_sync (accumulator)";
 	case wmma_store: return "store_matrix_sync";
+	case mma_m16n8k16: return "mma.sync.m16n8k16";
 	}
 	return "mma_sync";
 }
@@ -825,3 +828,46 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
 
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ---- mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 ----
+//
+// emu_mma_m16n8k16_bf16(d, a, b0, b1) is PTX's warp-level mma on a
+// 16×8×16 block, D = A·B + D, with the PTX ISA's fragment layout
+// ("Matrix Fragments for mma.m16n8k16 with floating point type"): lane
+// l = 4g + t holds
+//   a[0] = A[g][2t, 2t+1]   a[1] = A[g+8][2t, 2t+1]
+//   a[2] = A[g][2t+8, 2t+9] a[3] = A[g+8][2t+8, 2t+9]
+//   b0 = B[2t, 2t+1][g]     b1 = B[2t+8, 2t+9][g]
+//   d[0], d[1] = D[g][2t, 2t+1]   d[2], d[3] = D[g+8][2t, 2t+1]
+// each register two bf16s, the lower-indexed one in the lower 16 bits.
+// Unlike WMMA's, these fragments are the hardware's own, so a kernel may
+// compute on particular elements (a softmax on the accumulators, an
+// accumulator pair reused as an A fragment) and this model means what the
+// GPU does. Warp-collective as the wmma operations are (all 32 lanes, the
+// same number of calls: checked); numerics as mma_sync's above (exact
+// products added in k order in fp32).
+inline void emu_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+	emu::Warp& w = emu::warp();
+	const int l = emu::lane();
+	// The last operation's readers are done (it ended at a warp barrier).
+	for (int i = 0; i < 4; i++) w.mma_ab[l][i] = a[i];
+	w.mma_ab[l][4] = b0, w.mma_ab[l][5] = b1;
+	emu::wmma_arrive(emu::mma_m16n8k16, nullptr, 0, 0);  // the warp's barrier and checks
+	auto bf = [&](int lane, int reg, int half) {
+		return emu_bitcast<float>((w.mma_ab[lane][reg] >> (16 * half) & 0xffffu) << 16);
+	};
+	const int g = l >> 2, t = l & 3;
+	float r[4];
+	for (int i = 0; i < 4; i++) {
+		const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+		float s = d[i];
+		for (int k = 0; k < 16; k++) {
+			const float x = bf((row & 7) * 4 + ((k & 7) >> 1), (row >> 3) + 2 * (k >> 3), k & 1);
+			const float y = bf(col * 4 + ((k & 7) >> 1), 4 + (k >> 3), k & 1);
+			s += x * y;  // exact product, one rounding a sum
+		}
+		r[i] = s;
+	}
+	emu::wmma_leave();
+	for (int i = 0; i < 4; i++) d[i] = r[i];
+}
