@@ -29,7 +29,8 @@ var flashHeadSizes = []int{64, 128}
 
 // flashKernel is one flash kernel and its tile variants, largest first:
 // Q query rows and K keys a block (the forward kernel's block has 2·Q
-// threads, a warp per 16 rows; the backward kernel's 256).
+// threads, a warp per 16 rows; the backward kernel's 2·K, a warp per 16
+// keys).
 type flashKernel struct {
 	kernel   string // flash_attn_forward_hs128, …
 	hs       int
@@ -42,14 +43,14 @@ type flashKernel struct {
 //
 //	forward  hs64  128×64:  36,864 (fits every device: 96 KiB and up)
 //	forward  hs128 128×64:  69,632 (every device)
-//	backward hs64   64×64:  76,288 (every device)
-//	backward hs128  64×64: 122,368 (A100, H100); 32×64: 83,200 (96, 99 KiB)
+//	backward hs64   64×64:  46,592 (every device)
+//	backward hs128  64×64:  79,360 (every device)
 func flashKernels() []flashKernel {
 	return []flashKernel{
 		{"flash_attn_forward_hs64", 64, false, []AttTile{{128, 64}}},
 		{"flash_attn_forward_hs128", 128, false, []AttTile{{128, 64}}},
 		{"flash_attn_backward_hs64", 64, true, []AttTile{{64, 64}}},
-		{"flash_attn_backward_hs128", 128, true, []AttTile{{64, 64}, {32, 64}}},
+		{"flash_attn_backward_hs128", 128, true, []AttTile{{64, 64}}},
 	}
 }
 
@@ -86,14 +87,11 @@ func FlashForwardShared(hs int, t AttTile) int {
 
 // FlashBackwardShared is the dynamic shared memory, in bytes, of the flash
 // backward kernel of head size hs on tile t (flashattention.cu's FaBwd):
-// k, v, q and dout tiles in bf16, Pᵀ and dSᵀ in bf16, the tile's dq in
-// fp32 (sharing its room with the warps' scratch) and a row each of lse
-// and delta.
+// k, v, q and dout tiles in bf16 (rows of hs+8), dSᵀ in bf16 (a row of
+// t.Q+8 per key), and a row each of lse and delta.
 func FlashBackwardShared(hs int, t AttTile) int {
-	const warps, ldw = 8, 20
-	ldh, ldt, ldo := hs+8, t.Q+8, hs+4
-	return 2*flashRound(t.K*ldh*2) + 2*flashRound(t.Q*ldh*2) + 2*flashRound(t.K*ldt*2) +
-		flashRound(max(t.Q*ldo*4, warps*2*16*ldw*4)) + 2*flashRound(t.Q*4)
+	ldh, ldt := hs+8, t.Q+8
+	return 2*flashRound(t.K*ldh*2) + 2*flashRound(t.Q*ldh*2) + flashRound(t.K*ldt*2) + 2*flashRound(t.Q*4)
 }
 
 // FlashChoice is the pair of flash kernels chosen for one head size.
@@ -136,10 +134,10 @@ func FlashForwardGeometry(B, T, NH int, t AttTile) (grid, block Dim3) {
 	return Dim3{uint32(NH), uint32(B), uint32((T + t.Q - 1) / t.Q)}, Dim3{uint32(2 * t.Q), 1, 1}
 }
 
-// FlashBackwardGeometry is the backward kernel's launch: a block of 256
-// threads per (key/value head, batch row, key tile).
+// FlashBackwardGeometry is the backward kernel's launch: a block of 2·K
+// threads (a warp per 16 keys) per (key/value head, batch row, key tile).
 func FlashBackwardGeometry(B, T, NKV int, t AttTile) (grid, block Dim3) {
-	return Dim3{uint32(NKV), uint32(B), uint32((T + t.K - 1) / t.K)}, Dim3{256, 1, 1}
+	return Dim3{uint32(NKV), uint32(B), uint32((T + t.K - 1) / t.K)}, Dim3{uint32(2 * t.K), 1, 1}
 }
 
 // FlashPrepGeometry is flash_attn_prep's grid-stride launch: a warp

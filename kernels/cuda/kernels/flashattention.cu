@@ -12,50 +12,49 @@
 //
 // Numerics: q, k, v (and in the backward pass dout) are rounded from fp32
 // to bf16 (round to nearest even) as a tile is copied to shared memory; the
-// products QKᵀ, PV, dO·Vᵀ, Pᵀ·dO, dSᵀ·Q and dS·K run on tensor cores (WMMA,
-// 16×16×16 bf16 with fp32 accumulation); P and dS are rounded to bf16 as
-// the second operand of a product. The softmax (scale, mask, running max,
-// exponentials, row sums), lse, delta = rowsum(dO∘O), the rescaling of the
-// output and every accumulator stay fp32; dq is summed over key tiles in
-// fp32 with atomics, dk and dv over query tiles and a group's query heads
-// in tensor-core accumulators. Errors are therefore bf16's (a few 1e-3
-// relative), not fp32's: kernels/cuda/flashattention_test.go measures them.
+// products QKᵀ, PV, K·Qᵀ, V·dOᵀ, Pᵀ·dO, dSᵀ·Q and dS·K run on tensor cores
+// (mma.m16n8k16, bf16 with fp32 accumulation); P and dS are rounded to bf16
+// as the first operand of a product. The softmax (scale, mask, running
+// max, exponentials, row sums), lse, delta = rowsum(dO∘O), the rescaling
+// of the output and every accumulator stay fp32; dq is summed over key
+// tiles in fp32 with atomics, dk and dv over query tiles and a group's
+// query heads in tensor-core accumulators. Errors are therefore bf16's (a
+// few 1e-3 relative), not fp32's: kernels/cuda/flashattention_test.go
+// measures them.
 //
 // Forward, flash_attn_forward_hs<HD>_q<BR>k<BC>: grid (NH, B, ⌈T/BR⌉),
 // block 2·BR threads (a warp per 16 query rows), dynamic shared memory
 // FaFwd<HD,BR,BC>::SHARED bytes. Block z takes query tile ⌈T/BR⌉−1−z (the
-// longest rows first). The q tile is loaded once; for each key tile up to
-// the diagonal (later ones are skipped: causal) the block loads k and v,
-// and each warp, on its own 16 rows: S = Q·Kᵀ (16×BC, key blocks wholly
-// past the warp's last row skipped) into its shared rows, the online
-// softmax row by row (a lane per 32nd column; the running max m and the
-// lane's partial row sums in registers, the output rows rescaled), P to
-// bf16, then P·V (16×HD) into its shared rows, added to the output rows it
-// holds in registers (lane: columns lane+32c). A warp needs __syncwarp
-// only between these steps: its rows are its own.
+// longest rows first). The q tile is loaded once (each warp keeps its rows
+// as A fragments); for each key tile up to the diagonal (later ones are
+// skipped: causal) the block loads k and v, and each warp, on its own 16
+// rows and in registers: S = Q·Kᵀ (key blocks wholly past the warp's last
+// row skipped), the online softmax (the running max of a row shared by the
+// four lanes that hold it, each lane's share of the row sums, the output
+// rescaled), P to bf16 A fragments, O += P·V. Warps share only the tiles.
 //
-// Backward, flash_attn_backward_hs<HD>_q<BR>k<BC>: grid (NKV, B,
-// ⌈T/BC⌉), block 256 threads, FaBwd<HD,BR,BC>::SHARED bytes. Block (x, z)
-// owns key tile z of key/value head x: k and v in shared memory, dk and dv
-// in tensor-core accumulators (warp w: key block w mod BC/16, head columns
-// of part w/(BC/16)). For each query head of the group, each query tile
-// from the diagonal on: load q and dout (bf16), lse and delta; (1) each
-// warp computes its blocks of Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, and from them
-// Pᵀ = exp(Sᵀ·scale − lse) and dSᵀ = Pᵀ∘(dPᵀ − delta)·scale (masked: 0) as
-// bf16; (2) dv += Pᵀ·dO, dk += dSᵀ·Q on the warp's blocks, and the tile's
-// dq = dS·K, a 16×16 block a warp in turn, into shared memory; (3) dq is
-// added to dqkv with atomics. dk and dv are written once at the end.
-// flash_attn_prep runs first: delta = rowsum(dout∘out) (B,NH,T) into
-// a scratch buffer, and dq zeroed.
+// Backward, flash_attn_backward_hs<HD>_q<BR>k<BC>: grid (NKV, B, ⌈T/BC⌉),
+// block 2·BC threads (a warp per 16 keys), FaBwd<HD,BR,BC>::SHARED bytes.
+// Block (x, z) owns key tile z of key/value head x: k and v in shared
+// memory, each warp's dk and dv in registers. For each query head of the
+// group, each query tile from the diagonal on: load q and dout (bf16), lse
+// and delta; (1) each warp computes Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on its keys,
+// (2) from them Pᵀ = exp(Sᵀ·scale − lse) and dSᵀ = Pᵀ∘(dPᵀ − delta)·scale
+// (masked: 0) as bf16 A fragments, dSᵀ also into shared memory, (3) dv +=
+// Pᵀ·dO, dk += dSᵀ·Q; then (4) each warp takes 16 query rows of the tile:
+// dq = dS·K over the block's keys, added to the float32 dq accumulator
+// with atomics. dk and dv are written once at the end. flash_attn_prep
+// runs first: delta = rowsum(dout∘out) (B,NH,T) into a scratch buffer, and
+// dq zeroed.
 //
-// Tensor cores: the kernels are written against nvcuda::wmma's API under
-// the name fa_wmma. NVRTC gets no headers (the program has no #include, see
-// source.go), so mma.h is not there: for NVRTC the subset used is defined
-// below with the PTX wmma instructions it stands for (wmma.load.a/b .bf16,
-// wmma.mma .f32.bf16.bf16.f32, wmma.store.d .f32, shape m16n16k16), which
-// need sm_80; below sm_80 the kernels compile to nothing and are never
-// launched (the backend selects them only with bf16 GEMMs, which need
-// sm_80). The emulator (emu/src/cuda_emu.h) provides nvcuda::wmma itself.
+// Tensor cores: PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// and ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16, whose fragments are
+// laid out lane by lane in the PTX ISA, so the kernels compute on their
+// elements (fa_mma, fa_ldsm_t below). They need sm_80; below it the
+// kernels compile to nothing and are never launched (the backend selects
+// them only with bf16 GEMMs, which need sm_80). The emulator
+// (emu/src/cuda_emu.h) runs the same two instructions as
+// emu_mma_m16n8k16_bf16 and emu_ldmatrix_x4, with those layouts.
 
 #define FA_NEG (-3.0e38f) // a masked score: exp(FA_NEG − m) is 0
 
@@ -73,93 +72,15 @@ __device__ __forceinline__ fa_bf16 fa_to_bf16(float f) {
     h.x = f32_to_bf16(f);
     return h;
 }
-#if FA_TC
-namespace fa_wmma {
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-template <class Use, int M, int N, int K, class T, class Layout = void>
-struct fragment;
-// bf16 operands of m16n16k16: four .b32 registers, two bf16 each.
-template <class Use, class L>
-struct fragment<Use, 16, 16, 16, fa_bf16, L> {
-    unsigned x[4];
-};
-// fp32 accumulators of m16n16k16: eight .f32 registers.
-template <>
-struct fragment<accumulator, 16, 16, 16, float, void> {
-    static constexpr int num_elements = 8;
-    float x[8];
-};
-typedef fragment<accumulator, 16, 16, 16, float, void> fa_acc_t;
-
-__device__ __forceinline__ void fill_fragment(fa_acc_t& f, float v) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) f.x[i] = v;
-}
-
-#define FA_WMMA_LOAD(USE, AB, LAYOUT, LNAME)                                                                   \
-    __device__ __forceinline__ void load_matrix_sync(fragment<USE, 16, 16, 16, fa_bf16, LAYOUT>& f,            \
-                                                     const fa_bf16* p, unsigned ldm) {                         \
-        asm volatile("wmma.load." AB ".sync.aligned." LNAME ".m16n16k16.bf16 {%0,%1,%2,%3}, [%4], %5;"        \
-                     : "=r"(f.x[0]), "=r"(f.x[1]), "=r"(f.x[2]), "=r"(f.x[3])                                  \
-                     : "l"(p), "r"(ldm)                                                                        \
-                     : "memory");                                                                              \
-    }
-FA_WMMA_LOAD(matrix_a, "a", row_major, "row")
-FA_WMMA_LOAD(matrix_a, "a", col_major, "col")
-FA_WMMA_LOAD(matrix_b, "b", row_major, "row")
-FA_WMMA_LOAD(matrix_b, "b", col_major, "col")
-
-__device__ __forceinline__ void store_matrix_sync(float* p, const fa_acc_t& f, unsigned ldm, layout_t layout) {
-    if (layout == mem_row_major) {
-        asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.f32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8}, %9;"
-                     :
-                     : "l"(p), "f"(f.x[0]), "f"(f.x[1]), "f"(f.x[2]), "f"(f.x[3]), "f"(f.x[4]), "f"(f.x[5]),
-                       "f"(f.x[6]), "f"(f.x[7]), "r"(ldm)
-                     : "memory");
-    } else {
-        asm volatile("wmma.store.d.sync.aligned.col.m16n16k16.f32 [%0], {%1,%2,%3,%4,%5,%6,%7,%8}, %9;"
-                     :
-                     : "l"(p), "f"(f.x[0]), "f"(f.x[1]), "f"(f.x[2]), "f"(f.x[3]), "f"(f.x[4]), "f"(f.x[5]),
-                       "f"(f.x[6]), "f"(f.x[7]), "r"(ldm)
-                     : "memory");
-    }
-}
-
-#define FA_WMMA_MMA(LA, LB, LANAME, LBNAME)                                                                    \
-    __device__ __forceinline__ void mma_sync(fa_acc_t& d, const fragment<matrix_a, 16, 16, 16, fa_bf16, LA>& a, \
-                                             const fragment<matrix_b, 16, 16, 16, fa_bf16, LB>& b,             \
-                                             const fa_acc_t& c) {                                              \
-        asm volatile("wmma.mma.sync.aligned." LANAME "." LBNAME ".m16n16k16.f32.bf16.bf16.f32 "               \
-                     "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, {%12,%13,%14,%15}, "                         \
-                     "{%16,%17,%18,%19,%20,%21,%22,%23};"                                                      \
-                     : "=f"(d.x[0]), "=f"(d.x[1]), "=f"(d.x[2]), "=f"(d.x[3]), "=f"(d.x[4]), "=f"(d.x[5]),     \
-                       "=f"(d.x[6]), "=f"(d.x[7])                                                              \
-                     : "r"(a.x[0]), "r"(a.x[1]), "r"(a.x[2]), "r"(a.x[3]), "r"(b.x[0]), "r"(b.x[1]),          \
-                       "r"(b.x[2]), "r"(b.x[3]), "f"(c.x[0]), "f"(c.x[1]), "f"(c.x[2]), "f"(c.x[3]),           \
-                       "f"(c.x[4]), "f"(c.x[5]), "f"(c.x[6]), "f"(c.x[7]));                                    \
-    }
-FA_WMMA_MMA(row_major, col_major, "row", "col")
-FA_WMMA_MMA(row_major, row_major, "row", "row")
-FA_WMMA_MMA(col_major, row_major, "col", "row")
-FA_WMMA_MMA(col_major, col_major, "col", "col")
-} // namespace fa_wmma
-#endif // FA_TC
-#else  // the emulator: cuda_emu.h's nvcuda::wmma and __nv_bfloat16
+#else  // the emulator: cuda_emu.h's __nv_bfloat16
 #define FA_TC 1
 typedef __nv_bfloat16 fa_bf16;
 __device__ __forceinline__ fa_bf16 fa_to_bf16(float f) { return __float2bfloat16(f); }
-namespace fa_wmma = nvcuda::wmma;
 #endif
 
 // fa_round rounds a region of shared memory up to 128 bytes, so every
-// region (and every 16-row block of it) is 32-byte aligned for WMMA.
+// region starts 128-byte aligned.
 __host__ __device__ constexpr int fa_round(int n) { return (n + 127) / 128 * 128; }
-__host__ __device__ constexpr int fa_max(int a, int b) { return a > b ? a : b; }
 
 // FaFwd is the forward kernel's shape: BR query rows (16 a warp) against
 // BC keys, head size HD. The q, k and v tiles are bf16 rows padded by 8
@@ -178,27 +99,22 @@ struct FaFwd {
     static constexpr int SHARED = Q_BYTES + 2 * KV_BYTES;
 };
 
-// FaBwd is the backward kernel's shape: BC keys per block against BR query
-// rows at a time, head size HD, 8 warps. The warps' 16×16 scratch (two
-// blocks each, stride LDW) and the tile's dq (stride LDO) share a region.
+// FaBwd is the backward kernel's shape: BC keys a block (16 a warp)
+// against BR = BC query rows at a time, head size HD. The k, v, q and dout
+// tiles are bf16 rows padded as FaFwd's; dSᵀ is bf16 (a row per key,
+// padded by 8); lse (in log2 units) and delta a float per query row.
 // kernels/cuda/flashattention.go's FlashBackwardShared is SHARED.
 template <int HD, int BR, int BC>
 struct FaBwd {
-    static constexpr int WARPS = 8, THREADS = 32 * WARPS;
-    static constexpr int KB = BC / 16;         // key blocks
-    static constexpr int SPLIT = WARPS / KB;   // warps per key block
-    static_assert(HD % 32 == 0 && BR % 16 == 0 && WARPS % KB == 0 && (HD / 16) % SPLIT == 0, "tile shape");
-    static constexpr int HW = HD / SPLIT;      // dk, dv columns per warp
-    static constexpr int LDH = HD + 8;         // bf16 rows of k, v, q, dout
-    static constexpr int LDT = BR + 8;         // bf16 rows of Pᵀ and dSᵀ (a row per key)
-    static constexpr int LDO = HD + 4;         // fp32 rows of dq
-    static constexpr int LDW = 20;             // fp32 rows of a warp's scratch
+    static_assert(HD % 16 == 0 && BC % 16 == 0 && BR == BC, "tile shape");
+    static constexpr int WARPS = BC / 16, THREADS = 32 * WARPS;
+    static constexpr int LDH = HD + 8; // bf16 rows of k, v, q, dout
+    static constexpr int LDT = BR + 8; // bf16 rows of dSᵀ (a row per key)
     static constexpr int KV_BYTES = fa_round(BC * LDH * 2);
     static constexpr int QD_BYTES = fa_round(BR * LDH * 2);
     static constexpr int T_BYTES = fa_round(BC * LDT * 2);
-    static constexpr int X_BYTES = fa_round(fa_max(BR * LDO * 4, WARPS * 2 * 16 * LDW * 4));
     static constexpr int ROW_BYTES = fa_round(BR * 4);
-    static constexpr int SHARED = 2 * KV_BYTES + 2 * QD_BYTES + 2 * T_BYTES + X_BYTES + 2 * ROW_BYTES;
+    static constexpr int SHARED = 2 * KV_BYTES + 2 * QD_BYTES + T_BYTES + 2 * ROW_BYTES;
 };
 
 // fa_load_tile rounds rows r0 … r0+ROWS−1 of one head (HD elements from
@@ -233,10 +149,41 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const void* __restric
 // index in the lower half (an mma fragment register).
 __device__ __forceinline__ unsigned fa_u32(const fa_bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
 
-// fa_u32x2 packs two bf16 elements that are not adjacent, lo in the lower half.
-__device__ __forceinline__ unsigned fa_u32x2(const fa_bf16* lo, const fa_bf16* hi) {
-    return (unsigned)*reinterpret_cast<const unsigned short*>(lo) |
-           ((unsigned)*reinterpret_cast<const unsigned short*>(hi) << 16);
+// fa_ldsm_t is ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane
+// 8m + i gives row i of 8×8 matrix m (16 bytes of shared memory, 16-byte
+// aligned), and lane 4g + t gets in r[m] rows 2t and 2t+1 of its column
+// g, the lower row in the lower half: an mma fragment register of the
+// matrix's transpose. The emulator's emu_ldmatrix_x4 is the same.
+__device__ __forceinline__ void fa_ldsm_t(unsigned (&r)[4], const fa_bf16* row) {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(row));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)a));
+#endif
+#else
+    emu_ldmatrix_x4(r, row, true);
+#endif
+}
+
+// fa_ldsm_b reads the B fragments of the 16×16 block at p of a row-major
+// bf16 tile of row stride LD whose rows are the mma's k and columns its n:
+// b[0], b[1] for columns 0-7, b[2], b[3] for columns 8-15.
+template <int LD>
+__device__ __forceinline__ void fa_ldsm_b(unsigned (&b)[4], const fa_bf16* p) {
+    const int lane = threadIdx.x & 31, m = lane >> 3;
+    fa_ldsm_t(b, p + ((m & 1) * 8 + (lane & 7)) * LD + (m >> 1) * 8);
+}
+
+// fa_ldsm_a reads the A fragment of the transpose of the 16×16 block at p
+// of a row-major bf16 tile of row stride LD whose rows are the mma's k and
+// columns its m.
+template <int LD>
+__device__ __forceinline__ void fa_ldsm_a(unsigned (&a)[4], const fa_bf16* p) {
+    const int lane = threadIdx.x & 31, m = lane >> 3;
+    fa_ldsm_t(a, p + ((m >> 1) * 8 + (lane & 7)) * LD + (m & 1) * 8);
 }
 
 // fa_pack rounds lo and hi to bf16 (to nearest even) and packs them, lo in
@@ -384,15 +331,17 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
             pf[j / 2][2 * (j & 1) + 1] = fa_pack(p2, p3);
         }
 
-        // O += P·V: B = V[keys][columns], rows 2t, 2t+1 (and +8) of a key block.
+        // O += P·V (B = V[keys][columns], by ldmatrix.trans).
 #pragma unroll
         for (int kk = 0; kk < NJ / 2; kk++) {
             if (k0 + 16 * kk > rlast) continue; // probabilities all 0
-            const fa_bf16* vp = vs + (16 * kk + 2 * tg) * LDH + g;
 #pragma unroll
-            for (int d = 0; d < ND; d++)
-                fa_mma(o[d], pf[kk], fa_u32x2(vp + 8 * d, vp + LDH + 8 * d),
-                       fa_u32x2(vp + 8 * LDH + 8 * d, vp + 9 * LDH + 8 * d));
+            for (int d = 0; d < ND; d += 2) {
+                unsigned bv[4];
+                fa_ldsm_b<LDH>(bv, vs + 16 * kk * LDH + 8 * d);
+                fa_mma(o[d], pf[kk], bv[0], bv[1]);
+                fa_mma(o[d + 1], pf[kk], bv[2], bv[3]);
+            }
         }
     }
 
@@ -418,6 +367,14 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
 #endif
 }
 
+// fa_backward: see the file's comment. Warp w owns keys 16w … 16w+15 of
+// the block's tile: lane 4g+t holds keys g and g+8 of its Sᵀ, dPᵀ, Pᵀ and
+// dSᵀ (query columns 8j+2t, 8j+2t+1 of query block j) and of its dk and dv
+// (head columns 8d+2t, 8d+2t+1), all in PTX's accumulator layout; Pᵀ and
+// dSᵀ go from there into the A fragments of Pᵀ·dO and dSᵀ·Q. dSᵀ is also
+// stored to shared memory, and warp w then takes the tile's query rows
+// 16w … 16w+15 for dq = dS·K over the block's keys (dS's A fragments and
+// K's B fragments by ldmatrix.trans), added to dqacc with atomics.
 template <int HD, int BR, int BC>
 __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void* __restrict__ dout,
                                             const void* __restrict__ qkv, const float* __restrict__ lse,
@@ -425,22 +382,19 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
                                             float* __restrict__ dqacc, long long dqld, int bf) {
 #if FA_TC
     typedef FaBwd<HD, BR, BC> G;
-    using namespace fa_wmma;
-    typedef fragment<accumulator, 16, 16, 16, float> acc_t;
-    constexpr int LDH = G::LDH, LDT = G::LDT, LDO = G::LDO, LDW = G::LDW, KB = G::KB, HW = G::HW;
+    constexpr int LDH = G::LDH, LDT = G::LDT, NJ = BR / 8, ND = HD / 8, NK = HD / 16;
     extern __shared__ __align__(128) float fa_smem[];
     char* base = reinterpret_cast<char*>(fa_smem);
     fa_bf16* ks = reinterpret_cast<fa_bf16*>(base);
     fa_bf16* vs = reinterpret_cast<fa_bf16*>(base + G::KV_BYTES);
     fa_bf16* qs = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES);
     fa_bf16* gs = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + G::QD_BYTES);
-    fa_bf16* pt = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES);
-    fa_bf16* dst = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES + G::T_BYTES);
-    float* xs = reinterpret_cast<float*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES + 2 * G::T_BYTES);
-    float* lrow = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + G::X_BYTES);
+    fa_bf16* dst = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES);
+    float* lrow = reinterpret_cast<float*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES + G::T_BYTES);
     float* drow = reinterpret_cast<float*>(reinterpret_cast<char*>(lrow) + G::ROW_BYTES);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, tg = lane & 3;
     const int nt = (T + BR - 1) / BR;
     const int kvh = blockIdx.x, b = blockIdx.y;
     const int k0 = blockIdx.z * BC;
@@ -451,18 +405,19 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
     const long long row0 = (long long)b * T * ld3; // elements of qkv and dqkv
     float* dqrow0 = dqacc + (long long)b * T * dqld;
     const int qb = BF(bf, 2);
+    const float sl2 = scale * 1.4426950408889634f; // scores to log2 units
 
-    const int kb = warp % KB, part = warp / KB; // the warp's key block and part of the head columns
-    const int key0 = k0 + 16 * kb;              // its first key
-    const int c0 = part * HW;                   // its first head column of dk and dv
-    float* wscr = xs + warp * 2 * 16 * LDW;     // its two 16×16 scratch blocks
+    const int kw = k0 + 16 * warp;     // the warp's first key
+    const int kr0 = kw + g, kr1 = kr0 + 8; // the lane's two keys
 
     fa_load_tile<BC, HD, LDH, G::THREADS>(ks, qkv, row0 + kofs, qb, ld3, k0, T);
     fa_load_tile<BC, HD, LDH, G::THREADS>(vs, qkv, row0 + vofs, qb, ld3, k0, T);
 
-    acc_t dk[HW / 16], dv[HW / 16];
+    float dk[ND][4], dv[ND][4];
 #pragma unroll
-    for (int j = 0; j < HW / 16; j++) fill_fragment(dk[j], 0.0f), fill_fragment(dv[j], 0.0f);
+    for (int d = 0; d < ND; d++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) dk[d][i] = dv[d][i] = 0.0f;
 
     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
         const long long qbase = row0 + (long long)h * HD;
@@ -472,115 +427,129 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
         float* dqbase = dqrow0 + (long long)h * HD;
         for (int qt = qfirst; qt < nt; qt++) {
             const int q0 = qt * BR;
-            __syncthreads(); // the previous query tile is consumed
+            __syncthreads(); // the previous query tile and its dSᵀ are consumed
             fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
             fa_load_tile<BR, HD, LDH, G::THREADS>(gs, dout, gbase, BF(bf, 1), C, q0, T);
             for (int r = tid; r < BR; r += G::THREADS) {
                 const int t = q0 + r;
-                lrow[r] = t < T ? lbase[t] : 0.0f;
+                lrow[r] = t < T ? lbase[t] * 1.4426950408889634f : 0.0f;
                 drow[r] = t < T ? dbase[t] : 0.0f;
             }
             __syncthreads();
 
-            // (1) Pᵀ and dSᵀ on the warp's key block, query blocks part, part+SPLIT, ….
-            for (int j = part; j < BR / 16; j += G::SPLIT) {
-                fa_bf16* ptb = pt + 16 * kb * LDT + 16 * j;
-                fa_bf16* dsb = dst + 16 * kb * LDT + 16 * j;
-                if (key0 > q0 + 16 * j + 15) { // every key past every row: zeros
-                    for (int e = lane; e < 256; e += 32) {
-                        ptb[(e >> 4) * LDT + (e & 15)] = fa_to_bf16(0.0f);
-                        dsb[(e >> 4) * LDT + (e & 15)] = fa_to_bf16(0.0f);
-                    }
-                    continue;
-                }
-                acc_t s, dp;
-                fill_fragment(s, 0.0f);
-                fill_fragment(dp, 0.0f);
+            // (1) Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on the warp's keys; query
+            // blocks wholly before its first key, or past T, stay 0.
+            float s[NJ][4], dp[NJ][4];
 #pragma unroll
-                for (int kk = 0; kk < HD / 16; kk++) {
-                    fragment<matrix_a, 16, 16, 16, fa_bf16, row_major> a;
-                    fragment<matrix_b, 16, 16, 16, fa_bf16, col_major> bt;
-                    load_matrix_sync(a, ks + 16 * kb * LDH + 16 * kk, LDH);
-                    load_matrix_sync(bt, qs + 16 * j * LDH + 16 * kk, LDH);
-                    mma_sync(s, a, bt, s);
-                    load_matrix_sync(a, vs + 16 * kb * LDH + 16 * kk, LDH);
-                    load_matrix_sync(bt, gs + 16 * j * LDH + 16 * kk, LDH);
-                    mma_sync(dp, a, bt, dp);
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < NK; kk++) {
+                unsigned ak[4], av[4];
+                const fa_bf16* kp = ks + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
+                const fa_bf16* vp = vs + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
+                ak[0] = fa_u32(kp), ak[1] = fa_u32(kp + 8 * LDH), ak[2] = fa_u32(kp + 8), ak[3] = fa_u32(kp + 8 * LDH + 8);
+                av[0] = fa_u32(vp), av[1] = fa_u32(vp + 8 * LDH), av[2] = fa_u32(vp + 8), av[3] = fa_u32(vp + 8 * LDH + 8);
+#pragma unroll
+                for (int j = 0; j < NJ; j++) {
+                    if (q0 + 8 * j + 7 < kw || q0 + 8 * j >= T) continue;
+                    const fa_bf16* qp = qs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
+                    const fa_bf16* gp = gs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
+                    fa_mma(s[j], ak, fa_u32(qp), fa_u32(qp + 8));
+                    fa_mma(dp[j], av, fa_u32(gp), fa_u32(gp + 8));
                 }
-                store_matrix_sync(wscr, s, LDW, mem_row_major);
-                store_matrix_sync(wscr + 16 * LDW, dp, LDW, mem_row_major);
-                __syncwarp();
-                for (int e = lane; e < 256; e += 32) {
-                    const int kr = e >> 4, qc = e & 15;
-                    const int qi = 16 * j + qc, t = q0 + qi;
-                    const bool valid = key0 + kr <= t && t < T;
-                    const float p = valid ? expf(wscr[kr * LDW + qc] * scale - lrow[qi]) : 0.0f;
-                    const float ds = p * (wscr[16 * LDW + kr * LDW + qc] - drow[qi]) * scale;
-                    ptb[kr * LDT + qc] = fa_to_bf16(p);
-                    dsb[kr * LDT + qc] = fa_to_bf16(ds);
-                }
-                __syncwarp(); // the scratch is read before the next block's store
             }
-            __syncthreads();
 
-            // (2) dv += Pᵀ·dO and dk += dSᵀ·Q on the warp's blocks.
+            // (2) Pᵀ = exp(Sᵀ·scale − lse) and dSᵀ = Pᵀ∘(dPᵀ − delta)·scale,
+            // 0 where the query is before the key or past T; into A
+            // fragments (and dSᵀ into shared memory).
+            unsigned pf[NJ / 2][4], df[NJ / 2][4];
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                float p[4], ds[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const int qi = 8 * j + 2 * tg + (i & 1), t = q0 + qi;
+                    const int key = i < 2 ? kr0 : kr1;
+                    p[i] = t >= key && t < T ? exp2f(s[j][i] * sl2 - lrow[qi]) : 0.0f;
+                    ds[i] = p[i] * (dp[j][i] - drow[qi]) * scale;
+                }
+                pf[j / 2][2 * (j & 1)] = fa_pack(p[0], p[1]);
+                pf[j / 2][2 * (j & 1) + 1] = fa_pack(p[2], p[3]);
+                df[j / 2][2 * (j & 1)] = fa_pack(ds[0], ds[1]);
+                df[j / 2][2 * (j & 1) + 1] = fa_pack(ds[2], ds[3]);
+                *reinterpret_cast<unsigned*>(dst + (16 * warp + g) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1)];
+                *reinterpret_cast<unsigned*>(dst + (16 * warp + g + 8) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1) + 1];
+            }
+
+            // (3) dv += Pᵀ·dO and dk += dSᵀ·Q (B = dO, Q [queries][columns],
+            // by ldmatrix.trans), over the query blocks that see a key of the warp.
 #pragma unroll
             for (int kk = 0; kk < BR / 16; kk++) {
-                if (q0 + 16 * kk + 15 < key0 || q0 + 16 * kk >= T) continue; // no row of the block sees a key
-                fragment<matrix_a, 16, 16, 16, fa_bf16, row_major> ap, ad;
-                load_matrix_sync(ap, pt + 16 * kb * LDT + 16 * kk, LDT);
-                load_matrix_sync(ad, dst + 16 * kb * LDT + 16 * kk, LDT);
+                if (q0 + 16 * kk + 15 < kw || q0 + 16 * kk >= T) continue;
 #pragma unroll
-                for (int j = 0; j < HW / 16; j++) {
-                    fragment<matrix_b, 16, 16, 16, fa_bf16, row_major> bm;
-                    load_matrix_sync(bm, gs + 16 * kk * LDH + c0 + 16 * j, LDH);
-                    mma_sync(dv[j], ap, bm, dv[j]);
-                    load_matrix_sync(bm, qs + 16 * kk * LDH + c0 + 16 * j, LDH);
-                    mma_sync(dk[j], ad, bm, dk[j]);
+                for (int d = 0; d < ND; d += 2) {
+                    unsigned bm[4];
+                    fa_ldsm_b<LDH>(bm, gs + 16 * kk * LDH + 8 * d);
+                    fa_mma(dv[d], pf[kk], bm[0], bm[1]);
+                    fa_mma(dv[d + 1], pf[kk], bm[2], bm[3]);
+                    fa_ldsm_b<LDH>(bm, qs + 16 * kk * LDH + 8 * d);
+                    fa_mma(dk[d], df[kk], bm[0], bm[1]);
+                    fa_mma(dk[d + 1], df[kk], bm[2], bm[3]);
                 }
             }
-            // … and the tile's dq = dS·K, block by block, into xs.
-            for (int blk = warp; blk < (BR / 16) * (HD / 16); blk += G::WARPS) {
-                const int i = blk / (HD / 16), j = blk % (HD / 16);
-                acc_t acc;
-                fill_fragment(acc, 0.0f);
-#pragma unroll
-                for (int kk = 0; kk < KB; kk++) {
-                    if (k0 + 16 * kk > q0 + 16 * i + 15) break; // this key block and the later ones are masked
-                    fragment<matrix_a, 16, 16, 16, fa_bf16, col_major> a;
-                    fragment<matrix_b, 16, 16, 16, fa_bf16, row_major> bk;
-                    load_matrix_sync(a, dst + 16 * kk * LDT + 16 * i, LDT);
-                    load_matrix_sync(bk, ks + 16 * kk * LDH + 16 * j, LDH);
-                    mma_sync(acc, a, bk, acc);
-                }
-                store_matrix_sync(xs + 16 * i * LDO + 16 * j, acc, LDO, mem_row_major);
-            }
-            __syncthreads();
+            __syncthreads(); // dSᵀ is whole
 
-            // (3) dq += the tile's share, for the rows that see a key of the tile.
-            for (int e = tid; e < BR * HD; e += G::THREADS) {
-                const int r = e / HD, c = e - r * HD;
-                const int t = q0 + r;
-                if (t >= k0 && t < T) atomicAdd(&dqbase[(long long)t * dqld + c], xs[r * LDO + c]);
+            // (4) dq += dS·K on the tile's rows 16w … 16w+15 (A = dS, the
+            // transpose of dSᵀ, and B = K [keys][columns], by ldmatrix.trans),
+            // over the key blocks some of those rows see.
+            const int qw = q0 + 16 * warp;
+            if (qw < T && qw + 15 >= k0) {
+                float dq[ND][4];
+#pragma unroll
+                for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; kk++) {
+                    if (k0 + 16 * kk > qw + 15) break; // this key block and the later ones are masked
+                    unsigned a[4];
+                    fa_ldsm_a<LDT>(a, dst + 16 * kk * LDT + 16 * warp);
+#pragma unroll
+                    for (int d = 0; d < ND; d += 2) {
+                        unsigned bk[4];
+                        fa_ldsm_b<LDH>(bk, ks + 16 * kk * LDH + 8 * d);
+                        fa_mma(dq[d], a, bk[0], bk[1]);
+                        fa_mma(dq[d + 1], a, bk[2], bk[3]);
+                    }
+                }
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int t = qw + g + 8 * half;
+                    if (t >= T) continue;
+                    float* dqr = dqbase + (long long)t * dqld + 2 * tg;
+#pragma unroll
+                    for (int d = 0; d < ND; d++) {
+                        atomicAdd(dqr + 8 * d, dq[d][2 * half]);
+                        atomicAdd(dqr + 8 * d + 1, dq[d][2 * half + 1]);
+                    }
+                }
             }
         }
     }
 
-    // dk and dv, each block through the warp's scratch.
-    __syncthreads(); // xs is no longer read as dq
+    // dk and dv of the lane's two keys.
 #pragma unroll
-    for (int j = 0; j < HW / 16; j++) {
+    for (int half = 0; half < 2; half++) {
+        const int t = half ? kr1 : kr0;
+        if (t >= T) continue;
+        const long long r = row0 + (long long)t * ld3 + 2 * tg;
 #pragma unroll
-        for (int w = 0; w < 2; w++) {
-            store_matrix_sync(wscr, w == 0 ? dk[j] : dv[j], LDW, mem_row_major);
-            __syncwarp();
-            const long long ofs = (w == 0 ? kofs : vofs) + c0 + 16 * j;
-            for (int e = lane; e < 256; e += 32) {
-                const int kr = e >> 4, c = e & 15;
-                const int t = key0 + kr;
-                if (t < T) stx(dqkv, row0 + (long long)t * ld3 + ofs + c, wscr[kr * LDW + c], BF(bf, 0));
+        for (int d = 0; d < ND; d++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                stx(dqkv, r + kofs + 8 * d + e, dk[d][2 * half + e], BF(bf, 0));
+                stx(dqkv, r + vofs + 8 * d + e, dv[d][2 * half + e], BF(bf, 0));
             }
-            __syncwarp();
         }
     }
 #endif
@@ -594,7 +563,7 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
         fa_forward<HD, BR, BC>(out, lse, qkv, T, NH, NKV, scale, bf);                                          \
     }
 #define FA_BACKWARD(HD, BR, BC)                                                                                \
-    extern "C" __global__ void __launch_bounds__(256) flash_attn_backward_hs##HD##_q##BR##k##BC(         \
+    extern "C" __global__ void __launch_bounds__(2 * BC) flash_attn_backward_hs##HD##_q##BR##k##BC(      \
         void* dqkv, const void* dout, const void* qkv, const float* lse, const float* delta, int T, int NH,   \
         int NKV, float scale, float* dqacc, long long dqld, int bf) {                                          \
         fa_backward<HD, BR, BC>(dqkv, dout, qkv, lse, delta, T, NH, NKV, scale, dqacc, dqld, bf);              \
@@ -604,14 +573,12 @@ FA_FORWARD(64, 128, 64)
 FA_FORWARD(128, 128, 64)
 FA_BACKWARD(64, 64, 64)
 FA_BACKWARD(128, 64, 64)
-FA_BACKWARD(128, 32, 64)
 
 // The bytes flashattention.go's FlashForwardShared and FlashBackwardShared
 // give (and its comment lists): the launch must ask for what the kernel uses.
 static_assert(FaFwd<64, 128, 64>::SHARED == 36864 && FaFwd<128, 128, 64>::SHARED == 69632,
               "flashattention.go's FlashForwardShared");
-static_assert(FaBwd<64, 64, 64>::SHARED == 76288 && FaBwd<128, 64, 64>::SHARED == 122368 &&
-                  FaBwd<128, 32, 64>::SHARED == 83200,
+static_assert(FaBwd<64, 64, 64>::SHARED == 46592 && FaBwd<128, 64, 64>::SHARED == 79360,
               "flashattention.go's FlashBackwardShared");
 
 // flash_attn_prep: delta (B,NH,T) = rowsum(dout∘out) per query row

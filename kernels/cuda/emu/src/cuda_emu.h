@@ -716,7 +716,7 @@ struct fragment {
 
 namespace emu {
 
-enum { wmma_load = 1, wmma_store = 2, wmma_mma = 3, wmma_load_c = 4, mma_m16n8k16 = 5 };
+enum { wmma_load = 1, wmma_store = 2, wmma_mma = 3, wmma_load_c = 4, mma_m16n8k16 = 5, ldmatrix_x4 = 6 };
 
 [[noreturn]] inline void wmma_fail(const char* op, const char* what) {
 	std::fprintf(stderr, "emu: block (%u,%u,%u) thread %d: wmma %s: %s\n", blockIdx.x, blockIdx.y, blockIdx.z, tl_tid, op, what);
@@ -730,6 +730,7 @@ inline const char* wmma_name(int op) {
 	case wmma_load_c: return "load_matrix_sync (accumulator)";
 	case wmma_store: return "store_matrix_sync";
 	case mma_m16n8k16: return "mma.sync.m16n8k16";
+	case ldmatrix_x4: return "ldmatrix.sync.m8n8.x4";
 	}
 	return "mma_sync";
 }
@@ -870,4 +871,39 @@ inline void emu_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], unsigne
 	}
 	emu::wmma_leave();
 	for (int i = 0; i < 4; i++) d[i] = r[i];
+}
+
+// ---- ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 ----
+//
+// emu_ldmatrix_x4(r, row, trans) is PTX's ldmatrix of four 8×8 matrices
+// of 16-bit elements: lane 8m + i gives the address of row i of matrix m
+// (16 bytes, 16-byte aligned: checked), and lane 4g + t receives in r[m]
+// row g, columns 2t and 2t+1 of matrix m — or, with .trans, rows 2t and
+// 2t+1 of column g — the lower-indexed element in the lower 16 bits: an
+// mma fragment register. Warp-collective (all 32 lanes: checked).
+inline void emu_ldmatrix_x4(unsigned (&r)[4], const void* row, bool trans) {
+	emu::Warp& w = emu::warp();
+	const int l = emu::lane();
+	const char* op = emu::wmma_name(emu::ldmatrix_x4);
+	if ((uintptr_t)row % 16 != 0) emu::wmma_fail(op, "a row address is not 16-byte aligned");
+	// wmma_arrive's checks, but for the address: each lane gives its own.
+	if (w.size != 32 || w.bar.expected != 32) {
+		char msg[128];
+		std::snprintf(msg, sizeof msg, "called by %d of the warp's 32 lanes (all 32 must call it)", w.bar.expected);
+		emu::wmma_fail(op, msg);
+	}
+	w.slot[l] = (unsigned long long)(uintptr_t)row;
+	w.wmma_calls[l]++;
+	w.bar.arrive_and_wait();
+	if (w.wmma_calls[l] != w.wmma_calls[0]) emu::wmma_fail(op, "lanes at different calls (each lane must make the same calls)");
+	const int g = l >> 2, t = l & 3;
+	auto at = [&](int lane, int i) { return ((const unsigned short*)(uintptr_t)w.slot[lane])[i]; };
+	unsigned out[4];
+	for (int m = 0; m < 4; m++) {
+		const unsigned lo = trans ? at(8 * m + 2 * t, g) : at(8 * m + g, 2 * t);
+		const unsigned hi = trans ? at(8 * m + 2 * t + 1, g) : at(8 * m + g, 2 * t + 1);
+		out[m] = lo | hi << 16;
+	}
+	emu::wmma_leave();
+	for (int m = 0; m < 4; m++) r[m] = out[m];
 }
