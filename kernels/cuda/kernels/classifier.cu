@@ -23,16 +23,42 @@ extern "C" __global__ void __launch_bounds__(512)
 	long long x = (long long)r * ld; // the row's first element
 	int t = targets[r], lb = bf & 1;
 	float xt = (t >= 0 && t < V) ? ldx(logits, x + t, lb) : 0.0f; // before any thread overwrites it
+	// bf16 rows that start 16-byte aligned are read and written eight
+	// columns at a time up to V8; the columns from V8 on one at a time.
+	const bf16_t* row = (const bf16_t*)logits + x;
+	const int V8 = lb && ((unsigned long long)row & 15) == 0 ? V & ~7 : 0;
 	float mx = -__int_as_float(0x7f800000);
-	for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ldx(logits, x + i, lb));
+	for (int i = 8 * threadIdx.x; i < V8; i += 8 * blockDim.x) {
+		float v[8];
+		ld8(v, row + i);
+#pragma unroll
+		for (int k = 0; k < 8; k++) mx = fmaxf(mx, v[k]);
+	}
+	for (int i = V8 + threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, ldx(logits, x + i, lb));
 	mx = block_max(mx);
 	double s = 0.0;
-	for (int i = threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(ldx(logits, x + i, lb) - mx);
+	for (int i = 8 * threadIdx.x; i < V8; i += 8 * blockDim.x) {
+		float v[8];
+		ld8(v, row + i);
+#pragma unroll
+		for (int k = 0; k < 8; k++) s += (double)exp32(v[k] - mx);
+	}
+	for (int i = V8 + threadIdx.x; i < V; i += blockDim.x) s += (double)exp32(ldx(logits, x + i, lb) - mx);
 	s = block_sum_d(s);
 	if (threadIdx.x == 0) losses[r] = (float)((double)mx + log(s) - (double)xt);
 	if (!grad) return;
 	float sc = dscale * (float)(1.0 / s);
-	for (int i = threadIdx.x; i < V; i += blockDim.x) {
+	for (int i = 8 * threadIdx.x; i < V8; i += 8 * blockDim.x) {
+		float v[8];
+		ld8(v, row + i);
+#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			v[k] = exp32(v[k] - mx) * sc;
+			if (i + k == t) v[k] -= dscale;
+		}
+		st8((bf16_t*)logits + x + i, v);
+	}
+	for (int i = V8 + threadIdx.x; i < V; i += blockDim.x) {
 		float g = exp32(ldx(logits, x + i, lb) - mx) * sc;
 		if (i == t) g -= dscale;
 		stx(logits, x + i, g, lb);

@@ -147,6 +147,27 @@ __device__ __forceinline__ void stx(void* p, long long i, float v, int isbf) {
 		((float*)p)[i] = v;
 }
 
+// ld8 widens the eight bfloat16s at p (16-byte aligned) to v; st8 stores
+// v there rounded, as stx does.
+__device__ __forceinline__ void ld8(float (&v)[8], const bf16_t* p) {
+	const uint4 u = *(const uint4*)p;
+	const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		v[2 * k] = __uint_as_float(w[k] << 16);
+		v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+	}
+}
+
+__device__ __forceinline__ void st8(bf16_t* p, const float (&v)[8]) {
+	uint4 u;
+	u.x = (unsigned)f32_to_bf16(v[0]) | (unsigned)f32_to_bf16(v[1]) << 16;
+	u.y = (unsigned)f32_to_bf16(v[2]) | (unsigned)f32_to_bf16(v[3]) << 16;
+	u.z = (unsigned)f32_to_bf16(v[4]) | (unsigned)f32_to_bf16(v[5]) << 16;
+	u.w = (unsigned)f32_to_bf16(v[6]) | (unsigned)f32_to_bf16(v[7]) << 16;
+	*(uint4*)p = u;
+}
+
 // stored is v as stx stores it: rounded to bfloat16 when isbf.
 __device__ __forceinline__ float stored(float v, int isbf) { return isbf ? bf16_to_f32(f32_to_bf16(v)) : v; }
 
