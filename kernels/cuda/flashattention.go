@@ -41,10 +41,10 @@ type flashKernel struct {
 // flashKernels lists the kernels as flashattention.cu stamps them out. The
 // bytes of shared memory (FlashForwardShared, FlashBackwardShared):
 //
-//	forward  hs64  128×64:  36,864 (fits every device: 96 KiB and up)
-//	forward  hs128 128×64:  69,632 (every device)
-//	backward hs64   64×64:  46,592 (every device)
-//	backward hs128  64×64:  79,360 (every device)
+//	forward  hs64  128×64:  55,296 (every device: 96 KiB and up; two stages)
+//	forward  hs128 128×64:  69,632 (every device; one stage)
+//	backward hs64   64×64:  65,536 (every device; two stages)
+//	backward hs128  64×64:  79,360 (every device; one stage)
 func flashKernels() []flashKernel {
 	return []flashKernel{
 		{"flash_attn_forward_hs64", 64, false, []AttTile{{128, 64}}},
@@ -78,20 +78,33 @@ func flashRound(n int) int { return (n + 127) / 128 * 128 }
 
 // FlashForwardShared is the dynamic shared memory, in bytes, of the flash
 // forward kernel of head size hs on tile t (flashattention.cu's FaFwd):
-// the q tile and k and v tiles in bf16 (rows of hs+8); the scores,
-// probabilities and output stay in registers.
+// the q tile and a stage of k and v tiles in bf16 (rows of hs+8) — two
+// stages (the next key tile copied in during the current one) where that
+// fits 96 KiB, one elsewhere; the scores, probabilities and output stay in
+// registers.
 func FlashForwardShared(hs int, t AttTile) int {
 	ldh := hs + 8
-	return flashRound(t.Q*ldh*2) + 2*flashRound(t.K*ldh*2)
+	q, kv := flashRound(t.Q*ldh*2), flashRound(t.K*ldh*2)
+	if two := q + 4*kv; two <= 96*1024 {
+		return two
+	}
+	return q + 2*kv
 }
 
 // FlashBackwardShared is the dynamic shared memory, in bytes, of the flash
 // backward kernel of head size hs on tile t (flashattention.cu's FaBwd):
-// k, v, q and dout tiles in bf16 (rows of hs+8), dSᵀ in bf16 (a row of
-// t.Q+8 per key), and a row each of lse and delta.
+// k and v tiles in bf16 (rows of hs+8), dSᵀ in bf16 (a row of t.Q+8 per
+// key), and a stage of q and dout tiles and a row each of lse and delta —
+// two stages (the next query tile copied in during the current one) where
+// that fits 96 KiB, one elsewhere.
 func FlashBackwardShared(hs int, t AttTile) int {
 	ldh, ldt := hs+8, t.Q+8
-	return 2*flashRound(t.K*ldh*2) + 2*flashRound(t.Q*ldh*2) + flashRound(t.K*ldt*2) + 2*flashRound(t.Q*4)
+	kv, tt := flashRound(t.K*ldh*2), flashRound(t.K*ldt*2)
+	stage := 2*flashRound(t.Q*ldh*2) + 2*flashRound(t.Q*4)
+	if two := 2*kv + 2*stage + tt; two <= 96*1024 {
+		return two
+	}
+	return 2*kv + stage + tt
 }
 
 // FlashChoice is the pair of flash kernels chosen for one head size.

@@ -64,8 +64,8 @@ func flashCheckDQKV(t *testing.T, name string, got, want []float32, B, T, NH, NK
 // the largest that fits, and every one fitting its limit.
 func TestFlashVariants(t *testing.T) {
 	sizes := map[string]int{
-		"fwd hs64 128×64": 36864, "fwd hs128 128×64": 69632,
-		"bwd hs64 64×64": 46592, "bwd hs128 64×64": 79360,
+		"fwd hs64 128×64": 55296, "fwd hs128 128×64": 69632,
+		"bwd hs64 64×64": 65536, "bwd hs128 64×64": 79360,
 	}
 	for k, want := range sizes {
 		var hs, q, kk int
@@ -315,6 +315,16 @@ extern "C" __global__ void ldsm(unsigned* out, int trans) {
 	for (int k = 0; k < 4; k++) out[4 * threadIdx.x + k] = r[k];
 }
 
+// cpasync: each thread copies in[thread] into fresh dynamic shared memory
+// with cp.async and reads it back, after waiting for it or not.
+extern "C" __global__ void cpasync(float* out, const float* in, int wait) {
+	extern __shared__ __align__(128) float sh[];
+	emu_cp_async(&sh[threadIdx.x], &in[threadIdx.x], 4);
+	emu_cp_async_commit();
+	if (wait) emu_cp_async_wait(0);
+	out[blockIdx.x * blockDim.x + threadIdx.x] = sh[threadIdx.x];
+}
+
 // mma_partial: emu_mma_m16n8k16_bf16 by half a warp.
 extern "C" __global__ void mma_partial(float* out) {
 	float acc[4] = {0, 0, 0, 0};
@@ -352,7 +362,7 @@ func roundF16(x float32) float32 {
 // pair's D = round(A)·round(B) + C (the products exact, the sums in fp32:
 // within 1e-6 of the sum's magnitude), the same for mma.m16n8k16 with
 // its fragments placed by PTX's table, ldmatrix.x4 with and without
-// .trans, the round-to-nearest-even
+// .trans, cp.async read before and after its wait, the round-to-nearest-even
 // conversions, and that it refuses lanes with different arguments, a
 // misaligned tile and a partial warp, and exposes a read of a stored tile
 // without __syncwarp.
@@ -477,6 +487,31 @@ func TestEmuWMMA(t *testing.T) {
 				if got[4*l+mat] != want {
 					t.Errorf("ldmatrix trans=%d: lane %d register %d = %#x, want %#x", trans, l, mat, got[4*l+mat], want)
 				}
+			}
+		}
+	}
+
+	// cp.async: waited for, every block reads the copies; not waited for,
+	// block 0 (even: copies land at the wait) reads the NaN that was
+	// there, block 1 (odd: they land at once) the copies.
+	for _, wait := range []int32{1, 0} {
+		m := prog.NewMachine()
+		f, err := m.Lookup("cpasync")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make([]float32, 32)
+		for i := range in {
+			in[i] = float32(i + 1)
+		}
+		out := m.Alloc(4 * 64)
+		must(t, m.Launch(f, cuda.Dim3{X: 2, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 128, 0, out, m.Float32s(in), wait))
+		run(t, m)
+		got := m.ReadFloat32s(out, 64)
+		for i, v := range got {
+			stale := wait == 0 && i < 32
+			if stale != math.IsNaN(float64(v)) || !stale && v != in[i%32] {
+				t.Errorf("cp.async wait=%d: block %d thread %d read %v", wait, i/32, i%32, v)
 			}
 		}
 	}

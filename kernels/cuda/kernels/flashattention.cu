@@ -96,13 +96,19 @@ struct FaFwd {
     static constexpr int LDH = HD + 8; // bf16 rows of q, k, v
     static constexpr int Q_BYTES = fa_round(BR * LDH * 2);
     static constexpr int KV_BYTES = fa_round(BC * LDH * 2);
-    static constexpr int SHARED = Q_BYTES + 2 * KV_BYTES;
+    // The next key tile's k and v are copied in during the current one
+    // (STAGES 2) where both fit 96 KiB (hs 64), else one at a time.
+    static constexpr int STAGES = Q_BYTES + 4 * KV_BYTES <= 96 * 1024 ? 2 : 1;
+    static constexpr int SHARED = Q_BYTES + STAGES * 2 * KV_BYTES;
 };
 
 // FaBwd is the backward kernel's shape: BC keys a block (16 a warp)
 // against BR = BC query rows at a time, head size HD. The k, v, q and dout
 // tiles are bf16 rows padded as FaFwd's; dSᵀ is bf16 (a row per key,
-// padded by 8); lse (in log2 units) and delta a float per query row.
+// padded by 8); lse and delta a float per query row. The q, dout, lse and
+// delta of the next query tile are copied in while the block works on the
+// current one (STAGES 2) where both fit 96 KiB, the least any device with
+// bf16 tensor cores has (hs 64); else (hs 128) one at a time (STAGES 1).
 // kernels/cuda/flashattention.go's FlashBackwardShared is SHARED.
 template <int HD, int BR, int BC>
 struct FaBwd {
@@ -114,27 +120,80 @@ struct FaBwd {
     static constexpr int QD_BYTES = fa_round(BR * LDH * 2);
     static constexpr int T_BYTES = fa_round(BC * LDT * 2);
     static constexpr int ROW_BYTES = fa_round(BR * 4);
-    static constexpr int SHARED = 2 * KV_BYTES + 2 * QD_BYTES + T_BYTES + 2 * ROW_BYTES;
+    static constexpr int STAGE_BYTES = 2 * QD_BYTES + 2 * ROW_BYTES; // q, dout, lse, delta
+    static constexpr int STAGES = 2 * KV_BYTES + 2 * STAGE_BYTES + T_BYTES <= 96 * 1024 ? 2 : 1;
+    static constexpr int SHARED = 2 * KV_BYTES + STAGES * STAGE_BYTES + T_BYTES;
 };
 
-// fa_load_tile rounds rows r0 … r0+ROWS−1 of one head (HD elements from
+// fa_cp16 and fa_cp4 copy 16 and 4 bytes from global to shared memory
+// asynchronously (cp.async.cg and .ca; sm_80); fa_cp_commit closes the
+// thread's group of copies, and fa_cp_wait<N> waits until all but the
+// newest N of its groups have landed (a __syncthreads after it makes every
+// thread's visible). The emulator's emu_cp_async* are the same.
+__device__ __forceinline__ void fa_cp16(void* dst, const void* src) {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)a), "l"(src) : "memory");
+#endif
+#else
+    emu_cp_async(dst, src, 16);
+#endif
+}
+
+__device__ __forceinline__ void fa_cp4(void* dst, const void* src) {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)a), "l"(src) : "memory");
+#endif
+#else
+    emu_cp_async(dst, src, 4);
+#endif
+}
+
+__device__ __forceinline__ void fa_cp_commit() {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+#else
+    emu_cp_async_commit();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void fa_cp_wait() {
+#if defined(__CUDACC_RTC__)
+#if FA_TC
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+#else
+    emu_cp_async_wait(N);
+#endif
+}
+
+// fa_tile_async rounds rows r0 … r0+ROWS−1 of one head (HD elements from
 // element at of src, row stride ld; float32, or bfloat16 when bf, which
 // rounding leaves as they are) to bf16 into a shared tile of stride LDH;
-// rows at or past T are zeros.
+// rows at or past T are zeros. bf16 rows that start 16-byte aligned are
+// copied with fa_cp16, in the thread's open group of copies (the caller
+// commits and waits); the rest is stored at once.
 template <int ROWS, int HD, int LDH, int THREADS>
-__device__ __forceinline__ void fa_load_tile(fa_bf16* dst, const void* __restrict__ src, long long at, int bf,
-                                             long long ld, int r0, int T) {
-    // bf16 rows that start 16-byte aligned are copied 16 bytes at a time
-    // (the same bits: rounding leaves bf16 values as they are).
+__device__ __forceinline__ void fa_tile_async(fa_bf16* dst, const void* __restrict__ src, long long at, int bf,
+                                              long long ld, int r0, int T) {
     if (bf && (((unsigned long long)src + 2ull * (unsigned long long)at) & 15) == 0 && (ld & 7) == 0) {
         constexpr int V = HD / 8; // 16-byte pieces a row
         const bf16_t* s = reinterpret_cast<const bf16_t*>(src) + at;
         for (int i = threadIdx.x; i < ROWS * V; i += THREADS) {
             const int r = i / V, c = i - r * V;
             const int t = r0 + r;
-            uint4 x = {0u, 0u, 0u, 0u};
-            if (t < T) x = *reinterpret_cast<const uint4*>(s + (long long)t * ld + 8 * c);
-            *reinterpret_cast<uint4*>(dst + r * LDH + 8 * c) = x;
+            if (t < T)
+                fa_cp16(dst + r * LDH + 8 * c, s + (long long)t * ld + 8 * c);
+            else
+                *reinterpret_cast<uint4*>(dst + r * LDH + 8 * c) = uint4{0u, 0u, 0u, 0u};
         }
         return;
     }
@@ -235,8 +294,7 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
     constexpr int LDH = G::LDH, NJ = BC / 8, ND = HD / 8, NK = HD / 16;
     extern __shared__ __align__(128) float fa_smem[];
     fa_bf16* qs = reinterpret_cast<fa_bf16*>(fa_smem);
-    fa_bf16* ks = reinterpret_cast<fa_bf16*>(reinterpret_cast<char*>(fa_smem) + G::Q_BYTES);
-    fa_bf16* vs = reinterpret_cast<fa_bf16*>(reinterpret_cast<char*>(ks) + G::KV_BYTES);
+    char* stage0 = reinterpret_cast<char*>(fa_smem) + G::Q_BYTES; // STAGES of k, v
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, tg = lane & 3;
@@ -252,7 +310,12 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
     const int qb = BF(bf, 1);
     const float sl2 = scale * 1.4426950408889634f; // scores to log2 units
 
-    fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
+    fa_tile_async<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
+    fa_tile_async<BC, HD, LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(stage0), qkv, kbase, qb, ld3, 0, T);
+    fa_tile_async<BC, HD, LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(stage0 + G::KV_BYTES), qkv, vbase, qb, ld3, 0,
+                                           T);
+    fa_cp_commit();
+    fa_cp_wait<0>();
     __syncthreads();
 
     const int r0 = 16 * warp;           // the warp's first row of the tile
@@ -278,10 +341,22 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
 
     for (int kt = 0; kt <= klast; kt++) {
         const int k0 = kt * BC;
-        __syncthreads(); // the previous tile's k and v are consumed
-        fa_load_tile<BC, HD, LDH, G::THREADS>(ks, qkv, kbase, qb, ld3, k0, T);
-        fa_load_tile<BC, HD, LDH, G::THREADS>(vs, qkv, vbase, qb, ld3, k0, T);
-        __syncthreads();
+        if (kt > 0) __syncthreads(); // every warp is done with tile kt−1's stage
+        const int next = G::STAGES == 2 ? kt + 1 : kt; // the tile whose copies start now (tile 0's are in)
+        if (next > 0 && next <= klast) {
+            char* st = stage0 + (next % G::STAGES) * 2 * G::KV_BYTES;
+            fa_tile_async<BC, HD, LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(st), qkv, kbase, qb, ld3, next * BC, T);
+            fa_tile_async<BC, HD, LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(st + G::KV_BYTES), qkv, vbase, qb, ld3,
+                                                   next * BC, T);
+        }
+        fa_cp_commit(); // perhaps empty: one group a tile
+        if (G::STAGES == 2)
+            fa_cp_wait<1>(); // this thread's copies of tile kt are in
+        else
+            fa_cp_wait<0>();
+        __syncthreads(); // and every thread's
+        const fa_bf16* ks = reinterpret_cast<const fa_bf16*>(stage0 + (kt % G::STAGES) * 2 * G::KV_BYTES);
+        const fa_bf16* vs = ks + G::KV_BYTES / 2;
         if (!live || k0 > rlast) continue; // every key of the tile is past the warp's rows
 
         // S = Q·Kᵀ on the warp's rows; key blocks wholly past its last row
@@ -367,6 +442,34 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
 #endif
 }
 
+// fa_bwd_issue starts the copies of iteration it of fa_backward (query
+// head h0 + it / per, query tile qfirst + it % per) into the stage at st:
+// q and dout (bf16 tiles), lse and delta (a float a row; 0 past T).
+template <class G>
+__device__ __forceinline__ void fa_bwd_issue(char* st, int it, const void* __restrict__ qkv,
+                                             const void* __restrict__ dout, const float* __restrict__ lse,
+                                             const float* __restrict__ delta, int T, int NH, int h0, int qfirst,
+                                             int per, long long row0, int b, long long C, long long ld3, int qb, int gb) {
+    constexpr int HD = G::LDH - 8, BR = G::WARPS * 16;
+    const int h = h0 + it / per, q0 = (qfirst + it % per) * BR;
+    fa_tile_async<BR, HD, G::LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(st), qkv, row0 + (long long)h * HD, qb, ld3,
+                                              q0, T);
+    fa_tile_async<BR, HD, G::LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(st + G::QD_BYTES), dout,
+                                              (long long)b * T * C + (long long)h * HD, gb, C, q0, T);
+    float* lrow = reinterpret_cast<float*>(st + 2 * G::QD_BYTES);
+    float* drow = reinterpret_cast<float*>(st + 2 * G::QD_BYTES + G::ROW_BYTES);
+    const long long at = ((long long)b * NH + h) * T;
+    for (int r = threadIdx.x; r < BR; r += G::THREADS) {
+        const int t = q0 + r;
+        if (t < T) {
+            fa_cp4(lrow + r, lse + at + t);
+            fa_cp4(drow + r, delta + at + t);
+        } else {
+            lrow[r] = drow[r] = 0.0f;
+        }
+    }
+}
+
 // fa_backward: see the file's comment. Warp w owns keys 16w … 16w+15 of
 // the block's tile: lane 4g+t holds keys g and g+8 of its Sᵀ, dPᵀ, Pᵀ and
 // dSᵀ (query columns 8j+2t, 8j+2t+1 of query block j) and of its dk and dv
@@ -387,11 +490,8 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
     char* base = reinterpret_cast<char*>(fa_smem);
     fa_bf16* ks = reinterpret_cast<fa_bf16*>(base);
     fa_bf16* vs = reinterpret_cast<fa_bf16*>(base + G::KV_BYTES);
-    fa_bf16* qs = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES);
-    fa_bf16* gs = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + G::QD_BYTES);
-    fa_bf16* dst = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES);
-    float* lrow = reinterpret_cast<float*>(base + 2 * G::KV_BYTES + 2 * G::QD_BYTES + G::T_BYTES);
-    float* drow = reinterpret_cast<float*>(reinterpret_cast<char*>(lrow) + G::ROW_BYTES);
+    fa_bf16* dst = reinterpret_cast<fa_bf16*>(base + 2 * G::KV_BYTES);
+    char* stage0 = base + 2 * G::KV_BYTES + G::T_BYTES; // then STAGES of q, dout, lse, delta
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, tg = lane & 3;
@@ -410,8 +510,13 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
     const int kw = k0 + 16 * warp;     // the warp's first key
     const int kr0 = kw + g, kr1 = kr0 + 8; // the lane's two keys
 
-    fa_load_tile<BC, HD, LDH, G::THREADS>(ks, qkv, row0 + kofs, qb, ld3, k0, T);
-    fa_load_tile<BC, HD, LDH, G::THREADS>(vs, qkv, row0 + vofs, qb, ld3, k0, T);
+    // Iteration it is query head kvh·group + it / per, query tile
+    // qfirst + it % per; its q, dout, lse and delta go to stage it % STAGES.
+    const int per = nt - qfirst, iters = group * per;
+    fa_tile_async<BC, HD, LDH, G::THREADS>(ks, qkv, row0 + kofs, qb, ld3, k0, T);
+    fa_tile_async<BC, HD, LDH, G::THREADS>(vs, qkv, row0 + vofs, qb, ld3, k0, T);
+    fa_bwd_issue<G>(stage0, 0, qkv, dout, lse, delta, T, NH, kvh * group, qfirst, per, row0, b, C, ld3, qb, BF(bf, 1));
+    fa_cp_commit();
 
     float dk[ND][4], dv[ND][4];
 #pragma unroll
@@ -419,119 +524,127 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
 #pragma unroll
         for (int i = 0; i < 4; i++) dk[d][i] = dv[d][i] = 0.0f;
 
-    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-        const long long qbase = row0 + (long long)h * HD;
-        const long long gbase = (long long)b * T * C + (long long)h * HD; // elements of dout
-        const float* lbase = lse + ((long long)b * NH + h) * T;
-        const float* dbase = delta + ((long long)b * NH + h) * T;
+    for (int it = 0; it < iters; it++) {
+        const int h = kvh * group + it / per;
+        const int q0 = (qfirst + it % per) * BR;
         float* dqbase = dqrow0 + (long long)h * HD;
-        for (int qt = qfirst; qt < nt; qt++) {
-            const int q0 = qt * BR;
-            __syncthreads(); // the previous query tile and its dSᵀ are consumed
-            fa_load_tile<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
-            fa_load_tile<BR, HD, LDH, G::THREADS>(gs, dout, gbase, BF(bf, 1), C, q0, T);
-            for (int r = tid; r < BR; r += G::THREADS) {
-                const int t = q0 + r;
-                lrow[r] = t < T ? lbase[t] * 1.4426950408889634f : 0.0f;
-                drow[r] = t < T ? dbase[t] : 0.0f;
+        char* stage = stage0 + (it % G::STAGES) * G::STAGE_BYTES;
+        const fa_bf16* qs = reinterpret_cast<const fa_bf16*>(stage);
+        const fa_bf16* gs = reinterpret_cast<const fa_bf16*>(stage + G::QD_BYTES);
+        const float* lrow = reinterpret_cast<const float*>(stage + 2 * G::QD_BYTES);
+        const float* drow = reinterpret_cast<const float*>(stage + 2 * G::QD_BYTES + G::ROW_BYTES);
+        // A stage is read only in (1)-(3), before the barrier ahead of (4):
+        // the stage iteration it−1 read can take new copies from here on.
+        if (G::STAGES == 2) {
+            if (it + 1 < iters)
+                fa_bwd_issue<G>(stage0 + ((it + 1) % 2) * G::STAGE_BYTES, it + 1, qkv, dout, lse, delta, T, NH,
+                                kvh * group, qfirst, per, row0, b, C, ld3, qb, BF(bf, 1));
+            fa_cp_commit();  // empty at the last iteration: the count stays one a tile
+            fa_cp_wait<1>(); // this thread's copies of iteration it are in
+        } else {
+            if (it > 0) {
+                fa_bwd_issue<G>(stage0, it, qkv, dout, lse, delta, T, NH, kvh * group, qfirst, per, row0, b, C, ld3,
+                                qb, BF(bf, 1));
+                fa_cp_commit();
             }
-            __syncthreads();
+            fa_cp_wait<0>();
+        }
+        __syncthreads(); // every thread's copies are in, and iteration it−1's (4) is done with dSᵀ
 
-            // (1) Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on the warp's keys; query
-            // blocks wholly before its first key, or past T, stay 0.
-            float s[NJ][4], dp[NJ][4];
+        // (1) Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ on the warp's keys; query
+        // blocks wholly before its first key, or past T, stay 0.
+        float s[NJ][4], dp[NJ][4];
 #pragma unroll
-            for (int j = 0; j < NJ; j++)
+        for (int j = 0; j < NJ; j++)
 #pragma unroll
-                for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+            for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < NK; kk++) {
-                unsigned ak[4], av[4];
-                const fa_bf16* kp = ks + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
-                const fa_bf16* vp = vs + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
-                ak[0] = fa_u32(kp), ak[1] = fa_u32(kp + 8 * LDH), ak[2] = fa_u32(kp + 8), ak[3] = fa_u32(kp + 8 * LDH + 8);
-                av[0] = fa_u32(vp), av[1] = fa_u32(vp + 8 * LDH), av[2] = fa_u32(vp + 8), av[3] = fa_u32(vp + 8 * LDH + 8);
-#pragma unroll
-                for (int j = 0; j < NJ; j++) {
-                    if (q0 + 8 * j + 7 < kw || q0 + 8 * j >= T) continue;
-                    const fa_bf16* qp = qs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
-                    const fa_bf16* gp = gs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
-                    fa_mma(s[j], ak, fa_u32(qp), fa_u32(qp + 8));
-                    fa_mma(dp[j], av, fa_u32(gp), fa_u32(gp + 8));
-                }
-            }
-
-            // (2) Pᵀ = exp(Sᵀ·scale − lse) and dSᵀ = Pᵀ∘(dPᵀ − delta)·scale,
-            // 0 where the query is before the key or past T; into A
-            // fragments (and dSᵀ into shared memory).
-            unsigned pf[NJ / 2][4], df[NJ / 2][4];
+        for (int kk = 0; kk < NK; kk++) {
+            unsigned ak[4], av[4];
+            const fa_bf16* kp = ks + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
+            const fa_bf16* vp = vs + (16 * warp + g) * LDH + 16 * kk + 2 * tg;
+            ak[0] = fa_u32(kp), ak[1] = fa_u32(kp + 8 * LDH), ak[2] = fa_u32(kp + 8), ak[3] = fa_u32(kp + 8 * LDH + 8);
+            av[0] = fa_u32(vp), av[1] = fa_u32(vp + 8 * LDH), av[2] = fa_u32(vp + 8), av[3] = fa_u32(vp + 8 * LDH + 8);
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                float p[4], ds[4];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const int qi = 8 * j + 2 * tg + (i & 1), t = q0 + qi;
-                    const int key = i < 2 ? kr0 : kr1;
-                    p[i] = t >= key && t < T ? exp2f(s[j][i] * sl2 - lrow[qi]) : 0.0f;
-                    ds[i] = p[i] * (dp[j][i] - drow[qi]) * scale;
-                }
-                pf[j / 2][2 * (j & 1)] = fa_pack(p[0], p[1]);
-                pf[j / 2][2 * (j & 1) + 1] = fa_pack(p[2], p[3]);
-                df[j / 2][2 * (j & 1)] = fa_pack(ds[0], ds[1]);
-                df[j / 2][2 * (j & 1) + 1] = fa_pack(ds[2], ds[3]);
-                *reinterpret_cast<unsigned*>(dst + (16 * warp + g) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1)];
-                *reinterpret_cast<unsigned*>(dst + (16 * warp + g + 8) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1) + 1];
+                if (q0 + 8 * j + 7 < kw || q0 + 8 * j >= T) continue;
+                const fa_bf16* qp = qs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
+                const fa_bf16* gp = gs + (8 * j + g) * LDH + 16 * kk + 2 * tg;
+                fa_mma(s[j], ak, fa_u32(qp), fa_u32(qp + 8));
+                fa_mma(dp[j], av, fa_u32(gp), fa_u32(gp + 8));
             }
+        }
 
-            // (3) dv += Pᵀ·dO and dk += dSᵀ·Q (B = dO, Q [queries][columns],
-            // by ldmatrix.trans), over the query blocks that see a key of the warp.
+        // (2) Pᵀ = exp(Sᵀ·scale − lse) and dSᵀ = Pᵀ∘(dPᵀ − delta)·scale,
+        // 0 where the query is before the key or past T; into A
+        // fragments (and dSᵀ into shared memory).
+        unsigned pf[NJ / 2][4], df[NJ / 2][4];
 #pragma unroll
-            for (int kk = 0; kk < BR / 16; kk++) {
-                if (q0 + 16 * kk + 15 < kw || q0 + 16 * kk >= T) continue;
+        for (int j = 0; j < NJ; j++) {
+            float p[4], ds[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int qi = 8 * j + 2 * tg + (i & 1), t = q0 + qi;
+                const int key = i < 2 ? kr0 : kr1;
+                p[i] = t >= key && t < T ? exp2f(s[j][i] * sl2 - lrow[qi] * 1.4426950408889634f) : 0.0f;
+                ds[i] = p[i] * (dp[j][i] - drow[qi]) * scale;
+            }
+            pf[j / 2][2 * (j & 1)] = fa_pack(p[0], p[1]);
+            pf[j / 2][2 * (j & 1) + 1] = fa_pack(p[2], p[3]);
+            df[j / 2][2 * (j & 1)] = fa_pack(ds[0], ds[1]);
+            df[j / 2][2 * (j & 1) + 1] = fa_pack(ds[2], ds[3]);
+            *reinterpret_cast<unsigned*>(dst + (16 * warp + g) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1)];
+            *reinterpret_cast<unsigned*>(dst + (16 * warp + g + 8) * LDT + 8 * j + 2 * tg) = df[j / 2][2 * (j & 1) + 1];
+        }
+
+        // (3) dv += Pᵀ·dO and dk += dSᵀ·Q (B = dO, Q [queries][columns],
+        // by ldmatrix.trans), over the query blocks that see a key of the warp.
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; kk++) {
+            if (q0 + 16 * kk + 15 < kw || q0 + 16 * kk >= T) continue;
+#pragma unroll
+            for (int d = 0; d < ND; d += 2) {
+                unsigned bm[4];
+                fa_ldsm_b<LDH>(bm, gs + 16 * kk * LDH + 8 * d);
+                fa_mma(dv[d], pf[kk], bm[0], bm[1]);
+                fa_mma(dv[d + 1], pf[kk], bm[2], bm[3]);
+                fa_ldsm_b<LDH>(bm, qs + 16 * kk * LDH + 8 * d);
+                fa_mma(dk[d], df[kk], bm[0], bm[1]);
+                fa_mma(dk[d + 1], df[kk], bm[2], bm[3]);
+            }
+        }
+        __syncthreads(); // dSᵀ is whole
+
+        // (4) dq += dS·K on the tile's rows 16w … 16w+15 (A = dS, the
+        // transpose of dSᵀ, and B = K [keys][columns], by ldmatrix.trans),
+        // over the key blocks some of those rows see.
+        const int qw = q0 + 16 * warp;
+        if (qw < T && qw + 15 >= k0) {
+            float dq[ND][4];
+#pragma unroll
+            for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {
+                if (k0 + 16 * kk > qw + 15) break; // this key block and the later ones are masked
+                unsigned a[4];
+                fa_ldsm_a<LDT>(a, dst + 16 * kk * LDT + 16 * warp);
 #pragma unroll
                 for (int d = 0; d < ND; d += 2) {
-                    unsigned bm[4];
-                    fa_ldsm_b<LDH>(bm, gs + 16 * kk * LDH + 8 * d);
-                    fa_mma(dv[d], pf[kk], bm[0], bm[1]);
-                    fa_mma(dv[d + 1], pf[kk], bm[2], bm[3]);
-                    fa_ldsm_b<LDH>(bm, qs + 16 * kk * LDH + 8 * d);
-                    fa_mma(dk[d], df[kk], bm[0], bm[1]);
-                    fa_mma(dk[d + 1], df[kk], bm[2], bm[3]);
+                    unsigned bk[4];
+                    fa_ldsm_b<LDH>(bk, ks + 16 * kk * LDH + 8 * d);
+                    fa_mma(dq[d], a, bk[0], bk[1]);
+                    fa_mma(dq[d + 1], a, bk[2], bk[3]);
                 }
             }
-            __syncthreads(); // dSᵀ is whole
-
-            // (4) dq += dS·K on the tile's rows 16w … 16w+15 (A = dS, the
-            // transpose of dSᵀ, and B = K [keys][columns], by ldmatrix.trans),
-            // over the key blocks some of those rows see.
-            const int qw = q0 + 16 * warp;
-            if (qw < T && qw + 15 >= k0) {
-                float dq[ND][4];
 #pragma unroll
-                for (int d = 0; d < ND; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+            for (int half = 0; half < 2; half++) {
+                const int t = qw + g + 8 * half;
+                if (t >= T) continue;
+                float* dqr = dqbase + (long long)t * dqld + 2 * tg;
 #pragma unroll
-                for (int kk = 0; kk < BC / 16; kk++) {
-                    if (k0 + 16 * kk > qw + 15) break; // this key block and the later ones are masked
-                    unsigned a[4];
-                    fa_ldsm_a<LDT>(a, dst + 16 * kk * LDT + 16 * warp);
-#pragma unroll
-                    for (int d = 0; d < ND; d += 2) {
-                        unsigned bk[4];
-                        fa_ldsm_b<LDH>(bk, ks + 16 * kk * LDH + 8 * d);
-                        fa_mma(dq[d], a, bk[0], bk[1]);
-                        fa_mma(dq[d + 1], a, bk[2], bk[3]);
-                    }
-                }
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    const int t = qw + g + 8 * half;
-                    if (t >= T) continue;
-                    float* dqr = dqbase + (long long)t * dqld + 2 * tg;
-#pragma unroll
-                    for (int d = 0; d < ND; d++) {
-                        atomicAdd(dqr + 8 * d, dq[d][2 * half]);
-                        atomicAdd(dqr + 8 * d + 1, dq[d][2 * half + 1]);
-                    }
+                for (int d = 0; d < ND; d++) {
+                    atomicAdd(dqr + 8 * d, dq[d][2 * half]);
+                    atomicAdd(dqr + 8 * d + 1, dq[d][2 * half + 1]);
                 }
             }
         }
@@ -576,9 +689,11 @@ FA_BACKWARD(128, 64, 64)
 
 // The bytes flashattention.go's FlashForwardShared and FlashBackwardShared
 // give (and its comment lists): the launch must ask for what the kernel uses.
-static_assert(FaFwd<64, 128, 64>::SHARED == 36864 && FaFwd<128, 128, 64>::SHARED == 69632,
+static_assert(FaFwd<64, 128, 64>::SHARED == 55296 && FaFwd<64, 128, 64>::STAGES == 2 &&
+                  FaFwd<128, 128, 64>::SHARED == 69632 && FaFwd<128, 128, 64>::STAGES == 1,
               "flashattention.go's FlashForwardShared");
-static_assert(FaBwd<64, 64, 64>::SHARED == 46592 && FaBwd<128, 64, 64>::SHARED == 79360,
+static_assert(FaBwd<64, 64, 64>::SHARED == 65536 && FaBwd<64, 64, 64>::STAGES == 2 &&
+                  FaBwd<128, 64, 64>::SHARED == 79360 && FaBwd<128, 64, 64>::STAGES == 1,
               "flashattention.go's FlashBackwardShared");
 
 // flash_attn_prep: delta (B,NH,T) = rowsum(dout∘out) per query row

@@ -208,12 +208,23 @@ struct Barrier {
 };
 
 // Fiber is one CUDA thread of the block being run.
+// CpCopy is a cp.async copy issued and not yet written (see cp.async below).
+struct CpCopy {
+	void* dst;
+	int n;
+	unsigned char bytes[16];
+};
+
 struct Fiber {
 	Context ctx;
 	int tid = 0;
 	uint3 idx{};
 	bool ready = false, done = false;
 	char* stack = nullptr;  // lowest usable byte
+	// cp.async: the copies of the group not yet committed, and the
+	// committed groups not yet written, oldest first.
+	std::vector<CpCopy> cp_open;
+	std::vector<std::vector<CpCopy>> cp_groups;
 #ifdef EMU_ASAN
 	void* fake = nullptr;   // AddressSanitizer's fake stack while switched out
 #endif
@@ -367,6 +378,8 @@ inline void run(Launch& l) {
 		Fiber& f = l.fibers[t];
 		f.ready = true;
 		f.done = false;
+		f.cp_open.clear();
+		f.cp_groups.clear();
 		context_init(f.ctx, f.stack, kStack, fiber_main);
 	}
 	for (bool down = true; left > 0; down = !down) {
@@ -906,4 +919,49 @@ inline void emu_ldmatrix_x4(unsigned (&r)[4], const void* row, bool trans) {
 	}
 	emu::wmma_leave();
 	for (int m = 0; m < 4; m++) r[m] = out[m];
+}
+
+// ---- cp.async (sm_80): cp.async.{ca,cg}.shared.global, commit_group, wait_group ----
+//
+// emu_cp_async(dst, src, n) copies n (4, 8 or 16: checked, with both
+// addresses aligned to n) bytes from global to shared memory without the
+// thread waiting; emu_cp_async_commit closes the thread's group of copies
+// issued since the last commit; emu_cp_async_wait(k) returns once all but
+// the newest k committed groups of the thread have landed (the other
+// threads' copies need a barrier after their waits, as on a GPU).
+// The model: a copy reads its source when issued (no kernel writes the
+// global memory it copies from during a launch) and writes its
+// destination either at once, in blocks whose index sum is odd, or only
+// at the wait that covers its group, in the others — the two extremes of
+// what a GPU may do. So a kernel that reads a destination before waiting
+// reads what was there before (NaN in fresh dynamic shared memory) in the
+// even blocks, and one that issues into a buffer other threads still read,
+// without a barrier between, overwrites it under them in the odd ones.
+inline void emu_cp_async(void* dst, const void* src, int n) {
+	if ((n != 4 && n != 8 && n != 16) || (uintptr_t)dst % n != 0 || (uintptr_t)src % n != 0) {
+		std::fprintf(stderr, "emu: block (%u,%u,%u) thread %d: cp.async of %d bytes from %p to %p: 4, 8 or 16 bytes, aligned to their size\n",
+		             blockIdx.x, blockIdx.y, blockIdx.z, emu::tl_tid, n, src, dst);
+		std::fflush(stderr);
+		std::_Exit(3);
+	}
+	emu::CpCopy c{dst, n, {}};
+	std::memcpy(c.bytes, src, n);
+	if ((blockIdx.x + blockIdx.y + blockIdx.z) % 2 == 1)
+		std::memcpy(dst, c.bytes, n);
+	else
+		emu::current->cur->cp_open.push_back(c);
+}
+
+inline void emu_cp_async_commit() {
+	emu::Fiber* f = emu::current->cur;
+	f->cp_groups.push_back(std::move(f->cp_open));
+	f->cp_open.clear();
+}
+
+inline void emu_cp_async_wait(int k) {
+	emu::Fiber* f = emu::current->cur;
+	while ((int)f->cp_groups.size() > k) {
+		for (const emu::CpCopy& c : f->cp_groups.front()) std::memcpy(c.dst, c.bytes, c.n);
+		f->cp_groups.erase(f->cp_groups.begin());
+	}
 }
