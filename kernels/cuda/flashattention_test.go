@@ -210,74 +210,11 @@ func TestFlashAttentionInterop(t *testing.T) {
 	flashCheckDQKV(t, "flash backward of the fp32 forward", m.ReadFloat32s(d2, B*T*ld), dqkv, B, T, NH, NKV, hs)
 }
 
-// wmmaSource exercises the emulator's nvcuda::wmma (emu/src/cuda_emu.h):
-// D = A·B + C on one warp for every pair of operand layouts, in bf16 and
-// fp16, with operand rows padded (ldm 24) and D stored column-major; its
-// mma.m16n8k16 and ldmatrix.x4 in PTX's fragment layouts; and the
-// misuses the emulator must refuse or expose.
-const wmmaSource = `
-using namespace nvcuda::wmma;
-
-// wmma_gemm_T_LA_LB: a, b (16×16 fp32, in the layouts' memory order at
-// ldm 24) rounded to T in shared memory, c row-major at ldm 16; d =
-// a·b + c column-major at ldm 16.
-template <class T, class LA, class LB>
-__device__ void wmma_gemm(float* d, const float* a, const float* b, const float* c) {
-	__align__(32) __shared__ T as[16 * 24], bs[16 * 24];
-	__align__(32) __shared__ float cs[256];
-	for (int i = threadIdx.x; i < 16 * 24; i += 32) as[i] = T(a[i]), bs[i] = T(b[i]);
-	for (int i = threadIdx.x; i < 256; i += 32) cs[i] = c[i];
-	__syncwarp();
-	fragment<matrix_a, 16, 16, 16, T, LA> fa;
-	fragment<matrix_b, 16, 16, 16, T, LB> fb;
-	fragment<accumulator, 16, 16, 16, float> fc;
-	load_matrix_sync(fa, as, 24);
-	load_matrix_sync(fb, bs, 24);
-	load_matrix_sync(fc, cs, 16, mem_row_major);
-	mma_sync(fc, fa, fb, fc);
-	store_matrix_sync(d, fc, 16, mem_col_major);
-}
-#define GEMM(NAME, T, LA, LB) \
-	extern "C" __global__ void NAME(float* d, const float* a, const float* b, const float* c) { wmma_gemm<T, LA, LB>(d, a, b, c); }
-GEMM(gemm_bf16_rr, __nv_bfloat16, row_major, row_major)
-GEMM(gemm_bf16_rc, __nv_bfloat16, row_major, col_major)
-GEMM(gemm_bf16_cr, __nv_bfloat16, col_major, row_major)
-GEMM(gemm_bf16_cc, __nv_bfloat16, col_major, col_major)
-GEMM(gemm_f16_rc, __half, row_major, col_major)
-
-// fill_store stores a filled accumulator into dynamic shared memory and
-// reads all of it back, with or without the __syncwarp it needs.
-extern "C" __global__ void fill_store(float* out, int sync) {
-	extern __shared__ __align__(128) float u[];
-	fragment<accumulator, 16, 16, 16, float> f;
-	fill_fragment(f, 2.0f);
-	store_matrix_sync(u, f, 16, mem_row_major);
-	if (sync) __syncwarp();
-	float s = 0;
-	for (int i = 0; i < 256; i++) s += u[i];
-	out[threadIdx.x] = s;
-}
-
-// divergent: each lane loads from a pointer of its own.
-extern "C" __global__ void divergent(float* out) {
-	__align__(32) __shared__ __nv_bfloat16 m[64 * 16];
-	for (int i = threadIdx.x; i < 64 * 16; i += blockDim.x) m[i] = __float2bfloat16(1.0f);
-	__syncwarp();
-	fragment<matrix_a, 16, 16, 16, __nv_bfloat16, row_major> f;
-	load_matrix_sync(f, m + 16 * (threadIdx.x & 1), 16);
-	out[threadIdx.x] = (float)f.x[0];
-}
-
-// misaligned: a tile 16 bytes off 32-byte alignment.
-extern "C" __global__ void misaligned(float* out) {
-	__align__(32) __shared__ float m[512];
-	for (int i = threadIdx.x; i < 512; i += 32) m[i] = 1.0f;
-	__syncwarp();
-	fragment<accumulator, 16, 16, 16, float> f;
-	load_matrix_sync(f, m + 4, 16, mem_row_major);
-	out[threadIdx.x] = f.x[0];
-}
-
+// tcSource exercises the emulator's tensor-core and copy instructions
+// (emu/src/cuda_emu.h): mma.m16n8k16 and ldmatrix.x4 in PTX's fragment
+// layouts, cp.async, the conversions to bf16 and fp16, and the misuses the
+// emulator must refuse.
+const tcSource = `
 // mma16816: d (16×8, row-major) = a (16×16, row-major) · b (16×8,
 // row-major) + c (16×8) through emu_mma_m16n8k16_bf16, each lane placing
 // its elements by the PTX ISA's fragment table, element by element
@@ -325,6 +262,14 @@ extern "C" __global__ void cpasync(float* out, const float* in, int wait) {
 	out[blockIdx.x * blockDim.x + threadIdx.x] = sh[threadIdx.x];
 }
 
+// ldsm_misaligned: emu_ldmatrix_x4 from a row 8 bytes off 16-byte alignment.
+extern "C" __global__ void ldsm_misaligned(float* out) {
+	__align__(16) __shared__ __nv_bfloat16 M[16 * 24];
+	unsigned r[4];
+	emu_ldmatrix_x4(r, &M[(threadIdx.x & 7) * 24 + 4], false);
+	out[threadIdx.x] = (float)r[0];
+}
+
 // mma_partial: emu_mma_m16n8k16_bf16 by half a warp.
 extern "C" __global__ void mma_partial(float* out) {
 	float acc[4] = {0, 0, 0, 0};
@@ -358,75 +303,22 @@ func roundF16(x float32) float32 {
 	return float32(math.RoundToEven(float64(x)/ulp) * ulp)
 }
 
-// TestEmuWMMA checks the emulator's WMMA against float64: each layout
-// pair's D = round(A)·round(B) + C (the products exact, the sums in fp32:
-// within 1e-6 of the sum's magnitude), the same for mma.m16n8k16 with
-// its fragments placed by PTX's table, ldmatrix.x4 with and without
-// .trans, cp.async read before and after its wait, the round-to-nearest-even
-// conversions, and that it refuses lanes with different arguments, a
-// misaligned tile and a partial warp, and exposes a read of a stored tile
-// without __syncwarp.
-func TestEmuWMMA(t *testing.T) {
+// TestEmuTensorCore checks the emulator's tensor-core and copy
+// instructions: mma.m16n8k16 with its fragments placed by PTX's table
+// against float64 (the products exact, the sums in fp32: within 1e-6 of
+// the sum's magnitude), ldmatrix.x4 with and without .trans, cp.async read
+// before and after its wait, the round-to-nearest-even conversions, and
+// that it refuses a partial warp and a misaligned row.
+func TestEmuTensorCore(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("g++ is not installed")
 	}
-	prog, err := emu.Build(context.Background(), t.TempDir(), wmmaSource, emu.Options{Sanitize: os.Getenv("GPTUI_EMU_SANITIZE") != "", CacheDir: emu.DefaultCacheDir()})
+	prog, err := emu.Build(context.Background(), t.TempDir(), tcSource, emu.Options{Sanitize: os.Getenv("GPTUI_EMU_SANITIZE") != "", CacheDir: emu.DefaultCacheDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
-	A, B, C := attRandom(r, 256), attRandom(r, 256), attRandom(r, 256)
-	// mem lays a logical 16×16 matrix out at ldm 24, row- or column-major.
-	mem := func(x []float32, col bool) []float32 {
-		m := make([]float32, 16*24)
-		for i := 0; i < 16; i++ {
-			for j := 0; j < 16; j++ {
-				if col {
-					m[j*24+i] = x[i*16+j]
-				} else {
-					m[i*24+j] = x[i*16+j]
-				}
-			}
-		}
-		return m
-	}
-	for _, tc := range []struct {
-		name       string
-		colA, colB bool
-		round      func(float32) float32
-	}{
-		{"gemm_bf16_rr", false, false, roundBF16},
-		{"gemm_bf16_rc", false, true, roundBF16},
-		{"gemm_bf16_cr", true, false, roundBF16},
-		{"gemm_bf16_cc", true, true, roundBF16},
-		{"gemm_f16_rc", false, true, roundF16},
-	} {
-		m := prog.NewMachine()
-		f, err := m.Lookup(tc.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := m.Alloc(4 * 256)
-		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, 0, d, m.Float32s(mem(A, tc.colA)), m.Float32s(mem(B, tc.colB)), m.Float32s(C)))
-		run(t, m)
-		got := m.ReadFloat32s(d, 256)
-		var worst float64
-		for i := 0; i < 16; i++ {
-			for j := 0; j < 16; j++ {
-				want, mag := float64(C[i*16+j]), math.Abs(float64(C[i*16+j]))
-				for k := 0; k < 16; k++ {
-					p := float64(tc.round(A[i*16+k])) * float64(tc.round(B[k*16+j]))
-					want += p
-					mag += math.Abs(p)
-				}
-				worst = max(worst, math.Abs(float64(got[j*16+i])-want)/mag) // d is column-major
-			}
-		}
-		t.Logf("%s: largest error %.3g of the terms' magnitude", tc.name, worst)
-		if !(worst <= 1e-6) {
-			t.Errorf("%s: error %.3g of the terms' magnitude, want ≤ 1e-6", tc.name, worst)
-		}
-	}
+	A, B, C := attRandom(r, 256), attRandom(r, 128), attRandom(r, 128)
 
 	// mma.m16n8k16 (bf16) in the PTX fragment layout: 16×8 of d against
 	// float64, the products exact, the sums in fp32.
@@ -436,7 +328,7 @@ func TestEmuWMMA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b8, c8 := B[:128], C[:128]
+		b8, c8 := B, C
 		d := m.Alloc(4 * 128)
 		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 0, 0, d, m.Float32s(A), m.Float32s(b8), m.Float32s(c8)))
 		run(t, m)
@@ -530,37 +422,14 @@ func TestEmuWMMA(t *testing.T) {
 		}
 	}
 
-	// A stored tile read back: with __syncwarp every lane sees 256 twos;
-	// without it some lane reads shares not yet written (NaN).
-	for _, sync := range []int32{1, 0} {
-		m := prog.NewMachine()
-		f, _ := m.Lookup("fill_store")
-		out := m.Alloc(4 * 32)
-		must(t, m.Launch(f, cuda.Dim3{X: 1, Y: 1, Z: 1}, cuda.Dim3{X: 32, Y: 1, Z: 1}, 1024, 0, out, sync))
-		run(t, m)
-		nan := 0
-		for _, s := range m.ReadFloat32s(out, 32) {
-			if math.IsNaN(float64(s)) {
-				nan++
-			} else if s != 512 {
-				t.Errorf("fill_store sync=%d: a lane summed %v, want 512 or NaN", sync, s)
-			}
-		}
-		if (sync == 1) != (nan == 0) {
-			t.Errorf("fill_store sync=%d: %d lanes read NaN", sync, nan)
-		}
-	}
-
 	// Misuses end the run with a message.
 	for _, tc := range []struct {
 		kernel  string
 		threads uint32
 		want    string
 	}{
-		{"divergent", 32, "different arguments"},
-		{"misaligned", 32, "256-bit"},
-		{"divergent", 16, "16 of the warp's 32 lanes"},
 		{"mma_partial", 16, "16 of the warp's 32 lanes"},
+		{"ldsm_misaligned", 32, "not 16-byte aligned"},
 	} {
 		m := prog.NewMachine()
 		f, _ := m.Lookup(tc.kernel)

@@ -3,7 +3,7 @@
 //
 // src/cuda_emu.h makes CUDA C compile as C++20 under g++ (threads, blocks, shared
 // memory, __syncthreads, warp shuffles, atomics, bf16 and fp16 values, and
-// the nvcuda::wmma tensor-core subset the kernels use; see its comment), and
+// the tensor-core and copy instructions the kernels use; see its comment), and
 // src/driver.cpp replays a script of launches over host buffers. [Build]
 // compiles the very source NVRTC gets (cuda.Source()) with them into one
 // host binary; a [Machine] is a [cuda.Launcher] over that binary: it holds

@@ -28,10 +28,10 @@
 // (NaN as floats) at the start of every block, so a kernel reading it
 // before writing shows up.
 //
-// Warp matrix operations (nvcuda::wmma: fragments, load_matrix_sync,
-// mma_sync, store_matrix_sync at 16×16×16 with bf16 or fp16 inputs and
-// fp32 accumulators) and the __nv_bfloat16 and __half types are at the end
-// of this file, with their model.
+// The __nv_bfloat16 and __half types, and the tensor-core and copy
+// instructions the kernels use as PTX (mma.sync m16n8k16 with bf16
+// operands, ldmatrix.x4, cp.async), are at the end of this file, each with
+// its model.
 //
 // Limits: warp shuffles ignore the mask and assume every lane of the warp
 // takes part (as the kernels must on a GPU); block size at most 1024.
@@ -234,13 +234,10 @@ struct Warp {
 	Barrier bar;
 	int size = 0;
 	unsigned long long slot[32];
-	// The wmma operations' (see nvcuda::wmma below): each lane's arguments
-	// and count of calls since the block started, and the product of the
-	// last mma_sync, computed a share a lane.
-	unsigned long long wmma_arg[32];
-	unsigned wmma_calls[32];
-	float wmma_d[256];
-	// emu_mma_m16n8k16_bf16's: each lane's A and B registers.
+	// The warp-collective instructions' (emu_mma_m16n8k16_bf16,
+	// emu_ldmatrix_x4 below): each lane's count of calls since the block
+	// started, and each lane's A and B registers of the mma.
+	unsigned op_calls[32];
 	unsigned mma_ab[32][6];
 };
 
@@ -251,7 +248,7 @@ struct Launch {
 	int nthreads = 0;
 	size_t shared = 0;
 	// 128-byte aligned, as a GPU's dynamic shared memory declared
-	// __align__(128) is (wmma pointers must be 32-byte aligned).
+	// __align__(128) is.
 	struct DynFree {
 		void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t(128)); }
 	};
@@ -271,7 +268,7 @@ struct Launch {
 		sync.reset(nthreads);
 		for (auto& w : warps) {
 			w->bar.reset(w->size);
-			std::memset(w->wmma_calls, 0, sizeof w->wmma_calls);
+			std::memset(w->op_calls, 0, sizeof w->op_calls);
 		}
 		if (shared) std::memset(dyn.get(), 0xff, shared);
 	}
@@ -656,192 +653,44 @@ inline __half __float2half(float f) { return __half(f); }
 inline __half __float2half_rn(float f) { return __half(f); }
 inline float __half2float(__half h) { return (float)h; }
 
-// ---- warp matrix operations (mma.h's nvcuda::wmma) ----
-//
-// The subset of WMMA the kernels use, with the semantics of the CUDA
-// programming guide: fragments of shape 16×16×16, matrix_a and matrix_b
-// of __nv_bfloat16 or __half (row_major or col_major), float accumulators;
-// fill_fragment, load_matrix_sync, mma_sync and store_matrix_sync.
-//
-// The model. On a GPU a fragment is spread over the warp's 32 lanes, each
-// holding some elements in an unspecified order. Here every lane's
-// fragment holds the whole 16×16 tile (num_elements is 256, x[] row by
-// row of the operand: matrix_a M×K, matrix_b K×N, accumulator M×N), so an
-// operation applied element by element to x[] by every lane (a scale, a
-// conversion) means what it means on a GPU; reading a particular element
-// does not (on a GPU its position is unspecified) and kernels must not.
-// Every *_sync operation is warp-collective, as on a GPU:
-//   - all 32 lanes of a full warp must call it (a warp with exited lanes,
-//     or a block whose size is not a multiple of 32, ends the run), each
-//     with the same pointer, ldm and layout (checked: a difference ends the
-//     run naming the lanes), in the same order (a per-lane count of calls
-//     is compared too, so lanes at different calls are caught);
-//   - it waits until every lane has arrived (the warp barrier of
-//     __syncwarp), then:
-//     load_matrix_sync: each lane reads the whole tile into its fragment;
-//       mptr must be 256-bit (32-byte) aligned and ldm a multiple of 16
-//       bytes (8 halves or bf16s, 4 floats), as the guide requires;
-//     mma_sync: D = A·B + C, each of the 256 results computed once (lane
-//       L computes elements 8L … 8L+7 from its own fragments) into the
-//       warp's scratch, and after a second warp barrier every lane copies
-//       all of D into its fragment (so d may alias c);
-//     store_matrix_sync: after a second barrier each lane writes only its
-//       share of the tile (elements e ≡ lane mod 32), so a lane that reads
-//       the stored tile back needs __syncwarp() (or __syncthreads()) first,
-//       as on a GPU; without it it reads what was there before (NaN, in
-//       fresh dynamic shared memory).
-// Numerics: A and B hold 16-bit values already (a kernel rounds its fp32
-// data with __float2bfloat16 or __float2half, round to nearest even as
-// the hardware converts); each product of two bf16 or fp16 values is exact
-// in fp32, and the products are added to C in fp32, one at a time in k
-// order with round to nearest even. Tensor cores add the 16 products in
-// groups with their own alignment and truncation, so a GPU's result may
-// differ from the emulator's in the last bits of fp32 — far below the
-// rounding of the inputs to 16 bits, which is what a kernel's tolerance
-// against an fp32 or fp64 reference must allow for.
-
-namespace nvcuda {
-namespace wmma {
-
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
-enum layout_t { mem_row_major, mem_col_major };
-
-template <class Use, int M, int N, int K, class T, class Layout = void>
-struct fragment {
-	static_assert(M == 16 && N == 16 && K == 16, "emu: wmma fragments of shape 16×16×16 only");
-	static_assert(std::is_same_v<Use, accumulator> ? std::is_same_v<T, float>
-	                                               : (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>),
-	              "emu: wmma matrix_a/matrix_b of __nv_bfloat16 or __half, accumulators of float");
-	static_assert(std::is_same_v<Use, accumulator> ? std::is_void_v<Layout>
-	                                               : (std::is_same_v<Layout, row_major> || std::is_same_v<Layout, col_major>),
-	              "emu: matrix_a/matrix_b take row_major or col_major, accumulators no layout");
-	using element_type = T;
-	static constexpr int num_elements = 256;  // the whole tile (see the model above)
-	T x[256];
-};
-
-}  // namespace wmma
-}  // namespace nvcuda
+// ---- warp-collective instructions: their common checks ----
 
 namespace emu {
 
-enum { wmma_load = 1, wmma_store = 2, wmma_mma = 3, wmma_load_c = 4, mma_m16n8k16 = 5, ldmatrix_x4 = 6 };
+enum { mma_m16n8k16 = 1, ldmatrix_x4 = 2 };
 
-[[noreturn]] inline void wmma_fail(const char* op, const char* what) {
-	std::fprintf(stderr, "emu: block (%u,%u,%u) thread %d: wmma %s: %s\n", blockIdx.x, blockIdx.y, blockIdx.z, tl_tid, op, what);
+inline const char* op_name(int op) { return op == mma_m16n8k16 ? "mma.sync.m16n8k16" : "ldmatrix.sync.m8n8.x4"; }
+
+[[noreturn]] inline void op_fail(int op, const char* what) {
+	std::fprintf(stderr, "emu: block (%u,%u,%u) thread %d: %s: %s\n", blockIdx.x, blockIdx.y, blockIdx.z, tl_tid, op_name(op), what);
 	std::fflush(stderr);
 	std::_Exit(3);
 }
 
-inline const char* wmma_name(int op) {
-	switch (op) {
-	case wmma_load: return "load_matrix_sync";
-	case wmma_load_c: return "load_matrix_sync (accumulator)";
-	case wmma_store: return "store_matrix_sync";
-	case mma_m16n8k16: return "mma.sync.m16n8k16";
-	case ldmatrix_x4: return "ldmatrix.sync.m8n8.x4";
-	}
-	return "mma_sync";
-}
-
-// wmma_check_ptr checks the guide's requirements on a load's or store's
-// pointer and leading dimension (elements of size bytes).
-inline void wmma_check_ptr(int op, const void* p, unsigned ldm, size_t size) {
-	if ((uintptr_t)p % 32 != 0) wmma_fail(wmma_name(op), "mptr is not 256-bit (32-byte) aligned");
-	if (ldm * size % 16 != 0 || ldm < 16) wmma_fail(wmma_name(op), "ldm is not a multiple of 16 bytes (and at least 16 elements)");
-}
-
-// wmma_arrive is the first half of every wmma operation: it publishes the
-// lane's arguments (op, pointer, ldm, layout) and count of calls, waits for
-// the whole warp, and checks that every lane called the same operation
-// with the same arguments.
-inline void wmma_arrive(int op, const void* p, unsigned ldm, int layout) {
+// op_arrive is the first half of every warp-collective instruction: it
+// checks that the whole warp takes part (a warp with exited lanes, or a
+// block whose size is not a multiple of 32, ends the run), counts the
+// lane's calls, waits for the warp (the barrier of __syncwarp) and checks
+// that every lane is at the same call (lanes at different calls end the
+// run).
+inline void op_arrive(int op) {
 	Warp& w = warp();
 	int l = lane();
 	if (w.size != 32 || w.bar.expected != 32) {
 		char msg[128];
 		std::snprintf(msg, sizeof msg, "called by %d of the warp's 32 lanes (all 32 must call it)", w.bar.expected);
-		wmma_fail(wmma_name(op), msg);
+		op_fail(op, msg);
 	}
-	w.wmma_arg[l] = ((unsigned long long)op << 40) | ((unsigned long long)layout << 32) | ldm;
-	w.slot[l] = (unsigned long long)(uintptr_t)p;
-	w.wmma_calls[l]++;
+	w.op_calls[l]++;
 	w.bar.arrive_and_wait();
-	if (w.wmma_arg[l] != w.wmma_arg[0] || w.slot[l] != w.slot[0] || w.wmma_calls[l] != w.wmma_calls[0]) {
-		char msg[160];
-		std::snprintf(msg, sizeof msg, "lane %d and lane 0 of the warp called it with different arguments, or at different calls (each lane must make the same calls with the same arguments)", l);
-		wmma_fail(wmma_name(op), msg);
-	}
+	if (w.op_calls[l] != w.op_calls[0]) op_fail(op, "lanes at different calls (each lane must make the same calls)");
 }
 
-// wmma_leave is the second half: a warp barrier after which the slots may
-// be written again.
-inline void wmma_leave() { warp().bar.arrive_and_wait(); }
-
-// wmma_at is the offset of element (r, c) of a tile at ldm in memory.
-inline size_t wmma_at(int r, int c, unsigned ldm, bool col) { return col ? (size_t)c * ldm + r : (size_t)r * ldm + c; }
+// op_leave is the second half: a warp barrier after which the lanes'
+// slots may be written again.
+inline void op_leave() { warp().bar.arrive_and_wait(); }
 
 }  // namespace emu
-
-namespace nvcuda {
-namespace wmma {
-
-template <class Use, int M, int N, int K, class T, class L>
-inline void fill_fragment(fragment<Use, M, N, K, T, L>& a, const std::type_identity_t<T>& v) {
-	for (auto& e : a.x) e = v;
-}
-
-template <class Use, int M, int N, int K, class T, class L>
-inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& a, const T* mptr, unsigned ldm) {
-	static_assert(!std::is_same_v<Use, accumulator>, "emu: an accumulator's load_matrix_sync takes a layout_t");
-	constexpr bool col = std::is_same_v<L, col_major>;
-	emu::wmma_check_ptr(emu::wmma_load, mptr, ldm, sizeof(T));
-	emu::wmma_arrive(emu::wmma_load, mptr, ldm, col);
-	for (int r = 0; r < 16; r++)
-		for (int c = 0; c < 16; c++) a.x[r * 16 + c] = mptr[emu::wmma_at(r, c, ldm, col)];
-	emu::wmma_leave();
-}
-
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& a, const float* mptr, unsigned ldm, layout_t layout) {
-	bool col = layout == mem_col_major;
-	emu::wmma_check_ptr(emu::wmma_load_c, mptr, ldm, sizeof(float));
-	emu::wmma_arrive(emu::wmma_load_c, mptr, ldm, col);
-	for (int r = 0; r < 16; r++)
-		for (int c = 0; c < 16; c++) a.x[r * 16 + c] = mptr[emu::wmma_at(r, c, ldm, col)];
-	emu::wmma_leave();
-}
-
-inline void store_matrix_sync(float* mptr, const fragment<accumulator, 16, 16, 16, float>& a, unsigned ldm, layout_t layout) {
-	bool col = layout == mem_col_major;
-	emu::wmma_check_ptr(emu::wmma_store, mptr, ldm, sizeof(float));
-	emu::wmma_arrive(emu::wmma_store, mptr, ldm, col);
-	emu::wmma_leave();
-	for (int e = emu::lane(); e < 256; e += 32) mptr[emu::wmma_at(e / 16, e % 16, ldm, col)] = a.x[e];
-}
-
-template <class T, class LA, class LB>
-inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
-                     const fragment<matrix_b, 16, 16, 16, T, LB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
-	emu::wmma_arrive(emu::wmma_mma, nullptr, 0, 0);
-	emu::Warp& w = emu::warp();
-	for (int e = 8 * emu::lane(); e < 8 * emu::lane() + 8; e++) {
-		const int r = e / 16, n = e % 16;
-		float s = c.x[e];
-		for (int k = 0; k < 16; k++) {
-			s += (float)a.x[r * 16 + k] * (float)b.x[k * 16 + n];  // the product is exact: fused or not, one rounding
-		}
-		w.wmma_d[e] = s;
-	}
-	emu::wmma_leave();
-	std::memcpy(d.x, w.wmma_d, sizeof d.x);
-}
-
-}  // namespace wmma
-}  // namespace nvcuda
 
 // ---- mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 ----
 //
@@ -854,19 +703,25 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment
 //   b0 = B[2t, 2t+1][g]     b1 = B[2t+8, 2t+9][g]
 //   d[0], d[1] = D[g][2t, 2t+1]   d[2], d[3] = D[g+8][2t, 2t+1]
 // each register two bf16s, the lower-indexed one in the lower 16 bits.
-// Unlike WMMA's, these fragments are the hardware's own, so a kernel may
-// compute on particular elements (a softmax on the accumulators, an
-// accumulator pair reused as an A fragment) and this model means what the
-// GPU does. Warp-collective as the wmma operations are (all 32 lanes, the
-// same number of calls: checked); numerics as mma_sync's above (exact
-// products added in k order in fp32).
+// These fragments are the hardware's own, so a kernel may compute on
+// particular elements (a softmax on the accumulators, an accumulator pair
+// reused as an A fragment) and this model means what the GPU does.
+// Warp-collective (op_arrive's checks). Numerics: A and B hold bf16
+// values already (a kernel rounds its fp32 data, to nearest even as the
+// hardware converts); each product of two bf16s is exact in fp32, and the
+// products are added to C in fp32, one at a time in k order with round to
+// nearest even. Tensor cores add the 16 products in groups with their own
+// alignment and truncation, so a GPU's result may differ from the
+// emulator's in the last bits of fp32 — far below the rounding of the
+// inputs to 16 bits, which is what a kernel's tolerance against an fp32 or
+// fp64 reference must allow for.
 inline void emu_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 	emu::Warp& w = emu::warp();
 	const int l = emu::lane();
 	// The last operation's readers are done (it ended at a warp barrier).
 	for (int i = 0; i < 4; i++) w.mma_ab[l][i] = a[i];
 	w.mma_ab[l][4] = b0, w.mma_ab[l][5] = b1;
-	emu::wmma_arrive(emu::mma_m16n8k16, nullptr, 0, 0);  // the warp's barrier and checks
+	emu::op_arrive(emu::mma_m16n8k16);
 	auto bf = [&](int lane, int reg, int half) {
 		return emu_bitcast<float>((w.mma_ab[lane][reg] >> (16 * half) & 0xffffu) << 16);
 	};
@@ -882,7 +737,7 @@ inline void emu_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], unsigne
 		}
 		r[i] = s;
 	}
-	emu::wmma_leave();
+	emu::op_leave();
 	for (int i = 0; i < 4; i++) d[i] = r[i];
 }
 
@@ -897,18 +752,9 @@ inline void emu_mma_m16n8k16_bf16(float (&d)[4], const unsigned (&a)[4], unsigne
 inline void emu_ldmatrix_x4(unsigned (&r)[4], const void* row, bool trans) {
 	emu::Warp& w = emu::warp();
 	const int l = emu::lane();
-	const char* op = emu::wmma_name(emu::ldmatrix_x4);
-	if ((uintptr_t)row % 16 != 0) emu::wmma_fail(op, "a row address is not 16-byte aligned");
-	// wmma_arrive's checks, but for the address: each lane gives its own.
-	if (w.size != 32 || w.bar.expected != 32) {
-		char msg[128];
-		std::snprintf(msg, sizeof msg, "called by %d of the warp's 32 lanes (all 32 must call it)", w.bar.expected);
-		emu::wmma_fail(op, msg);
-	}
+	if ((uintptr_t)row % 16 != 0) emu::op_fail(emu::ldmatrix_x4, "a row address is not 16-byte aligned");
 	w.slot[l] = (unsigned long long)(uintptr_t)row;
-	w.wmma_calls[l]++;
-	w.bar.arrive_and_wait();
-	if (w.wmma_calls[l] != w.wmma_calls[0]) emu::wmma_fail(op, "lanes at different calls (each lane must make the same calls)");
+	emu::op_arrive(emu::ldmatrix_x4);
 	const int g = l >> 2, t = l & 3;
 	auto at = [&](int lane, int i) { return ((const unsigned short*)(uintptr_t)w.slot[lane])[i]; };
 	unsigned out[4];
@@ -917,7 +763,7 @@ inline void emu_ldmatrix_x4(unsigned (&r)[4], const void* row, bool trans) {
 		const unsigned hi = trans ? at(8 * m + 2 * t + 1, g) : at(8 * m + g, 2 * t + 1);
 		out[m] = lo | hi << 16;
 	}
-	emu::wmma_leave();
+	emu::op_leave();
 	for (int m = 0; m < 4; m++) r[m] = out[m];
 }
 
