@@ -28,8 +28,8 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 		gemmTol = 2e-2
 	}
 	// Attention without dropout runs on the tensor-core flash kernels in
-	// bf16 (head sizes 64 and 128: these checks'), to the emulator tests'
-	// bf16 tolerance; with dropout, and in fp32 or fp16, on the fp32
+	// bf16 (these checks have head sizes 64 and 128), to the emulator
+	// tests' bf16 tolerance; with dropout, and in fp32 or fp16, on the fp32
 	// kernels.
 	attnTol := func(d kernels.Dropout) float64 {
 		if g.Precision() == cuda.PrecisionBF16 && d.P == 0 && os.Getenv("GPTUI_FLASH_ATTENTION") != "off" {
@@ -177,6 +177,28 @@ func CheckBackend(g *cuda.Backend, w io.Writer) error {
 			kernels.Free(be, att)
 			kernels.Free(be, out)
 		}, outs{c.zeros(N * ldq)}, ins{gqkv, da})
+	}
+	// Head size 128 (Llama's), grouped: under bf16 the hs-128 flash kernels.
+	{
+		const nh, nkv, hd2 = 2, 1, C / 2
+		const ld2 = (nh + 2*nkv) * hd2
+		q2, da2 := c.randn(N*ld2, 1), c.randn(N*C, 1)
+		name := fmt.Sprintf("GQA hs=%d NKV=%d p=0", hd2, nkv)
+		c.compare(name+" forward", attnTol(kernels.Dropout{}), func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, nh, T))
+			be.GQAForward(a.f(0), att, a.f(1), B, T, nh, nkv, hd2, kernels.Dropout{}, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+		}, outs{c.zeros(N * C)}, ins{q2})
+		c.compare(name+" backward", attnTol(kernels.Dropout{}), func(be kernels.Backend, a args) {
+			att := kernels.Float32s(be, kernels.AttentionFloats(be, B, nh, T))
+			out := kernels.Float32s(be, N*C)
+			be.GQAForward(out, att, a.f(1), B, T, nh, nkv, hd2, kernels.Dropout{}, 12345)
+			be.GQABackward(a.f(0), a.f(2), out, a.f(1), att, B, T, nh, nkv, hd2, kernels.Dropout{}, 12345)
+			kernels.Sync(be)
+			kernels.Free(be, att)
+			kernels.Free(be, out)
+		}, outs{c.zeros(N * ld2)}, ins{q2, da2})
 	}
 	c.compare("GQADecode", 1e-5, func(be kernels.Backend, a args) {
 		be.GQADecode(a.f(0), a.f(1), a.f(2), a.f(3), B, pos, maxT, NH, NKV, hd)
