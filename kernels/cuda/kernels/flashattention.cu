@@ -125,32 +125,33 @@ struct FaBwd {
     static constexpr int SHARED = 2 * KV_BYTES + STAGES * STAGE_BYTES + T_BYTES;
 };
 
-// fa_cp16 and fa_cp4 copy 16 and 4 bytes from global to shared memory
-// asynchronously (cp.async.cg and .ca; sm_80); fa_cp_commit closes the
-// thread's group of copies, and fa_cp_wait<N> waits until all but the
+#if defined(__CUDACC_RTC__) && FA_TC
+// fa_saddr is p's address in the shared-memory window, as the PTX
+// instructions that name shared memory (.shared) take it.
+__device__ __forceinline__ unsigned fa_saddr(const void* p) {
+    unsigned long long a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (unsigned)a;
+}
+#endif
+
+// fa_cp<N> copies N (4 or 16) bytes from global to shared memory
+// asynchronously (cp.async.ca, .cg for 16; sm_80); fa_cp_commit closes
+// the thread's group of copies, and fa_cp_wait<N> waits until all but the
 // newest N of its groups have landed (a __syncthreads after it makes every
 // thread's visible). The emulator's emu_cp_async* are the same.
-__device__ __forceinline__ void fa_cp16(void* dst, const void* src) {
+template <int N>
+__device__ __forceinline__ void fa_cp(void* dst, const void* src) {
+    static_assert(N == 4 || N == 16, "cp.async of 4 or 16 bytes");
 #if defined(__CUDACC_RTC__)
 #if FA_TC
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)a), "l"(src) : "memory");
+    if (N == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(fa_saddr(dst)), "l"(src) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fa_saddr(dst)), "l"(src) : "memory");
 #endif
 #else
-    emu_cp_async(dst, src, 16);
-#endif
-}
-
-__device__ __forceinline__ void fa_cp4(void* dst, const void* src) {
-#if defined(__CUDACC_RTC__)
-#if FA_TC
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)a), "l"(src) : "memory");
-#endif
-#else
-    emu_cp_async(dst, src, 4);
+    emu_cp_async(dst, src, N);
 #endif
 }
 
@@ -179,7 +180,7 @@ __device__ __forceinline__ void fa_cp_wait() {
 // element at of src, row stride ld; float32, or bfloat16 when bf, which
 // rounding leaves as they are) to bf16 into a shared tile of stride LDH;
 // rows at or past T are zeros. bf16 rows that start 16-byte aligned are
-// copied with fa_cp16, in the thread's open group of copies (the caller
+// copied with fa_cp<16>, in the thread's open group of copies (the caller
 // commits and waits); the rest is stored at once.
 template <int ROWS, int HD, int LDH, int THREADS>
 __device__ __forceinline__ void fa_tile_async(fa_bf16* dst, const void* __restrict__ src, long long at, int bf,
@@ -191,7 +192,7 @@ __device__ __forceinline__ void fa_tile_async(fa_bf16* dst, const void* __restri
             const int r = i / V, c = i - r * V;
             const int t = r0 + r;
             if (t < T)
-                fa_cp16(dst + r * LDH + 8 * c, s + (long long)t * ld + 8 * c);
+                fa_cp<16>(dst + r * LDH + 8 * c, s + (long long)t * ld + 8 * c);
             else
                 *reinterpret_cast<uint4*>(dst + r * LDH + 8 * c) = uint4{0u, 0u, 0u, 0u};
         }
@@ -216,11 +217,9 @@ __device__ __forceinline__ unsigned fa_u32(const fa_bf16* p) { return *reinterpr
 __device__ __forceinline__ void fa_ldsm_t(unsigned (&r)[4], const fa_bf16* row) {
 #if defined(__CUDACC_RTC__)
 #if FA_TC
-    unsigned long long a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((unsigned)a));
+                 : "r"(fa_saddr(row)));
 #endif
 #else
     emu_ldmatrix_x4(r, row, true);
@@ -275,6 +274,16 @@ __device__ __forceinline__ void fa_mma(float (&d)[4], const unsigned (&a)[4], un
 #else
     emu_mma_m16n8k16_bf16(d, a, b0, b1);
 #endif
+}
+
+// fa_mma_b adds a times the two 8-column halves of the 16×16 block at p
+// (fa_ldsm_b's) into d0 (columns 0-7) and d1 (columns 8-15).
+template <int LD>
+__device__ __forceinline__ void fa_mma_b(float (&d0)[4], float (&d1)[4], const unsigned (&a)[4], const fa_bf16* p) {
+    unsigned b[4];
+    fa_ldsm_b<LD>(b, p);
+    fa_mma(d0, a, b[0], b[1]);
+    fa_mma(d1, a, b[2], b[3]);
 }
 
 // fa_forward: see the file's comment. Warp w owns the tile's rows 16w …
@@ -411,12 +420,7 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
         for (int kk = 0; kk < NJ / 2; kk++) {
             if (k0 + 16 * kk > rlast) continue; // probabilities all 0
 #pragma unroll
-            for (int d = 0; d < ND; d += 2) {
-                unsigned bv[4];
-                fa_ldsm_b<LDH>(bv, vs + 16 * kk * LDH + 8 * d);
-                fa_mma(o[d], pf[kk], bv[0], bv[1]);
-                fa_mma(o[d + 1], pf[kk], bv[2], bv[3]);
-            }
+            for (int d = 0; d < ND; d += 2) fa_mma_b<LDH>(o[d], o[d + 1], pf[kk], vs + 16 * kk * LDH + 8 * d);
         }
     }
 
@@ -462,8 +466,8 @@ __device__ __forceinline__ void fa_bwd_issue(char* st, int it, const void* __res
     for (int r = threadIdx.x; r < BR; r += G::THREADS) {
         const int t = q0 + r;
         if (t < T) {
-            fa_cp4(lrow + r, lse + at + t);
-            fa_cp4(drow + r, delta + at + t);
+            fa_cp<4>(lrow + r, lse + at + t);
+            fa_cp<4>(drow + r, delta + at + t);
         } else {
             lrow[r] = drow[r] = 0.0f;
         }
@@ -604,13 +608,8 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
             if (q0 + 16 * kk + 15 < kw || q0 + 16 * kk >= T) continue;
 #pragma unroll
             for (int d = 0; d < ND; d += 2) {
-                unsigned bm[4];
-                fa_ldsm_b<LDH>(bm, gs + 16 * kk * LDH + 8 * d);
-                fa_mma(dv[d], pf[kk], bm[0], bm[1]);
-                fa_mma(dv[d + 1], pf[kk], bm[2], bm[3]);
-                fa_ldsm_b<LDH>(bm, qs + 16 * kk * LDH + 8 * d);
-                fa_mma(dk[d], df[kk], bm[0], bm[1]);
-                fa_mma(dk[d + 1], df[kk], bm[2], bm[3]);
+                fa_mma_b<LDH>(dv[d], dv[d + 1], pf[kk], gs + 16 * kk * LDH + 8 * d);
+                fa_mma_b<LDH>(dk[d], dk[d + 1], df[kk], qs + 16 * kk * LDH + 8 * d);
             }
         }
         __syncthreads(); // dSᵀ is whole
@@ -629,12 +628,7 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
                 unsigned a[4];
                 fa_ldsm_a<LDT>(a, dst + 16 * kk * LDT + 16 * warp);
 #pragma unroll
-                for (int d = 0; d < ND; d += 2) {
-                    unsigned bk[4];
-                    fa_ldsm_b<LDH>(bk, ks + 16 * kk * LDH + 8 * d);
-                    fa_mma(dq[d], a, bk[0], bk[1]);
-                    fa_mma(dq[d + 1], a, bk[2], bk[3]);
-                }
+                for (int d = 0; d < ND; d += 2) fa_mma_b<LDH>(dq[d], dq[d + 1], a, ks + 16 * kk * LDH + 8 * d);
             }
 #pragma unroll
             for (int half = 0; half < 2; half++) {
