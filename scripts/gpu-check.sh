@@ -20,16 +20,20 @@
 #                     (the first compile of the kernels by NVRTC is here)
 #   kernels-bf16  30  the same with bf16 GEMMs
 #   tiny-fp32     35  tiny's losses, 10 steps, GPU fp32 vs CPU (1e-5 rel)
-#   124m-bf16     70  124M B=4 T=64: losses (0.05 abs) and gradients in bf16
+#   124m-bf16     45  124M B=4 T=64: losses (0.05 abs) and gradients in bf16
 #   bench         30  gptui gpu bench: the bf16, fp16, fp32 GEMM rates
 #   train-124m    75  124M, B=16 T=1024, bf16, 30 steps: tokens/s, MFU
 #                     against the GPU's data-sheet bf16 peak (measured
 #                     for a GPU kernels/cuda/peak.go does not know)
 #   fp16-124m     45  the same in fp16 with loss scaling, 60 steps: the
 #                     loss falls, skipped steps counted
+#   train-llama   45  a Llama of about 0.8B (llama-tiny's layers at 2048
+#                     wide, 16 deep, 16 query heads of 128, 4 key/value
+#                     heads; GPT-2's vocabulary), B=8 T=1024, bf16, 20
+#                     steps: tokens/s, MFU, the loss falls
 #   nccl-1rank    30  gpu check --only nccl: a one-rank job's NCCL
 #                     communicators, every operation against the CPU
-#   llmc         100  llm.c's train_gpt2cu at train-124m's shape
+#   llmc          80  llm.c's train_gpt2cu at train-124m's shape
 #                     (scripts/llmc-bench.sh; its build starts in the
 #                     background at the beginning, on the CPU); skipped,
 #                     saying why, where nvcc or make is missing
@@ -173,17 +177,24 @@ stage_tiny_fp32() { gptui gpu check --only tiny-fp32 --steps 10 --watchdog 30s; 
 stage_124m_bf16() { gptui gpu check --only 124m-bf16 --steps 10 --watchdog 60s; }
 stage_bench() { gptui gpu bench --watchdog 25s; }
 
-# train NAME -o ...: gptui train of GPT-2 124M at B=16 T=1024 on the
-# built-in corpus, no dropout (llm.c has none), no eval, no checkpoint,
-# with the stage's own -o settings; in dry mode tiny at B=2 T=16, 20
-# steps (past the lr's warmup, so that the loss falls), on the CPU (the
-# later -o wins).
+# train [--llama] NAME -o ...: gptui train of GPT-2 124M (--llama:
+# llama-tiny, which the stage widens) at B=16 T=1024 on the built-in
+# corpus, no dropout (llm.c has none), no eval, no checkpoint, with the
+# stage's own -o settings; in dry mode tiny (llama-tiny at its own shape)
+# at B=2 T=16, 20 steps (past the lr's warmup, so that the loss falls), on
+# the CPU (the later -o wins).
 train() {
 	local cfg=gpt2-124m dry=()
+	if [[ $1 == --llama ]]; then
+		cfg=llama-tiny
+		shift
+	fi
 	if [[ $DRY == 1 ]]; then
-		cfg=tiny
+		[[ $cfg == gpt2-124m ]] && cfg=tiny
 		dry=(-o Global.device=cpu -o Global.global_batch_size=2 -o Global.local_batch_size=2 -o Global.micro_batch_size=2
 			-o Data.Train.dataset.max_seq_len=16 -o Engine.max_steps=20 -o Engine.logging_freq=1)
+		[[ $cfg == llama-tiny ]] && dry+=(-o Model.hidden_size=64 -o Model.num_layers=2 -o Model.num_attention_heads=4
+			-o Model.num_key_value_heads=2 -o Model.ffn_hidden_size=176)
 	fi
 	gptui train -c "$cfg" -o Global.device=gpu \
 		-o Global.global_batch_size=16 -o Global.local_batch_size=16 -o Global.micro_batch_size=16 \
@@ -201,6 +212,19 @@ stage_train_124m() {
 stage_fp16_124m() {
 	train fp16-124m -o Engine.mix_precision.dtype=fp16 -o Engine.mix_precision.scale_loss=32768 \
 		-o Engine.max_steps=60 -o Engine.logging_freq=5 -o Optimizer.lr.decay_steps=60
+}
+
+# stage_train_llama: Llama's layers (RMSNorm, RoPE, SwiGLU, grouped-query
+# attention on the head-size-128 flash kernels) through a whole training
+# step: about 0.8B parameters, B=8 T=1024, bf16, 20 steps.
+stage_train_llama() {
+	local dtype=bf16
+	[[ $DRY == 1 ]] && dtype=fp32
+	train --llama train-llama -o Engine.mix_precision.dtype=$dtype -o Model.max_position_embeddings=1024 \
+		-o Model.hidden_size=2048 -o Model.num_layers=16 \
+		-o Model.num_attention_heads=16 -o Model.num_key_value_heads=4 -o Model.ffn_hidden_size=5632 \
+		-o Global.global_batch_size=8 -o Global.local_batch_size=8 -o Global.micro_batch_size=8 \
+		-o Engine.max_steps=20 -o Engine.logging_freq=5 -o Optimizer.lr.decay_steps=20
 }
 
 # A job of one process has no data path to run over NCCL; 'gpu check
@@ -339,13 +363,14 @@ plan_stage selftest 45 gpu stage_selftest figs_check
 plan_stage kernels-fp32 50 gpu stage_kernels_fp32 figs_check
 plan_stage kernels-bf16 30 gpu stage_kernels_bf16 figs_check
 plan_stage tiny-fp32 35 gpu stage_tiny_fp32 figs_check
-plan_stage 124m-bf16 70 gpu stage_124m_bf16 figs_check
+plan_stage 124m-bf16 45 gpu stage_124m_bf16 figs_check
 plan_stage bench 30 gpu stage_bench figs_bench
 plan_stage train-124m 75 gpu stage_train_124m figs_train
 plan_stage fp16-124m 45 gpu stage_fp16_124m figs_train
+plan_stage train-llama 45 gpu stage_train_llama figs_train
 plan_stage nccl-1rank 30 "nccl gpu" stage_nccl_1rank figs_check
-plan_stage llmc 100 "gpu llmc" stage_llmc figs_llmc
-DRY_FLOOR=([train-124m]=30 [fp16-124m]=30) # dry mode: these train on the CPU for real
+plan_stage llmc 80 "gpu llmc" stage_llmc figs_llmc
+DRY_FLOOR=([train-124m]=30 [fp16-124m]=30 [train-llama]=30) # dry mode: these train on the CPU for real
 PREFLIGHT=15 # seconds before the first stage: the binary, nvidia-smi
 check_budget "$PREFLIGHT"
 
