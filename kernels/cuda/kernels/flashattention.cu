@@ -47,14 +47,17 @@
 // runs first: delta = rowsum(dout∘out) (B,NH,T) into a scratch buffer, and
 // dq zeroed.
 //
-// Tensor cores: PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
-// and ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16, whose fragments are
-// laid out lane by lane in the PTX ISA, so the kernels compute on their
-// elements (fa_mma, fa_ldsm_t below). They need sm_80; below it the
-// kernels compile to nothing and are never launched (the backend selects
-// them only with bf16 GEMMs, which need sm_80). The emulator
-// (emu/src/cuda_emu.h) runs the same two instructions as
-// emu_mma_m16n8k16_bf16 and emu_ldmatrix_x4, with those layouts.
+// Tensor cores and copies: PTX's
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 and
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16, whose fragments are laid
+// out lane by lane in the PTX ISA, so the kernels compute on their
+// elements (fa_mma, fa_ldsm_t below), and cp.async for the tiles (fa_cp,
+// fa_cp_commit, fa_cp_wait). They need sm_80; below it the kernels
+// compile to nothing and are never launched (the backend selects them
+// only with bf16 GEMMs, which need sm_80). The emulator
+// (emu/src/cuda_emu.h) runs the same instructions as
+// emu_mma_m16n8k16_bf16, emu_ldmatrix_x4 and emu_cp_async*, with those
+// layouts and cp.async's two extremes of timing.
 
 #define FA_NEG (-3.0e38f) // a masked score: exp(FA_NEG − m) is 0
 
