@@ -60,6 +60,8 @@
 // layouts and cp.async's two extremes of timing.
 
 #define FA_NEG (-3.0e38f) // a masked score: exp(FA_NEG − m) is 0
+#define FA_LOG2E 1.4426950408889634f // log₂ e: natural-log units to log₂ units
+#define FA_LN2 0.6931471805599453f   // ln 2: back
 
 #if defined(__CUDACC_RTC__)
 #if __CUDA_ARCH__ >= 800
@@ -320,7 +322,7 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
     const long long kbase = (long long)b * T * ld3 + (long long)(NH + kvh) * HD;
     const long long vbase = kbase + (long long)NKV * HD;
     const int qb = BF(bf, 1);
-    const float sl2 = scale * 1.4426950408889634f; // scores to log2 units
+    const float sl2 = scale * FA_LOG2E; // scores to log2 units
 
     fa_tile_async<BR, HD, LDH, G::THREADS>(qs, qkv, qbase, qb, ld3, q0, T);
     fa_tile_async<BC, HD, LDH, G::THREADS>(reinterpret_cast<fa_bf16*>(stage0), qkv, kbase, qb, ld3, 0, T);
@@ -444,7 +446,7 @@ __device__ __forceinline__ void fa_forward(void* __restrict__ out, float* __rest
             stx(out, orow + 8 * d, o[d][2 * half] * inv, ob);
             stx(out, orow + 8 * d + 1, o[d][2 * half + 1] * inv, ob);
         }
-        if (tg == 0) lse[((long long)b * NH + h) * T + t] = ((half ? m1 : m0) + log2f(l)) * 0.6931471805599453f;
+        if (tg == 0) lse[((long long)b * NH + h) * T + t] = ((half ? m1 : m0) + log2f(l)) * FA_LN2;
     }
 #endif
 }
@@ -512,7 +514,7 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
     const long long row0 = (long long)b * T * ld3; // elements of qkv and dqkv
     float* dqrow0 = dqacc + (long long)b * T * dqld;
     const int qb = BF(bf, 2);
-    const float sl2 = scale * 1.4426950408889634f; // scores to log2 units
+    const float sl2 = scale * FA_LOG2E; // scores to log2 units
 
     const int kw = k0 + 16 * warp;     // the warp's first key
     const int kr0 = kw + g, kr1 = kr0 + 8; // the lane's two keys
@@ -593,7 +595,7 @@ __device__ __forceinline__ void fa_backward(void* __restrict__ dqkv, const void*
             for (int i = 0; i < 4; i++) {
                 const int qi = 8 * j + 2 * tg + (i & 1), t = q0 + qi;
                 const int key = i < 2 ? kr0 : kr1;
-                p[i] = t >= key && t < T ? exp2f(s[j][i] * sl2 - lrow[qi] * 1.4426950408889634f) : 0.0f;
+                p[i] = t >= key && t < T ? exp2f(s[j][i] * sl2 - lrow[qi] * FA_LOG2E) : 0.0f;
                 ds[i] = p[i] * (dp[j][i] - drow[qi]) * scale;
             }
             pf[j / 2][2 * (j & 1)] = fa_pack(p[0], p[1]);
