@@ -48,7 +48,7 @@ func TestCPRows(t *testing.T) {
 // L2 per tensor): the ring's attention, the positions of the rows, the
 // losses' weights and the sum over the ring are the single process's,
 // up to fp32's rounding. The gradient, not the weights after AdamW, which
-// amplifies rounding (cpMQAParity), is what this checks tightly.
+// amplifies rounding (parityEpsilon), is what this checks tightly.
 func TestContextParallelGradients(t *testing.T) {
 	for _, name := range []string{"cp2", "cp4", "llama cp2 kv1"} {
 		t.Run(name, func(t *testing.T) {
