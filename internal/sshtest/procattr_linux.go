@@ -26,12 +26,3 @@ func limitFileSize(pid int, bytes int64) error {
 	}
 	return unix.Prlimit(pid, unix.RLIMIT_FSIZE, &lim, nil)
 }
-
-// nodeNice is the niceness of a test's sshd (see the package doc).
-const nodeNice = 10
-
-// lowerPriority sets the niceness of process pid, and so of the processes
-// it starts from then on, to nodeNice.
-func lowerPriority(pid int) error {
-	return unix.Setpriority(unix.PRIO_PROCESS, pid, nodeNice)
-}

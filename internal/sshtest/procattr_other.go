@@ -14,6 +14,3 @@ func sysProcAttr() *syscall.SysProcAttr { return nil }
 func limitFileSize(pid int, bytes int64) error {
 	return errors.New("sshtest: limiting a running sshd's file size needs Linux")
 }
-
-// lowerPriority does nothing: the niceness of a test's nodes is Linux's.
-func lowerPriority(pid int) error { return nil }

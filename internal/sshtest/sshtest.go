@@ -12,12 +12,6 @@
 // When sshd runs as root it needs its privilege separation directory
 // (/run/sshd); Start creates it when it is missing, as the distribution's
 // service unit would.
-//
-// On Linux sshd runs at niceness 10 (nodeNice), and so does everything its
-// sessions start. A test's nodes often train flat out while the test waits
-// on a clock (a frozen agent's timeout, a hang's bound); at a lower
-// priority they take the cores the other tests leave instead of sharing
-// them equally.
 package sshtest
 
 import (
@@ -270,9 +264,6 @@ func (s *Server) run() error {
 	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("run %s: %w", s.sshd, err)
-	}
-	if err := lowerPriority(cmd.Process.Pid); err != nil {
-		s.t.Logf("sshtest: sshd at normal priority: %v", err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
