@@ -48,7 +48,7 @@ func parityOverrides(t *testing.T) []string {
 // The price is sensitivity to defects as small as rounding: the ring's dS
 // off its diagonal blocks made 1e-4 too large moves cp2 and cp4 2.1e-5
 // and 1.6e-5 (failed) but llama cp2 kv1 less than 1e-5, where at ε = 1e-8
-// it moved that row 2.4e-5, no more than its rounding did;
+// it moved that row 2.4e-5, hardly more than its rounding's 2.1e-5;
 // TestContextParallelGradients fails on it in all three.
 const parityEpsilon = "1e-6"
 
